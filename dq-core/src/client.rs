@@ -1,0 +1,342 @@
+//! The producer API: [`Client`] pushes, cancels, reschedules and inspects jobs.
+
+use std::future::{Future, IntoFuture};
+use std::hash::{BuildHasher, Hasher};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::job::{
+    ChangeOutcome, JobInfo, NewJob, OnConflict, PushOutcome, Schedule, TopicCounts, DEFAULT_RETRIES,
+};
+use crate::message::Message;
+use crate::name::{JobId, Topic};
+use crate::store::{RedisStore, Store};
+
+/// Pushes and manages jobs. Cheap to clone; clones share the store and its connection.
+///
+/// ```no_run
+/// # use std::time::Duration;
+/// # #[derive(serde::Serialize, serde::Deserialize)]
+/// # struct OrderCancel { order_id: u64 }
+/// # impl dq_core::Message for OrderCancel { const TOPIC: &'static str = "order-cancel"; }
+/// # async fn demo(client: dq_core::Client) -> dq_core::Result<()> {
+/// let id = client
+///     .push(OrderCancel { order_id: 42 })
+///     .delay(Duration::from_secs(600))
+///     .id("42")
+///     .await?;
+/// assert_eq!(id.as_str(), "42");
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    store: Arc<dyn Store>,
+    config: Arc<Config>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("store", &self.store)
+            .field("namespace", &self.config.namespace)
+            .finish()
+    }
+}
+
+impl Client {
+    /// A client on an existing store.
+    pub fn new(store: Arc<dyn Store>, config: Config) -> Client {
+        Client {
+            store,
+            config: Arc::new(config),
+        }
+    }
+
+    /// Connects to the Redis named by `config.redis_url`.
+    pub async fn connect(config: Config) -> Result<Client> {
+        let store = RedisStore::connect(&config).await?;
+        Ok(Client::new(Arc::new(store), config))
+    }
+
+    /// The store under this client.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// The configuration this client was made with.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Starts a push of `message` to its topic; set options, then `.await` it for the job id.
+    ///
+    /// Without options the job is due now, gets a generated id and the default two retries.
+    pub fn push<M: Message>(&self, message: M) -> PushBuilder {
+        self.push_to(M::TOPIC, &message)
+    }
+
+    /// Like [`Client::push`] for any serializable value, to a topic named at run time.
+    pub fn push_to<T: Serialize + ?Sized>(&self, topic: &str, message: &T) -> PushBuilder {
+        let payload = serde_json::to_vec(message).map_err(|source| Error::Serialize {
+            topic: topic.to_owned(),
+            source,
+        });
+        self.push_raw(topic, payload)
+    }
+
+    /// Like [`Client::push`] with a payload that is already JSON bytes (for tools and bridges).
+    pub fn push_json(&self, topic: &str, json: impl Into<Vec<u8>>) -> PushBuilder {
+        self.push_raw(topic, Ok(json.into()))
+    }
+
+    fn push_raw(&self, topic: &str, payload: Result<Vec<u8>>) -> PushBuilder {
+        PushBuilder {
+            client: self.clone(),
+            topic: Topic::new(topic),
+            id: None,
+            schedule: Schedule::default(),
+            retries: DEFAULT_RETRIES,
+            on_conflict: OnConflict::Keep,
+            payload,
+        }
+    }
+
+    /// Pushes many jobs in as few round trips as the store allows (up to 1,000 jobs per call).
+    ///
+    /// Every job is checked before anything is sent: one invalid job fails the whole batch and
+    /// nothing is stored. Each job's own [`OnConflict`] is honoured, batched by mode.
+    pub async fn push_batch(
+        &self,
+        jobs: impl IntoIterator<Item = PushBuilder>,
+    ) -> Result<Vec<Pushed>> {
+        let mut keep = Vec::new();
+        let mut replace = Vec::new();
+        let mut order = Vec::new();
+        for builder in jobs {
+            let mode = builder.on_conflict;
+            let job = builder.into_job(&self.config)?;
+            let list = if mode == OnConflict::Replace {
+                &mut replace
+            } else {
+                &mut keep
+            };
+            order.push((mode == OnConflict::Replace, list.len()));
+            list.push(job);
+        }
+        let ids = |jobs: &[NewJob]| jobs.iter().map(|j| j.id.clone()).collect::<Vec<_>>();
+        let (keep_ids, replace_ids) = (ids(&keep), ids(&replace));
+        let keep_out = if keep.is_empty() {
+            Vec::new()
+        } else {
+            self.store.push(keep, OnConflict::Keep).await?
+        };
+        let replace_out = if replace.is_empty() {
+            Vec::new()
+        } else {
+            self.store.push(replace, OnConflict::Replace).await?
+        };
+        Ok(order
+            .into_iter()
+            .map(|(is_replace, i)| {
+                let (ids, outs) = if is_replace {
+                    (&replace_ids, &replace_out)
+                } else {
+                    (&keep_ids, &keep_out)
+                };
+                Pushed {
+                    id: ids[i].clone(),
+                    outcome: outs[i],
+                }
+            })
+            .collect())
+    }
+
+    /// Deletes a job that has not started yet. A running job is left alone
+    /// ([`ChangeOutcome::Running`]); a dead letter is deleted.
+    pub async fn cancel(&self, topic: &str, id: &str) -> Result<ChangeOutcome> {
+        self.store
+            .cancel(&Topic::new(topic)?, &JobId::new(id)?)
+            .await
+    }
+
+    /// Moves a job that has not started yet to a new due time.
+    pub async fn reschedule(&self, topic: &str, id: &str, when: Schedule) -> Result<ChangeOutcome> {
+        check_schedule(topic, id, when)?;
+        self.store
+            .reschedule(&Topic::new(topic)?, &JobId::new(id)?, when)
+            .await
+    }
+
+    /// A job's state, attempts, last error and payload; `None` when it is neither pending nor
+    /// dead (never pushed, finished, or cancelled).
+    pub async fn status(&self, topic: &str, id: &str) -> Result<Option<JobInfo>> {
+        self.store
+            .status(&Topic::new(topic)?, &JobId::new(id)?)
+            .await
+    }
+
+    /// How many jobs of a topic are delayed, ready, running and dead.
+    pub async fn counts(&self, topic: &str) -> Result<TopicCounts> {
+        self.store.counts(&Topic::new(topic)?).await
+    }
+}
+
+fn check_schedule(topic: &str, id: &str, when: Schedule) -> Result<()> {
+    let bad = |reason| Error::InvalidSchedule {
+        topic: topic.to_owned(),
+        id: id.to_owned(),
+        reason,
+    };
+    // Microseconds in a Lua double are exact up to 2^53, about the year 2255.
+    const LIMIT: Duration = Duration::from_secs(200 * 365 * 86_400);
+    match when {
+        Schedule::After(d) if d > LIMIT => Err(bad("a delay is at most 200 years")),
+        Schedule::At(t) if t < SystemTime::UNIX_EPOCH => Err(bad("a due time before 1970")),
+        Schedule::At(t) if t > SystemTime::now() + LIMIT => {
+            Err(bad("a due time is at most 200 years ahead"))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The result of a push: the job's id and what the store did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Pushed {
+    /// The job id, given or generated.
+    pub id: JobId,
+    /// Created, kept (already pending), replaced, or refused because it is running.
+    pub outcome: PushOutcome,
+}
+
+/// A push being prepared; `.await` sends it and yields the job id.
+#[must_use = "a push does nothing until it is awaited"]
+pub struct PushBuilder {
+    client: Client,
+    topic: Result<Topic>,
+    id: Option<String>,
+    schedule: Schedule,
+    retries: u32,
+    on_conflict: OnConflict,
+    payload: Result<Vec<u8>>,
+}
+
+impl std::fmt::Debug for PushBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PushBuilder")
+            .field("topic", &self.topic)
+            .field("id", &self.id)
+            .field("schedule", &self.schedule)
+            .field("retries", &self.retries)
+            .field("on_conflict", &self.on_conflict)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PushBuilder {
+    /// Due this long after the store receives the push (measured by the store's clock).
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.schedule = Schedule::After(delay);
+        self
+    }
+
+    /// Due at this wall-clock instant; a time in the past means now.
+    pub fn at(mut self, when: SystemTime) -> Self {
+        self.schedule = Schedule::At(when);
+        self
+    }
+
+    /// The job's id; a second push with the same id while the first is pending stores nothing
+    /// new (see [`PushBuilder::replace`]). Without it, a unique id is generated.
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+
+    /// Retries after a failed first run before the job is dead-lettered (default 2).
+    pub fn max_retries(mut self, retries: u32) -> Self {
+        self.retries = retries;
+        self
+    }
+
+    /// Replaces the payload and due time of a pending job with the same id instead of keeping
+    /// it. A running job is never replaced.
+    pub fn replace(mut self) -> Self {
+        self.on_conflict = OnConflict::Replace;
+        self
+    }
+
+    /// Sets what happens when the id is already pending.
+    pub fn on_conflict(mut self, on_conflict: OnConflict) -> Self {
+        self.on_conflict = on_conflict;
+        self
+    }
+
+    /// Sends the push and reports the outcome along with the id.
+    pub async fn send(self) -> Result<Pushed> {
+        let client = self.client.clone();
+        let mode = self.on_conflict;
+        let job = self.into_job(&client.config)?;
+        let id = job.id.clone();
+        let outcome = client.store.push(vec![job], mode).await?;
+        Ok(Pushed {
+            id,
+            outcome: outcome.first().copied().unwrap_or(PushOutcome::Created),
+        })
+    }
+
+    fn into_job(self, config: &Config) -> Result<NewJob> {
+        let topic = self.topic?;
+        let payload = self.payload?;
+        if payload.len() > config.max_payload_bytes {
+            return Err(Error::PayloadTooLarge {
+                topic: topic.to_string(),
+                size: payload.len(),
+                limit: config.max_payload_bytes,
+            });
+        }
+        let id = match self.id {
+            Some(id) => JobId::new(id)?,
+            None => generated_id(),
+        };
+        check_schedule(topic.as_str(), id.as_str(), self.schedule)?;
+        Ok(NewJob {
+            topic,
+            id,
+            schedule: self.schedule,
+            max_attempts: self.retries.saturating_add(1),
+            payload,
+        })
+    }
+}
+
+impl IntoFuture for PushBuilder {
+    type Output = Result<JobId>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Result<JobId>> + Send>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move { self.send().await.map(|p| p.id) })
+    }
+}
+
+/// A unique id: time, a per-process random value and a counter, in hex.
+fn generated_id() -> JobId {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    static SALT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let salt = *SALT.get_or_init(|| {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        h.finish()
+    });
+    let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+    let micros = crate::job::to_us(SystemTime::now());
+    // Always valid: hex digits and '-'.
+    JobId::new(format!("{micros:x}-{:08x}-{seq:x}", salt as u32))
+        .unwrap_or_else(|_| unreachable!("generated ids are hex"))
+}

@@ -1,0 +1,301 @@
+//! Configuration shared by the client and the runtime: where Redis is, the namespace, shards,
+//! limits and timings. Read it from the environment with [`Config::from_env`] or build it.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// Default cap on one job's encoded payload: 1 MiB.
+pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
+
+/// Settings for a dq client or runtime.
+///
+/// | variable | field | default |
+/// | --- | --- | --- |
+/// | `DQ_REDIS_URL` | `redis_url` | unset: the in-process memory store |
+/// | `DQ_NAMESPACE` | `namespace` | `dq` |
+/// | `DQ_SHARDS` | `shards` | `1` |
+/// | `DQ_MAX_PAYLOAD_BYTES` | `max_payload_bytes` | `1048576` |
+/// | `DQ_LEASE` | `lease` | `10s` |
+/// | `DQ_SAFETY_TICK` | `safety_tick` | `60s` |
+/// | `DQ_SHUTDOWN_GRACE` | `shutdown_grace` | `20s` |
+/// | `DQ_POLL_INTERVAL` | `poll_interval` | unset: block on Redis instead of polling |
+///
+/// Durations are written `250ms`, `5s`, `10m` or `1h`.
+///
+/// ```
+/// use std::time::Duration;
+/// let config = dq_core::Config::builder()
+///     .redis_url("redis://127.0.0.1:6379")
+///     .namespace("shop")
+///     .lease(Duration::from_secs(30))
+///     .build()?;
+/// assert_eq!(config.namespace, "shop");
+/// # Ok::<(), dq_core::Error>(())
+/// ```
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[non_exhaustive]
+#[serde(default)]
+pub struct Config {
+    /// `redis://` or `rediss://` URL; `None` runs on the in-process memory store.
+    pub redis_url: Option<String>,
+    /// Prefix that keeps several applications apart on one Redis.
+    pub namespace: String,
+    /// How many shards the jobs are spread over (each shard is one Redis hash slot).
+    pub shards: u16,
+    /// Largest encoded payload accepted by `push`.
+    pub max_payload_bytes: usize,
+    /// How long a fetched job stays leased to its worker before another may take it over.
+    /// Running jobs renew it every third of this, so it bounds how long a job of a dead
+    /// worker waits, not how long a handler may run.
+    pub lease: Duration,
+    /// Longest the mover sleeps without checking for due jobs, whatever it was told.
+    pub safety_tick: Duration,
+    /// How long shutdown waits for running handlers before cancelling them.
+    pub shutdown_grace: Duration,
+    /// Poll for ready jobs at this interval instead of blocking on Redis (for proxies such as
+    /// Codis or Twemproxy that do not support blocking commands).
+    pub poll_interval: Option<Duration>,
+    /// Most jobs the mover moves from delayed to ready in one script call.
+    pub promote_batch: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            redis_url: None,
+            namespace: "dq".to_owned(),
+            shards: 1,
+            max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
+            lease: Duration::from_secs(10),
+            safety_tick: Duration::from_secs(60),
+            shutdown_grace: Duration::from_secs(20),
+            poll_interval: None,
+            promote_batch: 1000,
+        }
+    }
+}
+
+impl Config {
+    /// Starts a builder from the defaults.
+    pub fn builder() -> ConfigBuilder {
+        ConfigBuilder {
+            config: Config::default(),
+        }
+    }
+
+    /// Reads the `DQ_*` variables of the table above over the defaults.
+    pub fn from_env() -> Result<Config> {
+        Config::from_vars(|key| std::env::var(key).ok())
+    }
+
+    /// Like [`Config::from_env`], with variables from `lookup` (for tests and embedding).
+    pub fn from_vars(lookup: impl Fn(&str) -> Option<String>) -> Result<Config> {
+        let mut c = Config::default();
+        let var = |key: &str| lookup(key).filter(|v| !v.trim().is_empty());
+        if let Some(url) = var("DQ_REDIS_URL") {
+            c.redis_url = Some(url);
+        }
+        if let Some(ns) = var("DQ_NAMESPACE") {
+            c.namespace = ns;
+        }
+        if let Some(v) = var("DQ_SHARDS") {
+            c.shards = parse_number("DQ_SHARDS", &v)?;
+        }
+        if let Some(v) = var("DQ_MAX_PAYLOAD_BYTES") {
+            c.max_payload_bytes = parse_number("DQ_MAX_PAYLOAD_BYTES", &v)?;
+        }
+        if let Some(v) = var("DQ_LEASE") {
+            c.lease = parse_duration_var("DQ_LEASE", &v)?;
+        }
+        if let Some(v) = var("DQ_SAFETY_TICK") {
+            c.safety_tick = parse_duration_var("DQ_SAFETY_TICK", &v)?;
+        }
+        if let Some(v) = var("DQ_SHUTDOWN_GRACE") {
+            c.shutdown_grace = parse_duration_var("DQ_SHUTDOWN_GRACE", &v)?;
+        }
+        if let Some(v) = var("DQ_POLL_INTERVAL") {
+            c.poll_interval = Some(parse_duration_var("DQ_POLL_INTERVAL", &v)?);
+        }
+        c.validate()
+    }
+
+    /// Checks the values against each other; every constructor calls it.
+    pub fn validate(self) -> Result<Config> {
+        let bad = |key: &'static str, value: String, reason: &str| Error::Config {
+            key,
+            value,
+            reason: reason.to_owned(),
+        };
+        crate::Topic::new(self.namespace.clone()).map_err(|_| {
+            bad(
+                "namespace",
+                self.namespace.clone(),
+                "use 1-128 ASCII letters, digits, '-', '_' or '.'",
+            )
+        })?;
+        if self.shards == 0 {
+            return Err(bad("shards", "0".into(), "at least one shard is needed"));
+        }
+        if self.lease < Duration::from_millis(100) {
+            return Err(bad(
+                "lease",
+                format!("{:?}", self.lease),
+                "a lease shorter than 100ms would expire while the renewal is in flight",
+            ));
+        }
+        if self.promote_batch == 0 || self.promote_batch > 10_000 {
+            return Err(bad(
+                "promote_batch",
+                self.promote_batch.to_string(),
+                "use 1 to 10000 jobs per call",
+            ));
+        }
+        if self.safety_tick.is_zero() {
+            return Err(bad("safety_tick", "0s".into(), "must be positive"));
+        }
+        Ok(self)
+    }
+}
+
+fn parse_number<T: std::str::FromStr>(key: &'static str, value: &str) -> Result<T> {
+    value.trim().parse().map_err(|_| Error::Config {
+        key,
+        value: value.to_owned(),
+        reason: "expected a whole number".into(),
+    })
+}
+
+fn parse_duration_var(key: &'static str, value: &str) -> Result<Duration> {
+    parse_duration(value).map_err(|reason| Error::Config {
+        key,
+        value: value.to_owned(),
+        reason,
+    })
+}
+
+/// Parses `250ms`, `5s`, `1.5s`, `10m`, `2h` or `1d`.
+///
+/// ```
+/// use std::time::Duration;
+/// assert_eq!(dq_core::parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+/// assert!(dq_core::parse_duration("5 parsecs").is_err());
+/// ```
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} does not start with a number"))?;
+    let scale = match unit.trim() {
+        "ms" => 0.001,
+        "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        "d" => 86400.0,
+        _ => return Err(format!("{text:?} needs a unit: ms, s, m, h or d")),
+    };
+    Duration::try_from_secs_f64(number * scale).map_err(|e| format!("{text:?}: {e}"))
+}
+
+/// Builds a [`Config`] from the defaults; see the table on [`Config`].
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct ConfigBuilder {
+    config: Config,
+}
+
+macro_rules! setters {
+    ($($(#[$doc:meta])* $name:ident: $ty:ty => $set:expr;)*) => {
+        impl ConfigBuilder {
+            $(
+                $(#[$doc])*
+                pub fn $name(mut self, value: $ty) -> Self {
+                    #[allow(clippy::redundant_closure_call)]
+                    ($set)(&mut self.config, value);
+                    self
+                }
+            )*
+        }
+    };
+}
+
+setters! {
+    /// Runs on Redis at this URL instead of the in-process memory store.
+    redis_url: impl Into<String> => |c: &mut Config, v: _| c.redis_url = Some(Into::<String>::into(v));
+    /// Sets the namespace that prefixes every key.
+    namespace: impl Into<String> => |c: &mut Config, v: _| c.namespace = Into::<String>::into(v);
+    /// Sets the number of shards.
+    shards: u16 => |c: &mut Config, v| c.shards = v;
+    /// Sets the largest payload accepted by `push`.
+    max_payload_bytes: usize => |c: &mut Config, v| c.max_payload_bytes = v;
+    /// Sets the lease of a fetched job.
+    lease: Duration => |c: &mut Config, v| c.lease = v;
+    /// Sets the mover's safety tick.
+    safety_tick: Duration => |c: &mut Config, v| c.safety_tick = v;
+    /// Sets the grace period of a graceful shutdown.
+    shutdown_grace: Duration => |c: &mut Config, v| c.shutdown_grace = v;
+    /// Polls at this interval instead of blocking on Redis.
+    poll_interval: Duration => |c: &mut Config, v| c.poll_interval = Some(v);
+    /// Sets the mover's batch size.
+    promote_batch: usize => |c: &mut Config, v| c.promote_batch = v;
+}
+
+impl ConfigBuilder {
+    /// Checks and returns the configuration.
+    pub fn build(self) -> Result<Config> {
+        self.config.validate()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn from_vars_reads_every_variable() {
+        let c = Config::from_vars(|k| {
+            Some(
+                match k {
+                    "DQ_REDIS_URL" => "redis://127.0.0.1:1/",
+                    "DQ_NAMESPACE" => "shop",
+                    "DQ_SHARDS" => "4",
+                    "DQ_MAX_PAYLOAD_BYTES" => "100",
+                    "DQ_LEASE" => "30s",
+                    "DQ_SAFETY_TICK" => "5m",
+                    "DQ_SHUTDOWN_GRACE" => "1500ms",
+                    "DQ_POLL_INTERVAL" => "1s",
+                    _ => return None,
+                }
+                .to_owned(),
+            )
+        })
+        .unwrap();
+        assert_eq!(c.redis_url.as_deref(), Some("redis://127.0.0.1:1/"));
+        assert_eq!(
+            (c.namespace.as_str(), c.shards, c.max_payload_bytes),
+            ("shop", 4, 100)
+        );
+        assert_eq!(c.lease, Duration::from_secs(30));
+        assert_eq!(c.safety_tick, Duration::from_secs(300));
+        assert_eq!(c.shutdown_grace, Duration::from_millis(1500));
+        assert_eq!(c.poll_interval, Some(Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn bad_variable_names_the_variable_and_value() {
+        let err = Config::from_vars(|k| (k == "DQ_SHARDS").then(|| "many".to_owned())).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid configuration DQ_SHARDS=\"many\": expected a whole number"
+        );
+        let err =
+            Config::from_vars(|k| (k == "DQ_NAMESPACE").then(|| "a{b".to_owned())).unwrap_err();
+        assert!(err.to_string().contains("namespace"), "{err}");
+    }
+}

@@ -1,0 +1,118 @@
+//! The one error type of dq, returned by every fallible call.
+
+use std::time::Duration;
+
+/// Everything that can go wrong when pushing, inspecting or running jobs.
+///
+/// Each variant names what went wrong and with which value, so that a log line alone
+/// tells the person on call what to fix.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A topic name that would break the key layout or is not allowed.
+    #[error("invalid topic {topic:?}: {reason}")]
+    InvalidTopic {
+        /// The rejected name.
+        topic: String,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+    /// A job id that would break the key layout or is not allowed.
+    #[error("invalid job id {id:?}: {reason}")]
+    InvalidJobId {
+        /// The rejected id.
+        id: String,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+    /// A payload larger than the configured limit (`Config::max_payload_bytes`).
+    #[error("payload of {size} bytes for topic {topic:?} exceeds the limit of {limit} bytes (raise Config::max_payload_bytes or send a reference instead)")]
+    PayloadTooLarge {
+        /// The job's topic.
+        topic: String,
+        /// The encoded payload size.
+        size: usize,
+        /// The configured limit.
+        limit: usize,
+    },
+    /// The message could not be encoded as JSON.
+    #[error("cannot serialize the payload for topic {topic:?}: {source}")]
+    Serialize {
+        /// The job's topic.
+        topic: String,
+        /// What serde said.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A configuration value that cannot be used.
+    #[error("invalid configuration {key}={value:?}: {reason}")]
+    Config {
+        /// The setting (an environment variable or builder field).
+        key: &'static str,
+        /// The rejected value.
+        value: String,
+        /// Why it was rejected.
+        reason: String,
+    },
+    /// A delay or due time that cannot be represented (before 1970 or centuries ahead).
+    #[error("invalid schedule for job {topic}:{id}: {reason}")]
+    InvalidSchedule {
+        /// The job's topic.
+        topic: String,
+        /// The job's id.
+        id: String,
+        /// Why the time was rejected.
+        reason: &'static str,
+    },
+    /// Data found in Redis that this version of dq cannot read.
+    #[error("malformed data in Redis at {location}: {reason}")]
+    Malformed {
+        /// The key and field where it was found.
+        location: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Redis answered with an error or could not be reached.
+    #[error(
+        "redis error during {op}: {source} (is Redis reachable at the configured DQ_REDIS_URL?)"
+    )]
+    Redis {
+        /// The store operation that failed.
+        op: &'static str,
+        /// The client's error.
+        #[source]
+        source: redis::RedisError,
+    },
+    /// The operation did not finish in time.
+    #[error("{op} timed out after {after:?}")]
+    Timeout {
+        /// The operation.
+        op: &'static str,
+        /// How long it was given.
+        after: Duration,
+    },
+}
+
+/// `Result` with dq's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub(crate) fn redis(op: &'static str) -> impl FnOnce(redis::RedisError) -> Error {
+        move |source| Error::Redis { op, source }
+    }
+
+    /// True when the error came from the connection to Redis (worth retrying with backoff),
+    /// rather than from the input or the data.
+    pub fn is_connection(&self) -> bool {
+        match self {
+            Error::Redis { source, .. } => {
+                source.is_io_error()
+                    || source.is_connection_dropped()
+                    || source.is_connection_refusal()
+                    || source.is_timeout()
+            }
+            Error::Timeout { .. } => true,
+            _ => false,
+        }
+    }
+}

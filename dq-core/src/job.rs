@@ -1,0 +1,246 @@
+//! The shapes that go in and out of a store: new jobs, leased jobs, states and counts.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::envelope::Envelope;
+use crate::name::{JobId, Topic};
+
+/// Default retries after the first attempt (the seed's default): three runs in all.
+pub const DEFAULT_RETRIES: u32 = 2;
+
+/// When a job becomes due.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Schedule {
+    /// This long after the store receives the push, by the store's clock (Redis `TIME`), so a
+    /// producer with a skewed clock cannot make a job early or late.
+    After(Duration),
+    /// At this wall-clock instant, as the caller reckons it.
+    At(SystemTime),
+}
+
+impl Default for Schedule {
+    fn default() -> Self {
+        Schedule::After(Duration::ZERO)
+    }
+}
+
+/// What a push does when a job with the same topic and id is still pending (delayed, ready or
+/// running). A dead-lettered or finished job does not block its id.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OnConflict {
+    /// Leave the pending job as it is and report [`PushOutcome::AlreadyPending`] (the default,
+    /// as BullMQ does with a custom job id): a push retried after a lost reply cannot create
+    /// a second job.
+    #[default]
+    Keep,
+    /// Replace the pending job's payload, due time and retries, as the seed's `HSET`+`ZADD`
+    /// did. A job that is already running is not touched ([`PushOutcome::Running`]).
+    Replace,
+}
+
+/// What a push did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PushOutcome {
+    /// A new job was stored.
+    Created,
+    /// A job with this id was pending and was kept as it was.
+    AlreadyPending,
+    /// A pending job with this id was replaced.
+    Replaced,
+    /// A job with this id is running; it was not replaced.
+    Running,
+}
+
+/// A job to store, as built by [`Client::push`](crate::Client::push).
+#[derive(Clone, Debug)]
+pub struct NewJob {
+    /// Its topic.
+    pub topic: Topic,
+    /// Its id, unique among the topic's pending jobs.
+    pub id: JobId,
+    /// When it is due.
+    pub schedule: Schedule,
+    /// Runs allowed before it is dead-lettered.
+    pub max_attempts: u32,
+    /// The serialized message.
+    pub payload: Vec<u8>,
+}
+
+/// Where a job is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum JobState {
+    /// Waiting for its due time.
+    Delayed,
+    /// Due, waiting for a worker.
+    Ready,
+    /// Leased to a worker.
+    Running,
+    /// Failed past its retries (or poison); kept with its error until retried or purged.
+    Dead,
+}
+
+impl JobState {
+    /// The lower-case name used in logs and by the CLI.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Delayed => "delayed",
+            JobState::Ready => "ready",
+            JobState::Running => "running",
+            JobState::Dead => "dead",
+        }
+    }
+}
+
+/// One job as seen from outside: its state and everything stored with it.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct JobInfo {
+    /// Its topic.
+    pub topic: Topic,
+    /// Its id.
+    pub id: JobId,
+    /// Where it is.
+    pub state: JobState,
+    /// Runs started so far.
+    pub attempt: u32,
+    /// Runs allowed.
+    pub max_attempts: u32,
+    /// When it was pushed.
+    pub created: SystemTime,
+    /// When it is (or was) due.
+    pub due: SystemTime,
+    /// The lease deadline when running, the time of death when dead.
+    pub state_since_or_until: Option<SystemTime>,
+    /// The error of the latest failed run.
+    pub last_error: Option<String>,
+    /// The serialized message.
+    pub payload: Vec<u8>,
+}
+
+impl JobInfo {
+    pub(crate) fn from_envelope(
+        topic: Topic,
+        id: JobId,
+        state: JobState,
+        env: Envelope,
+        score_us: Option<u64>,
+    ) -> JobInfo {
+        JobInfo {
+            topic,
+            id,
+            state,
+            attempt: env.attempt,
+            max_attempts: env.max_attempts,
+            created: from_us(env.created_us),
+            due: from_us(env.due_us),
+            state_since_or_until: score_us.map(from_us),
+            last_error: env.last_error,
+            payload: env.payload,
+        }
+    }
+}
+
+/// A job leased to this worker by a fetch. Its [`LeaseRef`] acks, retries or dead-letters it.
+#[derive(Clone, Debug)]
+pub struct LeasedJob {
+    /// The lease to hand back.
+    pub lease: LeaseRef,
+    /// The stored job, with `attempt` counting this run.
+    pub envelope: Envelope,
+}
+
+/// Names one lease on one job: the fencing token that refuses writes from a worker whose
+/// lease was taken over.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LeaseRef {
+    /// The job's topic.
+    pub topic: Topic,
+    /// The job's id.
+    pub id: JobId,
+    /// The token given by the fetch.
+    pub token: u64,
+}
+
+/// What one fetch call returned.
+#[derive(Clone, Debug, Default)]
+pub struct Fetched {
+    /// The jobs now leased to the caller.
+    pub jobs: Vec<LeasedJob>,
+    /// Jobs whose stored envelope could not be read: dead-lettered at once with the reason,
+    /// raw value kept; `(id, reason)`.
+    pub malformed: Vec<(JobId, String)>,
+    /// The store's clock when the jobs were leased, in microseconds since the epoch.
+    pub now_us: u64,
+}
+
+/// What one promotion call did.
+#[derive(Clone, Debug, Default)]
+pub struct Promoted {
+    /// Jobs moved from delayed to ready.
+    pub moved: usize,
+    /// How many of them per topic.
+    pub topics: Vec<(Topic, usize)>,
+    /// The due time of the earliest job still delayed, in microseconds since the epoch.
+    pub next_due_us: Option<u64>,
+    /// The store's clock when the call ran, in microseconds since the epoch.
+    pub now_us: u64,
+}
+
+/// What an ack call did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Acked {
+    /// Jobs completed.
+    pub acked: usize,
+    /// Leases that were no longer held (taken over after expiry, or cancelled): not acked.
+    pub stale: Vec<LeaseRef>,
+}
+
+/// What a reclaim call did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Reclaimed {
+    /// Jobs whose lease had expired, put back to ready.
+    pub requeued: usize,
+    /// Jobs whose lease expired on their last attempt, dead-lettered.
+    pub dead: usize,
+}
+
+/// What a cancel or reschedule found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ChangeOutcome {
+    /// Done.
+    Done,
+    /// No pending job with that id.
+    NotFound,
+    /// The job is running; it was left alone.
+    Running,
+}
+
+/// How many jobs of one topic are in each state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct TopicCounts {
+    /// Waiting for their due time.
+    pub delayed: u64,
+    /// Due and waiting for a worker.
+    pub ready: u64,
+    /// Leased to workers.
+    pub running: u64,
+    /// Dead letters.
+    pub dead: u64,
+}
+
+/// Converts a wall-clock time to microseconds since the epoch (0 before 1970).
+pub fn to_us(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// Converts microseconds since the epoch to a wall-clock time.
+pub fn from_us(us: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_micros(us)
+}

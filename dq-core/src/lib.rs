@@ -1,0 +1,23 @@
+//! dq's core: the data model (topics, job ids, messages, envelopes, configuration, errors) and
+//! the job stores. Application code uses it through the `dq` crate.
+
+mod client;
+mod config;
+mod envelope;
+mod error;
+mod job;
+mod message;
+mod name;
+pub mod store;
+
+pub use client::{Client, PushBuilder, Pushed};
+pub use config::{parse_duration, Config, ConfigBuilder, DEFAULT_MAX_PAYLOAD_BYTES};
+pub use envelope::{Envelope, ENVELOPE_VERSION};
+pub use error::{Error, Result};
+pub use job::{
+    from_us, to_us, Acked, ChangeOutcome, Fetched, JobInfo, JobState, LeaseRef, LeasedJob, NewJob,
+    OnConflict, Promoted, PushOutcome, Reclaimed, Schedule, TopicCounts, DEFAULT_RETRIES,
+};
+pub use message::Message;
+pub use name::{JobId, Topic, MAX_JOB_ID_LEN, MAX_TOPIC_LEN};
+pub use store::{RedisStore, Store};

@@ -1,0 +1,18 @@
+-- cancel: deletes a job that has not started (delayed or ready) or a dead letter.
+-- KEYS[1] jobs  KEYS[2] delayed  KEYS[3] inflight  KEYS[4] counts
+-- ARGV[1] key prefix  ARGV[2] topic  ARGV[3] id
+-- Returns 1 cancelled, 0 not found, 2 running (left alone: it is too late to cancel).
+-- Cancelling a ready job scans its topic's ready list (LREM): that list is short while
+-- workers keep up; a cancel during a large backlog costs O(backlog).
+local jobs, delayed, inflight, counts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local prefix, topic, id = ARGV[1], ARGV[2], ARGV[3]
+local member = topic .. ':' .. id
+if redis.call('HEXISTS', jobs, member) == 0 then return 0 end
+if redis.call('ZSCORE', inflight, member) then return 2 end
+if redis.call('ZREM', delayed, member) == 1 then
+  bump(counts, topic, 'delayed', -1)
+elseif redis.call('ZREM', prefix .. 'dead:' .. topic, member) == 0 then
+  redis.call('LREM', prefix .. 'ready:' .. topic, 1, id)
+end
+redis.call('HDEL', jobs, member)
+return 1

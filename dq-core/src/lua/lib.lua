@@ -1,0 +1,86 @@
+-- Helpers prepended to every dq script (see store/redis/scripts.rs).
+-- Envelope format 1 (envelope.rs has the same parser):
+--   1:<attempt>:<max_attempts>:<lease>:<created_us>:<due_us>:<err_len>:<err><payload>
+-- Times are integer microseconds from Redis TIME: workers' clocks never decide when a job is due.
+-- Numbers go out through fmt(): Lua's tostring would print large ones in exponent form.
+
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+local function fmt(n)
+  return string.format('%.0f', n)
+end
+
+local function parse(raw)
+  if not raw then return nil end
+  local a, m, l, c, d, el, pos = string.match(raw, '^1:(%d+):(%d+):(%d+):(%d+):(%d+):(%d+):()')
+  if not a then return nil end
+  el = tonumber(el)
+  if #raw < pos + el - 1 then return nil end
+  return { attempt = tonumber(a), max = tonumber(m), lease = tonumber(l), created = tonumber(c),
+           due = tonumber(d), err = string.sub(raw, pos, pos + el - 1), payload = string.sub(raw, pos + el) }
+end
+
+local function encode(e)
+  return '1:' .. fmt(e.attempt) .. ':' .. fmt(e.max) .. ':' .. fmt(e.lease) .. ':' .. fmt(e.created) .. ':'
+    .. fmt(e.due) .. ':' .. #e.err .. ':' .. e.err .. e.payload
+end
+
+-- The lease token without copying the payload.
+local function lease_of(raw)
+  if not raw then return nil end
+  return tonumber(string.match(raw, '^1:%d+:%d+:(%d+):'))
+end
+
+local function split_member(member)
+  return string.match(member, '^([^:]+):(.+)$')
+end
+
+local function bump(counts, topic, state, n)
+  if n ~= 0 then redis.call('HINCRBY', counts, topic .. ':' .. state, n) end
+end
+
+local function earliest(delayed)
+  local first = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
+  if first[2] then return tonumber(first[2]) end
+  return nil
+end
+
+-- RPUSH/LPUSH a list of values in bounded chunks (Lua's unpack is limited to a few thousand).
+local function push_all(cmd, key, values)
+  local i = 1
+  while i <= #values do
+    local j = math.min(i + 999, #values)
+    redis.call(cmd, key, unpack(values, i, j))
+    i = j + 1
+  end
+end
+
+-- Puts a job where its due time says: the ready list when due, else the delayed set.
+local function place(prefix, delayed, counts, member, topic, id, due, now)
+  if due <= now then
+    redis.call('RPUSH', prefix .. 'ready:' .. topic, id)
+  else
+    redis.call('ZADD', delayed, due, member)
+    bump(counts, topic, 'delayed', 1)
+  end
+end
+
+-- Tells every process's mover when a job became the earliest one (Redisson's trick).
+local function announce(prefix, delayed, before)
+  local now_first = earliest(delayed)
+  if now_first and (not before or now_first < before) then
+    redis.call('PUBLISH', prefix .. 'wake', fmt(now_first))
+    return now_first
+  end
+  return -1
+end
+
+local function due_from(when, now)
+  local sign = string.sub(when, 1, 1)
+  if sign == '+' then return now + tonumber(string.sub(when, 2)) end
+  return tonumber(when)
+end
+

@@ -1,0 +1,34 @@
+-- promote: moves due jobs from the delayed set to their topics' ready lists, a bounded batch.
+-- KEYS[1] delayed  KEYS[2] counts
+-- ARGV[1] key prefix  ARGV[2] most jobs to move (at most 10000)
+-- Returns {moved, next_due_us or -1, now_us, topic_1, count_1, topic_2, count_2, ...}
+local delayed, counts = KEYS[1], KEYS[2]
+local prefix, limit = ARGV[1], tonumber(ARGV[2])
+local now = now_us()
+local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, limit)
+local out = {#due, -1, fmt(now)}
+if #due > 0 then
+  -- The due members are exactly the lowest-ranked ones: remove them by rank in one call.
+  redis.call('ZREMRANGEBYRANK', delayed, 0, #due - 1)
+  local by_topic, order = {}, {}
+  for _, member in ipairs(due) do
+    local topic, id = split_member(member)
+    if topic then
+      if not by_topic[topic] then
+        by_topic[topic] = {}
+        order[#order + 1] = topic
+      end
+      local list = by_topic[topic]
+      list[#list + 1] = id
+    end
+  end
+  for _, topic in ipairs(order) do
+    push_all('RPUSH', prefix .. 'ready:' .. topic, by_topic[topic])
+    bump(counts, topic, 'delayed', -#by_topic[topic])
+    out[#out + 1] = topic
+    out[#out + 1] = #by_topic[topic]
+  end
+end
+local next_due = earliest(delayed)
+if next_due then out[2] = fmt(next_due) end
+return out

@@ -1,0 +1,196 @@
+//! Validated names: [`Topic`] and [`JobId`].
+//!
+//! Both end up inside Redis keys and members (`{ns:shard}:ready:<topic>`, `<topic>:<id>`), so
+//! anything that would break that layout is refused at the edge with an error naming the value:
+//! `{` and `}` would change the cluster hashtag, `:` would make `<topic>:<id>` ambiguous, `*`
+//! and whitespace make keys unsafe to type in `redis-cli`, and control characters corrupt logs.
+
+use std::fmt;
+
+use crate::error::{Error, Result};
+
+/// Longest topic name accepted, in bytes.
+pub const MAX_TOPIC_LEN: usize = 128;
+/// Longest job id accepted, in bytes.
+pub const MAX_JOB_ID_LEN: usize = 256;
+
+/// The name of a stream of jobs handled by one listener, such as `order-cancel`.
+///
+/// A topic is 1 to 128 ASCII letters, digits, `-`, `_` or `.`.
+///
+/// ```
+/// use dq_core::Topic;
+/// assert!(Topic::new("order-cancel").is_ok());
+/// assert!(Topic::new("order cancel").is_err());
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Topic(String);
+
+impl Topic {
+    /// Checks `name` and wraps it.
+    pub fn new(name: impl Into<String>) -> Result<Topic> {
+        let name = name.into();
+        match topic_problem(&name) {
+            None => Ok(Topic(name)),
+            Some(reason) => Err(Error::InvalidTopic {
+                topic: name,
+                reason,
+            }),
+        }
+    }
+
+    /// The name as written.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+fn topic_problem(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        return Some("a topic must not be empty");
+    }
+    if name.len() > MAX_TOPIC_LEN {
+        return Some("a topic is at most 128 bytes long");
+    }
+    if name
+        .bytes()
+        .any(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')))
+    {
+        return Some("a topic may hold only ASCII letters, digits, '-', '_' and '.'");
+    }
+    None
+}
+
+/// The identity of one job within its topic, such as an order number.
+///
+/// Pushing a second job with an id that is still pending does not create a second job (see
+/// [`OnConflict`](crate::OnConflict)). An id is 1 to 256 bytes of printable text without
+/// whitespace, control characters, `{`, `}`, `:` or `*`.
+///
+/// ```
+/// use dq_core::JobId;
+/// assert!(JobId::new("order-42").is_ok());
+/// assert!(JobId::new("order:42").is_err());
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct JobId(String);
+
+impl JobId {
+    /// Checks `id` and wraps it.
+    pub fn new(id: impl Into<String>) -> Result<JobId> {
+        let id = id.into();
+        match id_problem(&id) {
+            None => Ok(JobId(id)),
+            Some(reason) => Err(Error::InvalidJobId { id, reason }),
+        }
+    }
+
+    /// The id as written.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+fn id_problem(id: &str) -> Option<&'static str> {
+    if id.is_empty() {
+        return Some("a job id must not be empty");
+    }
+    if id.len() > MAX_JOB_ID_LEN {
+        return Some("a job id is at most 256 bytes long");
+    }
+    if id.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Some("a job id must not contain whitespace or control characters");
+    }
+    if id.contains(['{', '}', ':', '*']) {
+        return Some("a job id must not contain '{', '}', ':' or '*'");
+    }
+    None
+}
+
+macro_rules! name_impls {
+    ($ty:ident) => {
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl fmt::Debug for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Debug::fmt(&self.0, f)
+            }
+        }
+
+        impl AsRef<str> for $ty {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::str::FromStr for $ty {
+            type Err = Error;
+            fn from_str(s: &str) -> Result<Self> {
+                $ty::new(s)
+            }
+        }
+
+        impl TryFrom<&str> for $ty {
+            type Error = Error;
+            fn try_from(s: &str) -> Result<Self> {
+                $ty::new(s)
+            }
+        }
+
+        impl TryFrom<String> for $ty {
+            type Error = Error;
+            fn try_from(s: String) -> Result<Self> {
+                $ty::new(s)
+            }
+        }
+
+        impl serde::Serialize for $ty {
+            fn serialize<S: serde::Serializer>(
+                &self,
+                s: S,
+            ) -> std::result::Result<S::Ok, S::Error> {
+                s.serialize_str(&self.0)
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $ty {
+            fn deserialize<D: serde::Deserializer<'de>>(
+                d: D,
+            ) -> std::result::Result<Self, D::Error> {
+                let s = String::deserialize(d)?;
+                $ty::new(s).map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+name_impls!(Topic);
+name_impls!(JobId);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_rejects_each_unsafe_form_with_its_reason() {
+        for bad in ["", "a b", "a{b", "a}b", "a:b", "a*b", "a\nb", "é"] {
+            let err = Topic::new(bad).expect_err(bad);
+            assert!(err.to_string().contains("invalid topic"), "{err}");
+        }
+        assert!(Topic::new("x".repeat(129)).is_err());
+        assert!(Topic::new("x".repeat(128)).is_ok());
+    }
+
+    #[test]
+    fn job_id_rejects_each_unsafe_form_and_accepts_unicode() {
+        for bad in ["", "a b", "a{b", "a}b", "a:b", "a*b", "a\nb", "a\tb"] {
+            assert!(JobId::new(bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(JobId::new("x".repeat(10 * 1024)).is_err());
+        assert!(JobId::new("commande-été-42").is_ok());
+    }
+}

@@ -1,0 +1,132 @@
+//! The Redis key layout. Every key of shard `s` in namespace `ns` starts with `dq:{ns:s}:`, so
+//! each script touches one cluster slot and the shards spread over a cluster's nodes (the seed
+//! kept one `{project}` hashtag, which put the whole queue on one node).
+//!
+//! | key | type | content |
+//! | --- | --- | --- |
+//! | `jobs` | HASH | `topic:id` -> envelope (see [`Envelope`](crate::Envelope)) |
+//! | `delayed` | ZSET | `topic:id` scored by due time (us) |
+//! | `ready:<topic>` | LIST | ids due and waiting for a worker, oldest first |
+//! | `inflight` | ZSET | `topic:id` scored by lease deadline (us) |
+//! | `dead:<topic>` | ZSET | `topic:id` scored by time of death (us); envelope stays in `jobs` |
+//! | `counts` | HASH | `<topic>:delayed`, `<topic>:inflight` -> counts, kept by the scripts |
+//! | `topics` | SET | every topic pushed to |
+//! | `wake` | pub/sub channel | the new earliest due time, when a push makes one |
+
+use crate::name::{JobId, Topic};
+
+/// The keys of one shard of one namespace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShardKeys {
+    prefix: String,
+}
+
+impl ShardKeys {
+    /// The keys of `shard` in `namespace`.
+    pub fn new(namespace: &str, shard: u16) -> ShardKeys {
+        ShardKeys {
+            prefix: format!("dq:{{{namespace}:{shard}}}:"),
+        }
+    }
+
+    /// The prefix every key of the shard starts with, hashtag included.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    fn key(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+
+    /// The envelopes.
+    pub fn jobs(&self) -> String {
+        self.key("jobs")
+    }
+    /// Jobs waiting for their due time.
+    pub fn delayed(&self) -> String {
+        self.key("delayed")
+    }
+    /// Leased jobs by lease deadline.
+    pub fn inflight(&self) -> String {
+        self.key("inflight")
+    }
+    /// Per-topic counters.
+    pub fn counts(&self) -> String {
+        self.key("counts")
+    }
+    /// Every topic pushed to.
+    pub fn topics(&self) -> String {
+        self.key("topics")
+    }
+    /// A topic's ready list.
+    pub fn ready(&self, topic: &Topic) -> String {
+        format!("{}ready:{topic}", self.prefix)
+    }
+    /// A topic's dead letters.
+    pub fn dead(&self, topic: &Topic) -> String {
+        format!("{}dead:{topic}", self.prefix)
+    }
+    /// The pub/sub channel that announces a new earliest due time.
+    pub fn wake(&self) -> String {
+        self.key("wake")
+    }
+}
+
+/// The member naming a job in the shard's sets and hash.
+pub(crate) fn member(topic: &Topic, id: &JobId) -> String {
+    format!("{topic}:{id}")
+}
+
+/// The shard of a job: FNV-1a of `topic:id`, modulo the shard count. Stable across releases
+/// and platforms, because changing it would strand every pending job.
+pub fn shard_of(topic: &Topic, id: &JobId, shards: u16) -> u16 {
+    if shards <= 1 {
+        return 0;
+    }
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in topic
+        .as_str()
+        .bytes()
+        .chain(std::iter::once(b':'))
+        .chain(id.as_str().bytes())
+    {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    u16::try_from(hash % u64::from(shards)).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_of_a_shard_shares_its_hashtag() {
+        let k = ShardKeys::new("shop", 3);
+        let t = Topic::new("order-cancel").unwrap();
+        for key in [
+            k.jobs(),
+            k.delayed(),
+            k.inflight(),
+            k.counts(),
+            k.topics(),
+            k.ready(&t),
+            k.dead(&t),
+            k.wake(),
+        ] {
+            assert!(key.starts_with("dq:{shop:3}:"), "{key}");
+        }
+    }
+
+    #[test]
+    fn shard_of_is_stable_and_spreads() {
+        let t = Topic::new("t").unwrap();
+        let id = JobId::new("42").unwrap();
+        assert_eq!(shard_of(&t, &id, 16), shard_of(&t, &id, 16));
+        let mut seen = std::collections::HashSet::new();
+        for i in 0..1000 {
+            seen.insert(shard_of(&t, &JobId::new(i.to_string()).unwrap(), 16));
+        }
+        assert_eq!(seen.len(), 16);
+    }
+}

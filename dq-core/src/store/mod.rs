@@ -1,0 +1,107 @@
+//! The job store: every state change of a job, behind one trait with two implementations,
+//! Redis ([`RedisStore`]) and in-process memory (the embedded default).
+//!
+//! A job lives in one shard, chosen by a stable hash of its topic and id ([`shard_of`]), and
+//! every operation on it is one atomic step in that shard, so any number of processes may
+//! push, move and run jobs at once.
+
+mod keys;
+mod redis;
+mod scripts;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+pub use self::keys::{shard_of, ShardKeys};
+pub use self::redis::RedisStore;
+use crate::error::Result;
+use crate::job::{
+    Acked, ChangeOutcome, Fetched, JobInfo, LeaseRef, NewJob, OnConflict, Promoted, PushOutcome,
+    Reclaimed, Schedule, TopicCounts,
+};
+use crate::name::{JobId, Topic};
+
+/// Most jobs a single store call handles; larger batches are split by the store.
+pub const MAX_BATCH: usize = 1000;
+
+/// The operations the runtime and the client need from a store.
+///
+/// Every method is one atomic step per shard. Calls that take many jobs split them into calls
+/// of at most [`MAX_BATCH`] jobs, so no call does unbounded work.
+#[async_trait]
+pub trait Store: Send + Sync + std::fmt::Debug + 'static {
+    /// How many shards the jobs are spread over.
+    fn shards(&self) -> u16;
+
+    /// Stores jobs; returns one outcome per job, in order.
+    async fn push(&self, jobs: Vec<NewJob>, on_conflict: OnConflict) -> Result<Vec<PushOutcome>>;
+
+    /// Deletes a job that has not started (or a dead letter).
+    async fn cancel(&self, topic: &Topic, id: &JobId) -> Result<ChangeOutcome>;
+
+    /// Moves a job that has not started to a new due time.
+    async fn reschedule(&self, topic: &Topic, id: &JobId, when: Schedule) -> Result<ChangeOutcome>;
+
+    /// One job's state and data, `None` when no such job is pending or dead.
+    async fn status(&self, topic: &Topic, id: &JobId) -> Result<Option<JobInfo>>;
+
+    /// Moves up to `limit` due jobs of a shard from delayed to ready.
+    async fn promote(&self, shard: u16, limit: usize) -> Result<Promoted>;
+
+    /// Leases up to `max` ready jobs of a topic in a shard for `lease`.
+    async fn fetch(
+        &self,
+        shard: u16,
+        topic: &Topic,
+        max: usize,
+        lease: Duration,
+    ) -> Result<Fetched>;
+
+    /// Completes jobs (any shards); stale leases are refused and reported.
+    async fn ack(&self, leases: &[LeaseRef]) -> Result<Acked>;
+
+    /// Schedules a failed job to run again after `delay`, recording `error`.
+    /// Returns false when the lease was no longer held.
+    async fn retry(&self, lease: &LeaseRef, delay: Duration, error: &str) -> Result<bool>;
+
+    /// Moves a job to its topic's dead letters with `error`.
+    /// Returns false when the lease was no longer held.
+    async fn dead_letter(&self, lease: &LeaseRef, error: &str) -> Result<bool>;
+
+    /// Returns jobs to the front of their ready lists at once, not counting the attempt.
+    async fn release(&self, leases: &[LeaseRef]) -> Result<usize>;
+
+    /// Renews leases for another `lease`; returns those no longer held.
+    async fn extend(&self, leases: &[LeaseRef], lease: Duration) -> Result<Vec<LeaseRef>>;
+
+    /// Takes back up to `limit` jobs of a shard whose lease expired.
+    async fn reclaim(&self, shard: u16, limit: usize) -> Result<Reclaimed>;
+
+    /// How many jobs of a topic are in each state, over all shards.
+    async fn counts(&self, topic: &Topic) -> Result<TopicCounts>;
+
+    /// Every topic that was ever pushed to.
+    async fn topics(&self) -> Result<Vec<Topic>>;
+
+    /// A page of a topic's dead letters, newest first, over all shards.
+    async fn dead_jobs(&self, topic: &Topic, offset: usize, limit: usize) -> Result<Vec<JobInfo>>;
+
+    /// Gives dead letters a fresh `max_attempts` and makes them ready now: the given ids, or
+    /// (with `ids` empty) up to `limit` of the oldest. Returns how many were requeued.
+    async fn requeue_dead(
+        &self,
+        topic: &Topic,
+        ids: &[JobId],
+        max_attempts: u32,
+        limit: usize,
+    ) -> Result<usize>;
+
+    /// Deletes up to `limit` dead letters of a topic that died before `before`.
+    async fn purge_dead(
+        &self,
+        topic: &Topic,
+        before: std::time::SystemTime,
+        limit: usize,
+    ) -> Result<usize>;
+}

@@ -1,0 +1,630 @@
+//! The Redis store: the key layout of [`keys`](super::keys), one Lua script per operation.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Script, Value};
+
+use super::keys::{member, shard_of, ShardKeys};
+use super::scripts::SCRIPTS;
+use super::{Store, MAX_BATCH};
+use crate::config::Config;
+use crate::envelope::Envelope;
+use crate::error::{Error, Result};
+use crate::job::{
+    to_us, Acked, ChangeOutcome, Fetched, JobInfo, JobState, LeaseRef, LeasedJob, NewJob,
+    OnConflict, Promoted, PushOutcome, Reclaimed, Schedule, TopicCounts,
+};
+use crate::name::{JobId, Topic};
+
+/// Jobs in Redis, shared by every process that uses the same namespace.
+///
+/// Cheap to clone: clones share one multiplexed connection (redis-rs's `ConnectionManager`,
+/// which reconnects by itself). Blocking commands never run on it; the runtime opens its own
+/// connections for them from [`RedisStore::client`].
+#[derive(Clone)]
+pub struct RedisStore {
+    client: redis::Client,
+    conn: ConnectionManager,
+    shards: Vec<ShardKeys>,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("server", &self.client.get_connection_info().addr())
+            .field("shards", &self.shards.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    /// Connects to the Redis at `config.redis_url`.
+    pub async fn connect(config: &Config) -> Result<RedisStore> {
+        let url = config.redis_url.as_deref().ok_or_else(|| Error::Config {
+            key: "redis_url",
+            value: String::new(),
+            reason: "the Redis store needs a URL (set DQ_REDIS_URL)".into(),
+        })?;
+        let client = redis::Client::open(url).map_err(|e| Error::Config {
+            key: "redis_url",
+            value: url.to_owned(),
+            reason: e.to_string(),
+        })?;
+        let manager = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(5)))
+            .set_response_timeout(Some(Duration::from_secs(10)))
+            .set_max_delay(Duration::from_secs(2));
+        let conn = ConnectionManager::new_with_config(client.clone(), manager)
+            .await
+            .map_err(Error::redis("connect"))?;
+        let shards = (0..config.shards)
+            .map(|s| ShardKeys::new(&config.namespace, s))
+            .collect();
+        Ok(RedisStore {
+            client,
+            conn,
+            shards,
+        })
+    }
+
+    /// The client, for connections of one's own (blocking commands, pub/sub).
+    pub fn client(&self) -> &redis::Client {
+        &self.client
+    }
+
+    /// The keys of one shard.
+    pub fn keys(&self, shard: u16) -> &ShardKeys {
+        &self.shards[usize::from(shard) % self.shards.len()]
+    }
+
+    fn keys_of(&self, topic: &Topic, id: &JobId) -> &ShardKeys {
+        self.keys(shard_of(topic, id, self.shards()))
+    }
+
+    async fn run(&self, op: &'static str, inv: &redis::ScriptInvocation<'_>) -> Result<Value> {
+        let mut conn = self.conn.clone();
+        inv.invoke_async(&mut conn).await.map_err(Error::redis(op))
+    }
+}
+
+fn when_arg(when: Schedule) -> String {
+    match when {
+        Schedule::After(d) => format!("+{}", d.as_micros()),
+        Schedule::At(t) => to_us(t).to_string(),
+    }
+}
+
+fn malformed_reply(op: &str, value: &Value) -> Error {
+    Error::Malformed {
+        location: format!("the reply to {op}"),
+        reason: format!("unexpected reply {value:?}"),
+    }
+}
+
+fn int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(n) => Some(*n),
+        Value::BulkString(b) => std::str::from_utf8(b)
+            .ok()?
+            .parse::<f64>()
+            .ok()
+            .map(|f| f as i64),
+        Value::SimpleString(s) => s.parse::<f64>().ok().map(|f| f as i64),
+        _ => None,
+    }
+}
+
+fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+fn array(op: &str, v: Value) -> Result<Vec<Value>> {
+    match v {
+        Value::Array(items) => Ok(items),
+        other => Err(malformed_reply(op, &other)),
+    }
+}
+
+fn change_outcome(op: &str, v: &Value) -> Result<ChangeOutcome> {
+    match int(v) {
+        Some(1) => Ok(ChangeOutcome::Done),
+        Some(0) => Ok(ChangeOutcome::NotFound),
+        Some(2) => Ok(ChangeOutcome::Running),
+        _ => Err(malformed_reply(op, v)),
+    }
+}
+
+fn parse_member(m: &str) -> Option<(Topic, JobId)> {
+    let (t, i) = m.split_once(':')?;
+    Some((Topic::new(t).ok()?, JobId::new(i).ok()?))
+}
+
+impl RedisStore {
+    /// Groups leases by shard and runs `script` on chunks of them.
+    fn by_shard<'a>(&self, leases: &'a [LeaseRef]) -> BTreeMap<u16, Vec<&'a LeaseRef>> {
+        let mut groups: BTreeMap<u16, Vec<&LeaseRef>> = BTreeMap::new();
+        for l in leases {
+            groups
+                .entry(shard_of(&l.topic, &l.id, self.shards()))
+                .or_default()
+                .push(l);
+        }
+        groups
+    }
+
+    fn lease_invocation<'s>(
+        script: &'s Script,
+        keys: &[String],
+        head: &[String],
+        chunk: &[&LeaseRef],
+    ) -> redis::ScriptInvocation<'s> {
+        let mut inv = script.prepare_invoke();
+        for k in keys {
+            inv.key(k);
+        }
+        for a in head {
+            inv.arg(a);
+        }
+        for l in chunk {
+            inv.arg(member(&l.topic, &l.id)).arg(l.token);
+        }
+        inv
+    }
+}
+
+#[async_trait]
+impl Store for RedisStore {
+    fn shards(&self) -> u16 {
+        u16::try_from(self.shards.len()).unwrap_or(u16::MAX)
+    }
+
+    async fn push(&self, jobs: Vec<NewJob>, on_conflict: OnConflict) -> Result<Vec<PushOutcome>> {
+        let mode = match on_conflict {
+            OnConflict::Replace => "replace",
+            _ => "keep",
+        };
+        let mut outcomes = vec![PushOutcome::Created; jobs.len()];
+        let mut groups: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
+        for (i, job) in jobs.iter().enumerate() {
+            groups
+                .entry(shard_of(&job.topic, &job.id, self.shards()))
+                .or_default()
+                .push(i);
+        }
+        for (shard, indices) in groups {
+            let k = self.keys(shard);
+            for chunk in indices.chunks(MAX_BATCH) {
+                let mut inv = SCRIPTS.push.prepare_invoke();
+                inv.key(k.jobs())
+                    .key(k.delayed())
+                    .key(k.topics())
+                    .key(k.counts())
+                    .arg(k.prefix())
+                    .arg(mode)
+                    .arg(chunk.len());
+                for &i in chunk {
+                    let j = &jobs[i];
+                    inv.arg(j.topic.as_str())
+                        .arg(j.id.as_str())
+                        .arg(when_arg(j.schedule))
+                        .arg(j.max_attempts)
+                        .arg(&j.payload[..]);
+                }
+                let reply = array("push", self.run("push", &inv).await?)?;
+                if reply.len() != chunk.len() + 1 {
+                    return Err(Error::Malformed {
+                        location: "the reply to push".into(),
+                        reason: format!("{} codes for {} jobs", reply.len() - 1, chunk.len()),
+                    });
+                }
+                for (&i, code) in chunk.iter().zip(&reply[1..]) {
+                    outcomes[i] = match int(code) {
+                        Some(0) => PushOutcome::AlreadyPending,
+                        Some(1) => PushOutcome::Created,
+                        Some(2) => PushOutcome::Replaced,
+                        Some(3) => PushOutcome::Running,
+                        _ => return Err(malformed_reply("push", code)),
+                    };
+                }
+            }
+        }
+        Ok(outcomes)
+    }
+
+    async fn cancel(&self, topic: &Topic, id: &JobId) -> Result<ChangeOutcome> {
+        let k = self.keys_of(topic, id);
+        let mut inv = SCRIPTS.cancel.prepare_invoke();
+        inv.key(k.jobs())
+            .key(k.delayed())
+            .key(k.inflight())
+            .key(k.counts())
+            .arg(k.prefix())
+            .arg(topic.as_str())
+            .arg(id.as_str());
+        change_outcome("cancel", &self.run("cancel", &inv).await?)
+    }
+
+    async fn reschedule(&self, topic: &Topic, id: &JobId, when: Schedule) -> Result<ChangeOutcome> {
+        let k = self.keys_of(topic, id);
+        let mut inv = SCRIPTS.reschedule.prepare_invoke();
+        inv.key(k.jobs())
+            .key(k.delayed())
+            .key(k.inflight())
+            .key(k.counts())
+            .arg(k.prefix())
+            .arg(topic.as_str())
+            .arg(id.as_str())
+            .arg(when_arg(when));
+        change_outcome("reschedule", &self.run("reschedule", &inv).await?)
+    }
+
+    async fn status(&self, topic: &Topic, id: &JobId) -> Result<Option<JobInfo>> {
+        let k = self.keys_of(topic, id);
+        let m = member(topic, id);
+        let mut inv = SCRIPTS.status.prepare_invoke();
+        inv.key(k.jobs())
+            .key(k.delayed())
+            .key(k.inflight())
+            .key(k.dead(topic))
+            .arg(&m);
+        let reply = array("status", self.run("status", &inv).await?)?;
+        let [state, raw, score] = match <[Value; 3]>::try_from(reply) {
+            Ok(parts) => parts,
+            Err(parts) if parts.is_empty() => return Ok(None),
+            Err(parts) => return Err(malformed_reply("status", &Value::Array(parts))),
+        };
+        let state = match text(&state).as_deref() {
+            Some("delayed") => JobState::Delayed,
+            Some("ready") => JobState::Ready,
+            Some("running") => JobState::Running,
+            Some("dead") => JobState::Dead,
+            _ => return Err(malformed_reply("status", &state)),
+        };
+        let Value::BulkString(raw) = raw else {
+            return Err(malformed_reply("status", &raw));
+        };
+        let env = Envelope::decode(&raw, &format!("{} field {m}", k.jobs()))?;
+        let score = int(&score)
+            .filter(|s| *s >= 0 && state != JobState::Delayed)
+            .map(|s| s as u64);
+        Ok(Some(JobInfo::from_envelope(
+            topic.clone(),
+            id.clone(),
+            state,
+            env,
+            score,
+        )))
+    }
+
+    async fn promote(&self, shard: u16, limit: usize) -> Result<Promoted> {
+        let k = self.keys(shard);
+        let mut inv = SCRIPTS.promote.prepare_invoke();
+        inv.key(k.delayed())
+            .key(k.counts())
+            .arg(k.prefix())
+            .arg(limit.clamp(1, 10_000));
+        let reply = array("promote", self.run("promote", &inv).await?)?;
+        if reply.len() < 3 {
+            return Err(malformed_reply("promote", &Value::Array(reply)));
+        }
+        let num = |v: &Value| int(v).ok_or_else(|| malformed_reply("promote", v));
+        let moved = num(&reply[0])? as usize;
+        let next = num(&reply[1])?;
+        let now_us = num(&reply[2])? as u64;
+        let topics = reply[3..]
+            .chunks(2)
+            .filter_map(|pair| {
+                let topic = Topic::new(text(&pair[0])?).ok()?;
+                Some((topic, int(pair.get(1)?)? as usize))
+            })
+            .collect();
+        Ok(Promoted {
+            moved,
+            topics,
+            next_due_us: (next >= 0).then_some(next as u64),
+            now_us,
+        })
+    }
+
+    async fn fetch(
+        &self,
+        shard: u16,
+        topic: &Topic,
+        max: usize,
+        lease: Duration,
+    ) -> Result<Fetched> {
+        let k = self.keys(shard);
+        let mut inv = SCRIPTS.fetch.prepare_invoke();
+        inv.key(k.jobs())
+            .key(k.inflight())
+            .key(k.ready(topic))
+            .key(k.counts())
+            .key(k.dead(topic))
+            .arg(topic.as_str())
+            .arg(max.clamp(1, MAX_BATCH))
+            .arg(lease.as_micros() as u64);
+        let reply = array("fetch", self.run("fetch", &inv).await?)?;
+        let mut out = Fetched {
+            now_us: reply.first().and_then(int).unwrap_or(0) as u64,
+            ..Fetched::default()
+        };
+        for pair in reply.get(1..).unwrap_or_default().chunks(2) {
+            let (Some(id), Some(Value::BulkString(raw))) =
+                (pair.first().and_then(text), pair.get(1))
+            else {
+                return Err(malformed_reply("fetch", &Value::Array(pair.to_vec())));
+            };
+            let location = format!("{} field {topic}:{id}", k.jobs());
+            if let Some(bad) = id.strip_prefix('!') {
+                let id = JobId::new(bad)?;
+                tracing::error!(
+                    topic = %topic, id = %id, location = %location,
+                    "malformed job envelope found in Redis; it was moved to the dead letters with its raw value (inspect it with the admin API, fix or purge it)"
+                );
+                out.malformed.push((id, "malformed envelope".into()));
+                continue;
+            }
+            let id = JobId::new(id)?;
+            let envelope = Envelope::decode(raw, &location)?;
+            out.jobs.push(LeasedJob {
+                lease: LeaseRef {
+                    topic: topic.clone(),
+                    id,
+                    token: envelope.lease,
+                },
+                envelope,
+            });
+        }
+        Ok(out)
+    }
+
+    async fn ack(&self, leases: &[LeaseRef]) -> Result<Acked> {
+        let mut out = Acked::default();
+        for (shard, group) in self.by_shard(leases) {
+            let k = self.keys(shard);
+            for chunk in group.chunks(MAX_BATCH) {
+                let inv = Self::lease_invocation(
+                    &SCRIPTS.ack,
+                    &[k.jobs(), k.inflight(), k.counts()],
+                    &[],
+                    chunk,
+                );
+                let reply = array("ack", self.run("ack", &inv).await?)?;
+                out.acked += reply.first().and_then(int).unwrap_or(0) as usize;
+                for stale in reply.iter().skip(1).filter_map(text) {
+                    if let Some(l) = chunk.iter().find(|l| member(&l.topic, &l.id) == stale) {
+                        out.stale.push((*l).clone());
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn retry(&self, lease: &LeaseRef, delay: Duration, error: &str) -> Result<bool> {
+        let k = self.keys_of(&lease.topic, &lease.id);
+        let mut inv = SCRIPTS.retry.prepare_invoke();
+        inv.key(k.jobs())
+            .key(k.inflight())
+            .key(k.delayed())
+            .key(k.counts())
+            .arg(k.prefix())
+            .arg(member(&lease.topic, &lease.id))
+            .arg(lease.token)
+            .arg(delay.as_micros() as u64)
+            .arg(error);
+        Ok(int(&self.run("retry", &inv).await?) == Some(1))
+    }
+
+    async fn dead_letter(&self, lease: &LeaseRef, error: &str) -> Result<bool> {
+        let k = self.keys_of(&lease.topic, &lease.id);
+        let mut inv = SCRIPTS.dead.prepare_invoke();
+        inv.key(k.jobs())
+            .key(k.inflight())
+            .key(k.counts())
+            .key(k.dead(&lease.topic))
+            .arg(member(&lease.topic, &lease.id))
+            .arg(lease.token)
+            .arg(error);
+        Ok(int(&self.run("dead_letter", &inv).await?) == Some(1))
+    }
+
+    async fn release(&self, leases: &[LeaseRef]) -> Result<usize> {
+        let mut released = 0;
+        for (shard, group) in self.by_shard(leases) {
+            let k = self.keys(shard);
+            for chunk in group.chunks(MAX_BATCH) {
+                let inv = Self::lease_invocation(
+                    &SCRIPTS.release,
+                    &[k.jobs(), k.inflight(), k.counts()],
+                    &[k.prefix().to_owned()],
+                    chunk,
+                );
+                released += int(&self.run("release", &inv).await?).unwrap_or(0) as usize;
+            }
+        }
+        Ok(released)
+    }
+
+    async fn extend(&self, leases: &[LeaseRef], lease: Duration) -> Result<Vec<LeaseRef>> {
+        let mut lost = Vec::new();
+        for (shard, group) in self.by_shard(leases) {
+            let k = self.keys(shard);
+            for chunk in group.chunks(MAX_BATCH) {
+                let inv = Self::lease_invocation(
+                    &SCRIPTS.extend,
+                    &[k.jobs(), k.inflight()],
+                    &[(lease.as_micros() as u64).to_string()],
+                    chunk,
+                );
+                let reply = array("extend", self.run("extend", &inv).await?)?;
+                for m in reply.iter().filter_map(text) {
+                    if let Some(l) = chunk.iter().find(|l| member(&l.topic, &l.id) == m) {
+                        lost.push((*l).clone());
+                    }
+                }
+            }
+        }
+        Ok(lost)
+    }
+
+    async fn reclaim(&self, shard: u16, limit: usize) -> Result<Reclaimed> {
+        let k = self.keys(shard);
+        let mut inv = SCRIPTS.reclaim.prepare_invoke();
+        inv.key(k.jobs())
+            .key(k.inflight())
+            .key(k.counts())
+            .arg(k.prefix())
+            .arg(limit.clamp(1, 10_000));
+        let reply = array("reclaim", self.run("reclaim", &inv).await?)?;
+        Ok(Reclaimed {
+            requeued: reply.first().and_then(int).unwrap_or(0) as usize,
+            dead: reply.get(1).and_then(int).unwrap_or(0) as usize,
+        })
+    }
+
+    async fn counts(&self, topic: &Topic) -> Result<TopicCounts> {
+        let mut total = TopicCounts::default();
+        for k in &self.shards {
+            let mut inv = SCRIPTS.counts.prepare_invoke();
+            inv.key(k.counts())
+                .key(k.ready(topic))
+                .key(k.dead(topic))
+                .arg(topic.as_str());
+            let reply = array("counts", self.run("counts", &inv).await?)?;
+            let n = |i: usize| reply.get(i).and_then(int).unwrap_or(0).max(0) as u64;
+            total.delayed += n(0);
+            total.ready += n(1);
+            total.running += n(2);
+            total.dead += n(3);
+        }
+        Ok(total)
+    }
+
+    async fn topics(&self) -> Result<Vec<Topic>> {
+        let mut all = std::collections::BTreeSet::new();
+        for k in &self.shards {
+            let mut conn = self.conn.clone();
+            let names: Vec<String> = redis::cmd("SMEMBERS")
+                .arg(k.topics())
+                .query_async(&mut conn)
+                .await
+                .map_err(Error::redis("topics"))?;
+            all.extend(names.into_iter().filter_map(|n| Topic::new(n).ok()));
+        }
+        Ok(all.into_iter().collect())
+    }
+
+    async fn dead_jobs(&self, topic: &Topic, offset: usize, limit: usize) -> Result<Vec<JobInfo>> {
+        let limit = limit.clamp(1, MAX_BATCH);
+        let mut all = Vec::new();
+        for k in &self.shards {
+            // Each shard is sorted; take enough of each to cover the page, then merge.
+            let mut inv = SCRIPTS.dead_list.prepare_invoke();
+            inv.key(k.jobs())
+                .key(k.dead(topic))
+                .arg(if self.shards.len() == 1 { offset } else { 0 })
+                .arg(if self.shards.len() == 1 {
+                    limit
+                } else {
+                    offset + limit
+                });
+            let reply = array("dead_list", self.run("dead_list", &inv).await?)?;
+            for triple in reply.chunks(3) {
+                let (Some(m), Some(score), Some(Value::BulkString(raw))) = (
+                    triple.first().and_then(text),
+                    triple.get(1).and_then(int),
+                    triple.get(2),
+                ) else {
+                    continue;
+                };
+                let Some((t, id)) = parse_member(&m) else {
+                    continue;
+                };
+                match Envelope::decode(raw, &format!("{} field {m}", k.jobs())) {
+                    Ok(env) => all.push(JobInfo::from_envelope(
+                        t,
+                        id,
+                        JobState::Dead,
+                        env,
+                        Some(score as u64),
+                    )),
+                    Err(e) => tracing::warn!(error = %e, "skipping an unreadable dead letter"),
+                }
+            }
+        }
+        if self.shards.len() > 1 {
+            all.sort_by_key(|j| std::cmp::Reverse(j.state_since_or_until));
+            all = all.into_iter().skip(offset).take(limit).collect();
+        }
+        Ok(all)
+    }
+
+    async fn requeue_dead(
+        &self,
+        topic: &Topic,
+        ids: &[JobId],
+        max_attempts: u32,
+        limit: usize,
+    ) -> Result<usize> {
+        let limit = limit.clamp(1, MAX_BATCH);
+        let mut total = 0;
+        let mut by_shard: BTreeMap<u16, Vec<&JobId>> = BTreeMap::new();
+        if ids.is_empty() {
+            for s in 0..self.shards() {
+                by_shard.insert(s, Vec::new());
+            }
+        } else {
+            for id in ids {
+                by_shard
+                    .entry(shard_of(topic, id, self.shards()))
+                    .or_default()
+                    .push(id);
+            }
+        }
+        for (shard, shard_ids) in by_shard {
+            let k = self.keys(shard);
+            for chunk in shard_ids
+                .chunks(MAX_BATCH)
+                .map(Some)
+                .chain(shard_ids.is_empty().then_some(None))
+            {
+                let mut inv = SCRIPTS.requeue_dead.prepare_invoke();
+                inv.key(k.jobs())
+                    .key(k.dead(topic))
+                    .arg(k.prefix())
+                    .arg(topic.as_str())
+                    .arg(max_attempts)
+                    .arg(limit.saturating_sub(total).max(1));
+                for id in chunk.unwrap_or_default() {
+                    inv.arg(id.as_str());
+                }
+                total += int(&self.run("requeue_dead", &inv).await?).unwrap_or(0) as usize;
+                if total >= limit {
+                    return Ok(total);
+                }
+            }
+        }
+        Ok(total)
+    }
+
+    async fn purge_dead(&self, topic: &Topic, before: SystemTime, limit: usize) -> Result<usize> {
+        let mut total = 0;
+        for k in &self.shards {
+            let mut inv = SCRIPTS.purge_dead.prepare_invoke();
+            inv.key(k.jobs())
+                .key(k.dead(topic))
+                .arg(to_us(before))
+                .arg(limit.clamp(1, 10_000));
+            total += int(&self.run("purge_dead", &inv).await?).unwrap_or(0) as usize;
+        }
+        Ok(total)
+    }
+}

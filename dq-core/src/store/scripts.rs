@@ -1,0 +1,50 @@
+//! The Lua scripts, one file per operation in `src/lua/`, each prefixed with `lib.lua` and run
+//! with EVALSHA (redis-rs loads a script again when Redis answers NOSCRIPT, as after a restart).
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+const LIB: &str = include_str!("../lua/lib.lua");
+
+fn script(body: &str) -> Script {
+    Script::new(&format!("{LIB}\n{body}"))
+}
+
+pub(crate) struct Scripts {
+    pub(crate) push: Script,
+    pub(crate) promote: Script,
+    pub(crate) fetch: Script,
+    pub(crate) ack: Script,
+    pub(crate) retry: Script,
+    pub(crate) dead: Script,
+    pub(crate) release: Script,
+    pub(crate) extend: Script,
+    pub(crate) reclaim: Script,
+    pub(crate) cancel: Script,
+    pub(crate) reschedule: Script,
+    pub(crate) status: Script,
+    pub(crate) counts: Script,
+    pub(crate) dead_list: Script,
+    pub(crate) requeue_dead: Script,
+    pub(crate) purge_dead: Script,
+}
+
+pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
+    push: script(include_str!("../lua/push.lua")),
+    promote: script(include_str!("../lua/promote.lua")),
+    fetch: script(include_str!("../lua/fetch.lua")),
+    ack: script(include_str!("../lua/ack.lua")),
+    retry: script(include_str!("../lua/retry.lua")),
+    dead: script(include_str!("../lua/dead.lua")),
+    release: script(include_str!("../lua/release.lua")),
+    extend: script(include_str!("../lua/extend.lua")),
+    reclaim: script(include_str!("../lua/reclaim.lua")),
+    cancel: script(include_str!("../lua/cancel.lua")),
+    reschedule: script(include_str!("../lua/reschedule.lua")),
+    status: script(include_str!("../lua/status.lua")),
+    counts: script(include_str!("../lua/counts.lua")),
+    dead_list: script(include_str!("../lua/dead_list.lua")),
+    requeue_dead: script(include_str!("../lua/requeue_dead.lua")),
+    purge_dead: script(include_str!("../lua/purge_dead.lua")),
+});

@@ -1,0 +1,193 @@
+//! Test support for dq: a real `redis-server` on a free loopback port, in a temp directory of
+//! its own, killed (by its pid, and only it) when the handle is dropped.
+//!
+//! ```no_run
+//! let redis = dq_testkit::RedisServer::start();
+//! println!("{}", redis.url());
+//! ```
+//!
+//! When `redis-server` is not installed the test fails with the command that installs it;
+//! it never skips silently.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// What to tell someone whose machine has no `redis-server`.
+pub const INSTALL_HINT: &str =
+    "redis-server is not installed: install redis-server (apt-get install -y redis-server); scripts/test does this for you";
+
+/// A `redis-server` process owned by a test.
+#[derive(Debug)]
+pub struct RedisServer {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl RedisServer {
+    /// Starts a server with persistence off (`--save '' --appendonly no`).
+    pub fn start() -> RedisServer {
+        RedisServer::start_with(&["--save", "", "--appendonly", "no"])
+    }
+
+    /// Starts a server with extra arguments (`--appendonly yes`, `--maxmemory 1mb`, ...).
+    pub fn start_with(args: &[&str]) -> RedisServer {
+        let mut last_error = String::new();
+        for _ in 0..5 {
+            match RedisServer::try_start(args) {
+                Ok(server) => return server,
+                Err(e) => last_error = e,
+            }
+        }
+        panic!("could not start redis-server: {last_error}");
+    }
+
+    fn try_start(args: &[&str]) -> Result<RedisServer, String> {
+        static SEQ: AtomicU32 = AtomicU32::new(0);
+        let port = free_port()?;
+        let dir = std::env::temp_dir().join(format!(
+            "dq-redis-{}-{}-{port}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .arg("--dir")
+            .arg(&dir)
+            .args(["--logfile", "redis.log", "--daemonize", "no"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => panic!("{INSTALL_HINT}"),
+                _ => format!("spawning redis-server: {e}"),
+            })?;
+        let mut server = RedisServer { child, port, dir };
+        server.wait_ready()?;
+        Ok(server)
+    }
+
+    fn wait_ready(&mut self) -> Result<(), String> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                let log = std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default();
+                return Err(format!("redis-server exited with {status}: {log}"));
+            }
+            if ping(self.port) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Err(format!(
+            "redis-server on port {} did not answer PING in 10 s",
+            self.port
+        ))
+    }
+
+    /// `redis://127.0.0.1:<port>/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Its working directory (AOF and RDB files, `redis.log`).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Sends one command in the inline protocol and returns the raw reply (for tests that
+    /// want to plant data or read INFO without a client library).
+    pub fn command(&self, args: &[&str]) -> String {
+        let mut stream =
+            TcpStream::connect(("127.0.0.1", self.port)).expect("connect to test redis");
+        let mut req = format!("*{}\r\n", args.len());
+        for a in args {
+            req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+        }
+        stream
+            .write_all(req.as_bytes())
+            .expect("write to test redis");
+        stream
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .expect("set timeout");
+        let mut out = Vec::new();
+        let mut buf = [0u8; 65536];
+        loop {
+            match stream.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+                Err(_) if !out.is_empty() => break,
+                Err(e) => panic!("reading from test redis: {e}"),
+            }
+            if out.ends_with(b"\r\n") && complete(&out) {
+                break;
+            }
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+}
+
+/// A best-effort check that a RESP reply is complete (simple replies and one bulk string).
+fn complete(reply: &[u8]) -> bool {
+    match reply.first() {
+        Some(b'$') => {
+            let text = String::from_utf8_lossy(reply);
+            let Some((len, rest)) = text[1..].split_once("\r\n") else {
+                return false;
+            };
+            match len.parse::<i64>() {
+                Ok(n) if n < 0 => true,
+                Ok(n) => rest.len() >= n as usize + 2,
+                Err(_) => true,
+            }
+        }
+        Some(b'*') => false,
+        _ => true,
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        // Our own child, by its pid: never a pattern match on process names.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_port() -> Result<u16, String> {
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free port: {e}"))?;
+    listener
+        .local_addr()
+        .map(|a| a.port())
+        .map_err(|e| format!("no free port: {e}"))
+}
+
+fn ping(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
+    if stream.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 16];
+    matches!(stream.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG"))
+}
