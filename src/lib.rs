@@ -5,14 +5,23 @@
 //! ```no_run
 //! use std::time::Duration;
 //!
-//! #[derive(serde::Serialize, serde::Deserialize)]
+//! #[derive(serde::Serialize, serde::Deserialize, dq::Message)]
+//! #[message(topic = "order-cancel")]
 //! struct OrderCancel { order_id: u64 }
-//! impl dq::Message for OrderCancel { const TOPIC: &'static str = "order-cancel"; }
 //!
-//! # async fn demo() -> dq::Result<()> {
-//! let client = dq::Client::connect(dq::Config::from_env()?).await?;
-//! client.push(OrderCancel { order_id: 42 }).delay(Duration::from_secs(600)).id("42").await?;
-//! # Ok(()) }
+//! #[dq::listener(concurrency = 32, timeout = "5s", retries = 2)]
+//! async fn cancel_order(msg: OrderCancel, ctx: dq::JobContext) -> Result<(), String> {
+//!     println!("cancelling order {} (attempt {})", msg.order_id, ctx.attempt());
+//!     Ok(())
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> dq::Result<()> {
+//!     let rt = dq::Runtime::start().await?;          // DQ_REDIS_URL, DQ_NAMESPACE, ...
+//!     rt.client().push(OrderCancel { order_id: 42 }).delay(Duration::from_secs(600)).id("42").await?;
+//!     rt.run_until_shutdown_signal().await?;         // SIGINT/SIGTERM: graceful shutdown
+//!     Ok(())
+//! }
 //! ```
 //!
 //! See `README.md` for the whole story, and the `order_cancel` example.
@@ -23,3 +32,56 @@ pub use dq_core::{
     OnConflict, Promoted, PushBuilder, PushOutcome, Pushed, Reclaimed, RedisStore, Result,
     Schedule, Store, Topic, TopicCounts, DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_RETRIES,
 };
+pub use dq_runtime::{
+    Backoff, IntoOutcome, JobContext, Listener, Outcome, Runtime, RuntimeBuilder, ShutdownHandle,
+    ShutdownReport, DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT,
+};
+
+/// Binds a payload type to its topic.
+///
+/// ```
+/// #[derive(serde::Serialize, serde::Deserialize, dq::Message)]
+/// #[message(topic = "order-cancel")]
+/// struct OrderCancel { order_id: u64 }
+///
+/// assert_eq!(<OrderCancel as dq::Message>::TOPIC, "order-cancel");
+/// ```
+///
+/// A topic that would be refused at run time (`"order cancel"`, `"a{b}"`) fails the build.
+pub use dq_macros::Message;
+
+/// Registers an async fn as the handler of a topic; the function itself stays as written and
+/// can still be called directly (in a unit test, say).
+///
+/// ```
+/// # #[derive(serde::Serialize, serde::Deserialize, dq::Message)]
+/// # #[message(topic = "order-cancel")]
+/// # struct OrderCancel { order_id: u64 }
+/// #[dq::listener(topic = "order-cancel", concurrency = 32, timeout = "5s", retries = 2, backoff = "exponential:1s")]
+/// async fn cancel_order(msg: OrderCancel, ctx: dq::JobContext) -> Result<(), std::io::Error> {
+///     Ok(())
+/// }
+/// ```
+///
+/// | option | default | meaning |
+/// | --- | --- | --- |
+/// | `topic = "..."` | the payload type's `Message::TOPIC` | the topic handled |
+/// | `concurrency = N` | 16 | most runs at once in one process |
+/// | `timeout = "5s"` | `"60s"` | a run that takes longer is cancelled and counts as failed; `"none"` for no limit |
+/// | `retries = N` | the job's own (2 by default, set at push) | retries after a failed first run |
+/// | `backoff = "..."` | `"exponential:1s"` (capped at 10 min, +/-20 % jitter) | `"fixed:5s"`, `"exponential:2s"` |
+/// | `crate = "..."` | `"dq"` | the path of this crate, for re-exporters |
+///
+/// The first argument is the payload, decoded from JSON; a payload that does not decode is a
+/// poison message, dead-lettered at once with the error. The optional second argument is a
+/// [`JobContext`]. The return type is `()`, [`Outcome`], or `Result<_, E>` where `E: Display`.
+/// Two listeners on one topic are refused when the runtime starts.
+pub use dq_macros::listener;
+
+#[doc(hidden)]
+pub mod __private {
+    pub use dq_runtime::inventory;
+    pub use dq_runtime::{
+        call_with_context, call_without_context, HandlerFuture, ListenerRegistration,
+    };
+}

@@ -1,5 +1,7 @@
 //! Every store operation against a real redis-server: one behaviour per test.
 
+#![allow(clippy::unwrap_used, unreachable_pub)] // test code: a panic is the failure report
+
 mod support;
 
 use std::time::{Duration, SystemTime};

@@ -83,6 +83,26 @@ pub enum Error {
         #[source]
         source: redis::RedisError,
     },
+    /// Two listeners were registered for one topic.
+    #[error("two listeners for topic {topic:?}: {first} and {second}; a topic has exactly one listener (remove one, or give it another topic)")]
+    DuplicateListener {
+        /// The topic.
+        topic: String,
+        /// Where the first listener was defined.
+        first: String,
+        /// Where the second listener was defined.
+        second: String,
+    },
+    /// A listener whose settings cannot work.
+    #[error("invalid listener {name} for topic {topic:?}: {reason}")]
+    InvalidListener {
+        /// The topic.
+        topic: String,
+        /// The handler's name and location.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// The operation did not finish in time.
     #[error("{op} timed out after {after:?}")]
     Timeout {

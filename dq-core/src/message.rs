@@ -3,12 +3,16 @@
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-/// A payload type bound to the topic it is pushed to; usually derived:
+/// A payload type bound to the topic it is pushed to. Usually derived with
+/// `#[derive(dq::Message)] #[message(topic = "order-cancel")]`; by hand it reads:
 ///
-/// ```ignore
-/// #[derive(serde::Serialize, serde::Deserialize, dq::Message)]
-/// #[message(topic = "order-cancel")]
+/// ```
+/// #[derive(serde::Serialize, serde::Deserialize)]
 /// struct OrderCancel { order_id: u64 }
+///
+/// impl dq_core::Message for OrderCancel {
+///     const TOPIC: &'static str = "order-cancel";
+/// }
 /// ```
 ///
 /// Payloads travel as JSON, so a field added with `#[serde(default)]` keeps old jobs readable.

@@ -1,1 +1,25 @@
-//! placeholder
+//! dq's runtime: the mover, consumer loops, retries, dead letters and graceful shutdown.
+//! Application code uses it through the `dq` crate.
+
+mod backoff;
+mod consumer;
+mod context;
+mod health;
+mod listener;
+mod mover;
+mod outcome;
+mod runtime;
+mod shared;
+mod upkeep;
+
+pub use backoff::Backoff;
+pub use context::JobContext;
+pub use listener::{
+    call_with_context, call_without_context, ErasedHandler, HandlerFuture, Listener,
+    ListenerRegistration, DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT,
+};
+pub use outcome::{IntoOutcome, Outcome};
+pub use runtime::{Runtime, RuntimeBuilder, ShutdownHandle, ShutdownReport, HOOK_DEADLINE};
+
+#[doc(hidden)]
+pub use inventory;

@@ -26,6 +26,7 @@ pub struct RedisServer {
     child: Child,
     port: u16,
     dir: PathBuf,
+    args: Vec<String>,
 }
 
 impl RedisServer {
@@ -55,23 +56,44 @@ impl RedisServer {
             SEQ.fetch_add(1, Ordering::Relaxed)
         ));
         std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .arg("--dir")
-            .arg(&dir)
-            .args(["--logfile", "redis.log", "--daemonize", "no"])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => panic!("{INSTALL_HINT}"),
-                _ => format!("spawning redis-server: {e}"),
-            })?;
-        let mut server = RedisServer { child, port, dir };
+        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        let child = spawn(port, &dir, &args)?;
+        let mut server = RedisServer {
+            child,
+            port,
+            dir,
+            args,
+        };
         server.wait_ready()?;
         Ok(server)
+    }
+
+    /// Kills the server with SIGKILL (no shutdown, no final save).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Kills the server if it runs, then starts it again on the same port and directory with
+    /// the same arguments (an AOF or RDB file there is loaded).
+    pub fn restart(&mut self) {
+        self.kill();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match spawn(self.port, &self.dir, &self.args) {
+                Ok(child) => {
+                    self.child = child;
+                    match self.wait_ready() {
+                        Ok(()) => return,
+                        Err(e) if Instant::now() > deadline => {
+                            panic!("restarting redis-server: {e}")
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_millis(50)),
+                    }
+                }
+                Err(e) => panic!("restarting redis-server: {e}"),
+            }
+        }
     }
 
     fn wait_ready(&mut self) -> Result<(), String> {
@@ -170,6 +192,23 @@ impl Drop for RedisServer {
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+fn spawn(port: u16, dir: &Path, args: &[String]) -> Result<Child, String> {
+    Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .arg("--dir")
+        .arg(dir)
+        .args(["--logfile", "redis.log", "--daemonize", "no"])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => panic!("{INSTALL_HINT}"),
+            _ => format!("spawning redis-server: {e}"),
+        })
 }
 
 fn free_port() -> Result<u16, String> {

@@ -15,6 +15,7 @@ use async_trait::async_trait;
 
 pub use self::keys::{shard_of, ShardKeys};
 pub use self::redis::RedisStore;
+
 use crate::error::Result;
 use crate::job::{
     Acked, ChangeOutcome, Fetched, JobInfo, LeaseRef, NewJob, OnConflict, Promoted, PushOutcome,
@@ -24,6 +25,24 @@ use crate::name::{JobId, Topic};
 
 /// Most jobs a single store call handles; larger batches are split by the store.
 pub const MAX_BATCH: usize = 1000;
+
+/// Waits, without taking anything, until a topic's ready list in one shard has jobs.
+///
+/// On Redis this is `BLMOVE ready ready LEFT LEFT` on a connection of its own: it returns as
+/// soon as a job is pushed or promoted (no Redis timer involved), and a crash while waiting
+/// loses nothing because nothing was taken.
+#[async_trait]
+pub trait ReadyWaiter: Send + std::fmt::Debug {
+    /// Returns `Ok(true)` when jobs are (probably) ready, `Ok(false)` after `timeout`.
+    async fn wait(&mut self, timeout: Duration) -> Result<bool>;
+}
+
+/// Receives the announcements that a push made a new earliest due time, from any process.
+#[async_trait]
+pub trait WakeListener: Send + std::fmt::Debug {
+    /// The next announcement: `(shard, due_us)`.
+    async fn next(&mut self) -> Result<(u16, u64)>;
+}
 
 /// The operations the runtime and the client need from a store.
 ///
@@ -96,6 +115,12 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         max_attempts: u32,
         limit: usize,
     ) -> Result<usize>;
+
+    /// A waiter for ready jobs of `topic` in `shard` (each holds its own blocking connection).
+    fn ready_waiter(&self, shard: u16, topic: &Topic) -> Box<dyn ReadyWaiter>;
+
+    /// Subscribes to the new-earliest-due-time announcements of every shard.
+    async fn wake_listener(&self) -> Result<Box<dyn WakeListener>>;
 
     /// Deletes up to `limit` dead letters of a topic that died before `before`.
     async fn purge_dead(

@@ -9,7 +9,7 @@ use redis::{Script, Value};
 
 use super::keys::{member, shard_of, ShardKeys};
 use super::scripts::SCRIPTS;
-use super::{Store, MAX_BATCH};
+use super::{ReadyWaiter, Store, WakeListener, MAX_BATCH};
 use crate::config::Config;
 use crate::envelope::Envelope;
 use crate::error::{Error, Result};
@@ -615,6 +615,34 @@ impl Store for RedisStore {
         Ok(total)
     }
 
+    fn ready_waiter(&self, shard: u16, topic: &Topic) -> Box<dyn ReadyWaiter> {
+        Box::new(RedisReadyWaiter {
+            client: self.client.clone(),
+            key: self.keys(shard).ready(topic),
+            conn: None,
+        })
+    }
+
+    async fn wake_listener(&self) -> Result<Box<dyn WakeListener>> {
+        let mut pubsub = self
+            .client
+            .get_async_pubsub()
+            .await
+            .map_err(Error::redis("subscribe"))?;
+        let mut channels = std::collections::HashMap::new();
+        for (shard, k) in self.shards.iter().enumerate() {
+            pubsub
+                .subscribe(k.wake())
+                .await
+                .map_err(Error::redis("subscribe"))?;
+            channels.insert(k.wake(), shard as u16);
+        }
+        Ok(Box::new(RedisWakeListener {
+            messages: Box::pin(pubsub.into_on_message()),
+            channels,
+        }))
+    }
+
     async fn purge_dead(&self, topic: &Topic, before: SystemTime, limit: usize) -> Result<usize> {
         let mut total = 0;
         for k in &self.shards {
@@ -626,5 +654,99 @@ impl Store for RedisStore {
             total += int(&self.run("purge_dead", &inv).await?).unwrap_or(0) as usize;
         }
         Ok(total)
+    }
+}
+
+/// `BLMOVE ready ready LEFT LEFT` on a connection of its own, opened on first use and again
+/// after an error.
+struct RedisReadyWaiter {
+    client: redis::Client,
+    key: String,
+    conn: Option<redis::aio::MultiplexedConnection>,
+}
+
+impl std::fmt::Debug for RedisReadyWaiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisReadyWaiter")
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl ReadyWaiter for RedisReadyWaiter {
+    async fn wait(&mut self, timeout: Duration) -> Result<bool> {
+        let conn = match &mut self.conn {
+            Some(conn) => conn,
+            None => {
+                // No response timeout: the command blocks on purpose.
+                let config = redis::AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(Duration::from_secs(5)))
+                    .set_response_timeout(None);
+                let conn = self
+                    .client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await
+                    .map_err(Error::redis("wait for ready jobs"))?;
+                self.conn.insert(conn)
+            }
+        };
+        // BLMOVE's timeout is checked on Redis' hz timer; it only bounds how long a dead
+        // connection goes unnoticed. Pushes wake the command at once.
+        let reply: redis::RedisResult<Option<Vec<u8>>> = redis::cmd("BLMOVE")
+            .arg(&self.key)
+            .arg(&self.key)
+            .arg("LEFT")
+            .arg("LEFT")
+            .arg(timeout.as_secs_f64().max(0.01))
+            .query_async(conn)
+            .await;
+        match reply {
+            Ok(found) => Ok(found.is_some()),
+            Err(e) => {
+                self.conn = None;
+                Err(Error::Redis {
+                    op: "wait for ready jobs",
+                    source: e,
+                })
+            }
+        }
+    }
+}
+
+struct RedisWakeListener {
+    messages: std::pin::Pin<Box<dyn futures_util::Stream<Item = redis::Msg> + Send>>,
+    channels: std::collections::HashMap<String, u16>,
+}
+
+impl std::fmt::Debug for RedisWakeListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisWakeListener")
+            .field("channels", &self.channels.len())
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl WakeListener for RedisWakeListener {
+    async fn next(&mut self) -> Result<(u16, u64)> {
+        use futures_util::StreamExt;
+        loop {
+            let Some(msg) = self.messages.next().await else {
+                return Err(Error::Redis {
+                    op: "wake subscription",
+                    source: redis::RedisError::from(std::io::Error::new(
+                        std::io::ErrorKind::ConnectionAborted,
+                        "the pub/sub connection closed",
+                    )),
+                });
+            };
+            let Some(&shard) = self.channels.get(msg.get_channel_name()) else {
+                continue;
+            };
+            if let Ok(due) = msg.get_payload::<u64>() {
+                return Ok((shard, due));
+            }
+        }
     }
 }

@@ -1,0 +1,194 @@
+//! `#[listener(...)]`: keeps the async fn as written and registers a listener beside it.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{FnArg, ItemFn, LitInt, LitStr};
+
+use crate::attr;
+
+const KEYS: &str = "topic, concurrency, timeout, retries, backoff, crate";
+
+#[derive(Default)]
+struct Options {
+    topic: Option<LitStr>,
+    concurrency: Option<usize>,
+    timeout: Option<Option<u64>>,
+    retries: Option<u32>,
+    backoff: Option<TokenStream>,
+    krate: Option<LitStr>,
+}
+
+fn parse_options(attr: TokenStream) -> syn::Result<Options> {
+    let mut o = Options::default();
+    let mut seen: Vec<String> = Vec::new();
+    let parser = syn::meta::parser(|meta| {
+        let key = meta
+            .path
+            .get_ident()
+            .map(|i| i.to_string())
+            .unwrap_or_default();
+        if seen.contains(&key) {
+            return Err(meta.error(format!("`{key}` is given twice")));
+        }
+        seen.push(key.clone());
+        match key.as_str() {
+            "topic" => o.topic = Some(attr::topic(&meta.value()?.parse()?)?),
+            "concurrency" => {
+                let lit: LitInt = meta.value()?.parse()?;
+                let n: usize = lit.base10_parse()?;
+                if n == 0 {
+                    return Err(syn::Error::new(
+                        lit.span(),
+                        "concurrency must be at least 1",
+                    ));
+                }
+                o.concurrency = Some(n);
+            }
+            "timeout" => {
+                let lit: LitStr = meta.value()?.parse()?;
+                o.timeout = Some(if lit.value() == "none" {
+                    None
+                } else {
+                    Some(attr::duration_nanos(&lit)?)
+                });
+            }
+            "retries" => {
+                let lit: LitInt = meta.value()?.parse()?;
+                o.retries = Some(lit.base10_parse()?);
+            }
+            "backoff" => o.backoff = Some(backoff(&meta.value()?.parse()?)?),
+            "crate" => o.krate = Some(meta.value()?.parse()?),
+            _ => {
+                return Err(meta.error(format!(
+                    "unknown listener option `{}`; expected one of: {KEYS}",
+                    quote::ToTokens::to_token_stream(&meta.path)
+                )))
+            }
+        }
+        Ok(())
+    });
+    syn::parse::Parser::parse2(parser, attr)?;
+    Ok(o)
+}
+
+/// `"fixed:5s"`, `"exponential:1s"` or just `"1s"` (exponential).
+fn backoff(lit: &LitStr) -> syn::Result<TokenStream> {
+    let value = lit.value();
+    let (kind, rest) = match value.split_once(':') {
+        Some((k, r)) => (k.trim().to_owned(), r.trim().to_owned()),
+        None => ("exponential".to_owned(), value.clone()),
+    };
+    let nanos = attr::duration_nanos(&LitStr::new(&rest, lit.span()))?;
+    let d = attr::duration_tokens(nanos);
+    match kind.as_str() {
+        "fixed" => Ok(quote!(Fixed(#d))),
+        "exponential" | "exp" => Ok(quote!(exponential(#d))),
+        _ => Err(syn::Error::new(
+            lit.span(),
+            format!("invalid backoff {value:?}: use \"fixed:5s\", \"exponential:1s\" or \"1s\""),
+        )),
+    }
+}
+
+pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
+    let options = parse_options(attr)?;
+    let func: ItemFn = syn::parse2(item)?;
+    let sig = &func.sig;
+    if sig.asyncness.is_none() {
+        return Err(syn::Error::new(
+            sig.fn_token.span,
+            "#[dq::listener] goes on an `async fn`",
+        ));
+    }
+    if !sig.generics.params.is_empty() {
+        return Err(syn::Error::new(
+            sig.generics.span(),
+            "a listener cannot be generic: the payload type decides how jobs are decoded",
+        ));
+    }
+    let mut args = sig.inputs.iter();
+    let payload = match args.next() {
+        None => {
+            return Err(syn::Error::new(
+                sig.paren_token.span.join(),
+                "a listener takes the payload as its first argument, as in `msg: OrderCancel`",
+            ))
+        }
+        Some(FnArg::Receiver(r)) => {
+            return Err(syn::Error::new(
+                r.span(),
+                "a listener cannot take `self`: use a free async fn (shared state goes in a static or a `OnceLock`)",
+            ))
+        }
+        Some(FnArg::Typed(t)) => t.ty.clone(),
+    };
+    let with_context = match args.next() {
+        None => false,
+        Some(FnArg::Typed(_)) => true,
+        Some(FnArg::Receiver(r)) => {
+            return Err(syn::Error::new(r.span(), "a listener cannot take `self`"))
+        }
+    };
+    if let Some(extra) = args.next() {
+        return Err(syn::Error::new(
+            extra.span(),
+            "a listener takes the payload and, optionally, a `dq::JobContext`: nothing more",
+        ));
+    }
+
+    let krate = attr::crate_path(options.krate)?;
+    let name = &sig.ident;
+    let topic = match options.topic {
+        Some(t) => quote!(#t),
+        None => quote_spanned!(payload.span()=> <#payload as #krate::Message>::TOPIC),
+    };
+    let some = |t: Option<TokenStream>| match t {
+        Some(t) => quote!(::core::option::Option::Some(#t)),
+        None => quote!(::core::option::Option::None),
+    };
+    let concurrency = some(options.concurrency.map(|n| quote!(#n)));
+    let timeout = some(options.timeout.map(|t| some(t.map(attr::duration_tokens))));
+    let retries = some(options.retries.map(|n| quote!(#n)));
+    let backoff = some(options.backoff.map(|b| quote!(#krate::Backoff::#b)));
+    let call = if with_context {
+        quote!(call_with_context)
+    } else {
+        quote!(call_without_context)
+    };
+    let call_fn = syn::Ident::new("__dq_listener_call", Span::mixed_site());
+    // Spanned by the return type, so a type the runtime cannot read is reported there.
+    let call_span = match &sig.output {
+        syn::ReturnType::Type(_, ty) => ty.span(),
+        syn::ReturnType::Default => name.span(),
+    };
+    let invoke = quote_spanned!(call_span=>
+        #krate::__private::#call::<#payload, _, _, _>(payload, ctx, &#name)
+    );
+    Ok(quote! {
+        #func
+
+        const _: () = {
+            fn #call_fn(
+                payload: &[u8],
+                ctx: #krate::JobContext,
+            ) -> ::core::result::Result<#krate::__private::HandlerFuture, ::std::string::String> {
+                #invoke
+            }
+            #krate::__private::inventory::submit! {
+                #krate::__private::ListenerRegistration {
+                    topic: #topic,
+                    concurrency: #concurrency,
+                    timeout: #timeout,
+                    retries: #retries,
+                    backoff: #backoff,
+                    call: #call_fn,
+                    name: ::core::stringify!(#name),
+                    module: ::core::module_path!(),
+                    file: ::core::file!(),
+                    line: ::core::line!(),
+                }
+            }
+        };
+    })
+}

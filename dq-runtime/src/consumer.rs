@@ -1,0 +1,278 @@
+//! Consumer loops: one per topic per shard. Each owns a semaphore of `concurrency` permits
+//! (the seed's Semaphore) and takes permits *before* fetching, so it never holds work it has
+//! no room for: jobs waiting in a local queue would be lost in a crash. One fetch leases up to
+//! as many jobs as there are free permits. When the ready list is empty the loop waits on
+//! Redis without taking anything (`BLMOVE ready ready LEFT LEFT` on its own connection) or,
+//! with `poll_interval` set, sleeps (for proxies without blocking commands).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dq_core::{from_us, LeaseRef, LeasedJob, Topic, MAX_BATCH};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tracing::Instrument;
+
+use crate::context::JobContext;
+use crate::health::Health;
+use crate::listener::Listener;
+use crate::outcome::Outcome;
+use crate::shared::Shared;
+
+/// How long one blocking wait lasts before it is renewed (it only bounds how long a silently
+/// dead connection goes unnoticed; pushes wake it at once).
+const WAIT_SLICE: Duration = Duration::from_secs(5);
+
+pub(crate) struct ConsumerLoop {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) listener: Arc<Listener>,
+    pub(crate) topic: Topic,
+    pub(crate) shard: u16,
+    pub(crate) permits: Arc<Semaphore>,
+}
+
+impl ConsumerLoop {
+    pub(crate) async fn run(self) {
+        let shared = &self.shared;
+        let mut waiter = shared.store.ready_waiter(self.shard, &self.topic);
+        let mut health = Health::new(format!("consumer of {} shard {}", self.topic, self.shard));
+        let lease = shared.config.lease;
+        loop {
+            let first = tokio::select! {
+                _ = shared.stop.cancelled() => return,
+                p = self.permits.clone().acquire_owned() => match p {
+                    Ok(p) => p,
+                    Err(_) => return,
+                },
+            };
+            let mut permits = vec![first];
+            while permits.len() < MAX_BATCH {
+                match self.permits.clone().try_acquire_owned() {
+                    Ok(p) => permits.push(p),
+                    Err(_) => break,
+                }
+            }
+            let fetched = tokio::select! {
+                _ = shared.stop.cancelled() => return,
+                f = shared.store.fetch(self.shard, &self.topic, permits.len(), lease) => f,
+            };
+            let fetched = match fetched {
+                Ok(f) => {
+                    health.ok();
+                    f
+                }
+                Err(e) => {
+                    drop(permits);
+                    let delay = health.failed(&e);
+                    tokio::select! {
+                        _ = shared.stop.cancelled() => return,
+                        _ = tokio::time::sleep(delay) => continue,
+                    }
+                }
+            };
+            if fetched.jobs.is_empty() {
+                drop(permits);
+                if !fetched.malformed.is_empty() {
+                    continue;
+                }
+                let waited = tokio::select! {
+                    _ = shared.stop.cancelled() => return,
+                    w = wait(&mut *waiter, shared.config.poll_interval) => w,
+                };
+                if let Err(e) = waited {
+                    let delay = health.failed(&e);
+                    tokio::select! {
+                        _ = shared.stop.cancelled() => return,
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                }
+                continue;
+            }
+            let now = fetched.now_us;
+            for (job, permit) in fetched.jobs.into_iter().zip(permits) {
+                let run = run_job(shared.clone(), self.listener.clone(), job, permit, now);
+                shared.jobs.spawn(run);
+            }
+        }
+    }
+}
+
+async fn wait(
+    waiter: &mut dyn dq_core::ReadyWaiter,
+    poll: Option<Duration>,
+) -> dq_core::Result<()> {
+    match poll {
+        Some(interval) => tokio::time::sleep(interval).await,
+        None => {
+            waiter.wait(WAIT_SLICE).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs one leased job to its end: decode, call under the timeout, then ack, retry or
+/// dead-letter. Holds its permit until the handler returns.
+async fn run_job(
+    shared: Arc<Shared>,
+    listener: Arc<Listener>,
+    job: LeasedJob,
+    permit: OwnedSemaphorePermit,
+    fetched_at_us: u64,
+) {
+    let LeasedJob { lease, envelope } = job;
+    let max_attempts = listener
+        .retries
+        .map_or(envelope.max_attempts, |r| r.saturating_add(1));
+    let lateness_ms = (fetched_at_us as f64 - envelope.due_us as f64) / 1000.0;
+    let span = tracing::info_span!(
+        "job", topic = %lease.topic, id = %lease.id, attempt = envelope.attempt,
+        max_attempts, lateness_ms
+    );
+    async move {
+        let ctx = JobContext {
+            topic: lease.topic.clone(),
+            id: lease.id.clone(),
+            attempt: envelope.attempt,
+            max_attempts,
+            due: from_us(envelope.due_us),
+            enqueued: from_us(envelope.created_us),
+            last_error: envelope.last_error.clone(),
+            shutdown: shared.stop.child_token(),
+        };
+        let started = std::time::Instant::now();
+        let outcome = match (listener.handler)(&envelope.payload, ctx) {
+            Err(poison) => {
+                drop(permit);
+                tracing::error!(error = %poison, "poison message: dead-lettered on its first attempt, never retried (fix the producer or the payload type, then requeue it)");
+                settle_dead(&shared, &lease, &poison).await;
+                return;
+            }
+            Ok(future) => {
+                shared.start_running(&lease);
+                let outcome = supervise(&shared, &listener, future).await;
+                shared.stop_running(&lease);
+                drop(permit);
+                outcome
+            }
+        };
+        let Some(outcome) = outcome else {
+            tracing::info!("handler cancelled by shutdown; the job goes back to ready");
+            shared.interrupted(lease);
+            return;
+        };
+        let took = started.elapsed();
+        match outcome {
+            Outcome::Done => {
+                tracing::debug!(took_ms = took.as_secs_f64() * 1000.0, "job done");
+                let _ = shared.acks.send(lease);
+            }
+            Outcome::RetryAfter(delay) => {
+                tracing::info!(retry_in = ?delay, "handler asked to run the job again later");
+                settle_retry(&shared, &lease, delay, "the handler asked to run again later").await;
+            }
+            Outcome::DeadLetter(reason) => {
+                tracing::warn!(reason = %reason, "handler dead-lettered the job");
+                settle_dead(&shared, &lease, &reason).await;
+            }
+            Outcome::Error(error) if envelope.attempt < max_attempts => {
+                let delay = listener.backoff.delay(envelope.attempt);
+                tracing::warn!(error = %error, retry_in = ?delay, "job failed; it will be retried");
+                settle_retry(&shared, &lease, delay, &error).await;
+            }
+            Outcome::Error(error) => {
+                let reason = format!("{error} (attempt {} of {max_attempts})", envelope.attempt);
+                tracing::error!(error = %error, "job failed on its last attempt; dead-lettered");
+                settle_dead(&shared, &lease, &reason).await;
+            }
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+/// Runs the handler in a task of its own (so a panic is caught and a timeout can cancel it),
+/// until it ends, times out, or the shutdown grace period runs out (`None`).
+async fn supervise(
+    shared: &Shared,
+    listener: &Listener,
+    future: crate::listener::HandlerFuture,
+) -> Option<Outcome> {
+    let mut task = tokio::spawn(future);
+    let timeout = async {
+        match listener.timeout {
+            Some(t) => tokio::time::sleep(t).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        joined = &mut task => Some(match joined {
+            Ok(outcome) => outcome,
+            Err(e) if e.is_panic() => Outcome::Error(format!("handler panicked: {}", panic_message(e.into_panic()))),
+            Err(e) => Outcome::Error(format!("handler task ended abnormally: {e}")),
+        }),
+        _ = timeout => {
+            task.abort();
+            Some(Outcome::Error(format!(
+                "handler timed out after {:?}",
+                listener.timeout.unwrap_or_default()
+            )))
+        }
+        _ = shared.abort.cancelled() => {
+            task.abort();
+            None
+        }
+    }
+}
+
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a non-text panic payload".to_owned()
+    }
+}
+
+/// Store calls after a run are retried with backoff until they succeed or shutdown aborts; if
+/// they never do, the lease expires and the job runs again (at least once, never lost).
+async fn settle_retry(shared: &Shared, lease: &LeaseRef, delay: Duration, error: &str) {
+    let mut health = Health::new(format!("retry of {}:{}", lease.topic, lease.id));
+    loop {
+        match shared.store.retry(lease, delay, error).await {
+            Ok(true) => return health.ok(),
+            Ok(false) => {
+                tracing::warn!("the lease was taken over while the job ran (the lease expired: the worker stalled or Redis was unreachable); the other run decides the job's fate");
+                return;
+            }
+            Err(e) => {
+                let d = health.failed(&e);
+                tokio::select! {
+                    _ = shared.abort.cancelled() => return,
+                    _ = tokio::time::sleep(d) => {}
+                }
+            }
+        }
+    }
+}
+
+async fn settle_dead(shared: &Shared, lease: &LeaseRef, error: &str) {
+    let mut health = Health::new(format!("dead-letter of {}:{}", lease.topic, lease.id));
+    loop {
+        match shared.store.dead_letter(lease, error).await {
+            Ok(true) => return health.ok(),
+            Ok(false) => {
+                tracing::warn!(
+                    "the lease was taken over while the job ran; not dead-lettered here"
+                );
+                return;
+            }
+            Err(e) => {
+                let d = health.failed(&e);
+                tokio::select! {
+                    _ = shared.abort.cancelled() => return,
+                    _ = tokio::time::sleep(d) => {}
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,132 @@
+//! The mover: one per shard per process. It moves due jobs from the delayed set to their ready
+//! lists in bounded batches, then sleeps on a tokio timer until the earliest due time it knows
+//! (the seed's `nextTime`). A push that makes a new earliest job, from this process or any
+//! other, is announced on the shard's `wake` channel and shortens the sleep (Redisson's trick),
+//! so a job pushed on host A fires on time while only host B runs. The safety tick bounds the
+//! damage of a lost announcement. Redis' blocking timeouts are never used as clocks: they are
+//! checked only every 1000/hz ms, which is where BullMQ's lateness floor comes from.
+//!
+//! Due times are Redis `TIME` microseconds; the mover maps them to local instants through the
+//! Redis clock reading of its last call, so skew between hosts does not matter.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::health::Health;
+use crate::shared::Shared;
+
+pub(crate) struct Mover {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) shard: u16,
+    pub(crate) wake: mpsc::Receiver<u64>,
+}
+
+impl Mover {
+    pub(crate) async fn run(mut self) {
+        let store = self.shared.store.clone();
+        let batch = self.shared.config.promote_batch;
+        let tick = self.shared.config.safety_tick;
+        let mut health = Health::new(format!("mover of shard {}", self.shard));
+        loop {
+            let sent = Instant::now();
+            let promoted = tokio::select! {
+                _ = self.shared.stop.cancelled() => return,
+                r = store.promote(self.shard, batch) => r,
+            };
+            let p = match promoted {
+                Ok(p) => {
+                    health.ok();
+                    p
+                }
+                Err(e) => {
+                    let delay = health.failed(&e);
+                    tokio::select! {
+                        _ = self.shared.stop.cancelled() => return,
+                        _ = tokio::time::sleep(delay) => continue,
+                    }
+                }
+            };
+            if p.moved > 0 {
+                tracing::trace!(shard = self.shard, moved = p.moved, "promoted due jobs");
+            }
+            if p.moved >= batch {
+                continue; // more are due right now
+            }
+            // Local instant of a Redis due time, through this call's clock reading.
+            let local = |due_us: u64| sent + Duration::from_micros(due_us.saturating_sub(p.now_us));
+            let mut deadline = sent + tick;
+            if let Some(due) = p.next_due_us {
+                deadline = deadline.min(local(due));
+            }
+            loop {
+                tokio::select! {
+                    _ = self.shared.stop.cancelled() => return,
+                    _ = tokio::time::sleep_until(deadline) => break,
+                    announced = self.wake.recv() => match announced {
+                        Some(due) => {
+                            let at = local(due);
+                            if at <= Instant::now() {
+                                break;
+                            }
+                            deadline = deadline.min(at);
+                        }
+                        None => return,
+                    },
+                }
+            }
+        }
+    }
+}
+
+/// Routes wake announcements from the store to the shards' movers; resubscribes with backoff
+/// when the subscription breaks, and then wakes every mover (announcements may have been lost).
+pub(crate) async fn route_wakeups(shared: Arc<Shared>, movers: Vec<mpsc::Sender<u64>>) {
+    let mut health = Health::new("wake subscription");
+    let mut first = true;
+    loop {
+        let listener = tokio::select! {
+            _ = shared.stop.cancelled() => return,
+            l = shared.store.wake_listener() => l,
+        };
+        let mut listener = match listener {
+            Ok(l) => {
+                health.ok();
+                if !first {
+                    for m in &movers {
+                        let _ = m.try_send(0);
+                    }
+                }
+                first = false;
+                l
+            }
+            Err(e) => {
+                let delay = health.failed(&e);
+                tokio::select! {
+                    _ = shared.stop.cancelled() => return,
+                    _ = tokio::time::sleep(delay) => continue,
+                }
+            }
+        };
+        loop {
+            let next = tokio::select! {
+                _ = shared.stop.cancelled() => return,
+                n = listener.next() => n,
+            };
+            match next {
+                Ok((shard, due)) => {
+                    if let Some(m) = movers.get(usize::from(shard)) {
+                        // A full queue already holds an earlier wake-up: dropping is safe.
+                        let _ = m.try_send(due);
+                    }
+                }
+                Err(e) => {
+                    health.failed(&e);
+                    break;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,421 @@
+//! [`Runtime`]: starts the movers, consumer loops and chores for every listener, and shuts
+//! them down gracefully.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dq_core::{Client, Config, Error, RedisStore, Result, Store, Topic};
+use tokio::sync::{mpsc, Semaphore};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::consumer::ConsumerLoop;
+use crate::listener::{self, Listener};
+use crate::mover::{self, Mover};
+use crate::shared::Shared;
+use crate::upkeep;
+
+type Hook = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+
+/// How long each shutdown hook may run.
+pub const HOOK_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Runs the listeners of this program against the store.
+///
+/// ```no_run
+/// # async fn demo() -> dq_core::Result<()> {
+/// let rt = dq_runtime::Runtime::start().await?;      // config from DQ_* variables
+/// // rt.client().push(...).await?;
+/// rt.run_until_shutdown_signal().await?;              // SIGINT / SIGTERM: graceful shutdown
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Runtime {
+    client: Client,
+    handle: ShutdownHandle,
+    task: JoinHandle<ShutdownReport>,
+}
+
+/// Triggers a graceful shutdown from anywhere; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct ShutdownHandle {
+    token: CancellationToken,
+}
+
+impl ShutdownHandle {
+    /// Starts the graceful shutdown (idempotent).
+    pub fn shutdown(&self) {
+        self.token.cancel();
+    }
+
+    /// Resolves when shutdown has been requested.
+    pub async fn requested(&self) {
+        self.token.cancelled().await
+    }
+}
+
+/// What a graceful shutdown did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ShutdownReport {
+    /// Handlers that were running when shutdown began and finished within the grace period.
+    pub finished: usize,
+    /// Handlers cancelled at the end of the grace period; their jobs went back to ready.
+    pub released: usize,
+    /// Shutdown hooks that ran to completion.
+    pub hooks_completed: usize,
+    /// Shutdown hooks that overran their deadline.
+    pub hooks_timed_out: usize,
+}
+
+/// Configures a [`Runtime`]: its config, store, extra listeners and shutdown hooks.
+#[must_use]
+pub struct RuntimeBuilder {
+    config: Option<Config>,
+    store: Option<Arc<dyn Store>>,
+    listeners: Vec<Listener>,
+    registered: bool,
+    hooks: Vec<(String, Hook)>,
+}
+
+impl std::fmt::Debug for RuntimeBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeBuilder")
+            .field("config", &self.config)
+            .field("listeners", &self.listeners)
+            .field("registered", &self.registered)
+            .field(
+                "hooks",
+                &self.hooks.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl Runtime {
+    /// Starts with the config from the environment and every `#[dq::listener]` of the program.
+    pub async fn start() -> Result<Runtime> {
+        Runtime::builder().start().await
+    }
+
+    /// A builder for everything [`Runtime::start`] takes from the environment.
+    pub fn builder() -> RuntimeBuilder {
+        RuntimeBuilder {
+            config: None,
+            store: None,
+            listeners: Vec::new(),
+            registered: true,
+            hooks: Vec::new(),
+        }
+    }
+
+    /// A client that pushes through the runtime's store.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// A handle that starts the graceful shutdown.
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        self.handle.clone()
+    }
+
+    /// Shuts down gracefully now and waits until it is done.
+    pub async fn shutdown(self) -> Result<ShutdownReport> {
+        self.handle.shutdown();
+        self.wait().await
+    }
+
+    /// Waits until a shutdown started by a [`ShutdownHandle`] is done.
+    pub async fn wait(self) -> Result<ShutdownReport> {
+        Ok(self.task.await.unwrap_or_else(|e| {
+            tracing::error!(error = %e, "the runtime's supervisor task failed");
+            ShutdownReport::default()
+        }))
+    }
+
+    /// Runs until SIGINT or SIGTERM, then shuts down gracefully. A second SIGINT during the
+    /// shutdown exits the process at once (status 130); jobs still running then are not lost:
+    /// their leases expire and another worker runs them.
+    pub async fn run_until_shutdown_signal(self) -> Result<ShutdownReport> {
+        let handle = self.handle.clone();
+        tokio::select! {
+            _ = shutdown_signal() => {
+                tracing::info!("shutdown signal received; finishing running jobs (press Ctrl-C again to exit at once)");
+                handle.shutdown();
+            }
+            _ = handle.requested() => {}
+        }
+        let force = tokio::spawn(async {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                tracing::warn!("second interrupt: exiting now; running jobs will run again after their lease expires");
+                std::process::exit(130);
+            }
+        });
+        let report = self.wait().await;
+        force.abort();
+        report
+    }
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+impl RuntimeBuilder {
+    /// Uses this configuration instead of the environment's.
+    pub fn config(mut self, config: Config) -> Self {
+        self.config = Some(config);
+        self
+    }
+
+    /// Runs on this store instead of the one the configuration names.
+    pub fn store(mut self, store: Arc<dyn Store>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// Adds a listener built by hand (see [`Listener::new`]).
+    pub fn listener(mut self, listener: Listener) -> Self {
+        self.listeners.push(listener);
+        self
+    }
+
+    /// Runs only the listeners added to this builder, not those registered with
+    /// `#[dq::listener]` (for tests that run one handler of a larger program).
+    pub fn without_registered_listeners(mut self) -> Self {
+        self.registered = false;
+        self
+    }
+
+    /// Adds a hook run at shutdown, after the handlers stopped, in the order added, each with
+    /// a deadline of 5 s.
+    pub fn on_shutdown<F, Fut>(mut self, name: &str, hook: F) -> Self
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.hooks
+            .push((name.to_owned(), Box::new(move || Box::pin(hook()))));
+        self
+    }
+
+    /// Connects and starts every loop.
+    pub async fn start(self) -> Result<Runtime> {
+        let config = match self.config {
+            Some(c) => c.validate()?,
+            None => Config::from_env()?,
+        };
+        let listeners = collect_listeners(self.registered, self.listeners)?;
+        let store: Arc<dyn Store> = match self.store {
+            Some(s) => s,
+            None => match &config.redis_url {
+                Some(_) => Arc::new(RedisStore::connect(&config).await?),
+                None => {
+                    return Err(Error::Config {
+                        key: "DQ_REDIS_URL",
+                        value: String::new(),
+                        reason: "no Redis URL is set and this build has no embedded store; set DQ_REDIS_URL=redis://127.0.0.1:6379/".into(),
+                    })
+                }
+            },
+        };
+        let client = Client::new(store.clone(), config.clone());
+        let (ack_tx, ack_rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared::new(store.clone(), config.clone(), ack_tx));
+        let handle = ShutdownHandle {
+            token: CancellationToken::new(),
+        };
+
+        let mut chores = Vec::new();
+        let shards = store.shards();
+        let mut wake_senders = Vec::new();
+        for shard in 0..shards {
+            let (tx, rx) = mpsc::channel(1024);
+            wake_senders.push(tx);
+            chores.push(tokio::spawn(
+                Mover {
+                    shared: shared.clone(),
+                    shard,
+                    wake: rx,
+                }
+                .run(),
+            ));
+            chores.push(tokio::spawn(upkeep::reclaimer(shared.clone(), shard)));
+        }
+        chores.push(tokio::spawn(mover::route_wakeups(
+            shared.clone(),
+            wake_senders,
+        )));
+        for listener in &listeners {
+            let topic = Topic::new(listener.topic.clone())?;
+            let permits = Arc::new(Semaphore::new(listener.concurrency));
+            let listener = Arc::new(listener.clone());
+            for shard in 0..shards {
+                chores.push(tokio::spawn(
+                    ConsumerLoop {
+                        shared: shared.clone(),
+                        listener: listener.clone(),
+                        topic: topic.clone(),
+                        shard,
+                        permits: permits.clone(),
+                    }
+                    .run(),
+                ));
+            }
+        }
+        let heartbeat_done = CancellationToken::new();
+        let heartbeat = tokio::spawn(upkeep::heartbeat(shared.clone(), heartbeat_done.clone()));
+        let acker_done = CancellationToken::new();
+        let acker = tokio::spawn(upkeep::acker(shared.clone(), ack_rx, acker_done.clone()));
+
+        tracing::info!(
+            store = ?store, shards, topics = ?listeners.iter().map(|l| l.topic.as_str()).collect::<Vec<_>>(),
+            "dq runtime started"
+        );
+        let supervisor = Supervisor {
+            shared,
+            chores,
+            heartbeat,
+            heartbeat_done,
+            acker,
+            acker_done,
+            hooks: self.hooks,
+        };
+        let token = handle.token.clone();
+        let task = tokio::spawn(async move {
+            token.cancelled().await;
+            supervisor.shut_down().await
+        });
+        Ok(Runtime {
+            client,
+            handle,
+            task,
+        })
+    }
+}
+
+fn collect_listeners(registered: bool, extra: Vec<Listener>) -> Result<Vec<Listener>> {
+    let mut all = if registered {
+        listener::registered()
+    } else {
+        Vec::new()
+    };
+    all.extend(extra);
+    let mut seen: HashMap<String, String> = HashMap::new();
+    for l in &all {
+        Topic::new(l.topic.clone())?;
+        if l.concurrency == 0 {
+            return Err(Error::InvalidListener {
+                topic: l.topic.clone(),
+                name: l.name.clone(),
+                reason: "concurrency must be at least 1".into(),
+            });
+        }
+        if let Some(first) = seen.insert(l.topic.clone(), l.name.clone()) {
+            return Err(Error::DuplicateListener {
+                topic: l.topic.clone(),
+                first,
+                second: l.name.clone(),
+            });
+        }
+    }
+    Ok(all)
+}
+
+struct Supervisor {
+    shared: Arc<Shared>,
+    chores: Vec<JoinHandle<()>>,
+    heartbeat: JoinHandle<()>,
+    heartbeat_done: CancellationToken,
+    acker: JoinHandle<()>,
+    acker_done: CancellationToken,
+    hooks: Vec<(String, Hook)>,
+}
+
+impl Supervisor {
+    /// Stop fetching and moving (blocking connections are dropped, not waited on), let running
+    /// handlers finish within the grace period, cancel the rest and put their jobs back to
+    /// ready, flush acks, run the hooks.
+    async fn shut_down(self) -> ShutdownReport {
+        let started = Instant::now();
+        let shared = self.shared;
+        shared.stop.cancel();
+        for chore in self.chores {
+            let _ = chore.await;
+        }
+        let running = shared.running().len();
+        tracing::info!(running, grace = ?shared.config.shutdown_grace, "shutting down: waiting for running handlers");
+        shared.jobs.close();
+        if tokio::time::timeout(shared.config.shutdown_grace, shared.jobs.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("grace period over: cancelling the handlers still running");
+            shared.abort.cancel();
+            shared.jobs.wait().await;
+        }
+        let interrupted = shared.take_interrupted();
+        let mut released = 0;
+        if !interrupted.is_empty() {
+            match shared.store.release(&interrupted).await {
+                Ok(n) => released = n,
+                Err(e) => {
+                    tracing::error!(error = %e, jobs = interrupted.len(), "could not put cancelled jobs back to ready; they will run again when their leases expire")
+                }
+            }
+        }
+        self.heartbeat_done.cancel();
+        let _ = self.heartbeat.await;
+        // The job tasks are done: the acker acks what is queued and ends.
+        let acker_abort = self.acker.abort_handle();
+        self.acker_done.cancel();
+        if tokio::time::timeout(Duration::from_secs(5), self.acker)
+            .await
+            .is_err()
+        {
+            acker_abort.abort();
+            tracing::error!("could not flush acks within 5 s; those jobs will run again after their leases expire");
+        }
+        let mut report = ShutdownReport {
+            finished: running.saturating_sub(interrupted.len()),
+            released,
+            ..ShutdownReport::default()
+        };
+        for (name, hook) in self.hooks {
+            match tokio::time::timeout(HOOK_DEADLINE, hook()).await {
+                Ok(()) => report.hooks_completed += 1,
+                Err(_) => {
+                    report.hooks_timed_out += 1;
+                    tracing::warn!(hook = %name, deadline = ?HOOK_DEADLINE, "shutdown hook overran its deadline");
+                }
+            }
+        }
+        tracing::info!(
+            finished = report.finished, released = report.released,
+            hooks = report.hooks_completed, took = ?started.elapsed(),
+            "dq runtime stopped"
+        );
+        report
+    }
+}

@@ -1,0 +1,72 @@
+//! State shared by every task of one runtime.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use dq_core::{Config, LeaseRef, Store};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) config: Config,
+    /// Cancelled when shutdown starts: stop moving and fetching.
+    pub(crate) stop: CancellationToken,
+    /// Cancelled when the grace period is over: cancel running handlers.
+    pub(crate) abort: CancellationToken,
+    /// The job tasks, waited for at shutdown.
+    pub(crate) jobs: TaskTracker,
+    /// Leases of running jobs, renewed by the heartbeat.
+    running: Mutex<HashSet<LeaseRef>>,
+    /// Leases of jobs cancelled at shutdown, released back to ready.
+    interrupted: Mutex<Vec<LeaseRef>>,
+    /// Finished jobs waiting to be acked in a batch.
+    pub(crate) acks: mpsc::UnboundedSender<LeaseRef>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding these locks cannot leave them inconsistent (single inserts and
+    // removals), so a poisoned lock is still usable.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Shared {
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        config: Config,
+        acks: mpsc::UnboundedSender<LeaseRef>,
+    ) -> Shared {
+        Shared {
+            store,
+            config,
+            stop: CancellationToken::new(),
+            abort: CancellationToken::new(),
+            jobs: TaskTracker::new(),
+            running: Mutex::new(HashSet::new()),
+            interrupted: Mutex::new(Vec::new()),
+            acks,
+        }
+    }
+
+    pub(crate) fn start_running(&self, lease: &LeaseRef) {
+        lock(&self.running).insert(lease.clone());
+    }
+
+    pub(crate) fn stop_running(&self, lease: &LeaseRef) {
+        lock(&self.running).remove(lease);
+    }
+
+    pub(crate) fn running(&self) -> Vec<LeaseRef> {
+        lock(&self.running).iter().cloned().collect()
+    }
+
+    pub(crate) fn interrupted(&self, lease: LeaseRef) {
+        lock(&self.interrupted).push(lease);
+    }
+
+    pub(crate) fn take_interrupted(&self) -> Vec<LeaseRef> {
+        std::mem::take(&mut *lock(&self.interrupted))
+    }
+}

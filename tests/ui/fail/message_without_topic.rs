@@ -1,0 +1,4 @@
+#[derive(serde::Serialize, serde::Deserialize, dq::Message)]
+struct Msg;
+
+fn main() {}

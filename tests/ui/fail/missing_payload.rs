@@ -1,0 +1,4 @@
+#[dq::listener(topic = "t")]
+async fn handler() {}
+
+fn main() {}

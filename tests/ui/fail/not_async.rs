@@ -1,0 +1,4 @@
+#[dq::listener(topic = "t")]
+fn handler(_n: u64) {}
+
+fn main() {}

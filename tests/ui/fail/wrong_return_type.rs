@@ -1,0 +1,6 @@
+#[dq::listener(topic = "t")]
+async fn handler(_n: u64) -> i32 {
+    7
+}
+
+fn main() {}
