@@ -28,14 +28,17 @@
 
 pub use dq_core::{
     from_us, parse_duration, store, to_us, Acked, ChangeOutcome, Client, Config, ConfigBuilder,
-    Envelope, Error, Fetched, JobId, JobInfo, JobState, LeaseRef, LeasedJob, Message, NewJob,
-    OnConflict, Promoted, PushBuilder, PushOutcome, Pushed, Reclaimed, RedisStore, Result,
-    Schedule, Store, Topic, TopicCounts, DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_RETRIES,
+    Envelope, Error, Event, Fetched, JobId, JobInfo, JobState, LeaseRef, LeasedJob, MemoryStore,
+    Message, NewJob, OnConflict, Promoted, PushBuilder, PushOutcome, Pushed, Reclaimed, RedisStore,
+    Result, Schedule, Store, Topic, TopicCounts, DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_RETRIES,
 };
 pub use dq_runtime::{
     Backoff, IntoOutcome, JobContext, Listener, Outcome, Runtime, RuntimeBuilder, ShutdownHandle,
     ShutdownReport, DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT,
 };
+
+/// Testing handlers without Redis and without waiting; see [`testing::TestRuntime`].
+pub use dq_runtime::testing;
 
 /// Binds a payload type to its topic.
 ///

@@ -20,4 +20,4 @@ pub use job::{
 };
 pub use message::Message;
 pub use name::{JobId, Topic, MAX_JOB_ID_LEN, MAX_TOPIC_LEN};
-pub use store::{ReadyWaiter, RedisStore, Store, WakeListener, MAX_BATCH};
+pub use store::{Event, MemoryStore, ReadyWaiter, RedisStore, Store, WakeListener, MAX_BATCH};

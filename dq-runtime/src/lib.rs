@@ -10,6 +10,7 @@ mod mover;
 mod outcome;
 mod runtime;
 mod shared;
+pub mod testing;
 mod upkeep;
 
 pub use backoff::Backoff;

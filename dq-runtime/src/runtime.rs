@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dq_core::{Client, Config, Error, RedisStore, Result, Store, Topic};
+use dq_core::{Client, Config, Error, MemoryStore, RedisStore, Result, Store, Topic};
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -232,11 +232,8 @@ impl RuntimeBuilder {
             None => match &config.redis_url {
                 Some(_) => Arc::new(RedisStore::connect(&config).await?),
                 None => {
-                    return Err(Error::Config {
-                        key: "DQ_REDIS_URL",
-                        value: String::new(),
-                        reason: "no Redis URL is set and this build has no embedded store; set DQ_REDIS_URL=redis://127.0.0.1:6379/".into(),
-                    })
+                    tracing::warn!("DQ_REDIS_URL is not set: running on the in-memory store, inside this process only; jobs will not survive a restart (set DQ_REDIS_URL=redis://host:6379/ to use Redis)");
+                    Arc::new(MemoryStore::new())
                 }
             },
         };

@@ -6,6 +6,7 @@
 //! push, move and run jobs at once.
 
 mod keys;
+mod memory;
 mod redis;
 mod scripts;
 
@@ -14,6 +15,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 pub use self::keys::{shard_of, ShardKeys};
+pub use self::memory::{Event, MemoryStore};
 pub use self::redis::RedisStore;
 
 use crate::error::Result;

@@ -1,0 +1,151 @@
+//! Testing handlers without Redis and without waiting: a runtime on the in-memory store whose
+//! clock the test moves.
+//!
+//! ```
+//! use std::time::Duration;
+//!
+//! #[derive(serde::Serialize, serde::Deserialize)]
+//! struct OrderCancel { order_id: u64 }
+//! impl dq_core::Message for OrderCancel { const TOPIC: &'static str = "order-cancel"; }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> dq_core::Result<()> {
+//! let cancelled = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+//! let seen = cancelled.clone();
+//! let listener = dq_runtime::Listener::new("order-cancel", move |msg: OrderCancel, _ctx: dq_runtime::JobContext| {
+//!     let seen = seen.clone();
+//!     async move { seen.lock().unwrap().push(msg.order_id) }
+//! });
+//! let rt = dq_runtime::testing::TestRuntime::start_with(
+//!     dq_runtime::Runtime::builder().without_registered_listeners().listener(listener),
+//! ).await?;
+//!
+//! rt.client().push(OrderCancel { order_id: 42 }).delay(Duration::from_secs(600)).await?;
+//! rt.advance(Duration::from_secs(599)).await;
+//! assert!(cancelled.lock().unwrap().is_empty(), "not yet due");
+//! rt.advance(Duration::from_secs(1)).await;           // ten minutes, no real waiting
+//! assert_eq!(*cancelled.lock().unwrap(), [42]);
+//! assert_eq!(rt.handled("order-cancel").len(), 1);
+//! rt.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+use std::time::{Duration, Instant, SystemTime};
+
+use dq_core::{Client, Config, Event, JobId, JobInfo, MemoryStore, Result, Store, Topic};
+
+use crate::runtime::{Runtime, RuntimeBuilder};
+
+/// Longest [`TestRuntime::wait_idle`] waits, in real time, before it panics.
+pub const IDLE_LIMIT: Duration = Duration::from_secs(30);
+
+/// A [`Runtime`] on a [`MemoryStore`] with a manual clock.
+#[derive(Debug)]
+pub struct TestRuntime {
+    runtime: Runtime,
+    store: MemoryStore,
+}
+
+impl TestRuntime {
+    /// Runs every `#[dq::listener]` of the program, on a clock starting at the current time.
+    pub async fn start() -> Result<TestRuntime> {
+        TestRuntime::start_with(Runtime::builder()).await
+    }
+
+    /// Runs what `builder` describes (listeners, hooks); its store and clock are replaced.
+    pub async fn start_with(builder: RuntimeBuilder) -> Result<TestRuntime> {
+        let store = MemoryStore::with_manual_clock(SystemTime::now());
+        // Timers of the runtime run in real time; leases long enough that a test never sees
+        // one expire by accident.
+        let config = Config::builder()
+            .lease(Duration::from_secs(3600))
+            .shutdown_grace(Duration::from_secs(5))
+            .build()?;
+        let runtime = builder
+            .config(config)
+            .store(std::sync::Arc::new(store.clone()))
+            .start()
+            .await?;
+        Ok(TestRuntime { runtime, store })
+    }
+
+    /// A client that pushes to this runtime.
+    pub fn client(&self) -> &Client {
+        self.runtime.client()
+    }
+
+    /// The store, for inspection.
+    pub fn store(&self) -> &MemoryStore {
+        &self.store
+    }
+
+    /// The test clock's current time.
+    pub fn now(&self) -> SystemTime {
+        dq_core::from_us(self.store.now_us())
+    }
+
+    /// Moves the clock forward by `by`, stopping at every due time on the way and letting the
+    /// jobs due then (retries included) run, as they would have in real time. Returns when
+    /// nothing is ready or running.
+    pub async fn advance(&self, by: Duration) {
+        self.wait_idle().await;
+        let target = self
+            .store
+            .now_us()
+            .saturating_add(u64::try_from(by.as_micros()).unwrap_or(u64::MAX));
+        while let Some(due) = self.store.next_due_us().filter(|d| *d <= target) {
+            self.store.advance_to(due);
+            self.wait_idle().await;
+        }
+        self.store.advance_to(target);
+        self.wait_idle().await;
+    }
+
+    /// Waits (in real time) until no job is ready, running or due.
+    ///
+    /// # Panics
+    /// When the runtime is still busy after [`IDLE_LIMIT`]: a handler that never returns.
+    pub async fn wait_idle(&self) {
+        let started = Instant::now();
+        let mut quiet = 0;
+        while quiet < 3 {
+            if self.store.is_idle() {
+                quiet += 1;
+            } else {
+                quiet = 0;
+            }
+            assert!(
+                started.elapsed() < IDLE_LIMIT,
+                "the test runtime is still busy after {IDLE_LIMIT:?}: a handler does not return"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    /// Ids of the jobs of `topic` that finished, in the order they did.
+    pub fn handled(&self, topic: &str) -> Vec<JobId> {
+        self.store
+            .history()
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Acked { topic: t, id, .. } if t.as_str() == topic => Some(id),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Everything that happened to jobs so far: pushes, acks, retries, dead letters.
+    pub fn history(&self) -> Vec<Event> {
+        self.store.history()
+    }
+
+    /// The dead letters of `topic`, newest first.
+    pub async fn dead(&self, topic: &str) -> Result<Vec<JobInfo>> {
+        self.store.dead_jobs(&Topic::new(topic)?, 0, 1000).await
+    }
+
+    /// Shuts the runtime down.
+    pub async fn shutdown(self) {
+        let _ = self.runtime.shutdown().await;
+    }
+}

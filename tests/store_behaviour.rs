@@ -1,0 +1,757 @@
+//! The store's behaviour, one test per behaviour, run against both stores: Redis (a real
+//! redis-server per test) and the in-memory store, so the two cannot drift apart.
+
+#![allow(clippy::unwrap_used, unreachable_pub)] // test code: a panic is the failure report
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use dq::{ChangeOutcome, Client, Error, JobState, MemoryStore, OnConflict, PushOutcome, Schedule};
+use serde::{Deserialize, Serialize};
+use support::{id, topic, RedisServer};
+
+#[derive(Debug, Serialize, Deserialize, PartialEq)]
+struct OrderCancel {
+    order_id: u64,
+}
+
+impl dq::Message for OrderCancel {
+    const TOPIC: &'static str = "order-cancel";
+}
+
+const LEASE: Duration = Duration::from_secs(10);
+
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Redis,
+    Memory,
+}
+
+/// A client on a fresh store of the given kind (and its redis-server, killed on drop).
+struct Harness {
+    client: Client,
+    _redis: Option<RedisServer>,
+}
+
+impl Harness {
+    async fn new(
+        kind: Kind,
+        tweak: impl FnOnce(dq::ConfigBuilder) -> dq::ConfigBuilder,
+    ) -> Harness {
+        match kind {
+            Kind::Redis => {
+                let redis = RedisServer::start();
+                let client = support::client_with(&redis, tweak).await;
+                Harness {
+                    client,
+                    _redis: Some(redis),
+                }
+            }
+            Kind::Memory => {
+                let config = tweak(dq::Config::builder()).build().unwrap();
+                Harness {
+                    client: Client::new(Arc::new(MemoryStore::new()), config),
+                    _redis: None,
+                }
+            }
+        }
+    }
+}
+
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod on_redis {
+            $(#[tokio::test] async fn $name() { super::$name(super::Kind::Redis).await })*
+        }
+        mod on_memory {
+            $(#[tokio::test] async fn $name() { super::$name(super::Kind::Memory).await })*
+        }
+    };
+}
+
+on_both_stores!(
+    pushed_job_is_delayed_with_its_payload_and_due_time,
+    push_without_id_generates_unique_ids,
+    push_of_a_pending_id_keeps_the_first_job_by_default,
+    push_with_replace_swaps_payload_and_due_time,
+    replace_leaves_a_running_job_alone,
+    push_at_a_past_time_is_ready_at_once,
+    cancel_deletes_delayed_and_ready_jobs_but_not_running_ones,
+    reschedule_moves_a_pending_job_and_refuses_a_running_one,
+    promote_moves_only_due_jobs_and_reports_the_next_due_time,
+    promote_moves_a_bounded_batch_per_call,
+    fetch_leases_at_most_the_asked_number_and_counts_the_attempt,
+    ack_completes_jobs_and_refuses_a_lease_that_was_taken_over,
+    retry_records_the_error_and_runs_again_after_the_delay,
+    dead_letters_keep_the_error_and_can_be_listed_requeued_and_purged,
+    requeue_without_ids_takes_the_oldest_dead_letters_up_to_the_limit,
+    a_dead_job_does_not_block_its_id,
+    reclaim_requeues_expired_leases_and_dead_letters_the_last_attempt,
+    extend_keeps_a_running_job_leased,
+    release_puts_jobs_back_first_in_line_without_spending_an_attempt,
+    counts_are_kept_per_topic,
+    batch_of_100_000_jobs_is_pushed_and_promoted_with_none_lost,
+    invalid_topics_and_ids_are_rejected_before_anything_is_stored,
+    oversized_payload_is_rejected_with_the_limit,
+    a_bad_job_in_a_batch_fails_the_batch_and_stores_nothing,
+    keep_and_replace_pushes_in_one_batch_each_get_their_mode,
+);
+
+async fn pushed_job_is_delayed_with_its_payload_and_due_time(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let before = SystemTime::now();
+    let job = c
+        .push(OrderCancel { order_id: 42 })
+        .delay(Duration::from_secs(600))
+        .id("42")
+        .await
+        .unwrap();
+    assert_eq!(job.as_str(), "42");
+    let info = c
+        .status("order-cancel", "42")
+        .await
+        .unwrap()
+        .expect("job exists");
+    assert_eq!(info.state, JobState::Delayed);
+    assert_eq!(info.attempt, 0);
+    assert_eq!(info.max_attempts, 3, "two retries by default");
+    assert_eq!(
+        serde_json::from_slice::<OrderCancel>(&info.payload).unwrap(),
+        OrderCancel { order_id: 42 }
+    );
+    let due_in = info.due.duration_since(before).unwrap();
+    assert!(
+        due_in >= Duration::from_millis(599_900) && due_in < Duration::from_secs(601),
+        "{due_in:?}"
+    );
+}
+
+async fn push_without_id_generates_unique_ids(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let a = c.push(OrderCancel { order_id: 1 }).await.unwrap();
+    let b = c.push(OrderCancel { order_id: 1 }).await.unwrap();
+    assert_ne!(a, b);
+    assert_eq!(c.counts("order-cancel").await.unwrap().ready, 2);
+}
+
+async fn push_of_a_pending_id_keeps_the_first_job_by_default(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    c.push(OrderCancel { order_id: 1 })
+        .id("x")
+        .delay(Duration::from_secs(60))
+        .await
+        .unwrap();
+    let again = c
+        .push(OrderCancel { order_id: 2 })
+        .id("x")
+        .delay(Duration::from_secs(5))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.outcome, PushOutcome::AlreadyPending);
+    let info = c.status("order-cancel", "x").await.unwrap().unwrap();
+    assert_eq!(
+        serde_json::from_slice::<OrderCancel>(&info.payload)
+            .unwrap()
+            .order_id,
+        1
+    );
+    let counts = c.counts("order-cancel").await.unwrap();
+    assert_eq!((counts.delayed, counts.ready), (1, 0), "no second job");
+}
+
+async fn push_with_replace_swaps_payload_and_due_time(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    c.push(OrderCancel { order_id: 1 })
+        .id("x")
+        .delay(Duration::from_secs(60))
+        .await
+        .unwrap();
+    let again = c
+        .push(OrderCancel { order_id: 2 })
+        .id("x")
+        .replace()
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.outcome, PushOutcome::Replaced);
+    let info = c.status("order-cancel", "x").await.unwrap().unwrap();
+    assert_eq!(
+        info.state,
+        JobState::Ready,
+        "the new due time (now) applies"
+    );
+    assert_eq!(
+        serde_json::from_slice::<OrderCancel>(&info.payload)
+            .unwrap()
+            .order_id,
+        2
+    );
+    let counts = c.counts("order-cancel").await.unwrap();
+    assert_eq!((counts.delayed, counts.ready), (0, 1));
+}
+
+async fn replace_leaves_a_running_job_alone(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    c.push(OrderCancel { order_id: 1 }).id("x").await.unwrap();
+    let fetched = c
+        .store()
+        .fetch(0, &topic("order-cancel"), 10, LEASE)
+        .await
+        .unwrap();
+    assert_eq!(fetched.jobs.len(), 1);
+    let again = c
+        .push(OrderCancel { order_id: 2 })
+        .id("x")
+        .replace()
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.outcome, PushOutcome::Running);
+    let info = c.status("order-cancel", "x").await.unwrap().unwrap();
+    assert_eq!(info.state, JobState::Running);
+    assert_eq!(
+        serde_json::from_slice::<OrderCancel>(&info.payload)
+            .unwrap()
+            .order_id,
+        1
+    );
+}
+
+async fn push_at_a_past_time_is_ready_at_once(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    c.push(OrderCancel { order_id: 1 })
+        .id("a")
+        .at(SystemTime::now() - Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(
+        c.status("order-cancel", "a").await.unwrap().unwrap().state,
+        JobState::Ready
+    );
+}
+
+async fn cancel_deletes_delayed_and_ready_jobs_but_not_running_ones(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    c.push(OrderCancel { order_id: 1 })
+        .id("delayed")
+        .delay(Duration::from_secs(60))
+        .await
+        .unwrap();
+    c.push(OrderCancel { order_id: 2 })
+        .id("running")
+        .await
+        .unwrap();
+    c.store()
+        .fetch(0, &topic("order-cancel"), 10, LEASE)
+        .await
+        .unwrap();
+    c.push(OrderCancel { order_id: 3 })
+        .id("ready")
+        .await
+        .unwrap();
+
+    assert_eq!(
+        c.cancel("order-cancel", "delayed").await.unwrap(),
+        ChangeOutcome::Done
+    );
+    assert_eq!(
+        c.cancel("order-cancel", "ready").await.unwrap(),
+        ChangeOutcome::Done
+    );
+    assert_eq!(
+        c.cancel("order-cancel", "running").await.unwrap(),
+        ChangeOutcome::Running
+    );
+    assert_eq!(
+        c.cancel("order-cancel", "nope").await.unwrap(),
+        ChangeOutcome::NotFound
+    );
+    assert!(c.status("order-cancel", "delayed").await.unwrap().is_none());
+    assert!(c.status("order-cancel", "ready").await.unwrap().is_none());
+    let counts = c.counts("order-cancel").await.unwrap();
+    assert_eq!((counts.delayed, counts.ready, counts.running), (0, 0, 1));
+}
+
+async fn reschedule_moves_a_pending_job_and_refuses_a_running_one(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    c.push(OrderCancel { order_id: 1 })
+        .id("a")
+        .delay(Duration::from_secs(60))
+        .await
+        .unwrap();
+    let out = c
+        .reschedule("order-cancel", "a", Schedule::After(Duration::ZERO))
+        .await
+        .unwrap();
+    assert_eq!(out, ChangeOutcome::Done);
+    assert_eq!(
+        c.status("order-cancel", "a").await.unwrap().unwrap().state,
+        JobState::Ready
+    );
+    let out = c
+        .reschedule(
+            "order-cancel",
+            "a",
+            Schedule::After(Duration::from_secs(3600)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out, ChangeOutcome::Done);
+    let info = c.status("order-cancel", "a").await.unwrap().unwrap();
+    assert_eq!(info.state, JobState::Delayed);
+    assert!(info.due > SystemTime::now() + Duration::from_secs(3500));
+    c.reschedule("order-cancel", "a", Schedule::After(Duration::ZERO))
+        .await
+        .unwrap();
+    c.store()
+        .fetch(0, &topic("order-cancel"), 1, LEASE)
+        .await
+        .unwrap();
+    let out = c
+        .reschedule("order-cancel", "a", Schedule::After(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    assert_eq!(out, ChangeOutcome::Running);
+    assert_eq!(
+        c.reschedule("order-cancel", "missing", Schedule::After(Duration::ZERO))
+            .await
+            .unwrap(),
+        ChangeOutcome::NotFound
+    );
+}
+
+async fn promote_moves_only_due_jobs_and_reports_the_next_due_time(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let s = c.store();
+    c.push(OrderCancel { order_id: 1 })
+        .id("soon")
+        .delay(Duration::from_millis(30))
+        .await
+        .unwrap();
+    c.push(OrderCancel { order_id: 2 })
+        .id("later")
+        .delay(Duration::from_secs(60))
+        .await
+        .unwrap();
+    let early = s.promote(0, 1000).await.unwrap();
+    assert_eq!(early.moved, 0, "nothing is due yet");
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    let p = s.promote(0, 1000).await.unwrap();
+    assert_eq!(p.moved, 1);
+    assert_eq!(p.topics, vec![(topic("order-cancel"), 1)]);
+    let later = c.status("order-cancel", "later").await.unwrap().unwrap();
+    assert_eq!(p.next_due_us, Some(dq::to_us(later.due)));
+    assert!(p.next_due_us.unwrap() > p.now_us);
+    assert_eq!(
+        c.status("order-cancel", "soon")
+            .await
+            .unwrap()
+            .unwrap()
+            .state,
+        JobState::Ready
+    );
+}
+
+async fn promote_moves_a_bounded_batch_per_call(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let jobs = (0..250).map(|i| {
+        c.push(OrderCancel { order_id: i })
+            .id(i.to_string())
+            .delay(Duration::from_millis(5))
+    });
+    c.push_batch(jobs).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let first = c.store().promote(0, 100).await.unwrap();
+    assert_eq!(first.moved, 100);
+    assert!(
+        first.next_due_us.unwrap() <= first.now_us,
+        "the rest is already due"
+    );
+    assert_eq!(c.store().promote(0, 100).await.unwrap().moved, 100);
+    assert_eq!(c.store().promote(0, 100).await.unwrap().moved, 50);
+    assert_eq!(c.counts("order-cancel").await.unwrap().ready, 250);
+}
+
+async fn fetch_leases_at_most_the_asked_number_and_counts_the_attempt(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    c.push_batch((0..5).map(|i| c.push(OrderCancel { order_id: i }).id(i.to_string())))
+        .await
+        .unwrap();
+    let f = c
+        .store()
+        .fetch(0, &topic("order-cancel"), 3, LEASE)
+        .await
+        .unwrap();
+    let ids: Vec<_> = f
+        .jobs
+        .iter()
+        .map(|j| j.lease.id.as_str().to_owned())
+        .collect();
+    assert_eq!(ids, ["0", "1", "2"], "oldest first");
+    assert!(f.jobs.iter().all(|j| j.envelope.attempt == 1));
+    let counts = c.counts("order-cancel").await.unwrap();
+    assert_eq!((counts.ready, counts.running), (2, 3));
+    let info = c.status("order-cancel", "0").await.unwrap().unwrap();
+    assert_eq!(info.state, JobState::Running);
+    let deadline = info.state_since_or_until.unwrap();
+    assert!(deadline > SystemTime::now() + Duration::from_secs(9));
+}
+
+async fn ack_completes_jobs_and_refuses_a_lease_that_was_taken_over(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let s = c.store();
+    c.push(OrderCancel { order_id: 1 }).id("a").await.unwrap();
+    c.push(OrderCancel { order_id: 2 }).id("b").await.unwrap();
+    let first = s
+        .fetch(0, &topic("order-cancel"), 2, Duration::from_millis(100))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    assert_eq!(
+        s.reclaim(0, 100).await.unwrap().requeued,
+        2,
+        "both leases expired"
+    );
+    let second = s.fetch(0, &topic("order-cancel"), 1, LEASE).await.unwrap();
+    assert_eq!(second.jobs[0].lease.id.as_str(), "a");
+
+    let leases: Vec<_> = first.jobs.iter().map(|j| j.lease.clone()).collect();
+    let acked = s.ack(&leases).await.unwrap();
+    assert_eq!(acked.acked, 0, "the old worker's acks are stale");
+    assert_eq!(acked.stale.len(), 2);
+    let acked = s.ack(&[second.jobs[0].lease.clone()]).await.unwrap();
+    assert_eq!(acked.acked, 1);
+    assert!(
+        c.status("order-cancel", "a").await.unwrap().is_none(),
+        "acked jobs are gone"
+    );
+    assert_eq!(c.counts("order-cancel").await.unwrap().running, 0);
+}
+
+async fn retry_records_the_error_and_runs_again_after_the_delay(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let s = c.store();
+    c.push(OrderCancel { order_id: 1 }).id("a").await.unwrap();
+    let f = s.fetch(0, &topic("order-cancel"), 1, LEASE).await.unwrap();
+    assert!(s
+        .retry(
+            &f.jobs[0].lease,
+            Duration::from_millis(50),
+            "payment service down"
+        )
+        .await
+        .unwrap());
+    let info = c.status("order-cancel", "a").await.unwrap().unwrap();
+    assert_eq!(info.state, JobState::Delayed);
+    assert_eq!(info.last_error.as_deref(), Some("payment service down"));
+    assert!(
+        !s.retry(&f.jobs[0].lease, Duration::ZERO, "again")
+            .await
+            .unwrap(),
+        "the lease is gone"
+    );
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    assert_eq!(s.promote(0, 10).await.unwrap().moved, 1);
+    let again = s.fetch(0, &topic("order-cancel"), 1, LEASE).await.unwrap();
+    assert_eq!(again.jobs[0].envelope.attempt, 2);
+}
+
+async fn dead_letters_keep_the_error_and_can_be_listed_requeued_and_purged(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let s = c.store();
+    let t = topic("order-cancel");
+    c.push_batch((0..3).map(|i| c.push(OrderCancel { order_id: i }).id(i.to_string())))
+        .await
+        .unwrap();
+    let f = s.fetch(0, &t, 3, LEASE).await.unwrap();
+    for j in &f.jobs {
+        assert!(s
+            .dead_letter(&j.lease, &format!("order {} not found", j.lease.id))
+            .await
+            .unwrap());
+    }
+    assert_eq!(c.counts("order-cancel").await.unwrap().dead, 3);
+    let dead = s.dead_jobs(&t, 0, 2).await.unwrap();
+    assert_eq!(dead.len(), 2, "paged");
+    assert_eq!(dead[0].state, JobState::Dead);
+    assert!(dead[0].last_error.as_deref().unwrap().contains("not found"));
+
+    assert_eq!(s.requeue_dead(&t, &[id("1")], 3, 100).await.unwrap(), 1);
+    let info = c.status("order-cancel", "1").await.unwrap().unwrap();
+    assert_eq!((info.state, info.attempt), (JobState::Ready, 0));
+
+    assert_eq!(
+        s.purge_dead(&t, SystemTime::now() - Duration::from_secs(60), 100)
+            .await
+            .unwrap(),
+        0,
+        "too young"
+    );
+    assert_eq!(
+        s.purge_dead(&t, SystemTime::now() + Duration::from_secs(1), 100)
+            .await
+            .unwrap(),
+        2
+    );
+    assert!(c.status("order-cancel", "0").await.unwrap().is_none());
+    assert_eq!(c.counts("order-cancel").await.unwrap().dead, 0);
+}
+
+async fn requeue_without_ids_takes_the_oldest_dead_letters_up_to_the_limit(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let s = c.store();
+    let t = topic("order-cancel");
+    c.push_batch((0..5).map(|i| c.push(OrderCancel { order_id: i }).id(i.to_string())))
+        .await
+        .unwrap();
+    for j in s.fetch(0, &t, 5, LEASE).await.unwrap().jobs {
+        s.dead_letter(&j.lease, "boom").await.unwrap();
+    }
+    assert_eq!(s.requeue_dead(&t, &[], 3, 4).await.unwrap(), 4);
+    let counts = c.counts("order-cancel").await.unwrap();
+    assert_eq!((counts.ready, counts.dead), (4, 1));
+}
+
+async fn a_dead_job_does_not_block_its_id(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let s = c.store();
+    c.push(OrderCancel { order_id: 1 }).id("a").await.unwrap();
+    let f = s.fetch(0, &topic("order-cancel"), 1, LEASE).await.unwrap();
+    s.dead_letter(&f.jobs[0].lease, "boom").await.unwrap();
+    let again = c
+        .push(OrderCancel { order_id: 2 })
+        .id("a")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.outcome, PushOutcome::Created);
+    let info = c.status("order-cancel", "a").await.unwrap().unwrap();
+    assert_eq!((info.state, info.last_error), (JobState::Ready, None));
+    assert_eq!(c.counts("order-cancel").await.unwrap().dead, 0);
+}
+
+async fn reclaim_requeues_expired_leases_and_dead_letters_the_last_attempt(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let s = c.store();
+    let t = topic("order-cancel");
+    c.push(OrderCancel { order_id: 1 })
+        .id("retries-left")
+        .await
+        .unwrap();
+    c.push(OrderCancel { order_id: 2 })
+        .id("last-try")
+        .max_retries(0)
+        .await
+        .unwrap();
+    s.fetch(0, &t, 2, Duration::from_millis(50)).await.unwrap();
+    assert_eq!(
+        s.reclaim(0, 100).await.unwrap(),
+        dq::Reclaimed::default(),
+        "leases still valid"
+    );
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let r = s.reclaim(0, 100).await.unwrap();
+    assert_eq!((r.requeued, r.dead), (1, 1));
+    let left = c
+        .status("order-cancel", "retries-left")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(left.state, JobState::Ready);
+    assert!(left.last_error.unwrap().contains("lease expired"));
+    let last = c.status("order-cancel", "last-try").await.unwrap().unwrap();
+    assert_eq!(last.state, JobState::Dead);
+}
+
+async fn extend_keeps_a_running_job_leased(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let s = c.store();
+    c.push(OrderCancel { order_id: 1 }).id("a").await.unwrap();
+    let f = s
+        .fetch(0, &topic("order-cancel"), 1, Duration::from_millis(100))
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let lost = s
+            .extend(&[f.jobs[0].lease.clone()], Duration::from_millis(100))
+            .await
+            .unwrap();
+        assert!(lost.is_empty());
+    }
+    assert_eq!(
+        s.reclaim(0, 10).await.unwrap().requeued,
+        0,
+        "renewed past its first deadline"
+    );
+    assert_eq!(s.ack(&[f.jobs[0].lease.clone()]).await.unwrap().acked, 1);
+}
+
+async fn release_puts_jobs_back_first_in_line_without_spending_an_attempt(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let s = c.store();
+    let t = topic("order-cancel");
+    c.push(OrderCancel { order_id: 1 }).id("a").await.unwrap();
+    c.push(OrderCancel { order_id: 2 }).id("b").await.unwrap();
+    let f = s.fetch(0, &t, 1, LEASE).await.unwrap();
+    assert_eq!(s.release(&[f.jobs[0].lease.clone()]).await.unwrap(), 1);
+    let again = s.fetch(0, &t, 1, LEASE).await.unwrap();
+    assert_eq!(
+        again.jobs[0].lease.id.as_str(),
+        "a",
+        "released jobs go first"
+    );
+    assert_eq!(
+        again.jobs[0].envelope.attempt, 1,
+        "the interrupted run did not count"
+    );
+}
+
+async fn counts_are_kept_per_topic(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    c.push_to("a", &1)
+        .delay(Duration::from_secs(60))
+        .await
+        .unwrap();
+    c.push_to("a", &2).await.unwrap();
+    c.push_to("b", &3).await.unwrap();
+    let a = c.counts("a").await.unwrap();
+    assert_eq!((a.delayed, a.ready, a.running, a.dead), (1, 1, 0, 0));
+    let b = c.counts("b").await.unwrap();
+    assert_eq!((b.delayed, b.ready), (0, 1));
+    assert_eq!(
+        c.store().topics().await.unwrap(),
+        vec![topic("a"), topic("b")]
+    );
+}
+
+async fn batch_of_100_000_jobs_is_pushed_and_promoted_with_none_lost(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let n = 100_000u64;
+    let jobs = (0..n).map(|i| {
+        c.push(OrderCancel { order_id: i })
+            .id(i.to_string())
+            .delay(Duration::from_millis(200))
+    });
+    let pushed = c.push_batch(jobs).await.unwrap();
+    assert_eq!(pushed.len(), n as usize);
+    assert!(pushed.iter().all(|p| p.outcome == PushOutcome::Created));
+    assert_eq!(c.counts("order-cancel").await.unwrap().delayed, n);
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let mut moved = 0;
+    loop {
+        let p = c.store().promote(0, 10_000).await.unwrap();
+        moved += p.moved;
+        if p.moved == 0 {
+            break;
+        }
+    }
+    assert_eq!(moved, n as usize);
+    let counts = c.counts("order-cancel").await.unwrap();
+    assert_eq!((counts.delayed, counts.ready), (0, n));
+}
+
+async fn invalid_topics_and_ids_are_rejected_before_anything_is_stored(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let long = "x".repeat(10 * 1024);
+    for bad in ["", "a b", "a{b", "a}b", "a:b", "a*b", "a\nb", long.as_str()] {
+        let err = c.push_to(bad, &1).await.unwrap_err();
+        assert!(matches!(err, Error::InvalidTopic { .. }), "{bad:?}: {err}");
+        let err = c.push_to("t", &1).id(bad).await.unwrap_err();
+        assert!(matches!(err, Error::InvalidJobId { .. }), "{bad:?}: {err}");
+    }
+    let err = c.push_to("t", &1).id("a:b").await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid job id \"a:b\": a job id must not contain '{', '}', ':' or '*'"
+    );
+    assert!(
+        c.store().topics().await.unwrap().is_empty(),
+        "nothing was written"
+    );
+}
+
+async fn oversized_payload_is_rejected_with_the_limit(kind: Kind) {
+    let h = Harness::new(kind, |b| b.max_payload_bytes(1000)).await;
+    let c = &h.client;
+    let err = c.push_to("t", &"x".repeat(2000)).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::PayloadTooLarge {
+                size: 2002,
+                limit: 1000,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("exceeds the limit of 1000 bytes"));
+    assert!(
+        c.store().topics().await.unwrap().is_empty(),
+        "nothing was written"
+    );
+}
+
+async fn a_bad_job_in_a_batch_fails_the_batch_and_stores_nothing(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let jobs = vec![c.push_to("t", &1).id("ok"), c.push_to("t", &2).id("not ok")];
+    assert!(matches!(
+        c.push_batch(jobs).await,
+        Err(Error::InvalidJobId { .. })
+    ));
+    assert!(
+        c.store().topics().await.unwrap().is_empty(),
+        "nothing was written"
+    );
+}
+
+async fn keep_and_replace_pushes_in_one_batch_each_get_their_mode(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    c.push_to("t", &1)
+        .id("a")
+        .delay(Duration::from_secs(60))
+        .await
+        .unwrap();
+    c.push_to("t", &1)
+        .id("b")
+        .delay(Duration::from_secs(60))
+        .await
+        .unwrap();
+    let out = c
+        .push_batch(vec![
+            c.push_to("t", &2).id("a"),
+            c.push_to("t", &2).id("b").on_conflict(OnConflict::Replace),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(out[0].outcome, PushOutcome::AlreadyPending);
+    assert_eq!(out[1].outcome, PushOutcome::Replaced);
+}

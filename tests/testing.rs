@@ -1,0 +1,91 @@
+//! `dq::testing`: handlers tested on the in-memory store with a clock the test moves.
+
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use dq::testing::TestRuntime;
+use dq::{JobContext, Listener, Runtime};
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Reminder {
+    ride: u32,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_hour_of_virtual_time_with_a_retry_on_the_way_takes_well_under_a_second() {
+    let sent = Arc::new(Mutex::new(Vec::new()));
+    let s = sent.clone();
+    // Fails on its first attempt: the retry (exponential backoff from 1 s) happens within the hour.
+    let listener = Listener::new("ride-reminder", move |r: Reminder, ctx: JobContext| {
+        let s = s.clone();
+        async move {
+            if ctx.attempt() == 1 {
+                return Err("sms gateway down");
+            }
+            s.lock().unwrap().push((r.ride, ctx.attempt()));
+            Ok(())
+        }
+    });
+    let rt = TestRuntime::start_with(
+        Runtime::builder()
+            .without_registered_listeners()
+            .listener(listener),
+    )
+    .await
+    .unwrap();
+    let pushed_at = rt.now();
+    rt.client()
+        .push_to("ride-reminder", &Reminder { ride: 7 })
+        .delay(Duration::from_secs(30 * 60))
+        .await
+        .unwrap();
+
+    let real = Instant::now();
+    rt.advance(Duration::from_secs(29 * 60)).await;
+    assert!(sent.lock().unwrap().is_empty(), "not due yet");
+    rt.advance(Duration::from_secs(31 * 60)).await;
+    let elapsed = real.elapsed();
+
+    assert_eq!(*sent.lock().unwrap(), [(7, 2)], "sent once, on the retry");
+    assert_eq!(rt.handled("ride-reminder").len(), 1);
+    assert_eq!(
+        rt.now().duration_since(pushed_at).unwrap(),
+        Duration::from_secs(3600)
+    );
+    assert!(
+        elapsed < Duration::from_millis(500),
+        "an hour took {elapsed:?} of real time"
+    );
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_are_inspectable_in_tests() {
+    let listener = Listener::new("doomed", |_: Reminder, _: JobContext| async {
+        Err::<(), _>("always fails")
+    });
+    let rt = TestRuntime::start_with(
+        Runtime::builder()
+            .without_registered_listeners()
+            .listener(listener),
+    )
+    .await
+    .unwrap();
+    rt.client()
+        .push_to("doomed", &Reminder { ride: 1 })
+        .id("r1")
+        .await
+        .unwrap();
+    rt.advance(Duration::from_secs(600)).await;
+    let dead = rt.dead("doomed").await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!((dead[0].id.as_str(), dead[0].attempt), ("r1", 3));
+    assert!(dead[0]
+        .last_error
+        .as_deref()
+        .unwrap()
+        .contains("always fails"));
+    rt.shutdown().await;
+}
