@@ -134,6 +134,22 @@ async fn child_process_entry_point() {
             println!("worker started");
             rt.wait().await.unwrap();
         }
+        "signal-worker" => {
+            let listener = Listener::new("signal", |_: Job, _ctx: JobContext| async {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            });
+            let rt = Runtime::builder()
+                .config(cfg.build().unwrap())
+                .without_registered_listeners()
+                .listener(listener)
+                .on_shutdown("say goodbye", || async { println!("hook ran") })
+                .start()
+                .await
+                .unwrap();
+            println!("worker started");
+            let report = rt.run_until_shutdown_signal().await.unwrap();
+            println!("finished={} released={}", report.finished, report.released);
+        }
         other => panic!("unknown child role {other}"),
     }
 }
@@ -609,6 +625,56 @@ async fn graceful_shutdown_acks_finished_jobs_releases_unfinished_ones_and_runs_
             assert_eq!(info.attempt, 0, "the interrupted run does not count");
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_the_running_job_finish_runs_the_hooks_and_exits_cleanly() {
+    use std::io::BufRead;
+    let redis = RedisServer::start();
+    let client = dq::Client::connect(config(&redis).build().unwrap())
+        .await
+        .unwrap();
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "child_process_entry_point",
+        "--exact",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env("DQ_TEST_CHILD", "signal-worker")
+    .env("DQ_REDIS_URL", redis.url())
+    .stdout(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    assert!(lines.any(|l| l.unwrap().contains("worker started")));
+    client
+        .push_to("signal", &Job { n: 1 })
+        .id("j")
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while client.counts("signal").await.unwrap().running == 0 {
+        assert!(Instant::now() < deadline, "the job never started");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Our own child, by its pid.
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = child.wait().unwrap();
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    assert!(status.success(), "exit status {status}: {rest:?}");
+    assert!(rest.iter().any(|l| l == "hook ran"), "{rest:?}");
+    assert!(
+        rest.iter().any(|l| l == "finished=1 released=0"),
+        "{rest:?}"
+    );
+    assert!(
+        client.status("signal", "j").await.unwrap().is_none(),
+        "the running job finished and was acked"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -48,6 +48,10 @@ impl RedisServer {
     }
 
     fn try_start(args: &[&str]) -> Result<RedisServer, String> {
+        RedisServer::try_start_binary("redis-server", args)
+    }
+
+    fn try_start_binary(binary: &str, args: &[&str]) -> Result<RedisServer, String> {
         static SEQ: AtomicU32 = AtomicU32::new(0);
         let port = free_port()?;
         let dir = std::env::temp_dir().join(format!(
@@ -57,7 +61,7 @@ impl RedisServer {
         ));
         std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
         let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
-        let child = spawn(port, &dir, &args)?;
+        let child = spawn(binary, port, &dir, &args)?;
         let mut server = RedisServer {
             child,
             port,
@@ -80,7 +84,7 @@ impl RedisServer {
         self.kill();
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            match spawn(self.port, &self.dir, &self.args) {
+            match spawn("redis-server", self.port, &self.dir, &self.args) {
                 Ok(child) => {
                     self.child = child;
                     match self.wait_ready() {
@@ -194,8 +198,8 @@ impl Drop for RedisServer {
     }
 }
 
-fn spawn(port: u16, dir: &Path, args: &[String]) -> Result<Child, String> {
-    Command::new("redis-server")
+fn spawn(binary: &str, port: u16, dir: &Path, args: &[String]) -> Result<Child, String> {
+    Command::new(binary)
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .arg("--dir")
         .arg(dir)
@@ -229,4 +233,31 @@ fn ping(port: u16) -> bool {
     }
     let mut buf = [0u8; 16];
     matches!(stream.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_redis_server_fails_with_the_install_command() {
+        let panic = std::panic::catch_unwind(|| {
+            let _ = RedisServer::try_start_binary("redis-server-that-is-not-installed", &[]);
+        })
+        .expect_err("a missing binary must fail the test");
+        let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(
+            message.contains("apt-get install -y redis-server"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn server_answers_and_its_directory_is_removed_on_drop() {
+        let server = RedisServer::start();
+        assert_eq!(server.command(&["PING"]).trim(), "+PONG");
+        let dir = server.dir().to_owned();
+        drop(server);
+        assert!(!dir.exists());
+    }
 }
