@@ -72,6 +72,7 @@ macro_rules! on_both_stores {
 }
 
 on_both_stores!(
+    the_same_id_twice_in_one_batch_is_one_job,
     pushed_job_is_delayed_with_its_payload_and_due_time,
     push_without_id_generates_unique_ids,
     push_of_a_pending_id_keeps_the_first_job_by_default,
@@ -754,4 +755,42 @@ async fn keep_and_replace_pushes_in_one_batch_each_get_their_mode(kind: Kind) {
         .unwrap();
     assert_eq!(out[0].outcome, PushOutcome::AlreadyPending);
     assert_eq!(out[1].outcome, PushOutcome::Replaced);
+}
+
+async fn the_same_id_twice_in_one_batch_is_one_job(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let kept = c
+        .push_batch(vec![
+            c.push_to("t", &1).id("a").delay(Duration::from_secs(60)),
+            c.push_to("t", &2).id("a"),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(kept[1].outcome, PushOutcome::AlreadyPending);
+    let replaced = c
+        .push_batch(vec![
+            c.push_to("t", &3).id("b"),
+            c.push_to("t", &4)
+                .id("b")
+                .delay(Duration::from_secs(60))
+                .replace(),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(replaced[1].outcome, PushOutcome::Replaced);
+    let counts = c.counts("t").await.unwrap();
+    assert_eq!(
+        (counts.delayed, counts.ready),
+        (2, 0),
+        "one job per id, placed once"
+    );
+    let a = c.status("t", "a").await.unwrap().unwrap();
+    assert_eq!(a.payload, b"1", "keep: the first push wins");
+    let b = c.status("t", "b").await.unwrap().unwrap();
+    assert_eq!(
+        (b.payload.as_slice(), b.state),
+        (&b"4"[..], JobState::Delayed),
+        "replace: the last push wins"
+    );
 }

@@ -18,6 +18,9 @@ use tokio::time::Instant;
 use crate::health::Health;
 use crate::shared::Shared;
 
+/// Jobs moved by the first promotion after a sleep.
+const FIRST_BATCH: usize = 128;
+
 pub(crate) struct Mover {
     pub(crate) shared: Arc<Shared>,
     pub(crate) shard: u16,
@@ -27,7 +30,11 @@ pub(crate) struct Mover {
 impl Mover {
     pub(crate) async fn run(mut self) {
         let store = self.shared.store.clone();
-        let batch = self.shared.config.promote_batch;
+        let full = self.shared.config.promote_batch;
+        // After a sleep the first call moves a small batch, so the first due jobs reach the
+        // workers while the rest are still being moved; then full batches while more are due.
+        let first = full.min(FIRST_BATCH);
+        let mut batch = first;
         let tick = self.shared.config.safety_tick;
         let mut health = Health::new(format!("mover of shard {}", self.shard));
         loop {
@@ -53,8 +60,10 @@ impl Mover {
                 tracing::trace!(shard = self.shard, moved = p.moved, "promoted due jobs");
             }
             if p.moved >= batch {
+                batch = full;
                 continue; // more are due right now
             }
+            batch = first;
             // Local instant of a Redis due time, through this call's clock reading.
             let local = |due_us: u64| sent + Duration::from_micros(due_us.saturating_sub(p.now_us));
             let mut deadline = sent + tick;

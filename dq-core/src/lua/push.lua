@@ -1,4 +1,6 @@
 -- push: creates jobs, or leaves (or replaces) the ones whose id is already pending.
+-- Batched: one HMGET to find existing ids, one HSET, one ZADD, one RPUSH and one HINCRBY per
+-- topic for the whole call; only ids that already exist take the per-job path.
 -- KEYS[1] jobs  KEYS[2] delayed  KEYS[3] topics  KEYS[4] counts
 -- ARGV[1] key prefix  ARGV[2] 'keep' | 'replace'  ARGV[3] n (jobs in this call, at most 1000)
 -- then 5 values per job: topic, id, when ('+<us>' after now, or '<us>' since the epoch),
@@ -10,14 +12,29 @@ local prefix, replace, n = ARGV[1], ARGV[2] == 'replace', tonumber(ARGV[3])
 local now = now_us()
 local before = earliest(delayed)
 local out = {0}
-local seen_topics = {}
+local members = {}
+for i = 0, n - 1 do members[i + 1] = ARGV[4 + i * 5] .. ':' .. ARGV[5 + i * 5] end
+local existing = redis.call('HMGET', jobs, unpack(members))
+-- What this call will write, by member; a later entry for the same id supersedes an earlier one.
+local plan, planned = {}, {}
 for i = 0, n - 1 do
   local topic, id, when, max, payload = ARGV[4 + i * 5], ARGV[5 + i * 5], ARGV[6 + i * 5],
     tonumber(ARGV[7 + i * 5]), ARGV[8 + i * 5]
-  local member = topic .. ':' .. id
+  local member = members[i + 1]
   local code = 1
-  local existing = redis.call('HGET', jobs, member)
-  if existing then
+  local lease = 0
+  local earlier = planned[member]
+  if earlier then
+    if replace then
+      code = 2
+      lease = plan[earlier].lease
+      plan[earlier] = false
+    else
+      code = 0
+    end
+  elseif existing[i + 1] then
+    local old = parse(existing[i + 1])
+    if old then lease = old.lease end
     if redis.call('ZSCORE', prefix .. 'dead:' .. topic, member) then
       redis.call('ZREM', prefix .. 'dead:' .. topic, member)
     elseif redis.call('ZSCORE', prefix .. 'inflight', member) then
@@ -34,19 +51,43 @@ for i = 0, n - 1 do
     end
   end
   if code == 1 or code == 2 then
-    local due = due_from(when, now)
-    local lease = 0
-    local old = parse(existing)
-    if old then lease = old.lease end
-    redis.call('HSET', jobs, member, encode({ attempt = 0, max = max, lease = lease, created = now, due = due,
-      err = '', payload = payload }))
-    place(prefix, delayed, counts, member, topic, id, due, now)
-    if not seen_topics[topic] then
-      seen_topics[topic] = true
-      redis.call('SADD', topics, topic)
-    end
+    plan[#plan + 1] = { member = member, topic = topic, id = id, due = due_from(when, now), lease = lease,
+      env = nil, max = max, payload = payload }
+    planned[member] = #plan
   end
   out[#out + 1] = code
 end
+local writes, adds, ready_by_topic, delayed_by_topic = {}, {}, {}, {}
+for _, p in ipairs(plan) do
+  if p then
+    writes[#writes + 1] = p.member
+    writes[#writes + 1] = encode({ attempt = 0, max = p.max, lease = p.lease, created = now, due = p.due,
+      err = '', payload = p.payload })
+    if p.due <= now then
+      local list = ready_by_topic[p.topic]
+      if not list then
+        list = {}
+        ready_by_topic[p.topic] = list
+      end
+      list[#list + 1] = p.id
+    else
+      adds[#adds + 1] = p.due
+      adds[#adds + 1] = p.member
+      delayed_by_topic[p.topic] = (delayed_by_topic[p.topic] or 0) + 1
+    end
+  end
+end
+if #writes > 0 then redis.call('HSET', jobs, unpack(writes)) end
+if #adds > 0 then redis.call('ZADD', delayed, unpack(adds)) end
+local touched = {}
+for topic, list in pairs(ready_by_topic) do
+  push_all('RPUSH', prefix .. 'ready:' .. topic, list)
+  touched[topic] = true
+end
+for topic, k in pairs(delayed_by_topic) do
+  bump(counts, topic, 'delayed', k)
+  touched[topic] = true
+end
+for topic in pairs(touched) do redis.call('SADD', topics, topic) end
 out[1] = announce(prefix, delayed, before)
 return out

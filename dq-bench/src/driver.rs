@@ -1,0 +1,521 @@
+//! The driver: one redis-server, then for each run FLUSHALL, a fresh worker process, the
+//! pushes of the workload, the wait for the drain, the worker's records, one JSON line.
+
+use std::future::IntoFuture;
+use std::process::Stdio;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use dq::Client;
+use dq_testkit::RedisServer;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, Command};
+
+use crate::stats::{rate, round3, summary};
+
+pub(crate) const TOPIC: &str = "bench";
+const BURST_DELAY_MS: f64 = 3000.0;
+const PENDING_FILL: usize = 1_000_000;
+
+/// BENCH.md's payload: `{"order_id": i, "pad": "<80 x>"}`.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Payload {
+    pub(crate) order_id: u64,
+    pub(crate) pad: String,
+}
+
+fn payload(i: u64) -> Payload {
+    Payload {
+        order_id: i,
+        pad: "x".repeat(80),
+    }
+}
+
+pub(crate) fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+fn now_ms() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+}
+
+fn at(ms: f64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs_f64(ms / 1000.0)
+}
+
+async fn sleep_until_ms(target: f64) {
+    let wait = target - now_ms();
+    if wait > 0.0 {
+        tokio::time::sleep(Duration::from_secs_f64(wait / 1000.0)).await;
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Spec {
+    workload: &'static str,
+    mode: &'static str,
+    n: usize,
+}
+
+fn plan(workload: &str, n: Option<usize>, push_mode: &str) -> anyhow::Result<Vec<Spec>> {
+    let modes: Vec<&'static str> = match push_mode {
+        "all" => vec!["seq", "concurrent", "bulk"],
+        "seq" => vec!["seq"],
+        "concurrent" => vec!["concurrent"],
+        "bulk" => vec!["bulk"],
+        other => anyhow::bail!("unknown push mode {other:?}: use all, seq, concurrent or bulk"),
+    };
+    let bursts = |sizes: Vec<usize>| {
+        sizes
+            .into_iter()
+            .flat_map(|n| {
+                modes.iter().map(move |&mode| Spec {
+                    workload: "burst",
+                    mode,
+                    n,
+                })
+            })
+            .collect::<Vec<_>>()
+    };
+    let one = |workload, mode, default| Spec {
+        workload,
+        mode,
+        n: n.unwrap_or(default),
+    };
+    Ok(match workload {
+        "burst" => bursts(n.map_or(vec![100_000, 5_000], |n| vec![n])),
+        "steady" => vec![one("steady", "paced", 30_000)],
+        "sparse" => vec![one("sparse", "seq", 100)],
+        "sparse-offset" => vec![one("sparse-offset", "seq", 100)],
+        "cross-process" => vec![one("cross-process", "seq", 100)],
+        "pending" => vec![one("pending", "bulk", 100_000)],
+        "all" => {
+            let mut all = bursts(vec![100_000, 5_000]);
+            for w in ["steady", "sparse", "sparse-offset", "cross-process", "pending"] {
+                all.extend(plan(w, None, push_mode)?);
+            }
+            all
+        }
+        other => anyhow::bail!(
+            "unknown workload {other:?}: use all, burst, steady, sparse, sparse-offset, cross-process or pending"
+        ),
+    })
+}
+
+/// Runs the plan; returns how many runs lost or duplicated jobs.
+pub(crate) async fn run_all(
+    workload: &str,
+    n: Option<usize>,
+    push_mode: &str,
+    reps: usize,
+    concurrency: usize,
+) -> anyhow::Result<usize> {
+    let plan = plan(workload, n, push_mode)?;
+    let redis = RedisServer::start_with(&["--save", "", "--appendonly", "no"]);
+    let info = redis.command(&["INFO", "server"]);
+    let redis_version = info
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .unwrap_or("unknown")
+        .trim()
+        .to_owned();
+    let mut failed = 0;
+    for rep in 0..reps {
+        for spec in &plan {
+            eprintln!(
+                "dq-bench: {} {} n={} rep {rep} (redis {redis_version}, port {})",
+                spec.workload,
+                spec.mode,
+                spec.n,
+                redis.port()
+            );
+            let mut line = run_one(&redis, spec, concurrency).await?;
+            line["rep"] = json!(rep);
+            line["redis_version"] = json!(redis_version);
+            if line["lost"] != json!(0) || line["dup"] != json!(0) {
+                failed += 1;
+            }
+            println!("{line}");
+        }
+    }
+    Ok(failed)
+}
+
+/// What the pushes of a run produced, per job: when it is due and when its push returned.
+struct Pushes {
+    t0: f64,
+    push_end: f64,
+    /// The burst's common due instant.
+    burst_due: Option<f64>,
+    due: Vec<f64>,
+    ret: Vec<f64>,
+}
+
+async fn run_one(redis: &RedisServer, spec: &Spec, concurrency: usize) -> anyhow::Result<Value> {
+    redis.command(&["FLUSHALL"]);
+    let n = spec.n;
+    let (mut worker, mut stdin, mut lines) = spawn_worker(redis, n, concurrency).await?;
+    let config = dq::Config::builder()
+        .redis_url(redis.url())
+        .namespace("bench")
+        .build()?;
+    let client = Client::connect(config).await?;
+
+    let mut extra = serde_json::Map::new();
+    let mut fill = 0;
+    if spec.workload == "pending" {
+        let before = used_memory(redis);
+        fill_pending(&client).await?;
+        let after = used_memory(redis);
+        fill = PENDING_FILL;
+        extra.insert(
+            "redis_bytes_per_job".into(),
+            round3((after - before) / PENDING_FILL as f64),
+        );
+    }
+    let pushes = match spec.workload {
+        "burst" | "pending" => burst(&client, n, spec.mode).await?,
+        "steady" => steady(&client, n).await?,
+        "sparse" => sparse(&client, n, 500).await?,
+        "sparse-offset" => sparse(&client, n, 550).await?,
+        "cross-process" => cross_process(redis, n).await?,
+        other => anyhow::bail!("unknown workload {other}"),
+    };
+
+    // Drain: until nothing of the run is delayed, ready or running, or 60 s after the last due.
+    let last_due = pushes.due.iter().copied().fold(f64::MIN, f64::max);
+    loop {
+        let c = client.counts(TOPIC).await?;
+        if c.ready == 0 && c.running == 0 && c.delayed as usize <= fill {
+            break;
+        }
+        if now_ms() > last_due + 60_000.0 {
+            eprintln!("dq-bench: jobs still pending 60 s after the last due time: {c:?}");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await; // would a duplicate show up?
+    stdin.write_all(b"dump\n").await?;
+    stdin.flush().await?;
+    let mut starts = Vec::with_capacity(n);
+    let mut counts = Vec::with_capacity(n);
+    while let Some(line) = lines.next_line().await? {
+        if line == "end" {
+            break;
+        }
+        let (s, c) = line
+            .split_once(' ')
+            .ok_or_else(|| anyhow::anyhow!("bad worker line {line:?}"))?;
+        let s: u64 = s.parse()?;
+        starts.push(if s == 0 { f64::NAN } else { s as f64 / 1000.0 });
+        counts.push(c.parse::<u32>()?);
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(30), worker.wait()).await;
+    anyhow::ensure!(
+        starts.len() == n,
+        "the worker reported {} of {n} jobs",
+        starts.len()
+    );
+
+    let lost = counts.iter().filter(|&&c| c == 0).count();
+    let dup = counts.iter().filter(|&&c| c > 1).count();
+    let lateness: Vec<f64> = (0..n).map(|i| starts[i] - pushes.due[i]).collect();
+    let eff: Vec<f64> = (0..n)
+        .map(|i| starts[i] - pushes.due[i].max(pushes.ret[i]))
+        .collect();
+    let started: Vec<f64> = starts.iter().copied().filter(|s| s.is_finite()).collect();
+    let first = started.iter().copied().fold(f64::MAX, f64::min);
+    let last = started.iter().copied().fold(f64::MIN, f64::max);
+    let push_ms = pushes.push_end - pushes.t0;
+    let (drain, first_to_last) = match pushes.burst_due {
+        Some(d) => (
+            rate(n, last - d.max(pushes.push_end)),
+            rate(n, last - first),
+        ),
+        None => (Value::Null, Value::Null),
+    };
+    let mut line = json!({
+        "system": "dq",
+        "workload": spec.workload,
+        "push_mode": spec.mode,
+        "n": n,
+        "push_jobs_per_s": rate(n, push_ms),
+        "drain_jobs_per_s": drain,
+        "drain_first_to_last_jobs_per_s": first_to_last,
+        "lateness_ms": summary(&lateness),
+        "lost": lost,
+        "dup": dup,
+        "concurrency": concurrency,
+        "rep": 0,
+        "version": env!("CARGO_PKG_VERSION"),
+        "lateness_eff_ms": summary(&eff),
+        "push_ms": round3(push_ms),
+    });
+    if let Some(map) = line.as_object_mut() {
+        map.extend(extra);
+    }
+    Ok(line)
+}
+
+async fn spawn_worker(
+    redis: &RedisServer,
+    n: usize,
+    concurrency: usize,
+) -> anyhow::Result<(
+    Child,
+    ChildStdin,
+    tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+)> {
+    let mut child = Command::new(std::env::current_exe()?)
+        .args(["worker", "--url", &redis.url()])
+        .args([
+            "--n",
+            &n.to_string(),
+            "--concurrency",
+            &concurrency.to_string(),
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let stdin = child
+        .stdin
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("no worker stdin"))?;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("no worker stdout"))?;
+    let mut lines = BufReader::new(stdout).lines();
+    let ready = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await;
+    match ready {
+        Ok(Ok(Some(line))) if line == "ready" => Ok((child, stdin, lines)),
+        other => anyhow::bail!("the worker did not report ready: {other:?}"),
+    }
+}
+
+fn used_memory(redis: &RedisServer) -> f64 {
+    redis
+        .command(&["INFO", "memory"])
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+async fn fill_pending(client: &Client) -> anyhow::Result<()> {
+    let due = at(now_ms() + 3_600_000.0);
+    let ids: Vec<u64> = (0..PENDING_FILL as u64).collect();
+    for chunk in ids.chunks(1000) {
+        let jobs = chunk.iter().map(|&i| {
+            client
+                .push_to(TOPIC, &payload(u64::MAX))
+                .id(format!("f{i}"))
+                .at(due)
+        });
+        client.push_batch(jobs).await?;
+    }
+    Ok(())
+}
+
+async fn burst(client: &Client, n: usize, mode: &str) -> anyhow::Result<Pushes> {
+    let t0 = now_ms();
+    let d = t0 + BURST_DELAY_MS;
+    let mut due = vec![0.0; n];
+    let mut ret = vec![0.0; n];
+    let job = |i: usize| {
+        client
+            .push_to(TOPIC, &payload(i as u64))
+            .id(i.to_string())
+            .at(at(d))
+    };
+    match mode {
+        "seq" => {
+            for i in 0..n {
+                let tc = now_ms();
+                job(i).await?;
+                due[i] = d.max(tc);
+                ret[i] = now_ms();
+            }
+        }
+        "concurrent" => {
+            let indices: Vec<usize> = (0..n).collect();
+            for chunk in indices.chunks(1000) {
+                let tc = now_ms();
+                let results =
+                    futures_util::future::join_all(chunk.iter().map(|&i| job(i).into_future()))
+                        .await;
+                let r = now_ms();
+                for (&i, res) in chunk.iter().zip(results) {
+                    res?;
+                    due[i] = d.max(tc);
+                    ret[i] = r;
+                }
+            }
+        }
+        _ => {
+            let indices: Vec<usize> = (0..n).collect();
+            for chunk in indices.chunks(1000) {
+                let tc = now_ms();
+                client.push_batch(chunk.iter().map(|&i| job(i))).await?;
+                let r = now_ms();
+                for &i in chunk {
+                    due[i] = d.max(tc);
+                    ret[i] = r;
+                }
+            }
+        }
+    }
+    Ok(Pushes {
+        t0,
+        push_end: now_ms(),
+        burst_due: Some(d),
+        due,
+        ret,
+    })
+}
+
+/// 2,000 jobs/s: a pacer wakes about every ms and sends the deficit; job i is due
+/// `(i * 7919) mod 1000` ms after its push.
+async fn steady(client: &Client, n: usize) -> anyhow::Result<Pushes> {
+    let t0 = now_ms();
+    let mut due = vec![0.0; n];
+    let mut ret = vec![0.0; n];
+    let mut sent = 0usize;
+    while sent < n {
+        let elapsed = now_ms() - t0;
+        let target = (((elapsed * 2000.0 / 1000.0).floor() as usize) + 1).min(n);
+        if target > sent {
+            let tc = now_ms();
+            let batch: Vec<_> = (sent..target)
+                .map(|i| {
+                    let delay = ((i * 7919) % 1000) as f64;
+                    due[i] = tc + delay;
+                    client
+                        .push_to(TOPIC, &payload(i as u64))
+                        .id(i.to_string())
+                        .at(at(tc + delay))
+                })
+                .collect();
+            client.push_batch(batch).await?;
+            let r = now_ms();
+            ret[sent..target].iter_mut().for_each(|x| *x = r);
+            sent = target;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    Ok(Pushes {
+        t0,
+        push_end: now_ms(),
+        burst_due: None,
+        due,
+        ret,
+    })
+}
+
+/// Job i pushed at `t0 + 100 i` ms, due `delay_ms` after its push.
+async fn sparse(client: &Client, n: usize, delay_ms: u64) -> anyhow::Result<Pushes> {
+    let t0 = now_ms();
+    let (due, ret) = push_sparse(client, n, delay_ms, 100, t0).await?;
+    Ok(Pushes {
+        t0,
+        push_end: now_ms(),
+        burst_due: None,
+        due,
+        ret,
+    })
+}
+
+async fn push_sparse(
+    client: &Client,
+    n: usize,
+    delay_ms: u64,
+    interval_ms: u64,
+    t0: f64,
+) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+    let mut due = vec![0.0; n];
+    let mut ret = vec![0.0; n];
+    for i in 0..n {
+        sleep_until_ms(t0 + (interval_ms * i as u64) as f64).await;
+        let tc = now_ms();
+        due[i] = tc + delay_ms as f64;
+        client
+            .push_to(TOPIC, &payload(i as u64))
+            .id(i.to_string())
+            .at(at(due[i]))
+            .await?;
+        ret[i] = now_ms();
+    }
+    Ok((due, ret))
+}
+
+/// sparse-offset, with the pushes made by a third process that only produces.
+async fn cross_process(redis: &RedisServer, n: usize) -> anyhow::Result<Pushes> {
+    let t0 = now_ms() + 500.0;
+    let out = Command::new(std::env::current_exe()?)
+        .args(["producer", "--url", &redis.url(), "--n", &n.to_string()])
+        .args([
+            "--delay-ms",
+            "550",
+            "--interval-ms",
+            "100",
+            "--t0-ms",
+            &t0.to_string(),
+        ])
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .output()
+        .await?;
+    anyhow::ensure!(
+        out.status.success(),
+        "the producer failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut due = Vec::with_capacity(n);
+    let mut ret = Vec::with_capacity(n);
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        if let Some((d, r)) = line.split_once(' ') {
+            due.push(d.parse()?);
+            ret.push(r.parse()?);
+        }
+    }
+    anyhow::ensure!(
+        due.len() == n,
+        "the producer reported {} of {n} pushes",
+        due.len()
+    );
+    Ok(Pushes {
+        t0,
+        push_end: ret.last().copied().unwrap_or(t0),
+        burst_due: None,
+        due,
+        ret,
+    })
+}
+
+/// The producer process of the cross-process workload: pushes on schedule, then prints
+/// `due ret` per job.
+pub(crate) async fn produce(
+    url: String,
+    n: usize,
+    delay_ms: u64,
+    interval_ms: u64,
+    t0: f64,
+) -> anyhow::Result<()> {
+    let config = dq::Config::builder()
+        .redis_url(url)
+        .namespace("bench")
+        .build()?;
+    let client = Client::connect(config).await?;
+    let (due, ret) = push_sparse(&client, n, delay_ms, interval_ms, t0).await?;
+    for (d, r) in due.iter().zip(&ret) {
+        println!("{d} {r}");
+    }
+    Ok(())
+}

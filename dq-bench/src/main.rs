@@ -1,0 +1,106 @@
+//! `dq-bench`: runs the workloads of BENCH.md against dq and prints one JSON line per run.
+//!
+//! It starts its own `redis-server` on a free loopback port (`--save '' --appendonly no`,
+//! default `hz`), runs FLUSHALL before each run, spawns a worker process (this binary with the
+//! hidden `worker` role) and waits until it reports that it is connected and idle before
+//! pushing. The worker records each job's first start time and delivery count in memory and
+//! hands them over through a pipe at the end. A run with lost or duplicated jobs makes the
+//! program exit non-zero, whatever its speed.
+//!
+//! ```sh
+//! cargo run --release -p dq-bench -- --workload all --reps 3
+//! cargo run --release -p dq-bench -- --workload burst --n 100000 --push-mode bulk
+//! ```
+
+mod driver;
+mod stats;
+mod worker;
+
+use clap::{Parser, Subcommand};
+
+/// Runs BENCH.md's workloads against dq; one JSON line per run on stdout.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Cli {
+    #[command(subcommand)]
+    role: Option<Role>,
+    /// all, burst, steady, sparse, sparse-offset, cross-process or pending.
+    #[arg(long, default_value = "all")]
+    workload: String,
+    /// Jobs in a burst (default: 100000 and 5000).
+    #[arg(long)]
+    n: Option<usize>,
+    /// Push mode of the burst workloads: all, seq, concurrent or bulk.
+    #[arg(long, default_value = "all")]
+    push_mode: String,
+    /// Repetitions of each run.
+    #[arg(long, default_value_t = 1)]
+    reps: usize,
+    /// Worker concurrency for the one topic.
+    #[arg(long, default_value_t = 256)]
+    concurrency: usize,
+}
+
+#[derive(Debug, Subcommand)]
+enum Role {
+    /// The worker process (spawned by the driver).
+    #[command(hide = true)]
+    Worker {
+        #[arg(long)]
+        url: String,
+        #[arg(long)]
+        n: usize,
+        #[arg(long)]
+        concurrency: usize,
+    },
+    /// The producer process of the cross-process workload (spawned by the driver).
+    #[command(hide = true)]
+    Producer {
+        #[arg(long)]
+        url: String,
+        #[arg(long)]
+        n: usize,
+        #[arg(long)]
+        delay_ms: u64,
+        #[arg(long)]
+        interval_ms: u64,
+        /// Push schedule start, epoch milliseconds.
+        #[arg(long)]
+        t0_ms: f64,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    match cli.role {
+        Some(Role::Worker {
+            url,
+            n,
+            concurrency,
+        }) => rt.block_on(worker::run(url, n, concurrency)),
+        Some(Role::Producer {
+            url,
+            n,
+            delay_ms,
+            interval_ms,
+            t0_ms,
+        }) => rt.block_on(driver::produce(url, n, delay_ms, interval_ms, t0_ms)),
+        None => {
+            let failed = rt.block_on(driver::run_all(
+                &cli.workload,
+                cli.n,
+                &cli.push_mode,
+                cli.reps,
+                cli.concurrency,
+            ))?;
+            if failed > 0 {
+                eprintln!("dq-bench: {failed} run(s) lost or duplicated jobs");
+                std::process::exit(1);
+            }
+            Ok(())
+        }
+    }
+}

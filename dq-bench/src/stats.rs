@@ -1,0 +1,52 @@
+//! Percentiles and the JSON line of BENCH.md.
+
+use serde_json::{json, Value};
+
+/// Nearest-rank percentile of a sorted slice: element ceil(p n) (1-based).
+pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = (p * sorted.len() as f64).ceil().max(1.0) as usize;
+    sorted[rank.min(sorted.len()) - 1]
+}
+
+pub(crate) fn summary(values: &[f64]) -> Value {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    v.sort_by(f64::total_cmp);
+    json!({
+        "p50": round3(percentile(&v, 0.50)),
+        "p99": round3(percentile(&v, 0.99)),
+        "max": round3(v.last().copied().unwrap_or(f64::NAN)),
+        "min": round3(v.first().copied().unwrap_or(f64::NAN)),
+    })
+}
+
+pub(crate) fn round3(x: f64) -> Value {
+    if x.is_finite() {
+        json!((x * 1000.0).round() / 1000.0)
+    } else {
+        Value::Null
+    }
+}
+
+pub(crate) fn rate(n: usize, window_ms: f64) -> Value {
+    if window_ms > 0.0 {
+        round3(n as f64 / (window_ms / 1000.0))
+    } else {
+        Value::Null
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 0.5), 50.0);
+        assert_eq!(percentile(&v, 0.99), 99.0);
+        assert_eq!(percentile(&[7.0], 0.99), 7.0);
+    }
+}

@@ -1,0 +1,74 @@
+//! The worker process: one topic, concurrency C, a no-op handler that records its own start
+//! time and delivery count; hands them to the driver over stdout when told to on stdin.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::AsyncBufReadExt;
+
+use crate::driver::{now_us, Payload, TOPIC};
+
+struct Record {
+    starts: Vec<AtomicU64>,
+    counts: Vec<AtomicU32>,
+}
+
+pub(crate) async fn run(url: String, n: usize, concurrency: usize) -> anyhow::Result<()> {
+    let record = Arc::new(Record {
+        starts: (0..n).map(|_| AtomicU64::new(0)).collect(),
+        counts: (0..n).map(|_| AtomicU32::new(0)).collect(),
+    });
+    let r = record.clone();
+    let listener = dq::Listener::new(TOPIC, move |p: Payload, _ctx: dq::JobContext| {
+        let r = r.clone();
+        async move {
+            let now = now_us();
+            if let Ok(i) = usize::try_from(p.order_id) {
+                if i < r.starts.len() {
+                    let _ =
+                        r.starts[i].compare_exchange(0, now, Ordering::SeqCst, Ordering::SeqCst);
+                    r.counts[i].fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        }
+    })
+    .concurrency(concurrency);
+    let config = dq::Config::builder()
+        .redis_url(url)
+        .namespace("bench")
+        .build()?;
+    let rt = dq::Runtime::builder()
+        .config(config)
+        .without_registered_listeners()
+        .listener(listener)
+        .start()
+        .await?;
+    // Let the loops reach their blocking waits: connected and idle.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    println!("ready");
+    std::io::stdout().flush()?;
+
+    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    while let Some(line) = lines.next_line().await? {
+        if line.trim() == "dump" {
+            break;
+        }
+    }
+    {
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        for i in 0..n {
+            writeln!(
+                out,
+                "{} {}",
+                record.starts[i].load(Ordering::SeqCst),
+                record.counts[i].load(Ordering::SeqCst)
+            )?;
+        }
+        writeln!(out, "end")?;
+        out.flush()?;
+    }
+    rt.shutdown().await?;
+    Ok(())
+}
