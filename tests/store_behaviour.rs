@@ -72,6 +72,7 @@ macro_rules! on_both_stores {
 }
 
 on_both_stores!(
+    concurrent_pushes_are_each_stored_once,
     the_same_id_twice_in_one_batch_is_one_job,
     pushed_job_is_delayed_with_its_payload_and_due_time,
     push_without_id_generates_unique_ids,
@@ -793,4 +794,23 @@ async fn the_same_id_twice_in_one_batch_is_one_job(kind: Kind) {
         (&b"4"[..], JobState::Delayed),
         "replace: the last push wins"
     );
+}
+
+async fn concurrent_pushes_are_each_stored_once(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let distinct = (0..500).map(|i| c.push_to("t", &i).id(format!("d{i}")).send());
+    let same = (0..50).map(|i| c.push_to("t", &i).id("same").send());
+    let results = futures_util::future::join_all(distinct.chain(same)).await;
+    let outcomes: Vec<PushOutcome> = results.into_iter().map(|r| r.unwrap().outcome).collect();
+    assert!(outcomes[..500].iter().all(|o| *o == PushOutcome::Created));
+    let created = outcomes[500..]
+        .iter()
+        .filter(|o| **o == PushOutcome::Created)
+        .count();
+    assert_eq!(
+        created, 1,
+        "one of the racing pushes of one id creates it: {outcomes:?}"
+    );
+    assert_eq!(c.counts("t").await.unwrap().ready, 501);
 }

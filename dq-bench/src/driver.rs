@@ -167,6 +167,8 @@ async fn run_one(redis: &RedisServer, spec: &Spec, concurrency: usize) -> anyhow
     let client = Client::connect(config).await?;
 
     let mut extra = serde_json::Map::new();
+    let cpu_before = redis_cpu_s(redis);
+    let wall_before = now_ms();
     let mut fill = 0;
     if spec.workload == "pending" {
         let before = used_memory(redis);
@@ -200,6 +202,16 @@ async fn run_one(redis: &RedisServer, spec: &Spec, concurrency: usize) -> anyhow
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    // Redis' own CPU time over pushes and drain, against the wall time: near 1 s per second
+    // means one Redis core was the limit.
+    extra.insert(
+        "redis_cpu_s".into(),
+        round3(redis_cpu_s(redis) - cpu_before),
+    );
+    extra.insert(
+        "run_wall_s".into(),
+        round3((now_ms() - wall_before) / 1000.0),
+    );
     tokio::time::sleep(Duration::from_millis(300)).await; // would a duplicate show up?
     stdin.write_all(b"dump\n").await?;
     stdin.flush().await?;
@@ -298,6 +310,17 @@ async fn spawn_worker(
         Ok(Ok(Some(line))) if line == "ready" => Ok((child, stdin, lines)),
         other => anyhow::bail!("the worker did not report ready: {other:?}"),
     }
+}
+
+fn redis_cpu_s(redis: &RedisServer) -> f64 {
+    let info = redis.command(&["INFO", "cpu"]);
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    field("used_cpu_sys:") + field("used_cpu_user:")
 }
 
 fn used_memory(redis: &RedisServer) -> f64 {

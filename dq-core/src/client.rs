@@ -38,6 +38,79 @@ use crate::store::{RedisStore, Store};
 pub struct Client {
     store: Arc<dyn Store>,
     config: Arc<Config>,
+    coalescer: Arc<Coalescer>,
+}
+
+type Waiter = tokio::sync::oneshot::Sender<Result<PushOutcome>>;
+
+/// Coalesces single pushes made while another push is in flight into one batched store call:
+/// a lone push goes straight to the store, and a thousand concurrent ones cost a handful of
+/// round trips instead of a thousand script calls.
+#[derive(Default)]
+struct Coalescer {
+    in_flight: std::sync::atomic::AtomicUsize,
+    queue: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<(NewJob, OnConflict, Waiter)>>,
+}
+
+impl Coalescer {
+    fn queue(
+        &self,
+        store: &Arc<dyn Store>,
+    ) -> &tokio::sync::mpsc::UnboundedSender<(NewJob, OnConflict, Waiter)> {
+        self.queue.get_or_init(|| {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            tokio::spawn(coalesce(store.clone(), rx));
+            tx
+        })
+    }
+}
+
+/// Sends whatever pushes queued up while the previous call was in flight as one call per mode.
+async fn coalesce(
+    store: Arc<dyn Store>,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<(NewJob, OnConflict, Waiter)>,
+) {
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < crate::store::MAX_BATCH {
+            match rx.try_recv() {
+                Ok(item) => batch.push(item),
+                Err(_) => break,
+            }
+        }
+        let (replace, keep): (Vec<_>, Vec<_>) = batch
+            .into_iter()
+            .partition(|(_, mode, _)| *mode == OnConflict::Replace);
+        for (mode, group) in [(OnConflict::Keep, keep), (OnConflict::Replace, replace)] {
+            if group.is_empty() {
+                continue;
+            }
+            let (jobs, waiters): (Vec<NewJob>, Vec<Waiter>) =
+                group.into_iter().map(|(job, _, w)| (job, w)).unzip();
+            match store.push(jobs, mode).await {
+                Ok(outcomes) => {
+                    for (w, outcome) in waiters.into_iter().zip(outcomes) {
+                        let _ = w.send(Ok(outcome));
+                    }
+                }
+                Err(e) => {
+                    let e = Arc::new(e);
+                    for w in waiters {
+                        let _ = w.send(Err(Error::Batch(e.clone())));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Counts a push as in flight until dropped (also when the push future is cancelled).
+struct InFlight<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl std::fmt::Debug for Client {
@@ -55,6 +128,7 @@ impl Client {
         Client {
             store,
             config: Arc::new(config),
+            coalescer: Arc::default(),
         }
     }
 
@@ -284,11 +358,32 @@ impl PushBuilder {
         let mode = self.on_conflict;
         let job = self.into_job(&client.config)?;
         let id = job.id.clone();
-        let outcome = client.store.push(vec![job], mode).await?;
-        Ok(Pushed {
-            id,
-            outcome: outcome.first().copied().unwrap_or(PushOutcome::Created),
-        })
+        let counter = &client.coalescer.in_flight;
+        let alone = counter.fetch_add(1, Ordering::SeqCst) == 0;
+        let _in_flight = InFlight(counter);
+        let outcome = if alone {
+            let outcome = client.store.push(vec![job], mode).await?;
+            outcome.first().copied().unwrap_or(PushOutcome::Created)
+        } else {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let queued = client.coalescer.queue(&client.store).send((job, mode, tx));
+            match (queued, rx.await) {
+                (Ok(()), Ok(result)) => result?,
+                // The coalescing task is gone (the runtime is shutting down): push directly.
+                (Err(e), _) => {
+                    let (job, mode, _) = e.0;
+                    let outcome = client.store.push(vec![job], mode).await?;
+                    outcome.first().copied().unwrap_or(PushOutcome::Created)
+                }
+                (Ok(()), Err(_)) => {
+                    return Err(Error::Timeout {
+                        op: "push (the coalescing task stopped)",
+                        after: Duration::ZERO,
+                    })
+                }
+            }
+        };
+        Ok(Pushed { id, outcome })
     }
 
     fn into_job(self, config: &Config) -> Result<NewJob> {

@@ -103,6 +103,9 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// A push that was sent in one batch with others, which failed as a whole.
+    #[error("{0}")]
+    Batch(std::sync::Arc<Error>),
     /// The operation did not finish in time.
     #[error("{op} timed out after {after:?}")]
     Timeout {
@@ -132,6 +135,7 @@ impl Error {
                     || source.is_timeout()
             }
             Error::Timeout { .. } => true,
+            Error::Batch(inner) => inner.is_connection(),
             _ => false,
         }
     }

@@ -73,7 +73,7 @@ impl Mover {
             loop {
                 tokio::select! {
                     _ = self.shared.stop.cancelled() => return,
-                    _ = tokio::time::sleep_until(deadline) => break,
+                    _ = sleep_until_precisely(deadline) => break,
                     announced = self.wake.recv() => match announced {
                         Some(due) => {
                             let at = local(due);
@@ -87,6 +87,21 @@ impl Mover {
                 }
             }
         }
+    }
+}
+
+/// Sleeps until `deadline` to within about 0.1 ms. tokio's timer has a 1 ms resolution and
+/// rounds up, which alone would make a job up to 1 ms late; the last 2 ms are slept on a
+/// blocking-pool thread with the OS's high-resolution sleep instead (never a busy loop).
+/// If the select around this is woken first, the short OS sleep ends on its own.
+async fn sleep_until_precisely(deadline: Instant) {
+    const FINE: Duration = Duration::from_millis(2);
+    if deadline.saturating_duration_since(Instant::now()) > FINE + Duration::from_millis(1) {
+        tokio::time::sleep_until(deadline - FINE).await;
+    }
+    let left = deadline.saturating_duration_since(Instant::now());
+    if !left.is_zero() {
+        let _ = tokio::task::spawn_blocking(move || std::thread::sleep(left)).await;
     }
 }
 

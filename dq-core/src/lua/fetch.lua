@@ -20,12 +20,8 @@ local deadline = now + lease_us
 for i, id in ipairs(ids) do
   local raw = raws[i]
   if raw then
-    local e = parse(raw)
-    local env
-    if e then
-      e.attempt = e.attempt + 1
-      e.lease = e.lease + 1
-      env = encode(e)
+    local env = well_formed(raw) and bump_run(raw)
+    if env then
       leases[#leases + 1] = deadline
       leases[#leases + 1] = members[i]
       out[#out + 1] = id

@@ -28,6 +28,20 @@ local function encode(e)
     .. fmt(e.due) .. ':' .. #e.err .. ':' .. e.err .. e.payload
 end
 
+-- True when the envelope's header is readable and its error fits: parse() without the copies.
+local function well_formed(raw)
+  local el, pos = string.match(raw, '^1:%d+:%d+:%d+:%d+:%d+:(%d+):()')
+  return el ~= nil and #raw >= pos + tonumber(el) - 1
+end
+
+-- A new run of a job: attempt and lease token bumped, the rest of the envelope kept as it is
+-- (no copy of the payload through parse and encode). Returns the new envelope, or nil.
+local function bump_run(raw)
+  local a, m, l, rest = string.match(raw, '^1:(%d+):(%d+):(%d+):()')
+  if not a then return nil end
+  return '1:' .. (tonumber(a) + 1) .. ':' .. m .. ':' .. fmt(tonumber(l) + 1) .. ':' .. string.sub(raw, rest)
+end
+
 -- The lease token without copying the payload.
 local function lease_of(raw)
   if not raw then return nil end

@@ -12,8 +12,9 @@ if #due > 0 then
   redis.call('ZREMRANGEBYRANK', delayed, 0, #due - 1)
   local by_topic, order = {}, {}
   for _, member in ipairs(due) do
-    local topic, id = split_member(member)
-    if topic then
+    local colon = string.find(member, ':', 1, true)
+    if colon then
+      local topic, id = string.sub(member, 1, colon - 1), string.sub(member, colon + 1)
       if not by_topic[topic] then
         by_topic[topic] = {}
         order[#order + 1] = topic
