@@ -150,15 +150,22 @@ impl RedisServer {
         stream
             .write_all(req.as_bytes())
             .expect("write to test redis");
+        // A slow command (FLUSHALL of a million keys) may take seconds to start answering;
+        // once it has, a pause means the reply is complete.
         stream
-            .set_read_timeout(Some(Duration::from_millis(300)))
+            .set_read_timeout(Some(Duration::from_secs(30)))
             .expect("set timeout");
         let mut out = Vec::new();
         let mut buf = [0u8; 65536];
         loop {
             match stream.read(&mut buf) {
                 Ok(0) => break,
-                Ok(n) => out.extend_from_slice(&buf[..n]),
+                Ok(n) => {
+                    out.extend_from_slice(&buf[..n]);
+                    stream
+                        .set_read_timeout(Some(Duration::from_millis(300)))
+                        .expect("set timeout");
+                }
                 Err(_) if !out.is_empty() => break,
                 Err(e) => panic!("reading from test redis: {e}"),
             }
