@@ -16,7 +16,6 @@ use crate::stats::{rate, round3, summary};
 
 pub(crate) const TOPIC: &str = "bench";
 const BURST_DELAY_MS: f64 = 3000.0;
-const PENDING_FILL: usize = 1_000_000;
 
 /// BENCH.md's payload: `{"order_id": i, "pad": "<80 x>"}`.
 #[derive(Debug, Serialize, Deserialize)]
@@ -114,6 +113,7 @@ pub(crate) async fn run_all(
     push_mode: &str,
     reps: usize,
     concurrency: usize,
+    pending_fill: usize,
 ) -> anyhow::Result<usize> {
     let plan = plan(workload, n, push_mode)?;
     let redis = RedisServer::start_with(&["--save", "", "--appendonly", "no"]);
@@ -134,7 +134,7 @@ pub(crate) async fn run_all(
                 spec.n,
                 redis.port()
             );
-            let mut line = run_one(&redis, spec, concurrency).await?;
+            let mut line = run_one(&redis, spec, concurrency, pending_fill).await?;
             line["rep"] = json!(rep);
             line["redis_version"] = json!(redis_version);
             if line["lost"] != json!(0) || line["dup"] != json!(0) {
@@ -156,7 +156,12 @@ struct Pushes {
     ret: Vec<f64>,
 }
 
-async fn run_one(redis: &RedisServer, spec: &Spec, concurrency: usize) -> anyhow::Result<Value> {
+async fn run_one(
+    redis: &RedisServer,
+    spec: &Spec,
+    concurrency: usize,
+    pending_fill: usize,
+) -> anyhow::Result<Value> {
     redis.command(&["FLUSHALL"]);
     let n = spec.n;
     let (mut worker, mut stdin, mut lines) = spawn_worker(redis, n, concurrency).await?;
@@ -172,12 +177,13 @@ async fn run_one(redis: &RedisServer, spec: &Spec, concurrency: usize) -> anyhow
     let mut fill = 0;
     if spec.workload == "pending" {
         let before = used_memory(redis);
-        fill_pending(&client).await?;
+        fill_pending(&client, pending_fill).await?;
         let after = used_memory(redis);
-        fill = PENDING_FILL;
+        fill = pending_fill;
+        extra.insert("pending_fill".into(), json!(pending_fill));
         extra.insert(
             "redis_bytes_per_job".into(),
-            round3((after - before) / PENDING_FILL as f64),
+            round3((after - before) / pending_fill.max(1) as f64),
         );
     }
     let pushes = match spec.workload {
@@ -332,9 +338,9 @@ fn used_memory(redis: &RedisServer) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-async fn fill_pending(client: &Client) -> anyhow::Result<()> {
+async fn fill_pending(client: &Client, fill: usize) -> anyhow::Result<()> {
     let due = at(now_ms() + 3_600_000.0);
-    let ids: Vec<u64> = (0..PENDING_FILL as u64).collect();
+    let ids: Vec<u64> = (0..fill as u64).collect();
     for chunk in ids.chunks(1000) {
         let jobs = chunk.iter().map(|&i| {
             client

@@ -36,6 +36,9 @@ struct Cli {
     /// Repetitions of each run.
     #[arg(long, default_value_t = 1)]
     reps: usize,
+    /// Delayed jobs filled in before the pending workload's burst.
+    #[arg(long, default_value_t = 1_000_000)]
+    pending_fill: usize,
     /// Worker concurrency for the one topic.
     #[arg(long, default_value_t = 256)]
     concurrency: usize,
@@ -95,6 +98,7 @@ fn main() -> anyhow::Result<()> {
                 &cli.push_mode,
                 cli.reps,
                 cli.concurrency,
+                cli.pending_fill,
             ))?;
             if failed > 0 {
                 eprintln!("dq-bench: {failed} run(s) lost or duplicated jobs");
