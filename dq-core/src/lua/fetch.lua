@@ -20,7 +20,7 @@ local deadline = now + lease_us
 for i, id in ipairs(ids) do
   local raw = raws[i]
   if raw then
-    local env = well_formed(raw) and bump_run(raw)
+    local env = bump_run(raw)
     if env then
       leases[#leases + 1] = deadline
       leases[#leases + 1] = members[i]

@@ -28,17 +28,11 @@ local function encode(e)
     .. fmt(e.due) .. ':' .. #e.err .. ':' .. e.err .. e.payload
 end
 
--- True when the envelope's header is readable and its error fits: parse() without the copies.
-local function well_formed(raw)
-  local el, pos = string.match(raw, '^1:%d+:%d+:%d+:%d+:%d+:(%d+):()')
-  return el ~= nil and #raw >= pos + tonumber(el) - 1
-end
-
 -- A new run of a job: attempt and lease token bumped, the rest of the envelope kept as it is
--- (no copy of the payload through parse and encode). Returns the new envelope, or nil.
+-- (no copy of the payload through parse and encode). Returns nil when the envelope is malformed.
 local function bump_run(raw)
-  local a, m, l, rest = string.match(raw, '^1:(%d+):(%d+):(%d+):()')
-  if not a then return nil end
+  local a, m, l, rest, el, pos = string.match(raw, '^1:(%d+):(%d+):(%d+):()%d+:%d+:(%d+):()')
+  if not a or #raw < pos + tonumber(el) - 1 then return nil end
   return '1:' .. (tonumber(a) + 1) .. ':' .. m .. ':' .. fmt(tonumber(l) + 1) .. ':' .. string.sub(raw, rest)
 end
 
@@ -49,7 +43,9 @@ local function lease_of(raw)
 end
 
 local function split_member(member)
-  return string.match(member, '^([^:]+):(.+)$')
+  local colon = string.find(member, ':', 1, true)
+  if not colon then return nil end
+  return string.sub(member, 1, colon - 1), string.sub(member, colon + 1)
 end
 
 local function bump(counts, topic, state, n)

@@ -18,8 +18,7 @@ local existing = redis.call('HMGET', jobs, unpack(members))
 -- What this call will write, by member; a later entry for the same id supersedes an earlier one.
 local plan, planned = {}, {}
 for i = 0, n - 1 do
-  local topic, id, when, max, payload = ARGV[4 + i * 5], ARGV[5 + i * 5], ARGV[6 + i * 5],
-    tonumber(ARGV[7 + i * 5]), ARGV[8 + i * 5]
+  local topic, id, when, payload = ARGV[4 + i * 5], ARGV[5 + i * 5], ARGV[6 + i * 5], ARGV[8 + i * 5]
   local member = members[i + 1]
   local code = 1
   local lease = 0
@@ -52,17 +51,18 @@ for i = 0, n - 1 do
   end
   if code == 1 or code == 2 then
     plan[#plan + 1] = { member = member, topic = topic, id = id, due = due_from(when, now), lease = lease,
-      env = nil, max = max, payload = payload }
+      max = ARGV[7 + i * 5], payload = payload }
     planned[member] = #plan
   end
   out[#out + 1] = code
 end
 local writes, adds, ready_by_topic, delayed_by_topic = {}, {}, {}, {}
+-- The envelope of a new job (format 1 in lib.lua), built directly: only the due time varies.
+local created = ':' .. fmt(now) .. ':'
 for _, p in ipairs(plan) do
   if p then
     writes[#writes + 1] = p.member
-    writes[#writes + 1] = encode({ attempt = 0, max = p.max, lease = p.lease, created = now, due = p.due,
-      err = '', payload = p.payload })
+    writes[#writes + 1] = '1:0:' .. p.max .. ':' .. fmt(p.lease) .. created .. fmt(p.due) .. ':0:' .. p.payload
     if p.due <= now then
       local list = ready_by_topic[p.topic]
       if not list then
