@@ -59,6 +59,13 @@ impl Recorder {
     }
 }
 
+/// The tests of this file run one at a time: several assert timings (a job within 10 ms of its
+/// due time) that a 10,000-job burst running beside them on a 2-core CI machine would break.
+async fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
+    static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    LOCK.lock().await
+}
+
 fn config(redis: &RedisServer) -> dq::ConfigBuilder {
     Config::builder()
         .redis_url(redis.url())
@@ -175,6 +182,7 @@ fn spawn_child(role: &str, redis: &RedisServer, env: &[(&str, String)]) -> std::
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn job_pushed_by_another_process_runs_within_10ms_of_its_due_time() {
+    let _serial = one_at_a_time().await;
     let redis = RedisServer::start();
     let rec = Recorder::default();
     // The safety tick is an hour: only the wake-up announced through Redis can start the job.
@@ -198,6 +206,7 @@ async fn job_pushed_by_another_process_runs_within_10ms_of_its_due_time() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_never_starts_before_its_due_time() {
+    let _serial = one_at_a_time().await;
     let redis = RedisServer::start();
     let rec = Recorder::default();
     let rt = start(config(&redis), vec![recording("t", &rec)]).await;
@@ -219,6 +228,7 @@ async fn a_job_never_starts_before_its_due_time() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn burst_of_10_000_jobs_due_at_once_runs_each_exactly_once_within_the_concurrency_limit() {
+    let _serial = one_at_a_time().await;
     let redis = RedisServer::start();
     let rec = Recorder::default();
     let r = rec.clone();
@@ -266,6 +276,7 @@ async fn burst_of_10_000_jobs_due_at_once_runs_each_exactly_once_within_the_conc
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_job_is_retried_with_backoff_until_it_succeeds() {
+    let _serial = one_at_a_time().await;
     let redis = RedisServer::start();
     let rec = Recorder::default();
     let r = rec.clone();
@@ -313,6 +324,7 @@ async fn failed_job_is_retried_with_backoff_until_it_succeeds() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn job_failing_every_attempt_is_dead_lettered_with_its_last_error() {
+    let _serial = one_at_a_time().await;
     let redis = RedisServer::start();
     let rec = Recorder::default();
     let r = rec.clone();
@@ -357,6 +369,7 @@ async fn job_failing_every_attempt_is_dead_lettered_with_its_last_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handler_that_overruns_its_timeout_is_cancelled_and_counted_as_failed() {
+    let _serial = one_at_a_time().await;
     let redis = RedisServer::start();
     let finished = Arc::new(AtomicUsize::new(0));
     let f = finished.clone();
@@ -400,6 +413,7 @@ async fn handler_that_overruns_its_timeout_is_cancelled_and_counted_as_failed() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn poison_message_is_dead_lettered_on_its_first_attempt_and_the_worker_goes_on() {
+    let _serial = one_at_a_time().await;
     let redis = RedisServer::start();
     let rec = Recorder::default();
     let rt = start(config(&redis), vec![recording("typed", &rec)]).await;
@@ -439,6 +453,7 @@ async fn poison_message_is_dead_lettered_on_its_first_attempt_and_the_worker_goe
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handler_outcomes_dead_letter_now_or_retry_after_a_delay() {
+    let _serial = one_at_a_time().await;
     let redis = RedisServer::start();
     let rec = Recorder::default();
     let r = rec.clone();
@@ -476,6 +491,7 @@ async fn handler_outcomes_dead_letter_now_or_retry_after_a_delay() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handler_panic_is_caught_and_retried() {
+    let _serial = one_at_a_time().await;
     let redis = RedisServer::start();
     let rec = Recorder::default();
     let r = rec.clone();
@@ -506,6 +522,7 @@ async fn handler_panic_is_caught_and_retried() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_of_a_worker_killed_with_sigkill_run_again_on_another_worker() {
+    let _serial = one_at_a_time().await;
     let redis = RedisServer::start();
     let n = 20u64;
     {
@@ -560,6 +577,7 @@ async fn jobs_of_a_worker_killed_with_sigkill_run_again_on_another_worker() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn graceful_shutdown_acks_finished_jobs_releases_unfinished_ones_and_runs_hooks_in_order() {
+    let _serial = one_at_a_time().await;
     let redis = RedisServer::start();
     let started = Arc::new(AtomicUsize::new(0));
     let s = started.clone();
@@ -629,6 +647,7 @@ async fn graceful_shutdown_acks_finished_jobs_releases_unfinished_ones_and_runs_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_lets_the_running_job_finish_runs_the_hooks_and_exits_cleanly() {
+    let _serial = one_at_a_time().await;
     use std::io::BufRead;
     let redis = RedisServer::start();
     let client = dq::Client::connect(config(&redis).build().unwrap())
@@ -679,6 +698,7 @@ async fn sigterm_lets_the_running_job_finish_runs_the_hooks_and_exits_cleanly() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_listeners_on_one_topic_are_refused_at_start() {
+    let _serial = one_at_a_time().await;
     let redis = RedisServer::start();
     let a = Listener::new("same", |_: Job, _: JobContext| async {});
     let b = Listener::new("same", |_: Job, _: JobContext| async {});
@@ -699,6 +719,7 @@ async fn two_listeners_on_one_topic_are_refused_at_start() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runtime_survives_a_redis_restart_and_runs_jobs_pushed_after_it() {
+    let _serial = one_at_a_time().await;
     let mut redis = RedisServer::start();
     let rec = Recorder::default();
     let rt = start(config(&redis), vec![recording("t", &rec)]).await;
@@ -729,6 +750,7 @@ async fn runtime_survives_a_redis_restart_and_runs_jobs_pushed_after_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn polling_mode_runs_jobs_without_blocking_commands() {
+    let _serial = one_at_a_time().await;
     let redis = RedisServer::start();
     let rec = Recorder::default();
     let rt = start(
