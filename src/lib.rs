@@ -29,8 +29,9 @@
 pub use dq_core::{
     from_us, parse_duration, store, to_us, Acked, ChangeOutcome, Client, Config, ConfigBuilder,
     Envelope, Error, Event, Fetched, JobId, JobInfo, JobState, LeaseRef, LeasedJob, MemoryStore,
-    Message, NewJob, OnConflict, Promoted, PushBuilder, PushOutcome, Pushed, Reclaimed, RedisStore,
-    Result, Schedule, Store, Topic, TopicCounts, DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_RETRIES,
+    Message, NewJob, OnConflict, Page, Promoted, PushBuilder, PushOutcome, Pushed, Reclaimed,
+    RedisStore, Result, Schedule, Store, Topic, TopicCounts, TopicStats, WorkerInfo,
+    DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_RETRIES,
 };
 pub use dq_runtime::{
     Backoff, IntoOutcome, JobContext, Listener, Outcome, Runtime, RuntimeBuilder, ShutdownHandle,

@@ -771,3 +771,34 @@ async fn polling_mode_runs_jobs_without_blocking_commands() {
     );
     rt.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_topic_waits_and_runs_after_resume_and_the_worker_is_listed() {
+    let _serial = one_at_a_time().await;
+    let redis = RedisServer::start();
+    let rec = Recorder::default();
+    let rt = start(
+        config(&redis).lease(Duration::from_millis(600)),
+        vec![recording("pausable", &rec)],
+    )
+    .await;
+    let c = rt.client().clone();
+    c.pause("pausable").await.unwrap();
+    c.push_to("pausable", &Job { n: 1 }).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(rec.count(), 0, "a paused topic is not run");
+    let workers = c.workers().await.unwrap();
+    assert_eq!(workers.len(), 1);
+    assert_eq!(workers[0].topics, ["pausable"]);
+    assert_eq!(workers[0].pid, std::process::id());
+    c.resume("pausable").await.unwrap();
+    wait_until("the job after resume", Duration::from_secs(3), || {
+        rec.count() == 1
+    })
+    .await;
+    rt.shutdown().await.unwrap();
+    assert!(
+        c.workers().await.unwrap().is_empty(),
+        "a stopped worker removes itself"
+    );
+}

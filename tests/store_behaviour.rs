@@ -72,6 +72,11 @@ macro_rules! on_both_stores {
 }
 
 on_both_stores!(
+    a_paused_topic_is_not_fetched_until_resumed,
+    listing_pages_through_each_state_of_one_topic,
+    stats_show_how_far_behind_and_what_comes_next,
+    workers_are_listed_while_they_beat,
+    dead_letters_are_retried_and_purged_through_the_client,
     concurrent_pushes_are_each_stored_once,
     the_same_id_twice_in_one_batch_is_one_job,
     pushed_job_is_delayed_with_its_payload_and_due_time,
@@ -813,4 +818,135 @@ async fn concurrent_pushes_are_each_stored_once(kind: Kind) {
         "one of the racing pushes of one id creates it: {outcomes:?}"
     );
     assert_eq!(c.counts("t").await.unwrap().ready, 501);
+}
+
+async fn a_paused_topic_is_not_fetched_until_resumed(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    c.push_to("t", &1).id("a").await.unwrap();
+    c.pause("t").await.unwrap();
+    let f = c.store().fetch(0, &topic("t"), 10, LEASE).await.unwrap();
+    assert!(f.paused && f.jobs.is_empty());
+    assert!(c.stats("t").await.unwrap().paused);
+    c.resume("t").await.unwrap();
+    let f = c.store().fetch(0, &topic("t"), 10, LEASE).await.unwrap();
+    assert_eq!((f.paused, f.jobs.len()), (false, 1));
+}
+
+async fn listing_pages_through_each_state_of_one_topic(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let later = Duration::from_secs(60);
+    c.push_batch((0..5).map(|i| {
+        c.push_to("a", &i)
+            .id(format!("d{i}"))
+            .delay(later + Duration::from_secs(i))
+    }))
+    .await
+    .unwrap();
+    c.push_batch((0..3).map(|i| c.push_to("b", &i).id(format!("other{i}")).delay(later)))
+        .await
+        .unwrap();
+    c.push_batch((0..4).map(|i| c.push_to("a", &i).id(format!("r{i}"))))
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    let mut cursor = 0;
+    loop {
+        let page = c.jobs("a", JobState::Delayed, cursor, 2).await.unwrap();
+        assert!(page.jobs.len() <= 2);
+        seen.extend(page.jobs.iter().map(|j| j.id.to_string()));
+        match page.next {
+            Some(next) => cursor = next,
+            None => break,
+        }
+    }
+    assert_eq!(
+        seen,
+        ["d0", "d1", "d2", "d3", "d4"],
+        "in due order, other topics left out"
+    );
+    let ready = c.jobs("a", JobState::Ready, 0, 10).await.unwrap();
+    assert_eq!(
+        ready.jobs.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(),
+        ["r0", "r1", "r2", "r3"]
+    );
+    c.store().fetch(0, &topic("a"), 1, LEASE).await.unwrap();
+    let running = c.jobs("a", JobState::Running, 0, 10).await.unwrap();
+    assert_eq!(running.jobs.len(), 1);
+    assert_eq!(running.jobs[0].state, JobState::Running);
+}
+
+async fn stats_show_how_far_behind_and_what_comes_next(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let past = SystemTime::now() - Duration::from_secs(30);
+    c.push_to("t", &1).id("late").at(past).await.unwrap();
+    c.push_to("t", &2)
+        .id("soon")
+        .delay(Duration::from_secs(60))
+        .await
+        .unwrap();
+    let s = c.stats("t").await.unwrap();
+    assert_eq!((s.counts.ready, s.counts.delayed), (1, 1));
+    let behind = SystemTime::now()
+        .duration_since(s.oldest_ready_due.unwrap())
+        .unwrap();
+    assert!(behind >= Duration::from_secs(29), "{behind:?}");
+    let next = s
+        .next_due
+        .unwrap()
+        .duration_since(SystemTime::now())
+        .unwrap();
+    assert!(next > Duration::from_secs(55), "{next:?}");
+    assert!(!s.paused);
+}
+
+async fn workers_are_listed_while_they_beat(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let s = h.client.store();
+    let mut w = dq::WorkerInfo::for_this_process(vec!["t".into()]);
+    s.register_worker(&w).await.unwrap();
+    let mut gone = w.clone();
+    gone.id = "gone".into();
+    gone.last_seen_ms -= 120_000;
+    s.register_worker(&gone).await.unwrap();
+    let listed = h.client.workers().await.unwrap();
+    assert_eq!(
+        listed,
+        vec![w.clone()],
+        "a worker silent for two minutes is dropped"
+    );
+    w.running = 3;
+    s.register_worker(&w).await.unwrap();
+    assert_eq!(h.client.workers().await.unwrap()[0].running, 3);
+    s.unregister_worker(&w.id).await.unwrap();
+    assert!(h.client.workers().await.unwrap().is_empty());
+}
+
+async fn dead_letters_are_retried_and_purged_through_the_client(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    c.push_batch((0..4).map(|i| c.push_to("t", &i).id(i.to_string())))
+        .await
+        .unwrap();
+    for j in c
+        .store()
+        .fetch(0, &topic("t"), 4, LEASE)
+        .await
+        .unwrap()
+        .jobs
+    {
+        c.store().dead_letter(&j.lease, "boom").await.unwrap();
+    }
+    assert_eq!(c.retry_dead("t", &["1"]).await.unwrap(), 1);
+    let dead = c.jobs("t", JobState::Dead, 0, 10).await.unwrap();
+    assert_eq!(dead.jobs.len(), 3);
+    assert_eq!(
+        c.purge_dead("t", Duration::from_secs(3600)).await.unwrap(),
+        0,
+        "all younger than an hour"
+    );
+    assert_eq!(c.retry_dead("t", &[]).await.unwrap(), 3);
+    assert_eq!(c.counts("t").await.unwrap().ready, 4);
 }

@@ -12,7 +12,8 @@ use serde::Serialize;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::job::{
-    ChangeOutcome, JobInfo, NewJob, OnConflict, PushOutcome, Schedule, TopicCounts, DEFAULT_RETRIES,
+    ChangeOutcome, JobInfo, JobState, NewJob, OnConflict, Page, PushOutcome, Schedule, TopicCounts,
+    TopicStats, WorkerInfo, DEFAULT_RETRIES,
 };
 use crate::message::Message;
 use crate::name::{JobId, Topic};
@@ -258,6 +259,102 @@ impl Client {
     /// How many jobs of a topic are delayed, ready, running and dead.
     pub async fn counts(&self, topic: &str) -> Result<TopicCounts> {
         self.store.counts(&Topic::new(topic)?).await
+    }
+
+    // ---- Administration: what the `dq` command-line tool is built on. ----
+
+    /// Every topic ever pushed to.
+    pub async fn topics(&self) -> Result<Vec<Topic>> {
+        self.store.topics().await
+    }
+
+    /// A topic's counts, the due time of its oldest ready job (how far behind the workers
+    /// are), its next due time and whether it is paused.
+    pub async fn stats(&self, topic: &str) -> Result<TopicStats> {
+        self.store.stats(&Topic::new(topic)?).await
+    }
+
+    /// A page of a topic's jobs in one state; `cursor` is 0, then the page's `next`. Dead jobs
+    /// are paged by offset (`cursor` is the offset), newest first.
+    pub async fn jobs(
+        &self,
+        topic: &str,
+        state: JobState,
+        cursor: u64,
+        limit: usize,
+    ) -> Result<Page> {
+        let topic = Topic::new(topic)?;
+        if state == JobState::Dead {
+            let offset = usize::try_from(cursor).unwrap_or(usize::MAX);
+            let jobs = self.store.dead_jobs(&topic, offset, limit).await?;
+            let next = (jobs.len() >= limit.clamp(1, crate::store::MAX_BATCH))
+                .then(|| (offset + jobs.len()) as u64);
+            return Ok(Page { jobs, next });
+        }
+        self.store.list(&topic, state, cursor, limit).await
+    }
+
+    /// Runs dead letters again with a fresh set of attempts (the default retries): the given
+    /// ids, or with `ids` empty all of the topic's dead letters. Returns how many.
+    pub async fn retry_dead(&self, topic: &str, ids: &[&str]) -> Result<usize> {
+        let topic = Topic::new(topic)?;
+        let max = DEFAULT_RETRIES + 1;
+        if !ids.is_empty() {
+            let ids = ids
+                .iter()
+                .map(|i| JobId::new(*i))
+                .collect::<Result<Vec<_>>>()?;
+            let mut n = 0;
+            for chunk in ids.chunks(crate::store::MAX_BATCH) {
+                n += self
+                    .store
+                    .requeue_dead(&topic, chunk, max, chunk.len())
+                    .await?;
+            }
+            return Ok(n);
+        }
+        let mut n = 0;
+        loop {
+            let moved = self
+                .store
+                .requeue_dead(&topic, &[], max, crate::store::MAX_BATCH)
+                .await?;
+            n += moved;
+            if moved == 0 {
+                return Ok(n);
+            }
+        }
+    }
+
+    /// Deletes a topic's dead letters that died more than `older_than` ago. Returns how many.
+    pub async fn purge_dead(&self, topic: &str, older_than: Duration) -> Result<usize> {
+        let topic = Topic::new(topic)?;
+        let before = SystemTime::now()
+            .checked_sub(older_than)
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        let mut n = 0;
+        loop {
+            let deleted = self.store.purge_dead(&topic, before, 10_000).await?;
+            n += deleted;
+            if deleted < 10_000 {
+                return Ok(n);
+            }
+        }
+    }
+
+    /// Stops every worker from fetching the topic (running jobs finish); survives restarts.
+    pub async fn pause(&self, topic: &str) -> Result<()> {
+        self.store.pause(&Topic::new(topic)?).await
+    }
+
+    /// Lets workers fetch the topic again.
+    pub async fn resume(&self, topic: &str) -> Result<()> {
+        self.store.resume(&Topic::new(topic)?).await
+    }
+
+    /// The worker processes heard from in the last minute.
+    pub async fn workers(&self) -> Result<Vec<WorkerInfo>> {
+        self.store.workers().await
     }
 }
 

@@ -175,6 +175,77 @@ pub struct Fetched {
     pub malformed: Vec<(JobId, String)>,
     /// The store's clock when the jobs were leased, in microseconds since the epoch.
     pub now_us: u64,
+    /// The topic is paused: nothing was fetched.
+    pub paused: bool,
+}
+
+/// A topic as an operator sees it: counts, how far behind the workers are, what comes next.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct TopicStats {
+    /// Jobs in each state.
+    pub counts: TopicCounts,
+    /// Due time of the oldest job waiting for a worker: `now - this` is how far behind the
+    /// workers are.
+    pub oldest_ready_due: Option<SystemTime>,
+    /// The topic's earliest delayed job (looked for among each shard's first 1,000 delayed
+    /// jobs; `None` also when it is further back).
+    pub next_due: Option<SystemTime>,
+    /// True when workers do not fetch this topic.
+    pub paused: bool,
+}
+
+/// One page of a listing; pass `next` back to get the following page.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct Page {
+    /// The jobs of this page.
+    pub jobs: Vec<JobInfo>,
+    /// The cursor of the next page, `None` at the end.
+    pub next: Option<u64>,
+}
+
+/// A running worker process, as it registers itself at every heartbeat.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub struct WorkerInfo {
+    /// Unique per process: host, pid and a random suffix.
+    pub id: String,
+    /// Host name.
+    pub host: String,
+    /// Process id.
+    pub pid: u32,
+    /// Topics it runs.
+    pub topics: Vec<String>,
+    /// Jobs running at the last heartbeat.
+    pub running: usize,
+    /// When it started, in milliseconds since the epoch.
+    pub started_ms: u64,
+    /// Its last heartbeat, in milliseconds since the epoch.
+    pub last_seen_ms: u64,
+}
+
+impl WorkerInfo {
+    /// Describes this process.
+    pub fn for_this_process(topics: Vec<String>) -> WorkerInfo {
+        let host = std::fs::read_to_string("/etc/hostname")
+            .ok()
+            .map(|h| h.trim().to_owned())
+            .filter(|h| !h.is_empty())
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .unwrap_or_else(|| "unknown-host".to_owned());
+        let pid = std::process::id();
+        let now = to_us(SystemTime::now()) / 1000;
+        WorkerInfo {
+            id: format!("{host}-{pid}-{:x}", now % 0x10000),
+            host,
+            pid,
+            topics,
+            running: 0,
+            started_ms: now,
+            last_seen_ms: now,
+        }
+    }
 }
 
 /// What one promotion call did.

@@ -16,7 +16,8 @@ pub use envelope::{Envelope, ENVELOPE_VERSION};
 pub use error::{Error, Result};
 pub use job::{
     from_us, to_us, Acked, ChangeOutcome, Fetched, JobInfo, JobState, LeaseRef, LeasedJob, NewJob,
-    OnConflict, Promoted, PushOutcome, Reclaimed, Schedule, TopicCounts, DEFAULT_RETRIES,
+    OnConflict, Page, Promoted, PushOutcome, Reclaimed, Schedule, TopicCounts, TopicStats,
+    WorkerInfo, DEFAULT_RETRIES,
 };
 pub use message::Message;
 pub use name::{JobId, Topic, MAX_JOB_ID_LEN, MAX_TOPIC_LEN};

@@ -22,6 +22,9 @@ use crate::shared::Shared;
 /// dead connection goes unnoticed; pushes wake it at once).
 const WAIT_SLICE: Duration = Duration::from_secs(5);
 
+/// How often a paused topic is checked for being resumed.
+const PAUSED_RECHECK: Duration = Duration::from_secs(1);
+
 pub(crate) struct ConsumerLoop {
     pub(crate) shared: Arc<Shared>,
     pub(crate) listener: Arc<Listener>,
@@ -69,6 +72,15 @@ impl ConsumerLoop {
                     }
                 }
             };
+            if fetched.paused {
+                // Paused by an operator: look again every second (the ready list may be full, so
+                // a blocking wait would return at once).
+                drop(permits);
+                tokio::select! {
+                    _ = shared.stop.cancelled() => return,
+                    _ = tokio::time::sleep(PAUSED_RECHECK) => continue,
+                }
+            }
             if fetched.jobs.is_empty() {
                 drop(permits);
                 if !fetched.malformed.is_empty() {

@@ -282,7 +282,14 @@ impl RuntimeBuilder {
             }
         }
         let heartbeat_done = CancellationToken::new();
-        let heartbeat = tokio::spawn(upkeep::heartbeat(shared.clone(), heartbeat_done.clone()));
+        let me = dq_core::WorkerInfo::for_this_process(
+            listeners.iter().map(|l| l.topic.clone()).collect(),
+        );
+        let heartbeat = tokio::spawn(upkeep::heartbeat(
+            shared.clone(),
+            heartbeat_done.clone(),
+            me,
+        ));
         let acker_done = CancellationToken::new();
         let acker = tokio::spawn(upkeep::acker(shared.clone(), ack_rx, acker_done.clone()));
 

@@ -62,18 +62,31 @@ pub(crate) async fn acker(
     }
 }
 
-/// Renews the leases of this process's running jobs every third of the lease.
-pub(crate) async fn heartbeat(shared: Arc<Shared>, done: tokio_util::sync::CancellationToken) {
+/// Renews the leases of this process's running jobs every third of the lease, and records the
+/// worker as alive (for `dq workers`); removes that record when it ends.
+pub(crate) async fn heartbeat(
+    shared: Arc<Shared>,
+    done: tokio_util::sync::CancellationToken,
+    mut me: dq_core::WorkerInfo,
+) {
     let lease = shared.config.lease;
     let mut health = Health::new("lease heartbeat");
     let mut tick = tokio::time::interval(lease / 3);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            _ = done.cancelled() => return,
+            _ = done.cancelled() => {
+                let _ = shared.store.unregister_worker(&me.id).await;
+                return;
+            }
             _ = tick.tick() => {}
         }
         let running = shared.running();
+        me.running = running.len();
+        me.last_seen_ms = dq_core::to_us(std::time::SystemTime::now()) / 1000;
+        if let Err(e) = shared.store.register_worker(&me).await {
+            tracing::debug!(error = %e, "could not record this worker's heartbeat");
+        }
         if running.is_empty() {
             continue;
         }

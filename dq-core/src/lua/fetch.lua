@@ -2,11 +2,14 @@
 -- crash-safe: each job is in the inflight set with a lease deadline before the script returns).
 -- Batched: one HMGET, one HSET and one ZADD for the whole batch.
 -- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] ready:<topic>  KEYS[4] counts  KEYS[5] dead:<topic>
+-- KEYS[6] paused
 -- ARGV[1] topic  ARGV[2] most jobs (at most 1000)  ARGV[3] lease length (us)
--- Returns {now_us, id_1, envelope_1, ...}. An envelope that cannot be parsed is dead-lettered at
--- once (the raw value kept as the payload) and returned with its id prefixed by '!'.
+-- Returns {now_us, id_1, envelope_1, ...}, or {'paused'} when the topic is paused. An envelope
+-- that cannot be parsed is dead-lettered at once (the raw value kept as the payload) and
+-- returned with its id prefixed by '!'.
 local jobs, inflight, ready, counts, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local topic, n, lease_us = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+if redis.call('SISMEMBER', KEYS[6], topic) == 1 then return {'paused'} end
 local ids = redis.call('LRANGE', ready, 0, n - 1)
 if #ids == 0 then return {fmt(now_us())} end
 redis.call('LTRIM', ready, #ids, -1)

@@ -11,6 +11,8 @@
 //! | `dead:<topic>` | ZSET | `topic:id` scored by time of death (us); envelope stays in `jobs` |
 //! | `counts` | HASH | `<topic>:delayed`, `<topic>:inflight` -> counts, kept by the scripts |
 //! | `topics` | SET | every topic pushed to |
+//! | `paused` | SET | topics whose workers stop fetching (until resumed) |
+//! | `workers` | HASH | (shard 0 only) worker id -> JSON: host, pid, topics, last heartbeat |
 //! | `wake` | pub/sub channel | the new earliest due time, when a push makes one |
 
 use crate::name::{JobId, Topic};
@@ -57,6 +59,14 @@ impl ShardKeys {
     /// Every topic pushed to.
     pub fn topics(&self) -> String {
         self.key("topics")
+    }
+    /// Paused topics.
+    pub fn paused(&self) -> String {
+        self.key("paused")
+    }
+    /// Live workers (kept in shard 0).
+    pub fn workers(&self) -> String {
+        self.key("workers")
     }
     /// A topic's ready list.
     pub fn ready(&self, topic: &Topic) -> String {

@@ -16,8 +16,9 @@ use super::{ReadyWaiter, Store, WakeListener};
 use crate::envelope::Envelope;
 use crate::error::Result;
 use crate::job::{
-    to_us, Acked, ChangeOutcome, Fetched, JobInfo, JobState, LeaseRef, LeasedJob, NewJob,
-    OnConflict, Promoted, PushOutcome, Reclaimed, Schedule, TopicCounts,
+    from_us, to_us, Acked, ChangeOutcome, Fetched, JobInfo, JobState, LeaseRef, LeasedJob, NewJob,
+    OnConflict, Page, Promoted, PushOutcome, Reclaimed, Schedule, TopicCounts, TopicStats,
+    WorkerInfo,
 };
 use crate::name::{JobId, Topic};
 
@@ -85,6 +86,8 @@ struct State {
     delayed_count: HashMap<Topic, u64>,
     running_count: HashMap<Topic, u64>,
     topics: BTreeSet<Topic>,
+    paused: BTreeSet<Topic>,
+    workers: HashMap<String, WorkerInfo>,
     history: Vec<Event>,
 }
 
@@ -474,6 +477,10 @@ impl Store for MemoryStore {
             now_us: now,
             ..Fetched::default()
         };
+        if s.paused.contains(topic) {
+            out.paused = true;
+            return Ok(out);
+        }
         while out.jobs.len() < max {
             let Some(id) = s.ready.get_mut(topic).and_then(VecDeque::pop_front) else {
                 break;
@@ -659,14 +666,112 @@ impl Store for MemoryStore {
         Ok(out)
     }
 
-    async fn counts(&self, topic: &Topic) -> Result<TopicCounts> {
+    async fn stats(&self, topic: &Topic) -> Result<TopicStats> {
         let s = lock(&self.state);
-        Ok(TopicCounts {
-            delayed: s.delayed_count.get(topic).copied().unwrap_or(0),
-            ready: s.ready.get(topic).map_or(0, |q| q.len() as u64),
-            running: s.running_count.get(topic).copied().unwrap_or(0),
-            dead: s.dead.get(topic).map_or(0, |d| d.len() as u64),
+        let oldest_ready_due = s
+            .ready
+            .get(topic)
+            .and_then(VecDeque::front)
+            .and_then(|id| s.jobs.get(&(topic.clone(), id.clone())))
+            .map(|e| from_us(e.due_us));
+        let next_due = s
+            .delayed
+            .iter()
+            .take(1000)
+            .find(|(_, m)| m.0 == *topic)
+            .map(|(due, _)| from_us(*due));
+        Ok(TopicStats {
+            counts: TopicCounts {
+                delayed: s.delayed_count.get(topic).copied().unwrap_or(0),
+                ready: s.ready.get(topic).map_or(0, |q| q.len() as u64),
+                running: s.running_count.get(topic).copied().unwrap_or(0),
+                dead: s.dead.get(topic).map_or(0, |d| d.len() as u64),
+            },
+            oldest_ready_due,
+            next_due,
+            paused: s.paused.contains(topic),
         })
+    }
+
+    /// The memory store's listings walk its structures (it is for development and tests).
+    async fn list(
+        &self,
+        topic: &Topic,
+        state: JobState,
+        cursor: u64,
+        limit: usize,
+    ) -> Result<Page> {
+        let s = lock(&self.state);
+        let skip = usize::try_from(cursor).unwrap_or(usize::MAX);
+        let limit = limit.clamp(1, super::MAX_BATCH);
+        let members: Vec<Member> = match state {
+            JobState::Ready => s
+                .ready
+                .get(topic)
+                .map(|q| q.iter().map(|id| (topic.clone(), id.clone())).collect())
+                .unwrap_or_default(),
+            JobState::Delayed => s
+                .delayed
+                .iter()
+                .filter(|(_, m)| m.0 == *topic)
+                .map(|(_, m)| m.clone())
+                .collect(),
+            JobState::Running => s
+                .inflight
+                .iter()
+                .filter(|(_, m)| m.0 == *topic)
+                .map(|(_, m)| m.clone())
+                .collect(),
+            _ => {
+                return Err(crate::Error::Config {
+                    key: "state",
+                    value: state.as_str().to_owned(),
+                    reason: "list delayed, ready or running jobs here; dead ones with dead_jobs"
+                        .into(),
+                })
+            }
+        };
+        let jobs: Vec<JobInfo> = members
+            .iter()
+            .skip(skip)
+            .take(limit)
+            .filter_map(|m| s.info(m))
+            .collect();
+        let next = (skip + jobs.len() < members.len()).then_some((skip + jobs.len()) as u64);
+        Ok(Page { jobs, next })
+    }
+
+    async fn pause(&self, topic: &Topic) -> Result<()> {
+        lock(&self.state).paused.insert(topic.clone());
+        Ok(())
+    }
+
+    async fn resume(&self, topic: &Topic) -> Result<()> {
+        lock(&self.state).paused.remove(topic);
+        self.signal_ready(topic);
+        Ok(())
+    }
+
+    async fn register_worker(&self, worker: &WorkerInfo) -> Result<()> {
+        lock(&self.state)
+            .workers
+            .insert(worker.id.clone(), worker.clone());
+        Ok(())
+    }
+
+    async fn unregister_worker(&self, id: &str) -> Result<()> {
+        lock(&self.state).workers.remove(id);
+        Ok(())
+    }
+
+    async fn workers(&self) -> Result<Vec<WorkerInfo>> {
+        let now_ms = to_us(SystemTime::now()) / 1000;
+        let mut s = lock(&self.state);
+        s.workers
+            .retain(|_, w| now_ms.saturating_sub(w.last_seen_ms) <= super::redis::WORKER_EXPIRY_MS);
+        let mut all: Vec<WorkerInfo> = s.workers.values().cloned().collect();
+        all.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(all)
     }
 
     async fn topics(&self) -> Result<Vec<Topic>> {

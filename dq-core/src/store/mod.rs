@@ -20,8 +20,8 @@ pub use self::redis::RedisStore;
 
 use crate::error::Result;
 use crate::job::{
-    Acked, ChangeOutcome, Fetched, JobInfo, LeaseRef, NewJob, OnConflict, Promoted, PushOutcome,
-    Reclaimed, Schedule, TopicCounts,
+    Acked, ChangeOutcome, Fetched, JobInfo, JobState, LeaseRef, NewJob, OnConflict, Page, Promoted,
+    PushOutcome, Reclaimed, Schedule, TopicCounts, TopicStats, WorkerInfo,
 };
 use crate::name::{JobId, Topic};
 
@@ -100,7 +100,32 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     async fn reclaim(&self, shard: u16, limit: usize) -> Result<Reclaimed>;
 
     /// How many jobs of a topic are in each state, over all shards.
-    async fn counts(&self, topic: &Topic) -> Result<TopicCounts>;
+    async fn counts(&self, topic: &Topic) -> Result<TopicCounts> {
+        Ok(self.stats(topic).await?.counts)
+    }
+
+    /// A topic's counts, oldest ready job, next due time and pause flag, over all shards.
+    async fn stats(&self, topic: &Topic) -> Result<TopicStats>;
+
+    /// A page of a topic's jobs that are delayed, ready or running (dead ones: [`Store::dead_jobs`]).
+    /// `cursor` is 0 for the first page, then the page's `next`.
+    async fn list(&self, topic: &Topic, state: JobState, cursor: u64, limit: usize)
+        -> Result<Page>;
+
+    /// Stops workers from fetching the topic (they finish what they run); survives restarts.
+    async fn pause(&self, topic: &Topic) -> Result<()>;
+
+    /// Lets workers fetch the topic again.
+    async fn resume(&self, topic: &Topic) -> Result<()>;
+
+    /// Records a worker's heartbeat.
+    async fn register_worker(&self, worker: &WorkerInfo) -> Result<()>;
+
+    /// Removes a worker that stopped.
+    async fn unregister_worker(&self, id: &str) -> Result<()>;
+
+    /// The workers seen in the last minute (older entries are dropped).
+    async fn workers(&self) -> Result<Vec<WorkerInfo>>;
 
     /// Every topic that was ever pushed to.
     async fn topics(&self) -> Result<Vec<Topic>>;

@@ -14,10 +14,13 @@ use crate::config::Config;
 use crate::envelope::Envelope;
 use crate::error::{Error, Result};
 use crate::job::{
-    to_us, Acked, ChangeOutcome, Fetched, JobInfo, JobState, LeaseRef, LeasedJob, NewJob,
-    OnConflict, Promoted, PushOutcome, Reclaimed, Schedule, TopicCounts,
+    from_us, to_us, Acked, ChangeOutcome, Fetched, JobInfo, JobState, LeaseRef, LeasedJob, NewJob,
+    OnConflict, Page, Promoted, PushOutcome, Reclaimed, Schedule, TopicStats, WorkerInfo,
 };
 use crate::name::{JobId, Topic};
+
+/// A worker not heard from for this long is no longer listed.
+pub(crate) const WORKER_EXPIRY_MS: u64 = 60_000;
 
 /// Jobs in Redis, shared by every process that uses the same namespace.
 ///
@@ -82,6 +85,14 @@ impl RedisStore {
 
     fn keys_of(&self, topic: &Topic, id: &JobId) -> &ShardKeys {
         self.keys(shard_of(topic, id, self.shards()))
+    }
+
+    async fn simple(&self, op: &'static str, cmd: &redis::Cmd) -> Result<()> {
+        let mut conn = self.conn.clone();
+        cmd.query_async::<Value>(&mut conn)
+            .await
+            .map(drop)
+            .map_err(Error::redis(op))
     }
 
     async fn run(&self, op: &'static str, inv: &redis::ScriptInvocation<'_>) -> Result<Value> {
@@ -347,10 +358,17 @@ impl Store for RedisStore {
             .key(k.ready(topic))
             .key(k.counts())
             .key(k.dead(topic))
+            .key(k.paused())
             .arg(topic.as_str())
             .arg(max.clamp(1, MAX_BATCH))
             .arg(lease.as_micros() as u64);
         let reply = array("fetch", self.run("fetch", &inv).await?)?;
+        if reply.first().and_then(text).as_deref() == Some("paused") {
+            return Ok(Fetched {
+                paused: true,
+                ..Fetched::default()
+            });
+        }
         let mut out = Fetched {
             now_us: reply.first().and_then(int).unwrap_or(0) as u64,
             ..Fetched::default()
@@ -490,22 +508,171 @@ impl Store for RedisStore {
         })
     }
 
-    async fn counts(&self, topic: &Topic) -> Result<TopicCounts> {
-        let mut total = TopicCounts::default();
+    async fn stats(&self, topic: &Topic) -> Result<TopicStats> {
+        let mut total = TopicStats::default();
         for k in &self.shards {
-            let mut inv = SCRIPTS.counts.prepare_invoke();
+            let mut inv = SCRIPTS.stats.prepare_invoke();
             inv.key(k.counts())
                 .key(k.ready(topic))
                 .key(k.dead(topic))
+                .key(k.jobs())
+                .key(k.delayed())
+                .key(k.paused())
                 .arg(topic.as_str());
-            let reply = array("counts", self.run("counts", &inv).await?)?;
-            let n = |i: usize| reply.get(i).and_then(int).unwrap_or(0).max(0) as u64;
-            total.delayed += n(0);
-            total.ready += n(1);
-            total.running += n(2);
-            total.dead += n(3);
+            let reply = array("stats", self.run("stats", &inv).await?)?;
+            let n = |i: usize| reply.get(i).and_then(int).unwrap_or(0);
+            let c = &mut total.counts;
+            c.delayed += n(0).max(0) as u64;
+            c.ready += n(1).max(0) as u64;
+            c.running += n(2).max(0) as u64;
+            c.dead += n(3).max(0) as u64;
+            let earliest = |a: Option<SystemTime>, us: i64| match (a, us >= 0) {
+                (Some(a), true) => Some(a.min(from_us(us as u64))),
+                (None, true) => Some(from_us(us as u64)),
+                (a, false) => a,
+            };
+            total.oldest_ready_due = earliest(total.oldest_ready_due, n(4));
+            total.next_due = earliest(total.next_due, n(5));
+            total.paused |= n(6) == 1;
         }
         Ok(total)
+    }
+
+    async fn list(
+        &self,
+        topic: &Topic,
+        state: JobState,
+        cursor: u64,
+        limit: usize,
+    ) -> Result<Page> {
+        // The cursor holds the shard in its top 16 bits and the position within it below.
+        let mut shard = (cursor >> 48) as u16;
+        let mut pos = cursor & ((1 << 48) - 1);
+        let limit = limit.clamp(1, MAX_BATCH);
+        let mut page = Page::default();
+        while shard < self.shards() && page.jobs.len() < limit {
+            let k = self.keys(shard);
+            let (kind, key) = match state {
+                JobState::Ready => ("list", k.ready(topic)),
+                JobState::Delayed => ("zset", k.delayed()),
+                JobState::Running => ("zset", k.inflight()),
+                _ => {
+                    return Err(Error::Config {
+                        key: "state",
+                        value: state.as_str().to_owned(),
+                        reason:
+                            "list delayed, ready or running jobs here; dead ones with dead_jobs"
+                                .into(),
+                    })
+                }
+            };
+            let mut inv = SCRIPTS.list.prepare_invoke();
+            inv.key(k.jobs())
+                .key(key)
+                .arg(kind)
+                .arg(topic.as_str())
+                .arg(pos)
+                .arg(limit - page.jobs.len());
+            let reply = array("list", self.run("list", &inv).await?)?;
+            let next = reply.first().and_then(int).unwrap_or(-1);
+            for triple in reply.get(1..).unwrap_or_default().chunks(3) {
+                let (Some(m), Some(score), Some(Value::BulkString(raw))) = (
+                    triple.first().and_then(text),
+                    triple.get(1).and_then(int),
+                    triple.get(2),
+                ) else {
+                    continue;
+                };
+                let Some((t, id)) = parse_member(&m) else {
+                    continue;
+                };
+                match Envelope::decode(raw, &format!("{} field {m}", k.jobs())) {
+                    Ok(env) => page.jobs.push(JobInfo::from_envelope(
+                        t,
+                        id,
+                        state,
+                        env,
+                        (state == JobState::Running && score >= 0).then_some(score as u64),
+                    )),
+                    Err(e) => tracing::warn!(error = %e, "skipping an unreadable job in a listing"),
+                }
+            }
+            if next >= 0 {
+                pos = next as u64;
+                if page.jobs.len() >= limit {
+                    break;
+                }
+            } else {
+                shard += 1;
+                pos = 0;
+            }
+        }
+        page.next = (shard < self.shards()).then(|| (u64::from(shard) << 48) | pos);
+        Ok(page)
+    }
+
+    async fn pause(&self, topic: &Topic) -> Result<()> {
+        for k in &self.shards {
+            self.simple(
+                "pause",
+                redis::cmd("SADD").arg(k.paused()).arg(topic.as_str()),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    async fn resume(&self, topic: &Topic) -> Result<()> {
+        for k in &self.shards {
+            self.simple(
+                "resume",
+                redis::cmd("SREM").arg(k.paused()).arg(topic.as_str()),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    async fn register_worker(&self, worker: &WorkerInfo) -> Result<()> {
+        let json = serde_json::to_string(worker).unwrap_or_default();
+        self.simple(
+            "register worker",
+            redis::cmd("HSET")
+                .arg(self.keys(0).workers())
+                .arg(&worker.id)
+                .arg(json),
+        )
+        .await
+    }
+
+    async fn unregister_worker(&self, id: &str) -> Result<()> {
+        self.simple(
+            "unregister worker",
+            redis::cmd("HDEL").arg(self.keys(0).workers()).arg(id),
+        )
+        .await
+    }
+
+    async fn workers(&self) -> Result<Vec<WorkerInfo>> {
+        let mut conn = self.conn.clone();
+        let all: Vec<(String, String)> = redis::cmd("HGETALL")
+            .arg(self.keys(0).workers())
+            .query_async(&mut conn)
+            .await
+            .map_err(Error::redis("workers"))?;
+        let now_ms = to_us(SystemTime::now()) / 1000;
+        let mut live = Vec::new();
+        for (id, json) in all {
+            match serde_json::from_str::<WorkerInfo>(&json) {
+                Ok(w) if now_ms.saturating_sub(w.last_seen_ms) <= WORKER_EXPIRY_MS => live.push(w),
+                _ => {
+                    // Gone for a minute (or unreadable): forget it.
+                    self.unregister_worker(&id).await?;
+                }
+            }
+        }
+        live.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(live)
     }
 
     async fn topics(&self) -> Result<Vec<Topic>> {

@@ -1,0 +1,36 @@
+-- stats: a topic's counts, how late its oldest ready job is, its next due time, whether it is
+-- paused (read-only, bounded: the next due time is looked for among the shard's first 1000
+-- delayed entries).
+-- KEYS[1] counts  KEYS[2] ready:<topic>  KEYS[3] dead:<topic>  KEYS[4] jobs  KEYS[5] delayed
+-- KEYS[6] paused
+-- ARGV[1] topic
+-- Returns {delayed, ready, running, dead, oldest_ready_due_us or -1, next_due_us or -1, paused,
+--   now_us}.
+local counts, ready, dead, jobs, delayed, paused = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local topic = ARGV[1]
+local oldest = -1
+local first = redis.call('LINDEX', ready, 0)
+if first then
+  local raw = redis.call('HGET', jobs, topic .. ':' .. first)
+  local due = raw and string.match(raw, '^1:%d+:%d+:%d+:%d+:(%d+):')
+  if due then oldest = due end
+end
+local next_due = -1
+local window = redis.call('ZRANGE', delayed, 0, 999, 'WITHSCORES')
+local prefix = topic .. ':'
+for i = 1, #window, 2 do
+  if string.sub(window[i], 1, #prefix) == prefix then
+    next_due = window[i + 1]
+    break
+  end
+end
+return {
+  tonumber(redis.call('HGET', counts, topic .. ':delayed') or 0),
+  redis.call('LLEN', ready),
+  tonumber(redis.call('HGET', counts, topic .. ':inflight') or 0),
+  redis.call('ZCARD', dead),
+  oldest,
+  next_due,
+  redis.call('SISMEMBER', paused, topic),
+  fmt(now_us()),
+}
