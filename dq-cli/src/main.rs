@@ -1,0 +1,478 @@
+//! `dq`: see and steer dq's queues in Redis from the shell.
+//!
+//! ```sh
+//! export DQ_REDIS_URL=redis://127.0.0.1:6379/
+//! dq stats                                   # every topic: delayed, ready, running, dead, lag
+//! dq jobs order-cancel --state delayed       # a page of jobs (--limit, --cursor)
+//! dq show order-cancel 42                    # one job: state, attempts, last error, payload
+//! dq dead retry order-cancel --all           # run dead letters again
+//! dq pause order-cancel; dq resume order-cancel
+//! dq watch                                   # a live view, refreshed every second
+//! ```
+//!
+//! Every command takes `--json` for scripts. Exit codes: 0 done, 1 error (Redis unreachable,
+//! bad input), 2 usage, 3 no such job, 4 refused because the job is running.
+
+mod output;
+
+use std::time::{Duration, SystemTime};
+
+use clap::{Parser, Subcommand, ValueEnum};
+use dq::{ChangeOutcome, Client, JobState, Schedule};
+use serde_json::json;
+
+use crate::output::{ago, job_json, print_table, stats_json, until};
+
+/// See and steer dq's queues in Redis.
+#[derive(Debug, Parser)]
+#[command(version, about, long_about = None)]
+struct Cli {
+    /// Redis to connect to.
+    #[arg(long, env = "DQ_REDIS_URL", global = true, hide_env_values = true)]
+    redis_url: Option<String>,
+    /// Namespace of the queues (as the runtime's DQ_NAMESPACE).
+    #[arg(long, env = "DQ_NAMESPACE", default_value = "dq", global = true)]
+    namespace: String,
+    /// Shards of the namespace (as the runtime's DQ_SHARDS).
+    #[arg(long, env = "DQ_SHARDS", default_value_t = 1, global = true)]
+    shards: u16,
+    /// Print JSON instead of tables.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Counts per topic, the age of the oldest ready job (how far behind the workers are) and
+    /// the next due time.
+    Stats,
+    /// A page of one topic's jobs in one state.
+    Jobs {
+        topic: String,
+        #[arg(long, value_enum, default_value = "delayed")]
+        state: State,
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        /// The `next` cursor printed with the previous page.
+        #[arg(long, default_value_t = 0)]
+        cursor: u64,
+    },
+    /// One job: state, attempts, times, last error, payload.
+    Show { topic: String, id: String },
+    /// Delete a job that has not started (or a dead letter).
+    Cancel { topic: String, id: String },
+    /// Move a job that has not started to a new due time.
+    Reschedule {
+        topic: String,
+        id: String,
+        /// Due this long from now: 30s, 10m, 2h, 1d.
+        #[arg(long = "in", value_parser = duration)]
+        delay: Duration,
+    },
+    /// Push a job with a JSON payload.
+    Push {
+        topic: String,
+        /// The payload, as JSON.
+        #[arg(value_name = "JSON")]
+        payload: String,
+        #[arg(long)]
+        id: Option<String>,
+        /// Due this long from now (default: now).
+        #[arg(long = "in", value_parser = duration)]
+        delay: Option<Duration>,
+        #[arg(long, default_value_t = dq::DEFAULT_RETRIES)]
+        retries: u32,
+    },
+    /// Dead letters: list, retry, purge.
+    Dead {
+        #[command(subcommand)]
+        command: DeadCommand,
+    },
+    /// Stop workers from fetching a topic (running jobs finish); survives restarts.
+    Pause { topic: String },
+    /// Let workers fetch a paused topic again.
+    Resume { topic: String },
+    /// Worker processes heard from in the last minute.
+    Workers,
+    /// `dq stats`, refreshed every second until Ctrl-C.
+    Watch {
+        /// Stop after this many refreshes.
+        #[arg(long)]
+        iterations: Option<u64>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum DeadCommand {
+    /// A page of a topic's dead letters, newest first, with their errors.
+    List {
+        topic: String,
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        #[arg(long, default_value_t = 0)]
+        offset: u64,
+    },
+    /// Run dead letters again with fresh attempts.
+    Retry {
+        topic: String,
+        /// The ids to retry.
+        ids: Vec<String>,
+        /// Retry every dead letter of the topic.
+        #[arg(long, conflicts_with = "ids")]
+        all: bool,
+    },
+    /// Delete dead letters older than a duration.
+    Purge {
+        topic: String,
+        #[arg(long, value_parser = duration)]
+        older_than: Duration,
+    },
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum State {
+    Delayed,
+    Ready,
+    Running,
+    Dead,
+}
+
+fn duration(text: &str) -> Result<Duration, String> {
+    dq::parse_duration(text)
+}
+
+/// How the program ends: the exit code and what to say on stderr.
+struct Exit(i32, String);
+
+impl<E: std::fmt::Display> From<E> for Exit {
+    fn from(e: E) -> Exit {
+        Exit(1, format!("{e}"))
+    }
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("dq: cannot start: {e}");
+            std::process::exit(1);
+        }
+    };
+    if let Err(Exit(code, message)) = rt.block_on(run(cli)) {
+        eprintln!("dq: {message}");
+        std::process::exit(code);
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), Exit> {
+    let Some(url) = cli.redis_url.clone() else {
+        return Err(Exit(
+            1,
+            "no Redis to talk to: set DQ_REDIS_URL or pass --redis-url redis://host:6379/".into(),
+        ));
+    };
+    let config = dq::Config::builder()
+        .redis_url(url)
+        .namespace(cli.namespace.clone())
+        .shards(cli.shards)
+        .build()?;
+    let client = Client::connect(config).await?;
+    let json = cli.json;
+    match cli.command {
+        Command::Stats => stats(&client, json).await?,
+        Command::Watch { iterations } => {
+            let mut n = 0;
+            loop {
+                if !json {
+                    print!("\x1b[2J\x1b[H");
+                    println!("dq watch: {} (Ctrl-C to stop)\n", cli.namespace);
+                }
+                stats(&client, json).await?;
+                n += 1;
+                if iterations.is_some_and(|max| n >= max) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+        Command::Jobs {
+            topic,
+            state,
+            limit,
+            cursor,
+        } => {
+            let state = match state {
+                State::Delayed => JobState::Delayed,
+                State::Ready => JobState::Ready,
+                State::Running => JobState::Running,
+                State::Dead => JobState::Dead,
+            };
+            let page = client.jobs(&topic, state, cursor, limit).await?;
+            if json {
+                let jobs: Vec<_> = page.jobs.iter().map(job_json).collect();
+                println!("{}", json!({ "jobs": jobs, "next": page.next }));
+            } else {
+                let rows = page
+                    .jobs
+                    .iter()
+                    .map(|j| {
+                        vec![
+                            j.id.to_string(),
+                            j.state.as_str().to_owned(),
+                            format!("{}/{}", j.attempt, j.max_attempts),
+                            until(j.due),
+                            j.last_error.clone().unwrap_or_default(),
+                        ]
+                    })
+                    .collect();
+                print_table(&["ID", "STATE", "ATTEMPT", "DUE", "LAST ERROR"], rows);
+                if let Some(next) = page.next {
+                    println!(
+                        "more: dq jobs {topic} --state {} --cursor {next}",
+                        state.as_str()
+                    );
+                }
+            }
+        }
+        Command::Show { topic, id } => {
+            let Some(job) = client.status(&topic, &id).await? else {
+                return Err(Exit(
+                    3,
+                    format!(
+                        "no job {id:?} in topic {topic:?} (finished, cancelled, or never pushed)"
+                    ),
+                ));
+            };
+            if json {
+                println!("{}", job_json(&job));
+            } else {
+                let rows = vec![
+                    vec!["topic".into(), job.topic.to_string()],
+                    vec!["id".into(), job.id.to_string()],
+                    vec!["state".into(), job.state.as_str().into()],
+                    vec![
+                        "attempt".into(),
+                        format!("{} of {}", job.attempt, job.max_attempts),
+                    ],
+                    vec!["due".into(), until(job.due)],
+                    vec!["pushed".into(), ago(job.created)],
+                    vec![
+                        "last error".into(),
+                        job.last_error.clone().unwrap_or_else(|| "-".into()),
+                    ],
+                    vec![
+                        "payload".into(),
+                        String::from_utf8_lossy(&job.payload).into_owned(),
+                    ],
+                ];
+                print_table(&["FIELD", "VALUE"], rows);
+            }
+        }
+        Command::Cancel { topic, id } => change(
+            client.cancel(&topic, &id).await?,
+            "cancelled",
+            &topic,
+            &id,
+            json,
+        )?,
+        Command::Reschedule { topic, id, delay } => change(
+            client
+                .reschedule(&topic, &id, Schedule::After(delay))
+                .await?,
+            "rescheduled",
+            &topic,
+            &id,
+            json,
+        )?,
+        Command::Push {
+            topic,
+            payload,
+            id,
+            delay,
+            retries,
+        } => {
+            serde_json::from_str::<serde_json::Value>(&payload)
+                .map_err(|e| Exit(1, format!("the payload is not JSON: {e}")))?;
+            let mut push = client.push_json(&topic, payload).max_retries(retries);
+            if let Some(id) = id {
+                push = push.id(id);
+            }
+            if let Some(d) = delay {
+                push = push.delay(d);
+            }
+            let pushed = push.send().await?;
+            let outcome = format!("{:?}", pushed.outcome);
+            if json {
+                println!(
+                    "{}",
+                    json!({ "id": pushed.id.as_str(), "outcome": outcome })
+                );
+            } else {
+                println!("{}: {outcome}", pushed.id);
+            }
+        }
+        Command::Dead { command } => match command {
+            DeadCommand::List {
+                topic,
+                limit,
+                offset,
+            } => {
+                let page = client.jobs(&topic, JobState::Dead, offset, limit).await?;
+                if json {
+                    let jobs: Vec<_> = page.jobs.iter().map(job_json).collect();
+                    println!("{}", json!({ "jobs": jobs, "next": page.next }));
+                } else {
+                    let rows = page
+                        .jobs
+                        .iter()
+                        .map(|j| {
+                            vec![
+                                j.id.to_string(),
+                                j.state_since_or_until.map(ago).unwrap_or_default(),
+                                format!("{}/{}", j.attempt, j.max_attempts),
+                                j.last_error.clone().unwrap_or_default(),
+                            ]
+                        })
+                        .collect();
+                    print_table(&["ID", "DIED", "ATTEMPTS", "ERROR"], rows);
+                }
+            }
+            DeadCommand::Retry { topic, ids, all } => {
+                if ids.is_empty() && !all {
+                    return Err(Exit(2, "name the ids to retry, or pass --all".into()));
+                }
+                let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+                let n = client.retry_dead(&topic, &ids).await?;
+                report(
+                    json,
+                    json!({ "retried": n }),
+                    &format!("{n} dead letter(s) of {topic} will run again"),
+                );
+            }
+            DeadCommand::Purge { topic, older_than } => {
+                let n = client.purge_dead(&topic, older_than).await?;
+                report(
+                    json,
+                    json!({ "purged": n }),
+                    &format!("{n} dead letter(s) of {topic} deleted"),
+                );
+            }
+        },
+        Command::Pause { topic } => {
+            client.pause(&topic).await?;
+            report(
+                json,
+                json!({ "paused": topic }),
+                &format!("{topic} paused: workers finish what they run and fetch nothing more"),
+            );
+        }
+        Command::Resume { topic } => {
+            client.resume(&topic).await?;
+            report(
+                json,
+                json!({ "resumed": topic }),
+                &format!("{topic} resumed"),
+            );
+        }
+        Command::Workers => {
+            let workers = client.workers().await?;
+            if json {
+                println!("{}", serde_json::to_string(&workers)?);
+            } else {
+                let rows = workers
+                    .iter()
+                    .map(|w| {
+                        vec![
+                            w.id.clone(),
+                            w.host.clone(),
+                            w.pid.to_string(),
+                            w.topics.join(","),
+                            w.running.to_string(),
+                            ago(dq::from_us(w.last_seen_ms * 1000)),
+                        ]
+                    })
+                    .collect();
+                print_table(
+                    &["WORKER", "HOST", "PID", "TOPICS", "RUNNING", "LAST SEEN"],
+                    rows,
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn report(json: bool, value: serde_json::Value, text: &str) {
+    if json {
+        println!("{value}");
+    } else {
+        println!("{text}");
+    }
+}
+
+fn change(
+    outcome: ChangeOutcome,
+    done: &str,
+    topic: &str,
+    id: &str,
+    json: bool,
+) -> Result<(), Exit> {
+    match outcome {
+        ChangeOutcome::Done => {
+            report(
+                json,
+                json!({ "id": id, "result": done }),
+                &format!("{topic}:{id} {done}"),
+            );
+            Ok(())
+        }
+        ChangeOutcome::Running => Err(Exit(
+            4,
+            format!("{topic}:{id} is running; it was left alone"),
+        )),
+        _ => Err(Exit(3, format!("no pending job {id:?} in topic {topic:?}"))),
+    }
+}
+
+async fn stats(client: &Client, json: bool) -> Result<(), Exit> {
+    let topics = client.topics().await?;
+    let mut all = Vec::new();
+    for t in &topics {
+        all.push((t.to_string(), client.stats(t.as_str()).await?));
+    }
+    if json {
+        let list: Vec<_> = all.iter().map(|(t, s)| stats_json(t, s)).collect();
+        println!("{}", serde_json::Value::Array(list));
+        return Ok(());
+    }
+    let now = SystemTime::now();
+    let rows = all
+        .iter()
+        .map(|(t, s)| {
+            vec![
+                format!("{t}{}", if s.paused { " (paused)" } else { "" }),
+                s.counts.delayed.to_string(),
+                s.counts.ready.to_string(),
+                s.counts.running.to_string(),
+                s.counts.dead.to_string(),
+                s.oldest_ready_due
+                    .and_then(|d| now.duration_since(d).ok())
+                    .map_or("-".into(), |d| format!("{:.1}s", d.as_secs_f64())),
+                s.next_due.map_or("-".into(), until),
+            ]
+        })
+        .collect();
+    print_table(
+        &[
+            "TOPIC", "DELAYED", "READY", "RUNNING", "DEAD", "LAG", "NEXT DUE",
+        ],
+        rows,
+    );
+    Ok(())
+}

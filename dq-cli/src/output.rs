@@ -1,0 +1,86 @@
+//! Tables and JSON for the terminal.
+
+use std::time::SystemTime;
+
+use serde_json::{json, Value};
+
+/// Prints rows under headers, each column as wide as its widest cell.
+pub(crate) fn print_table(headers: &[&str], rows: Vec<Vec<String>>) {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let text: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        println!("{}", text.join("  ").trim_end());
+    };
+    line(headers.iter().map(|h| (*h).to_owned()).collect());
+    if rows.is_empty() {
+        println!("(none)");
+    }
+    for row in rows {
+        line(row);
+    }
+}
+
+fn ms(t: SystemTime) -> u64 {
+    dq::to_us(t) / 1000
+}
+
+/// "in 9m59s" or "3s ago".
+pub(crate) fn until(t: SystemTime) -> String {
+    match t.duration_since(SystemTime::now()) {
+        Ok(d) => format!("in {}", human(d.as_secs_f64())),
+        Err(e) => format!("{} ago", human(e.duration().as_secs_f64())),
+    }
+}
+
+/// "3s ago" (or "in ..." for a time ahead).
+pub(crate) fn ago(t: SystemTime) -> String {
+    until(t)
+}
+
+fn human(secs: f64) -> String {
+    let s = secs as u64;
+    match s {
+        0 => format!("{:.0}ms", secs * 1000.0),
+        1..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m{}s", s / 60, s % 60),
+        3600..=86_399 => format!("{}h{}m", s / 3600, (s % 3600) / 60),
+        _ => format!("{}d{}h", s / 86_400, (s % 86_400) / 3600),
+    }
+}
+
+pub(crate) fn job_json(j: &dq::JobInfo) -> Value {
+    json!({
+        "topic": j.topic.as_str(),
+        "id": j.id.as_str(),
+        "state": j.state.as_str(),
+        "attempt": j.attempt,
+        "max_attempts": j.max_attempts,
+        "due_ms": ms(j.due),
+        "created_ms": ms(j.created),
+        "state_time_ms": j.state_since_or_until.map(ms),
+        "last_error": j.last_error,
+        "payload": String::from_utf8_lossy(&j.payload),
+    })
+}
+
+pub(crate) fn stats_json(topic: &str, s: &dq::TopicStats) -> Value {
+    json!({
+        "topic": topic,
+        "delayed": s.counts.delayed,
+        "ready": s.counts.ready,
+        "running": s.counts.running,
+        "dead": s.counts.dead,
+        "oldest_ready_due_ms": s.oldest_ready_due.map(ms),
+        "next_due_ms": s.next_due.map(ms),
+        "paused": s.paused,
+    })
+}

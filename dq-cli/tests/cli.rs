@@ -1,0 +1,308 @@
+//! The `dq` binary against a real redis-server: every command, with `--json` and the human
+//! table, and its error cases with their exit codes.
+
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use dq_testkit::RedisServer;
+use serde_json::Value;
+
+fn dq(redis: &RedisServer, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_dq"))
+        .args(args)
+        .env("DQ_REDIS_URL", redis.url())
+        .env_remove("DQ_NAMESPACE")
+        .output()
+        .unwrap()
+}
+
+fn ok(out: &Output) -> String {
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "exit {:?}: {text}{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+fn json(out: &Output) -> Value {
+    serde_json::from_str(ok(out).trim()).unwrap()
+}
+
+async fn client(redis: &RedisServer) -> dq::Client {
+    dq::Client::connect(
+        dq::Config::builder()
+            .redis_url(redis.url())
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn stats_lists_every_topic_with_its_counts_and_lag() {
+    let redis = RedisServer::start();
+    let c = client(&redis).await;
+    c.push_json("orders", "{}")
+        .id("a")
+        .delay(Duration::from_secs(60))
+        .await
+        .unwrap();
+    c.push_json("orders", "{}").id("b").await.unwrap();
+    c.push_json("mails", "{}").await.unwrap();
+    let stats = json(&dq(&redis, &["stats", "--json"]));
+    let orders = stats
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["topic"] == "orders")
+        .unwrap();
+    assert_eq!(
+        (orders["delayed"].as_u64(), orders["ready"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert!(orders["oldest_ready_due_ms"].is_u64() && orders["next_due_ms"].is_u64());
+    let table = ok(&dq(&redis, &["stats"]));
+    assert!(table.starts_with("TOPIC"), "{table}");
+    assert!(table.lines().any(|l| l.starts_with("mails ")), "{table}");
+}
+
+#[tokio::test]
+async fn jobs_pages_through_a_state_with_the_printed_cursor() {
+    let redis = RedisServer::start();
+    let c = client(&redis).await;
+    c.push_batch((0..5).map(|i| {
+        c.push_json("t", "{}")
+            .id(format!("j{i}"))
+            .delay(Duration::from_secs(60 + i))
+    }))
+    .await
+    .unwrap();
+    let first = json(&dq(
+        &redis,
+        &["jobs", "t", "--state", "delayed", "--limit", "3", "--json"],
+    ));
+    assert_eq!(first["jobs"].as_array().unwrap().len(), 3);
+    let cursor = first["next"].as_u64().unwrap().to_string();
+    let second = json(&dq(
+        &redis,
+        &["jobs", "t", "--limit", "3", "--cursor", &cursor, "--json"],
+    ));
+    let ids: Vec<_> = second["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids, ["j3", "j4"]);
+    assert!(second["next"].is_null());
+    let table = ok(&dq(&redis, &["jobs", "t", "--limit", "3"]));
+    assert!(
+        table.contains("more: dq jobs t --state delayed --cursor"),
+        "{table}"
+    );
+}
+
+#[tokio::test]
+async fn push_then_show_and_an_unknown_job_exits_3() {
+    let redis = RedisServer::start();
+    let pushed = json(&dq(
+        &redis,
+        &[
+            "push",
+            "t",
+            r#"{"order_id":42}"#,
+            "--id",
+            "42",
+            "--in",
+            "10m",
+            "--json",
+        ],
+    ));
+    assert_eq!(pushed["outcome"], "Created");
+    let again = json(&dq(&redis, &["push", "t", "{}", "--id", "42", "--json"]));
+    assert_eq!(again["outcome"], "AlreadyPending");
+    let job = json(&dq(&redis, &["show", "t", "42", "--json"]));
+    assert_eq!(
+        (job["state"].as_str(), job["payload"].as_str()),
+        (Some("delayed"), Some(r#"{"order_id":42}"#))
+    );
+    let table = ok(&dq(&redis, &["show", "t", "42"]));
+    assert!(
+        table.contains("attempt") && table.contains("0 of 3"),
+        "{table}"
+    );
+    let missing = dq(&redis, &["show", "t", "nope"]);
+    assert_eq!(missing.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no job \"nope\""));
+    let bad = dq(&redis, &["push", "t", "not json"]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("not JSON"));
+}
+
+#[tokio::test]
+async fn cancel_and_reschedule_say_what_happened_by_exit_code() {
+    let redis = RedisServer::start();
+    let c = client(&redis).await;
+    c.push_json("t", "{}")
+        .id("a")
+        .delay(Duration::from_secs(600))
+        .await
+        .unwrap();
+    c.push_json("t", "{}").id("running").await.unwrap();
+    c.store()
+        .fetch(0, &dq::Topic::new("t").unwrap(), 1, Duration::from_secs(30))
+        .await
+        .unwrap();
+    ok(&dq(&redis, &["reschedule", "t", "a", "--in", "1h"]));
+    let due = json(&dq(&redis, &["show", "t", "a", "--json"]))["due_ms"]
+        .as_u64()
+        .unwrap();
+    let now_ms = dq::to_us(std::time::SystemTime::now()) / 1000;
+    assert!(due > now_ms + 3_500_000, "moved to an hour from now");
+    assert_eq!(
+        dq(&redis, &["reschedule", "t", "running", "--in", "1m"])
+            .status
+            .code(),
+        Some(4)
+    );
+    ok(&dq(&redis, &["cancel", "t", "a"]));
+    assert_eq!(dq(&redis, &["cancel", "t", "a"]).status.code(), Some(3));
+    assert_eq!(
+        dq(&redis, &["cancel", "t", "running"]).status.code(),
+        Some(4)
+    );
+}
+
+#[tokio::test]
+async fn dead_letters_are_listed_retried_and_purged() {
+    let redis = RedisServer::start();
+    let c = client(&redis).await;
+    c.push_batch((0..3).map(|i| c.push_json("t", "{}").id(i.to_string())))
+        .await
+        .unwrap();
+    for j in c
+        .store()
+        .fetch(0, &dq::Topic::new("t").unwrap(), 3, Duration::from_secs(30))
+        .await
+        .unwrap()
+        .jobs
+    {
+        c.store()
+            .dead_letter(&j.lease, "order service said 404")
+            .await
+            .unwrap();
+    }
+    let list = ok(&dq(&redis, &["dead", "list", "t"]));
+    assert!(list.contains("order service said 404"), "{list}");
+    let retried = json(&dq(&redis, &["dead", "retry", "t", "1", "--json"]));
+    assert_eq!(retried["retried"], 1);
+    assert_eq!(
+        dq(&redis, &["dead", "retry", "t"]).status.code(),
+        Some(2),
+        "ids or --all"
+    );
+    let purged = json(&dq(
+        &redis,
+        &["dead", "purge", "t", "--older-than", "1d", "--json"],
+    ));
+    assert_eq!(purged["purged"], 0, "nothing is a day old");
+    ok(&dq(&redis, &["dead", "retry", "t", "--all"]));
+    assert_eq!(c.counts("t").await.unwrap().ready, 3);
+}
+
+#[tokio::test]
+async fn pause_and_resume_show_in_stats() {
+    let redis = RedisServer::start();
+    let c = client(&redis).await;
+    c.push_json("t", "{}").await.unwrap();
+    ok(&dq(&redis, &["pause", "t"]));
+    assert!(ok(&dq(&redis, &["stats"])).contains("t (paused)"));
+    assert!(c.stats("t").await.unwrap().paused);
+    ok(&dq(&redis, &["resume", "t"]));
+    assert!(!c.stats("t").await.unwrap().paused);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_lists_a_running_runtime() {
+    let redis = RedisServer::start();
+    let listener = dq::Listener::new("t", |_: serde_json::Value, _: dq::JobContext| async {});
+    let rt = dq::Runtime::builder()
+        .config(
+            dq::Config::builder()
+                .redis_url(redis.url())
+                .build()
+                .unwrap(),
+        )
+        .without_registered_listeners()
+        .listener(listener)
+        .start()
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let workers = loop {
+        let w = json(&dq(&redis, &["workers", "--json"]));
+        if !w.as_array().unwrap().is_empty() || std::time::Instant::now() > deadline {
+            break w;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        workers[0]["pid"].as_u64(),
+        Some(u64::from(std::process::id()))
+    );
+    assert_eq!(workers[0]["topics"][0], "t");
+    assert!(ok(&dq(&redis, &["workers"])).contains("LAST SEEN"));
+    rt.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn watch_refreshes_until_told_to_stop() {
+    let redis = RedisServer::start();
+    client(&redis).await.push_json("t", "{}").await.unwrap();
+    let out = ok(&dq(&redis, &["watch", "--iterations", "2"]));
+    assert_eq!(out.matches("dq watch:").count(), 2, "{out}");
+}
+
+#[test]
+fn unreachable_redis_and_missing_url_are_clear_errors() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = Command::new(env!("CARGO_BIN_EXE_dq"))
+        .args([
+            "--redis-url",
+            &format!("redis://127.0.0.1:{port}/"),
+            "stats",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is Redis reachable"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_dq"))
+        .arg("stats")
+        .env_remove("DQ_REDIS_URL")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("set DQ_REDIS_URL"));
+}
+
+#[tokio::test]
+async fn an_invalid_topic_is_refused_with_the_reason() {
+    let redis = RedisServer::start();
+    let out = dq(&redis, &["show", "a{b}", "1"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid topic \"a{b}\""));
+}
