@@ -206,6 +206,8 @@ impl Client {
         }
         let ids = |jobs: &[NewJob]| jobs.iter().map(|j| j.id.clone()).collect::<Vec<_>>();
         let (keep_ids, replace_ids) = (ids(&keep), ids(&replace));
+        let topics = |jobs: &[NewJob]| jobs.iter().map(|j| j.topic.clone()).collect::<Vec<_>>();
+        let (keep_topics, replace_topics) = (topics(&keep), topics(&replace));
         let keep_out = if keep.is_empty() {
             Vec::new()
         } else {
@@ -216,6 +218,17 @@ impl Client {
         } else {
             self.store.push(replace, OnConflict::Replace).await?
         };
+        let mut pushed: std::collections::HashMap<&Topic, u64> = std::collections::HashMap::new();
+        for (topics, outs) in [(&keep_topics, &keep_out), (&replace_topics, &replace_out)] {
+            for (topic, outcome) in topics.iter().zip(outs.iter()) {
+                if matches!(outcome, PushOutcome::Created | PushOutcome::Replaced) {
+                    *pushed.entry(topic).or_default() += 1;
+                }
+            }
+        }
+        for (topic, n) in pushed {
+            metrics::counter!("dq_jobs_pushed_total", "topic" => topic.to_string()).increment(n);
+        }
         Ok(order
             .into_iter()
             .map(|(is_replace, i)| {
@@ -455,6 +468,7 @@ impl PushBuilder {
         let mode = self.on_conflict;
         let job = self.into_job(&client.config)?;
         let id = job.id.clone();
+        let topic_name = job.topic.to_string();
         let counter = &client.coalescer.in_flight;
         let alone = counter.fetch_add(1, Ordering::SeqCst) == 0;
         let _in_flight = InFlight(counter);
@@ -480,6 +494,9 @@ impl PushBuilder {
                 }
             }
         };
+        if matches!(outcome, PushOutcome::Created | PushOutcome::Replaced) {
+            metrics::counter!("dq_jobs_pushed_total", "topic" => topic_name).increment(1);
+        }
         Ok(Pushed { id, outcome })
     }
 

@@ -159,6 +159,10 @@ async fn run_job(
                 return;
             }
             Ok(future) => {
+                crate::metrics::started(
+                    lease.topic.as_str(),
+                    Duration::from_micros(fetched_at_us.saturating_sub(envelope.due_us)),
+                );
                 shared.start_running(&lease);
                 let outcome = supervise(&shared, &listener, future).await;
                 shared.stop_running(&lease);
@@ -172,9 +176,18 @@ async fn run_job(
             return;
         };
         let took = started.elapsed();
+        let topic = lease.topic.as_str().to_owned();
+        crate::metrics::finished(&topic, took);
+        if let Outcome::Error(e) = &outcome {
+            crate::metrics::count("dq_jobs_failed_total", &topic);
+            if e.starts_with("handler timed out") {
+                crate::metrics::count("dq_jobs_timed_out_total", &topic);
+            }
+        }
         match outcome {
             Outcome::Done => {
                 tracing::debug!(took_ms = took.as_secs_f64() * 1000.0, "job done");
+                crate::metrics::count("dq_jobs_succeeded_total", &topic);
                 let _ = shared.acks.send(lease);
             }
             Outcome::RetryAfter(delay) => {
@@ -248,6 +261,7 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
 /// Store calls after a run are retried with backoff until they succeed or shutdown aborts; if
 /// they never do, the lease expires and the job runs again (at least once, never lost).
 async fn settle_retry(shared: &Shared, lease: &LeaseRef, delay: Duration, error: &str) {
+    crate::metrics::count("dq_jobs_retried_total", lease.topic.as_str());
     let mut health = Health::new(format!("retry of {}:{}", lease.topic, lease.id));
     loop {
         match shared.store.retry(lease, delay, error).await {
@@ -268,6 +282,7 @@ async fn settle_retry(shared: &Shared, lease: &LeaseRef, delay: Duration, error:
 }
 
 async fn settle_dead(shared: &Shared, lease: &LeaseRef, error: &str) {
+    crate::metrics::count("dq_jobs_dead_lettered_total", lease.topic.as_str());
     let mut health = Health::new(format!("dead-letter of {}:{}", lease.topic, lease.id));
     loop {
         match shared.store.dead_letter(lease, error).await {

@@ -6,6 +6,7 @@ mod consumer;
 mod context;
 mod health;
 mod listener;
+pub mod metrics;
 mod mover;
 mod outcome;
 mod runtime;

@@ -74,6 +74,8 @@ pub struct ShutdownReport {
 /// Configures a [`Runtime`]: its config, store, extra listeners and shutdown hooks.
 #[must_use]
 pub struct RuntimeBuilder {
+    #[cfg(feature = "prometheus")]
+    metrics_addr: Option<std::net::SocketAddr>,
     config: Option<Config>,
     store: Option<Arc<dyn Store>>,
     listeners: Vec<Listener>,
@@ -104,6 +106,8 @@ impl Runtime {
     /// A builder for everything [`Runtime::start`] takes from the environment.
     pub fn builder() -> RuntimeBuilder {
         RuntimeBuilder {
+            #[cfg(feature = "prometheus")]
+            metrics_addr: None,
             config: None,
             store: None,
             listeners: Vec::new(),
@@ -189,6 +193,15 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Serves Prometheus metrics (see [`crate::metrics`]) over HTTP on `addr`, for example
+    /// `127.0.0.1:9464`. Installs the process-wide `metrics` recorder, so only one runtime of a
+    /// process can do it.
+    #[cfg(feature = "prometheus")]
+    pub fn metrics_addr(mut self, addr: std::net::SocketAddr) -> Self {
+        self.metrics_addr = Some(addr);
+        self
+    }
+
     /// Runs on this store instead of the one the configuration names.
     pub fn store(mut self, store: Arc<dyn Store>) -> Self {
         self.store = Some(store);
@@ -227,6 +240,11 @@ impl RuntimeBuilder {
             None => Config::from_env()?,
         };
         let listeners = collect_listeners(self.registered, self.listeners)?;
+        #[cfg(feature = "prometheus")]
+        if let Some(addr) = self.metrics_addr {
+            crate::metrics::install_prometheus(addr)?;
+            tracing::info!(%addr, "serving Prometheus metrics");
+        }
         let store: Arc<dyn Store> = match self.store {
             Some(s) => s,
             None => match &config.redis_url {
@@ -263,6 +281,14 @@ impl RuntimeBuilder {
         chores.push(tokio::spawn(mover::route_wakeups(
             shared.clone(),
             wake_senders,
+        )));
+        let topics = listeners
+            .iter()
+            .map(|l| Topic::new(l.topic.clone()))
+            .collect::<Result<Vec<_>>>()?;
+        chores.push(tokio::spawn(crate::metrics::queue_gauges(
+            shared.clone(),
+            topics,
         )));
         for listener in &listeners {
             let topic = Topic::new(listener.topic.clone())?;

@@ -1,0 +1,86 @@
+//! The metrics dq records, through the `metrics` facade: install any recorder (or the built-in
+//! Prometheus exporter, feature `prometheus`) and they appear.
+//!
+//! | name | kind | labels | meaning |
+//! | --- | --- | --- | --- |
+//! | `dq_jobs_pushed_total` | counter | topic | jobs created or replaced by pushes of this process |
+//! | `dq_jobs_started_total` | counter | topic | handler runs started |
+//! | `dq_jobs_succeeded_total` | counter | topic | runs that finished the job |
+//! | `dq_jobs_failed_total` | counter | topic | runs that failed (error, panic, timeout) |
+//! | `dq_jobs_timed_out_total` | counter | topic | runs cancelled by their timeout |
+//! | `dq_jobs_retried_total` | counter | topic | jobs scheduled to run again |
+//! | `dq_jobs_dead_lettered_total` | counter | topic | jobs moved to the dead letters (poison included) |
+//! | `dq_job_lateness_seconds` | histogram | topic | start of a run minus the job's due time |
+//! | `dq_job_duration_seconds` | histogram | topic | how long handlers ran |
+//! | `dq_queue_jobs` | gauge | topic, state | jobs delayed, ready, running, dead (every 5 s) |
+//! | `dq_queue_lag_seconds` | gauge | topic | age of the oldest ready job: how far behind workers are |
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use crate::shared::Shared;
+
+/// Buckets for the two histograms, in seconds: lateness matters at the millisecond.
+pub const SECONDS_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0, 300.0,
+];
+
+pub(crate) fn started(topic: &str, lateness: Duration) {
+    metrics::counter!("dq_jobs_started_total", "topic" => topic.to_owned()).increment(1);
+    metrics::histogram!("dq_job_lateness_seconds", "topic" => topic.to_owned())
+        .record(lateness.as_secs_f64());
+}
+
+pub(crate) fn finished(topic: &str, took: Duration) {
+    metrics::histogram!("dq_job_duration_seconds", "topic" => topic.to_owned())
+        .record(took.as_secs_f64());
+}
+
+pub(crate) fn count(name: &'static str, topic: &str) {
+    metrics::counter!(name, "topic" => topic.to_owned()).increment(1);
+}
+
+/// Publishes the depth of each topic's queue every 5 s until shutdown.
+pub(crate) async fn queue_gauges(shared: Arc<Shared>, topics: Vec<dq_core::Topic>) {
+    loop {
+        for topic in &topics {
+            if let Ok(s) = shared.store.stats(topic).await {
+                let t = topic.to_string();
+                for (state, n) in [
+                    ("delayed", s.counts.delayed),
+                    ("ready", s.counts.ready),
+                    ("running", s.counts.running),
+                    ("dead", s.counts.dead),
+                ] {
+                    metrics::gauge!("dq_queue_jobs", "topic" => t.clone(), "state" => state)
+                        .set(n as f64);
+                }
+                let lag = s
+                    .oldest_ready_due
+                    .and_then(|d| SystemTime::now().duration_since(d).ok())
+                    .unwrap_or_default();
+                metrics::gauge!("dq_queue_lag_seconds", "topic" => t).set(lag.as_secs_f64());
+            }
+        }
+        tokio::select! {
+            _ = shared.stop.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+        }
+    }
+}
+
+/// Installs the Prometheus exporter, serving `GET /metrics` (any path) on `addr`.
+#[cfg(feature = "prometheus")]
+pub(crate) fn install_prometheus(addr: std::net::SocketAddr) -> dq_core::Result<()> {
+    use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+    PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS)
+        .and_then(|b| b.install())
+        .map_err(|e| dq_core::Error::Config {
+            key: "metrics_addr",
+            value: addr.to_string(),
+            reason: format!("cannot serve Prometheus metrics there: {e}"),
+        })
+}
