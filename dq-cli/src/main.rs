@@ -114,14 +114,18 @@ enum DeadCommand {
         #[arg(long, default_value_t = 0)]
         offset: u64,
     },
-    /// Run dead letters again with fresh attempts.
+    /// Run dead letters again with fresh attempts: some ids, a whole topic, or every topic.
     Retry {
-        topic: String,
+        #[arg(required_unless_present = "all_topics")]
+        topic: Option<String>,
         /// The ids to retry.
         ids: Vec<String>,
         /// Retry every dead letter of the topic.
         #[arg(long, conflicts_with = "ids")]
         all: bool,
+        /// Retry every dead letter of every topic.
+        #[arg(long, conflicts_with_all = ["topic", "ids", "all"])]
+        all_topics: bool,
     },
     /// Delete dead letters older than a duration.
     Purge {
@@ -343,16 +347,30 @@ async fn run(cli: Cli) -> Result<(), Exit> {
                     print_table(&["ID", "DIED", "ATTEMPTS", "ERROR"], rows);
                 }
             }
-            DeadCommand::Retry { topic, ids, all } => {
-                if ids.is_empty() && !all {
-                    return Err(Exit(2, "name the ids to retry, or pass --all".into()));
-                }
-                let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-                let n = client.retry_dead(&topic, &ids).await?;
+            DeadCommand::Retry {
+                topic,
+                ids,
+                all,
+                all_topics,
+            } => {
+                let (n, what) = match topic {
+                    _ if all_topics => (client.retry_all_dead().await?, "every topic".to_owned()),
+                    Some(topic) if all || !ids.is_empty() => {
+                        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+                        (client.retry_dead(&topic, &ids).await?, topic)
+                    }
+                    _ => {
+                        return Err(Exit(
+                            2,
+                            "name the ids to retry, or pass --all (one topic) or --all-topics"
+                                .into(),
+                        ))
+                    }
+                };
                 report(
                     json,
                     json!({ "retried": n }),
-                    &format!("{n} dead letter(s) of {topic} will run again"),
+                    &format!("{n} dead letter(s) of {what} will run again"),
                 );
             }
             DeadCommand::Purge { topic, older_than } => {

@@ -214,6 +214,21 @@ async fn dead_letters_are_listed_retried_and_purged() {
     assert_eq!(purged["purged"], 0, "nothing is a day old");
     ok(&dq(&redis, &["dead", "retry", "t", "--all"]));
     assert_eq!(c.counts("t").await.unwrap().ready, 3);
+    c.push_json("u", "{}").id("x").await.unwrap();
+    for topic in ["t", "u"] {
+        let t = dq::Topic::new(topic).unwrap();
+        for j in c
+            .store()
+            .fetch(0, &t, 10, Duration::from_secs(30))
+            .await
+            .unwrap()
+            .jobs
+        {
+            c.store().dead_letter(&j.lease, "boom").await.unwrap();
+        }
+    }
+    let everywhere = json(&dq(&redis, &["dead", "retry", "--all-topics", "--json"]));
+    assert_eq!(everywhere["retried"], 4, "three of t and one of u");
 }
 
 #[tokio::test]

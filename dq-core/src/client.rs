@@ -339,6 +339,15 @@ impl Client {
         }
     }
 
+    /// Runs every dead letter of every topic again. Returns how many.
+    pub async fn retry_all_dead(&self) -> Result<usize> {
+        let mut n = 0;
+        for topic in self.store.topics().await? {
+            n += self.retry_dead(topic.as_str(), &[]).await?;
+        }
+        Ok(n)
+    }
+
     /// Deletes a topic's dead letters that died more than `older_than` ago. Returns how many.
     pub async fn purge_dead(&self, topic: &str, older_than: Duration) -> Result<usize> {
         let topic = Topic::new(topic)?;
