@@ -176,3 +176,60 @@ async fn scripts_are_reloaded_after_script_flush() {
     c.push_to("t", &2).await.unwrap();
     assert_eq!(c.counts("t").await.unwrap().ready, 2);
 }
+
+#[tokio::test]
+async fn an_evicting_redis_is_reported_and_noeviction_is_not() {
+    let evicting = RedisServer::start_with(&["--save", "", "--maxmemory-policy", "allkeys-lru"]);
+    let config = dq::Config::builder()
+        .redis_url(evicting.url())
+        .build()
+        .unwrap();
+    let store = dq::RedisStore::connect(&config).await.unwrap();
+    let warnings = store.server_warnings().await.unwrap();
+    assert_eq!(warnings.len(), 1);
+    assert!(
+        warnings[0].contains("allkeys-lru") && warnings[0].contains("noeviction"),
+        "{warnings:?}"
+    );
+    let safe = RedisServer::start();
+    let config = dq::Config::builder().redis_url(safe.url()).build().unwrap();
+    let store = dq::RedisStore::connect(&config).await.unwrap();
+    assert!(store.server_warnings().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_full_redis_refuses_pushes_loudly_and_keeps_what_it_acknowledged() {
+    let redis = RedisServer::start_with(&[
+        "--save",
+        "",
+        "--maxmemory",
+        "4mb",
+        "--maxmemory-policy",
+        "noeviction",
+    ]);
+    let c = client(&redis).await;
+    let pad = "x".repeat(1000);
+    let mut acknowledged = 0u64;
+    let error = loop {
+        let batch = (0..100).map(|i| {
+            c.push_to("t", &pad)
+                .id(format!("{acknowledged}-{i}"))
+                .delay(Duration::from_secs(600))
+        });
+        match c.push_batch(batch).await {
+            Ok(p) => acknowledged += p.len() as u64,
+            Err(e) => break e,
+        }
+        assert!(acknowledged < 100_000, "4 MB never filled up");
+    };
+    assert!(
+        error.to_string().contains("OOM") || error.to_string().contains("maxmemory"),
+        "{error}"
+    );
+    assert!(acknowledged > 0);
+    assert_eq!(
+        c.counts("t").await.unwrap().delayed,
+        acknowledged,
+        "every acknowledged push kept, nothing half-written"
+    );
+}

@@ -248,7 +248,18 @@ impl RuntimeBuilder {
         let store: Arc<dyn Store> = match self.store {
             Some(s) => s,
             None => match &config.redis_url {
-                Some(_) => Arc::new(RedisStore::connect(&config).await?),
+                Some(_) => {
+                    let redis = RedisStore::connect(&config).await?;
+                    match redis.server_warnings().await {
+                        Ok(warnings) => {
+                            for w in warnings {
+                                tracing::warn!("{w}");
+                            }
+                        }
+                        Err(e) => tracing::warn!(error = %e, "could not read Redis' settings"),
+                    }
+                    Arc::new(redis)
+                }
                 None => {
                     tracing::warn!("DQ_REDIS_URL is not set: running on the in-memory store, inside this process only; jobs will not survive a restart (set DQ_REDIS_URL=redis://host:6379/ to use Redis)");
                     Arc::new(MemoryStore::new())

@@ -16,7 +16,7 @@ use async_trait::async_trait;
 
 pub use self::keys::{shard_of, ShardKeys};
 pub use self::memory::{Event, MemoryStore};
-pub use self::redis::RedisStore;
+pub use self::redis::{RedisStore, ACL_RULES};
 
 use crate::error::Result;
 use crate::job::{

@@ -19,6 +19,15 @@ use crate::job::{
 };
 use crate::name::{JobId, Topic};
 
+/// The smallest Redis ACL dq needs, as `ACL SETUSER <name> on ><password> <these rules>`: its own
+/// keys (`dq:*`) and pub/sub channels, the commands it sends, and the commands its scripts call.
+pub const ACL_RULES: &str = "resetkeys ~dq:* resetchannels &dq:* -@all \
++evalsha +eval +script|load +blmove +subscribe +unsubscribe +ping +hello +info \
++hset +hdel +hgetall +sadd +srem +smembers +config|get \
++time +hget +hmget +hexists +hincrby +zadd +zrem +zscore +zmscore +zrange +zrangebyscore \
++zrevrange +zremrangebyrank +zcard +rpush +lpush +lrange +ltrim +lrem +llen +lindex +sismember \
++publish";
+
 /// A worker not heard from for this long is no longer listed.
 pub(crate) const WORKER_EXPIRY_MS: u64 = 60_000;
 
@@ -71,6 +80,29 @@ impl RedisStore {
             conn,
             shards,
         })
+    }
+
+    /// What in the server's settings can lose jobs, each as a sentence for the log: an evicting
+    /// `maxmemory-policy` deletes jobs silently when memory runs out.
+    pub async fn server_warnings(&self) -> Result<Vec<String>> {
+        let mut conn = self.conn.clone();
+        let info: String = redis::cmd("INFO")
+            .arg("memory")
+            .query_async(&mut conn)
+            .await
+            .map_err(Error::redis("read server settings"))?;
+        let policy = info
+            .lines()
+            .find_map(|l| l.strip_prefix("maxmemory_policy:"))
+            .map(str::trim)
+            .unwrap_or("unknown");
+        let mut warnings = Vec::new();
+        if policy != "noeviction" {
+            warnings.push(format!(
+                "Redis maxmemory-policy is {policy}: when memory runs out Redis will silently delete jobs; set maxmemory-policy noeviction so that pushes fail loudly instead"
+            ));
+        }
+        Ok(warnings)
     }
 
     /// The client, for connections of one's own (blocking commands, pub/sub).

@@ -1,0 +1,127 @@
+//! Running with the least rights and sharing a Redis safely: the documented ACL is enough for
+//! the whole runtime, and namespaces never see each other's jobs.
+
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use dq::{JobContext, Listener, Runtime};
+use support::RedisServer;
+
+async fn run_one_job(
+    url: String,
+    namespace: &str,
+) -> (Runtime, std::sync::Arc<std::sync::Mutex<Vec<u32>>>) {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let listener = Listener::new("t", move |n: u32, _: JobContext| {
+        let s = s.clone();
+        async move { s.lock().unwrap().push(n) }
+    });
+    let rt = Runtime::builder()
+        .config(
+            dq::Config::builder()
+                .redis_url(url)
+                .namespace(namespace)
+                .build()
+                .unwrap(),
+        )
+        .without_registered_listeners()
+        .listener(listener)
+        .start()
+        .await
+        .unwrap();
+    (rt, seen)
+}
+
+async fn wait_for(seen: &std::sync::Mutex<Vec<u32>>, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while seen.lock().unwrap().len() < n {
+        assert!(
+            Instant::now() < deadline,
+            "only {:?} ran",
+            seen.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_acl_is_enough_for_pushing_running_and_administering() {
+    let redis = RedisServer::start();
+    let mut args = vec!["ACL", "SETUSER", "dqapp", "on", ">s3cret"];
+    args.extend(
+        dq::store::ACL_RULES
+            .split_whitespace()
+            .filter(|r| *r != "\\"),
+    );
+    assert_eq!(redis.command(&args).trim(), "+OK");
+    let url = format!("redis://dqapp:s3cret@127.0.0.1:{}/", redis.port());
+
+    let (rt, seen) = run_one_job(url, "app").await;
+    let c = rt.client().clone();
+    c.push_to("t", &1u32)
+        .delay(Duration::from_millis(100))
+        .await
+        .unwrap();
+    c.push_to("t", &2u32).await.unwrap();
+    wait_for(&seen, 2).await;
+    c.pause("t").await.unwrap();
+    c.resume("t").await.unwrap();
+    assert_eq!(c.stats("t").await.unwrap().counts.dead, 0);
+    assert!(!c.workers().await.unwrap().is_empty());
+    rt.shutdown().await.unwrap();
+
+    // The same user cannot touch keys outside dq's, even with a command dq may use.
+    let outside =
+        redis::Client::open(format!("redis://dqapp:s3cret@127.0.0.1:{}/", redis.port())).unwrap();
+    let mut conn = outside.get_multiplexed_async_connection().await.unwrap();
+    let denied: redis::RedisResult<()> = redis::cmd("HSET")
+        .arg("other-app:key")
+        .arg("f")
+        .arg("1")
+        .query_async(&mut conn)
+        .await;
+    let error = denied.unwrap_err().to_string().to_lowercase();
+    assert!(error.contains("permission"), "{error}");
+    let denied: redis::RedisResult<()> = redis::cmd("FLUSHALL").query_async(&mut conn).await;
+    assert!(denied
+        .unwrap_err()
+        .to_string()
+        .to_lowercase()
+        .contains("permission"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_namespaces_on_one_redis_never_see_each_others_jobs() {
+    let redis = RedisServer::start();
+    let (a, seen_a) = run_one_job(redis.url(), "shop-a").await;
+    let (b, seen_b) = run_one_job(redis.url(), "shop-b").await;
+    a.client().push_to("t", &1u32).await.unwrap();
+    b.client().push_to("t", &2u32).await.unwrap();
+    b.client().push_to("t", &3u32).await.unwrap();
+    wait_for(&seen_a, 1).await;
+    wait_for(&seen_b, 2).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(*seen_a.lock().unwrap(), [1]);
+    let mut got_b = seen_b.lock().unwrap().clone();
+    got_b.sort();
+    assert_eq!(got_b, [2, 3]);
+    a.client()
+        .push_to("only-a", &4u32)
+        .delay(Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(b.client().counts("only-a").await.unwrap().delayed, 0);
+    assert!(!b
+        .client()
+        .topics()
+        .await
+        .unwrap()
+        .iter()
+        .any(|t| t.as_str() == "only-a"));
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
