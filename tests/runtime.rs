@@ -91,6 +91,22 @@ async fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool)
     }
 }
 
+/// Polls a job's status until it is dead-lettered (5 s at most) and returns it.
+async fn wait_until_dead(c: &dq::Client, topic: &str, id: &str) -> dq::JobInfo {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let info = c.status(topic, id).await.unwrap();
+        if let Some(info) = info.filter(|i| i.state == JobState::Dead) {
+            return info;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{topic}:{id} was never dead-lettered"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 fn recording(topic: &str, rec: &Recorder) -> Listener {
     let rec = rec.clone();
     Listener::new(topic, move |_: Job, ctx: JobContext| {
@@ -133,7 +149,7 @@ async fn child_process_entry_point() {
         }
         "stuck-worker" => {
             let listener = Listener::new("crash", |_: Job, _ctx: JobContext| async {
-                tokio::time::sleep(Duration::from_secs(3600)).await;
+                std::future::pending::<()>().await; // never returns: killed with SIGKILL
             })
             .concurrency(100)
             .no_timeout();
@@ -344,19 +360,7 @@ async fn job_failing_every_attempt_is_dead_lettered_with_its_last_error() {
         .await
         .unwrap();
     let c = rt.client().clone();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let info = loop {
-        if let Some(info) = c
-            .status("doomed", "j")
-            .await
-            .unwrap()
-            .filter(|i| i.state == JobState::Dead)
-        {
-            break info;
-        }
-        assert!(Instant::now() < deadline, "never dead-lettered");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    let info = wait_until_dead(&c, "doomed", "j").await;
     assert_eq!(rec.count(), 3, "the first run and two retries");
     assert_eq!(info.attempt, 3);
     let error = info.last_error.unwrap();
@@ -389,19 +393,7 @@ async fn handler_that_overruns_its_timeout_is_cancelled_and_counted_as_failed() 
         .await
         .unwrap();
     let c = rt.client().clone();
-    let deadline = Instant::now() + Duration::from_secs(3);
-    let info = loop {
-        if let Some(info) = c
-            .status("slow", "j")
-            .await
-            .unwrap()
-            .filter(|i| i.state == JobState::Dead)
-        {
-            break info;
-        }
-        assert!(Instant::now() < deadline, "never dead-lettered");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    let info = wait_until_dead(&c, "slow", "j").await;
     assert!(info.last_error.unwrap().contains("timed out after 50ms"));
     assert_eq!(
         finished.load(Ordering::SeqCst),
@@ -424,19 +416,7 @@ async fn poison_message_is_dead_lettered_on_its_first_attempt_and_the_worker_goe
         .unwrap();
     c.push_to("typed", &Job { n: 7 }).id("fine").await.unwrap();
     wait_until("the good job", Duration::from_secs(5), || rec.count() == 1).await;
-    let deadline = Instant::now() + Duration::from_secs(3);
-    let info = loop {
-        if let Some(info) = c
-            .status("typed", "poison")
-            .await
-            .unwrap()
-            .filter(|i| i.state == JobState::Dead)
-        {
-            break info;
-        }
-        assert!(Instant::now() < deadline, "never dead-lettered");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    let info = wait_until_dead(c, "typed", "poison").await;
     assert_eq!(info.attempt, 1, "never retried");
     let error = info.last_error.unwrap();
     assert!(

@@ -119,6 +119,15 @@ impl RedisStore {
         self.keys(shard_of(topic, id, self.shards()))
     }
 
+    /// Adds (SADD) or removes (SREM) a topic in every shard's paused set.
+    async fn set_paused(&self, op: &'static str, command: &str, topic: &Topic) -> Result<()> {
+        for k in &self.shards {
+            self.simple(op, redis::cmd(command).arg(k.paused()).arg(topic.as_str()))
+                .await?;
+        }
+        Ok(())
+    }
+
     async fn simple(&self, op: &'static str, cmd: &redis::Cmd) -> Result<()> {
         let mut conn = self.conn.clone();
         cmd.query_async::<Value>(&mut conn)
@@ -644,25 +653,11 @@ impl Store for RedisStore {
     }
 
     async fn pause(&self, topic: &Topic) -> Result<()> {
-        for k in &self.shards {
-            self.simple(
-                "pause",
-                redis::cmd("SADD").arg(k.paused()).arg(topic.as_str()),
-            )
-            .await?;
-        }
-        Ok(())
+        self.set_paused("pause", "SADD", topic).await
     }
 
     async fn resume(&self, topic: &Topic) -> Result<()> {
-        for k in &self.shards {
-            self.simple(
-                "resume",
-                redis::cmd("SREM").arg(k.paused()).arg(topic.as_str()),
-            )
-            .await?;
-        }
-        Ok(())
+        self.set_paused("resume", "SREM", topic).await
     }
 
     async fn register_worker(&self, worker: &WorkerInfo) -> Result<()> {
