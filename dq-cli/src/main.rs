@@ -11,7 +11,7 @@
 //! ```
 //!
 //! Every command takes `--json` for scripts. Exit codes: 0 done, 1 error (Redis unreachable,
-//! bad input), 2 usage, 3 no such job, 4 refused because the job is running.
+//! bad input), 2 usage, 3 no such job or topic, 4 refused because the job is running.
 
 mod output;
 
@@ -104,6 +104,39 @@ enum Command {
     },
 }
 
+impl Command {
+    /// The topic a command reads, which must exist (push, pause and resume may name a new one).
+    fn reads_topic(&self) -> Option<&str> {
+        match self {
+            Command::Jobs { topic, .. }
+            | Command::Show { topic, .. }
+            | Command::Cancel { topic, .. }
+            | Command::Reschedule { topic, .. } => Some(topic),
+            Command::Dead { command } => match command {
+                DeadCommand::List { topic, .. } | DeadCommand::Purge { topic, .. } => Some(topic),
+                DeadCommand::Retry { topic, .. } => topic.as_deref(),
+            },
+            _ => None,
+        }
+    }
+}
+
+async fn known_topic(client: &Client, topic: &str) -> Result<(), Exit> {
+    dq::Topic::new(topic)?;
+    let topics = client.topics().await?;
+    if topics.iter().any(|t| t.as_str() == topic) {
+        return Ok(());
+    }
+    let names: Vec<&str> = topics.iter().map(|t| t.as_str()).collect();
+    Err(Exit(
+        3,
+        format!(
+            "unknown topic {topic:?}: nothing was ever pushed to it in this namespace (known topics: {})",
+            if names.is_empty() { "none".to_owned() } else { names.join(", ") }
+        ),
+    ))
+}
+
 #[derive(Debug, Subcommand)]
 enum DeadCommand {
     /// A page of a topic's dead letters, newest first, with their errors.
@@ -188,6 +221,9 @@ async fn run(cli: Cli) -> Result<(), Exit> {
         .build()?;
     let client = Client::connect(config).await?;
     let json = cli.json;
+    if let Some(topic) = cli.command.reads_topic() {
+        known_topic(&client, topic).await?;
+    }
     match cli.command {
         Command::Stats => stats(&client, json).await?,
         Command::Watch { iterations } => {

@@ -137,6 +137,13 @@ async fn push_then_show_and_an_unknown_job_exits_3() {
         table.contains("attempt") && table.contains("0 of 3"),
         "{table}"
     );
+    let unknown = dq(&redis, &["jobs", "no-such-topic"]);
+    assert_eq!(unknown.status.code(), Some(3));
+    let said = String::from_utf8_lossy(&unknown.stderr).into_owned();
+    assert!(
+        said.contains("unknown topic \"no-such-topic\"") && said.contains("known topics: t"),
+        "{said}"
+    );
     let missing = dq(&redis, &["show", "t", "nope"]);
     assert_eq!(missing.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no job \"nope\""));
