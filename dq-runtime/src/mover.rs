@@ -106,10 +106,11 @@ async fn sleep_until_precisely(deadline: Instant) {
 }
 
 /// Routes wake announcements from the store to the shards' movers; resubscribes with backoff
-/// when the subscription breaks, and then wakes every mover (announcements may have been lost).
+/// when the subscription breaks. After every subscription, the first one included, it wakes every
+/// mover: a push announced before the subscription was in place (right after start-up, or while
+/// it was broken) reached nobody.
 pub(crate) async fn route_wakeups(shared: Arc<Shared>, movers: Vec<mpsc::Sender<u64>>) {
     let mut health = Health::new("wake subscription");
-    let mut first = true;
     loop {
         let listener = tokio::select! {
             _ = shared.stop.cancelled() => return,
@@ -118,12 +119,9 @@ pub(crate) async fn route_wakeups(shared: Arc<Shared>, movers: Vec<mpsc::Sender<
         let mut listener = match listener {
             Ok(l) => {
                 health.ok();
-                if !first {
-                    for m in &movers {
-                        let _ = m.try_send(0);
-                    }
+                for m in &movers {
+                    let _ = m.try_send(0);
                 }
-                first = false;
                 l
             }
             Err(e) => {
