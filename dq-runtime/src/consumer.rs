@@ -163,15 +163,17 @@ async fn run_job(
                     lease.topic.as_str(),
                     Duration::from_micros(fetched_at_us.saturating_sub(envelope.due_us)),
                 );
+                // The lease stays in the renewed set until the job's fate is written (the
+                // acker removes it after the ack), so a slow ack cannot let the lease expire.
                 shared.start_running(&lease);
                 let outcome = supervise(&shared, &listener, future).await;
-                shared.stop_running(&lease);
                 drop(permit);
                 outcome
             }
         };
         let Some(outcome) = outcome else {
             tracing::info!("handler cancelled by shutdown; the job goes back to ready");
+            shared.stop_running(&lease);
             shared.interrupted(lease);
             return;
         };
@@ -184,6 +186,8 @@ async fn run_job(
                 crate::metrics::count("dq_jobs_timed_out_total", &topic);
             }
         }
+        let done = outcome == Outcome::Done;
+        let lease_for_cleanup = lease.clone();
         match outcome {
             Outcome::Done => {
                 tracing::debug!(took_ms = took.as_secs_f64() * 1000.0, "job done");
@@ -208,6 +212,10 @@ async fn run_job(
                 tracing::error!(error = %error, "job failed on its last attempt; dead-lettered");
                 settle_dead(&shared, &lease, &reason).await;
             }
+        }
+        // Done jobs leave the renewed set when the acker has acked them.
+        if !done {
+            shared.stop_running(&lease_for_cleanup);
         }
     }
     .instrument(span)

@@ -46,6 +46,9 @@ pub(crate) async fn acker(
             match shared.store.ack(&batch).await {
                 Ok(acked) => {
                     health.ok();
+                    for lease in &batch {
+                        shared.stop_running(lease);
+                    }
                     for stale in &acked.stale {
                         tracing::warn!(topic = %stale.topic, id = %stale.id, "ack refused: the lease was taken over (it expired while the job ran), so the job may run again");
                     }
