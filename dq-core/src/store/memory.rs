@@ -245,6 +245,15 @@ impl State {
         }
     }
 
+    fn counts(&self, topic: &Topic) -> TopicCounts {
+        TopicCounts {
+            delayed: self.delayed_count.get(topic).copied().unwrap_or(0),
+            ready: self.ready.get(topic).map_or(0, |q| q.len() as u64),
+            running: self.running_count.get(topic).copied().unwrap_or(0),
+            dead: self.dead.get(topic).map_or(0, |d| d.len() as u64),
+        }
+    }
+
     fn holds(&self, l: &LeaseRef) -> Option<Member> {
         let m = (l.topic.clone(), l.id.clone());
         let held = self.lease_deadline.contains_key(&m)
@@ -666,6 +675,10 @@ impl Store for MemoryStore {
         Ok(out)
     }
 
+    async fn counts(&self, topic: &Topic) -> Result<TopicCounts> {
+        Ok(lock(&self.state).counts(topic))
+    }
+
     async fn stats(&self, topic: &Topic) -> Result<TopicStats> {
         let s = lock(&self.state);
         let oldest_ready_due = s
@@ -681,12 +694,7 @@ impl Store for MemoryStore {
             .find(|(_, m)| m.0 == *topic)
             .map(|(due, _)| from_us(*due));
         Ok(TopicStats {
-            counts: TopicCounts {
-                delayed: s.delayed_count.get(topic).copied().unwrap_or(0),
-                ready: s.ready.get(topic).map_or(0, |q| q.len() as u64),
-                running: s.running_count.get(topic).copied().unwrap_or(0),
-                dead: s.dead.get(topic).map_or(0, |d| d.len() as u64),
-            },
+            counts: s.counts(topic),
             oldest_ready_due,
             next_due,
             paused: s.paused.contains(topic),

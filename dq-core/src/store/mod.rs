@@ -99,10 +99,8 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Takes back up to `limit` jobs of a shard whose lease expired.
     async fn reclaim(&self, shard: u16, limit: usize) -> Result<Reclaimed>;
 
-    /// How many jobs of a topic are in each state, over all shards.
-    async fn counts(&self, topic: &Topic) -> Result<TopicCounts> {
-        Ok(self.stats(topic).await?.counts)
-    }
+    /// How many jobs of a topic are in each state, over all shards (cheap: callers poll it).
+    async fn counts(&self, topic: &Topic) -> Result<TopicCounts>;
 
     /// A topic's counts, oldest ready job, next due time and pause flag, over all shards.
     async fn stats(&self, topic: &Topic) -> Result<TopicStats>;

@@ -15,7 +15,8 @@ use crate::envelope::Envelope;
 use crate::error::{Error, Result};
 use crate::job::{
     from_us, to_us, Acked, ChangeOutcome, Fetched, JobInfo, JobState, LeaseRef, LeasedJob, NewJob,
-    OnConflict, Page, Promoted, PushOutcome, Reclaimed, Schedule, TopicStats, WorkerInfo,
+    OnConflict, Page, Promoted, PushOutcome, Reclaimed, Schedule, TopicCounts, TopicStats,
+    WorkerInfo,
 };
 use crate::name::{JobId, Topic};
 
@@ -191,6 +192,37 @@ fn change_outcome(op: &str, v: &Value) -> Result<ChangeOutcome> {
         Some(2) => Ok(ChangeOutcome::Running),
         _ => Err(malformed_reply(op, v)),
     }
+}
+
+/// Jobs from a script's `member, score_us, envelope` triples (list.lua, dead_list.lua). An
+/// unreadable entry is logged and skipped: one bad envelope must not hide a whole page.
+fn decode_jobs(
+    triples: &[Value],
+    jobs_key: &str,
+    state: JobState,
+    keep_score: bool,
+) -> Vec<JobInfo> {
+    let mut out = Vec::new();
+    for triple in triples.chunks(3) {
+        let (Some(m), Some(score), Some(Value::BulkString(raw))) = (
+            triple.first().and_then(text),
+            triple.get(1).and_then(int),
+            triple.get(2),
+        ) else {
+            continue;
+        };
+        let Some((topic, id)) = parse_member(&m) else {
+            continue;
+        };
+        match Envelope::decode(raw, &format!("{jobs_key} field {m}")) {
+            Ok(env) => {
+                let score = (keep_score && score >= 0).then_some(score as u64);
+                out.push(JobInfo::from_envelope(topic, id, state, env, score));
+            }
+            Err(e) => tracing::warn!(error = %e, "skipping an unreadable job in a listing"),
+        }
+    }
+    out
 }
 
 fn parse_member(m: &str) -> Option<(Topic, JobId)> {
@@ -549,6 +581,24 @@ impl Store for RedisStore {
         })
     }
 
+    async fn counts(&self, topic: &Topic) -> Result<TopicCounts> {
+        let mut total = TopicCounts::default();
+        for k in &self.shards {
+            let mut inv = SCRIPTS.counts.prepare_invoke();
+            inv.key(k.counts())
+                .key(k.ready(topic))
+                .key(k.dead(topic))
+                .arg(topic.as_str());
+            let reply = array("counts", self.run("counts", &inv).await?)?;
+            let n = |i: usize| reply.get(i).and_then(int).unwrap_or(0).max(0) as u64;
+            total.delayed += n(0);
+            total.ready += n(1);
+            total.running += n(2);
+            total.dead += n(3);
+        }
+        Ok(total)
+    }
+
     async fn stats(&self, topic: &Topic) -> Result<TopicStats> {
         let mut total = TopicStats::default();
         for k in &self.shards {
@@ -616,28 +666,12 @@ impl Store for RedisStore {
                 .arg(limit - page.jobs.len());
             let reply = array("list", self.run("list", &inv).await?)?;
             let next = reply.first().and_then(int).unwrap_or(-1);
-            for triple in reply.get(1..).unwrap_or_default().chunks(3) {
-                let (Some(m), Some(score), Some(Value::BulkString(raw))) = (
-                    triple.first().and_then(text),
-                    triple.get(1).and_then(int),
-                    triple.get(2),
-                ) else {
-                    continue;
-                };
-                let Some((t, id)) = parse_member(&m) else {
-                    continue;
-                };
-                match Envelope::decode(raw, &format!("{} field {m}", k.jobs())) {
-                    Ok(env) => page.jobs.push(JobInfo::from_envelope(
-                        t,
-                        id,
-                        state,
-                        env,
-                        (state == JobState::Running && score >= 0).then_some(score as u64),
-                    )),
-                    Err(e) => tracing::warn!(error = %e, "skipping an unreadable job in a listing"),
-                }
-            }
+            page.jobs.extend(decode_jobs(
+                reply.get(1..).unwrap_or_default(),
+                &k.jobs(),
+                state,
+                state == JobState::Running,
+            ));
             if next >= 0 {
                 pos = next as u64;
                 if page.jobs.len() >= limit {
@@ -731,28 +765,7 @@ impl Store for RedisStore {
                     offset + limit
                 });
             let reply = array("dead_list", self.run("dead_list", &inv).await?)?;
-            for triple in reply.chunks(3) {
-                let (Some(m), Some(score), Some(Value::BulkString(raw))) = (
-                    triple.first().and_then(text),
-                    triple.get(1).and_then(int),
-                    triple.get(2),
-                ) else {
-                    continue;
-                };
-                let Some((t, id)) = parse_member(&m) else {
-                    continue;
-                };
-                match Envelope::decode(raw, &format!("{} field {m}", k.jobs())) {
-                    Ok(env) => all.push(JobInfo::from_envelope(
-                        t,
-                        id,
-                        JobState::Dead,
-                        env,
-                        Some(score as u64),
-                    )),
-                    Err(e) => tracing::warn!(error = %e, "skipping an unreadable dead letter"),
-                }
-            }
+            all.extend(decode_jobs(&reply, &k.jobs(), JobState::Dead, true));
         }
         if self.shards.len() > 1 {
             all.sort_by_key(|j| std::cmp::Reverse(j.state_since_or_until));
@@ -768,42 +781,34 @@ impl Store for RedisStore {
         max_attempts: u32,
         limit: usize,
     ) -> Result<usize> {
+        // At most `limit` (<= 1,000) jobs per call, so each shard takes one script call.
         let limit = limit.clamp(1, MAX_BATCH);
-        let mut total = 0;
         let mut by_shard: BTreeMap<u16, Vec<&JobId>> = BTreeMap::new();
         if ids.is_empty() {
-            for s in 0..self.shards() {
-                by_shard.insert(s, Vec::new());
-            }
-        } else {
-            for id in ids {
-                by_shard
-                    .entry(shard_of(topic, id, self.shards()))
-                    .or_default()
-                    .push(id);
-            }
+            by_shard.extend((0..self.shards()).map(|s| (s, Vec::new())));
         }
+        for id in ids.iter().take(limit) {
+            by_shard
+                .entry(shard_of(topic, id, self.shards()))
+                .or_default()
+                .push(id);
+        }
+        let mut total = 0;
         for (shard, shard_ids) in by_shard {
             let k = self.keys(shard);
-            for chunk in shard_ids
-                .chunks(MAX_BATCH)
-                .map(Some)
-                .chain(shard_ids.is_empty().then_some(None))
-            {
-                let mut inv = SCRIPTS.requeue_dead.prepare_invoke();
-                inv.key(k.jobs())
-                    .key(k.dead(topic))
-                    .arg(k.prefix())
-                    .arg(topic.as_str())
-                    .arg(max_attempts)
-                    .arg(limit.saturating_sub(total).max(1));
-                for id in chunk.unwrap_or_default() {
-                    inv.arg(id.as_str());
-                }
-                total += int(&self.run("requeue_dead", &inv).await?).unwrap_or(0) as usize;
-                if total >= limit {
-                    return Ok(total);
-                }
+            let mut inv = SCRIPTS.requeue_dead.prepare_invoke();
+            inv.key(k.jobs())
+                .key(k.dead(topic))
+                .arg(k.prefix())
+                .arg(topic.as_str())
+                .arg(max_attempts)
+                .arg(limit - total);
+            for id in shard_ids {
+                inv.arg(id.as_str());
+            }
+            total += int(&self.run("requeue_dead", &inv).await?).unwrap_or(0) as usize;
+            if total >= limit {
+                break;
             }
         }
         Ok(total)

@@ -1,0 +1,13 @@
+-- counts: how many jobs of one topic are in each state (read-only, O(1): the scripts keep the
+-- delayed and running counts in a hash; stats.lua adds the slower lag and next-due lookups).
+-- KEYS[1] counts  KEYS[2] ready:<topic>  KEYS[3] dead:<topic>
+-- ARGV[1] topic
+-- Returns {delayed, ready, running, dead}.
+local counts, ready, dead = KEYS[1], KEYS[2], KEYS[3]
+local topic = ARGV[1]
+return {
+  tonumber(redis.call('HGET', counts, topic .. ':delayed') or 0),
+  redis.call('LLEN', ready),
+  tonumber(redis.call('HGET', counts, topic .. ':inflight') or 0),
+  redis.call('ZCARD', dead),
+}
