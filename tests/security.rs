@@ -1,5 +1,6 @@
 //! Running with the least rights and sharing a Redis safely: the documented ACL is enough for
-//! the whole runtime, and namespaces never see each other's jobs.
+//! the whole runtime, namespaces never see each other's jobs, and `rediss://` connections
+//! verify the server's certificate (and present the client's when Redis asks).
 
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
@@ -14,6 +15,17 @@ async fn run_one_job(
     url: String,
     namespace: &str,
 ) -> (Runtime, std::sync::Arc<std::sync::Mutex<Vec<u32>>>) {
+    run_with(
+        dq::Config::builder()
+            .redis_url(url)
+            .namespace(namespace)
+            .build()
+            .unwrap(),
+    )
+    .await
+}
+
+async fn run_with(config: dq::Config) -> (Runtime, std::sync::Arc<std::sync::Mutex<Vec<u32>>>) {
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let s = seen.clone();
     let listener = Listener::new("t", move |n: u32, _: JobContext| {
@@ -21,13 +33,7 @@ async fn run_one_job(
         async move { s.lock().unwrap().push(n) }
     });
     let rt = Runtime::builder()
-        .config(
-            dq::Config::builder()
-                .redis_url(url)
-                .namespace(namespace)
-                .build()
-                .unwrap(),
-        )
+        .config(config)
         .without_registered_listeners()
         .listener(listener)
         .start()
@@ -124,4 +130,59 @@ async fn two_namespaces_on_one_redis_never_see_each_others_jobs() {
         .any(|t| t.as_str() == "only-a"));
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
+}
+
+#[cfg(feature = "tls")] // scripts/test runs with --all-features
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_run_over_tls_with_a_private_certificate_authority() {
+    let redis = RedisServer::start_tls(false);
+    let config = dq::Config::builder()
+        .redis_url(redis.tls_url())
+        .tls_ca_file(redis.tls_file("ca.crt"))
+        .build()
+        .unwrap();
+    let (rt, seen) = run_with(config).await;
+    rt.client().push_to("t", &7u32).await.unwrap();
+    wait_for(&seen, 1).await;
+    assert_eq!(*seen.lock().unwrap(), vec![7]);
+    rt.shutdown().await.unwrap();
+}
+
+#[cfg(feature = "tls")] // scripts/test runs with --all-features
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_certificate_from_an_unknown_authority_is_refused() {
+    let redis = RedisServer::start_tls(false);
+    // No CA file: the system's trust store does not know the test's authority.
+    let config = dq::Config::builder()
+        .redis_url(redis.tls_url())
+        .build()
+        .unwrap();
+    let err = dq::Client::connect(config).await.unwrap_err().to_string();
+    assert!(err.contains("certificate"), "{err}");
+}
+
+#[cfg(feature = "tls")] // scripts/test runs with --all-features
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_requires_client_certificates_accepts_the_configured_one() {
+    let redis = RedisServer::start_tls(true);
+    let with_ca = || {
+        dq::Config::builder()
+            .redis_url(redis.tls_url())
+            .tls_ca_file(redis.tls_file("ca.crt"))
+    };
+    assert!(
+        dq::Client::connect(with_ca().build().unwrap())
+            .await
+            .is_err(),
+        "a client without a certificate must be turned away"
+    );
+    let config = with_ca()
+        .tls_client_cert(redis.tls_file("client.crt"), redis.tls_file("client.key"))
+        .build()
+        .unwrap();
+    let (rt, seen) = run_with(config).await;
+    rt.client().push_to("t", &8u32).await.unwrap();
+    wait_for(&seen, 1).await;
+    assert_eq!(*seen.lock().unwrap(), vec![8]);
+    rt.shutdown().await.unwrap();
 }

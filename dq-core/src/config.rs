@@ -1,6 +1,7 @@
 //! Configuration shared by the client and the runtime: where Redis is, the namespace, shards,
 //! limits and timings. Read it from the environment with [`Config::from_env`] or build it.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -22,6 +23,13 @@ pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
 /// | `DQ_SAFETY_TICK` | `safety_tick` | `60s` |
 /// | `DQ_SHUTDOWN_GRACE` | `shutdown_grace` | `20s` |
 /// | `DQ_POLL_INTERVAL` | `poll_interval` | unset: block on Redis instead of polling |
+/// | `DQ_TLS_CA_FILE` | `tls_ca_file` | unset: the system's trust store |
+/// | `DQ_TLS_CERT_FILE` | `tls_cert_file` | unset: no client certificate |
+/// | `DQ_TLS_KEY_FILE` | `tls_key_file` | unset |
+///
+/// TLS is used for a `rediss://` URL (build with the `tls` feature); the CA file lets a
+/// private certificate authority be trusted, the certificate and key files authenticate the
+/// client (Redis `tls-auth-clients yes`). All three are PEM files.
 ///
 /// Durations are written `250ms`, `5s`, `10m` or `1h`.
 ///
@@ -60,6 +68,13 @@ pub struct Config {
     pub poll_interval: Option<Duration>,
     /// Most jobs the mover moves from delayed to ready in one script call.
     pub promote_batch: usize,
+    /// PEM file of the certificate authority that signed the server's certificate, for a
+    /// `rediss://` URL; `None` trusts the system's store.
+    pub tls_ca_file: Option<PathBuf>,
+    /// PEM file of the client's certificate, when Redis asks clients for one.
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM file of the client certificate's private key.
+    pub tls_key_file: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -74,6 +89,9 @@ impl Default for Config {
             shutdown_grace: Duration::from_secs(20),
             poll_interval: None,
             promote_batch: 1000,
+            tls_ca_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
         }
     }
 }
@@ -119,6 +137,9 @@ impl Config {
         if let Some(v) = var("DQ_POLL_INTERVAL") {
             c.poll_interval = Some(parse_duration_var("DQ_POLL_INTERVAL", &v)?);
         }
+        c.tls_ca_file = var("DQ_TLS_CA_FILE").map(PathBuf::from);
+        c.tls_cert_file = var("DQ_TLS_CERT_FILE").map(PathBuf::from);
+        c.tls_key_file = var("DQ_TLS_KEY_FILE").map(PathBuf::from);
         c.validate()
     }
 
@@ -155,6 +176,13 @@ impl Config {
         }
         if self.safety_tick.is_zero() {
             return Err(bad("safety_tick", "0s".into(), "must be positive"));
+        }
+        if self.tls_cert_file.is_some() != self.tls_key_file.is_some() {
+            return Err(bad(
+                "tls_cert_file",
+                format!("{:?} with key {:?}", self.tls_cert_file, self.tls_key_file),
+                "a client certificate needs its key, and a key its certificate: set both DQ_TLS_CERT_FILE and DQ_TLS_KEY_FILE",
+            ));
         }
         Ok(self)
     }
@@ -244,9 +272,19 @@ setters! {
     poll_interval: Duration => |c: &mut Config, v| c.poll_interval = Some(v);
     /// Sets the mover's batch size.
     promote_batch: usize => |c: &mut Config, v| c.promote_batch = v;
+    /// Trusts this PEM certificate authority for a `rediss://` URL.
+    tls_ca_file: impl Into<PathBuf> => |c: &mut Config, v: _| c.tls_ca_file = Some(Into::<PathBuf>::into(v));
 }
 
 impl ConfigBuilder {
+    /// Presents this client certificate and its key (PEM files) to a Redis that asks for one
+    /// (`tls-auth-clients yes`).
+    pub fn tls_client_cert(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+        self.config.tls_cert_file = Some(cert.into());
+        self.config.tls_key_file = Some(key.into());
+        self
+    }
+
     /// Checks and returns the configuration.
     pub fn build(self) -> Result<Config> {
         self.config.validate()

@@ -53,6 +53,79 @@ impl std::fmt::Debug for RedisStore {
     }
 }
 
+/// The URL with its password replaced by `***`, for errors and logs.
+pub(crate) fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => {
+            let user = rest[..at].split(':').next().unwrap_or("");
+            format!("{scheme}://{user}:***{}", &rest[at..])
+        }
+        None => url.to_owned(),
+    }
+}
+
+/// A redis-rs client for `url`: `rediss://` with the CA and client certificate of `config`.
+fn open_client(url: &str, config: &Config) -> Result<redis::Client> {
+    let bad = |reason: String| Error::Config {
+        key: "redis_url",
+        value: redact_url(url),
+        reason,
+    };
+    let tls = url.starts_with("rediss://");
+    if !tls && (config.tls_ca_file.is_some() || config.tls_cert_file.is_some()) {
+        return Err(bad(
+            "TLS files are set but the URL is not rediss://: use rediss:// to connect with TLS"
+                .into(),
+        ));
+    }
+    if !tls || (config.tls_ca_file.is_none() && config.tls_cert_file.is_none()) {
+        return redis::Client::open(url).map_err(|e| {
+            bad(if tls && !cfg!(feature = "tls") {
+                "this build of dq has no TLS support: enable the `tls` feature of the dq crate"
+                    .into()
+            } else {
+                e.to_string()
+            })
+        });
+    }
+    tls_client(url, config).map_err(bad)
+}
+
+#[cfg(feature = "tls")]
+fn tls_client(url: &str, config: &Config) -> std::result::Result<redis::Client, String> {
+    let read = |path: &std::path::Path, what: &str| {
+        std::fs::read(path).map_err(|e| format!("cannot read the {what} {}: {e}", path.display()))
+    };
+    let root_cert = match &config.tls_ca_file {
+        Some(path) => Some(read(path, "CA certificate (DQ_TLS_CA_FILE)")?),
+        None => None,
+    };
+    let client_tls = match (&config.tls_cert_file, &config.tls_key_file) {
+        (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+            client_cert: read(cert, "client certificate (DQ_TLS_CERT_FILE)")?,
+            client_key: read(key, "client key (DQ_TLS_KEY_FILE)")?,
+        }),
+        _ => None,
+    };
+    redis::Client::build_with_tls(
+        url,
+        redis::TlsCertificates {
+            client_tls,
+            root_cert,
+        },
+    )
+    .map_err(|e| e.to_string())
+}
+
+#[cfg(not(feature = "tls"))]
+fn tls_client(_url: &str, _config: &Config) -> std::result::Result<redis::Client, String> {
+    Err("this build of dq has no TLS support: enable the `tls` feature of the dq crate".into())
+}
+
 impl RedisStore {
     /// Connects to the Redis at `config.redis_url`.
     pub async fn connect(config: &Config) -> Result<RedisStore> {
@@ -61,11 +134,7 @@ impl RedisStore {
             value: String::new(),
             reason: "the Redis store needs a URL (set DQ_REDIS_URL)".into(),
         })?;
-        let client = redis::Client::open(url).map_err(|e| Error::Config {
-            key: "redis_url",
-            value: url.to_owned(),
-            reason: e.to_string(),
-        })?;
+        let client = open_client(url, config)?;
         let manager = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(5)))
             .set_response_timeout(Some(Duration::from_secs(10)))
@@ -947,5 +1016,33 @@ impl WakeListener for RedisWakeListener {
                 return Ok((shard, due));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_urls_password_is_never_shown() {
+        assert_eq!(
+            redact_url("redis://dq:s3cret@10.0.0.1:6379/0"),
+            "redis://dq:***@10.0.0.1:6379/0"
+        );
+        assert_eq!(redact_url("rediss://:s3cret@host/"), "rediss://:***@host/");
+        assert_eq!(redact_url("redis://host:6379/"), "redis://host:6379/");
+    }
+
+    #[test]
+    fn tls_files_need_a_rediss_url() {
+        let config = Config::builder()
+            .redis_url("redis://:pw@127.0.0.1:1/")
+            .tls_ca_file("/ca.crt")
+            .build()
+            .unwrap();
+        let err = open_client("redis://:pw@127.0.0.1:1/", &config)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("rediss://") && !err.contains("pw@"), "{err}");
     }
 }
