@@ -177,6 +177,7 @@ async fn run_job(
             shared.interrupted(lease);
             return;
         };
+        shared.settling(&lease);
         let took = started.elapsed();
         let topic = lease.topic.as_str().to_owned();
         crate::metrics::finished(&topic, took);

@@ -1,6 +1,6 @@
 //! State shared by every task of one runtime.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use dq_core::{Config, LeaseRef, Store};
@@ -18,8 +18,9 @@ pub(crate) struct Shared {
     pub(crate) abort: CancellationToken,
     /// The job tasks, waited for at shutdown.
     pub(crate) jobs: TaskTracker,
-    /// Leases of running jobs, renewed by the heartbeat.
-    running: Mutex<HashSet<LeaseRef>>,
+    /// Leases of running jobs, renewed by the heartbeat; `true` once the handler has returned
+    /// and the job waits for its ack, retry or dead letter to be written.
+    running: Mutex<HashMap<LeaseRef, bool>>,
     /// Leases of jobs cancelled at shutdown, released back to ready.
     interrupted: Mutex<Vec<LeaseRef>>,
     /// Finished jobs waiting to be acked in a batch.
@@ -44,14 +45,26 @@ impl Shared {
             stop: CancellationToken::new(),
             abort: CancellationToken::new(),
             jobs: TaskTracker::new(),
-            running: Mutex::new(HashSet::new()),
+            running: Mutex::new(HashMap::new()),
             interrupted: Mutex::new(Vec::new()),
             acks,
         }
     }
 
     pub(crate) fn start_running(&self, lease: &LeaseRef) {
-        lock(&self.running).insert(lease.clone());
+        lock(&self.running).insert(lease.clone(), false);
+    }
+
+    /// The handler returned; the lease is renewed until the outcome is written.
+    pub(crate) fn settling(&self, lease: &LeaseRef) {
+        if let Some(settling) = lock(&self.running).get_mut(lease) {
+            *settling = true;
+        }
+    }
+
+    /// True while the job's handler runs (not once it returned).
+    pub(crate) fn handler_running(&self, lease: &LeaseRef) -> bool {
+        lock(&self.running).get(lease) == Some(&false)
     }
 
     pub(crate) fn stop_running(&self, lease: &LeaseRef) {
@@ -59,7 +72,7 @@ impl Shared {
     }
 
     pub(crate) fn running(&self) -> Vec<LeaseRef> {
-        lock(&self.running).iter().cloned().collect()
+        lock(&self.running).keys().cloned().collect()
     }
 
     pub(crate) fn interrupted(&self, lease: LeaseRef) {

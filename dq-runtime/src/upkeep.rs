@@ -96,7 +96,9 @@ pub(crate) async fn heartbeat(
         match shared.store.extend(&running, lease).await {
             Ok(lost) => {
                 health.ok();
-                for l in lost {
+                // A job whose handler returned may have been acked since the snapshot: only
+                // a running handler's lost lease is news (a refused ack is logged by the acker).
+                for l in lost.iter().filter(|l| shared.handler_running(l)) {
                     tracing::warn!(topic = %l.topic, id = %l.id, "lease lost while the job runs (it expired before renewal); another worker may run it too");
                 }
             }

@@ -1,40 +1,49 @@
 -- reclaim: takes back jobs whose lease expired (their worker died or stalled), a bounded batch.
 -- A job that was on its last attempt is dead-lettered, so a job that kills its worker every
--- time cannot loop forever.
+-- time cannot loop forever. Batched: one ZREM, one HMGET, one HSET and one LPUSH per topic.
 -- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] counts
--- ARGV[1] key prefix  ARGV[2] most jobs (at most 10000)
+-- ARGV[1] key prefix  ARGV[2] most jobs (at most 1000)
 -- Returns {requeued, dead_lettered}.
 local jobs, inflight, counts = KEYS[1], KEYS[2], KEYS[3]
 local prefix, limit = ARGV[1], tonumber(ARGV[2])
 local now = now_us()
 local expired = redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0, limit)
-local requeued, dead = 0, 0
+if #expired == 0 then return {0, 0} end
+redis.call('ZREM', inflight, unpack(expired))
+local raws = redis.call('HMGET', jobs, unpack(expired))
+local writes, ready, running, requeued, dead = {}, {}, {}, 0, 0
 -- Backwards, so that after the LPUSHes the job that expired first is first in line.
 for i = #expired, 1, -1 do
   local member = expired[i]
   local topic, id = split_member(member)
-  redis.call('ZREM', inflight, member)
-  bump(counts, topic, 'inflight', -1)
-  local raw = redis.call('HGET', jobs, member)
+  running[topic] = (running[topic] or 0) + 1
+  local raw = raws[i]
   local e = parse(raw)
   if not e then
     if raw then
-      redis.call('HSET', jobs, member, encode({ attempt = 0, max = 0, lease = 0, created = now, due = now,
-        err = 'malformed envelope found in Redis; the raw value is kept as the payload', payload = raw }))
+      writes[#writes + 1] = member
+      writes[#writes + 1] = encode({ attempt = 0, max = 0, lease = 0, created = now, due = now,
+        err = 'malformed envelope found in Redis; the raw value is kept as the payload', payload = raw })
       redis.call('ZADD', prefix .. 'dead:' .. topic, now, member)
       dead = dead + 1
     end
   elseif e.attempt >= e.max then
     e.err = 'lease expired on attempt ' .. e.attempt .. ' of ' .. e.max
       .. ' (the worker died or stopped renewing its lease)'
-    redis.call('HSET', jobs, member, encode(e))
+    writes[#writes + 1] = member
+    writes[#writes + 1] = encode(e)
     redis.call('ZADD', prefix .. 'dead:' .. topic, now, member)
     dead = dead + 1
   else
     e.err = 'lease expired on attempt ' .. e.attempt .. ' (the worker died or stopped renewing its lease)'
-    redis.call('HSET', jobs, member, encode(e))
-    redis.call('LPUSH', prefix .. 'ready:' .. topic, id)
+    writes[#writes + 1] = member
+    writes[#writes + 1] = encode(e)
+    ready[topic] = ready[topic] or {}
+    table.insert(ready[topic], id)
     requeued = requeued + 1
   end
 end
+if #writes > 0 then redis.call('HSET', jobs, unpack(writes)) end
+for topic, ids in pairs(ready) do push_all('LPUSH', prefix .. 'ready:' .. topic, ids) end
+for topic, k in pairs(running) do bump(counts, topic, 'inflight', -k) end
 return {requeued, dead}

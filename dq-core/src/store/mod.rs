@@ -17,6 +17,7 @@ use async_trait::async_trait;
 pub use self::keys::{shard_of, ShardKeys};
 pub use self::memory::{Event, MemoryStore};
 pub use self::redis::{RedisStore, ACL_RULES};
+pub use self::scripts::script_hashes;
 
 use crate::error::Result;
 use crate::job::{

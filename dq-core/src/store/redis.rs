@@ -642,7 +642,7 @@ impl Store for RedisStore {
             .key(k.inflight())
             .key(k.counts())
             .arg(k.prefix())
-            .arg(limit.clamp(1, 10_000));
+            .arg(limit.clamp(1, MAX_BATCH));
         let reply = array("reclaim", self.run("reclaim", &inv).await?)?;
         Ok(Reclaimed {
             requeued: reply.first().and_then(int).unwrap_or(0) as usize,

@@ -52,3 +52,29 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     requeue_dead: script(include_str!("../lua/requeue_dead.lua")),
     purge_dead: script(include_str!("../lua/purge_dead.lua")),
 });
+
+/// Each script's name and SHA1, as `EVALSHA` shows it in `SLOWLOG`, `MONITOR` or
+/// `INFO commandstats`: which dq operation a slow entry was.
+pub fn script_hashes() -> Vec<(&'static str, String)> {
+    let s = &*SCRIPTS;
+    vec![
+        ("push", s.push.get_hash().to_owned()),
+        ("promote", s.promote.get_hash().to_owned()),
+        ("fetch", s.fetch.get_hash().to_owned()),
+        ("ack", s.ack.get_hash().to_owned()),
+        ("retry", s.retry.get_hash().to_owned()),
+        ("dead", s.dead.get_hash().to_owned()),
+        ("release", s.release.get_hash().to_owned()),
+        ("extend", s.extend.get_hash().to_owned()),
+        ("reclaim", s.reclaim.get_hash().to_owned()),
+        ("cancel", s.cancel.get_hash().to_owned()),
+        ("reschedule", s.reschedule.get_hash().to_owned()),
+        ("status", s.status.get_hash().to_owned()),
+        ("counts", s.counts.get_hash().to_owned()),
+        ("stats", s.stats.get_hash().to_owned()),
+        ("list", s.list.get_hash().to_owned()),
+        ("dead_list", s.dead_list.get_hash().to_owned()),
+        ("requeue_dead", s.requeue_dead.get_hash().to_owned()),
+        ("purge_dead", s.purge_dead.get_hash().to_owned()),
+    ]
+}

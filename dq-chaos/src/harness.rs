@@ -1,0 +1,709 @@
+//! The pieces every scenario is made of: a redis-server of its own, worker processes it can
+//! kill, a paced producer that retries with the same id, the drain, and the oracle that reads
+//! the ledgers and prints what was pushed, handled, lost and duplicated.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use dq::store::ShardKeys;
+use dq::{JobState, Topic};
+use dq_testkit::RedisServer;
+use serde_json::{json, Value};
+
+use crate::ledger::Ledger;
+use crate::rng::Rng;
+use crate::worker::WorkerArgs;
+use crate::{Job, NAMESPACE, TOPIC};
+
+pub(crate) fn now_us() -> u64 {
+    dq::to_us(SystemTime::now())
+}
+
+/// A fault as it happened: what, when it began and when it was over (microseconds).
+#[derive(Debug, Clone)]
+pub(crate) struct Fault {
+    pub(crate) kind: String,
+    pub(crate) start_us: u64,
+    pub(crate) end_us: u64,
+}
+
+/// One scenario's world.
+#[derive(Debug)]
+pub(crate) struct Harness {
+    pub(crate) dir: PathBuf,
+    pub(crate) redis: Arc<Mutex<RedisServer>>,
+    pub(crate) url: String,
+    pub(crate) client: dq::Client,
+    pub(crate) worker: WorkerArgs,
+    workers: Vec<Option<Child>>,
+    pub(crate) faults: Vec<Fault>,
+    pub(crate) rng: Rng,
+    pub(crate) ledger: Ledger,
+    pub(crate) exit_ms: Vec<u64>,
+    started: Instant,
+}
+
+impl Harness {
+    /// Starts redis-server with `redis_args` and a client; no workers yet.
+    pub(crate) async fn start(
+        scenario: &str,
+        redis_args: &[&str],
+        worker: WorkerArgs,
+        seed: u64,
+    ) -> anyhow::Result<Harness> {
+        let redis = RedisServer::start_with(redis_args);
+        let url = redis.url();
+        let dir = std::env::temp_dir().join(format!(
+            "dq-chaos-{}-{scenario}-{}",
+            std::process::id(),
+            now_us()
+        ));
+        std::fs::create_dir_all(&dir)?;
+        let config = dq::Config::builder()
+            .redis_url(url.clone())
+            .namespace(NAMESPACE)
+            .build()?;
+        let client = dq::Client::connect(config).await?;
+        let worker = WorkerArgs {
+            url: url.clone(),
+            ..worker
+        };
+        Ok(Harness {
+            dir,
+            redis: Arc::new(Mutex::new(redis)),
+            url,
+            client,
+            worker,
+            workers: Vec::new(),
+            faults: Vec::new(),
+            rng: Rng::new(seed),
+            ledger: Ledger::default(),
+            exit_ms: Vec::new(),
+            started: Instant::now(),
+        })
+    }
+
+    /// Spawns `n` workers with the harness' worker settings and waits until they have
+    /// registered.
+    pub(crate) async fn spawn_workers(&mut self, n: usize) -> anyhow::Result<()> {
+        let args = self.worker.clone();
+        for _ in 0..n {
+            let slot = self.workers.len();
+            let child = self.spawn_worker(slot, &args)?;
+            self.workers.push(Some(child));
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let live = self.client.workers().await.map(|w| w.len()).unwrap_or(0);
+            if live >= self.workers.len() {
+                return Ok(());
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "only {live} of {} workers registered within 30 s; see {}",
+                self.workers.len(),
+                self.dir.display()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Spawns one extra worker with other settings (a holding worker, say); returns its slot.
+    pub(crate) fn spawn_extra(&mut self, args: &WorkerArgs) -> anyhow::Result<usize> {
+        let slot = self.workers.len();
+        let child = self.spawn_worker(slot, args)?;
+        self.workers.push(Some(child));
+        Ok(slot)
+    }
+
+    fn spawn_worker(&self, slot: usize, args: &WorkerArgs) -> anyhow::Result<Child> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(format!("worker-{slot}.log")))?;
+        let mut cmd = Command::new(std::env::current_exe()?);
+        cmd.arg("worker")
+            .args(["--url", &args.url])
+            .arg("--ledger")
+            .arg(self.dir.join(format!("worker-{slot}.ledger")))
+            .args(["--concurrency", &args.concurrency.to_string()])
+            .args(["--work-min-ms", &args.work_min_ms.to_string()])
+            .args(["--work-max-ms", &args.work_max_ms.to_string()])
+            .args(["--lease-ms", &args.lease_ms.to_string()])
+            .args(["--grace-ms", &args.grace_ms.to_string()]);
+        if let Some(hold) = args.hold_ms {
+            cmd.args(["--hold-ms", &hold.to_string()]);
+        }
+        Ok(cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()?)
+    }
+
+    pub(crate) fn worker_slots(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// SIGKILL of a worker (our own child, by its pid), then a new worker in its place.
+    pub(crate) fn kill_and_restart(&mut self, slot: usize) -> anyhow::Result<()> {
+        let start = now_us();
+        self.kill(slot);
+        let args = self.worker.clone();
+        self.workers[slot] = Some(self.spawn_worker(slot, &args)?);
+        self.faults.push(Fault {
+            kind: "worker SIGKILL".into(),
+            start_us: start,
+            end_us: now_us(),
+        });
+        Ok(())
+    }
+
+    /// SIGKILL of a worker, not restarted.
+    pub(crate) fn kill(&mut self, slot: usize) {
+        if let Some(mut child) = self.workers[slot].take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM to a worker; waits for it to exit and records how long that took. Returns
+    /// false when it did not exit within `limit` (it is then killed).
+    pub(crate) async fn terminate(&mut self, slot: usize, limit: Duration) -> bool {
+        let Some(mut child) = self.workers[slot].take() else {
+            return true;
+        };
+        let start = Instant::now();
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        loop {
+            if let Ok(Some(_)) = child.try_wait() {
+                self.exit_ms
+                    .push(u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX));
+                return true;
+            }
+            if start.elapsed() > limit {
+                let _ = child.kill();
+                let _ = child.wait();
+                self.exit_ms.push(u64::MAX);
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// SIGTERM then a new worker in its place.
+    pub(crate) async fn terminate_and_restart(&mut self, slot: usize) -> anyhow::Result<()> {
+        let start = now_us();
+        let limit = Duration::from_millis(self.worker.grace_ms) + Duration::from_secs(5);
+        self.terminate(slot, limit).await;
+        let args = self.worker.clone();
+        self.workers[slot] = Some(self.spawn_worker(slot, &args)?);
+        self.faults.push(Fault {
+            kind: "worker SIGTERM".into(),
+            start_us: start,
+            end_us: now_us(),
+        });
+        Ok(())
+    }
+
+    /// Sends a command to Redis on a connection of its own, from a blocking thread (DEBUG
+    /// SLEEP blocks until Redis wakes up). Records it as a fault from send to reply.
+    pub(crate) async fn redis_fault(&mut self, kind: &str, args: &[&str]) -> String {
+        let redis = self.redis.clone();
+        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        let start = now_us();
+        let reply = tokio::task::spawn_blocking(move || {
+            let port = redis.lock().map(|r| r.port()).unwrap_or(0);
+            raw_command(port, &args)
+        })
+        .await
+        .unwrap_or_else(|e| format!("command thread failed: {e}"));
+        self.faults.push(Fault {
+            kind: kind.to_owned(),
+            start_us: start,
+            end_us: now_us(),
+        });
+        reply
+    }
+
+    /// Records a fault that ends later than its command returns (CLIENT PAUSE).
+    pub(crate) fn record(&mut self, kind: &str, start_us: u64, end_us: u64) {
+        self.faults.push(Fault {
+            kind: kind.to_owned(),
+            start_us,
+            end_us,
+        });
+    }
+
+    /// SIGKILL of redis-server; it stays down for `down`, then starts again on the same port
+    /// and directory (its AOF is loaded).
+    pub(crate) async fn kill_redis(&mut self, down: Duration) -> u64 {
+        let redis = self.redis.clone();
+        let start = now_us();
+        tokio::task::spawn_blocking(move || {
+            if let Ok(mut r) = redis.lock() {
+                r.kill();
+                std::thread::sleep(down);
+                r.restart();
+            }
+        })
+        .await
+        .ok();
+        self.faults.push(Fault {
+            kind: "redis SIGKILL".into(),
+            start_us: start,
+            end_us: now_us(),
+        });
+        start
+    }
+
+    /// A raw connection to the test Redis, for the checks the oracle makes.
+    pub(crate) async fn redis_conn(&self) -> anyhow::Result<redis::aio::MultiplexedConnection> {
+        // A long SLOWLOG or HKEYS reply takes longer than the client's default timeout.
+        let config =
+            redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(60)));
+        Ok(redis::Client::open(self.url.as_str())?
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?)
+    }
+
+    /// Jobs in the `jobs` hash that are in none of delayed, ready, running or dead: a job like
+    /// that would never run. Checked right after Redis comes back from a crash.
+    pub(crate) async fn orphans(&self) -> anyhow::Result<usize> {
+        let keys = ShardKeys::new(NAMESPACE, 0);
+        let topic = Topic::new(TOPIC)?;
+        let mut c = self.redis_conn().await?;
+        let jobs: Vec<String> = redis::cmd("HKEYS")
+            .arg(keys.jobs())
+            .query_async(&mut c)
+            .await?;
+        let mut placed: HashSet<String> = HashSet::new();
+        for key in [keys.delayed(), keys.inflight(), keys.dead(&topic)] {
+            let members: Vec<String> = redis::cmd("ZRANGE")
+                .arg(key)
+                .arg(0)
+                .arg(-1)
+                .query_async(&mut c)
+                .await?;
+            placed.extend(members);
+        }
+        let ready: Vec<String> = redis::cmd("LRANGE")
+            .arg(keys.ready(&topic))
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut c)
+            .await?;
+        placed.extend(ready.into_iter().map(|id| format!("{TOPIC}:{id}")));
+        Ok(jobs.iter().filter(|j| !placed.contains(*j)).count())
+    }
+
+    /// Waits until Redis has no delayed, ready or running job of the topic and every acked
+    /// push ran or was dead-lettered, or until nothing pending is left to wait for, or `limit`.
+    pub(crate) async fn drain(&mut self, acked: &HashMap<String, u64>, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        let mut idle_since: Option<Instant> = None;
+        loop {
+            let _ = self.ledger.refresh(&self.dir);
+            let pending = match self.client.counts(TOPIC).await {
+                Ok(c) => Some(c.delayed + c.ready + c.running),
+                Err(_) => None,
+            };
+            if pending == Some(0) {
+                let handled: HashSet<&str> =
+                    self.ledger.runs.iter().map(|r| r.id.as_str()).collect();
+                let dead = self.dead_ids().await.unwrap_or_default();
+                let missing = acked
+                    .keys()
+                    .filter(|id| !handled.contains(id.as_str()) && !dead.contains(*id))
+                    .count();
+                if missing == 0 {
+                    return;
+                }
+                // Nothing is pending, yet jobs are missing: they are lost; stop waiting soon.
+                let since = *idle_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > Duration::from_secs(3) {
+                    return;
+                }
+            } else {
+                idle_since = None;
+            }
+            if Instant::now() > deadline {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    async fn dead_ids(&self) -> anyhow::Result<HashSet<String>> {
+        let mut ids = HashSet::new();
+        let mut cursor = 0;
+        loop {
+            let page = self
+                .client
+                .jobs(TOPIC, JobState::Dead, cursor, 1000)
+                .await?;
+            ids.extend(page.jobs.into_iter().map(|j| j.id.to_string()));
+            match page.next {
+                Some(next) => cursor = next,
+                None => return Ok(ids),
+            }
+        }
+    }
+
+    /// SIGTERM to every worker, each given the grace period and 5 s more.
+    pub(crate) async fn stop_workers(&mut self) {
+        let limit = Duration::from_millis(self.worker.grace_ms) + Duration::from_secs(5);
+        for slot in 0..self.workers.len() {
+            let _ = self.terminate(slot, limit).await;
+        }
+    }
+
+    /// Command latencies of dq's scripts (EVALSHA) from SLOWLOG, in microseconds, for a
+    /// server started with `slowlog-log-slower-than 0`.
+    pub(crate) async fn script_latency(&self) -> anyhow::Result<Value> {
+        let mut c = self.redis_conn().await?;
+        let entries: Vec<redis::Value> = redis::cmd("SLOWLOG")
+            .arg("GET")
+            .arg(1_000_000)
+            .query_async(&mut c)
+            .await?;
+        let names: HashMap<String, &str> = dq::store::script_hashes()
+            .into_iter()
+            .map(|(name, sha)| (sha, name))
+            .collect();
+        let mut us = Vec::new();
+        let mut by_script: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+        for entry in entries {
+            let redis::Value::Array(fields) = entry else {
+                continue;
+            };
+            let (Some(redis::Value::Int(d)), Some(redis::Value::Array(args))) =
+                (fields.get(2), fields.get(3))
+            else {
+                continue;
+            };
+            let name = match args.first() {
+                Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).to_lowercase(),
+                _ => continue,
+            };
+            if name == "evalsha" || name == "eval" {
+                us.push(*d as f64);
+                let script = match args.get(1) {
+                    Some(redis::Value::BulkString(sha)) => names
+                        .get(String::from_utf8_lossy(sha).as_ref())
+                        .copied()
+                        .unwrap_or("other"),
+                    _ => "other",
+                };
+                by_script.entry(script).or_default().push(*d as f64);
+            }
+        }
+        let mut out = summary(&mut us);
+        if let Some(obj) = out.as_object_mut() {
+            for (script, mut xs) in by_script {
+                obj.insert(script.to_owned(), summary(&mut xs));
+            }
+        }
+        Ok(out)
+    }
+
+    /// What the oracle found, as one JSON object.
+    pub(crate) async fn report(&mut self, pushes: &Pushes) -> anyhow::Result<Value> {
+        let _ = self.ledger.refresh(&self.dir);
+        let dead = self.dead_ids().await.unwrap_or_default();
+        let mut by_id: HashMap<&str, Vec<&crate::ledger::Run>> = HashMap::new();
+        for run in &self.ledger.runs {
+            by_id.entry(run.id.as_str()).or_default().push(run);
+        }
+        let acked = &pushes.acked;
+        let handled = acked.keys().filter(|id| by_id.contains_key(id.as_str()));
+        let handled_unique = handled.clone().count();
+        let duplicated = handled
+            .clone()
+            .filter(|id| by_id[id.as_str()].len() > 1)
+            .count();
+        let second_jobs = by_id
+            .values()
+            .filter(|runs| runs.iter().filter(|r| r.attempt == 1).count() > 1)
+            .count();
+        let dead_acked = acked
+            .keys()
+            .filter(|id| !by_id.contains_key(id.as_str()) && dead.contains(*id))
+            .count();
+        let lost_ids: Vec<&String> = acked
+            .keys()
+            .filter(|id| !by_id.contains_key(id.as_str()) && !dead.contains(*id))
+            .collect();
+        let mut lateness: Vec<f64> = by_id
+            .values()
+            .filter_map(|runs| runs.iter().min_by_key(|r| r.start_us))
+            .map(|r| (r.start_us as f64 - r.due_us as f64) / 1000.0)
+            .collect();
+        let recovery_ms = self
+            .faults
+            .iter()
+            .filter_map(|f| {
+                self.ledger
+                    .runs
+                    .iter()
+                    .filter(|r| r.end_us > f.end_us)
+                    .map(|r| r.end_us)
+                    .min()
+                    .map(|first| (first - f.end_us) as f64 / 1000.0)
+            })
+            .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
+        let mut errors = pushes.errors.clone();
+        for (kind, n) in self.worker_log_errors() {
+            *errors.entry(kind).or_default() += n;
+        }
+        let mut lost_sample: Vec<&String> = lost_ids.clone();
+        lost_sample.sort();
+        lost_sample.truncate(10);
+        let integrity = self
+            .integrity()
+            .await
+            .unwrap_or_else(|e| json!(e.to_string()));
+        Ok(json!({
+            "jobs": pushes.planned,
+            "workers": self.worker_slots(),
+            "faults": self.faults.iter().fold(BTreeMap::new(), |mut m, f| {
+                *m.entry(f.kind.clone()).or_insert(0u64) += 1;
+                m
+            }),
+            "fault_time_s": self.faults.iter().map(|f| (f.end_us - f.start_us) as f64 / 1e6).sum::<f64>(),
+            "pushed_acked": acked.len(),
+            "push_errors": pushes.errors.values().sum::<u64>(),
+            "push_gave_up": pushes.gave_up,
+            "handled_unique": handled_unique,
+            "runs": self.ledger.runs.len(),
+            "duplicated": duplicated,
+            "second_jobs": second_jobs,
+            "dead": dead_acked,
+            "lost": lost_ids.len(),
+            "lost_sample": lost_sample,
+            "lateness_ms": summary(&mut lateness),
+            "recovery_ms": recovery_ms,
+            "redis_errors": errors,
+            "ledger_malformed": self.ledger.malformed,
+            "redis_after": integrity,
+            "elapsed_s": self.started.elapsed().as_secs_f64(),
+        }))
+    }
+
+    /// Warnings and errors in the workers' logs, by kind.
+    fn worker_log_errors(&self) -> BTreeMap<String, u64> {
+        let mut out = BTreeMap::new();
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return out;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.extension().is_none_or(|e| e != "log") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            for line in text.lines() {
+                if line.contains(" WARN ") || line.contains(" ERROR ") {
+                    *out.entry(format!("worker {}", kind_of_text(line)))
+                        .or_default() += 1;
+                }
+            }
+        }
+        out
+    }
+
+    /// What is left in Redis after the drain: nothing but dead letters should be.
+    async fn integrity(&self) -> anyhow::Result<Value> {
+        let keys = ShardKeys::new(NAMESPACE, 0);
+        let topic = Topic::new(TOPIC)?;
+        let mut c = self.redis_conn().await?;
+        let (jobs, delayed, inflight, ready, dead): (u64, u64, u64, u64, u64) = redis::pipe()
+            .cmd("HLEN")
+            .arg(keys.jobs())
+            .cmd("ZCARD")
+            .arg(keys.delayed())
+            .cmd("ZCARD")
+            .arg(keys.inflight())
+            .cmd("LLEN")
+            .arg(keys.ready(&topic))
+            .cmd("ZCARD")
+            .arg(keys.dead(&topic))
+            .query_async(&mut c)
+            .await?;
+        Ok(json!({
+            "jobs": jobs, "delayed": delayed, "inflight": inflight, "ready": ready,
+            "dead": dead, "clean": delayed == 0 && inflight == 0 && ready == 0 && jobs == dead,
+        }))
+    }
+
+    /// Removes the scenario's files unless asked to keep them.
+    pub(crate) fn cleanup(&self, keep: bool) {
+        if keep {
+            eprintln!("dq-chaos: ledgers and logs kept in {}", self.dir.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        for slot in 0..self.workers.len() {
+            self.kill(slot);
+        }
+    }
+}
+
+/// p50, p99 and max of a sample.
+pub(crate) fn summary(xs: &mut [f64]) -> Value {
+    if xs.is_empty() {
+        return json!(null);
+    }
+    xs.sort_by(f64::total_cmp);
+    let at = |q: f64| xs[((xs.len() as f64 - 1.0) * q).round() as usize];
+    let r = |x: f64| (x * 100.0).round() / 100.0;
+    json!({"n": xs.len(), "p50": r(at(0.5)), "p99": r(at(0.99)), "max": r(at(1.0))})
+}
+
+/// An error's kind for the tally: connection, timeout, oom, loading, script or other.
+pub(crate) fn kind_of(e: &dq::Error) -> &'static str {
+    if matches!(e, dq::Error::Timeout { .. }) {
+        return "timeout";
+    }
+    let text = e.to_string();
+    match kind_of_text(&text) {
+        "other" if e.is_connection() => "connection",
+        kind => kind,
+    }
+}
+
+fn kind_of_text(text: &str) -> &'static str {
+    let lower = text.to_lowercase();
+    if text.contains("OOM") {
+        "oom"
+    } else if text.contains("LOADING") {
+        "loading"
+    } else if lower.contains("timed out") || lower.contains("timeout") {
+        "timeout"
+    } else if text.contains("@user_script")
+        || text.contains("NOSCRIPT")
+        || text.contains("Error running script")
+    {
+        "script"
+    } else if lower.contains("connect")
+        || lower.contains("broken pipe")
+        || lower.contains("reset")
+        || lower.contains("refused")
+        || lower.contains("closed")
+        || lower.contains("eof")
+    {
+        "connection"
+    } else {
+        "other"
+    }
+}
+
+/// One command in RESP on a fresh connection; the raw reply (waits up to 60 s for it).
+fn raw_command(port: u16, args: &[String]) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return "connect failed".into();
+    };
+    let mut req = format!("*{}\r\n", args.len());
+    for a in args {
+        req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+    }
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(60)));
+    if stream.write_all(req.as_bytes()).is_err() {
+        return "write failed".into();
+    }
+    let mut buf = [0u8; 512];
+    match stream.read(&mut buf) {
+        Ok(n) => String::from_utf8_lossy(&buf[..n]).trim().to_owned(),
+        Err(e) => format!("read failed: {e}"),
+    }
+}
+
+/// The producer's plan: `n` jobs pushed at an even pace over `window`, each due `delay_ms`
+/// (a range) after its push time, at most `concurrency` pushes in flight.
+#[derive(Debug, Clone)]
+pub(crate) struct PushPlan {
+    pub(crate) n: usize,
+    pub(crate) window: Duration,
+    pub(crate) delay_ms: (u64, u64),
+    pub(crate) payload_bytes: usize,
+    pub(crate) concurrency: usize,
+    /// How long one push is retried (same id) before the producer gives up on it.
+    pub(crate) retry_for: Duration,
+}
+
+/// What the producer saw.
+#[derive(Debug, Default)]
+pub(crate) struct Pushes {
+    pub(crate) planned: usize,
+    /// Acknowledged pushes: id -> when the acknowledgement arrived (us).
+    pub(crate) acked: HashMap<String, u64>,
+    pub(crate) errors: BTreeMap<String, u64>,
+    pub(crate) gave_up: u64,
+}
+
+/// Pushes the plan's jobs; a push that fails is sent again with the same id (never a second
+/// job) until it succeeds or `retry_for` runs out; an OOM refusal is not retried.
+pub(crate) async fn produce(client: dq::Client, plan: PushPlan, seed: u64) -> Pushes {
+    let pushes = Arc::new(Mutex::new(Pushes {
+        planned: plan.n,
+        ..Pushes::default()
+    }));
+    let permits = Arc::new(tokio::sync::Semaphore::new(plan.concurrency.max(1)));
+    let mut rng = Rng::new(seed ^ 0x5eed);
+    let start = Instant::now();
+    let t0 = SystemTime::now();
+    let pad = "x".repeat(plan.payload_bytes);
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..plan.n {
+        let offset = plan.window.mul_f64(i as f64 / plan.n.max(1) as f64);
+        tokio::time::sleep_until((start + offset).into()).await;
+        let due = t0 + offset + Duration::from_millis(rng.range(plan.delay_ms.0, plan.delay_ms.1));
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            break;
+        };
+        let (client, pushes, pad) = (client.clone(), pushes.clone(), pad.clone());
+        let retry_for = plan.retry_for;
+        tasks.spawn(async move {
+            let _permit = permit;
+            let id = format!("j{i}");
+            let job = Job { n: i as u64, pad };
+            let deadline = Instant::now() + retry_for;
+            loop {
+                match client.push_to(TOPIC, &job).id(id.clone()).at(due).await {
+                    Ok(_) => {
+                        if let Ok(mut p) = pushes.lock() {
+                            p.acked.insert(id, now_us());
+                        }
+                        return;
+                    }
+                    Err(e) => {
+                        let kind = kind_of(&e);
+                        let Ok(mut p) = pushes.lock() else { return };
+                        *p.errors.entry(format!("push {kind}")).or_default() += 1;
+                        if kind == "oom" || Instant::now() > deadline {
+                            p.gave_up += 1;
+                            return;
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    Arc::try_unwrap(pushes)
+        .ok()
+        .and_then(|m| m.into_inner().ok())
+        .unwrap_or_default()
+}

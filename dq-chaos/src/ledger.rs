@@ -1,0 +1,75 @@
+//! The ledger: every handler run appends `id attempt pid start_us end_us due_us` to its
+//! worker's append-only file, one `write` per line, when the handler finishes. It lives outside
+//! Redis, so what Redis lost cannot hide what ran.
+
+use std::collections::HashMap;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+/// One handler run.
+#[derive(Debug, Clone)]
+pub(crate) struct Run {
+    pub(crate) id: String,
+    pub(crate) attempt: u32,
+    pub(crate) start_us: u64,
+    pub(crate) end_us: u64,
+    pub(crate) due_us: u64,
+}
+
+pub(crate) fn line(id: &str, attempt: u32, start_us: u64, end_us: u64, due_us: u64) -> String {
+    format!(
+        "{id} {attempt} {} {start_us} {end_us} {due_us}\n",
+        std::process::id()
+    )
+}
+
+fn parse(line: &str) -> Option<Run> {
+    let mut f = line.split(' ');
+    let id = f.next()?.to_owned();
+    let attempt = f.next()?.parse().ok()?;
+    let _pid: u32 = f.next()?.parse().ok()?;
+    let start_us = f.next()?.parse().ok()?;
+    let end_us = f.next()?.parse().ok()?;
+    let due_us = f.next()?.parse().ok()?;
+    f.next().is_none().then_some(Run {
+        id,
+        attempt,
+        start_us,
+        end_us,
+        due_us,
+    })
+}
+
+/// Every run read so far from the `*.ledger` files of a directory, read on incrementally.
+#[derive(Debug, Default)]
+pub(crate) struct Ledger {
+    pub(crate) runs: Vec<Run>,
+    pub(crate) malformed: usize,
+    offsets: HashMap<PathBuf, u64>,
+}
+
+impl Ledger {
+    /// Reads the complete lines appended since the last call.
+    pub(crate) fn refresh(&mut self, dir: &Path) -> std::io::Result<()> {
+        for entry in std::fs::read_dir(dir)? {
+            let path = entry?.path();
+            if path.extension().is_none_or(|e| e != "ledger") {
+                continue;
+            }
+            let offset = self.offsets.entry(path.clone()).or_default();
+            let mut file = std::fs::File::open(&path)?;
+            file.seek(SeekFrom::Start(*offset))?;
+            let mut text = String::new();
+            file.read_to_string(&mut text)?;
+            let complete = text.rfind('\n').map_or(0, |i| i + 1);
+            for l in text[..complete].lines() {
+                match parse(l) {
+                    Some(run) => self.runs.push(run),
+                    None => self.malformed += 1,
+                }
+            }
+            *offset += complete as u64;
+        }
+        Ok(())
+    }
+}

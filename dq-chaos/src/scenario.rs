@@ -1,0 +1,533 @@
+//! The scenarios of issue 7, each in a short size (run by `scripts/test`) and a full size
+//! (`dq-chaos --full`). Each returns its report with `ok` and the reasons it is not.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::harness::{now_us, produce, Harness, PushPlan, Pushes};
+use crate::worker::WorkerArgs;
+
+/// Every scenario, in the order `all` runs them. (`sabotage` is not among them: it deletes a
+/// job behind dq's back to show that the oracle notices, and so must fail.)
+pub(crate) const ALL: &[&str] = &[
+    "worker-kill",
+    "sigterm",
+    "client-kill",
+    "client-pause",
+    "debug-sleep",
+    "redis-kill-always",
+    "redis-kill-everysec",
+    "same-ms",
+    "inflight-kill",
+    "maxmemory",
+];
+
+const PLAIN: &[&str] = &["--save", "", "--appendonly", "no"];
+const SLOWLOG: &[&str] = &[
+    "--save",
+    "",
+    "--appendonly",
+    "no",
+    "--slowlog-log-slower-than",
+    "0",
+    "--slowlog-max-len",
+    "1000000",
+];
+
+fn worker(full: bool) -> WorkerArgs {
+    WorkerArgs {
+        url: String::new(),
+        ledger: Default::default(),
+        concurrency: 32,
+        work_min_ms: 0,
+        work_max_ms: 200,
+        hold_ms: None,
+        // The full runs use dq's default lease; the short ones a short lease, to stay short.
+        lease_ms: if full { 10_000 } else { 2_000 },
+        grace_ms: 5_000,
+    }
+}
+
+fn plan(n: usize, window: Duration) -> PushPlan {
+    PushPlan {
+        n,
+        window,
+        delay_ms: (500, 2_000),
+        payload_bytes: 64,
+        concurrency: 64,
+        retry_for: Duration::from_secs(60),
+    }
+}
+
+fn secs(s: f64) -> Duration {
+    Duration::from_secs_f64(s)
+}
+
+/// Runs one scenario and returns its JSON line.
+pub(crate) async fn run(name: &str, full: bool, seed: u64, keep: bool) -> anyhow::Result<Value> {
+    let started = Instant::now();
+    let (mut h, pushes, mut extra) = match name {
+        "worker-kill" => worker_kill(full, seed).await?,
+        "sigterm" => sigterm(full, seed).await?,
+        "client-kill" => client_kill(full, seed).await?,
+        "client-pause" => client_pause(full, seed).await?,
+        "debug-sleep" => debug_sleep(full, seed).await?,
+        "redis-kill-always" => redis_kill(full, seed, "always").await?,
+        "redis-kill-everysec" => redis_kill(full, seed, "everysec").await?,
+        "same-ms" => same_ms(full, seed).await?,
+        "inflight-kill" => inflight_kill(full, seed).await?,
+        "maxmemory" => maxmemory(full, seed).await?,
+        "sabotage" => sabotage(seed).await?,
+        other => anyhow::bail!("unknown scenario {other:?}; the scenarios are {ALL:?}"),
+    };
+    h.stop_workers().await;
+    let mut report = h.report(&pushes).await?;
+    let mut failures: Vec<String> = Vec::new();
+    let n = |k: &str| report[k].as_u64().unwrap_or(u64::MAX);
+    let everysec = name == "redis-kill-everysec";
+    if n("lost") > 0 && !everysec {
+        failures.push(format!("{} acknowledged jobs were lost", n("lost")));
+    }
+    if n("second_jobs") > 0 {
+        failures.push(format!(
+            "{} ids ran as two jobs (a retried push made a second one)",
+            n("second_jobs")
+        ));
+    }
+    if report["redis_after"]["clean"] != json!(true) && !everysec {
+        failures.push(format!(
+            "Redis is not clean after the drain: {}",
+            report["redis_after"]
+        ));
+    }
+    if n("ledger_malformed") > 0 {
+        failures.push("malformed ledger lines".into());
+    }
+    if name == "sigterm" {
+        if n("duplicated") > 0 {
+            failures.push(format!(
+                "{} jobs ran twice across graceful shutdowns",
+                n("duplicated")
+            ));
+        }
+        let limit = h.worker.grace_ms + 1_000;
+        if h.exit_ms.iter().any(|&ms| ms > limit) {
+            failures.push(format!(
+                "a worker took longer than grace + 1 s ({limit} ms) to exit: {:?}",
+                h.exit_ms
+            ));
+        }
+        extra.insert("exit_ms_max".into(), json!(h.exit_ms.iter().max()));
+    }
+    if matches!(name, "same-ms" | "inflight-kill") {
+        let script_errors = report["redis_errors"]["worker script"]
+            .as_u64()
+            .unwrap_or(0);
+        if script_errors > 0 {
+            failures.push(format!("{script_errors} script errors in the worker logs"));
+        }
+    }
+    for reason in extra
+        .remove("failures")
+        .and_then(|f| f.as_array().cloned())
+        .unwrap_or_default()
+    {
+        failures.push(reason.as_str().unwrap_or_default().to_owned());
+    }
+    let ok = failures.is_empty();
+    h.cleanup(keep || (!ok && name != "sabotage"));
+    let obj = report.as_object_mut().expect("the report is an object");
+    obj.insert("scenario".into(), json!(name));
+    obj.insert("size".into(), json!(if full { "full" } else { "short" }));
+    obj.insert("seed".into(), json!(seed));
+    obj.extend(extra);
+    obj.insert("ok".into(), json!(ok));
+    obj.insert("failures".into(), json!(failures));
+    obj.insert("elapsed_s".into(), json!(started.elapsed().as_secs_f64()));
+    Ok(report)
+}
+
+type Outcome = (Harness, Pushes, serde_json::Map<String, Value>);
+
+/// Waits for the producer while running `fault` at random intervals in `every_ms`, `count`
+/// times (or until the producer is done when `count` is `None`).
+async fn drain_limit(h: &Harness) -> Duration {
+    // A job of a killed worker waits for its lease to expire and the next reclaim (every
+    // half lease): allow three leases and a minute more for the backlog.
+    Duration::from_millis(h.worker.lease_ms * 3) + Duration::from_secs(60)
+}
+
+/// SIGKILL of a random worker every 1-3 s (short: 0.5-1.5 s), restarted at once.
+async fn worker_kill(full: bool, seed: u64) -> anyhow::Result<Outcome> {
+    let (n, workers, kills, every) = if full {
+        (100_000, 4, 200, (1_000, 3_000))
+    } else {
+        (2_000, 3, 8, (500, 1_500))
+    };
+    let window = Duration::from_millis(kills * (every.0 + every.1) / 2);
+    let mut h = Harness::start("worker-kill", PLAIN, worker(full), seed).await?;
+    h.spawn_workers(workers).await?;
+    let producer = tokio::spawn(produce(h.client.clone(), plan(n, window), seed));
+    for _ in 0..kills {
+        let wait = h.rng.range(every.0, every.1);
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        let slot = h.rng.range(0, workers as u64 - 1) as usize;
+        h.kill_and_restart(slot)?;
+    }
+    let pushes = producer.await?;
+    let limit = drain_limit(&h).await;
+    h.drain(&pushes.acked, limit).await;
+    Ok((h, pushes, Default::default()))
+}
+
+/// SIGTERM to a random worker every 1-3 s (short: 0.5-1.5 s) under load, restarted after it
+/// exits: nothing lost, nothing run twice, each exit within the grace period + 1 s.
+async fn sigterm(full: bool, seed: u64) -> anyhow::Result<Outcome> {
+    let (n, workers, terms, every) = if full {
+        (20_000, 4, 60, (1_000, 3_000))
+    } else {
+        (2_000, 3, 8, (500, 1_500))
+    };
+    let window = Duration::from_millis(terms * (every.0 + every.1) / 2);
+    let mut h = Harness::start("sigterm", PLAIN, worker(full), seed).await?;
+    h.spawn_workers(workers).await?;
+    let producer = tokio::spawn(produce(h.client.clone(), plan(n, window), seed));
+    for _ in 0..terms {
+        let wait = h.rng.range(every.0, every.1);
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        let slot = h.rng.range(0, workers as u64 - 1) as usize;
+        h.terminate_and_restart(slot).await?;
+    }
+    let pushes = producer.await?;
+    let limit = drain_limit(&h).await;
+    h.drain(&pushes.acked, limit).await;
+    Ok((h, pushes, Default::default()))
+}
+
+/// `CLIENT KILL TYPE normal` every second: every connection of the workers and the producer
+/// is cut; pushes are retried with the same id.
+async fn client_kill(full: bool, seed: u64) -> anyhow::Result<Outcome> {
+    let (n, kills) = if full { (20_000, 120) } else { (2_000, 6) };
+    let mut h = Harness::start("client-kill", PLAIN, worker(full), seed).await?;
+    h.spawn_workers(3).await?;
+    let producer = tokio::spawn(produce(
+        h.client.clone(),
+        plan(n, Duration::from_secs(kills)),
+        seed,
+    ));
+    let mut killed = 0u64;
+    for _ in 0..kills {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let reply = h
+            .redis_fault("CLIENT KILL", &["CLIENT", "KILL", "TYPE", "normal"])
+            .await;
+        killed += reply
+            .trim_start_matches(':')
+            .parse::<u64>()
+            .unwrap_or_default();
+    }
+    let pushes = producer.await?;
+    let limit = drain_limit(&h).await;
+    h.drain(&pushes.acked, limit).await;
+    let mut extra = serde_json::Map::new();
+    extra.insert("connections_killed".into(), json!(killed));
+    Ok((h, pushes, extra))
+}
+
+/// `CLIENT PAUSE <ms> WRITE` twice: once shorter than the lease, once longer.
+async fn client_pause(full: bool, seed: u64) -> anyhow::Result<Outcome> {
+    let w = worker(full);
+    let pauses = if full {
+        [(10.0, 5_000), (30.0, w.lease_ms + 3_000)]
+    } else {
+        [(2.0, 2_000), (6.0, w.lease_ms + 1_000)]
+    };
+    let window = secs(pauses[1].0 + pauses[1].1 as f64 / 1000.0 + 2.0);
+    let n = if full { 20_000 } else { 2_000 };
+    let mut h = Harness::start("client-pause", PLAIN, w, seed).await?;
+    h.spawn_workers(3).await?;
+    let t0 = Instant::now();
+    let producer = tokio::spawn(produce(h.client.clone(), plan(n, window), seed));
+    for (at, ms) in pauses {
+        tokio::time::sleep_until((t0 + secs(at)).into()).await;
+        let start = now_us();
+        let ms_text = ms.to_string();
+        h.redis_fault("CLIENT PAUSE", &["CLIENT", "PAUSE", &ms_text, "WRITE"])
+            .await;
+        h.faults.pop();
+        h.record(
+            &format!("CLIENT PAUSE {ms} WRITE"),
+            start,
+            start + ms * 1000,
+        );
+    }
+    let pushes = producer.await?;
+    let limit = drain_limit(&h).await;
+    h.drain(&pushes.acked, limit).await;
+    Ok((h, pushes, Default::default()))
+}
+
+/// `DEBUG SLEEP 3` and a sleep longer than the lease: Redis answers nobody meanwhile.
+async fn debug_sleep(full: bool, seed: u64) -> anyhow::Result<Outcome> {
+    let w = worker(full);
+    let sleeps = if full {
+        [(10.0, 3_000), (30.0, w.lease_ms + 3_000)]
+    } else {
+        [(2.0, 3_000), (8.0, w.lease_ms + 1_000)]
+    };
+    let window = secs(sleeps[1].0 + sleeps[1].1 as f64 / 1000.0 + 2.0);
+    let n = if full { 20_000 } else { 2_000 };
+    let args = [PLAIN, &["--enable-debug-command", "yes"]].concat();
+    let mut h = Harness::start("debug-sleep", &args, w, seed).await?;
+    h.spawn_workers(3).await?;
+    let t0 = Instant::now();
+    let producer = tokio::spawn(produce(h.client.clone(), plan(n, window), seed));
+    for (at, ms) in sleeps {
+        tokio::time::sleep_until((t0 + secs(at)).into()).await;
+        let s = format!("{:.3}", ms as f64 / 1000.0);
+        let reply = h
+            .redis_fault(&format!("DEBUG SLEEP {s}"), &["DEBUG", "SLEEP", &s])
+            .await;
+        anyhow::ensure!(reply == "+OK", "DEBUG SLEEP answered {reply:?}");
+    }
+    let pushes = producer.await?;
+    let limit = drain_limit(&h).await;
+    h.drain(&pushes.acked, limit).await;
+    Ok((h, pushes, Default::default()))
+}
+
+/// kill -9 of redis-server under load, restarted after a second, with `appendonly yes` and
+/// `appendfsync` as given. With `always` nothing acknowledged may be lost; with `everysec`
+/// the loss window is measured: how long before the kill the oldest lost push was acked.
+async fn redis_kill(full: bool, seed: u64, fsync: &str) -> anyhow::Result<Outcome> {
+    let (n, window, kills_at) = if full {
+        (20_000, 40.0, vec![10.0, 25.0])
+    } else {
+        (3_000, 6.0, vec![3.0])
+    };
+    let args = ["--save", "", "--appendonly", "yes", "--appendfsync", fsync];
+    let name = format!("redis-kill-{fsync}");
+    let mut h = Harness::start(&name, &args, worker(full), seed).await?;
+    h.spawn_workers(3).await?;
+    let t0 = Instant::now();
+    let producer = tokio::spawn(produce(h.client.clone(), plan(n, secs(window)), seed));
+    let mut kill_times = Vec::new();
+    let mut orphans = 0;
+    for at in kills_at {
+        tokio::time::sleep_until((t0 + secs(at)).into()).await;
+        kill_times.push(h.kill_redis(Duration::from_secs(1)).await);
+        // Right after the restart: every job Redis still has must be in a queue, so none is
+        // left without a lease or a place.
+        orphans += h.orphans().await?;
+    }
+    let pushes = producer.await?;
+    let limit = drain_limit(&h).await;
+    h.drain(&pushes.acked, limit).await;
+    let mut extra = serde_json::Map::new();
+    extra.insert("orphans_after_restart".into(), json!(orphans));
+    let mut failures = Vec::new();
+    if orphans > 0 {
+        failures.push(json!(format!(
+            "{orphans} jobs were in no queue after the restart"
+        )));
+    }
+    if fsync == "everysec" {
+        // The loss window: the oldest acknowledgement of a lost job, before the kill after it.
+        let _ = h.ledger.refresh(&h.dir);
+        let ran: std::collections::HashSet<&str> =
+            h.ledger.runs.iter().map(|r| r.id.as_str()).collect();
+        let window_ms = pushes
+            .acked
+            .iter()
+            .filter(|(id, _)| !ran.contains(id.as_str()))
+            .filter_map(|(_, &acked)| {
+                kill_times
+                    .iter()
+                    .filter(|&&k| k >= acked)
+                    .min()
+                    .map(|k| (k - acked) as f64 / 1000.0)
+            })
+            .fold(0.0f64, f64::max);
+        extra.insert("loss_window_ms".into(), json!(window_ms));
+        if window_ms > 2_000.0 {
+            failures.push(json!(format!(
+                "acknowledged pushes were lost {window_ms} ms before the kill (everysec should lose about 1 s at most)"
+            )));
+        }
+    }
+    extra.insert("failures".into(), json!(failures));
+    Ok((h, pushes, extra))
+}
+
+/// 20,000 jobs due in the same millisecond: bounded batches, no script error, and the
+/// scripts' latency from SLOWLOG.
+async fn same_ms(_full: bool, seed: u64) -> anyhow::Result<Outcome> {
+    let n = 20_000;
+    let mut w = worker(false);
+    (w.concurrency, w.work_max_ms) = (256, 0);
+    let mut h = Harness::start("same-ms", SLOWLOG, w, seed).await?;
+    h.spawn_workers(2).await?;
+    let due = std::time::SystemTime::now() + Duration::from_secs(3);
+    let jobs = (0..n).map(|i| {
+        h.client
+            .push_to(
+                crate::TOPIC,
+                &crate::Job {
+                    n: i,
+                    pad: String::new(),
+                },
+            )
+            .id(format!("j{i}"))
+            .at(due)
+    });
+    let pushed = h.client.push_batch(jobs).await?;
+    let acked_at = now_us();
+    let pushes = Pushes {
+        planned: n as usize,
+        acked: pushed
+            .iter()
+            .map(|p| (p.id.to_string(), acked_at))
+            .collect(),
+        ..Pushes::default()
+    };
+    h.drain(&pushes.acked, Duration::from_secs(120)).await;
+    let mut extra = serde_json::Map::new();
+    extra.insert("script_us".into(), h.script_latency().await?);
+    Ok((h, pushes, extra))
+}
+
+/// 10,000 jobs running on one worker that is killed: reclaimed in bounded batches and run
+/// by two fresh workers.
+async fn inflight_kill(_full: bool, seed: u64) -> anyhow::Result<Outcome> {
+    let n = 10_000u64;
+    let mut w = worker(false);
+    (w.concurrency, w.work_max_ms) = (256, 0);
+    let mut h = Harness::start("inflight-kill", SLOWLOG, w.clone(), seed).await?;
+    let holder = WorkerArgs {
+        url: h.worker.url.clone(),
+        concurrency: n as usize,
+        hold_ms: Some(600_000),
+        ..w
+    };
+    let slot = h.spawn_extra(&holder)?;
+    let jobs = (0..n).map(|i| {
+        h.client
+            .push_to(
+                crate::TOPIC,
+                &crate::Job {
+                    n: i,
+                    pad: String::new(),
+                },
+            )
+            .id(format!("j{i}"))
+    });
+    let pushed = h.client.push_batch(jobs).await?;
+    let acked_at = now_us();
+    let pushes = Pushes {
+        planned: n as usize,
+        acked: pushed
+            .iter()
+            .map(|p| (p.id.to_string(), acked_at))
+            .collect(),
+        ..Pushes::default()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let running = h.client.counts(crate::TOPIC).await?.running;
+        if running == n {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "only {running} of {n} jobs were running on the holding worker after 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let killed_at = now_us();
+    h.kill(slot);
+    h.record(
+        "SIGKILL of the worker holding every job",
+        killed_at,
+        killed_at,
+    );
+    h.spawn_workers(2).await?;
+    h.drain(&pushes.acked, Duration::from_secs(120)).await;
+    let _ = h.ledger.refresh(&h.dir);
+    let last = h
+        .ledger
+        .runs
+        .iter()
+        .map(|r| r.end_us)
+        .max()
+        .unwrap_or(killed_at);
+    let mut extra = serde_json::Map::new();
+    extra.insert(
+        "all_done_after_kill_ms".into(),
+        json!((last.saturating_sub(killed_at)) as f64 / 1000.0),
+    );
+    extra.insert("script_us".into(), h.script_latency().await?);
+    Ok((h, pushes, extra))
+}
+
+/// Redis at its `maxmemory` with `noeviction`: pushes fail with an error the caller sees
+/// (never retried into a loop), and every push that was acknowledged still runs.
+async fn maxmemory(full: bool, seed: u64) -> anyhow::Result<Outcome> {
+    let n = if full { 40_000 } else { 12_000 };
+    let args = [
+        PLAIN,
+        &["--maxmemory", "16mb", "--maxmemory-policy", "noeviction"],
+    ]
+    .concat();
+    let mut h = Harness::start("maxmemory", &args, worker(full), seed).await?;
+    h.spawn_workers(2).await?;
+    let p = PushPlan {
+        n,
+        window: Duration::from_secs(2),
+        delay_ms: (1_000, 3_000),
+        payload_bytes: 2_048,
+        concurrency: 64,
+        retry_for: Duration::from_secs(10),
+    };
+    let pushes = produce(h.client.clone(), p, seed).await;
+    let limit = drain_limit(&h).await;
+    h.drain(&pushes.acked, limit).await;
+    let mut extra = serde_json::Map::new();
+    let oom = pushes.errors.get("push oom").copied().unwrap_or(0);
+    if oom == 0 {
+        extra.insert(
+            "failures".into(),
+            json!(["no push was refused: the scenario never reached maxmemory"]),
+        );
+    }
+    Ok((h, pushes, extra))
+}
+
+/// Deletes one delayed job from Redis behind dq's back, as a lossy Redis would: the oracle
+/// must report it lost (the check that the other scenarios' `lost = 0` can fail).
+async fn sabotage(seed: u64) -> anyhow::Result<Outcome> {
+    let mut h = Harness::start("sabotage", PLAIN, worker(false), seed).await?;
+    h.spawn_workers(1).await?;
+    let mut p = plan(200, Duration::from_millis(200));
+    p.delay_ms = (1_500, 2_000);
+    let pushes = produce(h.client.clone(), p, seed).await;
+    let keys = dq::store::ShardKeys::new(crate::NAMESPACE, 0);
+    let member = format!("{}:j7", crate::TOPIC);
+    let mut c = h.redis_conn().await?;
+    let (removed, _, _): (u64, u64, i64) = redis::pipe()
+        .cmd("ZREM")
+        .arg(keys.delayed())
+        .arg(&member)
+        .cmd("HDEL")
+        .arg(keys.jobs())
+        .arg(&member)
+        .cmd("HINCRBY")
+        .arg(keys.counts())
+        .arg(format!("{}:delayed", crate::TOPIC))
+        .arg(-1)
+        .query_async(&mut c)
+        .await?;
+    anyhow::ensure!(removed == 1, "j7 was not delayed when the sabotage came");
+    h.drain(&pushes.acked, Duration::from_secs(30)).await;
+    Ok((h, pushes, Default::default()))
+}

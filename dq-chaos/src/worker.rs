@@ -1,0 +1,103 @@
+//! A worker process: one topic, a handler that takes a job-specific 0-200 ms (or holds its job
+//! for `hold`), then appends its run to the ledger. Graceful shutdown on SIGTERM.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::ledger;
+use crate::rng::hash;
+use crate::{Job, NAMESPACE, TOPIC};
+
+/// What a worker is told on its command line.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct WorkerArgs {
+    #[arg(long)]
+    pub(crate) url: String,
+    /// The append-only ledger file.
+    #[arg(long)]
+    pub(crate) ledger: PathBuf,
+    #[arg(long, default_value_t = 32)]
+    pub(crate) concurrency: usize,
+    /// Shortest and longest handler run, in milliseconds (chosen per job and attempt).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) work_min_ms: u64,
+    #[arg(long, default_value_t = 200)]
+    pub(crate) work_max_ms: u64,
+    /// Hold every job this long instead (a worker that is to be killed with its jobs).
+    #[arg(long)]
+    pub(crate) hold_ms: Option<u64>,
+    #[arg(long, default_value_t = 10_000)]
+    pub(crate) lease_ms: u64,
+    #[arg(long, default_value_t = 5_000)]
+    pub(crate) grace_ms: u64,
+}
+
+pub(crate) async fn run(args: WorkerArgs) -> anyhow::Result<()> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&args.ledger)?;
+    let file = Arc::new(Mutex::new(file));
+    let a = args.clone();
+    let listener = dq::Listener::new(TOPIC, move |_: Job, ctx: dq::JobContext| {
+        let file = file.clone();
+        let a = a.clone();
+        async move {
+            let start = dq::to_us(std::time::SystemTime::now());
+            let ms = match a.hold_ms {
+                Some(hold) => hold,
+                None => {
+                    let h = hash(&format!("{}:{}", ctx.id(), ctx.attempt()));
+                    a.work_min_ms + h % (a.work_max_ms.saturating_sub(a.work_min_ms) + 1)
+                }
+            };
+            if ms > 0 {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+            }
+            let end = dq::to_us(std::time::SystemTime::now());
+            let entry = ledger::line(
+                ctx.id().as_str(),
+                ctx.attempt(),
+                start,
+                end,
+                dq::to_us(ctx.due()),
+            );
+            // One write(2) of one short line to an O_APPEND file: a SIGKILL leaves it whole or
+            // absent, and the file is outside Redis.
+            let mut f = file.lock().map_err(|_| "ledger lock poisoned".to_owned())?;
+            f.write_all(entry.as_bytes())
+                .map_err(|e| format!("writing the ledger: {e}"))
+        }
+    })
+    .concurrency(args.concurrency)
+    .no_timeout()
+    .retries(2);
+    let config = dq::Config::builder()
+        .redis_url(args.url.clone())
+        .namespace(NAMESPACE)
+        .lease(Duration::from_millis(args.lease_ms))
+        .shutdown_grace(Duration::from_millis(args.grace_ms))
+        .build()?;
+    // Redis may be down or paused when a worker (re)starts: keep trying, as a supervisor would.
+    let rt = loop {
+        match dq::Runtime::builder()
+            .config(config.clone())
+            .without_registered_listeners()
+            .listener(listener.clone())
+            .start()
+            .await
+        {
+            Ok(rt) => break rt,
+            Err(e) => {
+                tracing::warn!("worker start failed, retrying in 200ms: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    println!("ready");
+    std::io::stdout().flush()?;
+    rt.run_until_shutdown_signal().await?;
+    Ok(())
+}

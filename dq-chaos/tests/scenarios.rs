@@ -1,0 +1,130 @@
+//! The short version of every fault scenario, against real worker processes and a real
+//! redis-server: each fails when an acknowledged job is lost (or run as two jobs, or left
+//! behind in Redis). `sabotage` shows that the oracle does notice a lost job.
+
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+use std::process::Command;
+use std::sync::Mutex;
+
+/// One scenario at a time: they measure lateness and kill processes on a 2-core machine.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn run(scenario: &str) -> serde_json::Value {
+    let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let out = Command::new(env!("CARGO_BIN_EXE_dq-chaos"))
+        .args(["--scenario", scenario])
+        .output()
+        .expect("run dq-chaos");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout.lines().last().unwrap_or_else(|| {
+        panic!(
+            "dq-chaos {scenario} printed no report; stderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    eprintln!("{line}");
+    serde_json::from_str(line).unwrap()
+}
+
+fn assert_ok(scenario: &str) -> serde_json::Value {
+    let report = run(scenario);
+    assert_eq!(
+        report["ok"], true,
+        "{scenario} failed: {}",
+        report["failures"]
+    );
+    assert_eq!(
+        report["pushed_acked"], report["jobs"],
+        "every push was acknowledged"
+    );
+    report
+}
+
+#[test]
+fn worker_sigkill_every_second_loses_no_job() {
+    let r = assert_ok("worker-kill");
+    assert_eq!(r["lost"], 0);
+    assert_eq!(r["faults"]["worker SIGKILL"], 8);
+}
+
+#[test]
+fn sigterm_under_load_loses_nothing_and_runs_nothing_twice() {
+    let r = assert_ok("sigterm");
+    assert_eq!(
+        (r["lost"].as_u64(), r["duplicated"].as_u64()),
+        (Some(0), Some(0))
+    );
+    assert!(
+        r["exit_ms_max"].as_u64().unwrap() <= 6_000,
+        "{}",
+        r["exit_ms_max"]
+    );
+}
+
+#[test]
+fn client_kill_every_second_loses_nothing_and_a_retried_push_makes_no_second_job() {
+    let r = assert_ok("client-kill");
+    assert_eq!(
+        (r["lost"].as_u64(), r["second_jobs"].as_u64()),
+        (Some(0), Some(0))
+    );
+    assert!(r["connections_killed"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn client_pause_shorter_and_longer_than_the_lease_loses_nothing() {
+    assert_eq!(assert_ok("client-pause")["lost"], 0);
+}
+
+#[test]
+fn debug_sleep_shorter_and_longer_than_the_lease_loses_nothing() {
+    assert_eq!(assert_ok("debug-sleep")["lost"], 0);
+}
+
+#[test]
+fn redis_sigkill_with_appendfsync_always_loses_no_acknowledged_push() {
+    let r = assert_ok("redis-kill-always");
+    assert_eq!(
+        (r["lost"].as_u64(), r["orphans_after_restart"].as_u64()),
+        (Some(0), Some(0))
+    );
+}
+
+#[test]
+fn redis_sigkill_with_appendfsync_everysec_loses_at_most_about_a_second() {
+    let r = assert_ok("redis-kill-everysec");
+    assert!(r["loss_window_ms"].as_f64().unwrap() <= 2_000.0, "{r}");
+}
+
+#[test]
+fn twenty_thousand_jobs_due_in_the_same_millisecond_all_run_without_script_errors() {
+    let r = assert_ok("same-ms");
+    assert_eq!(r["handled_unique"], 20_000);
+    assert!(
+        r["script_us"]["n"].as_u64().unwrap() > 0,
+        "SLOWLOG was read"
+    );
+}
+
+#[test]
+fn ten_thousand_jobs_of_a_killed_worker_are_all_reclaimed_and_run() {
+    let r = assert_ok("inflight-kill");
+    assert_eq!(r["handled_unique"], 10_000);
+}
+
+#[test]
+fn a_full_redis_refuses_pushes_loudly_and_loses_none_it_accepted() {
+    let report = run("maxmemory");
+    assert_eq!(report["ok"], true, "{}", report["failures"]);
+    assert!(report["redis_errors"]["push oom"].as_u64().unwrap() > 0);
+    assert_eq!(report["lost"], 0);
+}
+
+#[test]
+fn the_oracle_reports_a_job_deleted_behind_dqs_back_as_lost() {
+    let r = run("sabotage");
+    assert_eq!(r["lost"], 1, "{r}");
+    assert_eq!(r["lost_sample"], serde_json::json!(["j7"]));
+    assert_eq!(r["ok"], false);
+}
