@@ -489,6 +489,7 @@ impl Harness {
             "lateness_ms": summary(&mut lateness),
             "recovery_ms": recovery_ms,
             "redis_errors": errors,
+            "push_error_samples": pushes.error_samples,
             "ledger_malformed": self.ledger.malformed,
             "redis_after": integrity,
             "elapsed_s": self.started.elapsed().as_secs_f64(),
@@ -586,7 +587,7 @@ fn kind_of_text(text: &str) -> &'static str {
     let lower = text.to_lowercase();
     if text.contains("OOM") {
         "oom"
-    } else if text.contains("LOADING") {
+    } else if text.contains("LOADING") || lower.contains("loading the dataset") {
         "loading"
     } else if lower.contains("timed out") || lower.contains("timeout") {
         "timeout"
@@ -649,6 +650,8 @@ pub(crate) struct Pushes {
     /// Acknowledged pushes: id -> when the acknowledgement arrived (us).
     pub(crate) acked: HashMap<String, u64>,
     pub(crate) errors: BTreeMap<String, u64>,
+    /// The first error message of each kind.
+    pub(crate) error_samples: BTreeMap<String, String>,
     pub(crate) gave_up: u64,
 }
 
@@ -691,6 +694,9 @@ pub(crate) async fn produce(client: dq::Client, plan: PushPlan, seed: u64) -> Pu
                         let kind = kind_of(&e);
                         let Ok(mut p) = pushes.lock() else { return };
                         *p.errors.entry(format!("push {kind}")).or_default() += 1;
+                        p.error_samples
+                            .entry(format!("push {kind}"))
+                            .or_insert_with(|| e.to_string());
                         if kind == "oom" || Instant::now() > deadline {
                             p.gave_up += 1;
                             return;

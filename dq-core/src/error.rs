@@ -124,8 +124,9 @@ impl Error {
         move |source| Error::Redis { op, source }
     }
 
-    /// True when the error came from the connection to Redis (worth retrying with backoff),
-    /// rather than from the input or the data.
+    /// True when the error came from the connection to Redis or from a Redis that asked to
+    /// be retried later (`LOADING` after a restart, `TRYAGAIN`, `MASTERDOWN`, `CLUSTERDOWN`
+    /// during a failover): worth retrying with backoff, unlike an error of the input or data.
     pub fn is_connection(&self) -> bool {
         match self {
             Error::Redis { source, .. } => {
@@ -133,6 +134,7 @@ impl Error {
                     || source.is_connection_dropped()
                     || source.is_connection_refusal()
                     || source.is_timeout()
+                    || matches!(source.retry_method(), redis::RetryMethod::WaitAndRetry)
             }
             Error::Timeout { .. } => true,
             Error::Batch(inner) => inner.is_connection(),
