@@ -1,5 +1,7 @@
-//! The store's behaviour, one test per behaviour, run against both stores: Redis (a real
-//! redis-server per test) and the in-memory store, so the two cannot drift apart.
+//! The store's behaviour, one test per behaviour, run against every store: Redis (a real
+//! redis-server per test), a Redis Cluster (3 masters and 3 replicas per test) and the
+//! in-memory store, so they cannot drift apart. The behaviours address shard 0, so the
+//! cluster runs them with one shard; `tests/cluster.rs` spreads 16 shards over the masters.
 
 #![allow(clippy::unwrap_used, unreachable_pub)] // test code: a panic is the failure report
 
@@ -10,7 +12,7 @@ use std::time::{Duration, SystemTime};
 
 use dq::{ChangeOutcome, Client, Error, JobState, MemoryStore, OnConflict, PushOutcome, Schedule};
 use serde::{Deserialize, Serialize};
-use support::{id, topic, RedisServer};
+use support::{id, topic, RedisCluster, RedisServer};
 
 #[derive(Debug, Serialize, Deserialize, PartialEq)]
 struct OrderCancel {
@@ -26,6 +28,7 @@ const LEASE: Duration = Duration::from_secs(10);
 #[derive(Clone, Copy, Debug)]
 enum Kind {
     Redis,
+    Cluster,
     Memory,
 }
 
@@ -33,6 +36,7 @@ enum Kind {
 struct Harness {
     client: Client,
     _redis: Option<RedisServer>,
+    _cluster: Option<RedisCluster>,
 }
 
 impl Harness {
@@ -47,6 +51,23 @@ impl Harness {
                 Harness {
                     client,
                     _redis: Some(redis),
+                    _cluster: None,
+                }
+            }
+            Kind::Cluster => {
+                let cluster = RedisCluster::start(3, 1);
+                let config = tweak(
+                    dq::Config::builder()
+                        .redis_cluster(cluster.urls())
+                        .shards(1)
+                        .namespace("test"),
+                )
+                .build()
+                .unwrap();
+                Harness {
+                    client: Client::connect(config).await.unwrap(),
+                    _redis: None,
+                    _cluster: Some(cluster),
                 }
             }
             Kind::Memory => {
@@ -54,6 +75,7 @@ impl Harness {
                 Harness {
                     client: Client::new(Arc::new(MemoryStore::new()), config),
                     _redis: None,
+                    _cluster: None,
                 }
             }
         }
@@ -64,6 +86,9 @@ macro_rules! on_both_stores {
     ($($name:ident),* $(,)?) => {
         mod on_redis {
             $(#[tokio::test] async fn $name() { super::$name(super::Kind::Redis).await })*
+        }
+        mod on_cluster {
+            $(#[tokio::test] async fn $name() { super::$name(super::Kind::Cluster).await })*
         }
         mod on_memory {
             $(#[tokio::test] async fn $name() { super::$name(super::Kind::Memory).await })*

@@ -233,3 +233,70 @@ async fn a_full_redis_refuses_pushes_loudly_and_keeps_what_it_acknowledged() {
         "every acknowledged push kept, nothing half-written"
     );
 }
+
+/// A replica of `master`, caught up.
+fn replica_of(master: &RedisServer) -> RedisServer {
+    let port = master.port().to_string();
+    let replica = RedisServer::start_with(&[
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--replicaof",
+        "127.0.0.1",
+        &port,
+    ]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !replica
+        .command(&["INFO", "replication"])
+        .contains("master_link_status:up")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replica never synced"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    replica
+}
+
+#[tokio::test]
+async fn push_with_wait_replicas_returns_once_a_replica_has_the_job() {
+    let master = RedisServer::start();
+    let replica = replica_of(&master);
+    let c = client_with(&master, |b| b.wait_replicas(1, Duration::from_secs(2))).await;
+    c.push(OrderCancel { order_id: 1 })
+        .id("1")
+        .delay(Duration::from_secs(60))
+        .await
+        .unwrap();
+    // WAIT returned, so the replica has applied the push already.
+    let on_replica = replica.command(&["HEXISTS", "dq:{test:0}:jobs", "order-cancel:1"]);
+    assert_eq!(on_replica.trim(), ":1");
+}
+
+#[tokio::test]
+async fn push_that_no_replica_confirms_fails_with_not_replicated_but_is_kept() {
+    let master = RedisServer::start();
+    let c = client_with(&master, |b| b.wait_replicas(1, Duration::from_millis(200))).await;
+    let err = c
+        .push(OrderCancel { order_id: 2 })
+        .id("2")
+        .delay(Duration::from_secs(60))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::NotReplicated {
+                wanted: 1,
+                acked: 0,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("same id is safe"), "{err}");
+    let info = c.status("order-cancel", "2").await.unwrap();
+    assert!(info.is_some(), "the master kept the job");
+}

@@ -30,12 +30,21 @@ struct Cli {
     /// Redis to connect to.
     #[arg(long, env = "DQ_REDIS_URL", global = true, hide_env_values = true)]
     redis_url: Option<String>,
+    /// Redis Cluster seed nodes, comma-separated (instead of --redis-url).
+    #[arg(
+        long,
+        env = "DQ_REDIS_CLUSTER",
+        global = true,
+        hide_env_values = true,
+        value_delimiter = ','
+    )]
+    redis_cluster: Vec<String>,
     /// Namespace of the queues (as the runtime's DQ_NAMESPACE).
     #[arg(long, env = "DQ_NAMESPACE", default_value = "dq", global = true)]
     namespace: String,
-    /// Shards of the namespace (as the runtime's DQ_SHARDS).
-    #[arg(long, env = "DQ_SHARDS", default_value_t = 1, global = true)]
-    shards: u16,
+    /// Shards of the namespace (as the runtime's DQ_SHARDS; default 1, or 16 on a cluster).
+    #[arg(long, env = "DQ_SHARDS", global = true)]
+    shards: Option<u16>,
     /// Print JSON instead of tables.
     #[arg(long, global = true)]
     json: bool,
@@ -208,17 +217,27 @@ fn main() {
 }
 
 async fn run(cli: Cli) -> Result<(), Exit> {
-    let Some(url) = cli.redis_url.clone() else {
-        return Err(Exit(
-            1,
-            "no Redis to talk to: set DQ_REDIS_URL or pass --redis-url redis://host:6379/".into(),
-        ));
+    let mut builder = dq::Config::builder().namespace(cli.namespace.clone());
+    builder = match (&cli.redis_url, cli.redis_cluster.is_empty()) {
+        (Some(url), true) => builder.redis_url(url.clone()),
+        (None, false) => builder.redis_cluster(cli.redis_cluster.clone()),
+        (Some(_), false) => {
+            return Err(Exit(
+                1,
+                "set either DQ_REDIS_URL / --redis-url or DQ_REDIS_CLUSTER / --redis-cluster, not both".into(),
+            ))
+        }
+        (None, true) => {
+            return Err(Exit(
+                1,
+                "no Redis to talk to: set DQ_REDIS_URL or pass --redis-url redis://host:6379/ (DQ_REDIS_CLUSTER for a cluster)".into(),
+            ))
+        }
     };
-    let config = dq::Config::builder()
-        .redis_url(url)
-        .namespace(cli.namespace.clone())
-        .shards(cli.shards)
-        .build()?;
+    if let Some(shards) = cli.shards {
+        builder = builder.shards(shards);
+    }
+    let config = builder.build()?;
     let client = Client::connect(config).await?;
     let json = cli.json;
     if let Some(topic) = cli.command.reads_topic() {

@@ -16,13 +16,16 @@ pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
 /// | variable | field | default |
 /// | --- | --- | --- |
 /// | `DQ_REDIS_URL` | `redis_url` | unset: the in-process memory store |
+/// | `DQ_REDIS_CLUSTER` | `redis_cluster` | unset; comma-separated seed URLs of a Redis Cluster |
 /// | `DQ_NAMESPACE` | `namespace` | `dq` |
-/// | `DQ_SHARDS` | `shards` | `1` |
+/// | `DQ_SHARDS` | `shards` | `1`; `16` on a cluster |
 /// | `DQ_MAX_PAYLOAD_BYTES` | `max_payload_bytes` | `1048576` |
 /// | `DQ_LEASE` | `lease` | `10s` |
 /// | `DQ_SAFETY_TICK` | `safety_tick` | `60s` |
 /// | `DQ_SHUTDOWN_GRACE` | `shutdown_grace` | `20s` |
 /// | `DQ_POLL_INTERVAL` | `poll_interval` | unset: block on Redis instead of polling |
+/// | `DQ_WAIT_REPLICAS` | `wait_replicas` | unset: a push returns once the master has it |
+/// | `DQ_WAIT_TIMEOUT` | `wait_timeout` | `1s` |
 /// | `DQ_TLS_CA_FILE` | `tls_ca_file` | unset: the system's trust store |
 /// | `DQ_TLS_CERT_FILE` | `tls_cert_file` | unset: no client certificate |
 /// | `DQ_TLS_KEY_FILE` | `tls_key_file` | unset |
@@ -49,6 +52,9 @@ pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
 pub struct Config {
     /// `redis://` or `rediss://` URL; `None` runs on the in-process memory store.
     pub redis_url: Option<String>,
+    /// Seed nodes of a Redis Cluster (`redis://host:port` each); when set, dq uses the cluster
+    /// and spreads its shards over the cluster's masters.
+    pub redis_cluster: Vec<String>,
     /// Prefix that keeps several applications apart on one Redis.
     pub namespace: String,
     /// How many shards the jobs are spread over (each shard is one Redis hash slot).
@@ -68,6 +74,12 @@ pub struct Config {
     pub poll_interval: Option<Duration>,
     /// Most jobs the mover moves from delayed to ready in one script call.
     pub promote_batch: usize,
+    /// After each push, wait (Redis `WAIT`) until this many replicas have it, so that a
+    /// failover right after the push cannot lose it; a push that fewer replicas confirm within
+    /// `wait_timeout` fails with [`Error::NotReplicated`](crate::Error::NotReplicated).
+    pub wait_replicas: Option<u32>,
+    /// How long a push waits for its replicas.
+    pub wait_timeout: Duration,
     /// PEM file of the certificate authority that signed the server's certificate, for a
     /// `rediss://` URL; `None` trusts the system's store.
     pub tls_ca_file: Option<PathBuf>,
@@ -81,6 +93,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             redis_url: None,
+            redis_cluster: Vec::new(),
             namespace: "dq".to_owned(),
             shards: 1,
             max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
@@ -89,6 +102,8 @@ impl Default for Config {
             shutdown_grace: Duration::from_secs(20),
             poll_interval: None,
             promote_batch: 1000,
+            wait_replicas: None,
+            wait_timeout: Duration::from_secs(1),
             tls_ca_file: None,
             tls_cert_file: None,
             tls_key_file: None,
@@ -101,6 +116,7 @@ impl Config {
     pub fn builder() -> ConfigBuilder {
         ConfigBuilder {
             config: Config::default(),
+            shards_set: false,
         }
     }
 
@@ -116,11 +132,15 @@ impl Config {
         if let Some(url) = var("DQ_REDIS_URL") {
             c.redis_url = Some(url);
         }
-        if let Some(ns) = var("DQ_NAMESPACE") {
-            c.namespace = ns;
+        if let Some(seeds) = var("DQ_REDIS_CLUSTER") {
+            c.redis_cluster = split_seeds(&seeds);
+            c.shards = CLUSTER_SHARDS;
         }
         if let Some(v) = var("DQ_SHARDS") {
             c.shards = parse_number("DQ_SHARDS", &v)?;
+        }
+        if let Some(ns) = var("DQ_NAMESPACE") {
+            c.namespace = ns;
         }
         if let Some(v) = var("DQ_MAX_PAYLOAD_BYTES") {
             c.max_payload_bytes = parse_number("DQ_MAX_PAYLOAD_BYTES", &v)?;
@@ -136,6 +156,12 @@ impl Config {
         }
         if let Some(v) = var("DQ_POLL_INTERVAL") {
             c.poll_interval = Some(parse_duration_var("DQ_POLL_INTERVAL", &v)?);
+        }
+        if let Some(v) = var("DQ_WAIT_REPLICAS") {
+            c.wait_replicas = Some(parse_number("DQ_WAIT_REPLICAS", &v)?);
+        }
+        if let Some(v) = var("DQ_WAIT_TIMEOUT") {
+            c.wait_timeout = parse_duration_var("DQ_WAIT_TIMEOUT", &v)?;
         }
         c.tls_ca_file = var("DQ_TLS_CA_FILE").map(PathBuf::from);
         c.tls_cert_file = var("DQ_TLS_CERT_FILE").map(PathBuf::from);
@@ -177,6 +203,13 @@ impl Config {
         if self.safety_tick.is_zero() {
             return Err(bad("safety_tick", "0s".into(), "must be positive"));
         }
+        if !self.redis_cluster.is_empty() && self.redis_url.is_some() {
+            return Err(bad(
+                "redis_cluster",
+                self.redis_cluster.join(","),
+                "set either DQ_REDIS_URL (one Redis) or DQ_REDIS_CLUSTER (a cluster's seed nodes), not both",
+            ));
+        }
         if self.tls_cert_file.is_some() != self.tls_key_file.is_some() {
             return Err(bad(
                 "tls_cert_file",
@@ -186,6 +219,18 @@ impl Config {
         }
         Ok(self)
     }
+}
+
+/// Shards on a Redis Cluster unless `DQ_SHARDS` says otherwise: enough to spread over a
+/// dozen masters.
+pub const CLUSTER_SHARDS: u16 = 16;
+
+fn split_seeds(text: &str) -> Vec<String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 fn parse_number<T: std::str::FromStr>(key: &'static str, value: &str) -> Result<T> {
@@ -236,6 +281,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 #[must_use]
 pub struct ConfigBuilder {
     config: Config,
+    shards_set: bool,
 }
 
 macro_rules! setters {
@@ -258,8 +304,6 @@ setters! {
     redis_url: impl Into<String> => |c: &mut Config, v: _| c.redis_url = Some(Into::<String>::into(v));
     /// Sets the namespace that prefixes every key.
     namespace: impl Into<String> => |c: &mut Config, v: _| c.namespace = Into::<String>::into(v);
-    /// Sets the number of shards.
-    shards: u16 => |c: &mut Config, v| c.shards = v;
     /// Sets the largest payload accepted by `push`.
     max_payload_bytes: usize => |c: &mut Config, v| c.max_payload_bytes = v;
     /// Sets the lease of a fetched job.
@@ -277,6 +321,31 @@ setters! {
 }
 
 impl ConfigBuilder {
+    /// Sets the number of shards (every process of a namespace must use the same number).
+    pub fn shards(mut self, shards: u16) -> Self {
+        self.config.shards = shards;
+        self.shards_set = true;
+        self
+    }
+
+    /// Runs on the Redis Cluster with these seed nodes (`redis://host:port` each), with
+    /// [`CLUSTER_SHARDS`] shards unless [`ConfigBuilder::shards`] says otherwise.
+    pub fn redis_cluster<S: Into<String>>(mut self, seeds: impl IntoIterator<Item = S>) -> Self {
+        self.config.redis_cluster = seeds.into_iter().map(Into::into).collect();
+        if !self.shards_set {
+            self.config.shards = CLUSTER_SHARDS;
+        }
+        self
+    }
+
+    /// Makes every push wait until `replicas` replicas have it, at most `timeout` (Redis
+    /// `WAIT`); see [`Config::wait_replicas`].
+    pub fn wait_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.config.wait_replicas = Some(replicas);
+        self.config.wait_timeout = timeout;
+        self
+    }
+
     /// Presents this client certificate and its key (PEM files) to a Redis that asks for one
     /// (`tls-auth-clients yes`).
     pub fn tls_client_cert(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {

@@ -83,6 +83,16 @@ pub enum Error {
         #[source]
         source: redis::RedisError,
     },
+    /// A push reached the master, but fewer replicas than `wait_replicas` confirmed it in time.
+    #[error("the push is on the Redis master but only {acked} of {wanted} replicas confirmed it within {timeout:?}: a failover now could lose it; pushing again with the same id is safe (check the replicas' link to the master)")]
+    NotReplicated {
+        /// Replicas asked for.
+        wanted: u32,
+        /// Replicas that confirmed.
+        acked: u32,
+        /// How long Redis waited.
+        timeout: Duration,
+    },
     /// Two listeners were registered for one topic.
     #[error("two listeners for topic {topic:?}: {first} and {second}; a topic has exactly one listener (remove one, or give it another topic)")]
     DuplicateListener {

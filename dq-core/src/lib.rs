@@ -11,7 +11,9 @@ mod name;
 pub mod store;
 
 pub use client::{Client, PushBuilder, Pushed};
-pub use config::{parse_duration, Config, ConfigBuilder, DEFAULT_MAX_PAYLOAD_BYTES};
+pub use config::{
+    parse_duration, Config, ConfigBuilder, CLUSTER_SHARDS, DEFAULT_MAX_PAYLOAD_BYTES,
+};
 pub use envelope::{Envelope, ENVELOPE_VERSION};
 pub use error::{Error, Result};
 pub use job::{

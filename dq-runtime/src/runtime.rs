@@ -247,24 +247,22 @@ impl RuntimeBuilder {
         }
         let store: Arc<dyn Store> = match self.store {
             Some(s) => s,
-            None => match &config.redis_url {
-                Some(_) => {
-                    let redis = RedisStore::connect(&config).await?;
-                    match redis.server_warnings().await {
-                        Ok(warnings) => {
-                            for w in warnings {
-                                tracing::warn!("{w}");
-                            }
+            None if config.redis_url.is_some() || !config.redis_cluster.is_empty() => {
+                let redis = RedisStore::connect(&config).await?;
+                match redis.server_warnings().await {
+                    Ok(warnings) => {
+                        for w in warnings {
+                            tracing::warn!("{w}");
                         }
-                        Err(e) => tracing::warn!(error = %e, "could not read Redis' settings"),
                     }
-                    Arc::new(redis)
+                    Err(e) => tracing::warn!(error = %e, "could not read Redis' settings"),
                 }
-                None => {
-                    tracing::warn!("DQ_REDIS_URL is not set: running on the in-memory store, inside this process only; jobs will not survive a restart (set DQ_REDIS_URL=redis://host:6379/ to use Redis)");
-                    Arc::new(MemoryStore::new())
-                }
-            },
+                Arc::new(redis)
+            }
+            None => {
+                tracing::warn!("DQ_REDIS_URL is not set: running on the in-memory store, inside this process only; jobs will not survive a restart (set DQ_REDIS_URL=redis://host:6379/ to use Redis)");
+                Arc::new(MemoryStore::new())
+            }
         };
         let client = Client::new(store.clone(), config.clone());
         let (ack_tx, ack_rx) = mpsc::unbounded_channel();

@@ -221,6 +221,116 @@ impl RedisServer {
     }
 }
 
+/// A local Redis Cluster owned by a test: `masters` masters with `replicas` replicas each, on
+/// free loopback ports, joined with `redis-cli --cluster create`. Every node is killed (by its
+/// pid) when the handle is dropped.
+#[derive(Debug)]
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts the nodes, creates the cluster and waits until every node says `cluster_state:ok`.
+    pub fn start(masters: usize, replicas: usize) -> RedisCluster {
+        let mut nodes = Vec::new();
+        for _ in 0..masters * (1 + replicas) {
+            let bus = free_port().expect("a free port for the cluster bus");
+            let bus = bus.to_string();
+            nodes.push(RedisServer::start_with(&[
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                "2000",
+                "--cluster-port",
+                &bus,
+            ]));
+        }
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port()))
+            .collect();
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => panic!("{INSTALL_HINT} (redis-cli comes with it)"),
+                _ => panic!("running redis-cli --cluster create: {e}"),
+            });
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let cluster = RedisCluster { nodes };
+        cluster.wait_ok(Duration::from_secs(30));
+        cluster
+    }
+
+    /// Waits until every running node reports `cluster_state:ok` and knows all its peers.
+    pub fn wait_ok(&self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        loop {
+            let ok = self.nodes.iter().all(|n| {
+                let info = n.command(&["CLUSTER", "INFO"]);
+                info.contains("cluster_state:ok")
+                    && info.contains(&format!("cluster_known_nodes:{}", self.nodes.len()))
+            });
+            if ok {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the cluster did not reach cluster_state:ok in {limit:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `redis://127.0.0.1:<port>/` of every node, to use as seeds.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// The nodes, masters and replicas alike.
+    pub fn nodes(&self) -> &[RedisServer] {
+        &self.nodes
+    }
+
+    /// The nodes that are masters now, by `ROLE`.
+    pub fn masters(&self) -> Vec<&RedisServer> {
+        self.nodes
+            .iter()
+            .filter(|n| n.command(&["INFO", "replication"]).contains("role:master"))
+            .collect()
+    }
+
+    /// The node listening on `port`.
+    pub fn node(&self, port: u16) -> &RedisServer {
+        self.nodes
+            .iter()
+            .find(|n| n.port() == port)
+            .expect("a node of this cluster")
+    }
+
+    /// The node listening on `port`, to kill or restart it.
+    pub fn node_mut(&mut self, port: u16) -> &mut RedisServer {
+        self.nodes
+            .iter_mut()
+            .find(|n| n.port() == port)
+            .expect("a node of this cluster")
+    }
+}
+
 /// A best-effort check that a RESP reply is complete (simple replies and one bulk string).
 fn complete(reply: &[u8]) -> bool {
     match reply.first() {
@@ -376,6 +486,15 @@ mod tests {
             message.contains("apt-get install -y redis-server"),
             "{message}"
         );
+    }
+
+    #[test]
+    fn a_cluster_of_three_masters_and_three_replicas_comes_up() {
+        let started = Instant::now();
+        let cluster = RedisCluster::start(3, 1);
+        eprintln!("cluster up in {:?}", started.elapsed());
+        assert_eq!(cluster.nodes().len(), 6);
+        assert_eq!(cluster.masters().len(), 3);
     }
 
     #[test]

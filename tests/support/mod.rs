@@ -1,8 +1,8 @@
 //! Shared set-up for the integration tests: a real redis-server per test.
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, unused_imports)]
 
 use dq::{Client, Config};
-pub use dq_testkit::RedisServer;
+pub use dq_testkit::{RedisCluster, RedisServer};
 
 pub async fn client(redis: &RedisServer) -> Client {
     client_with(redis, |b| b).await

@@ -68,10 +68,22 @@ local function push_all(cmd, key, values)
   end
 end
 
+-- Tells the processes waiting on this shard that `topic` has ready jobs (consumers on a Redis
+-- Cluster wait for this message instead of holding a blocking connection per topic and
+-- shard). Once per topic per script call.
+local rung = {}
+local function ring(prefix, topic)
+  if not rung[topic] then
+    rung[topic] = true
+    redis.call('PUBLISH', prefix .. 'ready', topic)
+  end
+end
+
 -- Puts a job where its due time says: the ready list when due, else the delayed set.
 local function place(prefix, delayed, counts, member, topic, id, due, now)
   if due <= now then
     redis.call('RPUSH', prefix .. 'ready:' .. topic, id)
+    ring(prefix, topic)
   else
     redis.call('ZADD', delayed, due, member)
     bump(counts, topic, 'delayed', 1)

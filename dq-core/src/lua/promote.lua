@@ -25,6 +25,7 @@ if #due > 0 then
   end
   for _, topic in ipairs(order) do
     push_all('RPUSH', prefix .. 'ready:' .. topic, by_topic[topic])
+    ring(prefix, topic)
     bump(counts, topic, 'delayed', -#by_topic[topic])
     out[#out + 1] = topic
     out[#out + 1] = #by_topic[topic]

@@ -82,6 +82,7 @@ if #adds > 0 then redis.call('ZADD', delayed, unpack(adds)) end
 local touched = {}
 for topic, list in pairs(ready_by_topic) do
   push_all('RPUSH', prefix .. 'ready:' .. topic, list)
+  ring(prefix, topic)
   touched[topic] = true
 end
 for topic, k in pairs(delayed_by_topic) do

@@ -44,6 +44,9 @@ for i = #expired, 1, -1 do
   end
 end
 if #writes > 0 then redis.call('HSET', jobs, unpack(writes)) end
-for topic, ids in pairs(ready) do push_all('LPUSH', prefix .. 'ready:' .. topic, ids) end
+for topic, ids in pairs(ready) do
+  push_all('LPUSH', prefix .. 'ready:' .. topic, ids)
+  ring(prefix, topic)
+end
 for topic, k in pairs(running) do bump(counts, topic, 'inflight', -k) end
 return {requeued, dead}

@@ -14,6 +14,7 @@ for i = 2, #ARGV, 2 do
     e.attempt = math.max(e.attempt - 1, 0)
     redis.call('HSET', jobs, member, encode(e))
     redis.call('LPUSH', prefix .. 'ready:' .. topic, id)
+    ring(prefix, topic)
     bump(counts, topic, 'inflight', -1)
     released = released + 1
   end

@@ -23,6 +23,7 @@ for _, member in ipairs(members) do
       e.due = now
       redis.call('HSET', jobs, member, encode(e))
       redis.call('RPUSH', prefix .. 'ready:' .. topic, id)
+      ring(prefix, topic)
       n = n + 1
     else
       -- Nothing readable to run: keep it dead rather than lose it.

@@ -80,6 +80,36 @@ impl ShardKeys {
     pub fn wake(&self) -> String {
         self.key("wake")
     }
+    /// The pub/sub channel that announces, by topic, that jobs became ready.
+    pub fn ready_channel(&self) -> String {
+        self.key("ready")
+    }
+}
+
+/// The Redis Cluster hash slot of a key: CRC16 (XMODEM) of its hashtag, modulo 16384.
+pub(crate) fn slot(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let tagged = key
+        .find('{')
+        .and_then(|open| {
+            key[open + 1..]
+                .find('}')
+                .filter(|&len| len > 0)
+                .map(|len| &bytes[open + 1..open + 1 + len])
+        })
+        .unwrap_or(bytes);
+    let mut crc: u16 = 0;
+    for &b in tagged {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
 }
 
 /// The member naming a job in the shard's sets and hash.
@@ -109,6 +139,15 @@ pub fn shard_of(topic: &Topic, id: &JobId, shards: u16) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slots_match_redis_cluster_keyslot() {
+        // Values from `CLUSTER KEYSLOT` on Redis 7.
+        assert_eq!(slot("foo"), 12182);
+        assert_eq!(slot("{user1000}.following"), slot("{user1000}.followers"));
+        assert_eq!(slot("123456789"), 12739);
+        assert_eq!(slot("a{}b"), slot("a{}b")); // an empty tag hashes the whole key
+    }
 
     #[test]
     fn every_key_of_a_shard_shares_its_hashtag() {

@@ -5,6 +5,8 @@
 //! every operation on it is one atomic step in that shard, so any number of processes may
 //! push, move and run jobs at once.
 
+mod connection;
+mod hub;
 mod keys;
 mod memory;
 mod redis;

@@ -1,12 +1,14 @@
 //! The Redis store: the key layout of [`keys`](super::keys), one Lua script per operation.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, Value};
 
+use super::connection::{self, Conn, Server};
+use super::hub::ReadyHub;
 use super::keys::{member, shard_of, ShardKeys};
 use super::scripts::SCRIPTS;
 use super::{ReadyWaiter, Store, WakeListener, MAX_BATCH};
@@ -27,7 +29,7 @@ pub const ACL_RULES: &str = "resetkeys ~dq:* resetchannels &dq:* -@all \
 +hset +hdel +hgetall +sadd +srem +smembers +config|get \
 +time +hget +hmget +hexists +hincrby +zadd +zrem +zscore +zmscore +zrange +zrangebyscore \
 +zrevrange +zremrangebyrank +zcard +rpush +lpush +lrange +ltrim +lrem +llen +lindex +sismember \
-+publish";
++publish +cluster|slots +cluster|keyslot";
 
 /// A worker not heard from for this long is no longer listed.
 pub(crate) const WORKER_EXPIRY_MS: u64 = 60_000;
@@ -39,126 +41,47 @@ pub(crate) const WORKER_EXPIRY_MS: u64 = 60_000;
 /// connections for them from [`RedisStore::client`].
 #[derive(Clone)]
 pub struct RedisStore {
-    client: redis::Client,
-    conn: ConnectionManager,
+    server: Server,
+    conn: Conn,
     shards: Vec<ShardKeys>,
+    /// Ready notifications for consumers on a cluster (see `hub`).
+    hub: Arc<ReadyHub>,
+    /// `wait_replicas` and `wait_timeout` of the configuration.
+    wait: (Option<u32>, Duration),
 }
 
 impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisStore")
-            .field("server", &self.client.get_connection_info().addr())
+            .field("server", &self.server.describe())
             .field("shards", &self.shards.len())
             .finish_non_exhaustive()
     }
 }
 
-/// The URL with its password replaced by `***`, for errors and logs.
-pub(crate) fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) => {
-            let user = rest[..at].split(':').next().unwrap_or("");
-            format!("{scheme}://{user}:***{}", &rest[at..])
-        }
-        None => url.to_owned(),
-    }
-}
-
-/// A redis-rs client for `url`: `rediss://` with the CA and client certificate of `config`.
-fn open_client(url: &str, config: &Config) -> Result<redis::Client> {
-    let bad = |reason: String| Error::Config {
-        key: "redis_url",
-        value: redact_url(url),
-        reason,
-    };
-    let tls = url.starts_with("rediss://");
-    if !tls && (config.tls_ca_file.is_some() || config.tls_cert_file.is_some()) {
-        return Err(bad(
-            "TLS files are set but the URL is not rediss://: use rediss:// to connect with TLS"
-                .into(),
-        ));
-    }
-    if !tls || (config.tls_ca_file.is_none() && config.tls_cert_file.is_none()) {
-        return redis::Client::open(url).map_err(|e| {
-            bad(if tls && !cfg!(feature = "tls") {
-                "this build of dq has no TLS support: enable the `tls` feature of the dq crate"
-                    .into()
-            } else {
-                e.to_string()
-            })
-        });
-    }
-    tls_client(url, config).map_err(bad)
-}
-
-#[cfg(feature = "tls")]
-fn tls_client(url: &str, config: &Config) -> std::result::Result<redis::Client, String> {
-    let read = |path: &std::path::Path, what: &str| {
-        std::fs::read(path).map_err(|e| format!("cannot read the {what} {}: {e}", path.display()))
-    };
-    let root_cert = match &config.tls_ca_file {
-        Some(path) => Some(read(path, "CA certificate (DQ_TLS_CA_FILE)")?),
-        None => None,
-    };
-    let client_tls = match (&config.tls_cert_file, &config.tls_key_file) {
-        (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
-            client_cert: read(cert, "client certificate (DQ_TLS_CERT_FILE)")?,
-            client_key: read(key, "client key (DQ_TLS_KEY_FILE)")?,
-        }),
-        _ => None,
-    };
-    redis::Client::build_with_tls(
-        url,
-        redis::TlsCertificates {
-            client_tls,
-            root_cert,
-        },
-    )
-    .map_err(|e| e.to_string())
-}
-
-#[cfg(not(feature = "tls"))]
-fn tls_client(_url: &str, _config: &Config) -> std::result::Result<redis::Client, String> {
-    Err("this build of dq has no TLS support: enable the `tls` feature of the dq crate".into())
-}
-
 impl RedisStore {
-    /// Connects to the Redis at `config.redis_url`.
+    /// Connects to the Redis at `config.redis_url`, or to the cluster of
+    /// `config.redis_cluster`.
     pub async fn connect(config: &Config) -> Result<RedisStore> {
-        let url = config.redis_url.as_deref().ok_or_else(|| Error::Config {
-            key: "redis_url",
-            value: String::new(),
-            reason: "the Redis store needs a URL (set DQ_REDIS_URL)".into(),
-        })?;
-        let client = open_client(url, config)?;
-        let manager = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(5)))
-            .set_response_timeout(Some(Duration::from_secs(10)))
-            .set_max_delay(Duration::from_secs(2));
-        let conn = ConnectionManager::new_with_config(client.clone(), manager)
-            .await
-            .map_err(Error::redis("connect"))?;
+        let (server, conn) = connection::connect(config).await?;
         let shards = (0..config.shards)
             .map(|s| ShardKeys::new(&config.namespace, s))
             .collect();
         Ok(RedisStore {
-            client,
+            server,
             conn,
             shards,
+            hub: Arc::default(),
+            wait: (config.wait_replicas, config.wait_timeout),
         })
     }
 
     /// What in the server's settings can lose jobs, each as a sentence for the log: an evicting
     /// `maxmemory-policy` deletes jobs silently when memory runs out.
     pub async fn server_warnings(&self) -> Result<Vec<String>> {
-        let mut conn = self.conn.clone();
-        let info: String = redis::cmd("INFO")
-            .arg("memory")
-            .query_async(&mut conn)
+        let mut info_cmd = redis::cmd("INFO");
+        info_cmd.arg("memory");
+        let info: String = connection::on_any_node(&self.conn, info_cmd)
             .await
             .map_err(Error::redis("read server settings"))?;
         let policy = info
@@ -175,11 +98,6 @@ impl RedisStore {
         Ok(warnings)
     }
 
-    /// The client, for connections of one's own (blocking commands, pub/sub).
-    pub fn client(&self) -> &redis::Client {
-        &self.client
-    }
-
     /// The keys of one shard.
     pub fn keys(&self, shard: u16) -> &ShardKeys {
         &self.shards[usize::from(shard) % self.shards.len()]
@@ -194,6 +112,41 @@ impl RedisStore {
         for k in &self.shards {
             self.simple(op, redis::cmd(command).arg(k.paused()).arg(topic.as_str()))
                 .await?;
+        }
+        Ok(())
+    }
+
+    /// With `wait_replicas` set: `WAIT` on the connection that wrote to `shard`, so it covers
+    /// that write. WAIT holds that shared connection until the replicas answer (at most
+    /// `wait_timeout`), which is its cost.
+    async fn wait_replicated(&self, shard: u16) -> Result<()> {
+        let Some(wanted) = self.wait.0 else {
+            return Ok(());
+        };
+        let timeout = self.wait.1;
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(wanted).arg(timeout.as_millis() as u64);
+        let acked: redis::RedisResult<u32> = match &self.conn {
+            Conn::Single(c) => cmd.query_async(&mut c.clone()).await,
+            Conn::Cluster(c) => {
+                use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+                let slot = super::keys::slot(&self.keys(shard).jobs());
+                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
+                    Route::new(slot, SlotAddr::Master),
+                ));
+                match c.clone().route_command(cmd, route).await {
+                    Ok(v) => redis::from_redis_value(v).map_err(Into::into),
+                    Err(e) => Err(e),
+                }
+            }
+        };
+        let acked = acked.map_err(Error::redis("wait for replicas"))?;
+        if acked < wanted {
+            return Err(Error::NotReplicated {
+                wanted,
+                acked,
+                timeout,
+            });
         }
         Ok(())
     }
@@ -387,6 +340,7 @@ impl Store for RedisStore {
                     };
                 }
             }
+            self.wait_replicated(shard).await?;
         }
         Ok(outcomes)
     }
@@ -884,16 +838,23 @@ impl Store for RedisStore {
     }
 
     fn ready_waiter(&self, shard: u16, topic: &Topic) -> Box<dyn ReadyWaiter> {
+        if matches!(self.server, Server::Cluster { .. }) {
+            return self
+                .hub
+                .waiter(&self.server, &self.conn, &self.shards, shard, topic);
+        }
         Box::new(RedisReadyWaiter {
-            client: self.client.clone(),
+            server: self.server.clone(),
+            store_conn: self.conn.clone(),
             key: self.keys(shard).ready(topic),
             conn: None,
         })
     }
 
     async fn wake_listener(&self) -> Result<Box<dyn WakeListener>> {
-        let mut pubsub = self
-            .client
+        // A cluster delivers PUBLISH to every node: any one will do.
+        let client = self.server.any_client(&self.conn).await?;
+        let mut pubsub = client
             .get_async_pubsub()
             .await
             .map_err(Error::redis("subscribe"))?;
@@ -926,9 +887,10 @@ impl Store for RedisStore {
 }
 
 /// `BLMOVE ready ready LEFT LEFT` on a connection of its own, opened on first use and again
-/// after an error.
+/// after an error (to the node that serves the key now, on a cluster).
 struct RedisReadyWaiter {
-    client: redis::Client,
+    server: Server,
+    store_conn: Conn,
     key: String,
     conn: Option<redis::aio::MultiplexedConnection>,
 }
@@ -951,8 +913,11 @@ impl ReadyWaiter for RedisReadyWaiter {
                 let config = redis::AsyncConnectionConfig::new()
                     .set_connection_timeout(Some(Duration::from_secs(5)))
                     .set_response_timeout(None);
-                let conn = self
-                    .client
+                let client = self
+                    .server
+                    .client_for_key(&self.store_conn, &self.key)
+                    .await?;
+                let conn = client
                     .get_multiplexed_async_connection_with_config(&config)
                     .await
                     .map_err(Error::redis("wait for ready jobs"))?;
@@ -1016,33 +981,5 @@ impl WakeListener for RedisWakeListener {
                 return Ok((shard, due));
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_urls_password_is_never_shown() {
-        assert_eq!(
-            redact_url("redis://dq:s3cret@10.0.0.1:6379/0"),
-            "redis://dq:***@10.0.0.1:6379/0"
-        );
-        assert_eq!(redact_url("rediss://:s3cret@host/"), "rediss://:***@host/");
-        assert_eq!(redact_url("redis://host:6379/"), "redis://host:6379/");
-    }
-
-    #[test]
-    fn tls_files_need_a_rediss_url() {
-        let config = Config::builder()
-            .redis_url("redis://:pw@127.0.0.1:1/")
-            .tls_ca_file("/ca.crt")
-            .build()
-            .unwrap();
-        let err = open_client("redis://:pw@127.0.0.1:1/", &config)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("rediss://") && !err.contains("pw@"), "{err}");
     }
 }

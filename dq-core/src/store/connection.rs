@@ -1,0 +1,350 @@
+//! Connections to Redis: one server through redis-rs's `ConnectionManager`, or a Redis Cluster
+//! through its cluster client (MOVED and ASK are followed by the client), behind one
+//! [`Conn`] that the store's commands and scripts run on. Blocking commands and pub/sub get
+//! connections of their own, to the node that owns the key's slot.
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::{Cmd, ConnectionAddr, ConnectionInfo, Pipeline, RedisFuture, Value};
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+
+/// Where the jobs are: one Redis, or a cluster reached through its seed nodes.
+#[derive(Clone)]
+pub(crate) enum Server {
+    Single(redis::Client),
+    Cluster {
+        /// The seeds' connection settings (password, TLS), reused for the nodes found.
+        seed: ConnectionInfo,
+    },
+}
+
+/// The shared, multiplexed connection; reconnects by itself.
+#[derive(Clone)]
+pub(crate) enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// Connects as `config` says: `redis_cluster` seeds, or `redis_url`.
+pub(crate) async fn connect(config: &Config) -> Result<(Server, Conn)> {
+    if !config.redis_cluster.is_empty() {
+        let mut seeds = Vec::new();
+        for url in &config.redis_cluster {
+            seeds.push(open_client(url, config)?.get_connection_info().clone());
+        }
+        if config.tls_ca_file.is_some() || config.tls_cert_file.is_some() {
+            // redis-rs's cluster client takes certificates only with its rustls backend; dq
+            // uses the system's OpenSSL, which trusts the system's store.
+            return Err(Error::Config {
+                key: "tls_ca_file",
+                value: format!("{:?}", config.tls_ca_file),
+                reason: "CA and client certificate files are not supported on a cluster: add the CA to the system's trust store and use rediss:// seeds".into(),
+            });
+        }
+        let builder = redis::cluster::ClusterClientBuilder::new(seeds.clone())
+            .connection_timeout(Duration::from_secs(5))
+            .response_timeout(Duration::from_secs(10));
+        let client = builder.build().map_err(|e| Error::Config {
+            key: "redis_cluster",
+            value: config
+                .redis_cluster
+                .iter()
+                .map(|u| redact_url(u))
+                .collect::<Vec<_>>()
+                .join(","),
+            reason: e.to_string(),
+        })?;
+        let conn = client
+            .get_async_connection()
+            .await
+            .map_err(Error::redis("connect to the cluster"))?;
+        return Ok((
+            Server::Cluster {
+                seed: seeds[0].clone(),
+            },
+            Conn::Cluster(conn),
+        ));
+    }
+    let url = config.redis_url.as_deref().ok_or_else(|| Error::Config {
+        key: "redis_url",
+        value: String::new(),
+        reason: "the Redis store needs a URL (set DQ_REDIS_URL, or DQ_REDIS_CLUSTER)".into(),
+    })?;
+    let client = open_client(url, config)?;
+    let manager = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(5)))
+        .set_response_timeout(Some(Duration::from_secs(10)))
+        .set_max_delay(Duration::from_secs(2));
+    let conn = ConnectionManager::new_with_config(client.clone(), manager)
+        .await
+        .map_err(Error::redis("connect"))?;
+    Ok((Server::Single(client), Conn::Single(conn)))
+}
+
+impl Server {
+    /// A client for the node that serves `key` (its slot's master on a cluster).
+    pub(crate) async fn client_for_key(&self, conn: &Conn, key: &str) -> Result<redis::Client> {
+        let (seed, mut cluster) = match (self, conn) {
+            (Server::Cluster { seed }, Conn::Cluster(cluster)) => (seed, cluster.clone()),
+            (Server::Single(client), _) => return Ok(client.clone()),
+            (Server::Cluster { .. }, Conn::Single(_)) => {
+                unreachable!("a cluster server always has a cluster connection")
+            }
+        };
+        let slot: u16 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query_async(&mut cluster)
+            .await
+            .map_err(Error::redis("find the node of a key"))?;
+        let (host, port) = masters(&mut cluster)
+            .await?
+            .into_iter()
+            .find(|(start, end, _)| (*start..=*end).contains(&slot))
+            .map(|(_, _, node)| node)
+            .ok_or_else(|| Error::Malformed {
+                location: "CLUSTER SLOTS".into(),
+                reason: format!("no master serves slot {slot}: is the cluster down?"),
+            })?;
+        node_client(seed, host, port)
+    }
+
+    /// A client for some node of the cluster (a master), or for the one server: for pub/sub,
+    /// which a cluster delivers to every node.
+    pub(crate) async fn any_client(&self, conn: &Conn) -> Result<redis::Client> {
+        match (self, conn) {
+            (Server::Cluster { seed }, Conn::Cluster(cluster)) => {
+                let mut cluster = cluster.clone();
+                let nodes = masters(&mut cluster).await?;
+                let (_, _, (host, port)) =
+                    nodes.into_iter().next().ok_or_else(|| Error::Malformed {
+                        location: "CLUSTER SLOTS".into(),
+                        reason: "the cluster has no master".into(),
+                    })?;
+                node_client(seed, host, port)
+            }
+            (Server::Single(client), _) => Ok(client.clone()),
+            (Server::Cluster { .. }, Conn::Single(_)) => {
+                unreachable!("a cluster server always has a cluster connection")
+            }
+        }
+    }
+
+    /// The address of the one server, or of the first seed, for `Debug`.
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Server::Single(c) => c.get_connection_info().addr().to_string(),
+            Server::Cluster { seed } => format!("cluster via {}", seed.addr()),
+        }
+    }
+}
+
+/// Runs a command that names no key on one node: a master of a cluster, or the one server.
+pub(crate) async fn on_any_node<T: redis::FromRedisValue>(
+    conn: &Conn,
+    cmd: Cmd,
+) -> redis::RedisResult<T> {
+    match conn {
+        Conn::Single(c) => cmd.query_async(&mut c.clone()).await,
+        Conn::Cluster(c) => {
+            let value = c
+                .clone()
+                .route_command(
+                    cmd,
+                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary),
+                )
+                .await?;
+            redis::from_redis_value(value).map_err(Into::into)
+        }
+    }
+}
+
+/// `(first slot, last slot, (host, port))` of each slot range's master, from `CLUSTER SLOTS`.
+async fn masters(cluster: &mut ClusterConnection) -> Result<Vec<(u16, u16, (String, u16))>> {
+    let ranges: Vec<Vec<Value>> = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async(cluster)
+        .await
+        .map_err(Error::redis("read the cluster's slots"))?;
+    let mut out = Vec::new();
+    for range in ranges {
+        let parsed = (|| {
+            let start: u16 = redis::from_redis_value_ref(range.first()?).ok()?;
+            let end: u16 = redis::from_redis_value_ref(range.get(1)?).ok()?;
+            let node: Vec<Value> = redis::from_redis_value_ref(range.get(2)?).ok()?;
+            let host: String = redis::from_redis_value_ref(node.first()?).ok()?;
+            let port: u16 = redis::from_redis_value_ref(node.get(1)?).ok()?;
+            Some((start, end, (host, port)))
+        })();
+        out.push(parsed.ok_or_else(|| Error::Malformed {
+            location: "CLUSTER SLOTS".into(),
+            reason: format!("unexpected entry {range:?}"),
+        })?);
+    }
+    Ok(out)
+}
+
+/// A client for `host:port` with the seed's password, database and TLS settings.
+fn node_client(seed: &ConnectionInfo, host: String, port: u16) -> Result<redis::Client> {
+    let mut addr = seed.addr().clone();
+    match &mut addr {
+        ConnectionAddr::Tcp(h, p) => (*h, *p) = (host, port),
+        ConnectionAddr::TcpTls {
+            host: h, port: p, ..
+        } => (*h, *p) = (host, port),
+        other => {
+            return Err(Error::Config {
+                key: "redis_cluster",
+                value: other.to_string(),
+                reason: "cluster seeds must be redis:// or rediss:// URLs".into(),
+            })
+        }
+    }
+    redis::Client::open(seed.clone().set_addr(addr))
+        .map_err(Error::redis("connect to a cluster node"))
+}
+
+/// The URL with its password replaced by `***`, for errors and logs.
+pub(crate) fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => {
+            let user = rest[..at].split(':').next().unwrap_or("");
+            format!("{scheme}://{user}:***{}", &rest[at..])
+        }
+        None => url.to_owned(),
+    }
+}
+
+/// A redis-rs client for `url`: `rediss://` with the CA and client certificate of `config`.
+pub(crate) fn open_client(url: &str, config: &Config) -> Result<redis::Client> {
+    let bad = |reason: String| Error::Config {
+        key: "redis_url",
+        value: redact_url(url),
+        reason,
+    };
+    let tls = url.starts_with("rediss://");
+    if !tls && (config.tls_ca_file.is_some() || config.tls_cert_file.is_some()) {
+        return Err(bad(
+            "TLS files are set but the URL is not rediss://: use rediss:// to connect with TLS"
+                .into(),
+        ));
+    }
+    if !tls || (config.tls_ca_file.is_none() && config.tls_cert_file.is_none()) {
+        return redis::Client::open(url).map_err(|e| {
+            bad(if tls && !cfg!(feature = "tls") {
+                "this build of dq has no TLS support: enable the `tls` feature of the dq crate"
+                    .into()
+            } else {
+                e.to_string()
+            })
+        });
+    }
+    tls_client(url, config).map_err(bad)
+}
+
+#[cfg(feature = "tls")]
+fn tls_client(url: &str, config: &Config) -> std::result::Result<redis::Client, String> {
+    let certs = tls_certificates(config)?.unwrap_or(redis::TlsCertificates {
+        client_tls: None,
+        root_cert: None,
+    });
+    redis::Client::build_with_tls(url, certs).map_err(|e| e.to_string())
+}
+
+/// The CA and client certificate files of `config`, read; `None` when none is set.
+#[cfg(feature = "tls")]
+fn tls_certificates(
+    config: &Config,
+) -> std::result::Result<Option<redis::TlsCertificates>, String> {
+    if config.tls_ca_file.is_none() && config.tls_cert_file.is_none() {
+        return Ok(None);
+    }
+    let read = |path: &std::path::Path, what: &str| {
+        std::fs::read(path).map_err(|e| format!("cannot read the {what} {}: {e}", path.display()))
+    };
+    let root_cert = match &config.tls_ca_file {
+        Some(path) => Some(read(path, "CA certificate (DQ_TLS_CA_FILE)")?),
+        None => None,
+    };
+    let client_tls = match (&config.tls_cert_file, &config.tls_key_file) {
+        (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+            client_cert: read(cert, "client certificate (DQ_TLS_CERT_FILE)")?,
+            client_key: read(key, "client key (DQ_TLS_KEY_FILE)")?,
+        }),
+        _ => None,
+    };
+    Ok(Some(redis::TlsCertificates {
+        client_tls,
+        root_cert,
+    }))
+}
+
+#[cfg(not(feature = "tls"))]
+fn tls_client(_url: &str, _config: &Config) -> std::result::Result<redis::Client, String> {
+    Err("this build of dq has no TLS support: enable the `tls` feature of the dq crate".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_urls_password_is_never_shown() {
+        assert_eq!(
+            redact_url("redis://dq:s3cret@10.0.0.1:6379/0"),
+            "redis://dq:***@10.0.0.1:6379/0"
+        );
+        assert_eq!(redact_url("rediss://:s3cret@host/"), "rediss://:***@host/");
+        assert_eq!(redact_url("redis://host:6379/"), "redis://host:6379/");
+    }
+
+    #[test]
+    fn tls_files_need_a_rediss_url() {
+        let config = Config::builder()
+            .redis_url("redis://:pw@127.0.0.1:1/")
+            .tls_ca_file("/ca.crt")
+            .build()
+            .unwrap();
+        let err = open_client("redis://:pw@127.0.0.1:1/", &config)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("rediss://") && !err.contains("pw@"), "{err}");
+    }
+}

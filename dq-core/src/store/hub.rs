@@ -1,0 +1,193 @@
+//! Ready notifications for consumers on a Redis Cluster. A blocking `BLMOVE` per topic per
+//! shard would hold shards x topics connections in every worker (320 for 16 shards and 20
+//! topics); instead the scripts that make jobs ready `PUBLISH` the topic on the shard's
+//! `ready` channel, and one subscription per process wakes the consumer loops it concerns.
+//!
+//! No wake is lost: a consumer that finds nothing waits on a [`Notify`] whose permit is kept
+//! when the message comes before the wait; after every (re)subscription all consumers are
+//! woken, since messages sent while the subscription was down are gone; and a ping every
+//! few seconds notices a silently dead connection. The consumer's own wait slice is the last
+//! resort.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::StreamExt;
+use tokio::sync::Notify;
+
+use super::connection::{Conn, Server};
+use super::keys::ShardKeys;
+use super::ReadyWaiter;
+use crate::error::Result;
+use crate::name::Topic;
+
+/// How often the subscription is pinged, and how long a ping may take.
+const PING_EVERY: Duration = Duration::from_secs(5);
+
+/// Longest an idle consumer waits for its bell before it looks anyway. The bell is reliable
+/// (above), so this only bounds the cost of a bug: 320 idle loops fetch about 11 times a
+/// second instead of 64 with the consumers' 5 s slice.
+const IDLE_LOOK: Duration = Duration::from_secs(30);
+
+/// The bells of one store's consumers, rung by one subscription task.
+#[derive(Debug, Default)]
+pub(crate) struct ReadyHub {
+    bells: Mutex<HashMap<(u16, String), Arc<Notify>>>,
+    running: Mutex<bool>,
+}
+
+impl ReadyHub {
+    /// A waiter for one topic of one shard; starts the subscription on first use.
+    pub(crate) fn waiter(
+        self: &Arc<Self>,
+        server: &Server,
+        conn: &Conn,
+        shards: &[ShardKeys],
+        shard: u16,
+        topic: &Topic,
+    ) -> Box<dyn ReadyWaiter> {
+        let bell = self
+            .lock_bells()
+            .entry((shard, topic.as_str().to_owned()))
+            .or_default()
+            .clone();
+        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        if !*running {
+            *running = true;
+            let channels: HashMap<String, u16> = shards
+                .iter()
+                .enumerate()
+                .map(|(s, k)| (k.ready_channel(), s as u16))
+                .collect();
+            tokio::spawn(subscribe(
+                Arc::downgrade(self),
+                server.clone(),
+                conn.clone(),
+                channels,
+            ));
+        }
+        Box::new(BellWaiter { bell })
+    }
+
+    fn lock_bells(&self) -> std::sync::MutexGuard<'_, HashMap<(u16, String), Arc<Notify>>> {
+        self.bells.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn ring(&self, shard: u16, topic: &str) {
+        if let Some(bell) = self.lock_bells().get(&(shard, topic.to_owned())) {
+            bell.notify_one();
+        }
+    }
+
+    fn ring_all(&self) {
+        for bell in self.lock_bells().values() {
+            bell.notify_one();
+        }
+    }
+}
+
+/// Keeps one subscription to every shard's `ready` channel while the hub lives.
+async fn subscribe(
+    hub: Weak<ReadyHub>,
+    server: Server,
+    conn: Conn,
+    channels: HashMap<String, u16>,
+) {
+    let mut failures = 0u32;
+    loop {
+        if hub.strong_count() == 0 {
+            return;
+        }
+        match listen(&hub, &server, &conn, &channels).await {
+            Ok(()) => return, // the store is gone
+            Err(e) => {
+                failures += 1;
+                let delay = Duration::from_millis(100 * 2u64.pow(failures.min(5)));
+                tracing::warn!(error = %e, retry_in = ?delay, "the ready-job subscription failed; consumers poll until it is back (jobs are safe in Redis)");
+                tokio::time::sleep(delay).await;
+            }
+        }
+    }
+}
+
+/// One subscription's life: subscribe, wake everyone, then ring bells until it fails.
+async fn listen(
+    hub: &Weak<ReadyHub>,
+    server: &Server,
+    conn: &Conn,
+    channels: &HashMap<String, u16>,
+) -> Result<()> {
+    let op = "ready-job subscription";
+    let client = server.any_client(conn).await?;
+    let pubsub = client
+        .get_async_pubsub()
+        .await
+        .map_err(crate::Error::redis(op))?;
+    let (mut sink, mut stream) = pubsub.split();
+    for channel in channels.keys() {
+        sink.subscribe(channel)
+            .await
+            .map_err(crate::Error::redis(op))?;
+    }
+    match hub.upgrade() {
+        Some(h) => h.ring_all(),
+        None => return Ok(()),
+    }
+    let mut ping = tokio::time::interval(PING_EVERY);
+    ping.tick().await;
+    loop {
+        tokio::select! {
+            msg = stream.next() => {
+                let Some(msg) = msg else {
+                    return Err(closed(op));
+                };
+                let Some(h) = hub.upgrade() else { return Ok(()) };
+                if let (Some(&shard), Ok(topic)) = (
+                    channels.get(msg.get_channel_name()),
+                    msg.get_payload::<String>(),
+                ) {
+                    h.ring(shard, &topic);
+                }
+            }
+            _ = ping.tick() => {
+                if hub.strong_count() == 0 {
+                    return Ok(());
+                }
+                match tokio::time::timeout(PING_EVERY, sink.ping::<String>()).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => return Err(crate::Error::redis(op)(e)),
+                    Err(_) => return Err(closed(op)),
+                }
+            }
+        }
+    }
+}
+
+fn closed(op: &'static str) -> crate::Error {
+    crate::Error::Redis {
+        op,
+        source: redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::ConnectionAborted,
+            "the pub/sub connection closed or stopped answering",
+        )),
+    }
+}
+
+/// Waits for its topic's bell.
+#[derive(Debug)]
+struct BellWaiter {
+    bell: Arc<Notify>,
+}
+
+#[async_trait]
+impl ReadyWaiter for BellWaiter {
+    async fn wait(&mut self, timeout: Duration) -> Result<bool> {
+        Ok(
+            tokio::time::timeout(timeout.max(IDLE_LOOK), self.bell.notified())
+                .await
+                .is_ok(),
+        )
+    }
+}

@@ -1,0 +1,258 @@
+//! dq on a local Redis Cluster (3 masters, 3 replicas, free loopback ports): 16 shards spread
+//! over every master, jobs run once across them, and a graceful failover under load loses
+//! nothing.
+
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use dq::{JobContext, Listener, Runtime};
+use support::RedisCluster;
+
+type Seen = Arc<Mutex<HashMap<String, u32>>>;
+
+fn config(cluster: &RedisCluster) -> dq::Config {
+    dq::Config::builder()
+        .redis_cluster(cluster.urls())
+        .lease(Duration::from_secs(2))
+        .build()
+        .unwrap()
+}
+
+async fn runtime(cluster: &RedisCluster, seen: &Seen) -> Runtime {
+    let s = seen.clone();
+    let listener = Listener::new("t", move |_: u32, ctx: JobContext| {
+        let s = s.clone();
+        async move { *s.lock().unwrap().entry(ctx.id().to_string()).or_default() += 1 }
+    })
+    .concurrency(64);
+    Runtime::builder()
+        .config(config(cluster))
+        .without_registered_listeners()
+        .listener(listener)
+        .start()
+        .await
+        .unwrap()
+}
+
+async fn wait_all(seen: &Seen, ids: &[String], limit: Duration) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let missing = ids
+            .iter()
+            .filter(|id| !seen.lock().unwrap().contains_key(*id))
+            .count();
+        if missing == 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{missing} of {} jobs never ran",
+            ids.len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The master serving each key of `keys`, by `CLUSTER KEYSLOT` and `CLUSTER NODES`.
+fn masters_of(cluster: &RedisCluster, keys: &[String]) -> HashSet<String> {
+    let any = &cluster.nodes()[0];
+    let nodes = any.command(&["CLUSTER", "NODES"]);
+    let mut ranges = Vec::new();
+    for line in nodes.lines().filter(|l| l.contains("master")) {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let addr = fields[1].split('@').next().unwrap().to_owned();
+        for range in &fields[8..] {
+            let (a, b) = range.split_once('-').unwrap_or((range, range));
+            ranges.push((
+                a.parse::<u16>().unwrap(),
+                b.parse::<u16>().unwrap(),
+                addr.clone(),
+            ));
+        }
+    }
+    keys.iter()
+        .map(|key| {
+            let reply = any.command(&["CLUSTER", "KEYSLOT", key]);
+            let slot: u16 = reply.trim().trim_start_matches(':').parse().unwrap();
+            ranges
+                .iter()
+                .find(|(a, b, _)| (*a..=*b).contains(&slot))
+                .map(|(_, _, addr)| addr.clone())
+                .unwrap()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixteen_shards_land_on_every_master_and_jobs_reach_them_all() {
+    let cluster = RedisCluster::start(3, 1);
+    let config = config(&cluster);
+    assert_eq!(config.shards, 16, "a cluster gets 16 shards by default");
+    let keys: Vec<String> = (0..config.shards)
+        .map(|s| dq::store::ShardKeys::new(&config.namespace, s).jobs())
+        .collect();
+    assert_eq!(
+        masters_of(&cluster, &keys).len(),
+        3,
+        "every master has shards"
+    );
+    let client = dq::Client::connect(config).await.unwrap();
+    let jobs = (0..300u32).map(|i| {
+        client
+            .push_to("t", &i)
+            .id(format!("j{i}"))
+            .delay(Duration::from_secs(60))
+    });
+    client.push_batch(jobs).await.unwrap();
+    assert_eq!(client.counts("t").await.unwrap().delayed, 300);
+    for master in cluster.masters() {
+        let size = master.command(&["DBSIZE"]);
+        let keys: u64 = size.trim().trim_start_matches(':').parse().unwrap();
+        assert!(keys > 0, "master {} holds no job", master.port());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_run_once_each_across_sixteen_shards_on_three_masters() {
+    let cluster = RedisCluster::start(3, 1);
+    let seen: Seen = Arc::default();
+    let rt = runtime(&cluster, &seen).await;
+    let ids: Vec<String> = (0..2_000).map(|i| format!("j{i}")).collect();
+    let jobs = ids.iter().enumerate().map(|(i, id)| {
+        rt.client()
+            .push_to("t", &(i as u32))
+            .id(id.clone())
+            .delay(Duration::from_millis((i % 500) as u64))
+    });
+    rt.client().push_batch(jobs).await.unwrap();
+    wait_all(&seen, &ids, Duration::from_secs(30)).await;
+    let counts = rt.client().counts("t").await.unwrap();
+    assert_eq!(
+        (counts.delayed, counts.ready, counts.running),
+        (0, 0, 0),
+        "nothing left behind"
+    );
+    assert!(
+        seen.lock().unwrap().values().all(|&n| n == 1),
+        "none ran twice"
+    );
+    rt.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_failover_under_load_loses_no_job() {
+    let cluster = RedisCluster::start(3, 1);
+    let seen: Seen = Arc::default();
+    let rt = runtime(&cluster, &seen).await;
+    let client = rt.client().clone();
+    let n = 1_500;
+    let pusher = tokio::spawn(async move {
+        let mut errors = 0;
+        for i in 0..n {
+            // A push that failed during the failover is sent again with the same id.
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while client
+                .push_to("t", &(i as u32))
+                .id(format!("j{i}"))
+                .delay(Duration::from_millis(200))
+                .await
+                .is_err()
+            {
+                errors += 1;
+                assert!(Instant::now() < deadline, "push {i} kept failing");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            if i % 50 == 0 {
+                tokio::time::sleep(Duration::from_millis(100)).await; // about 3 s of pushing
+            }
+        }
+        errors
+    });
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    // A replica takes over from its master, in the middle of the pushes.
+    let replica = cluster
+        .nodes()
+        .iter()
+        .find(|n| n.command(&["INFO", "replication"]).contains("role:slave"))
+        .unwrap();
+    assert_eq!(replica.command(&["CLUSTER", "FAILOVER"]).trim(), "+OK");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !replica
+        .command(&["INFO", "replication"])
+        .contains("role:master")
+    {
+        assert!(Instant::now() < deadline, "the failover did not happen");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let push_errors = pusher.await.unwrap();
+    let ids: Vec<String> = (0..n).map(|i| format!("j{i}")).collect();
+    wait_all(&seen, &ids, Duration::from_secs(60)).await;
+    let runs: u32 = seen.lock().unwrap().values().sum();
+    eprintln!("{n} jobs, {push_errors} push errors retried, {runs} runs across the failover");
+    assert_eq!(seen.lock().unwrap().len(), n, "every job ran");
+    rt.shutdown().await.unwrap();
+}
+
+/// Client connections the cluster's nodes hold, replicas' links excluded (`INFO clients`).
+fn connected_clients(cluster: &RedisCluster) -> u64 {
+    cluster
+        .nodes()
+        .iter()
+        .map(|n| {
+            n.command(&["INFO", "clients"])
+                .lines()
+                .find_map(|l| l.strip_prefix("connected_clients:"))
+                .unwrap()
+                .trim()
+                .parse::<u64>()
+                .unwrap()
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_with_sixteen_shards_and_twenty_topics_holds_a_handful_of_connections() {
+    let cluster = RedisCluster::start(3, 1);
+    let before = connected_clients(&cluster);
+    let seen: Seen = Arc::default();
+    let listeners = (0..20).map(|t| {
+        let s = seen.clone();
+        Listener::new(&format!("topic-{t}"), move |_: u32, ctx: JobContext| {
+            let s = s.clone();
+            async move { *s.lock().unwrap().entry(ctx.id().to_string()).or_default() += 1 }
+        })
+    });
+    let mut builder = Runtime::builder()
+        .config(config(&cluster))
+        .without_registered_listeners();
+    for l in listeners {
+        builder = builder.listener(l);
+    }
+    let rt = builder.start().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await; // every loop idle and waiting
+    let held = connected_clients(&cluster) - before;
+    eprintln!("a worker with 16 shards x 20 topics holds {held} connections");
+    // The cluster connection (one per master), the wake and ready subscriptions, and the
+    // test's own probes: not one per topic per shard (320).
+    assert!(held <= 8, "{held} connections");
+    // And the bells work: a job pushed now runs at once, not at the next idle look.
+    let pushed = Instant::now();
+    rt.client()
+        .push_to("topic-7", &7u32)
+        .id("late")
+        .delay(Duration::from_millis(300))
+        .await
+        .unwrap();
+    wait_all(&seen, &["late".to_owned()], Duration::from_secs(5)).await;
+    let took = pushed.elapsed();
+    assert!(
+        took < Duration::from_millis(800),
+        "ran {took:?} after the push"
+    );
+    rt.shutdown().await.unwrap();
+}
