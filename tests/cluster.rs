@@ -58,36 +58,6 @@ async fn wait_all(seen: &Seen, ids: &[String], limit: Duration) {
     }
 }
 
-/// The master serving each key of `keys`, by `CLUSTER KEYSLOT` and `CLUSTER NODES`.
-fn masters_of(cluster: &RedisCluster, keys: &[String]) -> HashSet<String> {
-    let any = &cluster.nodes()[0];
-    let nodes = any.command(&["CLUSTER", "NODES"]);
-    let mut ranges = Vec::new();
-    for line in nodes.lines().filter(|l| l.contains("master")) {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        let addr = fields[1].split('@').next().unwrap().to_owned();
-        for range in &fields[8..] {
-            let (a, b) = range.split_once('-').unwrap_or((range, range));
-            ranges.push((
-                a.parse::<u16>().unwrap(),
-                b.parse::<u16>().unwrap(),
-                addr.clone(),
-            ));
-        }
-    }
-    keys.iter()
-        .map(|key| {
-            let reply = any.command(&["CLUSTER", "KEYSLOT", key]);
-            let slot: u16 = reply.trim().trim_start_matches(':').parse().unwrap();
-            ranges
-                .iter()
-                .find(|(a, b, _)| (*a..=*b).contains(&slot))
-                .map(|(_, _, addr)| addr.clone())
-                .unwrap()
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixteen_shards_land_on_every_master_and_jobs_reach_them_all() {
     let cluster = RedisCluster::start(3, 1);
@@ -96,11 +66,8 @@ async fn sixteen_shards_land_on_every_master_and_jobs_reach_them_all() {
     let keys: Vec<String> = (0..config.shards)
         .map(|s| dq::store::ShardKeys::new(&config.namespace, s).jobs())
         .collect();
-    assert_eq!(
-        masters_of(&cluster, &keys).len(),
-        3,
-        "every master has shards"
-    );
+    let masters: HashSet<u16> = keys.iter().map(|k| cluster.master_of(k)).collect();
+    assert_eq!(masters.len(), 3, "every master has shards");
     let client = dq::Client::connect(config).await.unwrap();
     let jobs = (0..300u32).map(|i| {
         client
@@ -198,19 +165,18 @@ async fn a_graceful_failover_under_load_loses_no_job() {
     rt.shutdown().await.unwrap();
 }
 
-/// Client connections the cluster's nodes hold, replicas' links excluded (`INFO clients`).
+/// Client connections the cluster's nodes hold (`CLIENT LIST`): normal and pub/sub clients,
+/// not the replication links, not this probe.
 fn connected_clients(cluster: &RedisCluster) -> u64 {
     cluster
         .nodes()
         .iter()
         .map(|n| {
-            n.command(&["INFO", "clients"])
+            n.command(&["CLIENT", "LIST"])
                 .lines()
-                .find_map(|l| l.strip_prefix("connected_clients:"))
-                .unwrap()
-                .trim()
-                .parse::<u64>()
-                .unwrap()
+                .filter(|l| l.contains(" flags=N ") || l.contains(" flags=P "))
+                .filter(|l| !l.contains("cmd=client|list"))
+                .count() as u64
         })
         .sum()
 }
@@ -240,7 +206,14 @@ async fn a_worker_with_sixteen_shards_and_twenty_topics_holds_a_handful_of_conne
     // The cluster connection (one per master), the wake and ready subscriptions, and the
     // test's own probes: not one per topic per shard (320).
     assert!(held <= 8, "{held} connections");
-    // And the bells work: a job pushed now runs at once, not at the next idle look.
+    // The subscription survives its pings (two of them, 5 s apart) and the bells still work:
+    // a job pushed then runs at once, not at the next idle look.
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    assert_eq!(
+        connected_clients(&cluster) - before,
+        held,
+        "no reconnection in between"
+    );
     let pushed = Instant::now();
     rt.client()
         .push_to("topic-7", &7u32)

@@ -5,8 +5,8 @@ use std::future::IntoFuture;
 use std::process::Stdio;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::target::Target;
 use dq::Client;
-use dq_testkit::RedisServer;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -114,16 +114,11 @@ pub(crate) async fn run_all(
     reps: usize,
     concurrency: usize,
     pending_fill: usize,
+    target: &Target,
 ) -> anyhow::Result<usize> {
     let plan = plan(workload, n, push_mode)?;
-    let redis = RedisServer::start_with(&["--save", "", "--appendonly", "no"]);
-    let info = redis.command(&["INFO", "server"]);
-    let redis_version = info
-        .lines()
-        .find_map(|l| l.strip_prefix("redis_version:"))
-        .unwrap_or("unknown")
-        .trim()
-        .to_owned();
+    let redis = target;
+    let redis_version = redis.version();
     let mut failed = 0;
     for rep in 0..reps {
         for spec in &plan {
@@ -134,9 +129,11 @@ pub(crate) async fn run_all(
                 spec.n,
                 redis.port()
             );
-            let mut line = run_one(&redis, spec, concurrency, pending_fill).await?;
+            let mut line = run_one(redis, spec, concurrency, pending_fill).await?;
             line["rep"] = json!(rep);
             line["redis_version"] = json!(redis_version);
+            line["target"] = json!(redis.describe());
+            line["wait_replicas"] = json!(redis.wait_replicas);
             if line["lost"] != json!(0) || line["dup"] != json!(0) {
                 failed += 1;
             }
@@ -157,28 +154,24 @@ struct Pushes {
 }
 
 async fn run_one(
-    redis: &RedisServer,
+    redis: &Target,
     spec: &Spec,
     concurrency: usize,
     pending_fill: usize,
 ) -> anyhow::Result<Value> {
-    redis.command(&["FLUSHALL"]);
+    redis.flushall();
     let n = spec.n;
     let (mut worker, mut stdin, mut lines) = spawn_worker(redis, n, concurrency).await?;
-    let config = dq::Config::builder()
-        .redis_url(redis.url())
-        .namespace("bench")
-        .build()?;
-    let client = Client::connect(config).await?;
+    let client = Client::connect(crate::target::config(&redis.url(), redis.wait_replicas)?).await?;
 
     let mut extra = serde_json::Map::new();
-    let cpu_before = redis_cpu_s(redis);
+    let cpu_before = redis.cpu_s();
     let wall_before = now_ms();
     let mut fill = 0;
     if spec.workload == "pending" {
-        let before = used_memory(redis);
+        let before = redis.used_memory();
         fill_pending(&client, pending_fill).await?;
-        let after = used_memory(redis);
+        let after = redis.used_memory();
         fill = pending_fill;
         extra.insert("pending_fill".into(), json!(pending_fill));
         extra.insert(
@@ -210,10 +203,7 @@ async fn run_one(
     }
     // Redis' own CPU time over pushes and drain, against the wall time: near 1 s per second
     // means one Redis core was the limit.
-    extra.insert(
-        "redis_cpu_s".into(),
-        round3(redis_cpu_s(redis) - cpu_before),
-    );
+    extra.insert("redis_cpu_s".into(), round3(redis.cpu_s() - cpu_before));
     extra.insert(
         "run_wall_s".into(),
         round3((now_ms() - wall_before) / 1000.0),
@@ -282,7 +272,7 @@ async fn run_one(
 }
 
 async fn spawn_worker(
-    redis: &RedisServer,
+    redis: &Target,
     n: usize,
     concurrency: usize,
 ) -> anyhow::Result<(
@@ -316,26 +306,6 @@ async fn spawn_worker(
         Ok(Ok(Some(line))) if line == "ready" => Ok((child, stdin, lines)),
         other => anyhow::bail!("the worker did not report ready: {other:?}"),
     }
-}
-
-fn redis_cpu_s(redis: &RedisServer) -> f64 {
-    let info = redis.command(&["INFO", "cpu"]);
-    let field = |name: &str| {
-        info.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    field("used_cpu_sys:") + field("used_cpu_user:")
-}
-
-fn used_memory(redis: &RedisServer) -> f64 {
-    redis
-        .command(&["INFO", "memory"])
-        .lines()
-        .find_map(|l| l.strip_prefix("used_memory:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(f64::NAN)
 }
 
 async fn fill_pending(client: &Client, fill: usize) -> anyhow::Result<()> {
@@ -485,10 +455,16 @@ async fn push_sparse(
 }
 
 /// sparse-offset, with the pushes made by a third process that only produces.
-async fn cross_process(redis: &RedisServer, n: usize) -> anyhow::Result<Pushes> {
+async fn cross_process(redis: &Target, n: usize) -> anyhow::Result<Pushes> {
     let t0 = now_ms() + 500.0;
     let out = Command::new(std::env::current_exe()?)
         .args(["producer", "--url", &redis.url(), "--n", &n.to_string()])
+        .args(
+            redis
+                .wait_replicas
+                .map(|w| vec!["--wait-replicas".to_owned(), w.to_string()])
+                .unwrap_or_default(),
+        )
         .args([
             "--delay-ms",
             "550",
@@ -536,12 +512,9 @@ pub(crate) async fn produce(
     delay_ms: u64,
     interval_ms: u64,
     t0: f64,
+    wait_replicas: Option<u32>,
 ) -> anyhow::Result<()> {
-    let config = dq::Config::builder()
-        .redis_url(url)
-        .namespace("bench")
-        .build()?;
-    let client = Client::connect(config).await?;
+    let client = Client::connect(crate::target::config(&url, wait_replicas)?).await?;
     let (due, ret) = push_sparse(&client, n, delay_ms, interval_ms, t0).await?;
     for (d, r) in due.iter().zip(&ret) {
         println!("{d} {r}");

@@ -14,6 +14,7 @@
 
 mod driver;
 mod stats;
+mod target;
 mod worker;
 
 use clap::{Parser, Subcommand};
@@ -42,6 +43,15 @@ struct Cli {
     /// Worker concurrency for the one topic.
     #[arg(long, default_value_t = 256)]
     concurrency: usize,
+    /// Run on a local Redis Cluster with this many masters (0: one redis-server).
+    #[arg(long, default_value_t = 0)]
+    cluster: usize,
+    /// Replicas per master (0 or 1).
+    #[arg(long, default_value_t = 0)]
+    replicas: usize,
+    /// Pushes wait until this many replicas have them (Redis WAIT, DQ_WAIT_REPLICAS).
+    #[arg(long)]
+    wait_replicas: Option<u32>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -70,6 +80,8 @@ enum Role {
         /// Push schedule start, epoch milliseconds.
         #[arg(long)]
         t0_ms: f64,
+        #[arg(long)]
+        wait_replicas: Option<u32>,
     },
 }
 
@@ -90,8 +102,17 @@ fn main() -> anyhow::Result<()> {
             delay_ms,
             interval_ms,
             t0_ms,
-        }) => rt.block_on(driver::produce(url, n, delay_ms, interval_ms, t0_ms)),
+            wait_replicas,
+        }) => rt.block_on(driver::produce(
+            url,
+            n,
+            delay_ms,
+            interval_ms,
+            t0_ms,
+            wait_replicas,
+        )),
         None => {
+            let target = target::Target::start(cli.cluster, cli.replicas, cli.wait_replicas);
             let failed = rt.block_on(driver::run_all(
                 &cli.workload,
                 cli.n,
@@ -99,6 +120,7 @@ fn main() -> anyhow::Result<()> {
                 cli.reps,
                 cli.concurrency,
                 cli.pending_fill,
+                &target,
             ))?;
             if failed > 0 {
                 eprintln!("dq-bench: {failed} run(s) lost or duplicated jobs");

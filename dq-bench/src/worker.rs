@@ -35,10 +35,7 @@ pub(crate) async fn run(url: String, n: usize, concurrency: usize) -> anyhow::Re
         }
     })
     .concurrency(concurrency);
-    let config = dq::Config::builder()
-        .redis_url(url)
-        .namespace("bench")
-        .build()?;
+    let config = crate::target::config(&url, None)?;
     let rt = dq::Runtime::builder()
         .config(config)
         .without_registered_listeners()

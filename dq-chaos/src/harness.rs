@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use dq::store::ShardKeys;
 use dq::{JobState, Topic};
-use dq_testkit::RedisServer;
+use dq_testkit::{RedisCluster, RedisServer};
 use serde_json::{json, Value};
 
 use crate::ledger::Ledger;
@@ -34,7 +34,10 @@ pub(crate) struct Fault {
 #[derive(Debug)]
 pub(crate) struct Harness {
     pub(crate) dir: PathBuf,
-    pub(crate) redis: Arc<Mutex<RedisServer>>,
+    /// The one redis-server of most scenarios.
+    pub(crate) redis: Option<Arc<Mutex<RedisServer>>>,
+    /// The cluster of the cluster scenarios.
+    pub(crate) cluster: Option<Arc<Mutex<RedisCluster>>>,
     pub(crate) url: String,
     pub(crate) client: dq::Client,
     pub(crate) worker: WorkerArgs,
@@ -56,24 +59,45 @@ impl Harness {
     ) -> anyhow::Result<Harness> {
         let redis = RedisServer::start_with(redis_args);
         let url = redis.url();
+        Harness::with(scenario, url, Some(redis), None, worker, seed).await
+    }
+
+    /// Starts a local Redis Cluster and a client; no workers yet.
+    pub(crate) async fn start_cluster(
+        scenario: &str,
+        masters: usize,
+        replicas: usize,
+        worker: WorkerArgs,
+        seed: u64,
+    ) -> anyhow::Result<Harness> {
+        let cluster = RedisCluster::start(masters, replicas);
+        let url = format!("cluster:{}", cluster.urls().join(","));
+        Harness::with(scenario, url, None, Some(cluster), worker, seed).await
+    }
+
+    async fn with(
+        scenario: &str,
+        url: String,
+        redis: Option<RedisServer>,
+        cluster: Option<RedisCluster>,
+        worker: WorkerArgs,
+        seed: u64,
+    ) -> anyhow::Result<Harness> {
         let dir = std::env::temp_dir().join(format!(
             "dq-chaos-{}-{scenario}-{}",
             std::process::id(),
             now_us()
         ));
         std::fs::create_dir_all(&dir)?;
-        let config = dq::Config::builder()
-            .redis_url(url.clone())
-            .namespace(NAMESPACE)
-            .build()?;
-        let client = dq::Client::connect(config).await?;
+        let client = dq::Client::connect(crate::config(&url)?.build()?).await?;
         let worker = WorkerArgs {
             url: url.clone(),
             ..worker
         };
         Ok(Harness {
             dir,
-            redis: Arc::new(Mutex::new(redis)),
+            redis: redis.map(|r| Arc::new(Mutex::new(r))),
+            cluster: cluster.map(|c| Arc::new(Mutex::new(c))),
             url,
             client,
             worker,
@@ -214,7 +238,7 @@ impl Harness {
     /// Sends a command to Redis on a connection of its own, from a blocking thread (DEBUG
     /// SLEEP blocks until Redis wakes up). Records it as a fault from send to reply.
     pub(crate) async fn redis_fault(&mut self, kind: &str, args: &[&str]) -> String {
-        let redis = self.redis.clone();
+        let redis = self.single();
         let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
         let start = now_us();
         let reply = tokio::task::spawn_blocking(move || {
@@ -243,7 +267,7 @@ impl Harness {
     /// SIGKILL of redis-server; it stays down for `down`, then starts again on the same port
     /// and directory (its AOF is loaded).
     pub(crate) async fn kill_redis(&mut self, down: Duration) -> u64 {
-        let redis = self.redis.clone();
+        let redis = self.single();
         let start = now_us();
         tokio::task::spawn_blocking(move || {
             if let Ok(mut r) = redis.lock() {
@@ -260,6 +284,70 @@ impl Harness {
             end_us: now_us(),
         });
         start
+    }
+
+    fn single(&self) -> Arc<Mutex<RedisServer>> {
+        self.redis
+            .clone()
+            .expect("a scenario on one redis-server, not a cluster")
+    }
+
+    /// SIGKILL of the cluster master that serves shard 0, then waits until its replica has
+    /// taken over (the cluster says `cluster_state:ok` again), then starts the killed node
+    /// again (it rejoins as a replica). Returns when it was killed (us).
+    pub(crate) async fn kill_cluster_master(&mut self) -> anyhow::Result<u64> {
+        let cluster = self.cluster.clone().expect("a cluster scenario");
+        let key = ShardKeys::new(NAMESPACE, 0).jobs();
+        let (start, took_over) = tokio::task::spawn_blocking(move || {
+            let mut c = cluster
+                .lock()
+                .map_err(|_| anyhow::anyhow!("cluster lock"))?;
+            let port = c.master_of(&key);
+            let start = now_us();
+            c.node_mut(port).kill();
+            let survivor = c
+                .nodes()
+                .iter()
+                .find(|n| n.port() != port)
+                .map(|n| n.port())
+                .ok_or_else(|| anyhow::anyhow!("no other node"))?;
+            let deadline = Instant::now() + Duration::from_secs(30);
+            // The survivor first notices the failure, then the replica's promotion.
+            loop {
+                let info = c.node(survivor).command(&["CLUSTER", "INFO"]);
+                let masters = c.masters().len();
+                if info.contains("cluster_state:ok") && masters == 3 && now_us() > start + 500_000 {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    let logs: Vec<String> = c
+                        .nodes()
+                        .iter()
+                        .map(|n| {
+                            let log = std::fs::read_to_string(n.dir().join("redis.log"))
+                                .unwrap_or_default();
+                            let tail: Vec<&str> = log.lines().rev().take(8).collect();
+                            format!("node {}:\n{}", n.port(), tail.join("\n"))
+                        })
+                        .collect();
+                    anyhow::bail!(
+                        "no replica took over in 30 s; the nodes' logs end:\n{}",
+                        logs.join("\n")
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let took_over = now_us();
+            c.node_mut(port).restart();
+            Ok::<_, anyhow::Error>((start, took_over))
+        })
+        .await??;
+        self.faults.push(Fault {
+            kind: "cluster master SIGKILL".into(),
+            start_us: start,
+            end_us: took_over,
+        });
+        Ok(start)
     }
 
     /// A raw connection to the test Redis, for the checks the oracle makes.
@@ -518,24 +606,25 @@ impl Harness {
         out
     }
 
-    /// What is left in Redis after the drain: nothing but dead letters should be.
+    /// What is left in Redis after the drain, over every shard: nothing but dead letters
+    /// should be.
     async fn integrity(&self) -> anyhow::Result<Value> {
-        let keys = ShardKeys::new(NAMESPACE, 0);
         let topic = Topic::new(TOPIC)?;
-        let mut c = self.redis_conn().await?;
-        let (jobs, delayed, inflight, ready, dead): (u64, u64, u64, u64, u64) = redis::pipe()
-            .cmd("HLEN")
-            .arg(keys.jobs())
-            .cmd("ZCARD")
-            .arg(keys.delayed())
-            .cmd("ZCARD")
-            .arg(keys.inflight())
-            .cmd("LLEN")
-            .arg(keys.ready(&topic))
-            .cmd("ZCARD")
-            .arg(keys.dead(&topic))
-            .query_async(&mut c)
-            .await?;
+        let shards = self.client.config().shards;
+        let mut sums = [0u64; 5];
+        if let Some(seeds) = self.url.strip_prefix("cluster:") {
+            let client = redis::cluster::ClusterClient::new(seeds.split(',').collect::<Vec<_>>())?;
+            let mut c = client.get_async_connection().await?;
+            for shard in 0..shards {
+                add(&mut sums, shard_counts(&mut c, shard, &topic).await?);
+            }
+        } else {
+            let mut c = self.redis_conn().await?;
+            for shard in 0..shards {
+                add(&mut sums, shard_counts(&mut c, shard, &topic).await?);
+            }
+        }
+        let [jobs, delayed, inflight, ready, dead] = sums;
         Ok(json!({
             "jobs": jobs, "delayed": delayed, "inflight": inflight, "ready": ready,
             "dead": dead, "clean": delayed == 0 && inflight == 0 && ready == 0 && jobs == dead,
@@ -558,6 +647,35 @@ impl Drop for Harness {
             self.kill(slot);
         }
     }
+}
+
+fn add(sums: &mut [u64; 5], counts: [u64; 5]) {
+    for (s, c) in sums.iter_mut().zip(counts) {
+        *s += c;
+    }
+}
+
+/// Job records, delayed, running, ready and dead jobs of one shard.
+async fn shard_counts<C: redis::aio::ConnectionLike>(
+    c: &mut C,
+    shard: u16,
+    topic: &Topic,
+) -> anyhow::Result<[u64; 5]> {
+    let keys = ShardKeys::new(NAMESPACE, shard);
+    let (jobs, delayed, inflight, ready, dead): (u64, u64, u64, u64, u64) = redis::pipe()
+        .cmd("HLEN")
+        .arg(keys.jobs())
+        .cmd("ZCARD")
+        .arg(keys.delayed())
+        .cmd("ZCARD")
+        .arg(keys.inflight())
+        .cmd("LLEN")
+        .arg(keys.ready(topic))
+        .cmd("ZCARD")
+        .arg(keys.dead(topic))
+        .query_async(c)
+        .await?;
+    Ok([jobs, delayed, inflight, ready, dead])
 }
 
 /// p50, p99 and max of a sample.

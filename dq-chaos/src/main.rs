@@ -29,6 +29,16 @@ use serde::{Deserialize, Serialize};
 pub(crate) const TOPIC: &str = "chaos";
 pub(crate) const NAMESPACE: &str = "chaos";
 
+/// A configuration for `url`: `redis://...` for one server, `cluster:redis://a,redis://b`
+/// for a cluster.
+pub(crate) fn config(url: &str) -> anyhow::Result<dq::ConfigBuilder> {
+    let b = dq::Config::builder().namespace(NAMESPACE);
+    Ok(match url.strip_prefix("cluster:") {
+        Some(seeds) => b.redis_cluster(seeds.split(',').map(str::to_owned)),
+        None => b.redis_url(url),
+    })
+}
+
 /// The message the scenarios push.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Job {

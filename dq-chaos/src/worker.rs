@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::ledger;
 use crate::rng::hash;
-use crate::{Job, NAMESPACE, TOPIC};
+use crate::{Job, TOPIC};
 
 /// What a worker is told on its command line.
 #[derive(Debug, Clone, clap::Args)]
@@ -74,9 +74,7 @@ pub(crate) async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     .concurrency(args.concurrency)
     .no_timeout()
     .retries(2);
-    let config = dq::Config::builder()
-        .redis_url(args.url.clone())
-        .namespace(NAMESPACE)
+    let config = crate::config(&args.url)?
         .lease(Duration::from_millis(args.lease_ms))
         .shutdown_grace(Duration::from_millis(args.grace_ms))
         .build()?;

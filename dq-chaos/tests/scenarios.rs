@@ -128,3 +128,15 @@ fn the_oracle_reports_a_job_deleted_behind_dqs_back_as_lost() {
     assert_eq!(r["lost_sample"], serde_json::json!(["j7"]));
     assert_eq!(r["ok"], false);
 }
+
+#[test]
+fn a_cluster_master_killed_under_load_loses_at_most_what_replication_had_not_copied() {
+    let r = assert_ok("cluster-failover");
+    assert!(r["takeover_ms"].as_f64().unwrap() > 0.0, "{r}");
+}
+
+#[test]
+fn a_cluster_master_killed_under_load_loses_nothing_a_replica_confirmed() {
+    let r = assert_ok("cluster-failover-wait");
+    assert_eq!(r["lost"], 0, "{r}");
+}

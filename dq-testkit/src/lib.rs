@@ -249,7 +249,37 @@ impl RedisCluster {
                 "2000",
                 "--cluster-port",
                 &bus,
+                // Replicas sync at once instead of after the default 5 s (a replica that has
+                // not synced yet cannot take over from its master).
+                "--repl-diskless-sync-delay",
+                "0",
             ]));
+        }
+        if masters < 3 {
+            // redis-cli --cluster create wants three masters: join one or two by hand.
+            assert_eq!(
+                replicas, 0,
+                "a cluster of fewer than 3 masters has no replicas here"
+            );
+            let per = 16384 / masters;
+            for (i, node) in nodes.iter().enumerate() {
+                let first = (i * per).to_string();
+                let last = if i + 1 == masters {
+                    16383
+                } else {
+                    (i + 1) * per - 1
+                }
+                .to_string();
+                let reply = node.command(&["CLUSTER", "ADDSLOTSRANGE", &first, &last]);
+                assert!(reply.starts_with("+OK"), "CLUSTER ADDSLOTSRANGE: {reply}");
+                if i > 0 {
+                    let port = nodes[0].port().to_string();
+                    node.command(&["CLUSTER", "MEET", "127.0.0.1", &port]);
+                }
+            }
+            let cluster = RedisCluster { nodes };
+            cluster.wait_ok(Duration::from_secs(30));
+            return cluster;
         }
         let addrs: Vec<String> = nodes
             .iter()
@@ -276,14 +306,18 @@ impl RedisCluster {
         cluster
     }
 
-    /// Waits until every running node reports `cluster_state:ok` and knows all its peers.
+    /// Waits until every node reports `cluster_state:ok` and knows all its peers, and every
+    /// replica has synced with its master.
     pub fn wait_ok(&self, limit: Duration) {
         let deadline = Instant::now() + limit;
         loop {
             let ok = self.nodes.iter().all(|n| {
                 let info = n.command(&["CLUSTER", "INFO"]);
+                let replication = n.command(&["INFO", "replication"]);
                 info.contains("cluster_state:ok")
                     && info.contains(&format!("cluster_known_nodes:{}", self.nodes.len()))
+                    && (replication.contains("role:master")
+                        || replication.contains("master_link_status:up"))
             });
             if ok {
                 return;
@@ -306,12 +340,43 @@ impl RedisCluster {
         &self.nodes
     }
 
-    /// The nodes that are masters now, by `ROLE`.
+    /// The running nodes that are masters now (`INFO replication`).
     pub fn masters(&self) -> Vec<&RedisServer> {
         self.nodes
             .iter()
+            .filter(|n| ping(n.port()))
             .filter(|n| n.command(&["INFO", "replication"]).contains("role:master"))
             .collect()
+    }
+
+    /// The port of the master that serves `key` now (`CLUSTER KEYSLOT` and `CLUSTER NODES`
+    /// of a running node).
+    pub fn master_of(&self, key: &str) -> u16 {
+        let any = self
+            .nodes
+            .iter()
+            .find(|n| ping(n.port()))
+            .expect("a running node");
+        let reply = any.command(&["CLUSTER", "KEYSLOT", key]);
+        let slot: u16 = reply
+            .trim()
+            .trim_start_matches(':')
+            .parse()
+            .expect("CLUSTER KEYSLOT answers a number");
+        let nodes = any.command(&["CLUSTER", "NODES"]);
+        nodes
+            .lines()
+            .filter(|l| l.contains("master") && !l.contains("fail"))
+            .find_map(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                let serves = fields.iter().skip(8).any(|range| {
+                    let (a, b) = range.split_once('-').unwrap_or((range, range));
+                    matches!((a.parse::<u16>(), b.parse::<u16>()), (Ok(a), Ok(b)) if (a..=b).contains(&slot))
+                });
+                let port = fields.get(1)?.split('@').next()?.rsplit(':').next()?;
+                serves.then(|| port.parse().ok()).flatten()
+            })
+            .expect("a master serves every slot")
     }
 
     /// The node listening on `port`.

@@ -220,6 +220,18 @@ async fn masters(cluster: &mut ClusterConnection) -> Result<Vec<(u16, u16, (Stri
 /// A client for `host:port` with the seed's password, database and TLS settings.
 fn node_client(seed: &ConnectionInfo, host: String, port: u16) -> Result<redis::Client> {
     let mut addr = seed.addr().clone();
+    // A node that does not know its own address (a one-node cluster) reports "": it is then
+    // the seed's host.
+    let host = match (&addr, host.as_str()) {
+        (ConnectionAddr::Tcp(seed_host, _), "" | "?")
+        | (
+            ConnectionAddr::TcpTls {
+                host: seed_host, ..
+            },
+            "" | "?",
+        ) => seed_host.clone(),
+        _ => host,
+    };
     match &mut addr {
         ConnectionAddr::Tcp(h, p) => (*h, *p) = (host, port),
         ConnectionAddr::TcpTls {

@@ -100,9 +100,14 @@ async fn subscribe(
         if hub.strong_count() == 0 {
             return;
         }
+        let started = std::time::Instant::now();
         match listen(&hub, &server, &conn, &channels).await {
             Ok(()) => return, // the store is gone
             Err(e) => {
+                // A subscription that lived a while was healthy: start the backoff over.
+                if started.elapsed() > PING_EVERY * 2 {
+                    failures = 0;
+                }
                 failures += 1;
                 let delay = Duration::from_millis(100 * 2u64.pow(failures.min(5)));
                 tracing::warn!(error = %e, retry_in = ?delay, "the ready-job subscription failed; consumers poll until it is back (jobs are safe in Redis)");
@@ -135,8 +140,24 @@ async fn listen(
         Some(h) => h.ring_all(),
         None => return Ok(()),
     }
-    let mut ping = tokio::time::interval(PING_EVERY);
-    ping.tick().await;
+    // The ping runs beside the message loop, not inside it: a message loop that awaits a
+    // pong stops reading messages (the pong queues behind them), which delayed wakes by
+    // hundreds of milliseconds.
+    let pinger = async {
+        loop {
+            tokio::time::sleep(PING_EVERY).await;
+            if hub.strong_count() == 0 {
+                return Ok(());
+            }
+            // In subscribed mode Redis answers PING with ["pong", ""], not +PONG.
+            match tokio::time::timeout(PING_EVERY, sink.ping::<redis::Value>()).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Err(crate::Error::redis(op)(e)),
+                Err(_) => return Err(closed(op)),
+            }
+        }
+    };
+    tokio::pin!(pinger);
     loop {
         tokio::select! {
             msg = stream.next() => {
@@ -151,16 +172,7 @@ async fn listen(
                     h.ring(shard, &topic);
                 }
             }
-            _ = ping.tick() => {
-                if hub.strong_count() == 0 {
-                    return Ok(());
-                }
-                match tokio::time::timeout(PING_EVERY, sink.ping::<String>()).await {
-                    Ok(Ok(_)) => {}
-                    Ok(Err(e)) => return Err(crate::Error::redis(op)(e)),
-                    Err(_) => return Err(closed(op)),
-                }
-            }
+            ended = &mut pinger => return ended,
         }
     }
 }
