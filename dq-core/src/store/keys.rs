@@ -1,6 +1,10 @@
-//! The Redis key layout. Every key of shard `s` in namespace `ns` starts with `dq:{ns:s}:`, so
-//! each script touches one cluster slot and the shards spread over a cluster's nodes (the seed
-//! kept one `{project}` hashtag, which put the whole queue on one node).
+//! The Redis key layout. Every key of shard `s` in namespace `ns` starts with one hashtag,
+//! `dq:{ns:0}:` for shard 0 and `dq:{ns:s:k}:` for the others, so each script touches one
+//! cluster slot (the seed kept one `{project}` hashtag, which put the whole queue on one node).
+//! The salt `k` places shard `s` near slot `reverse14(s)` (1 -> 8192, 2 -> 4096, 3 -> 12288,
+//! ...): any number of shards is spread evenly over the slot space, so over the masters of a
+//! cluster whatever their number (plain `ns:s` tags leave some of 12 masters without a shard).
+//! The salt is computed, never stored; it must never change between releases.
 //!
 //! | key | type | content |
 //! | --- | --- | --- |
@@ -27,7 +31,7 @@ impl ShardKeys {
     /// The keys of `shard` in `namespace`.
     pub fn new(namespace: &str, shard: u16) -> ShardKeys {
         ShardKeys {
-            prefix: format!("dq:{{{namespace}:{shard}}}:"),
+            prefix: format!("dq:{{{}}}:", hashtag(namespace, shard)),
         }
     }
 
@@ -86,6 +90,19 @@ impl ShardKeys {
     }
 }
 
+/// The hashtag of a shard: `ns:0` for shard 0 (so one-shard keys read naturally), and for
+/// shard `s` > 0 the first `ns:s:k` whose slot lies in the 16 slots from `reverse14(s)`.
+fn hashtag(namespace: &str, shard: u16) -> String {
+    if shard == 0 {
+        return format!("{namespace}:0");
+    }
+    let target = (shard % 16384).reverse_bits() >> 2; // the 14-bit reversal of the shard
+    (0u32..)
+        .map(|k| format!("{namespace}:{shard}:{k}"))
+        .find(|tag| (target..target.saturating_add(16)).contains(&slot(tag)))
+        .expect("some salt lands in every window of 16 slots")
+}
+
 /// The Redis Cluster hash slot of a key: CRC16 (XMODEM) of its hashtag, modulo 16384.
 pub(crate) fn slot(key: &str) -> u16 {
     let bytes = key.as_bytes();
@@ -141,6 +158,32 @@ mod tests {
     use super::*;
 
     #[test]
+    fn shards_spread_evenly_over_any_number_of_masters() {
+        for (masters, shards) in [(3, 16), (6, 32), (12, 64)] {
+            let mut per_master = vec![0; masters];
+            for s in 0..shards {
+                let key = ShardKeys::new("dq", s).jobs();
+                per_master[usize::from(slot(&key)) * masters / 16384] += 1;
+            }
+            let (min, max) = (per_master.iter().min(), per_master.iter().max());
+            let fair = usize::from(shards) / masters;
+            assert!(
+                *min.unwrap() >= fair - 1 && *max.unwrap() <= fair + 2,
+                "{shards} shards over {masters} masters: {per_master:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn shard_zero_keeps_the_plain_tag_and_the_others_are_salted() {
+        assert_eq!(ShardKeys::new("shop", 0).prefix(), "dq:{shop:0}:");
+        let k = ShardKeys::new("shop", 1);
+        assert!(k.prefix().starts_with("dq:{shop:1:"), "{}", k.prefix());
+        let s = slot(&k.jobs());
+        assert!((8192..8208).contains(&s), "shard 1 near slot 8192, got {s}");
+    }
+
+    #[test]
     fn slots_match_redis_cluster_keyslot() {
         // Values from `CLUSTER KEYSLOT` on Redis 7.
         assert_eq!(slot("foo"), 12182);
@@ -163,7 +206,8 @@ mod tests {
             k.dead(&t),
             k.wake(),
         ] {
-            assert!(key.starts_with("dq:{shop:3}:"), "{key}");
+            assert!(key.starts_with(k.prefix()), "{key}");
+            assert_eq!(slot(&key), slot(&k.jobs()), "{key}");
         }
     }
 
