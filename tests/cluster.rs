@@ -229,3 +229,26 @@ async fn a_worker_with_sixteen_shards_and_twenty_topics_holds_a_handful_of_conne
     );
     rt.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_with_wait_replicas_on_a_cluster_returns_once_a_replica_has_it() {
+    let cluster = RedisCluster::start(3, 1);
+    let config = dq::Config::builder()
+        .redis_cluster(cluster.urls())
+        .wait_replicas(1, Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let client = dq::Client::connect(config).await.unwrap();
+    let pushed = tokio::time::timeout(
+        Duration::from_secs(10),
+        client
+            .push_to("t", &1u32)
+            .id("w")
+            .delay(Duration::from_secs(60))
+            .send(),
+    )
+    .await
+    .expect("the push returned")
+    .unwrap();
+    assert_eq!(pushed.outcome, dq::PushOutcome::Created);
+}

@@ -382,14 +382,19 @@ async fn burst(client: &Client, n: usize, mode: &str) -> anyhow::Result<Pushes> 
 
 /// 2,000 jobs/s: a pacer wakes about every ms and sends the deficit; job i is due
 /// `(i * 7919) mod 1000` ms after its push.
+/// Jobs per second of the steady workload (`--rate`).
+pub(crate) static STEADY_RATE: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(2000);
+
 async fn steady(client: &Client, n: usize) -> anyhow::Result<Pushes> {
+    let rate = STEADY_RATE.load(std::sync::atomic::Ordering::Relaxed) as f64;
     let t0 = now_ms();
     let mut due = vec![0.0; n];
     let mut ret = vec![0.0; n];
     let mut sent = 0usize;
     while sent < n {
         let elapsed = now_ms() - t0;
-        let target = (((elapsed * 2000.0 / 1000.0).floor() as usize) + 1).min(n);
+        let target = (((elapsed * rate / 1000.0).floor() as usize) + 1).min(n);
         if target > sent {
             let tc = now_ms();
             let batch: Vec<_> = (sent..target)

@@ -43,6 +43,9 @@ struct Cli {
     /// Worker concurrency for the one topic.
     #[arg(long, default_value_t = 256)]
     concurrency: usize,
+    /// Jobs per second of the steady workload (15 s of them unless --n says otherwise).
+    #[arg(long, default_value_t = 2000)]
+    rate: usize,
     /// Run on a local Redis Cluster with this many masters (0: one redis-server).
     #[arg(long, default_value_t = 0)]
     cluster: usize,
@@ -112,10 +115,15 @@ fn main() -> anyhow::Result<()> {
             wait_replicas,
         )),
         None => {
+            driver::STEADY_RATE.store(cli.rate, std::sync::atomic::Ordering::Relaxed);
+            let n = match (cli.workload.as_str(), cli.n) {
+                ("steady", None) => Some(cli.rate * 15),
+                (_, n) => n,
+            };
             let target = target::Target::start(cli.cluster, cli.replicas, cli.wait_replicas);
             let failed = rt.block_on(driver::run_all(
                 &cli.workload,
-                cli.n,
+                n,
                 &cli.push_mode,
                 cli.reps,
                 cli.concurrency,

@@ -294,8 +294,13 @@ impl Harness {
 
     /// SIGKILL of the cluster master that serves shard 0, then waits until its replica has
     /// taken over (the cluster says `cluster_state:ok` again), then starts the killed node
-    /// again (it rejoins as a replica). Returns when it was killed (us).
-    pub(crate) async fn kill_cluster_master(&mut self) -> anyhow::Result<u64> {
+    /// again (it rejoins as a replica). With `lag`, replication is broken that long before the
+    /// kill: the writes of that time are on the master only, as when replication lags under
+    /// load or on a slow link. Returns when the master was killed (us).
+    pub(crate) async fn kill_cluster_master(
+        &mut self,
+        lag: Option<Duration>,
+    ) -> anyhow::Result<u64> {
         let cluster = self.cluster.clone().expect("a cluster scenario");
         let key = ShardKeys::new(NAMESPACE, 0).jobs();
         let (start, took_over) = tokio::task::spawn_blocking(move || {
@@ -303,6 +308,25 @@ impl Harness {
                 .lock()
                 .map_err(|_| anyhow::anyhow!("cluster lock"))?;
             let port = c.master_of(&key);
+            if let Some(lag) = lag {
+                // Break replication: a password the replica does not know (connections already
+                // made keep working), then cut its link; its reconnections now fail, so for
+                // `lag` the master's writes reach no replica. (Freezing the replica is not
+                // enough: the kernel's socket buffers carry the writes across.)
+                // One connection for both: after the password, a new connection would need it.
+                let reply = raw_commands(
+                    port,
+                    &[
+                        &["CONFIG", "SET", "requirepass", "dq-chaos-broken-link"],
+                        &["CLIENT", "KILL", "TYPE", "replica"],
+                    ],
+                );
+                anyhow::ensure!(
+                    reply.contains(":1"),
+                    "cutting the replica off answered {reply:?}"
+                );
+                std::thread::sleep(lag);
+            }
             let start = now_us();
             c.node_mut(port).kill();
             let survivor = c
@@ -725,6 +749,31 @@ fn kind_of_text(text: &str) -> &'static str {
     } else {
         "other"
     }
+}
+
+/// Commands in RESP on one fresh connection; their raw replies.
+fn raw_commands(port: u16, commands: &[&[&str]]) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return "connect failed".into();
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut out = String::new();
+    for args in commands {
+        let mut req = format!("*{}\r\n", args.len());
+        for a in *args {
+            req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+        }
+        if stream.write_all(req.as_bytes()).is_err() {
+            return out + "write failed";
+        }
+        let mut buf = [0u8; 512];
+        match stream.read(&mut buf) {
+            Ok(n) => out.push_str(&String::from_utf8_lossy(&buf[..n])),
+            Err(e) => return out + &format!("read failed: {e}"),
+        }
+    }
+    out
 }
 
 /// One command in RESP on a fresh connection; the raw reply (waits up to 60 s for it).

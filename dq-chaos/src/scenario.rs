@@ -94,7 +94,10 @@ pub(crate) async fn run(name: &str, full: bool, seed: u64, keep: bool) -> anyhow
     if n("lost") > 0 && !everysec {
         failures.push(format!("{} acknowledged jobs were lost", n("lost")));
     }
-    if n("second_jobs") > 0 {
+    // A failover onto a lagging replica also rolls back fetches and acks: jobs that ran in the
+    // lag run again, as attempt 1 (WAIT covers pushes only). Measured there, not failed.
+    let rollback = name.starts_with("cluster-failover");
+    if n("second_jobs") > 0 && !rollback {
         failures.push(format!(
             "{} ids ran as two jobs (a retried push made a second one)",
             n("second_jobs")
@@ -537,11 +540,11 @@ async fn sabotage(seed: u64) -> anyhow::Result<Outcome> {
     Ok((h, pushes, Default::default()))
 }
 
-/// The master of a 3-master cluster (with a replica each) killed with SIGKILL under load; its
-/// replica takes over (the killed node then rejoins as a replica). Replication is
-/// asynchronous, so pushes acknowledged just before the kill may be lost: measured as the loss
-/// window. With `wait`, every push waits for a replica (`DQ_WAIT_REPLICAS=1`) and nothing
-/// acknowledged may be lost.
+/// The master of a 3-master cluster (with a replica each) killed with SIGKILL under load while
+/// its replica lags 300 ms behind (its link cut); the replica takes over (the killed node then rejoins as a
+/// replica). Replication is asynchronous, so pushes acknowledged in the lag are lost: measured
+/// as the loss window. With `wait`, every push waits for a replica (`DQ_WAIT_REPLICAS=1`) and
+/// nothing acknowledged may be lost.
 async fn cluster_failover(full: bool, seed: u64, wait: bool) -> anyhow::Result<Outcome> {
     let (n, window, kill_at) = if full {
         (20_000, 40.0, 15.0)
@@ -563,7 +566,11 @@ async fn cluster_failover(full: bool, seed: u64, wait: bool) -> anyhow::Result<O
     let t0 = Instant::now();
     let producer = tokio::spawn(produce(producer_client, plan(n, secs(window)), seed));
     tokio::time::sleep_until((t0 + secs(kill_at)).into()).await;
-    let killed = h.kill_cluster_master().await?;
+    // The replica lags 300 ms behind when its master dies: what asynchronous replication can
+    // lose, and what WAIT saves.
+    let killed = h
+        .kill_cluster_master(Some(Duration::from_millis(300)))
+        .await?;
     let pushes = producer.await?;
     let limit = drain_limit(&h).await;
     h.drain(&pushes.acked, limit).await;

@@ -379,6 +379,37 @@ impl RedisCluster {
             .expect("a master serves every slot")
     }
 
+    /// The port of a replica of the master on `master_port`.
+    pub fn replica_of(&self, master_port: u16) -> u16 {
+        let any = self
+            .nodes
+            .iter()
+            .find(|n| ping(n.port()))
+            .expect("a running node");
+        let nodes = any.command(&["CLUSTER", "NODES"]);
+        let port_of = |line: &str| -> Option<u16> {
+            line.split_whitespace()
+                .nth(1)?
+                .split('@')
+                .next()?
+                .rsplit(':')
+                .next()?
+                .parse()
+                .ok()
+        };
+        let master_id = nodes
+            .lines()
+            .find(|l| port_of(l) == Some(master_port))
+            .and_then(|l| l.split_whitespace().next())
+            .expect("the master is known")
+            .to_owned();
+        nodes
+            .lines()
+            .filter(|l| l.split_whitespace().nth(3) == Some(master_id.as_str()))
+            .find_map(port_of)
+            .expect("the master has a replica")
+    }
+
     /// The node listening on `port`.
     pub fn node(&self, port: u16) -> &RedisServer {
         self.nodes

@@ -116,31 +116,70 @@ impl RedisStore {
         Ok(())
     }
 
-    /// With `wait_replicas` set: `WAIT` on the connection that wrote to `shard`, so it covers
-    /// that write. WAIT holds that shared connection until the replicas answer (at most
-    /// `wait_timeout`), which is its cost.
-    async fn wait_replicated(&self, shard: u16) -> Result<()> {
-        let Some(wanted) = self.wait.0 else {
-            return Ok(());
+    /// The push script and `WAIT` in one pipeline, on one connection to the shard's master:
+    /// WAIT covers the writes of its own connection, so it must follow the script on the same
+    /// one. (Sent separately, a reconnection or the cluster client's retry on the new master
+    /// after a failover would run WAIT where the push never was, and confirm a lost push: the
+    /// cluster failover scenario of dq-chaos caught exactly that.) If the pipeline is retried,
+    /// both parts are, and the push is idempotent by id. WAIT holds that connection until the
+    /// replicas answer, at most `wait_timeout`: that is its cost.
+    async fn push_and_wait(&self, shard: u16, keys: &[String], args: &[Vec<u8>]) -> Result<Value> {
+        let (Some(wanted), timeout) = self.wait else {
+            unreachable!("push_and_wait is used with wait_replicas set")
         };
-        let timeout = self.wait.1;
-        let mut cmd = redis::cmd("WAIT");
-        cmd.arg(wanted).arg(timeout.as_millis() as u64);
-        let acked: redis::RedisResult<u32> = match &self.conn {
-            Conn::Single(c) => cmd.query_async(&mut c.clone()).await,
-            Conn::Cluster(c) => {
-                use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-                let slot = super::keys::slot(&self.keys(shard).jobs());
-                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
-                    Route::new(slot, SlotAddr::Master),
-                ));
-                match c.clone().route_command(cmd, route).await {
-                    Ok(v) => redis::from_redis_value(v).map_err(Into::into),
-                    Err(e) => Err(e),
+        let mut pipe = redis::pipe();
+        pipe.cmd("EVALSHA")
+            .arg(SCRIPTS.push.get_hash())
+            .arg(keys.len())
+            .arg(keys)
+            .arg(args)
+            .cmd("WAIT")
+            .arg(wanted)
+            .arg(timeout.as_millis() as u64);
+        let mut replies = None;
+        for _ in 0..2 {
+            let sent: redis::RedisResult<Vec<Value>> = match &self.conn {
+                Conn::Single(c) => pipe.query_async(&mut c.clone()).await,
+                Conn::Cluster(c) => {
+                    use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
+                    let slot = super::keys::slot(&self.keys(shard).jobs());
+                    let route =
+                        SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
+                    c.clone().route_pipeline(pipe.clone(), 0, 2, route).await
+                }
+            };
+            // A pipeline's command errors come back as error values (cluster) or as the
+            // pipeline's error (one server): either way, NOSCRIPT means load and send again.
+            let sent = sent.and_then(|replies| match replies.first() {
+                Some(Value::ServerError(e)) => Err(redis::RedisError::from(e.clone())),
+                _ => Ok(replies),
+            });
+            match sent {
+                Err(e)
+                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                {
+                    // After a restart or SCRIPT FLUSH: load it (on every master) and again.
+                    let mut conn = self.conn.clone();
+                    SCRIPTS
+                        .push
+                        .load_async(&mut conn)
+                        .await
+                        .map_err(Error::redis("push"))?;
+                }
+                other => {
+                    replies = Some(other.map_err(Error::redis("push"))?);
+                    break;
                 }
             }
-        };
-        let acked = acked.map_err(Error::redis("wait for replicas"))?;
+        }
+        let replies = replies.ok_or_else(|| Error::Malformed {
+            location: "the reply to push".into(),
+            reason: "the push script was not found twice in a row".into(),
+        })?;
+        let [reply, acked]: [Value; 2] = replies
+            .try_into()
+            .map_err(|r: Vec<Value>| malformed_reply("push and WAIT", &Value::Array(r)))?;
+        let acked = int(&acked).ok_or_else(|| malformed_reply("WAIT", &acked))? as u32;
         if acked < wanted {
             return Err(Error::NotReplicated {
                 wanted,
@@ -148,7 +187,7 @@ impl RedisStore {
                 timeout,
             });
         }
-        Ok(())
+        Ok(reply)
     }
 
     async fn simple(&self, op: &'static str, cmd: &redis::Cmd) -> Result<()> {
@@ -307,23 +346,32 @@ impl Store for RedisStore {
         for (shard, indices) in groups {
             let k = self.keys(shard);
             for chunk in indices.chunks(MAX_BATCH) {
-                let mut inv = SCRIPTS.push.prepare_invoke();
-                inv.key(k.jobs())
-                    .key(k.delayed())
-                    .key(k.topics())
-                    .key(k.counts())
-                    .arg(k.prefix())
-                    .arg(mode)
-                    .arg(chunk.len());
+                let keys = [k.jobs(), k.delayed(), k.topics(), k.counts()];
+                let mut args: Vec<Vec<u8>> = vec![
+                    k.prefix().as_bytes().to_vec(),
+                    mode.as_bytes().to_vec(),
+                    chunk.len().to_string().into_bytes(),
+                ];
                 for &i in chunk {
                     let j = &jobs[i];
-                    inv.arg(j.topic.as_str())
-                        .arg(j.id.as_str())
-                        .arg(when_arg(j.schedule))
-                        .arg(j.max_attempts)
-                        .arg(&j.payload[..]);
+                    args.push(j.topic.as_str().as_bytes().to_vec());
+                    args.push(j.id.as_str().as_bytes().to_vec());
+                    args.push(when_arg(j.schedule).into_bytes());
+                    args.push(j.max_attempts.to_string().into_bytes());
+                    args.push(j.payload.clone());
                 }
-                let reply = array("push", self.run("push", &inv).await?)?;
+                let reply = if self.wait.0.is_some() {
+                    array("push", self.push_and_wait(shard, &keys, &args).await?)?
+                } else {
+                    let mut inv = SCRIPTS.push.prepare_invoke();
+                    for key in &keys {
+                        inv.key(key);
+                    }
+                    for arg in &args {
+                        inv.arg(&arg[..]);
+                    }
+                    array("push", self.run("push", &inv).await?)?
+                };
                 if reply.len() != chunk.len() + 1 {
                     return Err(Error::Malformed {
                         location: "the reply to push".into(),
@@ -340,7 +388,6 @@ impl Store for RedisStore {
                     };
                 }
             }
-            self.wait_replicated(shard).await?;
         }
         Ok(outcomes)
     }
