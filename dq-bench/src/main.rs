@@ -55,6 +55,10 @@ struct Cli {
     /// Pushes wait until this many replicas have them (Redis WAIT, DQ_WAIT_REPLICAS).
     #[arg(long)]
     wait_replicas: Option<u32>,
+    /// Pin every redis-server to these CPUs (e.g. `1` or `2,3`) and this program and its worker
+    /// processes to the others, so that Redis has cores of its own (Linux `taskset`).
+    #[arg(long, value_delimiter = ',')]
+    pin_redis: Vec<usize>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -121,6 +125,9 @@ fn main() -> anyhow::Result<()> {
                 (_, n) => n,
             };
             let target = target::Target::start(cli.cluster, cli.replicas, cli.wait_replicas);
+            if !cli.pin_redis.is_empty() {
+                target.pin(&cli.pin_redis)?;
+            }
             let failed = rt.block_on(driver::run_all(
                 &cli.workload,
                 n,

@@ -118,6 +118,42 @@ impl Target {
             .unwrap_or_else(|| "unknown".into())
     }
 
+    /// Pins every node to `cpus` and this process (whose worker and producer processes inherit
+    /// it) to the other CPUs of the machine.
+    pub(crate) fn pin(&self, cpus: &[usize]) -> anyhow::Result<()> {
+        let all = std::thread::available_parallelism()?.get();
+        let others: Vec<usize> = (0..all).filter(|c| !cpus.contains(c)).collect();
+        anyhow::ensure!(
+            !others.is_empty() && cpus.iter().all(|&c| c < all),
+            "--pin-redis {cpus:?} must leave at least one of the {all} CPUs to the benchmark"
+        );
+        let list = |cs: &[usize]| {
+            cs.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let nodes = match (&self.single, &self.replica, &self.cluster) {
+            (Some(s), r, _) => std::iter::once(s).chain(r.iter()).collect(),
+            (None, _, Some(c)) => c.nodes().iter().collect(),
+            (None, _, None) => Vec::new(),
+        };
+        let pids = nodes.iter().map(|n| (n.pid(), list(cpus)));
+        for (pid, cpus) in pids.chain(std::iter::once((std::process::id(), list(&others)))) {
+            let status = std::process::Command::new("taskset")
+                .args(["-a", "-c", "-p", &cpus, &pid.to_string()])
+                .stdout(std::process::Stdio::null())
+                .status()?;
+            anyhow::ensure!(status.success(), "taskset -a -c -p {cpus} {pid} failed");
+        }
+        eprintln!(
+            "dq-bench: redis-server pinned to CPU {}, the benchmark to CPU {}",
+            list(cpus),
+            list(&others)
+        );
+        Ok(())
+    }
+
     /// The first master's port, for the progress line.
     pub(crate) fn port(&self) -> u16 {
         self.masters().first().map_or(0, |m| m.port())
