@@ -3,7 +3,7 @@
 -- ARGV[1] lease length (us), then member_1, lease_1, ... (at most 1000 pairs)
 -- Returns the members whose lease the caller no longer holds.
 local jobs, inflight = KEYS[1], KEYS[2]
-local deadline = now_us() + tonumber(ARGV[1])
+local deadline = fmt(now_us() + tonumber(ARGV[1]))
 local lost = {}
 for i = 2, #ARGV, 2 do
   local member, lease = ARGV[i], tonumber(ARGV[i + 1])

@@ -19,7 +19,7 @@ local members = {}
 for i, id in ipairs(ids) do members[i] = topic .. ':' .. id end
 local raws = redis.call('HMGET', jobs, unpack(members))
 local writes, leases = {}, {}
-local deadline = now + lease_us
+local deadline = fmt(now + lease_us)
 for i, id in ipairs(ids) do
   local raw = raws[i]
   if raw then

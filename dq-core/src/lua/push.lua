@@ -15,10 +15,14 @@ local out = {0}
 local members = {}
 for i = 0, n - 1 do members[i + 1] = ARGV[4 + i * 5] .. ':' .. ARGV[5 + i * 5] end
 local existing = redis.call('HMGET', jobs, unpack(members))
--- What this call will write, by member; a later entry for the same id supersedes an earlier one.
-local plan, planned = {}, {}
+-- What this call will write: plan[k] is the job's index in ARGV (false once a later entry for
+-- the same id superseded it), plan_lease[k] its lease token. Numbers, not a table per job.
+local plan, plan_lease, planned = {}, {}, {}
+-- Due times by `when` argument, as numbers and as strings: jobs pushed together usually share
+-- one, and formatting a number costs more than the rest of a job's Lua work.
+local dues, due_strs = {}, {}
 for i = 0, n - 1 do
-  local topic, id, when, payload = ARGV[4 + i * 5], ARGV[5 + i * 5], ARGV[6 + i * 5], ARGV[8 + i * 5]
+  local topic, id, when = ARGV[4 + i * 5], ARGV[5 + i * 5], ARGV[6 + i * 5]
   local member = members[i + 1]
   local code = 1
   local lease = 0
@@ -26,7 +30,7 @@ for i = 0, n - 1 do
   if earlier then
     if replace then
       code = 2
-      lease = plan[earlier].lease
+      lease = plan_lease[earlier]
       plan[earlier] = false
     else
       code = 0
@@ -50,8 +54,13 @@ for i = 0, n - 1 do
     end
   end
   if code == 1 or code == 2 then
-    plan[#plan + 1] = { member = member, topic = topic, id = id, due = due_from(when, now), lease = lease,
-      max = ARGV[7 + i * 5], payload = payload }
+    if not dues[when] then
+      local due = due_from(when, now)
+      dues[when] = due
+      due_strs[when] = fmt(due)
+    end
+    plan[#plan + 1] = i
+    plan_lease[#plan] = lease
     planned[member] = #plan
   end
   out[#out + 1] = code
@@ -59,21 +68,25 @@ end
 local writes, adds, ready_by_topic, delayed_by_topic = {}, {}, {}, {}
 -- The envelope of a new job (format 1 in lib.lua), built directly: only the due time varies.
 local created = ':' .. fmt(now) .. ':'
-for _, p in ipairs(plan) do
-  if p then
-    writes[#writes + 1] = p.member
-    writes[#writes + 1] = '1:0:' .. p.max .. ':' .. fmt(p.lease) .. created .. fmt(p.due) .. ':0:' .. p.payload
-    if p.due <= now then
-      local list = ready_by_topic[p.topic]
+for k, i in ipairs(plan) do
+  if i then
+    local topic, id, when = ARGV[4 + i * 5], ARGV[5 + i * 5], ARGV[6 + i * 5]
+    local member, lease = members[i + 1], plan_lease[k]
+    local due_str = due_strs[when]
+    writes[#writes + 1] = member
+    writes[#writes + 1] = '1:0:' .. ARGV[7 + i * 5] .. ':' .. (lease == 0 and '0' or fmt(lease)) .. created
+      .. due_str .. ':0:' .. ARGV[8 + i * 5]
+    if dues[when] <= now then
+      local list = ready_by_topic[topic]
       if not list then
         list = {}
-        ready_by_topic[p.topic] = list
+        ready_by_topic[topic] = list
       end
-      list[#list + 1] = p.id
+      list[#list + 1] = id
     else
-      adds[#adds + 1] = p.due
-      adds[#adds + 1] = p.member
-      delayed_by_topic[p.topic] = (delayed_by_topic[p.topic] or 0) + 1
+      adds[#adds + 1] = due_str
+      adds[#adds + 1] = member
+      delayed_by_topic[topic] = (delayed_by_topic[topic] or 0) + 1
     end
   end
 end
