@@ -18,7 +18,7 @@ for i, member in ipairs(members) do
   if scores[i] and not seen[member] and lease_of(raws[i]) == leases[i] then
     seen[member] = true
     done[#done + 1] = member
-    local topic = split_member(member)
+    local topic = topic_of(member)
     per_topic[topic] = (per_topic[topic] or 0) + 1
   else
     out[#out + 1] = member

@@ -32,18 +32,38 @@ local function encode(e)
     .. fmt(e.due) .. ':' .. #e.err .. ':' .. e.err .. e.payload
 end
 
+-- n + 1 for a decimal string n, remembered for the rest of the script call: the jobs of a batch
+-- mostly share their attempt and lease numbers, and printing a number costs more than the rest
+-- of a job's Lua work.
+local successors = {}
+local function successor(n)
+  local after = successors[n]
+  if not after then
+    after = fmt(tonumber(n) + 1)
+    successors[n] = after
+  end
+  return after
+end
+
 -- A new run of a job: attempt and lease token bumped, the rest of the envelope kept as it is
 -- (no copy of the payload through parse and encode). Returns nil when the envelope is malformed.
 local function bump_run(raw)
   local a, m, l, rest, el, pos = string.match(raw, '^1:(%d+):(%d+):(%d+):()%d+:%d+:(%d+):()')
   if not a or #raw < pos + tonumber(el) - 1 then return nil end
-  return '1:' .. (tonumber(a) + 1) .. ':' .. m .. ':' .. fmt(tonumber(l) + 1) .. ':' .. string.sub(raw, rest)
+  return '1:' .. successor(a) .. ':' .. m .. ':' .. successor(l) .. ':' .. string.sub(raw, rest)
 end
 
 -- The lease token without copying the payload.
 local function lease_of(raw)
   if not raw then return nil end
   return tonumber(string.match(raw, '^1:%d+:%d+:(%d+):'))
+end
+
+-- The topic of a `topic:id` member (one string made, not two).
+local function topic_of(member)
+  local colon = string.find(member, ':', 1, true)
+  if not colon then return nil end
+  return string.sub(member, 1, colon - 1)
 end
 
 local function split_member(member)
