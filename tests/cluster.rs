@@ -181,6 +181,43 @@ fn connected_clients(cluster: &RedisCluster) -> u64 {
         .sum()
 }
 
+/// Waits until a pub/sub client of the cluster has sent `pings` PINGs, as `CLIENT LIST` shows
+/// them: its last command `ping`, idle for 0 s again after having been idle.
+async fn wait_for_pings(cluster: &RedisCluster, pings: usize, limit: Duration) {
+    let started = Instant::now();
+    let mut just_pinged: HashMap<String, bool> = HashMap::new();
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    loop {
+        for node in cluster.nodes() {
+            for line in node.command(&["CLIENT", "LIST"]).lines() {
+                if !line.contains(" flags=P ") {
+                    continue;
+                }
+                let field = |name: &str| {
+                    line.split(' ')
+                        .find_map(|f| f.strip_prefix(name))
+                        .unwrap_or_default()
+                        .to_owned()
+                };
+                let id = format!("{}/{}", node.port(), field("id="));
+                let now = field("cmd=") == "ping" && field("idle=") == "0";
+                let before = just_pinged.insert(id.clone(), now).unwrap_or(false);
+                if now && !before {
+                    *seen.entry(id).or_default() += 1;
+                }
+            }
+        }
+        if seen.values().any(|&n| n >= pings) {
+            return;
+        }
+        assert!(
+            started.elapsed() < limit,
+            "no pub/sub client pinged {pings} times in {limit:?}: {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_with_sixteen_shards_and_twenty_topics_holds_a_handful_of_connections() {
     let cluster = RedisCluster::start(3, 1);
@@ -208,7 +245,7 @@ async fn a_worker_with_sixteen_shards_and_twenty_topics_holds_a_handful_of_conne
     assert!(held <= 8, "{held} connections");
     // The subscription survives its pings (two of them, 5 s apart) and the bells still work:
     // a job pushed then runs at once, not at the next idle look.
-    tokio::time::sleep(Duration::from_secs(11)).await;
+    wait_for_pings(&cluster, 2, Duration::from_secs(20)).await;
     assert_eq!(
         connected_clients(&cluster) - before,
         held,
