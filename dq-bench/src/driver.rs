@@ -380,12 +380,12 @@ async fn burst(client: &Client, n: usize, mode: &str) -> anyhow::Result<Pushes> 
     })
 }
 
-/// 2,000 jobs/s: a pacer wakes about every ms and sends the deficit; job i is due
-/// `(i * 7919) mod 1000` ms after its push.
 /// Jobs per second of the steady workload (`--rate`).
 pub(crate) static STEADY_RATE: std::sync::atomic::AtomicUsize =
     std::sync::atomic::AtomicUsize::new(2000);
 
+/// `--rate` jobs/s (2,000 by default): a pacer wakes about every ms and sends the deficit;
+/// job i is due `(i * 7919) mod 1000` ms after its push.
 async fn steady(client: &Client, n: usize) -> anyhow::Result<Pushes> {
     let rate = STEADY_RATE.load(std::sync::atomic::Ordering::Relaxed) as f64;
     let t0 = now_ms();

@@ -243,7 +243,10 @@ impl Harness {
         let start = now_us();
         let reply = tokio::task::spawn_blocking(move || {
             let port = redis.lock().map(|r| r.port()).unwrap_or(0);
-            raw_command(port, &args)
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            raw_commands(port, &[&args], Duration::from_secs(60))
+                .trim()
+                .to_owned()
         })
         .await
         .unwrap_or_else(|e| format!("command thread failed: {e}"));
@@ -320,6 +323,7 @@ impl Harness {
                         &["CONFIG", "SET", "requirepass", "dq-chaos-broken-link"],
                         &["CLIENT", "KILL", "TYPE", "replica"],
                     ],
+                    Duration::from_secs(5),
                 );
                 anyhow::ensure!(
                     reply.contains(":1"),
@@ -751,13 +755,14 @@ fn kind_of_text(text: &str) -> &'static str {
     }
 }
 
-/// Commands in RESP on one fresh connection; their raw replies.
-fn raw_commands(port: u16, commands: &[&[&str]]) -> String {
+/// Commands in RESP on one fresh connection, each reply awaited up to `timeout` (DEBUG SLEEP
+/// answers only when Redis wakes up); their raw replies, or what failed.
+fn raw_commands(port: u16, commands: &[&[&str]], timeout: Duration) -> String {
     use std::io::{Read, Write};
     let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
         return "connect failed".into();
     };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = stream.set_read_timeout(Some(timeout));
     let mut out = String::new();
     for args in commands {
         let mut req = format!("*{}\r\n", args.len());
@@ -774,27 +779,6 @@ fn raw_commands(port: u16, commands: &[&[&str]]) -> String {
         }
     }
     out
-}
-
-/// One command in RESP on a fresh connection; the raw reply (waits up to 60 s for it).
-fn raw_command(port: u16, args: &[String]) -> String {
-    use std::io::{Read, Write};
-    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return "connect failed".into();
-    };
-    let mut req = format!("*{}\r\n", args.len());
-    for a in args {
-        req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
-    }
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(60)));
-    if stream.write_all(req.as_bytes()).is_err() {
-        return "write failed".into();
-    }
-    let mut buf = [0u8; 512];
-    match stream.read(&mut buf) {
-        Ok(n) => String::from_utf8_lossy(&buf[..n]).trim().to_owned(),
-        Err(e) => format!("read failed: {e}"),
-    }
 }
 
 /// The producer's plan: `n` jobs pushed at an even pace over `window`, each due `delay_ms`

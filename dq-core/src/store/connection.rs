@@ -1,7 +1,7 @@
 //! Connections to Redis: one server through redis-rs's `ConnectionManager`, or a Redis Cluster
 //! through its cluster client (MOVED and ASK are followed by the client), behind one
 //! [`Conn`] that the store's commands and scripts run on. Blocking commands and pub/sub get
-//! connections of their own, to the node that owns the key's slot.
+//! connections of their own (on a cluster, pub/sub only: see `hub`).
 
 use std::time::Duration;
 
@@ -61,10 +61,6 @@ impl ConnectionLike for Conn {
 /// Connects as `config` says: `redis_cluster` seeds, or `redis_url`.
 pub(crate) async fn connect(config: &Config) -> Result<(Server, Conn)> {
     if !config.redis_cluster.is_empty() {
-        let mut seeds = Vec::new();
-        for url in &config.redis_cluster {
-            seeds.push(open_client(url, config)?.get_connection_info().clone());
-        }
         if config.tls_ca_file.is_some() || config.tls_cert_file.is_some() {
             // redis-rs's cluster client takes certificates only with its rustls backend; dq
             // uses the system's OpenSSL, which trusts the system's store.
@@ -73,6 +69,10 @@ pub(crate) async fn connect(config: &Config) -> Result<(Server, Conn)> {
                 value: format!("{:?}", config.tls_ca_file),
                 reason: "CA and client certificate files are not supported on a cluster: add the CA to the system's trust store and use rediss:// seeds".into(),
             });
+        }
+        let mut seeds = Vec::new();
+        for url in &config.redis_cluster {
+            seeds.push(open_client(url, config)?.get_connection_info().clone());
         }
         let builder = redis::cluster::ClusterClientBuilder::new(seeds.clone())
             .connection_timeout(Duration::from_secs(5))
@@ -115,33 +115,6 @@ pub(crate) async fn connect(config: &Config) -> Result<(Server, Conn)> {
 }
 
 impl Server {
-    /// A client for the node that serves `key` (its slot's master on a cluster).
-    pub(crate) async fn client_for_key(&self, conn: &Conn, key: &str) -> Result<redis::Client> {
-        let (seed, mut cluster) = match (self, conn) {
-            (Server::Cluster { seed }, Conn::Cluster(cluster)) => (seed, cluster.clone()),
-            (Server::Single(client), _) => return Ok(client.clone()),
-            (Server::Cluster { .. }, Conn::Single(_)) => {
-                unreachable!("a cluster server always has a cluster connection")
-            }
-        };
-        let slot: u16 = redis::cmd("CLUSTER")
-            .arg("KEYSLOT")
-            .arg(key)
-            .query_async(&mut cluster)
-            .await
-            .map_err(Error::redis("find the node of a key"))?;
-        let (host, port) = masters(&mut cluster)
-            .await?
-            .into_iter()
-            .find(|(start, end, _)| (*start..=*end).contains(&slot))
-            .map(|(_, _, node)| node)
-            .ok_or_else(|| Error::Malformed {
-                location: "CLUSTER SLOTS".into(),
-                reason: format!("no master serves slot {slot}: is the cluster down?"),
-            })?;
-        node_client(seed, host, port)
-    }
-
     /// A client for some node of the cluster (a master), or for the one server: for pub/sub,
     /// which a cluster delivers to every node.
     pub(crate) async fn any_client(&self, conn: &Conn) -> Result<redis::Client> {

@@ -29,7 +29,7 @@ pub const ACL_RULES: &str = "resetkeys ~dq:* resetchannels &dq:* -@all \
 +hset +hdel +hgetall +sadd +srem +smembers +config|get \
 +time +hget +hmget +hexists +hincrby +zadd +zrem +zscore +zmscore +zrange +zrangebyscore \
 +zrevrange +zremrangebyrank +zcard +rpush +lpush +lrange +ltrim +lrem +llen +lindex +sismember \
-+publish +cluster|slots +cluster|keyslot";
++publish +cluster|slots";
 
 /// A worker not heard from for this long is no longer listed.
 pub(crate) const WORKER_EXPIRY_MS: u64 = 60_000;
@@ -123,7 +123,7 @@ impl RedisStore {
     /// cluster failover scenario of dq-chaos caught exactly that.) If the pipeline is retried,
     /// both parts are, and the push is idempotent by id. WAIT holds that connection until the
     /// replicas answer, at most `wait_timeout`: that is its cost.
-    async fn push_and_wait(&self, shard: u16, keys: &[String], args: &[Vec<u8>]) -> Result<Value> {
+    async fn push_and_wait(&self, shard: u16, keys: &[String], args: &[&[u8]]) -> Result<Value> {
         let (Some(wanted), timeout) = self.wait else {
             unreachable!("push_and_wait is used with wait_replicas set")
         };
@@ -131,11 +131,11 @@ impl RedisStore {
         pipe.cmd("EVALSHA")
             .arg(SCRIPTS.push.get_hash())
             .arg(keys.len())
-            .arg(keys)
-            .arg(args)
-            .cmd("WAIT")
-            .arg(wanted)
-            .arg(timeout.as_millis() as u64);
+            .arg(keys);
+        for arg in args {
+            pipe.arg(*arg);
+        }
+        pipe.cmd("WAIT").arg(wanted).arg(timeout.as_millis() as u64);
         let mut replies = None;
         for _ in 0..2 {
             let sent: redis::RedisResult<Vec<Value>> = match &self.conn {
@@ -347,18 +347,23 @@ impl Store for RedisStore {
             let k = self.keys(shard);
             for chunk in indices.chunks(MAX_BATCH) {
                 let keys = [k.jobs(), k.delayed(), k.topics(), k.counts()];
-                let mut args: Vec<Vec<u8>> = vec![
-                    k.prefix().as_bytes().to_vec(),
-                    mode.as_bytes().to_vec(),
-                    chunk.len().to_string().into_bytes(),
-                ];
-                for &i in chunk {
+                // The arguments borrow the payloads: only the numbers are printed here.
+                let count = chunk.len().to_string();
+                let numbers: Vec<(String, String)> = chunk
+                    .iter()
+                    .map(|&i| (when_arg(jobs[i].schedule), jobs[i].max_attempts.to_string()))
+                    .collect();
+                let mut args: Vec<&[u8]> = Vec::with_capacity(3 + 5 * chunk.len());
+                args.extend([k.prefix().as_bytes(), mode.as_bytes(), count.as_bytes()]);
+                for (&i, (when, max)) in chunk.iter().zip(&numbers) {
                     let j = &jobs[i];
-                    args.push(j.topic.as_str().as_bytes().to_vec());
-                    args.push(j.id.as_str().as_bytes().to_vec());
-                    args.push(when_arg(j.schedule).into_bytes());
-                    args.push(j.max_attempts.to_string().into_bytes());
-                    args.push(j.payload.clone());
+                    args.extend([
+                        j.topic.as_str().as_bytes(),
+                        j.id.as_str().as_bytes(),
+                        when.as_bytes(),
+                        max.as_bytes(),
+                        &j.payload[..],
+                    ]);
                 }
                 let reply = if self.wait.0.is_some() {
                     array("push", self.push_and_wait(shard, &keys, &args).await?)?
@@ -368,7 +373,7 @@ impl Store for RedisStore {
                         inv.key(key);
                     }
                     for arg in &args {
-                        inv.arg(&arg[..]);
+                        inv.arg(*arg);
                     }
                     array("push", self.run("push", &inv).await?)?
                 };
@@ -885,17 +890,17 @@ impl Store for RedisStore {
     }
 
     fn ready_waiter(&self, shard: u16, topic: &Topic) -> Box<dyn ReadyWaiter> {
-        if matches!(self.server, Server::Cluster { .. }) {
-            return self
-                .hub
-                .waiter(&self.server, &self.conn, &self.shards, shard, topic);
+        match &self.server {
+            Server::Single(client) => Box::new(RedisReadyWaiter {
+                client: client.clone(),
+                key: self.keys(shard).ready(topic),
+                conn: None,
+            }),
+            Server::Cluster { .. } => {
+                self.hub
+                    .waiter(&self.server, &self.conn, &self.shards, shard, topic)
+            }
         }
-        Box::new(RedisReadyWaiter {
-            server: self.server.clone(),
-            store_conn: self.conn.clone(),
-            key: self.keys(shard).ready(topic),
-            conn: None,
-        })
     }
 
     async fn wake_listener(&self) -> Result<Box<dyn WakeListener>> {
@@ -934,10 +939,9 @@ impl Store for RedisStore {
 }
 
 /// `BLMOVE ready ready LEFT LEFT` on a connection of its own, opened on first use and again
-/// after an error (to the node that serves the key now, on a cluster).
+/// after an error (one server only: consumers on a cluster wait on the `hub`'s bells).
 struct RedisReadyWaiter {
-    server: Server,
-    store_conn: Conn,
+    client: redis::Client,
     key: String,
     conn: Option<redis::aio::MultiplexedConnection>,
 }
@@ -960,11 +964,8 @@ impl ReadyWaiter for RedisReadyWaiter {
                 let config = redis::AsyncConnectionConfig::new()
                     .set_connection_timeout(Some(Duration::from_secs(5)))
                     .set_response_timeout(None);
-                let client = self
-                    .server
-                    .client_for_key(&self.store_conn, &self.key)
-                    .await?;
-                let conn = client
+                let conn = self
+                    .client
                     .get_multiplexed_async_connection_with_config(&config)
                     .await
                     .map_err(Error::redis("wait for ready jobs"))?;
