@@ -438,7 +438,7 @@ async fn fetch_leases_at_most_the_asked_number_and_counts_the_attempt(kind: Kind
     let counts = c.counts("order-cancel").await.unwrap();
     assert_eq!((counts.ready, counts.running), (2, 3));
     let info = c.status("order-cancel", "0").await.unwrap().unwrap();
-    assert_eq!(info.state, JobState::Running);
+    assert_eq!((info.state, info.attempt), (JobState::Running, 1));
     let deadline = info.state_since_or_until.unwrap();
     assert!(deadline > SystemTime::now() + Duration::from_secs(9));
 }
@@ -609,10 +609,19 @@ async fn reclaim_requeues_expired_leases_and_dead_letters_the_last_attempt(kind:
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(left.state, JobState::Ready);
-    assert!(left.last_error.unwrap().contains("lease expired"));
+    assert_eq!(
+        (left.state, left.attempt),
+        (JobState::Ready, 1),
+        "the lost run counts"
+    );
+    assert!(left
+        .last_error
+        .unwrap()
+        .contains("lease expired on attempt 1"));
     let last = c.status("order-cancel", "last-try").await.unwrap().unwrap();
-    assert_eq!(last.state, JobState::Dead);
+    assert_eq!((last.state, last.attempt), (JobState::Dead, 1));
+    let again = s.fetch(0, &t, 1, LEASE).await.unwrap();
+    assert_eq!(again.jobs[0].envelope.attempt, 2, "the second run");
 }
 
 async fn extend_keeps_a_running_job_leased(kind: Kind) {

@@ -639,7 +639,7 @@ impl Harness {
     async fn integrity(&self) -> anyhow::Result<Value> {
         let topic = Topic::new(TOPIC)?;
         let shards = self.client.config().shards;
-        let mut sums = [0u64; 5];
+        let mut sums = [0u64; 6];
         if let Some(seeds) = self.url.strip_prefix("cluster:") {
             let client = redis::cluster::ClusterClient::new(seeds.split(',').collect::<Vec<_>>())?;
             let mut c = client.get_async_connection().await?;
@@ -652,10 +652,11 @@ impl Harness {
                 add(&mut sums, shard_counts(&mut c, shard, &topic).await?);
             }
         }
-        let [jobs, delayed, inflight, ready, dead] = sums;
+        let [jobs, delayed, inflight, ready, dead, leases] = sums;
         Ok(json!({
             "jobs": jobs, "delayed": delayed, "inflight": inflight, "ready": ready,
-            "dead": dead, "clean": delayed == 0 && inflight == 0 && ready == 0 && jobs == dead,
+            "dead": dead, "leases": leases,
+            "clean": delayed == 0 && inflight == 0 && ready == 0 && leases == 0 && jobs == dead,
         }))
     }
 
@@ -677,20 +678,22 @@ impl Drop for Harness {
     }
 }
 
-fn add(sums: &mut [u64; 5], counts: [u64; 5]) {
+fn add(sums: &mut [u64; 6], counts: [u64; 6]) {
     for (s, c) in sums.iter_mut().zip(counts) {
         *s += c;
     }
 }
 
-/// Job records, delayed, running, ready and dead jobs of one shard.
+/// Job records, delayed, running, ready and dead jobs of one shard, and lease tokens held (the
+/// `leases` hash without its `:next` counter).
 async fn shard_counts<C: redis::aio::ConnectionLike>(
     c: &mut C,
     shard: u16,
     topic: &Topic,
-) -> anyhow::Result<[u64; 5]> {
+) -> anyhow::Result<[u64; 6]> {
     let keys = ShardKeys::new(NAMESPACE, shard);
-    let (jobs, delayed, inflight, ready, dead): (u64, u64, u64, u64, u64) = redis::pipe()
+    type Counts = (u64, u64, u64, u64, u64, u64, u64);
+    let (jobs, delayed, inflight, ready, dead, tokens, counter): Counts = redis::pipe()
         .cmd("HLEN")
         .arg(keys.jobs())
         .cmd("ZCARD")
@@ -701,9 +704,21 @@ async fn shard_counts<C: redis::aio::ConnectionLike>(
         .arg(keys.ready(topic))
         .cmd("ZCARD")
         .arg(keys.dead(topic))
+        .cmd("HLEN")
+        .arg(keys.leases())
+        .cmd("HEXISTS")
+        .arg(keys.leases())
+        .arg(":next")
         .query_async(c)
         .await?;
-    Ok([jobs, delayed, inflight, ready, dead])
+    Ok([
+        jobs,
+        delayed,
+        inflight,
+        ready,
+        dead,
+        tokens.saturating_sub(counter),
+    ])
 }
 
 /// p50, p99 and max of a sample.

@@ -4,31 +4,35 @@
 //! plain text up to the payload and cheap to parse on both sides:
 //!
 //! ```text
-//! 1:<attempt>:<max_attempts>:<lease>:<created_us>:<due_us>:<error_len>:<error bytes><payload bytes>
+//! 2:<attempt>:<max_attempts>:<created_us>:<due_us>:<error_len>:<error bytes><payload bytes>
 //! ```
 //!
-//! * `1` is the format version. A later release adds `2:` and keeps reading `1:`.
-//! * `attempt` counts fetches (0 until the first run); `lease` is the fencing token bumped on
-//!   every fetch, so an ack from a worker whose lease was taken over is refused.
+//! * `2` is the format version. Format 1, which development builds before 0.1.0 wrote, also
+//!   held a lease token; it is refused as unknown (the job is dead-lettered with its raw value
+//!   kept, never dropped).
+//! * `attempt` counts the runs that ended without success: failed, timed out, or lost with
+//!   their worker (counted when the lease is reclaimed). A fetch does not rewrite the envelope:
+//!   the lease token that refuses an ack from a worker whose lease was taken over lives in the
+//!   shard's `leases` hash. A running job is on run `attempt + 1`, which is what
+//!   [`LeasedJob`](crate::LeasedJob) and [`JobInfo`](crate::JobInfo) show.
 //! * times are integer microseconds since the Unix epoch, from Redis `TIME`.
 //! * `error_len` bytes of the last error (0 when none), then the payload (JSON from serde).
 //!
-//! The same parser lives in `lua/envelope.lua`; both must change together.
+//! The same parser lives in `lua/lib.lua`; both must change together.
 
 use crate::error::{Error, Result};
 
 /// Current envelope format version.
-pub const ENVELOPE_VERSION: u32 = 1;
+pub const ENVELOPE_VERSION: u32 = 2;
 
 /// A job as stored: bookkeeping and the serialized payload.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Envelope {
-    /// Times this job was fetched to run (the first run is attempt 1).
+    /// Runs counted so far (see the module documentation: stored, the runs that ended without
+    /// success; in a [`LeasedJob`](crate::LeasedJob), the run being made, from 1).
     pub attempt: u32,
     /// Runs allowed before the job is dead-lettered (retries + 1).
     pub max_attempts: u32,
-    /// The lease token of the latest fetch.
-    pub lease: u64,
     /// When the job was first pushed, in microseconds since the Unix epoch.
     pub created_us: u64,
     /// When the job is (or was) due, in microseconds since the Unix epoch.
@@ -40,14 +44,13 @@ pub struct Envelope {
 }
 
 impl Envelope {
-    /// Encodes the envelope in format 1.
+    /// Encodes the envelope in the current format.
     pub fn encode(&self) -> Vec<u8> {
         let err = self.last_error.as_deref().unwrap_or("");
         let mut out = format!(
-            "{ENVELOPE_VERSION}:{}:{}:{}:{}:{}:{}:{err}",
+            "{ENVELOPE_VERSION}:{}:{}:{}:{}:{}:{err}",
             self.attempt,
             self.max_attempts,
-            self.lease,
             self.created_us,
             self.due_us,
             err.len()
@@ -63,7 +66,7 @@ impl Envelope {
             location: location.to_owned(),
             reason: format!("{reason} (envelope starts {:?})", preview(raw)),
         };
-        let mut fields = [0u64; 7];
+        let mut fields = [0u64; 6];
         let mut pos = 0;
         for (n, field) in fields.iter_mut().enumerate() {
             let end = raw[pos..]
@@ -77,7 +80,7 @@ impl Envelope {
                 .map_err(|_| malformed(&format!("header field {n} is not a number")))?;
             pos += end + 1;
         }
-        let [version, attempt, max_attempts, lease, created_us, due_us, err_len] = fields;
+        let [version, attempt, max_attempts, created_us, due_us, err_len] = fields;
         if version != u64::from(ENVELOPE_VERSION) {
             return Err(malformed(&format!(
                 "envelope version {version} is not known to this release of dq (it reads version {ENVELOPE_VERSION})"
@@ -97,7 +100,6 @@ impl Envelope {
         Ok(Envelope {
             attempt: small(attempt, "attempt")?,
             max_attempts: small(max_attempts, "max_attempts")?,
-            lease,
             created_us,
             due_us,
             last_error,
@@ -119,7 +121,6 @@ mod tests {
         let mut env = Envelope {
             attempt: 2,
             max_attempts: 3,
-            lease: 7,
             created_us: 1_700_000_000_000_123,
             due_us: 1_700_000_000_600_456,
             last_error: None,
@@ -132,7 +133,12 @@ mod tests {
 
     #[test]
     fn malformed_envelope_names_location_and_reason() {
-        for raw in [&b"garbage"[..], b"9:0:3:0:1:1:0:", b"1:0:3:0:1:1:99:short"] {
+        for raw in [
+            &b"garbage"[..],
+            b"9:0:3:1:1:0:",
+            b"2:0:3:1:1:99:short",
+            b"1:0:3:0:1:1:0:{}",
+        ] {
             let err = Envelope::decode(raw, "dq:{app:0}:jobs/t:1").unwrap_err();
             let text = err.to_string();
             assert!(text.contains("dq:{app:0}:jobs/t:1"), "{text}");

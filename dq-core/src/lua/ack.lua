@@ -1,21 +1,20 @@
 -- ack: completes jobs whose lease the caller still holds; refuses stale ones.
--- Batched: one ZMSCORE, one HMGET, one ZREM and one HDEL for the whole batch.
--- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] counts
--- ARGV: member_1, lease_1, member_2, lease_2, ... (at most 1000 pairs)
+-- Batched: one HMGET, one ZREM and two HDELs for the whole batch.
+-- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] counts  KEYS[4] leases
+-- ARGV: member_1, token_1, member_2, token_2, ... (at most 1000 pairs)
 -- Returns {acked, stale_member_1, ...}: a stale member's lease was taken over (or it was cancelled).
-local jobs, inflight, counts = KEYS[1], KEYS[2], KEYS[3]
-local members, leases = {}, {}
+local jobs, inflight, counts, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local members, tokens = {}, {}
 for i = 1, #ARGV, 2 do
   members[#members + 1] = ARGV[i]
-  leases[#leases + 1] = tonumber(ARGV[i + 1])
+  tokens[#tokens + 1] = ARGV[i + 1]
 end
 local out = {0}
 if #members == 0 then return out end
-local scores = redis.call('ZMSCORE', inflight, unpack(members))
-local raws = redis.call('HMGET', jobs, unpack(members))
+local held = redis.call('HMGET', leases, unpack(members))
 local done, per_topic, seen = {}, {}, {}
 for i, member in ipairs(members) do
-  if scores[i] and not seen[member] and lease_of(raws[i]) == leases[i] then
+  if held[i] == tokens[i] and not seen[member] then
     seen[member] = true
     done[#done + 1] = member
     local topic = topic_of(member)
@@ -25,7 +24,7 @@ for i, member in ipairs(members) do
   end
 end
 if #done > 0 then
-  redis.call('ZREM', inflight, unpack(done))
+  end_leases(inflight, leases, done)
   redis.call('HDEL', jobs, unpack(done))
 end
 out[1] = #done

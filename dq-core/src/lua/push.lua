@@ -16,8 +16,8 @@ local members = {}
 for i = 0, n - 1 do members[i + 1] = ARGV[4 + i * 5] .. ':' .. ARGV[5 + i * 5] end
 local existing = redis.call('HMGET', jobs, unpack(members))
 -- What this call will write: plan[k] is the job's index in ARGV (false once a later entry for
--- the same id superseded it), plan_lease[k] its lease token. Numbers, not a table per job.
-local plan, plan_lease, planned = {}, {}, {}
+-- the same id superseded it). Numbers, not a table per job.
+local plan, planned = {}, {}
 -- Due times by `when` argument, as numbers and as strings: jobs pushed together usually share
 -- one, and formatting a number costs more than the rest of a job's Lua work.
 local dues, due_strs = {}, {}
@@ -25,19 +25,15 @@ for i = 0, n - 1 do
   local topic, id, when = ARGV[4 + i * 5], ARGV[5 + i * 5], ARGV[6 + i * 5]
   local member = members[i + 1]
   local code = 1
-  local lease = 0
   local earlier = planned[member]
   if earlier then
     if replace then
       code = 2
-      lease = plan_lease[earlier]
       plan[earlier] = false
     else
       code = 0
     end
   elseif existing[i + 1] then
-    local old = parse(existing[i + 1])
-    if old then lease = old.lease end
     if redis.call('ZSCORE', prefix .. 'dead:' .. topic, member) then
       redis.call('ZREM', prefix .. 'dead:' .. topic, member)
     elseif redis.call('ZSCORE', prefix .. 'inflight', member) then
@@ -60,22 +56,20 @@ for i = 0, n - 1 do
       due_strs[when] = fmt(due)
     end
     plan[#plan + 1] = i
-    plan_lease[#plan] = lease
     planned[member] = #plan
   end
   out[#out + 1] = code
 end
 local writes, adds, ready_by_topic, delayed_by_topic = {}, {}, {}, {}
--- The envelope of a new job (format 1 in lib.lua), built directly: only the due time varies.
+-- The envelope of a new job (format 2 in lib.lua), built directly: only the due time varies.
 local created = ':' .. fmt(now) .. ':'
-for k, i in ipairs(plan) do
+for _, i in ipairs(plan) do
   if i then
     local topic, id, when = ARGV[4 + i * 5], ARGV[5 + i * 5], ARGV[6 + i * 5]
-    local member, lease = members[i + 1], plan_lease[k]
+    local member = members[i + 1]
     local due_str = due_strs[when]
     writes[#writes + 1] = member
-    writes[#writes + 1] = '1:0:' .. ARGV[7 + i * 5] .. ':' .. (lease == 0 and '0' or fmt(lease)) .. created
-      .. due_str .. ':0:' .. ARGV[8 + i * 5]
+    writes[#writes + 1] = '2:0:' .. ARGV[7 + i * 5] .. created .. due_str .. ':0:' .. ARGV[8 + i * 5]
     if dues[when] <= now then
       local list = ready_by_topic[topic]
       if not list then

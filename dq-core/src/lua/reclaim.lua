@@ -1,15 +1,16 @@
 -- reclaim: takes back jobs whose lease expired (their worker died or stalled), a bounded batch.
 -- A job that was on its last attempt is dead-lettered, so a job that kills its worker every
--- time cannot loop forever. Batched: one ZREM, one HMGET, one HSET and one LPUSH per topic.
--- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] counts
+-- time cannot loop forever. The lost run is counted here (a fetch does not count it).
+-- Batched: one ZREM, one HDEL, one HMGET, one HSET and one LPUSH per topic.
+-- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] counts  KEYS[4] leases
 -- ARGV[1] key prefix  ARGV[2] most jobs (at most 1000)
 -- Returns {requeued, dead_lettered}.
-local jobs, inflight, counts = KEYS[1], KEYS[2], KEYS[3]
+local jobs, inflight, counts, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local prefix, limit = ARGV[1], tonumber(ARGV[2])
 local now = now_us()
 local expired = redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0, limit)
 if #expired == 0 then return {0, 0} end
-redis.call('ZREM', inflight, unpack(expired))
+end_leases(inflight, leases, expired)
 local raws = redis.call('HMGET', jobs, unpack(expired))
 local writes, ready, running, requeued, dead = {}, {}, {}, 0, 0
 -- Backwards, so that after the LPUSHes the job that expired first is first in line.
@@ -19,10 +20,11 @@ for i = #expired, 1, -1 do
   running[topic] = (running[topic] or 0) + 1
   local raw = raws[i]
   local e = parse(raw)
+  if e then e.attempt = e.attempt + 1 end
   if not e then
     if raw then
       writes[#writes + 1] = member
-      writes[#writes + 1] = encode({ attempt = 0, max = 0, lease = 0, created = now, due = now,
+      writes[#writes + 1] = encode({ attempt = 0, max = 0, created = now, due = now,
         err = 'malformed envelope found in Redis; the raw value is kept as the payload', payload = raw })
       redis.call('ZADD', prefix .. 'dead:' .. topic, now, member)
       dead = dead + 1

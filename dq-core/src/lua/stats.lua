@@ -12,7 +12,7 @@ local oldest = -1
 local first = redis.call('LINDEX', ready, 0)
 if first then
   local raw = redis.call('HGET', jobs, topic .. ':' .. first)
-  local due = raw and string.match(raw, '^1:%d+:%d+:%d+:%d+:(%d+):')
+  local due = raw and string.match(raw, '^2:%d+:%d+:%d+:(%d+):')
   if due then oldest = due end
 end
 local next_due = -1

@@ -12,6 +12,7 @@
 //! | `delayed` | ZSET | `topic:id` scored by due time (us) |
 //! | `ready:<topic>` | LIST | ids due and waiting for a worker, oldest first |
 //! | `inflight` | ZSET | `topic:id` scored by lease deadline (us) |
+//! | `leases` | HASH | `topic:id` -> lease token of each running job; `:next` -> the last token given |
 //! | `dead:<topic>` | ZSET | `topic:id` scored by time of death (us); envelope stays in `jobs` |
 //! | `counts` | HASH | `<topic>:delayed`, `<topic>:inflight` -> counts, kept by the scripts |
 //! | `topics` | SET | every topic pushed to |
@@ -55,6 +56,10 @@ impl ShardKeys {
     /// Leased jobs by lease deadline.
     pub fn inflight(&self) -> String {
         self.key("inflight")
+    }
+    /// The lease tokens of running jobs.
+    pub fn leases(&self) -> String {
+        self.key("leases")
     }
     /// Per-topic counters.
     pub fn counts(&self) -> String {

@@ -80,7 +80,10 @@ struct State {
     delayed: BTreeSet<(u64, Member)>,
     ready: HashMap<Topic, VecDeque<JobId>>,
     inflight: BTreeSet<(u64, Member)>,
-    lease_deadline: HashMap<Member, u64>,
+    /// Running jobs: lease deadline and token.
+    leases: HashMap<Member, (u64, u64)>,
+    /// The last lease token given.
+    last_token: u64,
     dead: HashMap<Topic, BTreeSet<(u64, JobId)>>,
     died_at: HashMap<Member, u64>,
     delayed_count: HashMap<Topic, u64>,
@@ -256,13 +259,12 @@ impl State {
 
     fn holds(&self, l: &LeaseRef) -> Option<Member> {
         let m = (l.topic.clone(), l.id.clone());
-        let held = self.lease_deadline.contains_key(&m)
-            && self.jobs.get(&m).is_some_and(|e| e.lease == l.token);
+        let held = self.leases.get(&m).is_some_and(|&(_, t)| t == l.token);
         held.then_some(m)
     }
 
     fn end_lease(&mut self, m: &Member) {
-        if let Some(deadline) = self.lease_deadline.remove(m) {
+        if let Some((deadline, _)) = self.leases.remove(m) {
             self.inflight.remove(&(deadline, m.clone()));
             State::bump(&mut self.running_count, &m.0, false);
         }
@@ -288,7 +290,7 @@ impl State {
         let env = self.jobs.get(m)?;
         let (state, score) = if self.delayed.contains(&(env.due_us, m.clone())) {
             (JobState::Delayed, None)
-        } else if let Some(d) = self.lease_deadline.get(m) {
+        } else if let Some((d, _)) = self.leases.get(m) {
             (JobState::Running, Some(*d))
         } else if let Some(d) = self.died_at.get(m) {
             (JobState::Dead, Some(*d))
@@ -322,14 +324,12 @@ impl Store for MemoryStore {
             for job in jobs {
                 let m = (job.topic.clone(), job.id.clone());
                 let mut outcome = PushOutcome::Created;
-                let mut lease = 0;
-                if let Some(existing) = s.jobs.get(&m) {
-                    lease = existing.lease;
+                if s.jobs.contains_key(&m) {
                     if let Some(died) = s.died_at.remove(&m) {
                         if let Some(d) = s.dead.get_mut(&m.0) {
                             d.remove(&(died, m.1.clone()));
                         }
-                    } else if s.lease_deadline.contains_key(&m) {
+                    } else if s.leases.contains_key(&m) {
                         outcome = if replace {
                             PushOutcome::Running
                         } else {
@@ -349,7 +349,6 @@ impl Store for MemoryStore {
                         Envelope {
                             attempt: 0,
                             max_attempts: job.max_attempts,
-                            lease,
                             created_us: now,
                             due_us: due,
                             last_error: None,
@@ -385,7 +384,7 @@ impl Store for MemoryStore {
         if !s.jobs.contains_key(&m) {
             return Ok(ChangeOutcome::NotFound);
         }
-        if s.lease_deadline.contains_key(&m) {
+        if s.leases.contains_key(&m) {
             return Ok(ChangeOutcome::Running);
         }
         if let Some(died) = s.died_at.remove(&m) {
@@ -407,7 +406,7 @@ impl Store for MemoryStore {
             if !s.jobs.contains_key(&m) || s.died_at.contains_key(&m) {
                 return Ok(ChangeOutcome::NotFound);
             }
-            if s.lease_deadline.contains_key(&m) {
+            if s.leases.contains_key(&m) {
                 return Ok(ChangeOutcome::Running);
             }
             let before = s.earliest();
@@ -499,16 +498,17 @@ impl Store for MemoryStore {
                 continue;
             };
             env.attempt += 1;
-            env.lease += 1;
             let envelope = env.clone();
+            s.last_token += 1;
+            let token = s.last_token;
             s.inflight.insert((deadline, m.clone()));
-            s.lease_deadline.insert(m, deadline);
+            s.leases.insert(m, (deadline, token));
             State::bump(&mut s.running_count, topic, true);
             out.jobs.push(LeasedJob {
                 lease: LeaseRef {
                     topic: topic.clone(),
                     id,
-                    token: envelope.lease,
+                    token,
                 },
                 envelope,
             });
@@ -616,7 +616,7 @@ impl Store for MemoryStore {
         for l in leases {
             match s.holds(l) {
                 Some(m) => {
-                    if let Some(old) = s.lease_deadline.insert(m.clone(), deadline) {
+                    if let Some((old, _)) = s.leases.insert(m.clone(), (deadline, l.token)) {
                         s.inflight.remove(&(old, m.clone()));
                     }
                     s.inflight.insert((deadline, m));
@@ -646,7 +646,7 @@ impl Store for MemoryStore {
             }
             // Backwards, so the job that expired first ends up first in line.
             for m in expired.into_iter().rev() {
-                s.lease_deadline.remove(&m);
+                s.leases.remove(&m);
                 State::bump(&mut s.running_count, &m.0, false);
                 let Some(e) = s.jobs.get_mut(&m) else {
                     continue;

@@ -278,12 +278,27 @@ fn decode_jobs(
         match Envelope::decode(raw, &format!("{jobs_key} field {m}")) {
             Ok(env) => {
                 let score = (keep_score && score >= 0).then_some(score as u64);
-                out.push(JobInfo::from_envelope(topic, id, state, env, score));
+                out.push(job_info(topic, id, state, env, score));
             }
             Err(e) => tracing::warn!(error = %e, "skipping an unreadable job in a listing"),
         }
     }
     out
+}
+
+/// A stored job as seen from outside: a running job is on the run after the ones its envelope
+/// counts.
+fn job_info(
+    topic: Topic,
+    id: JobId,
+    state: JobState,
+    mut env: Envelope,
+    score: Option<u64>,
+) -> JobInfo {
+    if state == JobState::Running {
+        env.attempt = env.attempt.saturating_add(1);
+    }
+    JobInfo::from_envelope(topic, id, state, env, score)
 }
 
 fn parse_member(m: &str) -> Option<(Topic, JobId)> {
@@ -453,13 +468,7 @@ impl Store for RedisStore {
         let score = int(&score)
             .filter(|s| *s >= 0 && state != JobState::Delayed)
             .map(|s| s as u64);
-        Ok(Some(JobInfo::from_envelope(
-            topic.clone(),
-            id.clone(),
-            state,
-            env,
-            score,
-        )))
+        Ok(Some(job_info(topic.clone(), id.clone(), state, env, score)))
     }
 
     async fn promote(&self, shard: u16, limit: usize) -> Result<Promoted> {
@@ -507,6 +516,7 @@ impl Store for RedisStore {
             .key(k.counts())
             .key(k.dead(topic))
             .key(k.paused())
+            .key(k.leases())
             .arg(topic.as_str())
             .arg(max.clamp(1, MAX_BATCH))
             .arg(lease.as_micros() as u64);
@@ -521,7 +531,11 @@ impl Store for RedisStore {
             now_us: reply.first().and_then(int).unwrap_or(0) as u64,
             ..Fetched::default()
         };
-        for pair in reply.get(1..).unwrap_or_default().chunks(2) {
+        let token = match reply.get(1).and_then(int) {
+            Some(t) if t >= 0 => t as u64,
+            _ => return Err(malformed_reply("fetch", &Value::Array(reply))),
+        };
+        for pair in reply.get(2..).unwrap_or_default().chunks(2) {
             let (Some(id), Some(Value::BulkString(raw))) =
                 (pair.first().and_then(text), pair.get(1))
             else {
@@ -538,12 +552,14 @@ impl Store for RedisStore {
                 continue;
             }
             let id = JobId::new(id)?;
-            let envelope = Envelope::decode(raw, &location)?;
+            let mut envelope = Envelope::decode(raw, &location)?;
+            // Stored: the runs counted so far; handed over: the run being made.
+            envelope.attempt = envelope.attempt.saturating_add(1);
             out.jobs.push(LeasedJob {
                 lease: LeaseRef {
                     topic: topic.clone(),
                     id,
-                    token: envelope.lease,
+                    token,
                 },
                 envelope,
             });
@@ -558,7 +574,7 @@ impl Store for RedisStore {
             for chunk in group.chunks(MAX_BATCH) {
                 let inv = Self::lease_invocation(
                     &SCRIPTS.ack,
-                    &[k.jobs(), k.inflight(), k.counts()],
+                    &[k.jobs(), k.inflight(), k.counts(), k.leases()],
                     &[],
                     chunk,
                 );
@@ -581,6 +597,7 @@ impl Store for RedisStore {
             .key(k.inflight())
             .key(k.delayed())
             .key(k.counts())
+            .key(k.leases())
             .arg(k.prefix())
             .arg(member(&lease.topic, &lease.id))
             .arg(lease.token)
@@ -596,6 +613,7 @@ impl Store for RedisStore {
             .key(k.inflight())
             .key(k.counts())
             .key(k.dead(&lease.topic))
+            .key(k.leases())
             .arg(member(&lease.topic, &lease.id))
             .arg(lease.token)
             .arg(error);
@@ -609,7 +627,7 @@ impl Store for RedisStore {
             for chunk in group.chunks(MAX_BATCH) {
                 let inv = Self::lease_invocation(
                     &SCRIPTS.release,
-                    &[k.jobs(), k.inflight(), k.counts()],
+                    &[k.inflight(), k.counts(), k.leases()],
                     &[k.prefix().to_owned()],
                     chunk,
                 );
@@ -626,7 +644,7 @@ impl Store for RedisStore {
             for chunk in group.chunks(MAX_BATCH) {
                 let inv = Self::lease_invocation(
                     &SCRIPTS.extend,
-                    &[k.jobs(), k.inflight()],
+                    &[k.inflight(), k.leases()],
                     &[(lease.as_micros() as u64).to_string()],
                     chunk,
                 );
@@ -647,6 +665,7 @@ impl Store for RedisStore {
         inv.key(k.jobs())
             .key(k.inflight())
             .key(k.counts())
+            .key(k.leases())
             .arg(k.prefix())
             .arg(limit.clamp(1, MAX_BATCH));
         let reply = array("reclaim", self.run("reclaim", &inv).await?)?;
