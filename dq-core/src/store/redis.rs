@@ -27,7 +27,7 @@ use crate::name::{JobId, Topic};
 pub const ACL_RULES: &str = "resetkeys ~dq:* resetchannels &dq:* -@all \
 +evalsha +eval +script|load +blmove +subscribe +unsubscribe +ping +hello +info \
 +hset +hdel +hgetall +sadd +srem +smembers +config|get \
-+time +hget +hmget +hexists +hincrby +zadd +zrem +zscore +zmscore +zrange +zrangebyscore \
++time +hget +hmget +hexists +hincrby +zadd +zrem +zscore +zrange +zrangebyscore \
 +zrevrange +zremrangebyrank +zcard +rpush +lpush +lrange +ltrim +lrem +llen +lindex +sismember \
 +publish +cluster|slots";
 
@@ -541,18 +541,18 @@ impl Store for RedisStore {
             else {
                 return Err(malformed_reply("fetch", &Value::Array(pair.to_vec())));
             };
-            let location = format!("{} field {topic}:{id}", k.jobs());
+            let location = || format!("{} field {topic}:{id}", k.jobs());
             if let Some(bad) = id.strip_prefix('!') {
                 let id = JobId::new(bad)?;
                 tracing::error!(
-                    topic = %topic, id = %id, location = %location,
+                    topic = %topic, id = %id, location = %format!("{} field {topic}:{id}", k.jobs()),
                     "malformed job envelope found in Redis; it was moved to the dead letters with its raw value (inspect it with the admin API, fix or purge it)"
                 );
                 out.malformed.push((id, "malformed envelope".into()));
                 continue;
             }
+            let mut envelope = Envelope::decode_with(raw, location)?;
             let id = JobId::new(id)?;
-            let mut envelope = Envelope::decode(raw, &location)?;
             // Stored: the runs counted so far; handed over: the run being made.
             envelope.attempt = envelope.attempt.saturating_add(1);
             out.jobs.push(LeasedJob {
