@@ -152,6 +152,31 @@ async fn malformed_envelope_is_reported_and_dead_lettered_without_touching_other
 }
 
 #[tokio::test]
+async fn an_envelope_of_an_unknown_format_version_is_dead_lettered_with_the_version_named() {
+    let redis = RedisServer::start();
+    let c = client(&redis).await;
+    let s = c.store();
+    // Format 1, written by development builds before 0.1.0 (it had a lease field).
+    let old = "1:0:3:0:1700000000000000:1700000000000000:0:{}";
+    redis.command(&["HSET", "dq:{test:0}:jobs", "t:old", old]);
+    redis.command(&["RPUSH", "dq:{test:0}:ready:t", "old"]);
+
+    let f = s.fetch(0, &topic("t"), 10, LEASE).await.unwrap();
+    assert!(f.jobs.is_empty(), "never handed to a handler");
+    assert_eq!(f.malformed.len(), 1);
+    let dead = s.dead_jobs(&topic("t"), 0, 10).await.unwrap();
+    assert_eq!(
+        dead[0].payload,
+        old.as_bytes(),
+        "the stored value is kept whole"
+    );
+    let error = dead[0].last_error.as_deref().unwrap();
+    assert!(error.contains("envelope version 1"), "{error}");
+    let counts = c.counts("t").await.unwrap();
+    assert_eq!((counts.running, counts.dead), (0, 1));
+}
+
+#[tokio::test]
 async fn unreachable_redis_is_a_clear_connection_error() {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

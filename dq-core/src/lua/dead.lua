@@ -1,17 +1,24 @@
 -- dead: moves a job the caller holds to its topic's dead letters, counting the run and recording
--- the error that killed it.
+-- the error that killed it. An envelope that cannot be read is kept whole as the payload.
 -- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] counts  KEYS[4] dead:<topic>  KEYS[5] leases
 -- ARGV[1] member  ARGV[2] token  ARGV[3] error
 -- Returns 1, or 0 when the caller's lease was taken over (nothing changed).
 local jobs, inflight, counts, dead, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local member, token, err = ARGV[1], ARGV[2], ARGV[3]
 if redis.call('HGET', leases, member) ~= token then return 0 end
-local e = parse(redis.call('HGET', jobs, member))
-if not e then return 0 end
-e.attempt = e.attempt + 1
+local now = now_us()
+local raw = redis.call('HGET', jobs, member)
+local e = parse(raw)
+if e then
+  e.attempt = e.attempt + 1
+elseif raw then
+  e = { attempt = 0, max = 0, created = now, due = now, payload = raw }
+else
+  return 0
+end
 e.err = err
 redis.call('HSET', jobs, member, encode(e))
 end_leases(inflight, leases, {member})
 bump(counts, split_member(member), 'inflight', -1)
-redis.call('ZADD', dead, now_us(), member)
+redis.call('ZADD', dead, now, member)
 return 1

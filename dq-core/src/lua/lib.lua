@@ -34,13 +34,6 @@ local function encode(e)
     .. #e.err .. ':' .. e.err .. e.payload
 end
 
--- Whether an envelope can be read (a fetched job's envelope is handed over as it is; one that
--- cannot be read is dead-lettered instead).
-local function readable(raw)
-  local el, pos = string.match(raw, '^2:%d+:%d+:%d+:%d+:(%d+):()')
-  return el ~= nil and #raw >= pos + tonumber(el) - 1
-end
-
 -- Ends leases: the jobs leave the inflight set and their tokens are forgotten.
 local function end_leases(inflight, leases, members)
   redis.call('ZREM', inflight, unpack(members))

@@ -514,7 +514,6 @@ impl Store for RedisStore {
             .key(k.inflight())
             .key(k.ready(topic))
             .key(k.counts())
-            .key(k.dead(topic))
             .key(k.paused())
             .key(k.leases())
             .arg(topic.as_str())
@@ -542,27 +541,32 @@ impl Store for RedisStore {
                 return Err(malformed_reply("fetch", &Value::Array(pair.to_vec())));
             };
             let location = || format!("{} field {topic}:{id}", k.jobs());
-            if let Some(bad) = id.strip_prefix('!') {
-                let id = JobId::new(bad)?;
-                tracing::error!(
-                    topic = %topic, id = %id, location = %format!("{} field {topic}:{id}", k.jobs()),
-                    "malformed job envelope found in Redis; it was moved to the dead letters with its raw value (inspect it with the admin API, fix or purge it)"
-                );
-                out.malformed.push((id, "malformed envelope".into()));
-                continue;
+            let decoded = Envelope::decode_with(raw, location);
+            let lease = LeaseRef {
+                topic: topic.clone(),
+                id: JobId::new(id)?,
+                token,
+            };
+            match decoded {
+                Ok(mut envelope) => {
+                    // Stored: the runs counted so far; handed over: the run being made.
+                    envelope.attempt = envelope.attempt.saturating_add(1);
+                    out.jobs.push(LeasedJob { lease, envelope });
+                }
+                Err(e) => {
+                    // Never handed to a handler, never retried: dead-lettered at once, the
+                    // stored value kept whole as its payload.
+                    tracing::error!(
+                        topic = %topic, id = %lease.id, error = %e,
+                        "malformed job envelope found in Redis; it was moved to the dead letters with its raw value (inspect it with the admin API, fix or purge it)"
+                    );
+                    let why = format!(
+                        "malformed envelope found in Redis ({e}); the raw value is kept as the payload"
+                    );
+                    self.dead_letter(&lease, &why).await?;
+                    out.malformed.push((lease.id, e.to_string()));
+                }
             }
-            let mut envelope = Envelope::decode_with(raw, location)?;
-            let id = JobId::new(id)?;
-            // Stored: the runs counted so far; handed over: the run being made.
-            envelope.attempt = envelope.attempt.saturating_add(1);
-            out.jobs.push(LeasedJob {
-                lease: LeaseRef {
-                    topic: topic.clone(),
-                    id,
-                    token,
-                },
-                envelope,
-            });
         }
         Ok(out)
     }
