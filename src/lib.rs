@@ -31,7 +31,7 @@ pub use dq_core::{
     Envelope, Error, Event, Fetched, JobId, JobInfo, JobState, LeaseRef, LeasedJob, MemoryStore,
     Message, NewJob, OnConflict, Page, Promoted, PushBuilder, PushOutcome, Pushed, Reclaimed,
     RedisStore, Result, Schedule, Store, Topic, TopicCounts, TopicStats, WorkerInfo,
-    DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_RETRIES,
+    DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_RETRIES, MAX_DELAY,
 };
 pub use dq_runtime::{
     Backoff, IntoOutcome, JobContext, Listener, Outcome, Runtime, RuntimeBuilder, ShutdownHandle,

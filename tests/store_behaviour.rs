@@ -129,6 +129,9 @@ on_both_stores!(
     oversized_payload_is_rejected_with_the_limit,
     a_bad_job_in_a_batch_fails_the_batch_and_stores_nothing,
     keep_and_replace_pushes_in_one_batch_each_get_their_mode,
+    dead_letters_page_with_a_cursor_at_most_1000_per_call,
+    retry_all_dead_takes_only_what_died_before_it_began,
+    a_retry_delay_over_the_limit_is_refused_and_the_job_stays_leased,
 );
 
 async fn pushed_job_is_delayed_with_its_payload_and_due_time(kind: Kind) {
@@ -520,12 +523,17 @@ async fn dead_letters_keep_the_error_and_can_be_listed_requeued_and_purged(kind:
             .unwrap());
     }
     assert_eq!(c.counts("order-cancel").await.unwrap().dead, 3);
-    let dead = s.dead_jobs(&t, 0, 2).await.unwrap();
+    let dead = s.dead_jobs(&t, 0, 2).await.unwrap().jobs;
     assert_eq!(dead.len(), 2, "paged");
     assert_eq!(dead[0].state, JobState::Dead);
     assert!(dead[0].last_error.as_deref().unwrap().contains("not found"));
 
-    assert_eq!(s.requeue_dead(&t, &[id("1")], 3, 100).await.unwrap(), 1);
+    assert_eq!(
+        s.requeue_dead(&t, &[id("1")], 3, 100, u64::MAX)
+            .await
+            .unwrap(),
+        1
+    );
     let info = c.status("order-cancel", "1").await.unwrap().unwrap();
     assert_eq!((info.state, info.attempt), (JobState::Ready, 0));
 
@@ -557,7 +565,7 @@ async fn requeue_without_ids_takes_the_oldest_dead_letters_up_to_the_limit(kind:
     for j in s.fetch(0, &t, 5, LEASE).await.unwrap().jobs {
         s.dead_letter(&j.lease, "boom").await.unwrap();
     }
-    assert_eq!(s.requeue_dead(&t, &[], 3, 4).await.unwrap(), 4);
+    assert_eq!(s.requeue_dead(&t, &[], 3, 4, u64::MAX).await.unwrap(), 4);
     let counts = c.counts("order-cancel").await.unwrap();
     assert_eq!((counts.ready, counts.dead), (4, 1));
 }
@@ -941,16 +949,25 @@ async fn workers_are_listed_while_they_beat(kind: Kind) {
     let s = h.client.store();
     let mut w = dq::WorkerInfo::for_this_process(vec!["t".into()]);
     s.register_worker(&w).await.unwrap();
-    let mut gone = w.clone();
-    gone.id = "gone".into();
-    gone.last_seen_ms -= 120_000;
-    s.register_worker(&gone).await.unwrap();
+    // A host whose clock is two minutes behind: its heartbeat is stamped with the store's
+    // clock, so it is as alive as the others (it used to be dropped as silent).
+    let mut behind = w.clone();
+    behind.id = "behind".into();
+    behind.last_seen_ms -= 120_000;
+    s.register_worker(&behind).await.unwrap();
     let listed = h.client.workers().await.unwrap();
-    assert_eq!(
-        listed,
-        vec![w.clone()],
-        "a worker silent for two minutes is dropped"
-    );
+    let ids: Vec<&str> = listed.iter().map(|w| w.id.as_str()).collect();
+    let mut want = vec!["behind", w.id.as_str()];
+    want.sort();
+    assert_eq!(ids, want, "both listed");
+    let store_now_ms = s.time_us().await.unwrap() / 1000;
+    for seen in &listed {
+        assert!(
+            store_now_ms.abs_diff(seen.last_seen_ms) < 5_000,
+            "stamped with the store's clock: {seen:?}"
+        );
+    }
+    s.unregister_worker("behind").await.unwrap();
     w.running = 3;
     s.register_worker(&w).await.unwrap();
     assert_eq!(h.client.workers().await.unwrap()[0].running, 3);
@@ -983,4 +1000,86 @@ async fn dead_letters_are_retried_and_purged_through_the_client(kind: Kind) {
     );
     assert_eq!(c.retry_dead("t", &[]).await.unwrap(), 3);
     assert_eq!(c.counts("t").await.unwrap().ready, 4);
+}
+
+async fn dead_letters_page_with_a_cursor_at_most_1000_per_call(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let s = c.store();
+    let t = topic("t");
+    c.push_batch((0..1205).map(|i| c.push_to("t", &i).id(i.to_string())))
+        .await
+        .unwrap();
+    let mut leased = Vec::new();
+    while leased.len() < 1205 {
+        leased.extend(s.fetch(0, &t, 1000, LEASE).await.unwrap().jobs);
+    }
+    for j in &leased {
+        s.dead_letter(&j.lease, "boom").await.unwrap();
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    let mut cursor = Some(0);
+    let mut pages = 0;
+    while let Some(at) = cursor {
+        let page = c.jobs("t", JobState::Dead, at, 5000).await.unwrap();
+        assert!(page.jobs.len() <= 1000, "a page holds at most 1,000");
+        for j in page.jobs {
+            assert!(seen.insert(j.id.to_string()), "{} listed twice", j.id);
+        }
+        cursor = page.next;
+        pages += 1;
+        assert!(pages < 10, "the cursor ends");
+    }
+    assert_eq!(seen.len(), 1205, "every dead letter listed once");
+}
+
+async fn retry_all_dead_takes_only_what_died_before_it_began(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let s = c.store();
+    let t = topic("t");
+    c.push_batch((0..3).map(|i| c.push_to("t", &i).id(i.to_string())))
+        .await
+        .unwrap();
+    for j in s.fetch(0, &t, 3, LEASE).await.unwrap().jobs {
+        s.dead_letter(&j.lease, "boom").await.unwrap();
+    }
+    let cutoff = s.time_us().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2)).await; // "later" is later, on any clock
+                                                        // Requeued and dead again before the caller asks for the next batch: not taken again.
+    assert_eq!(s.requeue_dead(&t, &[], 3, 1000, cutoff).await.unwrap(), 3);
+    for j in s.fetch(0, &t, 3, LEASE).await.unwrap().jobs {
+        s.dead_letter(&j.lease, "boom again").await.unwrap();
+    }
+    assert_eq!(s.requeue_dead(&t, &[], 3, 1000, cutoff).await.unwrap(), 0);
+    assert_eq!(c.counts("t").await.unwrap().dead, 3);
+    // Through the client: one pass over what is dead now, and it ends.
+    assert_eq!(c.retry_dead("t", &[]).await.unwrap(), 3);
+    assert_eq!(c.counts("t").await.unwrap().ready, 3);
+}
+
+async fn a_retry_delay_over_the_limit_is_refused_and_the_job_stays_leased(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let s = c.store();
+    c.push_to("t", &1).id("1").await.unwrap();
+    let job = s
+        .fetch(0, &topic("t"), 1, LEASE)
+        .await
+        .unwrap()
+        .jobs
+        .remove(0);
+    for delay in [Duration::MAX, dq::MAX_DELAY + Duration::from_secs(1)] {
+        let err = s.retry(&job.lease, delay, "boom").await.unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidSchedule { .. }),
+            "{delay:?}: {err}"
+        );
+    }
+    let info = c.status("t", "1").await.unwrap().unwrap();
+    assert_eq!(info.state, JobState::Running, "nothing was written");
+    assert!(s.retry(&job.lease, dq::MAX_DELAY, "boom").await.unwrap());
+    let info = c.status("t", "1").await.unwrap().unwrap();
+    assert_eq!(info.state, JobState::Delayed, "readable, and far away");
+    assert!(info.due > SystemTime::now() + Duration::from_secs(100 * 365 * 86_400));
 }

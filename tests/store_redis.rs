@@ -141,7 +141,7 @@ async fn malformed_envelope_is_reported_and_dead_lettered_without_touching_other
     assert_eq!(ids, ["good-1", "good-2"]);
     assert_eq!(f.malformed.len(), 1);
     assert_eq!(f.malformed[0].0.as_str(), "evil");
-    let dead = s.dead_jobs(&topic("t"), 0, 10).await.unwrap();
+    let dead = s.dead_jobs(&topic("t"), 0, 10).await.unwrap().jobs;
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].payload, b"not an envelope", "the raw value is kept");
     assert!(dead[0]
@@ -164,7 +164,7 @@ async fn an_envelope_of_an_unknown_format_version_is_dead_lettered_with_the_vers
     let f = s.fetch(0, &topic("t"), 10, LEASE).await.unwrap();
     assert!(f.jobs.is_empty(), "never handed to a handler");
     assert_eq!(f.malformed.len(), 1);
-    let dead = s.dead_jobs(&topic("t"), 0, 10).await.unwrap();
+    let dead = s.dead_jobs(&topic("t"), 0, 10).await.unwrap().jobs;
     assert_eq!(
         dead[0].payload,
         old.as_bytes(),
@@ -324,4 +324,21 @@ async fn push_that_no_replica_confirms_fails_with_not_replicated_but_is_kept() {
     assert!(err.to_string().contains("same id is safe"), "{err}");
     let info = c.status("order-cancel", "2").await.unwrap();
     assert!(info.is_some(), "the master kept the job");
+}
+
+/// A worker whose last heartbeat (by Redis' clock) is over a minute old is no longer listed,
+/// and its record is deleted.
+#[tokio::test]
+async fn a_worker_silent_for_a_minute_by_redis_clock_is_dropped() {
+    let redis = RedisServer::start();
+    let c = client(&redis).await;
+    let mut w = dq::WorkerInfo::for_this_process(vec!["t".into()]);
+    w.id = "silent".into();
+    w.last_seen_ms = c.store().time_us().await.unwrap() / 1000 - 61_000;
+    let json = serde_json::to_string(&w).unwrap();
+    redis.command(&["HSET", "dq:{test:0}:workers", "silent", &json]);
+    assert!(c.workers().await.unwrap().is_empty());
+    assert!(redis
+        .command(&["HEXISTS", "dq:{test:0}:workers", "silent"])
+        .starts_with(":0"));
 }

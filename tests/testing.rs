@@ -89,3 +89,71 @@ async fn dead_letters_are_inspectable_in_tests() {
         .contains("always fails"));
     rt.shutdown().await;
 }
+
+/// A handler that pushes a follow-up for another service (a topic this runtime has no listener
+/// for) leaves that job ready; `advance` returns instead of waiting for someone to run it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn advance_returns_when_only_jobs_of_topics_handled_elsewhere_are_ready() {
+    let listener = Listener::new("order-cancel", |r: Reminder, ctx: JobContext| async move {
+        let _ = (r, ctx);
+    });
+    let rt = TestRuntime::start_with(
+        Runtime::builder()
+            .without_registered_listeners()
+            .listener(listener),
+    )
+    .await
+    .unwrap();
+    rt.client()
+        .push_to("send-email", &Reminder { ride: 1 })
+        .await
+        .unwrap();
+    rt.client()
+        .push_to("order-cancel", &Reminder { ride: 2 })
+        .delay(Duration::from_secs(60))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    rt.advance(Duration::from_secs(120)).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(rt.handled("order-cancel").len(), 1);
+    let waiting = rt.client().counts("send-email").await.unwrap();
+    assert_eq!(waiting.ready, 1, "left for the service that handles it");
+    rt.shutdown().await;
+}
+
+/// A paused topic's ready jobs wait for `resume`; `advance` does not wait for them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn advance_returns_while_a_paused_topic_has_ready_jobs() {
+    let listener = Listener::new("order-cancel", |r: Reminder, ctx: JobContext| async move {
+        let _ = (r, ctx);
+    });
+    let rt = TestRuntime::start_with(
+        Runtime::builder()
+            .without_registered_listeners()
+            .listener(listener),
+    )
+    .await
+    .unwrap();
+    rt.client().pause("order-cancel").await.unwrap();
+    rt.client()
+        .push_to("order-cancel", &Reminder { ride: 1 })
+        .await
+        .unwrap();
+    let started = Instant::now();
+    rt.advance(Duration::from_secs(10)).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(rt.handled("order-cancel").is_empty(), "paused");
+    rt.client().resume("order-cancel").await.unwrap();
+    rt.advance(Duration::from_secs(2)).await;
+    assert_eq!(rt.handled("order-cancel").len(), 1, "runs after resume");
+    rt.shutdown().await;
+}

@@ -15,7 +15,7 @@
 
 mod output;
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use dq::{ChangeOutcome, Client, JobState, Schedule};
@@ -153,8 +153,9 @@ enum DeadCommand {
         topic: String,
         #[arg(long, default_value_t = 20)]
         limit: usize,
+        /// The `next` cursor printed with the previous page.
         #[arg(long, default_value_t = 0)]
-        offset: u64,
+        cursor: u64,
     },
     /// Run dead letters again with fresh attempts: some ids, a whole topic, or every topic.
     Retry {
@@ -293,7 +294,7 @@ async fn run(cli: Cli) -> Result<(), Exit> {
                 print_table(&["ID", "STATE", "ATTEMPT", "DUE", "LAST ERROR"], rows);
                 if let Some(next) = page.next {
                     println!(
-                        "more: dq jobs {topic} --state {} --cursor {next}",
+                        "more: dq jobs {topic} --state {} --limit {limit} --cursor {next}",
                         state.as_str()
                     );
                 }
@@ -380,9 +381,9 @@ async fn run(cli: Cli) -> Result<(), Exit> {
             DeadCommand::List {
                 topic,
                 limit,
-                offset,
+                cursor,
             } => {
-                let page = client.jobs(&topic, JobState::Dead, offset, limit).await?;
+                let page = client.jobs(&topic, JobState::Dead, cursor, limit).await?;
                 if json {
                     let jobs: Vec<_> = page.jobs.iter().map(job_json).collect();
                     println!("{}", json!({ "jobs": jobs, "next": page.next }));
@@ -400,6 +401,9 @@ async fn run(cli: Cli) -> Result<(), Exit> {
                         })
                         .collect();
                     print_table(&["ID", "DIED", "ATTEMPTS", "ERROR"], rows);
+                    if let Some(next) = page.next {
+                        println!("more: dq dead list {topic} --limit {limit} --cursor {next}");
+                    }
                 }
             }
             DeadCommand::Retry {
@@ -524,7 +528,8 @@ async fn stats(client: &Client, json: bool) -> Result<(), Exit> {
         println!("{}", serde_json::Value::Array(list));
         return Ok(());
     }
-    let now = SystemTime::now();
+    // Lag by the store's clock, as the due times were stamped (this host's may be off).
+    let now = dq::from_us(client.store().time_us().await?);
     let rows = all
         .iter()
         .map(|(t, s)| {

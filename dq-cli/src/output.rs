@@ -68,7 +68,9 @@ pub(crate) fn job_json(j: &dq::JobInfo) -> Value {
         "created_ms": ms(j.created),
         "state_time_ms": j.state_since_or_until.map(ms),
         "last_error": j.last_error,
-        "payload": String::from_utf8_lossy(&j.payload),
+        // Nested JSON when the payload is JSON (as pushed by dq's clients), else its text.
+        "payload": serde_json::from_slice::<Value>(&j.payload)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&j.payload).into_owned())),
     })
 }
 

@@ -287,8 +287,9 @@ impl Client {
         self.store.stats(&Topic::new(topic)?).await
     }
 
-    /// A page of a topic's jobs in one state; `cursor` is 0, then the page's `next`. Dead jobs
-    /// are paged by offset (`cursor` is the offset), newest first.
+    /// A page of at most `limit` (at most 1,000) of a topic's jobs in one state; `cursor` is 0,
+    /// then the page's `next` until it is `None`. Pages go shard by shard; dead letters come
+    /// newest first within a shard. Every page costs bounded work, however long the queue.
     pub async fn jobs(
         &self,
         topic: &str,
@@ -298,11 +299,7 @@ impl Client {
     ) -> Result<Page> {
         let topic = Topic::new(topic)?;
         if state == JobState::Dead {
-            let offset = usize::try_from(cursor).unwrap_or(usize::MAX);
-            let jobs = self.store.dead_jobs(&topic, offset, limit).await?;
-            let next = (jobs.len() >= limit.clamp(1, crate::store::MAX_BATCH))
-                .then(|| (offset + jobs.len()) as u64);
-            return Ok(Page { jobs, next });
+            return self.store.dead_jobs(&topic, cursor, limit).await;
         }
         self.store.list(&topic, state, cursor, limit).await
     }
@@ -321,16 +318,19 @@ impl Client {
             for chunk in ids.chunks(crate::store::MAX_BATCH) {
                 n += self
                     .store
-                    .requeue_dead(&topic, chunk, max, chunk.len())
+                    .requeue_dead(&topic, chunk, max, chunk.len(), u64::MAX)
                     .await?;
             }
             return Ok(n);
         }
+        // Only what died before this call began: a job that dies again while we work through
+        // the list is not taken again (with a failing handler that would never end).
+        let died_before = self.store.time_us().await?;
         let mut n = 0;
         loop {
             let moved = self
                 .store
-                .requeue_dead(&topic, &[], max, crate::store::MAX_BATCH)
+                .requeue_dead(&topic, &[], max, crate::store::MAX_BATCH, died_before)
                 .await?;
             n += moved;
             if moved == 0 {
@@ -351,14 +351,17 @@ impl Client {
     /// Deletes a topic's dead letters that died more than `older_than` ago. Returns how many.
     pub async fn purge_dead(&self, topic: &str, older_than: Duration) -> Result<usize> {
         let topic = Topic::new(topic)?;
-        let before = SystemTime::now()
+        // By the store's clock, as the deaths were stamped.
+        let now = crate::job::from_us(self.store.time_us().await?);
+        let before = now
             .checked_sub(older_than)
             .unwrap_or(SystemTime::UNIX_EPOCH);
         let mut n = 0;
         loop {
-            let deleted = self.store.purge_dead(&topic, before, 10_000).await?;
+            let limit = crate::store::MAX_BATCH;
+            let deleted = self.store.purge_dead(&topic, before, limit).await?;
             n += deleted;
-            if deleted < 10_000 {
+            if deleted < limit {
                 return Ok(n);
             }
         }
@@ -386,8 +389,7 @@ fn check_schedule(topic: &str, id: &str, when: Schedule) -> Result<()> {
         id: id.to_owned(),
         reason,
     };
-    // Microseconds in a Lua double are exact up to 2^53, about the year 2255.
-    const LIMIT: Duration = Duration::from_secs(200 * 365 * 86_400);
+    const LIMIT: Duration = crate::job::MAX_DELAY;
     match when {
         Schedule::After(d) if d > LIMIT => Err(bad("a delay is at most 200 years")),
         Schedule::At(t) if t < SystemTime::UNIX_EPOCH => Err(bad("a due time before 1970")),

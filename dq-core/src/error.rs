@@ -145,6 +145,10 @@ impl Error {
                     || source.is_connection_refusal()
                     || source.is_timeout()
                     || matches!(source.retry_method(), redis::RetryMethod::WaitAndRetry)
+                    // A script that met a key its node no longer holds, while a cluster slot
+                    // migrates: it was aborted before its first write (every dq script touches
+                    // its keys first), and goes through once the slot has moved.
+                    || source.to_string().contains("non local key")
             }
             Error::Timeout { .. } => true,
             Error::Batch(inner) => inner.is_connection(),

@@ -153,6 +153,23 @@ pub struct LeasedJob {
     pub envelope: Envelope,
 }
 
+/// The longest delay of a push or a retry, and the farthest ahead a due time may be: 200
+/// years. Microseconds in a Lua double are exact up to 2^53, about the year 2255; a longer delay
+/// would be stored wrong or wrap around to a short one.
+pub const MAX_DELAY: Duration = Duration::from_secs(200 * 365 * 86_400);
+
+/// Refuses a retry delay over [`MAX_DELAY`] (both stores call it before writing anything).
+pub(crate) fn check_retry_delay(lease: &LeaseRef, delay: Duration) -> crate::Result<()> {
+    if delay > MAX_DELAY {
+        return Err(crate::Error::InvalidSchedule {
+            topic: lease.topic.to_string(),
+            id: lease.id.to_string(),
+            reason: "a retry delay is at most 200 years",
+        });
+    }
+    Ok(())
+}
+
 /// Names one lease on one job: the fencing token that refuses writes from a worker whose
 /// lease was taken over.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -221,7 +238,8 @@ pub struct WorkerInfo {
     pub running: usize,
     /// When it started, in milliseconds since the epoch.
     pub started_ms: u64,
-    /// Its last heartbeat, in milliseconds since the epoch.
+    /// Its last heartbeat, in milliseconds since the epoch, by the store's clock (the store
+    /// stamps it when the heartbeat is recorded).
     pub last_seen_ms: u64,
 }
 

@@ -19,7 +19,7 @@ pub use error::{Error, Result};
 pub use job::{
     from_us, to_us, Acked, ChangeOutcome, Fetched, JobInfo, JobState, LeaseRef, LeasedJob, NewJob,
     OnConflict, Page, Promoted, PushOutcome, Reclaimed, Schedule, TopicCounts, TopicStats,
-    WorkerInfo, DEFAULT_RETRIES,
+    WorkerInfo, DEFAULT_RETRIES, MAX_DELAY,
 };
 pub use message::Message;
 pub use name::{JobId, Topic, MAX_JOB_ID_LEN, MAX_TOPIC_LEN};

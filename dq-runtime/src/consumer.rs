@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use dq_core::{from_us, LeaseRef, LeasedJob, Topic, MAX_BATCH};
+use dq_core::{from_us, LeaseRef, LeasedJob, Topic, MAX_BATCH, MAX_DELAY};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
 
@@ -54,10 +54,25 @@ impl ConsumerLoop {
                     Err(_) => break,
                 }
             }
+            let fetch = shared
+                .store
+                .fetch(self.shard, &self.topic, permits.len(), lease);
+            tokio::pin!(fetch);
             let fetched = tokio::select! {
-                _ = shared.stop.cancelled() => return,
-                f = shared.store.fetch(self.shard, &self.topic, permits.len(), lease) => f,
+                biased;
+                f = &mut fetch => f,
+                _ = shared.stop.cancelled() => {
+                    // Redis may have leased jobs to this call already: dropping the reply would
+                    // leave them leased to nobody until the lease expires (and count a run that
+                    // never happened). Let it arrive and hand the jobs back.
+                    hand_back(shared, tokio::time::timeout(HAND_BACK_LIMIT, fetch).await).await;
+                    return;
+                }
             };
+            if shared.stop.is_cancelled() {
+                hand_back(shared, Ok(fetched)).await;
+                return;
+            }
             let fetched = match fetched {
                 Ok(f) => {
                     health.ok();
@@ -105,6 +120,34 @@ impl ConsumerLoop {
                 shared.jobs.spawn(run);
             }
         }
+    }
+}
+
+/// Longest wait, once shutdown began, for a fetch reply already on its way (and for handing its
+/// jobs back). Past it the jobs stay leased until their lease expires, then run elsewhere.
+const HAND_BACK_LIMIT: Duration = Duration::from_secs(2);
+
+/// Returns the jobs of a fetch that completed after shutdown began to the front of their ready
+/// list at once, without counting a run.
+async fn hand_back(
+    shared: &Shared,
+    fetched: Result<dq_core::Result<dq_core::Fetched>, tokio::time::error::Elapsed>,
+) {
+    let leases: Vec<LeaseRef> = match fetched {
+        Ok(Ok(f)) => f.jobs.into_iter().map(|j| j.lease).collect(),
+        Ok(Err(_)) => return, // nothing was leased to us, or nothing we can know of
+        Err(_) => {
+            tracing::warn!(limit = ?HAND_BACK_LIMIT, "shutdown: a fetch reply did not arrive in time; any jobs it leased run again when their lease expires");
+            return;
+        }
+    };
+    if leases.is_empty() {
+        return;
+    }
+    match tokio::time::timeout(HAND_BACK_LIMIT, shared.store.release(&leases)).await {
+        Ok(Ok(n)) => tracing::debug!(released = n, "shutdown: handed back jobs fetched as it began"),
+        Ok(Err(e)) => tracing::warn!(error = %e, jobs = leases.len(), "shutdown: could not hand back jobs fetched as it began; they run again when their lease expires"),
+        Err(_) => tracing::warn!(jobs = leases.len(), "shutdown: handing back jobs fetched as it began timed out; they run again when their lease expires"),
     }
 }
 
@@ -195,6 +238,9 @@ async fn run_job(
                 crate::metrics::count("dq_jobs_succeeded_total", &topic);
                 let _ = shared.acks.send(lease);
             }
+            Outcome::RetryAfter(delay) if delay > MAX_DELAY => {
+                dead_for_delay(&shared, &lease, delay).await;
+            }
             Outcome::RetryAfter(delay) => {
                 tracing::info!(retry_in = ?delay, "handler asked to run the job again later");
                 settle_retry(&shared, &lease, delay, "the handler asked to run again later").await;
@@ -205,8 +251,12 @@ async fn run_job(
             }
             Outcome::Error(error) if envelope.attempt < max_attempts => {
                 let delay = listener.backoff.delay(envelope.attempt);
-                tracing::warn!(error = %error, retry_in = ?delay, "job failed; it will be retried");
-                settle_retry(&shared, &lease, delay, &error).await;
+                if delay > MAX_DELAY {
+                    dead_for_delay(&shared, &lease, delay).await;
+                } else {
+                    tracing::warn!(error = %error, retry_in = ?delay, "job failed; it will be retried");
+                    settle_retry(&shared, &lease, delay, &error).await;
+                }
             }
             Outcome::Error(error) => {
                 let reason = format!("{error} (attempt {} of {max_attempts})", envelope.attempt);
@@ -237,7 +287,10 @@ async fn supervise(
             None => std::future::pending().await,
         }
     };
-    tokio::select! {
+    // Biased: a handler that finished as its timeout fired (or as the grace period ended) has
+    // finished, and is acked rather than retried and run again.
+    let outcome = tokio::select! {
+        biased;
         joined = &mut task => Some(match joined {
             Ok(outcome) => outcome,
             Err(e) if e.is_panic() => Outcome::Error(format!("handler panicked: {}", panic_message(e.into_panic()))),
@@ -254,7 +307,14 @@ async fn supervise(
             task.abort();
             None
         }
+    };
+    if !task.is_finished() {
+        // An aborted handler stops at its next `.await`; code that blocks between two awaits
+        // keeps running until then. Wait for it, so that the retry (or the release at shutdown)
+        // can never start a second run beside it.
+        let _ = task.await;
     }
+    outcome
 }
 
 fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
@@ -265,6 +325,17 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
     } else {
         "a non-text panic payload".to_owned()
     }
+}
+
+/// A retry asked for after more than [`MAX_DELAY`] (a handler's `RetryAfter(Duration::MAX)`, a
+/// huge fixed backoff) cannot be stored: the job is dead-lettered with the reason instead of
+/// being written with a due time dq could not read back.
+async fn dead_for_delay(shared: &Shared, lease: &LeaseRef, delay: Duration) {
+    let reason = format!(
+        "the job was to run again after {delay:?}, over the 200-year limit of a delay (dq::MAX_DELAY); dead-lettered instead (fix the handler's RetryAfter or the listener's backoff, then requeue it)"
+    );
+    tracing::error!(reason = %reason, "retry delay out of range");
+    settle_dead(shared, lease, &reason).await;
 }
 
 /// Store calls after a run are retried with backoff until they succeed or shutdown aborts; if

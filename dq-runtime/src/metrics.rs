@@ -16,7 +16,7 @@
 //! | `dq_queue_lag_seconds` | gauge | topic | age of the oldest ready job: how far behind workers are |
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use crate::shared::Shared;
 
@@ -44,8 +44,10 @@ pub(crate) fn count(name: &'static str, topic: &str) {
 /// Publishes the depth of each topic's queue every 5 s until shutdown.
 pub(crate) async fn queue_gauges(shared: Arc<Shared>, topics: Vec<dq_core::Topic>) {
     loop {
+        // Lag by the store's clock, as due times are stamped (this host's clock may be off).
+        let now = shared.store.time_us().await.map(dq_core::from_us);
         for topic in &topics {
-            if let Ok(s) = shared.store.stats(topic).await {
+            if let (Ok(s), Ok(now)) = (shared.store.stats(topic).await, &now) {
                 let t = topic.to_string();
                 for (state, n) in [
                     ("delayed", s.counts.delayed),
@@ -58,7 +60,7 @@ pub(crate) async fn queue_gauges(shared: Arc<Shared>, topics: Vec<dq_core::Topic
                 }
                 let lag = s
                     .oldest_ready_due
-                    .and_then(|d| SystemTime::now().duration_since(d).ok())
+                    .and_then(|d| now.duration_since(d).ok())
                     .unwrap_or_default();
                 metrics::gauge!("dq_queue_lag_seconds", "topic" => t).set(lag.as_secs_f64());
             }

@@ -20,6 +20,10 @@ use crate::upkeep;
 
 type Hook = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
 
+/// How long cancelled handlers get to stop at the end of the grace period: code that blocks
+/// between two awaits only sees the cancellation at its next await.
+const ABORT_LIMIT: Duration = Duration::from_secs(5);
+
 /// How long each shutdown hook may run.
 pub const HOOK_DEADLINE: Duration = Duration::from_secs(5);
 
@@ -35,6 +39,8 @@ pub const HOOK_DEADLINE: Duration = Duration::from_secs(5);
 #[derive(Debug)]
 pub struct Runtime {
     client: Client,
+    /// The topics of this runtime's listeners.
+    topics: Vec<Topic>,
     handle: ShutdownHandle,
     task: JoinHandle<ShutdownReport>,
 }
@@ -119,6 +125,11 @@ impl Runtime {
     /// A client that pushes through the runtime's store.
     pub fn client(&self) -> &Client {
         &self.client
+    }
+
+    /// The topics this runtime has listeners for.
+    pub fn topics(&self) -> &[Topic] {
+        &self.topics
     }
 
     /// A handle that starts the graceful shutdown.
@@ -297,7 +308,7 @@ impl RuntimeBuilder {
             .collect::<Result<Vec<_>>>()?;
         chores.push(tokio::spawn(crate::metrics::queue_gauges(
             shared.clone(),
-            topics,
+            topics.clone(),
         )));
         for listener in &listeners {
             let topic = Topic::new(listener.topic.clone())?;
@@ -348,6 +359,7 @@ impl RuntimeBuilder {
         });
         Ok(Runtime {
             client,
+            topics,
             handle,
             task,
         })
@@ -412,7 +424,12 @@ impl Supervisor {
         {
             tracing::warn!("grace period over: cancelling the handlers still running");
             shared.abort.cancel();
-            shared.jobs.wait().await;
+            if tokio::time::timeout(ABORT_LIMIT, shared.jobs.wait())
+                .await
+                .is_err()
+            {
+                tracing::error!(limit = ?ABORT_LIMIT, "handlers still running after they were cancelled (they block the thread between awaits); their jobs stay leased and run again when the lease expires");
+            }
         }
         let interrupted = shared.take_interrupted();
         let mut released = 0;

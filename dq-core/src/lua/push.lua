@@ -7,11 +7,16 @@
 --   max_attempts, payload
 -- Returns {earliest_due_if_it_moved_earlier_or_-1, code_1, ..., code_n}; codes:
 --   0 kept (already pending), 1 created, 2 replaced, 3 running (replace refused: it is running)
+-- Phase 1 only reads (and touches every ready list it will write); phase 2 writes, and the
+-- writes that may delete a key (ZREM of delayed or dead, LREM) come after every other use of
+-- that key: on a cluster whose slot is migrating a missing key aborts the script where it
+-- stands, so it must abort before the first write (DESIGN.md).
 local jobs, delayed, topics, counts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local prefix, replace, n = ARGV[1], ARGV[2] == 'replace', tonumber(ARGV[3])
+local inflight = prefix .. 'inflight' -- only read, in phase 1
 local now = now_us()
 local before = earliest(delayed)
-local out = {0}
+local out = {-1}
 local members = {}
 for i = 0, n - 1 do members[i + 1] = ARGV[4 + i * 5] .. ':' .. ARGV[5 + i * 5] end
 local existing = redis.call('HMGET', jobs, unpack(members))
@@ -21,6 +26,10 @@ local plan, planned = {}, {}
 -- Due times by `when` argument, as numbers and as strings: jobs pushed together usually share
 -- one, and formatting a number costs more than the rest of a job's Lua work.
 local dues, due_strs = {}, {}
+-- Where replaced jobs were: was_delayed[member] / was_ready[member] = {topic, id}; revived
+-- dead letters by topic.
+local was_delayed, was_ready, revived = {}, {}, {}
+local delayed_left = redis.call('ZCARD', delayed)
 for i = 0, n - 1 do
   local topic, id, when = ARGV[4 + i * 5], ARGV[5 + i * 5], ARGV[6 + i * 5]
   local member = members[i + 1]
@@ -35,17 +44,18 @@ for i = 0, n - 1 do
     end
   elseif existing[i + 1] then
     if redis.call('ZSCORE', prefix .. 'dead:' .. topic, member) then
-      redis.call('ZREM', prefix .. 'dead:' .. topic, member)
-    elseif redis.call('ZSCORE', prefix .. 'inflight', member) then
+      revived[topic] = revived[topic] or {}
+      table.insert(revived[topic], member)
+    elseif redis.call('ZSCORE', inflight, member) then
       code = replace and 3 or 0
     elseif not replace then
       code = 0
     else
       code = 2
-      if redis.call('ZREM', delayed, member) == 1 then
-        bump(counts, topic, 'delayed', -1)
+      if redis.call('ZSCORE', delayed, member) then
+        was_delayed[member] = true
       else
-        redis.call('LREM', prefix .. 'ready:' .. topic, 1, id)
+        was_ready[member] = {topic, id}
       end
     end
   end
@@ -61,6 +71,7 @@ for i = 0, n - 1 do
   out[#out + 1] = code
 end
 local writes, adds, ready_by_topic, delayed_by_topic = {}, {}, {}, {}
+local unready, undelay = {}, {}
 -- The envelope of a new job (format 2 in lib.lua), built directly: only the due time varies.
 local created = ':' .. fmt(now) .. ':'
 for _, i in ipairs(plan) do
@@ -77,13 +88,25 @@ for _, i in ipairs(plan) do
         ready_by_topic[topic] = list
       end
       list[#list + 1] = id
+      if was_delayed[member] then
+        undelay[#undelay + 1] = member
+        delayed_by_topic[topic] = (delayed_by_topic[topic] or 0) - 1
+      end
     else
       adds[#adds + 1] = due_str
       adds[#adds + 1] = member
-      delayed_by_topic[topic] = (delayed_by_topic[topic] or 0) + 1
+      if not was_delayed[member] then
+        delayed_by_topic[topic] = (delayed_by_topic[topic] or 0) + 1
+        delayed_left = delayed_left + 1
+      end
     end
+    if was_ready[member] then unready[#unready + 1] = was_ready[member] end
   end
 end
+-- Touch every ready list this call writes to before the first write.
+for topic in pairs(ready_by_topic) do redis.call('LLEN', prefix .. 'ready:' .. topic) end
+for _, old in ipairs(unready) do redis.call('LLEN', prefix .. 'ready:' .. old[1]) end
+-- Phase 2: writes.
 if #writes > 0 then redis.call('HSET', jobs, unpack(writes)) end
 if #adds > 0 then redis.call('ZADD', delayed, unpack(adds)) end
 local touched = {}
@@ -97,5 +120,13 @@ for topic, k in pairs(delayed_by_topic) do
   touched[topic] = true
 end
 for topic in pairs(touched) do redis.call('SADD', topics, topic) end
-out[1] = announce(prefix, delayed, before)
+delayed_left = delayed_left - #undelay
+if delayed_left > 0 then out[1] = announce(prefix, delayed, before) end
+-- Removals last: each may delete its key, which nothing below uses again. A replaced ready job
+-- was pushed again above (to the back, or into delayed): LREM takes its first, older entry.
+for _, old in ipairs(unready) do redis.call('LREM', prefix .. 'ready:' .. old[1], 1, old[2]) end
+if #undelay > 0 then redis.call('ZREM', delayed, unpack(undelay)) end
+for topic, dead_members in pairs(revived) do
+  redis.call('ZREM', prefix .. 'dead:' .. topic, unpack(dead_members))
+end
 return out

@@ -1,18 +1,29 @@
 -- reclaim: takes back jobs whose lease expired (their worker died or stalled), a bounded batch.
 -- A job that was on its last attempt is dead-lettered, so a job that kills its worker every
 -- time cannot loop forever. The lost run is counted here (a fetch does not count it).
--- Batched: one ZREM, one HDEL, one HMGET, one HSET and one LPUSH per topic.
+-- Batched: one ZREM, one HDEL, one HMGET, one HSET, one LPUSH and one ZADD per topic.
 -- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] counts  KEYS[4] leases
 -- ARGV[1] key prefix  ARGV[2] most jobs (at most 1000)
 -- Returns {requeued, dead_lettered}.
+-- Reads first (and a touch of every ready and dead key it will write), writes after, and the
+-- write that may delete a key (ZREM inflight) last: see promote.lua.
 local jobs, inflight, counts, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local prefix, limit = ARGV[1], tonumber(ARGV[2])
+local prefix, limit = ARGV[1], math.min(tonumber(ARGV[2]), 1000)
 local now = now_us()
 local expired = redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0, limit)
 if #expired == 0 then return {0, 0} end
-end_leases(inflight, leases, expired)
 local raws = redis.call('HMGET', jobs, unpack(expired))
-local writes, ready, running, requeued, dead = {}, {}, {}, 0, 0
+local writes, ready, dead_by, running, requeued, dead = {}, {}, {}, {}, 0, 0
+local function to_dead(topic, member)
+  if not dead_by[topic] then
+    dead_by[topic] = {}
+    redis.call('ZCARD', prefix .. 'dead:' .. topic) -- touch
+  end
+  local list = dead_by[topic]
+  list[#list + 1] = fmt(now)
+  list[#list + 1] = member
+  dead = dead + 1
+end
 -- Backwards, so that after the LPUSHes the job that expired first is first in line.
 for i = #expired, 1, -1 do
   local member = expired[i]
@@ -26,29 +37,34 @@ for i = #expired, 1, -1 do
       writes[#writes + 1] = member
       writes[#writes + 1] = encode({ attempt = 0, max = 0, created = now, due = now,
         err = 'malformed envelope found in Redis; the raw value is kept as the payload', payload = raw })
-      redis.call('ZADD', prefix .. 'dead:' .. topic, now, member)
-      dead = dead + 1
+      to_dead(topic, member)
     end
   elseif e.attempt >= e.max then
     e.err = 'lease expired on attempt ' .. e.attempt .. ' of ' .. e.max
       .. ' (the worker died or stopped renewing its lease)'
     writes[#writes + 1] = member
     writes[#writes + 1] = encode(e)
-    redis.call('ZADD', prefix .. 'dead:' .. topic, now, member)
-    dead = dead + 1
+    to_dead(topic, member)
   else
     e.err = 'lease expired on attempt ' .. e.attempt .. ' (the worker died or stopped renewing its lease)'
     writes[#writes + 1] = member
     writes[#writes + 1] = encode(e)
-    ready[topic] = ready[topic] or {}
+    if not ready[topic] then
+      ready[topic] = {}
+      redis.call('LLEN', prefix .. 'ready:' .. topic) -- touch
+    end
     table.insert(ready[topic], id)
     requeued = requeued + 1
   end
 end
 if #writes > 0 then redis.call('HSET', jobs, unpack(writes)) end
+for topic, entries in pairs(dead_by) do
+  redis.call('ZADD', prefix .. 'dead:' .. topic, unpack(entries))
+end
 for topic, ids in pairs(ready) do
   push_all('LPUSH', prefix .. 'ready:' .. topic, ids)
   ring(prefix, topic)
 end
 for topic, k in pairs(running) do bump(counts, topic, 'inflight', -k) end
+end_leases(inflight, leases, expired)
 return {requeued, dead}

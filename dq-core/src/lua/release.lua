@@ -3,18 +3,34 @@
 -- KEYS[1] inflight  KEYS[2] counts  KEYS[3] leases
 -- ARGV[1] key prefix, then member_1, token_1, ... (at most 1000 pairs)
 -- Returns the number released.
+-- Reads first (tokens, and a touch of each ready list), writes after; ZREM inflight last.
 local inflight, counts, leases = KEYS[1], KEYS[2], KEYS[3]
 local prefix = ARGV[1]
-local released = 0
-for i = 2, #ARGV, 2 do
-  local member, token = ARGV[i], ARGV[i + 1]
-  if redis.call('HGET', leases, member) == token then
-    end_leases(inflight, leases, {member})
+local members = {}
+for i = 2, #ARGV, 2 do members[#members + 1] = ARGV[i] end
+if #members == 0 then return 0 end
+local tokens = redis.call('HMGET', leases, unpack(members))
+local held, by_topic, order, seen = {}, {}, {}, {}
+for k, member in ipairs(members) do
+  if not seen[member] and tokens[k] == ARGV[2 * k + 1] then
+    seen[member] = true
     local topic, id = split_member(member)
-    redis.call('LPUSH', prefix .. 'ready:' .. topic, id)
-    ring(prefix, topic)
-    bump(counts, topic, 'inflight', -1)
-    released = released + 1
+    if not by_topic[topic] then
+      by_topic[topic] = {}
+      order[#order + 1] = topic
+      redis.call('LLEN', prefix .. 'ready:' .. topic) -- touch
+    end
+    local list = by_topic[topic]
+    list[#list + 1] = id
+    held[#held + 1] = member
   end
 end
-return released
+if #held == 0 then return 0 end
+for _, topic in ipairs(order) do
+  -- One LPUSH of a, b, c leaves c first, as one LPUSH each in turn did.
+  push_all('LPUSH', prefix .. 'ready:' .. topic, by_topic[topic])
+  ring(prefix, topic)
+  bump(counts, topic, 'inflight', -#by_topic[topic])
+end
+end_leases(inflight, leases, held)
+return #held

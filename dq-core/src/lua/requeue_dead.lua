@@ -1,34 +1,42 @@
 -- requeue_dead: gives dead letters a fresh set of attempts, ready to run now.
--- KEYS[1] jobs  KEYS[2] dead:<topic>
+-- KEYS[1] jobs  KEYS[2] dead:<topic>  KEYS[3] ready:<topic>
 -- ARGV[1] key prefix  ARGV[2] topic  ARGV[3] max_attempts for the new run
--- ARGV[4] most jobs (at most 1000), then the ids to requeue (none: the oldest dead letters)
+-- ARGV[4] most jobs (at most 1000)  ARGV[5] died at or before (us; used without ids)
+-- then the ids to requeue (none: the oldest dead letters that died by ARGV[5])
 -- Returns the number requeued.
-local jobs, dead = KEYS[1], KEYS[2]
-local prefix, topic, max, limit = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+-- Every read comes before the first write (see DESIGN.md: a redirect mid-script on a cluster
+-- must find nothing changed).
+local jobs, dead, ready = KEYS[1], KEYS[2], KEYS[3]
+local prefix, topic = ARGV[1], ARGV[2]
+local max, limit = tonumber(ARGV[3]), math.min(tonumber(ARGV[4]), 1000)
 local members = {}
-if #ARGV > 4 then
-  for i = 5, math.min(#ARGV, 4 + limit) do members[#members + 1] = topic .. ':' .. ARGV[i] end
+if #ARGV > 5 then
+  for i = 6, math.min(#ARGV, 5 + limit) do members[#members + 1] = topic .. ':' .. ARGV[i] end
 else
-  members = redis.call('ZRANGE', dead, 0, limit - 1)
+  members = redis.call('ZRANGEBYSCORE', dead, '-inf', ARGV[5], 'LIMIT', 0, limit)
 end
 local now = now_us()
-local n = 0
+local writes, ids, gone, seen = {}, {}, {}, {}
 for _, member in ipairs(members) do
-  if redis.call('ZREM', dead, member) == 1 then
+  if not seen[member] and redis.call('ZSCORE', dead, member) then
+    seen[member] = true
     local e = parse(redis.call('HGET', jobs, member))
-    local _, id = split_member(member)
+    -- An unreadable one stays dead: nothing to run, and nothing is lost.
     if e then
+      local _, id = split_member(member)
       e.attempt = 0
       e.max = max
       e.due = now
-      redis.call('HSET', jobs, member, encode(e))
-      redis.call('RPUSH', prefix .. 'ready:' .. topic, id)
-      ring(prefix, topic)
-      n = n + 1
-    else
-      -- Nothing readable to run: keep it dead rather than lose it.
-      redis.call('ZADD', dead, now, member)
+      writes[#writes + 1] = member
+      writes[#writes + 1] = encode(e)
+      ids[#ids + 1] = id
+      gone[#gone + 1] = member
     end
   end
 end
-return n
+if #ids == 0 then return 0 end
+redis.call('HSET', jobs, unpack(writes))
+redis.call('RPUSH', ready, unpack(ids))
+redis.call('ZREM', dead, unpack(gone))
+ring(prefix, topic)
+return #ids

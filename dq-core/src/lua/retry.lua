@@ -3,6 +3,7 @@
 -- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] delayed  KEYS[4] counts  KEYS[5] leases
 -- ARGV[1] key prefix  ARGV[2] member  ARGV[3] token  ARGV[4] delay (us)  ARGV[5] error
 -- Returns 1, or 0 when the caller's lease was taken over (nothing changed).
+-- Reads first, writes after; the write that may delete a key (ZREM inflight) comes last.
 local jobs, inflight, delayed, counts, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local prefix, member, token, delay, err = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
 if redis.call('HGET', leases, member) ~= token then return 0 end
@@ -14,9 +15,10 @@ local topic, id = split_member(member)
 e.attempt = e.attempt + 1
 e.err = err
 e.due = now + delay
+if e.due <= now then redis.call('LLEN', prefix .. 'ready:' .. topic) end -- touch
 redis.call('HSET', jobs, member, encode(e))
-end_leases(inflight, leases, {member})
-bump(counts, topic, 'inflight', -1)
 place(prefix, delayed, counts, member, topic, id, e.due, now)
+bump(counts, topic, 'inflight', -1)
 announce(prefix, delayed, before)
+end_leases(inflight, leases, {member})
 return 1

@@ -184,10 +184,19 @@ impl MemoryStore {
 
     /// True when no job is ready, running or due: what is left waits for its time.
     pub fn is_idle(&self) -> bool {
+        self.is_idle_for(|_| true)
+    }
+
+    /// True when nothing is left that a runtime handling the topics `handled` accepts could
+    /// run now: no job running or due, and no job ready in a handled topic that is not paused.
+    /// Jobs ready in other topics (handled elsewhere) or in paused ones wait for someone else.
+    pub fn is_idle_for(&self, handled: impl Fn(&Topic) -> bool) -> bool {
         let now = self.now_us();
         let s = lock(&self.state);
         s.inflight.is_empty()
-            && s.ready.values().all(VecDeque::is_empty)
+            && s.ready
+                .iter()
+                .all(|(t, q)| q.is_empty() || !handled(t) || s.paused.contains(t))
             && s.delayed.first().is_none_or(|(due, _)| *due > now)
     }
 
@@ -538,6 +547,7 @@ impl Store for MemoryStore {
     }
 
     async fn retry(&self, lease: &LeaseRef, delay: Duration, error: &str) -> Result<bool> {
+        crate::job::check_retry_delay(lease, delay)?;
         let now = self.now_us();
         let (ready, announce) = {
             let mut s = lock(&self.state);
@@ -761,9 +771,9 @@ impl Store for MemoryStore {
     }
 
     async fn register_worker(&self, worker: &WorkerInfo) -> Result<()> {
-        lock(&self.state)
-            .workers
-            .insert(worker.id.clone(), worker.clone());
+        let mut worker = worker.clone();
+        worker.last_seen_ms = self.now_us() / 1000;
+        lock(&self.state).workers.insert(worker.id.clone(), worker);
         Ok(())
     }
 
@@ -773,7 +783,7 @@ impl Store for MemoryStore {
     }
 
     async fn workers(&self) -> Result<Vec<WorkerInfo>> {
-        let now_ms = to_us(SystemTime::now()) / 1000;
+        let now_ms = self.now_us() / 1000;
         let mut s = lock(&self.state);
         s.workers
             .retain(|_, w| now_ms.saturating_sub(w.last_seen_ms) <= super::redis::WORKER_EXPIRY_MS);
@@ -786,18 +796,22 @@ impl Store for MemoryStore {
         Ok(lock(&self.state).topics.iter().cloned().collect())
     }
 
-    async fn dead_jobs(&self, topic: &Topic, offset: usize, limit: usize) -> Result<Vec<JobInfo>> {
+    async fn dead_jobs(&self, topic: &Topic, cursor: u64, limit: usize) -> Result<Page> {
         let s = lock(&self.state);
+        let limit = limit.clamp(1, super::MAX_BATCH);
         let Some(dead) = s.dead.get(topic) else {
-            return Ok(Vec::new());
+            return Ok(Page::default());
         };
-        Ok(dead
+        let offset = usize::try_from(cursor).unwrap_or(usize::MAX);
+        let jobs: Vec<JobInfo> = dead
             .iter()
             .rev()
             .skip(offset)
-            .take(limit.clamp(1, super::MAX_BATCH))
+            .take(limit)
             .filter_map(|(_, id)| s.info(&(topic.clone(), id.clone())))
-            .collect())
+            .collect();
+        let next = (offset.saturating_add(limit) < dead.len()).then(|| (offset + limit) as u64);
+        Ok(Page { jobs, next })
     }
 
     async fn requeue_dead(
@@ -806,6 +820,7 @@ impl Store for MemoryStore {
         ids: &[JobId],
         max_attempts: u32,
         limit: usize,
+        died_before_us: u64,
     ) -> Result<usize> {
         let now = self.now_us();
         let limit = limit.clamp(1, super::MAX_BATCH);
@@ -814,7 +829,13 @@ impl Store for MemoryStore {
             let chosen: Vec<JobId> = if ids.is_empty() {
                 s.dead
                     .get(topic)
-                    .map(|d| d.iter().take(limit).map(|(_, id)| id.clone()).collect())
+                    .map(|d| {
+                        d.iter()
+                            .take_while(|(died, _)| *died <= died_before_us)
+                            .take(limit)
+                            .map(|(_, id)| id.clone())
+                            .collect()
+                    })
                     .unwrap_or_default()
             } else {
                 ids.iter().take(limit).cloned().collect()
@@ -842,6 +863,10 @@ impl Store for MemoryStore {
             self.signal_ready(topic);
         }
         Ok(n)
+    }
+
+    async fn time_us(&self) -> Result<u64> {
+        Ok(self.now_us())
     }
 
     async fn purge_dead(&self, topic: &Topic, before: SystemTime, limit: usize) -> Result<usize> {

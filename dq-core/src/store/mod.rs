@@ -131,18 +131,28 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Every topic that was ever pushed to.
     async fn topics(&self) -> Result<Vec<Topic>>;
 
-    /// A page of a topic's dead letters, newest first, over all shards.
-    async fn dead_jobs(&self, topic: &Topic, offset: usize, limit: usize) -> Result<Vec<JobInfo>>;
+    /// A page of at most `limit` (at most [`MAX_BATCH`]) of a topic's dead letters, shard by
+    /// shard, newest first within a shard. `cursor` is 0 for the first page, then the page's
+    /// `next`; each call costs O(log n + limit) whatever the number of dead letters.
+    async fn dead_jobs(&self, topic: &Topic, cursor: u64, limit: usize) -> Result<Page>;
 
     /// Gives dead letters a fresh `max_attempts` and makes them ready now: the given ids, or
-    /// (with `ids` empty) up to `limit` of the oldest. Returns how many were requeued.
+    /// (with `ids` empty) up to `limit` of the oldest that died at or before `died_before_us`
+    /// (store time, see [`Store::time_us`]), so that jobs dying again while a caller works
+    /// through the dead letters are not taken again. Returns how many were requeued.
     async fn requeue_dead(
         &self,
         topic: &Topic,
         ids: &[JobId],
         max_attempts: u32,
         limit: usize,
+        died_before_us: u64,
     ) -> Result<usize>;
+
+    /// The store's clock (Redis `TIME`), in microseconds since the epoch: the clock every due
+    /// time, lease and heartbeat is measured by, so that a host whose own clock is off cannot
+    /// misjudge them.
+    async fn time_us(&self) -> Result<u64>;
 
     /// A waiter for ready jobs of `topic` in `shard` (each holds its own blocking connection).
     fn ready_waiter(&self, shard: u16, topic: &Topic) -> Box<dyn ReadyWaiter>;

@@ -540,11 +540,21 @@ impl Store for RedisStore {
             else {
                 return Err(malformed_reply("fetch", &Value::Array(pair.to_vec())));
             };
+            // From here on the jobs are leased to us: nothing below may abandon the batch
+            // (an error return would leave every job of it leased to nobody until the lease
+            // expires). One bad entry is logged and left to the reclaimer.
             let location = || format!("{} field {topic}:{id}", k.jobs());
             let decoded = Envelope::decode_with(raw, location);
+            let id = match JobId::new(id) {
+                Ok(id) => id,
+                Err(e) => {
+                    tracing::error!(topic = %topic, error = %e, "a job with an invalid id was found in Redis' ready list; left leased, the reclaimer dead-letters it after its attempts");
+                    continue;
+                }
+            };
             let lease = LeaseRef {
                 topic: topic.clone(),
-                id: JobId::new(id)?,
+                id,
                 token,
             };
             match decoded {
@@ -563,7 +573,9 @@ impl Store for RedisStore {
                     let why = format!(
                         "malformed envelope found in Redis ({e}); the raw value is kept as the payload"
                     );
-                    self.dead_letter(&lease, &why).await?;
+                    if let Err(dead_err) = self.dead_letter(&lease, &why).await {
+                        tracing::warn!(topic = %topic, id = %lease.id, error = %dead_err, "could not dead-letter a malformed job; it is tried again when its lease expires");
+                    }
                     out.malformed.push((lease.id, e.to_string()));
                 }
             }
@@ -595,6 +607,7 @@ impl Store for RedisStore {
     }
 
     async fn retry(&self, lease: &LeaseRef, delay: Duration, error: &str) -> Result<bool> {
+        crate::job::check_retry_delay(lease, delay)?;
         let k = self.keys_of(&lease.topic, &lease.id);
         let mut inv = SCRIPTS.retry.prepare_invoke();
         inv.key(k.jobs())
@@ -793,7 +806,11 @@ impl Store for RedisStore {
     }
 
     async fn register_worker(&self, worker: &WorkerInfo) -> Result<()> {
-        let json = serde_json::to_string(worker).unwrap_or_default();
+        // Stamped with Redis' clock, as `workers` judges it: a host whose clock is a minute
+        // behind must not look dead to the others.
+        let mut worker = worker.clone();
+        worker.last_seen_ms = self.time_us().await? / 1000;
+        let json = serde_json::to_string(&worker).unwrap_or_default();
         self.simple(
             "register worker",
             redis::cmd("HSET")
@@ -819,7 +836,7 @@ impl Store for RedisStore {
             .query_async(&mut conn)
             .await
             .map_err(Error::redis("workers"))?;
-        let now_ms = to_us(SystemTime::now()) / 1000;
+        let now_ms = self.time_us().await? / 1000;
         let mut live = Vec::new();
         for (id, json) in all {
             match serde_json::from_str::<WorkerInfo>(&json) {
@@ -848,28 +865,30 @@ impl Store for RedisStore {
         Ok(all.into_iter().collect())
     }
 
-    async fn dead_jobs(&self, topic: &Topic, offset: usize, limit: usize) -> Result<Vec<JobInfo>> {
+    async fn dead_jobs(&self, topic: &Topic, cursor: u64, limit: usize) -> Result<Page> {
+        // Shard by shard like `list`: the cursor holds the shard in its top 16 bits and the
+        // rank within the shard's dead set below (a rank costs O(log n) in a sorted set).
+        let (mut shard, mut pos) = ((cursor >> 48) as u16, cursor & ((1 << 48) - 1));
         let limit = limit.clamp(1, MAX_BATCH);
-        let mut all = Vec::new();
-        for k in &self.shards {
-            // Each shard is sorted; take enough of each to cover the page, then merge.
+        let mut page = Page::default();
+        while shard < self.shards() && page.jobs.len() < limit {
+            let k = self.keys(shard);
+            let want = limit - page.jobs.len();
             let mut inv = SCRIPTS.dead_list.prepare_invoke();
-            inv.key(k.jobs())
-                .key(k.dead(topic))
-                .arg(if self.shards.len() == 1 { offset } else { 0 })
-                .arg(if self.shards.len() == 1 {
-                    limit
-                } else {
-                    offset + limit
-                });
+            inv.key(k.jobs()).key(k.dead(topic)).arg(pos).arg(want);
             let reply = array("dead_list", self.run("dead_list", &inv).await?)?;
-            all.extend(decode_jobs(&reply, &k.jobs(), JobState::Dead, true));
+            let entries = reply.len() / 3;
+            page.jobs
+                .extend(decode_jobs(&reply, &k.jobs(), JobState::Dead, true));
+            if entries >= want {
+                pos += entries as u64;
+            } else {
+                shard += 1;
+                pos = 0;
+            }
         }
-        if self.shards.len() > 1 {
-            all.sort_by_key(|j| std::cmp::Reverse(j.state_since_or_until));
-            all = all.into_iter().skip(offset).take(limit).collect();
-        }
-        Ok(all)
+        page.next = (shard < self.shards()).then(|| (u64::from(shard) << 48) | pos);
+        Ok(page)
     }
 
     async fn requeue_dead(
@@ -878,6 +897,7 @@ impl Store for RedisStore {
         ids: &[JobId],
         max_attempts: u32,
         limit: usize,
+        died_before_us: u64,
     ) -> Result<usize> {
         // At most `limit` (<= 1,000) jobs per call, so each shard takes one script call.
         let limit = limit.clamp(1, MAX_BATCH);
@@ -897,10 +917,12 @@ impl Store for RedisStore {
             let mut inv = SCRIPTS.requeue_dead.prepare_invoke();
             inv.key(k.jobs())
                 .key(k.dead(topic))
+                .key(k.ready(topic))
                 .arg(k.prefix())
                 .arg(topic.as_str())
                 .arg(max_attempts)
-                .arg(limit - total);
+                .arg(limit - total)
+                .arg(died_before_us);
             for id in shard_ids {
                 inv.arg(id.as_str());
             }
@@ -910,6 +932,14 @@ impl Store for RedisStore {
             }
         }
         Ok(total)
+    }
+
+    async fn time_us(&self) -> Result<u64> {
+        let (secs, micros): (u64, u64) =
+            connection::on_any_node(&self.conn, redis::cmd("TIME").to_owned())
+                .await
+                .map_err(Error::redis("read the time"))?;
+        Ok(secs * 1_000_000 + micros)
     }
 
     fn ready_waiter(&self, shard: u16, topic: &Topic) -> Box<dyn ReadyWaiter> {
@@ -954,7 +984,7 @@ impl Store for RedisStore {
             inv.key(k.jobs())
                 .key(k.dead(topic))
                 .arg(to_us(before))
-                .arg(limit.clamp(1, 10_000));
+                .arg(limit.clamp(1, MAX_BATCH));
             total += int(&self.run("purge_dead", &inv).await?).unwrap_or(0) as usize;
         }
         Ok(total)

@@ -1,0 +1,307 @@
+//! Paths a review of the guarantees found where a job could be lost, run twice or stall, each
+//! shown against a real redis-server (issue 15; RELIABILITY.md lists them).
+
+#![allow(clippy::unwrap_used, unreachable_pub)] // test code: a panic is the failure report
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use async_trait::async_trait;
+use dq::store::{ReadyWaiter, WakeListener};
+use dq::{
+    Acked, ChangeOutcome, Config, Fetched, JobContext, JobId, JobInfo, JobState, LeaseRef,
+    Listener, NewJob, OnConflict, Outcome, Page, Promoted, PushOutcome, Reclaimed, RedisStore,
+    Runtime, Schedule, Store, Topic, TopicCounts, TopicStats, WorkerInfo,
+};
+use support::RedisServer;
+use tokio::sync::{Notify, Semaphore};
+
+fn config(redis: &RedisServer) -> Config {
+    Config::builder()
+        .redis_url(redis.url())
+        .namespace("hard")
+        .safety_tick(Duration::from_secs(3600))
+        .build()
+        .unwrap()
+}
+
+/// A Redis store whose fetch, once it has leased jobs, holds its reply until the test opens the
+/// gate: a reply in flight, as when shutdown begins between Redis' answer and its arrival.
+#[derive(Debug)]
+struct HeldFetch {
+    inner: RedisStore,
+    leased: Notify,
+    gate: Semaphore,
+}
+
+#[async_trait]
+impl Store for HeldFetch {
+    fn shards(&self) -> u16 {
+        self.inner.shards()
+    }
+    async fn fetch(
+        &self,
+        shard: u16,
+        topic: &Topic,
+        max: usize,
+        lease: Duration,
+    ) -> dq::Result<Fetched> {
+        let fetched = self.inner.fetch(shard, topic, max, lease).await?;
+        if !fetched.jobs.is_empty() {
+            self.leased.notify_one();
+            let _ = self.gate.acquire().await.unwrap();
+        }
+        Ok(fetched)
+    }
+    fn ready_waiter(&self, shard: u16, topic: &Topic) -> Box<dyn ReadyWaiter> {
+        self.inner.ready_waiter(shard, topic)
+    }
+    async fn push(
+        &self,
+        jobs: Vec<NewJob>,
+        on_conflict: OnConflict,
+    ) -> dq::Result<Vec<PushOutcome>> {
+        self.inner.push(jobs, on_conflict).await
+    }
+    async fn cancel(&self, topic: &Topic, id: &JobId) -> dq::Result<ChangeOutcome> {
+        self.inner.cancel(topic, id).await
+    }
+    async fn reschedule(
+        &self,
+        topic: &Topic,
+        id: &JobId,
+        when: Schedule,
+    ) -> dq::Result<ChangeOutcome> {
+        self.inner.reschedule(topic, id, when).await
+    }
+    async fn status(&self, topic: &Topic, id: &JobId) -> dq::Result<Option<JobInfo>> {
+        self.inner.status(topic, id).await
+    }
+    async fn promote(&self, shard: u16, limit: usize) -> dq::Result<Promoted> {
+        self.inner.promote(shard, limit).await
+    }
+    async fn ack(&self, leases: &[LeaseRef]) -> dq::Result<Acked> {
+        self.inner.ack(leases).await
+    }
+    async fn retry(&self, lease: &LeaseRef, delay: Duration, error: &str) -> dq::Result<bool> {
+        self.inner.retry(lease, delay, error).await
+    }
+    async fn dead_letter(&self, lease: &LeaseRef, error: &str) -> dq::Result<bool> {
+        self.inner.dead_letter(lease, error).await
+    }
+    async fn release(&self, leases: &[LeaseRef]) -> dq::Result<usize> {
+        self.inner.release(leases).await
+    }
+    async fn extend(&self, leases: &[LeaseRef], lease: Duration) -> dq::Result<Vec<LeaseRef>> {
+        self.inner.extend(leases, lease).await
+    }
+    async fn reclaim(&self, shard: u16, limit: usize) -> dq::Result<Reclaimed> {
+        self.inner.reclaim(shard, limit).await
+    }
+    async fn counts(&self, topic: &Topic) -> dq::Result<TopicCounts> {
+        self.inner.counts(topic).await
+    }
+    async fn stats(&self, topic: &Topic) -> dq::Result<TopicStats> {
+        self.inner.stats(topic).await
+    }
+    async fn list(
+        &self,
+        topic: &Topic,
+        state: JobState,
+        cursor: u64,
+        limit: usize,
+    ) -> dq::Result<Page> {
+        self.inner.list(topic, state, cursor, limit).await
+    }
+    async fn pause(&self, topic: &Topic) -> dq::Result<()> {
+        self.inner.pause(topic).await
+    }
+    async fn resume(&self, topic: &Topic) -> dq::Result<()> {
+        self.inner.resume(topic).await
+    }
+    async fn register_worker(&self, worker: &WorkerInfo) -> dq::Result<()> {
+        self.inner.register_worker(worker).await
+    }
+    async fn unregister_worker(&self, id: &str) -> dq::Result<()> {
+        self.inner.unregister_worker(id).await
+    }
+    async fn workers(&self) -> dq::Result<Vec<WorkerInfo>> {
+        self.inner.workers().await
+    }
+    async fn topics(&self) -> dq::Result<Vec<Topic>> {
+        self.inner.topics().await
+    }
+    async fn dead_jobs(&self, topic: &Topic, cursor: u64, limit: usize) -> dq::Result<Page> {
+        self.inner.dead_jobs(topic, cursor, limit).await
+    }
+    async fn requeue_dead(
+        &self,
+        topic: &Topic,
+        ids: &[JobId],
+        max_attempts: u32,
+        limit: usize,
+        died_before_us: u64,
+    ) -> dq::Result<usize> {
+        self.inner
+            .requeue_dead(topic, ids, max_attempts, limit, died_before_us)
+            .await
+    }
+    async fn time_us(&self) -> dq::Result<u64> {
+        self.inner.time_us().await
+    }
+    async fn wake_listener(&self) -> dq::Result<Box<dyn WakeListener>> {
+        self.inner.wake_listener().await
+    }
+    async fn purge_dead(
+        &self,
+        topic: &Topic,
+        before: SystemTime,
+        limit: usize,
+    ) -> dq::Result<usize> {
+        self.inner.purge_dead(topic, before, limit).await
+    }
+}
+
+/// Finding 3: shutdown used to drop a fetch reply in flight. Redis had leased the job, nobody
+/// ran it, and only the lease's expiry brought it back, counted as a run that never happened
+/// (a job on its last attempt was dead-lettered without running).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fetch_reply_in_flight_at_shutdown_is_handed_back_not_dropped() {
+    let redis = RedisServer::start();
+    let store = Arc::new(HeldFetch {
+        inner: RedisStore::connect(&config(&redis)).await.unwrap(),
+        leased: Notify::new(),
+        gate: Semaphore::new(0),
+    });
+    let ran = Arc::new(Mutex::new(0));
+    let r = ran.clone();
+    let listener = Listener::new("t", move |_: u32, _: JobContext| {
+        let r = r.clone();
+        async move { *r.lock().unwrap() += 1 }
+    });
+    let rt = Runtime::builder()
+        .config(config(&redis))
+        .store(store.clone())
+        .without_registered_listeners()
+        .listener(listener)
+        .start()
+        .await
+        .unwrap();
+    rt.client()
+        .push_to("t", &1)
+        .id("j")
+        .max_retries(0)
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), store.leased.notified())
+        .await
+        .expect("the job was leased");
+    let handle = rt.shutdown_handle();
+    handle.shutdown();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    store.gate.add_permits(1); // the reply arrives after shutdown began
+    rt.wait().await.unwrap();
+
+    assert_eq!(
+        *ran.lock().unwrap(),
+        0,
+        "shutdown began first: not run here"
+    );
+    let client = dq::Client::connect(config(&redis)).await.unwrap();
+    let info = client.status("t", "j").await.unwrap().unwrap();
+    assert_eq!(
+        (info.state, info.attempt),
+        (JobState::Ready, 0),
+        "handed back at once, no run counted"
+    );
+}
+
+/// One run: its attempt, when it started, and when its blocking part ended.
+type Run = (u32, Instant, Option<Instant>);
+
+/// Finding 10: a handler aborted by its timeout keeps running until its next `.await` when it
+/// blocks the thread; the retry must not start a second run beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn a_timed_out_handler_that_blocks_ends_before_its_retry_starts() {
+    let redis = RedisServer::start();
+    let runs: Arc<Mutex<Vec<Run>>> = Arc::default();
+    let r = runs.clone();
+    let listener = Listener::new("t", move |_: u32, ctx: JobContext| {
+        let r = r.clone();
+        async move {
+            let i = {
+                let mut runs = r.lock().unwrap();
+                runs.push((ctx.attempt(), Instant::now(), None));
+                runs.len() - 1
+            };
+            if ctx.attempt() == 1 {
+                tokio::task::yield_now().await;
+                std::thread::sleep(Duration::from_millis(600)); // blocking code: no await
+            }
+            r.lock().unwrap()[i].2 = Some(Instant::now());
+            tokio::task::yield_now().await;
+        }
+    })
+    .timeout(Duration::from_millis(50))
+    .retries(1)
+    .backoff(dq::Backoff::Fixed(Duration::from_millis(1)));
+    let rt = Runtime::builder()
+        .config(config(&redis))
+        .without_registered_listeners()
+        .listener(listener)
+        .start()
+        .await
+        .unwrap();
+    rt.client().push_to("t", &1).id("j").await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while runs.lock().unwrap().len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "no retry: {:?}",
+            runs.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let runs = runs.lock().unwrap().clone();
+    let first_ended = runs[0].2.expect("the blocking part ran to its end");
+    assert!(
+        runs[1].1 >= first_ended,
+        "the retry started {:?} before the first run's blocking code ended",
+        first_ended - runs[1].1
+    );
+    rt.shutdown().await.unwrap();
+}
+
+/// Finding 8: `RetryAfter(Duration::MAX)` used to write an envelope dq could not read (and a
+/// delay of 2^64 us or more wrapped around to a short one). Now the job is dead-lettered with
+/// the reason, readable and requeueable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_longer_than_the_limit_is_dead_lettered_with_the_reason() {
+    let redis = RedisServer::start();
+    let listener = Listener::new("t", |_: u32, _: JobContext| async {
+        Outcome::RetryAfter(Duration::MAX)
+    });
+    let rt = Runtime::builder()
+        .config(config(&redis))
+        .without_registered_listeners()
+        .listener(listener)
+        .start()
+        .await
+        .unwrap();
+    let c = rt.client().clone();
+    c.push_to("t", &1).id("j").await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let info = loop {
+        let info = c.status("t", "j").await.unwrap().unwrap();
+        if info.state == JobState::Dead {
+            break info;
+        }
+        assert!(Instant::now() < deadline, "not dead-lettered: {info:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let error = info.last_error.unwrap();
+    assert!(error.contains("200-year limit"), "{error}");
+    rt.shutdown().await.unwrap();
+}
