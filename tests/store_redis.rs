@@ -342,3 +342,27 @@ async fn a_worker_silent_for_a_minute_by_redis_clock_is_dropped() {
         .command(&["HEXISTS", "dq:{test:0}:workers", "silent"])
         .starts_with(":0"));
 }
+
+/// A job in `jobs` but in no queue (as a script aborted midway by an older build could leave
+/// one): rescheduling it or pushing it again with replace gives it a ready entry, instead of
+/// removing the one just added.
+#[tokio::test]
+async fn a_job_in_no_queue_is_queued_again_by_reschedule_and_by_replace() {
+    let redis = RedisServer::start();
+    let c = client(&redis).await;
+    let s = c.store();
+    redis.command(&["HSET", "dq:{test:0}:jobs", "t:stranded", "2:0:3:1:1:0:1"]);
+    assert_eq!(
+        c.reschedule("t", "stranded", dq::Schedule::After(Duration::ZERO))
+            .await
+            .unwrap(),
+        dq::ChangeOutcome::Done
+    );
+    let f = s.fetch(0, &topic("t"), 10, LEASE).await.unwrap();
+    assert_eq!(f.jobs.len(), 1, "reschedule queued it");
+
+    redis.command(&["HSET", "dq:{test:0}:jobs", "t:again", "2:0:3:1:1:0:1"]);
+    c.push_to("t", &2).id("again").replace().await.unwrap();
+    let f = s.fetch(0, &topic("t"), 10, LEASE).await.unwrap();
+    assert_eq!(f.jobs.len(), 1, "a replacing push queued it");
+}

@@ -153,8 +153,8 @@ enum DeadCommand {
         topic: String,
         #[arg(long, default_value_t = 20)]
         limit: usize,
-        /// The `next` cursor printed with the previous page.
-        #[arg(long, default_value_t = 0)]
+        /// The `next` cursor printed with the previous page (`--offset` is its old name).
+        #[arg(long, alias = "offset", default_value_t = 0)]
         cursor: u64,
     },
     /// Run dead letters again with fresh attempts: some ids, a whole topic, or every topic.

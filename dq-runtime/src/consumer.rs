@@ -123,6 +123,9 @@ impl ConsumerLoop {
     }
 }
 
+/// Longest wait for a cancelled handler to stop (see `supervise`).
+const ABORTED_LIMIT: Duration = Duration::from_secs(10);
+
 /// Longest wait, once shutdown began, for a fetch reply already on its way (and for handing its
 /// jobs back). Past it the jobs stay leased until their lease expires, then run elsewhere.
 const HAND_BACK_LIMIT: Duration = Duration::from_secs(2);
@@ -135,7 +138,10 @@ async fn hand_back(
 ) {
     let leases: Vec<LeaseRef> = match fetched {
         Ok(Ok(f)) => f.jobs.into_iter().map(|j| j.lease).collect(),
-        Ok(Err(_)) => return, // nothing was leased to us, or nothing we can know of
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "shutdown: a fetch under way as it began failed; any jobs it leased run again when their lease expires");
+            return;
+        }
         Err(_) => {
             tracing::warn!(limit = ?HAND_BACK_LIMIT, "shutdown: a fetch reply did not arrive in time; any jobs it leased run again when their lease expires");
             return;
@@ -144,6 +150,9 @@ async fn hand_back(
     if leases.is_empty() {
         return;
     }
+    // Release pushes each job to the front in turn: the last one given goes first, so give
+    // them in reverse to keep the fetch's order.
+    let leases: Vec<LeaseRef> = leases.into_iter().rev().collect();
     match tokio::time::timeout(HAND_BACK_LIMIT, shared.store.release(&leases)).await {
         Ok(Ok(n)) => tracing::debug!(released = n, "shutdown: handed back jobs fetched as it began"),
         Ok(Err(e)) => tracing::warn!(error = %e, jobs = leases.len(), "shutdown: could not hand back jobs fetched as it began; they run again when their lease expires"),
@@ -310,9 +319,12 @@ async fn supervise(
     };
     if !task.is_finished() {
         // An aborted handler stops at its next `.await`; code that blocks between two awaits
-        // keeps running until then. Wait for it, so that the retry (or the release at shutdown)
-        // can never start a second run beside it.
-        let _ = task.await;
+        // keeps running until then. Wait for it (its lease is renewed meanwhile), so that the
+        // retry (or the release at shutdown) does not start a second run beside it; but not
+        // forever: a handler stuck for good must not hold its job and its permit for good.
+        if tokio::time::timeout(ABORTED_LIMIT, task).await.is_err() {
+            tracing::error!(limit = ?ABORTED_LIMIT, "the handler did not stop after it was cancelled (it blocks between awaits, e.g. on a std Mutex or blocking I/O); the job goes on to its retry or release while that code may still run");
+        }
     }
     outcome
 }

@@ -54,7 +54,9 @@ for i = 0, n - 1 do
       code = 2
       if redis.call('ZSCORE', delayed, member) then
         was_delayed[member] = true
-      else
+      elseif redis.call('LPOS', prefix .. 'ready:' .. topic, id) then
+        -- (Only when it is in the list: LREM after the new RPUSH would otherwise take the new
+        -- entry of a job that had none.)
         was_ready[member] = {topic, id}
       end
     end

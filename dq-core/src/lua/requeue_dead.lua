@@ -16,13 +16,17 @@ else
   members = redis.call('ZRANGEBYSCORE', dead, '-inf', ARGV[5], 'LIMIT', 0, limit)
 end
 local now = now_us()
-local writes, ids, gone, seen = {}, {}, {}, {}
+local writes, ids, gone, seen, unreadable = {}, {}, {}, {}, {}
 for _, member in ipairs(members) do
   if not seen[member] and redis.call('ZSCORE', dead, member) then
     seen[member] = true
     local e = parse(redis.call('HGET', jobs, member))
-    -- An unreadable one stays dead: nothing to run, and nothing is lost.
-    if e then
+    -- An unreadable one stays dead (nothing to run, nothing lost), stamped now: behind the
+    -- cutoff of a retry-all under way, so that it cannot block the ones after it.
+    if not e then
+      unreadable[#unreadable + 1] = fmt(now)
+      unreadable[#unreadable + 1] = member
+    else
       local _, id = split_member(member)
       e.attempt = 0
       e.max = max
@@ -34,6 +38,7 @@ for _, member in ipairs(members) do
     end
   end
 end
+if #unreadable > 0 then redis.call('ZADD', dead, unpack(unreadable)) end
 if #ids == 0 then return 0 end
 redis.call('HSET', jobs, unpack(writes))
 redis.call('RPUSH', ready, unpack(ids))

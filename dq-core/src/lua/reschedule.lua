@@ -16,6 +16,9 @@ local now = now_us()
 local before = earliest(delayed)
 local was_delayed = redis.call('ZSCORE', delayed, member) ~= false
 local left = redis.call('ZCARD', delayed) -- delayed jobs after this call
+-- A job neither delayed nor queued (left so by an older build) gets an entry, and no LREM that
+-- would take the new one.
+local queued = not was_delayed and redis.call('LPOS', ready, id) ~= false
 e.due = due_from(when, now)
 local to_ready = e.due <= now
 if to_ready or not was_delayed then redis.call('LLEN', ready) end -- touch
@@ -32,13 +35,13 @@ elseif was_delayed then
 elseif to_ready then
   redis.call('RPUSH', ready, id)
   ring(prefix, topic)
-  redis.call('LREM', ready, 1, id) -- the first occurrence: the old place in line
+  if queued then redis.call('LREM', ready, 1, id) end -- the first occurrence: the old place
   return 1
 else
   redis.call('ZADD', delayed, fmt(e.due), member)
   bump(counts, topic, 'delayed', 1)
   left = left + 1
-  redis.call('LREM', ready, 1, id)
+  if queued then redis.call('LREM', ready, 1, id) end
 end
 if left > 0 then announce(prefix, delayed, before) end
 return 1

@@ -28,7 +28,7 @@ pub const ACL_RULES: &str = "resetkeys ~dq:* resetchannels &dq:* -@all \
 +evalsha +eval +script|load +blmove +subscribe +unsubscribe +ping +hello +info \
 +hset +hdel +hgetall +sadd +srem +smembers +config|get \
 +time +hget +hmget +hexists +hincrby +zadd +zrem +zscore +zrange +zrangebyscore \
-+zrevrange +zremrangebyrank +zcard +rpush +lpush +lrange +ltrim +lrem +llen +lindex +sismember \
++zrevrange +zremrangebyrank +zcard +rpush +lpush +lrange +ltrim +lrem +llen +lindex +lpos +sismember \
 +publish +cluster|slots";
 
 /// A worker not heard from for this long is no longer listed.
