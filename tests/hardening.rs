@@ -27,6 +27,17 @@ fn config(redis: &RedisServer) -> Config {
         .unwrap()
 }
 
+/// A runtime on `redis` with only `listener`.
+async fn start(redis: &RedisServer, listener: Listener) -> Runtime {
+    Runtime::builder()
+        .config(config(redis))
+        .without_registered_listeners()
+        .listener(listener)
+        .start()
+        .await
+        .unwrap()
+}
+
 /// A Redis store whose fetch, once it has leased jobs, holds its reply until the test opens the
 /// gate: a reply in flight, as when shutdown begins between Redis' answer and its arrival.
 #[derive(Debug)]
@@ -247,13 +258,7 @@ async fn a_timed_out_handler_that_blocks_ends_before_its_retry_starts() {
     .timeout(Duration::from_millis(50))
     .retries(1)
     .backoff(dq::Backoff::Fixed(Duration::from_millis(1)));
-    let rt = Runtime::builder()
-        .config(config(&redis))
-        .without_registered_listeners()
-        .listener(listener)
-        .start()
-        .await
-        .unwrap();
+    let rt = start(&redis, listener).await;
     rt.client().push_to("t", &1).id("j").await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     while runs.lock().unwrap().len() < 2 {
@@ -283,13 +288,7 @@ async fn a_retry_after_longer_than_the_limit_is_dead_lettered_with_the_reason() 
     let listener = Listener::new("t", |_: u32, _: JobContext| async {
         Outcome::RetryAfter(Duration::MAX)
     });
-    let rt = Runtime::builder()
-        .config(config(&redis))
-        .without_registered_listeners()
-        .listener(listener)
-        .start()
-        .await
-        .unwrap();
+    let rt = start(&redis, listener).await;
     let c = rt.client().clone();
     c.push_to("t", &1).id("j").await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);

@@ -94,16 +94,7 @@ async fn dead_letters_are_inspectable_in_tests() {
 /// for) leaves that job ready; `advance` returns instead of waiting for someone to run it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn advance_returns_when_only_jobs_of_topics_handled_elsewhere_are_ready() {
-    let listener = Listener::new("order-cancel", |r: Reminder, ctx: JobContext| async move {
-        let _ = (r, ctx);
-    });
-    let rt = TestRuntime::start_with(
-        Runtime::builder()
-            .without_registered_listeners()
-            .listener(listener),
-    )
-    .await
-    .unwrap();
+    let rt = order_cancel_only().await;
     rt.client()
         .push_to("send-email", &Reminder { ride: 1 })
         .await
@@ -129,16 +120,7 @@ async fn advance_returns_when_only_jobs_of_topics_handled_elsewhere_are_ready() 
 /// A paused topic's ready jobs wait for `resume`; `advance` does not wait for them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn advance_returns_while_a_paused_topic_has_ready_jobs() {
-    let listener = Listener::new("order-cancel", |r: Reminder, ctx: JobContext| async move {
-        let _ = (r, ctx);
-    });
-    let rt = TestRuntime::start_with(
-        Runtime::builder()
-            .without_registered_listeners()
-            .listener(listener),
-    )
-    .await
-    .unwrap();
+    let rt = order_cancel_only().await;
     rt.client().pause("order-cancel").await.unwrap();
     rt.client()
         .push_to("order-cancel", &Reminder { ride: 1 })
@@ -156,4 +138,18 @@ async fn advance_returns_while_a_paused_topic_has_ready_jobs() {
     rt.advance(Duration::from_secs(2)).await;
     assert_eq!(rt.handled("order-cancel").len(), 1, "runs after resume");
     rt.shutdown().await;
+}
+
+/// A test runtime whose only listener handles "order-cancel" (and does nothing).
+async fn order_cancel_only() -> TestRuntime {
+    let listener = Listener::new("order-cancel", |r: Reminder, ctx: JobContext| async move {
+        let _ = (r, ctx);
+    });
+    TestRuntime::start_with(
+        Runtime::builder()
+            .without_registered_listeners()
+            .listener(listener),
+    )
+    .await
+    .unwrap()
 }

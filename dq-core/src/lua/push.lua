@@ -106,8 +106,8 @@ for _, i in ipairs(plan) do
   end
 end
 -- Touch every ready list this call writes to before the first write.
+-- (The lists of replaced ready jobs were touched by LPOS in phase 1.)
 for topic in pairs(ready_by_topic) do redis.call('LLEN', prefix .. 'ready:' .. topic) end
-for _, old in ipairs(unready) do redis.call('LLEN', prefix .. 'ready:' .. old[1]) end
 -- Phase 2: writes.
 if #writes > 0 then redis.call('HSET', jobs, unpack(writes)) end
 if #adds > 0 then redis.call('ZADD', delayed, unpack(adds)) end
