@@ -38,17 +38,46 @@ async fn start(redis: &RedisServer, listener: Listener) -> Runtime {
         .unwrap()
 }
 
-/// A Redis store whose fetch, once it has leased jobs, holds its reply until the test opens the
-/// gate: a reply in flight, as when shutdown begins between Redis' answer and its arrival.
+/// A Redis store with faults the test switches on:
+/// - `hold_fetch`: a fetch that has leased jobs holds its reply until the test opens `gate`: a
+///   reply in flight, as when shutdown begins between Redis' answer and its arrival;
+/// - `stalled_shard`: every call that touches this shard's keys (lease renewals, acks, the
+///   worker record of shard 0) never answers, as with a master busy in a long command.
 #[derive(Debug)]
-struct HeldFetch {
+struct Faulty {
     inner: RedisStore,
+    hold_fetch: bool,
     leased: Notify,
     gate: Semaphore,
+    stalled_shard: Option<u16>,
+}
+
+impl Faulty {
+    async fn new(config: &Config) -> Faulty {
+        Faulty {
+            inner: RedisStore::connect(config).await.unwrap(),
+            hold_fetch: false,
+            leased: Notify::new(),
+            gate: Semaphore::new(0),
+            stalled_shard: None,
+        }
+    }
+
+    /// Never returns when a lease of the call is on the stalled shard.
+    async fn stall_if_touched(&self, leases: &[LeaseRef]) {
+        let stalled = self.stalled_shard.is_some_and(|s| {
+            leases
+                .iter()
+                .any(|l| dq::store::shard_of(&l.topic, &l.id, self.shards()) == s)
+        });
+        if stalled {
+            std::future::pending::<()>().await;
+        }
+    }
 }
 
 #[async_trait]
-impl Store for HeldFetch {
+impl Store for Faulty {
     fn shards(&self) -> u16 {
         self.inner.shards()
     }
@@ -60,7 +89,7 @@ impl Store for HeldFetch {
         lease: Duration,
     ) -> dq::Result<Fetched> {
         let fetched = self.inner.fetch(shard, topic, max, lease).await?;
-        if !fetched.jobs.is_empty() {
+        if self.hold_fetch && !fetched.jobs.is_empty() {
             self.leased.notify_one();
             let _ = self.gate.acquire().await.unwrap();
         }
@@ -94,6 +123,7 @@ impl Store for HeldFetch {
         self.inner.promote(shard, limit).await
     }
     async fn ack(&self, leases: &[LeaseRef]) -> dq::Result<Acked> {
+        self.stall_if_touched(leases).await;
         self.inner.ack(leases).await
     }
     async fn retry(&self, lease: &LeaseRef, delay: Duration, error: &str) -> dq::Result<bool> {
@@ -106,6 +136,7 @@ impl Store for HeldFetch {
         self.inner.release(leases).await
     }
     async fn extend(&self, leases: &[LeaseRef], lease: Duration) -> dq::Result<Vec<LeaseRef>> {
+        self.stall_if_touched(leases).await;
         self.inner.extend(leases, lease).await
     }
     async fn reclaim(&self, shard: u16, limit: usize) -> dq::Result<Reclaimed> {
@@ -133,6 +164,9 @@ impl Store for HeldFetch {
         self.inner.resume(topic).await
     }
     async fn register_worker(&self, worker: &WorkerInfo) -> dq::Result<()> {
+        if self.stalled_shard == Some(0) {
+            std::future::pending::<()>().await; // the worker record lives in shard 0
+        }
         self.inner.register_worker(worker).await
     }
     async fn unregister_worker(&self, id: &str) -> dq::Result<()> {
@@ -181,10 +215,9 @@ impl Store for HeldFetch {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fetch_reply_in_flight_at_shutdown_is_handed_back_not_dropped() {
     let redis = RedisServer::start();
-    let store = Arc::new(HeldFetch {
-        inner: RedisStore::connect(&config(&redis)).await.unwrap(),
-        leased: Notify::new(),
-        gate: Semaphore::new(0),
+    let store = Arc::new(Faulty {
+        hold_fetch: true,
+        ..Faulty::new(&config(&redis)).await
     });
     let ran = Arc::new(Mutex::new(0));
     let r = ran.clone();
@@ -303,4 +336,79 @@ async fn a_retry_after_longer_than_the_limit_is_dead_lettered_with_the_reason() 
     let error = info.last_error.unwrap();
     assert!(error.contains("200-year limit"), "{error}");
     rt.shutdown().await.unwrap();
+}
+
+/// Finding 2: lease renewal walked the shards in order and stopped at the first that did not
+/// answer, after writing the worker record to shard 0; one stalled master therefore let every
+/// lease expire, and jobs on healthy shards were reclaimed and run a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_shard_does_not_let_leases_on_other_shards_expire() {
+    let redis = RedisServer::start();
+    let config = Config::builder()
+        .redis_url(redis.url())
+        .namespace("stall")
+        .shards(4)
+        .lease(Duration::from_millis(1200))
+        .safety_tick(Duration::from_secs(3600))
+        .build()
+        .unwrap();
+    let store = Arc::new(Faulty {
+        stalled_shard: Some(0),
+        ..Faulty::new(&config).await
+    });
+    let runs: Arc<Mutex<Vec<String>>> = Arc::default();
+    let r = runs.clone();
+    // Each run outlives three leases: it keeps its job only if its lease is renewed.
+    let listener = Listener::new("t", move |_: u32, ctx: JobContext| {
+        let r = r.clone();
+        async move {
+            r.lock().unwrap().push(ctx.id().to_string());
+            tokio::time::sleep(Duration::from_millis(4000)).await;
+        }
+    })
+    .no_timeout()
+    .concurrency(100);
+    let rt = Runtime::builder()
+        .config(config.clone())
+        .store(store.clone())
+        .without_registered_listeners()
+        .listener(listener)
+        .start()
+        .await
+        .unwrap();
+    let c = rt.client().clone();
+    let ids: Vec<String> = (0..40).map(|i| format!("job-{i}")).collect();
+    c.push_batch(ids.iter().map(|id| c.push_to("t", &1u32).id(id.as_str())))
+        .await
+        .unwrap();
+    let healthy: Vec<&String> = ids
+        .iter()
+        .filter(|id| {
+            dq::store::shard_of(&topic("t"), &dq::JobId::new(id.as_str()).unwrap(), 4) != 0
+        })
+        .collect();
+    assert!(healthy.len() >= 20, "most jobs are on shards 1-3");
+    // Every healthy job finishes and is acked.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for id in &healthy {
+        while c.status("t", id.as_str()).await.unwrap().is_some() {
+            assert!(Instant::now() < deadline, "{id} was never acked");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let runs = runs.lock().unwrap().clone();
+    for id in &healthy {
+        let n = runs.iter().filter(|r| r == id).count();
+        assert_eq!(n, 1, "{id}, on a healthy shard, ran {n} times");
+    }
+    let stalled = ids.len() - healthy.len();
+    assert!(
+        runs.len() > ids.len(),
+        "the stalled shard's {stalled} jobs lost their leases and ran again (the fault was real)"
+    );
+    rt.shutdown_handle().shutdown();
+}
+
+fn topic(name: &str) -> Topic {
+    Topic::new(name).unwrap()
 }

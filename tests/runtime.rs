@@ -782,3 +782,69 @@ async fn a_paused_topic_waits_and_runs_after_resume_and_the_worker_is_listed() {
         "a stopped worker removes itself"
     );
 }
+
+/// `dq resume` is announced to every worker: the first job runs at once, not at the paused
+/// consumer's next once-a-second look (it came ~500 ms later on average, up to 1 s). Four
+/// rounds, so that a 1 s poll passing by luck (1 in 5 per round) cannot pass the test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_topic_runs_its_waiting_job_at_once() {
+    let _serial = one_at_a_time().await;
+    let redis = RedisServer::start();
+    let rec = Recorder::default();
+    let rt = start(config(&redis), vec![recording("pausable", &rec)]).await;
+    let c = rt.client().clone();
+    for round in 1..=4 {
+        c.pause("pausable").await.unwrap();
+        c.push_to("pausable", &Job { n: round }).await.unwrap();
+        // Long enough for the consumer to see the pause and settle into its wait.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(rec.count(), round as usize - 1, "a paused topic is not run");
+        let resumed = Instant::now();
+        c.resume("pausable").await.unwrap();
+        wait_until("the job after resume", Duration::from_secs(3), || {
+            rec.count() == round as usize
+        })
+        .await;
+        assert!(
+            resumed.elapsed() < Duration::from_millis(200),
+            "round {round}: the job ran {:?} after resume",
+            resumed.elapsed()
+        );
+    }
+    rt.shutdown().await.unwrap();
+}
+
+/// With Redis gone, shutdown ends within a few seconds and says which finished jobs it could
+/// not ack (they run again after their lease): it took 12.5 s and reported a clean finish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_with_redis_down_is_bounded_and_reports_the_unacked_job() {
+    let _serial = one_at_a_time().await;
+    let mut redis = RedisServer::start();
+    let release = Arc::new(tokio::sync::Notify::new());
+    let started = Arc::new(AtomicUsize::new(0));
+    let (r, s) = (release.clone(), started.clone());
+    let listener = Listener::new("t", move |_: Job, _ctx: JobContext| {
+        let (r, s) = (r.clone(), s.clone());
+        async move {
+            s.fetch_add(1, Ordering::SeqCst);
+            r.notified().await;
+        }
+    })
+    .no_timeout();
+    let rt = start(config(&redis), vec![listener]).await;
+    rt.client().push_to("t", &Job { n: 1 }).await.unwrap();
+    wait_until("the job to start", Duration::from_secs(5), || {
+        started.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    redis.kill();
+    release.notify_one(); // the handler returns Done; its ack cannot be written
+    let begun = Instant::now();
+    let report = rt.shutdown().await.unwrap();
+    assert!(
+        begun.elapsed() < Duration::from_secs(8),
+        "shutdown took {:?}",
+        begun.elapsed()
+    );
+    assert_eq!((report.finished, report.unacked), (1, 1), "{report:?}");
+}

@@ -187,9 +187,51 @@ async fn unreachable_redis_is_a_clear_connection_error() {
         .redis_url(format!("redis://127.0.0.1:{port}/"))
         .build()
         .unwrap();
-    let err = dq::Client::connect(config).await.unwrap_err();
+    let started = std::time::Instant::now();
+    let err = dq::Client::connect(config.clone()).await.unwrap_err();
     assert!(err.is_connection(), "{err:?}");
     assert!(err.to_string().contains("is Redis reachable"), "{err}");
+    // A refused connection is not retried: it is reported at once, not after a reconnect
+    // round (it took 7.5 s).
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        started.elapsed()
+    );
+    let started = std::time::Instant::now();
+    let err = dq::Runtime::builder()
+        .config(config)
+        .without_registered_listeners()
+        .start()
+        .await
+        .unwrap_err();
+    assert!(err.is_connection(), "{err:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn a_cluster_whose_seeds_refuse_is_reported_at_once() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = dq::Config::builder()
+        .redis_cluster(vec![format!("redis://127.0.0.1:{port}/")])
+        .build()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let err = dq::Client::connect(config).await.unwrap_err();
+    assert!(err.is_connection(), "{err:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test]

@@ -300,6 +300,7 @@ fn unreachable_redis_and_missing_url_are_clear_errors() {
         .local_addr()
         .unwrap()
         .port();
+    let started = std::time::Instant::now();
     let out = Command::new(env!("CARGO_BIN_EXE_dq"))
         .args([
             "--redis-url",
@@ -309,6 +310,12 @@ fn unreachable_redis_and_missing_url_are_clear_errors() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
+    // Refused is reported at once, not after a reconnect round (it took 7.5 s).
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(3),
+        "took {:?}",
+        started.elapsed()
+    );
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("is Redis reachable"),
         "{}",

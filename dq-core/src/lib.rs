@@ -23,4 +23,6 @@ pub use job::{
 };
 pub use message::Message;
 pub use name::{JobId, Topic, MAX_JOB_ID_LEN, MAX_TOPIC_LEN};
-pub use store::{Event, MemoryStore, ReadyWaiter, RedisStore, Store, WakeListener, MAX_BATCH};
+pub use store::{
+    Event, MemoryStore, ReadyWaiter, RedisStore, Store, Wake, WakeListener, MAX_BATCH,
+};

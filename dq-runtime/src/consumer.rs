@@ -22,7 +22,7 @@ use crate::shared::Shared;
 /// dead connection goes unnoticed; pushes wake it at once).
 const WAIT_SLICE: Duration = Duration::from_secs(5);
 
-/// How often a paused topic is checked for being resumed.
+/// How often a paused topic is checked for being resumed when no resume announcement came.
 const PAUSED_RECHECK: Duration = Duration::from_secs(1);
 
 pub(crate) struct ConsumerLoop {
@@ -39,6 +39,7 @@ impl ConsumerLoop {
         let mut waiter = shared.store.ready_waiter(self.shard, &self.topic);
         let mut health = Health::new(format!("consumer of {} shard {}", self.topic, self.shard));
         let lease = shared.config.lease;
+        let mut resumed = shared.resumed.subscribe();
         loop {
             let first = tokio::select! {
                 _ = shared.stop.cancelled() => return,
@@ -54,6 +55,9 @@ impl ConsumerLoop {
                     Err(_) => break,
                 }
             }
+            // A resume announced from now on wakes the wait below, even one announced before
+            // the wait begins.
+            resumed.borrow_and_update();
             let fetch = shared
                 .store
                 .fetch(self.shard, &self.topic, permits.len(), lease);
@@ -88,11 +92,13 @@ impl ConsumerLoop {
                 }
             };
             if fetched.paused {
-                // Paused by an operator: look again every second (the ready list may be full, so
-                // a blocking wait would return at once).
+                // Paused by an operator: look again when a resume is announced (the ready list
+                // may be full, so a blocking wait on it would return at once), or after a
+                // second should the announcement be lost.
                 drop(permits);
                 tokio::select! {
                     _ = shared.stop.cancelled() => return,
+                    _ = resumed.changed() => continue,
                     _ = tokio::time::sleep(PAUSED_RECHECK) => continue,
                 }
             }
@@ -365,7 +371,7 @@ async fn settle_retry(shared: &Shared, lease: &LeaseRef, delay: Duration, error:
             Err(e) => {
                 let d = health.failed(&e);
                 tokio::select! {
-                    _ = shared.abort.cancelled() => return,
+                    _ = shared.abort.cancelled() => return shared.gave_up(),
                     _ = tokio::time::sleep(d) => {}
                 }
             }
@@ -388,7 +394,7 @@ async fn settle_dead(shared: &Shared, lease: &LeaseRef, error: &str) {
             Err(e) => {
                 let d = health.failed(&e);
                 tokio::select! {
-                    _ = shared.abort.cancelled() => return,
+                    _ = shared.abort.cancelled() => return shared.gave_up(),
                     _ = tokio::time::sleep(d) => {}
                 }
             }

@@ -12,6 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use dq_core::Wake;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -105,7 +106,8 @@ async fn sleep_until_precisely(deadline: Instant) {
     }
 }
 
-/// Routes wake announcements from the store to the shards' movers; resubscribes with backoff
+/// Routes wake announcements from the store to the shards' movers (and resumed topics to the
+/// consumers waiting out a pause); resubscribes with backoff
 /// when the subscription breaks. After every subscription, the first one included, it wakes every
 /// mover: a push announced before the subscription was in place (right after start-up, or while
 /// it was broken) reached nobody.
@@ -138,12 +140,17 @@ pub(crate) async fn route_wakeups(shared: Arc<Shared>, movers: Vec<mpsc::Sender<
                 n = listener.next() => n,
             };
             match next {
-                Ok((shard, due)) => {
+                Ok(Wake::Due { shard, due_us }) => {
                     if let Some(m) = movers.get(usize::from(shard)) {
                         // A full queue already holds an earlier wake-up: dropping is safe.
-                        let _ = m.try_send(due);
+                        let _ = m.try_send(due_us);
                     }
                 }
+                Ok(Wake::Resumed(topic)) => {
+                    tracing::debug!(%topic, "topic resumed: paused consumers look again");
+                    shared.resumed.send_modify(|n| *n = n.wrapping_add(1));
+                }
+                Ok(_) => {}
                 Err(e) => {
                     health.failed(&e);
                     break;

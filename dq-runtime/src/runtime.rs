@@ -24,6 +24,10 @@ type Hook = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>
 /// between two awaits only sees the cancellation at its next await.
 const ABORT_LIMIT: Duration = Duration::from_secs(5);
 
+/// How long shutdown waits for each of its last store calls: putting cancelled jobs back to
+/// ready, then writing the queued acks (beside removing the worker's record).
+const FLUSH_LIMIT: Duration = Duration::from_secs(5);
+
 /// How long each shutdown hook may run.
 pub const HOOK_DEADLINE: Duration = Duration::from_secs(5);
 
@@ -71,6 +75,10 @@ pub struct ShutdownReport {
     pub finished: usize,
     /// Handlers cancelled at the end of the grace period; their jobs went back to ready.
     pub released: usize,
+    /// Jobs whose handler returned but whose outcome (ack, retry or dead letter) could not be
+    /// written before shutdown ended, because Redis did not answer. Nothing is lost: they run
+    /// again when their lease expires, so a handler that finished may run a second time.
+    pub unacked: usize,
     /// Shutdown hooks that ran to completion.
     pub hooks_completed: usize,
     /// Shutdown hooks that overran their deadline.
@@ -434,28 +442,39 @@ impl Supervisor {
         let interrupted = shared.take_interrupted();
         let mut released = 0;
         if !interrupted.is_empty() {
-            match shared.store.release(&interrupted).await {
-                Ok(n) => released = n,
-                Err(e) => {
+            match tokio::time::timeout(FLUSH_LIMIT, shared.store.release(&interrupted)).await {
+                Ok(Ok(n)) => released = n,
+                Ok(Err(e)) => {
                     tracing::error!(error = %e, jobs = interrupted.len(), "could not put cancelled jobs back to ready; they will run again when their leases expire")
+                }
+                Err(_) => {
+                    tracing::error!(limit = ?FLUSH_LIMIT, jobs = interrupted.len(), "putting cancelled jobs back to ready timed out; they will run again when their leases expire")
                 }
             }
         }
+        // The job tasks are done: the acker acks what is queued and ends, while the heartbeat
+        // removes this worker's record. Both within one bound, whatever state Redis is in.
         self.heartbeat_done.cancel();
-        let _ = self.heartbeat.await;
-        // The job tasks are done: the acker acks what is queued and ends.
-        let acker_abort = self.acker.abort_handle();
         self.acker_done.cancel();
-        if tokio::time::timeout(Duration::from_secs(5), self.acker)
-            .await
-            .is_err()
-        {
-            acker_abort.abort();
-            tracing::error!("could not flush acks within 5 s; those jobs will run again after their leases expire");
+        let (heartbeat, acker) = (self.heartbeat.abort_handle(), self.acker.abort_handle());
+        let (heartbeat_task, acker_task) = (self.heartbeat, self.acker);
+        let flushed = tokio::time::timeout(FLUSH_LIMIT, async {
+            let _ = heartbeat_task.await;
+            let _ = acker_task.await;
+        })
+        .await;
+        if flushed.is_err() {
+            heartbeat.abort();
+            acker.abort();
+        }
+        let unacked = shared.unsettled();
+        if unacked > 0 {
+            tracing::error!(jobs = unacked, limit = ?FLUSH_LIMIT, "shutdown: the outcome of finished jobs could not be written (is Redis reachable?); they will run again after their leases expire");
         }
         let mut report = ShutdownReport {
             finished: running.saturating_sub(interrupted.len()),
             released,
+            unacked,
             ..ShutdownReport::default()
         };
         for (name, hook) in self.hooks {
@@ -468,7 +487,7 @@ impl Supervisor {
             }
         }
         tracing::info!(
-            finished = report.finished, released = report.released,
+            finished = report.finished, released = report.released, unacked = report.unacked,
             hooks = report.hooks_completed, took = ?started.elapsed(),
             "dq runtime stopped"
         );

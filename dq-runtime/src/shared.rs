@@ -1,10 +1,11 @@
 //! State shared by every task of one runtime.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use dq_core::{Config, LeaseRef, Store};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -25,6 +26,10 @@ pub(crate) struct Shared {
     interrupted: Mutex<Vec<LeaseRef>>,
     /// Finished jobs waiting to be acked in a batch.
     pub(crate) acks: mpsc::UnboundedSender<LeaseRef>,
+    /// Outcomes (retry, dead letter) given up on at the end of shutdown, Redis not answering.
+    gave_up: AtomicUsize,
+    /// Bumped when some topic is resumed (by any process): paused consumers look again.
+    pub(crate) resumed: watch::Sender<u64>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -48,6 +53,8 @@ impl Shared {
             running: Mutex::new(HashMap::new()),
             interrupted: Mutex::new(Vec::new()),
             acks,
+            gave_up: AtomicUsize::new(0),
+            resumed: watch::Sender::new(0),
         }
     }
 
@@ -73,6 +80,18 @@ impl Shared {
 
     pub(crate) fn running(&self) -> Vec<LeaseRef> {
         lock(&self.running).keys().cloned().collect()
+    }
+
+    /// A job's retry or dead letter could not be written before shutdown gave up.
+    pub(crate) fn gave_up(&self) {
+        self.gave_up.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Finished jobs whose outcome was not written: those still waiting for their ack, and
+    /// those whose retry or dead letter was given up.
+    pub(crate) fn unsettled(&self) -> usize {
+        let waiting = lock(&self.running).values().filter(|&&s| s).count();
+        waiting + self.gave_up.load(Ordering::Relaxed)
     }
 
     pub(crate) fn interrupted(&self, lease: LeaseRef) {

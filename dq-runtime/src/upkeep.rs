@@ -8,25 +8,31 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::collections::HashMap;
+
 use dq_core::{LeaseRef, MAX_BATCH};
 use tokio::sync::mpsc;
 
 use crate::health::Health;
 use crate::shared::Shared;
 
-/// Acks finished jobs in batches: whatever has queued up while the previous call was in
-/// flight goes in the next one, so acks cost one round trip per batch under load and add no
-/// delay when idle. When `done` is cancelled (after the job tasks finished) it acks what is
-/// left and ends.
+/// Acks finished jobs in batches, one lane per shard: whatever has queued up for a shard while
+/// its previous call was in flight goes in the next one, so acks cost one round trip per batch
+/// under load and add no delay when idle. A shard that fails or stalls holds up only its own
+/// acks, and only its own batch is tried again (a batch acked on one shard is never sent
+/// twice, which would report its jobs as "ack refused"). When `done` is cancelled (after the
+/// job tasks finished) it acks what is left and ends.
 pub(crate) async fn acker(
     shared: Arc<Shared>,
     mut rx: mpsc::UnboundedReceiver<LeaseRef>,
     done: tokio_util::sync::CancellationToken,
 ) {
-    let mut health = Health::new("acker");
-    let mut batch = Vec::with_capacity(MAX_BATCH);
+    let shards = shared.store.shards();
+    let mut lanes: HashMap<u16, mpsc::UnboundedSender<LeaseRef>> = HashMap::new();
+    // Dropping the set (the acker aborted at the end of shutdown) aborts the lanes too.
+    let mut lane_tasks = tokio::task::JoinSet::new();
     loop {
-        let first = tokio::select! {
+        let next = tokio::select! {
             biased;
             l = rx.recv() => l,
             _ = done.cancelled(), if !rx.is_closed() => {
@@ -34,7 +40,24 @@ pub(crate) async fn acker(
                 continue;
             }
         };
-        let Some(first) = first else { return };
+        let Some(lease) = next else { break };
+        let shard = dq_core::store::shard_of(&lease.topic, &lease.id, shards);
+        let lane = lanes.entry(shard).or_insert_with(|| {
+            let (tx, lane_rx) = mpsc::unbounded_channel();
+            lane_tasks.spawn(ack_lane(shared.clone(), shard, lane_rx));
+            tx
+        });
+        let _ = lane.send(lease);
+    }
+    drop(lanes);
+    while lane_tasks.join_next().await.is_some() {}
+}
+
+/// Acks one shard's finished jobs until its sender is gone and its queue is empty.
+async fn ack_lane(shared: Arc<Shared>, shard: u16, mut rx: mpsc::UnboundedReceiver<LeaseRef>) {
+    let mut health = Health::new(format!("acker of shard {shard}"));
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while let Some(first) = rx.recv().await {
         batch.push(first);
         while batch.len() < MAX_BATCH {
             match rx.try_recv() {
@@ -67,19 +90,30 @@ pub(crate) async fn acker(
 
 /// Renews the leases of this process's running jobs every third of the lease, and records the
 /// worker as alive (for `dq workers`); removes that record when it ends.
+///
+/// Each shard is renewed on its own, at once and with a time limit under a third of the lease,
+/// and the worker record is written beside the renewals rather than before them: a master that
+/// stalls (a long command, a failover in progress) delays only the renewal of its own jobs, so
+/// jobs on healthy masters never lose their lease and run a second time elsewhere.
 pub(crate) async fn heartbeat(
     shared: Arc<Shared>,
     done: tokio_util::sync::CancellationToken,
     mut me: dq_core::WorkerInfo,
 ) {
     let lease = shared.config.lease;
-    let mut health = Health::new("lease heartbeat");
+    let limit = renewal_limit(lease);
+    let mut health: HashMap<u16, Health> = HashMap::new();
     let mut tick = tokio::time::interval(lease / 3);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = done.cancelled() => {
-                let _ = shared.store.unregister_worker(&me.id).await;
+                // Bounded: with Redis unreachable the record expires by itself in a minute.
+                let _ = tokio::time::timeout(
+                    Duration::from_secs(2),
+                    shared.store.unregister_worker(&me.id),
+                )
+                .await;
                 return;
             }
             _ = tick.tick() => {}
@@ -87,26 +121,74 @@ pub(crate) async fn heartbeat(
         let running = shared.running();
         me.running = running.len();
         me.last_seen_ms = dq_core::to_us(std::time::SystemTime::now()) / 1000;
-        if let Err(e) = shared.store.register_worker(&me).await {
-            tracing::debug!(error = %e, "could not record this worker's heartbeat");
-        }
-        if running.is_empty() {
-            continue;
-        }
-        match shared.store.extend(&running, lease).await {
-            Ok(lost) => {
-                health.ok();
-                // A job whose handler returned may have been acked since the snapshot: only
-                // a running handler's lost lease is news (a refused ack is logged by the acker).
-                for l in lost.iter().filter(|l| shared.handler_running(l)) {
-                    tracing::warn!(topic = %l.topic, id = %l.id, "lease lost while the job runs (it expired before renewal); another worker may run it too");
+        let mut calls = tokio::task::JoinSet::new();
+        let (store, record) = (shared.store.clone(), me.clone());
+        calls.spawn(async move {
+            match tokio::time::timeout(limit, store.register_worker(&record)).await {
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "could not record this worker's heartbeat")
                 }
+                Err(_) => tracing::debug!(?limit, "recording this worker's heartbeat timed out"),
+                Ok(Ok(())) => {}
             }
-            Err(e) => {
-                health.failed(&e);
+            None
+        });
+        let shards = shared.store.shards();
+        let mut by_shard: HashMap<u16, Vec<LeaseRef>> = HashMap::new();
+        for l in running {
+            by_shard
+                .entry(dq_core::store::shard_of(&l.topic, &l.id, shards))
+                .or_default()
+                .push(l);
+        }
+        for (shard, leases) in by_shard {
+            let store = shared.store.clone();
+            calls.spawn(async move {
+                let renewed = match tokio::time::timeout(limit, store.extend(&leases, lease)).await
+                {
+                    Ok(r) => r,
+                    Err(_) => Err(dq_core::Error::Timeout {
+                        op: "renew leases",
+                        after: limit,
+                    }),
+                };
+                Some((shard, leases.len(), renewed))
+            });
+        }
+        while let Some(joined) = calls.join_next().await {
+            let Ok(Some((shard, jobs, renewed))) = joined else {
+                continue;
+            };
+            let health = health
+                .entry(shard)
+                .or_insert_with(|| Health::new(format!("lease renewal on shard {shard}")));
+            match renewed {
+                Ok(lost) => {
+                    health.ok();
+                    // A job whose handler returned may have been acked since the snapshot:
+                    // only a running handler's lost lease is news (a refused ack is logged by
+                    // the acker).
+                    for l in lost.iter().filter(|l| shared.handler_running(l)) {
+                        tracing::warn!(topic = %l.topic, id = %l.id, "lease lost while the job runs (it expired before renewal); another worker may run it too");
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(
+                        shard,
+                        jobs,
+                        "lease renewal failed on this shard; the next heartbeat tries again"
+                    );
+                    health.failed(&e);
+                }
             }
         }
     }
+}
+
+/// How long one shard's renewal (or the worker record) may take: under a third of the lease,
+/// so that a stalled master cannot hold up the next heartbeat.
+fn renewal_limit(lease: Duration) -> Duration {
+    lease / 4
 }
 
 /// Puts back jobs whose lease expired, in one shard, every half lease.

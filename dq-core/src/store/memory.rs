@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use tokio::sync::{broadcast, watch};
 
-use super::{ReadyWaiter, Store, WakeListener};
+use super::{ReadyWaiter, Store, Wake, WakeListener};
 use crate::envelope::Envelope;
 use crate::error::Result;
 use crate::job::{
@@ -100,7 +100,7 @@ pub struct MemoryStore {
     state: Arc<Mutex<State>>,
     clock: Clock,
     ready_signal: Arc<Mutex<HashMap<Topic, watch::Sender<u64>>>>,
-    wake: broadcast::Sender<u64>,
+    wake: broadcast::Sender<Wake>,
 }
 
 impl std::fmt::Debug for MemoryStore {
@@ -159,7 +159,10 @@ impl MemoryStore {
                 u64::try_from(by.as_micros()).unwrap_or(u64::MAX),
                 Ordering::SeqCst,
             );
-            let _ = self.wake.send(0);
+            let _ = self.wake.send(Wake::Due {
+                shard: 0,
+                due_us: 0,
+            });
         }
     }
 
@@ -168,7 +171,10 @@ impl MemoryStore {
     pub fn advance_to(&self, us: u64) {
         if let Clock::Manual(now) = &self.clock {
             now.fetch_max(us, Ordering::SeqCst);
-            let _ = self.wake.send(0);
+            let _ = self.wake.send(Wake::Due {
+                shard: 0,
+                due_us: 0,
+            });
         }
     }
 
@@ -382,7 +388,10 @@ impl Store for MemoryStore {
             self.signal_ready(t);
         }
         if let Some(due) = announce {
-            let _ = self.wake.send(due);
+            let _ = self.wake.send(Wake::Due {
+                shard: 0,
+                due_us: due,
+            });
         }
         Ok(out)
     }
@@ -434,7 +443,10 @@ impl Store for MemoryStore {
             self.signal_ready(topic);
         }
         if let Some(due) = announce {
-            let _ = self.wake.send(due);
+            let _ = self.wake.send(Wake::Due {
+                shard: 0,
+                due_us: due,
+            });
         }
         Ok(ChangeOutcome::Done)
     }
@@ -579,7 +591,10 @@ impl Store for MemoryStore {
             self.signal_ready(&lease.topic);
         }
         if let Some(due) = announce {
-            let _ = self.wake.send(due);
+            let _ = self.wake.send(Wake::Due {
+                shard: 0,
+                due_us: due,
+            });
         }
         Ok(true)
     }
@@ -767,6 +782,7 @@ impl Store for MemoryStore {
     async fn resume(&self, topic: &Topic) -> Result<()> {
         lock(&self.state).paused.remove(topic);
         self.signal_ready(topic);
+        let _ = self.wake.send(Wake::Resumed(topic.clone()));
         Ok(())
     }
 
@@ -937,17 +953,22 @@ impl ReadyWaiter for MemoryReadyWaiter {
 
 #[derive(Debug)]
 struct MemoryWakeListener {
-    rx: broadcast::Receiver<u64>,
+    rx: broadcast::Receiver<Wake>,
 }
 
 #[async_trait]
 impl WakeListener for MemoryWakeListener {
-    async fn next(&mut self) -> Result<(u16, u64)> {
+    async fn next(&mut self) -> Result<Wake> {
         loop {
             match self.rx.recv().await {
-                Ok(due) => return Ok((0, due)),
+                Ok(wake) => return Ok(wake),
                 // Missed announcements: wake now and let the mover look.
-                Err(broadcast::error::RecvError::Lagged(_)) => return Ok((0, 0)),
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    return Ok(Wake::Due {
+                        shard: 0,
+                        due_us: 0,
+                    })
+                }
                 Err(broadcast::error::RecvError::Closed) => std::future::pending::<()>().await,
             }
         }

@@ -42,11 +42,27 @@ pub trait ReadyWaiter: Send + std::fmt::Debug {
     async fn wait(&mut self, timeout: Duration) -> Result<bool>;
 }
 
-/// Receives the announcements that a push made a new earliest due time, from any process.
+/// An announcement on the stores' `wake` channels, from any process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Wake {
+    /// A push made `due_us` the earliest due time of `shard` (0: look now).
+    Due {
+        /// The shard whose mover should look.
+        shard: u16,
+        /// The new earliest due time, in store microseconds.
+        due_us: u64,
+    },
+    /// An operator resumed the topic: consumers waiting out the pause look again at once.
+    Resumed(Topic),
+}
+
+/// Receives the announcements that a push made a new earliest due time, or that a topic was
+/// resumed, from any process.
 #[async_trait]
 pub trait WakeListener: Send + std::fmt::Debug {
-    /// The next announcement: `(shard, due_us)`.
-    async fn next(&mut self) -> Result<(u16, u64)>;
+    /// The next announcement.
+    async fn next(&mut self) -> Result<Wake>;
 }
 
 /// The operations the runtime and the client need from a store.

@@ -11,7 +11,10 @@ use super::connection::{self, Conn, Server};
 use super::hub::ReadyHub;
 use super::keys::{member, shard_of, ShardKeys};
 use super::scripts::SCRIPTS;
-use super::{ReadyWaiter, Store, WakeListener, MAX_BATCH};
+use super::{ReadyWaiter, Store, Wake, WakeListener, MAX_BATCH};
+
+/// The prefix of a `wake` message announcing that a topic was resumed (due times are numbers).
+const RESUMED: &str = "resumed ";
 use crate::config::Config;
 use crate::envelope::Envelope;
 use crate::error::{Error, Result};
@@ -802,7 +805,16 @@ impl Store for RedisStore {
     }
 
     async fn resume(&self, topic: &Topic) -> Result<()> {
-        self.set_paused("resume", "SREM", topic).await
+        self.set_paused("resume", "SREM", topic).await?;
+        // Workers waiting out the pause look again now rather than at their next check. A
+        // cluster delivers the message to every node, so one channel reaches every process.
+        self.simple(
+            "resume",
+            redis::cmd("PUBLISH")
+                .arg(self.keys(0).wake())
+                .arg(format!("{RESUMED}{topic}")),
+        )
+        .await
     }
 
     async fn register_worker(&self, worker: &WorkerInfo) -> Result<()> {
@@ -1063,7 +1075,7 @@ impl std::fmt::Debug for RedisWakeListener {
 
 #[async_trait]
 impl WakeListener for RedisWakeListener {
-    async fn next(&mut self) -> Result<(u16, u64)> {
+    async fn next(&mut self) -> Result<Wake> {
         use futures_util::StreamExt;
         loop {
             let Some(msg) = self.messages.next().await else {
@@ -1078,8 +1090,16 @@ impl WakeListener for RedisWakeListener {
             let Some(&shard) = self.channels.get(msg.get_channel_name()) else {
                 continue;
             };
-            if let Ok(due) = msg.get_payload::<u64>() {
-                return Ok((shard, due));
+            let Ok(payload) = msg.get_payload::<String>() else {
+                continue;
+            };
+            if let Ok(due_us) = payload.parse::<u64>() {
+                return Ok(Wake::Due { shard, due_us });
+            }
+            if let Some(topic) = payload.strip_prefix(RESUMED) {
+                if let Ok(topic) = Topic::new(topic) {
+                    return Ok(Wake::Resumed(topic));
+                }
             }
         }
     }
