@@ -46,6 +46,8 @@ pub(crate) struct Harness {
     pub(crate) rng: Rng,
     pub(crate) ledger: Ledger,
     pub(crate) exit_ms: Vec<u64>,
+    /// The proxy between the workers and Redis, when the scenario has one; kept until the end.
+    pub(crate) proxy: Option<crate::proxy::Blackhole>,
     started: Instant,
 }
 
@@ -106,6 +108,7 @@ impl Harness {
             rng: Rng::new(seed),
             ledger: Ledger::default(),
             exit_ms: Vec::new(),
+            proxy: None,
             started: Instant::now(),
         })
     }
@@ -289,7 +292,7 @@ impl Harness {
         start
     }
 
-    fn single(&self) -> Arc<Mutex<RedisServer>> {
+    pub(crate) fn single(&self) -> Arc<Mutex<RedisServer>> {
         self.redis
             .clone()
             .expect("a scenario on one redis-server, not a cluster")

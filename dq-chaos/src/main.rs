@@ -18,6 +18,7 @@
 
 mod harness;
 mod ledger;
+mod proxy;
 mod rng;
 mod scenario;
 mod worker;

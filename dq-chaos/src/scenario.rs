@@ -21,9 +21,13 @@ pub(crate) const ALL: &[&str] = &[
     "same-ms",
     "inflight-kill",
     "maxmemory",
+    "blackhole",
     "cluster-failover",
     "cluster-failover-wait",
 ];
+
+/// The longest acceptable wait, after a silent network is back, for the next job to finish.
+const BLACKHOLE_RECOVERY_MS: f64 = 20_000.0;
 
 const PLAIN: &[&str] = &["--save", "", "--appendonly", "no"];
 const SLOWLOG: &[&str] = &[
@@ -80,6 +84,7 @@ pub(crate) async fn run(name: &str, full: bool, seed: u64, keep: bool) -> anyhow
         "same-ms" => same_ms(full, seed).await?,
         "inflight-kill" => inflight_kill(full, seed).await?,
         "maxmemory" => maxmemory(full, seed).await?,
+        "blackhole" => blackhole(full, seed).await?,
         "sabotage" => sabotage(seed).await?,
         "cluster-failover" => cluster_failover(full, seed, false).await?,
         "cluster-failover-wait" => cluster_failover(full, seed, true).await?,
@@ -127,6 +132,16 @@ pub(crate) async fn run(name: &str, full: bool, seed: u64, keep: bool) -> anyhow
             ));
         }
         extra.insert("exit_ms_max".into(), json!(h.exit_ms.iter().max()));
+    }
+    if name == "blackhole" {
+        // After the network is back, the workers must notice their silent connections by
+        // their own time limits and run jobs again within seconds, not hours.
+        match report["recovery_ms"].as_f64() {
+            Some(ms) if ms <= BLACKHOLE_RECOVERY_MS => {}
+            other => failures.push(format!(
+                "no job finished within {BLACKHOLE_RECOVERY_MS} ms of the network coming back (recovery_ms {other:?})"
+            )),
+        }
     }
     if matches!(name, "same-ms" | "inflight-kill") {
         let script_errors = report["redis_errors"]["worker script"]
@@ -303,6 +318,38 @@ async fn debug_sleep(full: bool, seed: u64) -> anyhow::Result<Outcome> {
     let limit = drain_limit(&h).await;
     h.drain(&pushes.acked, limit).await;
     Ok((h, pushes, Default::default()))
+}
+
+/// The network between the workers and Redis goes silent without closing anything (a peer
+/// that lost power, a partition): a proxy stops forwarding and keeps every socket open. After
+/// it is restored (to new connections only: the old ones stay silent, their peer is gone),
+/// the workers must notice by their own time limits and pings, reconnect, and run jobs again
+/// within seconds. The producer talks to Redis directly and keeps pushing meanwhile.
+async fn blackhole(full: bool, seed: u64) -> anyhow::Result<Outcome> {
+    let w = worker(full);
+    let (at, dark_ms) = if full { (10.0, 30_000) } else { (2.0, 8_000) };
+    let window = secs(at + dark_ms as f64 / 1000.0 + 4.0);
+    let n = if full { 20_000 } else { 2_000 };
+    let mut h = Harness::start("blackhole", PLAIN, w, seed).await?;
+    let port = h.single().lock().map(|r| r.port()).unwrap_or(0);
+    let proxy = crate::proxy::Blackhole::start(([127, 0, 0, 1], port).into()).await?;
+    h.worker.url = proxy.url();
+    h.spawn_workers(3).await?;
+    let t0 = Instant::now();
+    let producer = tokio::spawn(produce(h.client.clone(), plan(n, window), seed));
+    tokio::time::sleep_until((t0 + secs(at)).into()).await;
+    let start = now_us();
+    let cut = proxy.cut();
+    tokio::time::sleep(Duration::from_millis(dark_ms)).await;
+    proxy.restore();
+    h.record(&format!("network silent {dark_ms} ms"), start, now_us());
+    h.proxy = Some(proxy);
+    let pushes = producer.await?;
+    let limit = drain_limit(&h).await;
+    h.drain(&pushes.acked, limit).await;
+    let mut extra = serde_json::Map::new();
+    extra.insert("connections_cut".into(), json!(cut));
+    Ok((h, pushes, extra))
 }
 
 /// kill -9 of redis-server under load, restarted after a second, with `appendonly yes` and

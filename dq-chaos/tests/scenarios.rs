@@ -140,3 +140,11 @@ fn a_cluster_master_killed_under_load_loses_nothing_a_replica_confirmed() {
     let r = assert_ok("cluster-failover-wait");
     assert_eq!(r["lost"], 0, "{r}");
 }
+
+#[test]
+fn a_silent_network_stalls_workers_for_seconds_not_hours_and_loses_nothing() {
+    let r = assert_ok("blackhole");
+    assert_eq!(r["lost"], 0);
+    assert!(r["connections_cut"].as_u64().unwrap() > 0, "{r}");
+    assert!(r["recovery_ms"].as_f64().unwrap() <= 20_000.0, "{r}");
+}

@@ -3,6 +3,7 @@
 //! [`Conn`] that the store's commands and scripts run on. Blocking commands and pub/sub get
 //! connections of their own (on a cluster, pub/sub only: see `hub`).
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -26,8 +27,127 @@ pub(crate) enum Server {
 /// The shared, multiplexed connection; reconnects by itself.
 #[derive(Clone)]
 pub(crate) enum Conn {
-    Single(ConnectionManager),
+    Single(SingleConn),
     Cluster(ClusterConnection),
+}
+
+/// redis-rs's `ConnectionManager`, replaced by a new one when a command gets no reply in time.
+///
+/// The manager reconnects when the connection reports an error, but a reply that never comes
+/// (a peer that lost power, a partition, a firewall that drops the flow without a reset) only
+/// times the command out and leaves the connection in place: every later command would time out
+/// too, until the kernel gives up on the socket. So a timeout here means "this connection is
+/// gone": the next command goes out on a new one.
+#[derive(Clone)]
+pub(crate) struct SingleConn {
+    inner: Arc<SingleInner>,
+}
+
+struct SingleInner {
+    client: redis::Client,
+    config: ConnectionManagerConfig,
+    /// The manager in use and its generation (so that concurrent timeouts replace it once).
+    current: Mutex<(u64, ConnectionManager)>,
+    /// The generation in use: commands still waiting on an older connection give up when it
+    /// changes, instead of each waiting out its own timeout on a connection known to be dead.
+    generation: tokio::sync::watch::Sender<u64>,
+}
+
+impl SingleConn {
+    fn new(
+        client: redis::Client,
+        config: ConnectionManagerConfig,
+        manager: ConnectionManager,
+    ) -> SingleConn {
+        SingleConn {
+            inner: Arc::new(SingleInner {
+                client,
+                config,
+                current: Mutex::new((0, manager)),
+                generation: tokio::sync::watch::Sender::new(0),
+            }),
+        }
+    }
+
+    fn current(&self) -> (u64, ConnectionManager) {
+        self.inner
+            .current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Opens a new connection in place of generation `seen`, unless that was done already.
+    fn replace(&self, seen: u64, error: &redis::RedisError) {
+        let mut current = self.inner.current.lock().unwrap_or_else(|p| p.into_inner());
+        if current.0 != seen {
+            return;
+        }
+        match ConnectionManager::new_lazy_with_config(
+            self.inner.client.clone(),
+            self.inner.config.clone(),
+        ) {
+            Ok(manager) => {
+                tracing::warn!(server = %self.inner.client.get_connection_info().addr(), %error, "Redis did not answer in time: the connection is dropped and the next command opens a new one");
+                *current = (seen + 1, manager);
+                self.inner.generation.send_replace(seen + 1);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not prepare a new Redis connection; the old one stays");
+            }
+        }
+    }
+
+    /// Runs `send` on the current connection: a timeout replaces the connection, and a
+    /// replacement (by this command or another) ends the wait at once with an error.
+    async fn send<'a, T, F>(&self, send: F) -> redis::RedisResult<T>
+    where
+        F: FnOnce(ConnectionManager) -> RedisFuture<'a, T>,
+    {
+        let mut replaced = self.inner.generation.subscribe();
+        let (seen, manager) = self.current();
+        let result = tokio::select! {
+            biased;
+            result = send(manager) => result,
+            _ = replaced.wait_for(|g| *g != seen) => Err(redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::ConnectionAborted,
+                "the connection was replaced: Redis stopped answering on it",
+            ))),
+        };
+        if let Err(e) = &result {
+            if e.is_timeout() {
+                self.replace(seen, e);
+            }
+        }
+        result
+    }
+}
+
+impl ConnectionLike for SingleConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            self.send(|mut manager| Box::pin(async move { manager.send_packed_command(cmd).await }))
+                .await
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            self.send(|mut manager| {
+                Box::pin(async move { manager.send_packed_commands(pipeline, offset, count).await })
+            })
+            .await
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.current().1.get_db()
+    }
 }
 
 impl ConnectionLike for Conn {
@@ -156,10 +276,13 @@ pub(crate) async fn connect(config: &Config) -> Result<(Server, Conn)> {
         .set_connection_timeout(Some(CONNECT_TIMEOUT))
         .set_response_timeout(Some(RESPONSE_TIMEOUT))
         .set_max_delay(Duration::from_secs(2));
-    let conn = ConnectionManager::new_with_config(client.clone(), manager)
+    let conn = ConnectionManager::new_with_config(client.clone(), manager.clone())
         .await
         .map_err(Error::redis("connect"))?;
-    Ok((Server::Single(client), Conn::Single(conn)))
+    Ok((
+        Server::Single(client.clone()),
+        Conn::Single(SingleConn::new(client, manager, conn)),
+    ))
 }
 
 impl Server {

@@ -125,17 +125,23 @@ async fn listen(
     channels: &HashMap<String, u16>,
 ) -> Result<()> {
     let op = "ready-job subscription";
-    let client = server.any_client(conn).await?;
-    let pubsub = client
-        .get_async_pubsub()
+    // Bounded: a node that accepts the connection but never answers must not hold up the
+    // consumers' wake-ups for good (they poll every 30 s meanwhile).
+    let limit = super::connection::RESPONSE_TIMEOUT;
+    let timed_out = |_| crate::Error::Timeout { op, after: limit };
+    let client = tokio::time::timeout(limit, server.any_client(conn))
         .await
+        .map_err(timed_out)??;
+    let pubsub = tokio::time::timeout(limit, client.get_async_pubsub())
+        .await
+        .map_err(timed_out)?
         .map_err(crate::Error::redis(op))?;
     let (mut sink, mut stream) = pubsub.split();
-    for channel in channels.keys() {
-        sink.subscribe(channel)
-            .await
-            .map_err(crate::Error::redis(op))?;
-    }
+    let names: Vec<&String> = channels.keys().collect();
+    tokio::time::timeout(limit, sink.subscribe(names))
+        .await
+        .map_err(timed_out)?
+        .map_err(crate::Error::redis(op))?;
     match hub.upgrade() {
         Some(h) => h.ring_all(),
         None => return Ok(()),

@@ -969,23 +969,57 @@ impl Store for RedisStore {
     }
 
     async fn wake_listener(&self) -> Result<Box<dyn WakeListener>> {
+        let op = "subscribe to wake-ups";
+        let limit = connection::RESPONSE_TIMEOUT;
+        let bounded = |what| Error::Timeout {
+            op: what,
+            after: limit,
+        };
         // A cluster delivers PUBLISH to every node: any one will do.
         let client = self.server.any_client(&self.conn).await?;
-        let mut pubsub = client
-            .get_async_pubsub()
+        let pubsub = tokio::time::timeout(limit, client.get_async_pubsub())
             .await
-            .map_err(Error::redis("subscribe"))?;
+            .map_err(|_| bounded(op))?
+            .map_err(Error::redis(op))?;
+        let (mut sink, stream) = pubsub.split();
         let mut channels = std::collections::HashMap::new();
         for (shard, k) in self.shards.iter().enumerate() {
-            pubsub
-                .subscribe(k.wake())
-                .await
-                .map_err(Error::redis("subscribe"))?;
             channels.insert(k.wake(), shard as u16);
         }
+        let names: Vec<&String> = channels.keys().collect();
+        tokio::time::timeout(limit, sink.subscribe(names))
+            .await
+            .map_err(|_| bounded(op))?
+            .map_err(Error::redis(op))?;
+        // A ping beside the messages (not between them: a pong queued behind messages would
+        // delay them) notices a connection that went silent; `next` then fails and the
+        // runtime subscribes again.
+        let (dead_tx, dead) = tokio::sync::oneshot::channel();
+        let pinger = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(PING_EVERY).await;
+                // In subscribed mode Redis answers PING with ["pong", ""], not +PONG.
+                match tokio::time::timeout(PING_EVERY, sink.ping::<Value>()).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => {
+                        let _ = dead_tx.send(Error::redis("wake subscription")(e));
+                        return;
+                    }
+                    Err(_) => {
+                        let _ = dead_tx.send(Error::Timeout {
+                            op: "wake subscription ping (the connection is replaced)",
+                            after: PING_EVERY,
+                        });
+                        return;
+                    }
+                }
+            }
+        });
         Ok(Box::new(RedisWakeListener {
-            messages: Box::pin(pubsub.into_on_message()),
+            messages: Box::pin(stream),
             channels,
+            dead,
+            pinger,
         }))
     }
 
@@ -1002,6 +1036,12 @@ impl Store for RedisStore {
         Ok(total)
     }
 }
+
+/// How much longer than its own timeout a blocking wait may go without a reply.
+const WAIT_MARGIN: Duration = Duration::from_secs(2);
+
+/// How often the wake subscription is pinged, and how long the answer may take.
+const PING_EVERY: Duration = Duration::from_secs(5);
 
 /// `BLMOVE ready ready LEFT LEFT` on a connection of its own, opened on first use and again
 /// after an error (one server only: consumers on a cluster wait on the `hub`'s bells).
@@ -1037,32 +1077,46 @@ impl ReadyWaiter for RedisReadyWaiter {
                 self.conn.insert(conn)
             }
         };
-        // BLMOVE's timeout is checked on Redis' hz timer; it only bounds how long a dead
-        // connection goes unnoticed. Pushes wake the command at once.
-        let reply: redis::RedisResult<Option<Vec<u8>>> = redis::cmd("BLMOVE")
-            .arg(&self.key)
+        // BLMOVE's timeout is checked on Redis' hz timer; pushes wake the command at once. The
+        // reply must come by the end of the wait and a margin: a connection that stays silent
+        // past that is dropped (its peer is gone or unreachable) and the next wait opens a new
+        // one, instead of waiting for the kernel to give up on it.
+        let mut cmd = redis::cmd("BLMOVE");
+        cmd.arg(&self.key)
             .arg(&self.key)
             .arg("LEFT")
             .arg("LEFT")
-            .arg(timeout.as_secs_f64().max(0.01))
-            .query_async(conn)
-            .await;
-        match reply {
-            Ok(found) => Ok(found.is_some()),
-            Err(e) => {
-                self.conn = None;
-                Err(Error::Redis {
-                    op: "wait for ready jobs",
-                    source: e,
-                })
-            }
+            .arg(timeout.as_secs_f64().max(0.01));
+        let blmove = cmd.query_async::<Option<Vec<u8>>>(conn);
+        let reply = match tokio::time::timeout(timeout + WAIT_MARGIN, blmove).await {
+            Ok(reply) => reply.map_err(|source| Error::Redis {
+                op: "wait for ready jobs",
+                source,
+            }),
+            Err(_) => Err(Error::Timeout {
+                op: "wait for ready jobs (no reply from Redis: the connection is replaced)",
+                after: timeout + WAIT_MARGIN,
+            }),
+        };
+        if reply.is_err() {
+            self.conn = None;
         }
+        reply.map(|found| found.is_some())
     }
 }
 
 struct RedisWakeListener {
     messages: std::pin::Pin<Box<dyn futures_util::Stream<Item = redis::Msg> + Send>>,
     channels: std::collections::HashMap<String, u16>,
+    /// Fails when the pinger finds the connection silent or broken.
+    dead: tokio::sync::oneshot::Receiver<Error>,
+    pinger: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for RedisWakeListener {
+    fn drop(&mut self) {
+        self.pinger.abort();
+    }
 }
 
 impl std::fmt::Debug for RedisWakeListener {
@@ -1078,7 +1132,16 @@ impl WakeListener for RedisWakeListener {
     async fn next(&mut self) -> Result<Wake> {
         use futures_util::StreamExt;
         loop {
-            let Some(msg) = self.messages.next().await else {
+            let msg = tokio::select! {
+                msg = self.messages.next() => msg,
+                dead = &mut self.dead => {
+                    return Err(dead.unwrap_or_else(|_| Error::Timeout {
+                        op: "wake subscription ping",
+                        after: PING_EVERY,
+                    }));
+                }
+            };
+            let Some(msg) = msg else {
                 return Err(Error::Redis {
                     op: "wake subscription",
                     source: redis::RedisError::from(std::io::Error::new(
