@@ -182,10 +182,11 @@ fn connected_clients(cluster: &RedisCluster) -> u64 {
 }
 
 /// Waits until a pub/sub client of the cluster has sent `pings` PINGs, as `CLIENT LIST` shows
-/// them: its last command `ping`, idle for 0 s again after having been idle.
+/// them: its last command `ping`, and its idle time lower than at the previous look (a new
+/// command since; a look may come late on a loaded machine, so "idle 0" alone can be missed).
 async fn wait_for_pings(cluster: &RedisCluster, pings: usize, limit: Duration) {
     let started = Instant::now();
-    let mut just_pinged: HashMap<String, bool> = HashMap::new();
+    let mut last_idle: HashMap<String, u64> = HashMap::new();
     let mut seen: HashMap<String, usize> = HashMap::new();
     loop {
         for node in cluster.nodes() {
@@ -200,9 +201,9 @@ async fn wait_for_pings(cluster: &RedisCluster, pings: usize, limit: Duration) {
                         .to_owned()
                 };
                 let id = format!("{}/{}", node.port(), field("id="));
-                let now = field("cmd=") == "ping" && field("idle=") == "0";
-                let before = just_pinged.insert(id.clone(), now).unwrap_or(false);
-                if now && !before {
+                let idle: u64 = field("idle=").parse().unwrap_or(0);
+                let before = last_idle.insert(id.clone(), idle);
+                if field("cmd=") == "ping" && before.is_some_and(|b| idle < b) {
                     *seen.entry(id).or_default() += 1;
                 }
             }

@@ -814,8 +814,10 @@ async fn a_resumed_topic_runs_its_waiting_job_at_once() {
     rt.shutdown().await.unwrap();
 }
 
-/// With Redis gone, shutdown ends within a few seconds and says which finished jobs it could
-/// not ack (they run again after their lease): it took 12.5 s and reported a clean finish.
+/// With Redis gone, shutdown ends within its bounds (5 s for the acks, then 2 s for the worker
+/// record, the heartbeat renewing leases until the acks are done) and says how many finished
+/// jobs it could not ack (they run again after their lease): it took 12.5 s and reported a
+/// clean finish.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_with_redis_down_is_bounded_and_reports_the_unacked_job() {
     let _serial = one_at_a_time().await;
@@ -842,7 +844,7 @@ async fn shutdown_with_redis_down_is_bounded_and_reports_the_unacked_job() {
     let begun = Instant::now();
     let report = rt.shutdown().await.unwrap();
     assert!(
-        begun.elapsed() < Duration::from_secs(8),
+        begun.elapsed() < Duration::from_secs(10),
         "shutdown took {:?}",
         begun.elapsed()
     );

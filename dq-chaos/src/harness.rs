@@ -298,6 +298,47 @@ impl Harness {
             .expect("a scenario on one redis-server, not a cluster")
     }
 
+    /// The port of the cluster master that serves `shard`'s keys.
+    pub(crate) async fn master_of_shard(&self, shard: u16) -> anyhow::Result<u16> {
+        let cluster = self.cluster.clone().expect("a cluster scenario");
+        let key = ShardKeys::new(NAMESPACE, shard).jobs();
+        let port = tokio::task::spawn_blocking(move || {
+            cluster
+                .lock()
+                .map(|c| c.master_of(&key))
+                .map_err(|_| anyhow::anyhow!("cluster lock"))
+        })
+        .await??;
+        Ok(port)
+    }
+
+    /// The shards whose keys the master on `port` serves.
+    pub(crate) async fn shards_of_master(
+        &self,
+        port: u16,
+    ) -> anyhow::Result<std::collections::HashSet<u16>> {
+        let mut out = std::collections::HashSet::new();
+        for shard in 0..self.client.store().shards() {
+            if self.master_of_shard(shard).await? == port {
+                out.insert(shard);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Sends one command to the node on `port` (from a blocking thread) and returns the reply.
+    pub(crate) async fn node_command(&self, port: u16, args: &[&str]) -> String {
+        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            raw_commands(port, &[&args], Duration::from_secs(60))
+                .trim()
+                .to_owned()
+        })
+        .await
+        .unwrap_or_else(|e| format!("command thread failed: {e}"))
+    }
+
     /// SIGKILL of the cluster master that serves shard 0, then waits until its replica has
     /// taken over (the cluster says `cluster_state:ok` again), then starts the killed node
     /// again (it rejoins as a replica). With `lag`, replication is broken that long before the

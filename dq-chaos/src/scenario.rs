@@ -23,6 +23,7 @@ pub(crate) const ALL: &[&str] = &[
     "maxmemory",
     "blackhole",
     "cluster-failover",
+    "shard-stall",
     "cluster-failover-wait",
 ];
 
@@ -85,6 +86,7 @@ pub(crate) async fn run(name: &str, full: bool, seed: u64, keep: bool) -> anyhow
         "inflight-kill" => inflight_kill(full, seed).await?,
         "maxmemory" => maxmemory(full, seed).await?,
         "blackhole" => blackhole(full, seed).await?,
+        "shard-stall" => shard_stall(full, seed).await?,
         "sabotage" => sabotage(seed).await?,
         "cluster-failover" => cluster_failover(full, seed, false).await?,
         "cluster-failover-wait" => cluster_failover(full, seed, true).await?,
@@ -585,6 +587,82 @@ async fn sabotage(seed: u64) -> anyhow::Result<Outcome> {
     anyhow::ensure!(removed == 1, "j7 was not delayed when the sabotage came");
     h.drain(&pushes.acked, Duration::from_secs(30)).await;
     Ok((h, pushes, Default::default()))
+}
+
+/// One master of a 3-master cluster stops answering clients for longer than the lease
+/// (`CLIENT PAUSE ... ALL` on the master of shard 0) while long handlers (longer than the lease:
+/// they keep their jobs only through renewals) run on every shard. Jobs on the other masters
+/// must not lose their leases: none of them may run twice (`duplicated_elsewhere` = 0). Jobs of
+/// the paused master may (their leases cannot be renewed while it is paused).
+///
+/// Why not `DEBUG SLEEP`: it stops the node's cluster bus as well, so after `cluster-node-timeout`
+/// the other masters mark it failed and, with `cluster-require-full-coverage yes` (the default),
+/// refuse every command: the whole cluster stops, whatever the client does. `CLIENT PAUSE ALL`
+/// freezes the master's clients only, as a long command or a saturated master does.
+async fn shard_stall(full: bool, seed: u64) -> anyhow::Result<Outcome> {
+    let lease_ms = if full { 10_000 } else { 2_000 };
+    let w = WorkerArgs {
+        concurrency: 200,
+        work_min_ms: lease_ms / 2,
+        work_max_ms: lease_ms * 2,
+        lease_ms,
+        ..worker(full)
+    };
+    let (n, window, at, pause_ms) = if full {
+        (3_000, 30.0, 10.0, 15_000)
+    } else {
+        (600, 8.0, 2.0, 6_000)
+    };
+    let mut h = Harness::start_cluster("shard-stall", 3, 0, w, seed).await?;
+    h.spawn_workers(3).await?;
+    let paused = h.master_of_shard(0).await?;
+    let t0 = Instant::now();
+    let producer = tokio::spawn(produce(h.client.clone(), plan(n, secs(window)), seed));
+    tokio::time::sleep_until((t0 + secs(at)).into()).await;
+    let start = now_us();
+    let ms = pause_ms.to_string();
+    let reply = h
+        .node_command(paused, &["CLIENT", "PAUSE", &ms, "ALL"])
+        .await;
+    anyhow::ensure!(reply == "+OK", "CLIENT PAUSE answered {reply:?}");
+    h.record(
+        &format!("CLIENT PAUSE {pause_ms} ALL on one master"),
+        start,
+        start + pause_ms * 1000,
+    );
+    let pushes = producer.await?;
+    let limit = drain_limit(&h).await;
+    h.drain(&pushes.acked, limit).await;
+    let _ = h.ledger.refresh(&h.dir);
+    let on_paused = h.shards_of_master(paused).await?;
+    let shards = h.client.store().shards();
+    let mut runs: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for r in &h.ledger.runs {
+        *runs.entry(r.id.as_str()).or_default() += 1;
+    }
+    let topic = dq::Topic::new(crate::TOPIC)?;
+    let (mut twice_paused, mut twice_elsewhere) = (0u64, 0u64);
+    for (id, _) in runs.into_iter().filter(|&(_, n)| n > 1) {
+        let shard = dq::store::shard_of(&topic, &dq::JobId::new(id)?, shards);
+        if on_paused.contains(&shard) {
+            twice_paused += 1;
+        } else {
+            twice_elsewhere += 1;
+        }
+    }
+    let mut extra = serde_json::Map::new();
+    extra.insert("paused_master_shards".into(), json!(on_paused.len()));
+    extra.insert("duplicated_on_paused_master".into(), json!(twice_paused));
+    extra.insert("duplicated_elsewhere".into(), json!(twice_elsewhere));
+    if twice_elsewhere > 0 {
+        extra.insert(
+            "failures".into(),
+            json!([format!(
+                "{twice_elsewhere} jobs on healthy masters ran twice"
+            )]),
+        );
+    }
+    Ok((h, pushes, extra))
 }
 
 /// The master of a 3-master cluster (with a replica each) killed with SIGKILL under load while

@@ -148,3 +148,11 @@ fn a_silent_network_stalls_workers_for_seconds_not_hours_and_loses_nothing() {
     assert!(r["connections_cut"].as_u64().unwrap() > 0, "{r}");
     assert!(r["recovery_ms"].as_f64().unwrap() <= 20_000.0, "{r}");
 }
+
+#[test]
+fn a_paused_cluster_master_makes_no_job_on_another_master_run_twice() {
+    let r = assert_ok("shard-stall");
+    assert_eq!(r["lost"], 0);
+    assert_eq!(r["duplicated_elsewhere"], 0, "{r}");
+    assert!(r["paused_master_shards"].as_u64().unwrap() > 0, "{r}");
+}

@@ -25,7 +25,7 @@ pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
 /// | `DQ_SHUTDOWN_GRACE` | `shutdown_grace` | `20s` |
 /// | `DQ_POLL_INTERVAL` | `poll_interval` | unset: block on Redis instead of polling |
 /// | `DQ_WAIT_REPLICAS` | `wait_replicas` | unset: a push returns once the master has it |
-/// | `DQ_WAIT_TIMEOUT` | `wait_timeout` | `1s` |
+/// | `DQ_WAIT_TIMEOUT` | `wait_timeout` | `1s` (at most `5s`) |
 /// | `DQ_TLS_CA_FILE` | `tls_ca_file` | unset: the system's trust store |
 /// | `DQ_TLS_CERT_FILE` | `tls_cert_file` | unset: no client certificate |
 /// | `DQ_TLS_KEY_FILE` | `tls_key_file` | unset |
@@ -203,6 +203,15 @@ impl Config {
         if self.safety_tick.is_zero() {
             return Err(bad("safety_tick", "0s".into(), "must be positive"));
         }
+        if self.wait_replicas.is_some() && self.wait_timeout > MAX_WAIT_TIMEOUT {
+            // WAIT runs on the shared connection, whose replies must come within 10 s: a
+            // longer WAIT would be taken for a dead connection and replace it.
+            return Err(bad(
+                "wait_timeout",
+                format!("{:?}", self.wait_timeout),
+                "use at most 5s: replicas that lag longer should fail the push (NotReplicated) rather than hold it",
+            ));
+        }
         if !self.redis_cluster.is_empty() && self.redis_url.is_some() {
             return Err(bad(
                 "redis_cluster",
@@ -220,6 +229,9 @@ impl Config {
         Ok(self)
     }
 }
+
+/// Longest `wait_timeout` (`DQ_WAIT_TIMEOUT`).
+pub(crate) const MAX_WAIT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Shards on a Redis Cluster unless `DQ_SHARDS` says otherwise: enough to spread over a
 /// dozen masters.
@@ -392,6 +404,21 @@ mod tests {
         assert_eq!(c.safety_tick, Duration::from_secs(300));
         assert_eq!(c.shutdown_grace, Duration::from_millis(1500));
         assert_eq!(c.poll_interval, Some(Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn a_wait_timeout_over_five_seconds_is_refused() {
+        let err = Config::builder()
+            .redis_url("redis://127.0.0.1:1/")
+            .wait_replicas(1, Duration::from_secs(12))
+            .build()
+            .unwrap_err();
+        assert!(err.to_string().contains("wait_timeout"), "{err}");
+        assert!(Config::builder()
+            .redis_url("redis://127.0.0.1:1/")
+            .wait_replicas(1, MAX_WAIT_TIMEOUT)
+            .build()
+            .is_ok());
     }
 
     #[test]

@@ -452,20 +452,24 @@ impl Supervisor {
                 }
             }
         }
-        // The job tasks are done: the acker acks what is queued and ends, while the heartbeat
-        // removes this worker's record. Both within one bound, whatever state Redis is in.
-        self.heartbeat_done.cancel();
+        // The job tasks are done: the acker acks what is queued and ends, within a bound
+        // whatever state Redis is in. The heartbeat goes on renewing the leases of the jobs
+        // waiting for their ack meanwhile (an ack after its lease expired would be refused and
+        // the job run again), then removes this worker's record.
         self.acker_done.cancel();
-        let (heartbeat, acker) = (self.heartbeat.abort_handle(), self.acker.abort_handle());
-        let (heartbeat_task, acker_task) = (self.heartbeat, self.acker);
-        let flushed = tokio::time::timeout(FLUSH_LIMIT, async {
-            let _ = heartbeat_task.await;
-            let _ = acker_task.await;
-        })
-        .await;
-        if flushed.is_err() {
-            heartbeat.abort();
+        let acker = self.acker.abort_handle();
+        if tokio::time::timeout(FLUSH_LIMIT, self.acker).await.is_err() {
             acker.abort();
+        }
+        self.heartbeat_done.cancel();
+        let heartbeat = self.heartbeat.abort_handle();
+        let heartbeat_limit =
+            crate::upkeep::renewal_limit(shared.config.lease) + crate::upkeep::UNREGISTER_LIMIT;
+        if tokio::time::timeout(heartbeat_limit, self.heartbeat)
+            .await
+            .is_err()
+        {
+            heartbeat.abort();
         }
         let unacked = shared.unsettled();
         if unacked > 0 {

@@ -110,7 +110,7 @@ pub(crate) async fn heartbeat(
             _ = done.cancelled() => {
                 // Bounded: with Redis unreachable the record expires by itself in a minute.
                 let _ = tokio::time::timeout(
-                    Duration::from_secs(2),
+                    UNREGISTER_LIMIT,
                     shared.store.unregister_worker(&me.id),
                 )
                 .await;
@@ -185,9 +185,12 @@ pub(crate) async fn heartbeat(
     }
 }
 
+/// Longest wait, at shutdown, to remove this worker's record.
+pub(crate) const UNREGISTER_LIMIT: Duration = Duration::from_secs(2);
+
 /// How long one shard's renewal (or the worker record) may take: under a third of the lease,
 /// so that a stalled master cannot hold up the next heartbeat.
-fn renewal_limit(lease: Duration) -> Duration {
+pub(crate) fn renewal_limit(lease: Duration) -> Duration {
     lease / 4
 }
 
