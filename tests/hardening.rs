@@ -29,8 +29,16 @@ fn config(redis: &RedisServer) -> Config {
 
 /// A runtime on `redis` with only `listener`.
 async fn start(redis: &RedisServer, listener: Listener) -> Runtime {
-    Runtime::builder()
-        .config(config(redis))
+    start_on(config(redis), None, listener).await
+}
+
+/// A runtime with `config`, on `store` when given, with only `listener`.
+async fn start_on(config: Config, store: Option<Arc<dyn Store>>, listener: Listener) -> Runtime {
+    let mut builder = Runtime::builder().config(config);
+    if let Some(store) = store {
+        builder = builder.store(store);
+    }
+    builder
         .without_registered_listeners()
         .listener(listener)
         .start()
@@ -225,14 +233,7 @@ async fn a_fetch_reply_in_flight_at_shutdown_is_handed_back_not_dropped() {
         let r = r.clone();
         async move { *r.lock().unwrap() += 1 }
     });
-    let rt = Runtime::builder()
-        .config(config(&redis))
-        .store(store.clone())
-        .without_registered_listeners()
-        .listener(listener)
-        .start()
-        .await
-        .unwrap();
+    let rt = start_on(config(&redis), Some(store.clone()), listener).await;
     rt.client()
         .push_to("t", &1)
         .id("j")
@@ -368,14 +369,7 @@ async fn a_stalled_shard_does_not_let_leases_on_other_shards_expire() {
     })
     .no_timeout()
     .concurrency(100);
-    let rt = Runtime::builder()
-        .config(config.clone())
-        .store(store.clone())
-        .without_registered_listeners()
-        .listener(listener)
-        .start()
-        .await
-        .unwrap();
+    let rt = start_on(config, Some(store.clone()), listener).await;
     let c = rt.client().clone();
     let ids: Vec<String> = (0..40).map(|i| format!("job-{i}")).collect();
     c.push_batch(ids.iter().map(|id| c.push_to("t", &1u32).id(id.as_str())))

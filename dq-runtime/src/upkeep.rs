@@ -5,10 +5,9 @@
 //! gives them up within about one lease; the reclaimer then puts them back to ready. Every job
 //! therefore runs at least once.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
-
-use std::collections::HashMap;
 
 use dq_core::{LeaseRef, MAX_BATCH};
 use tokio::sync::mpsc;
