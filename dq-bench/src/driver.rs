@@ -15,6 +15,23 @@ use tokio::process::{Child, ChildStdin, Command};
 use crate::stats::{rate, round3, summary};
 
 pub(crate) const TOPIC: &str = "bench";
+
+/// Topics the jobs are spread over (`--topics`, 1 by default): job i goes to `topic_of(i)`.
+pub(crate) static TOPICS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
+
+/// The topic of job i: `bench` with one topic, else `bench-<i mod topics>`.
+pub(crate) fn topic_of(i: usize) -> String {
+    match TOPICS.load(std::sync::atomic::Ordering::Relaxed) {
+        0 | 1 => TOPIC.to_owned(),
+        t => format!("{TOPIC}-{}", i % t),
+    }
+}
+
+/// Every topic of the run.
+pub(crate) fn all_topics() -> Vec<String> {
+    let t = TOPICS.load(std::sync::atomic::Ordering::Relaxed).max(1);
+    (0..t).map(topic_of).collect()
+}
 const BURST_DELAY_MS: f64 = 3000.0;
 
 /// BENCH.md's payload: `{"order_id": i, "pad": "<80 x>"}`.
@@ -191,8 +208,12 @@ async fn run_one(
     // Drain: until nothing of the run is delayed, ready or running, or 60 s after the last due.
     let last_due = pushes.due.iter().copied().fold(f64::MIN, f64::max);
     loop {
-        let c = client.counts(TOPIC).await?;
-        if c.ready == 0 && c.running == 0 && c.delayed as usize <= fill {
+        let mut c = (0, 0, 0); // delayed, ready, running over every topic
+        for topic in all_topics() {
+            let t = client.counts(&topic).await?;
+            c = (c.0 + t.delayed, c.1 + t.ready, c.2 + t.running);
+        }
+        if c.1 == 0 && c.2 == 0 && c.0 as usize <= fill {
             break;
         }
         if now_ms() > last_due + 60_000.0 {
@@ -260,6 +281,7 @@ async fn run_one(
         "lost": lost,
         "dup": dup,
         "concurrency": concurrency,
+        "topics": all_topics().len(),
         "rep": 0,
         "version": env!("CARGO_PKG_VERSION"),
         "lateness_eff_ms": summary(&eff),
@@ -287,6 +309,8 @@ async fn spawn_worker(
             &n.to_string(),
             "--concurrency",
             &concurrency.to_string(),
+            "--topics",
+            &all_topics().len().to_string(),
         ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -330,7 +354,7 @@ async fn burst(client: &Client, n: usize, mode: &str) -> anyhow::Result<Pushes> 
     let mut ret = vec![0.0; n];
     let job = |i: usize| {
         client
-            .push_to(TOPIC, &payload(i as u64))
+            .push_to(&topic_of(i), &payload(i as u64))
             .id(i.to_string())
             .at(at(d))
     };
@@ -402,7 +426,7 @@ async fn steady(client: &Client, n: usize) -> anyhow::Result<Pushes> {
                     let delay = ((i * 7919) % 1000) as f64;
                     due[i] = tc + delay;
                     client
-                        .push_to(TOPIC, &payload(i as u64))
+                        .push_to(&topic_of(i), &payload(i as u64))
                         .id(i.to_string())
                         .at(at(tc + delay))
                 })
@@ -450,7 +474,7 @@ async fn push_sparse(
         let tc = now_ms();
         due[i] = tc + delay_ms as f64;
         client
-            .push_to(TOPIC, &payload(i as u64))
+            .push_to(&topic_of(i), &payload(i as u64))
             .id(i.to_string())
             .at(at(due[i]))
             .await?;
@@ -471,6 +495,8 @@ async fn cross_process(redis: &Target, n: usize) -> anyhow::Result<Pushes> {
                 .unwrap_or_default(),
         )
         .args([
+            "--topics",
+            &all_topics().len().to_string(),
             "--delay-ms",
             "550",
             "--interval-ms",

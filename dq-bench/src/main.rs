@@ -46,6 +46,10 @@ struct Cli {
     /// Jobs per second of the steady workload (15 s of them unless --n says otherwise).
     #[arg(long, default_value_t = 2000)]
     rate: usize,
+    /// Topics the jobs are spread over, round robin (`bench-0`, `bench-1`, ...), each with a
+    /// listener of --concurrency in the worker.
+    #[arg(long, default_value_t = 1)]
+    topics: usize,
     /// Run on a local Redis Cluster with this many masters (0: one redis-server).
     #[arg(long, default_value_t = 0)]
     cluster: usize,
@@ -72,6 +76,8 @@ enum Role {
         n: usize,
         #[arg(long)]
         concurrency: usize,
+        #[arg(long, default_value_t = 1)]
+        topics: usize,
     },
     /// The producer process of the cross-process workload (spawned by the driver).
     #[command(hide = true)]
@@ -89,6 +95,8 @@ enum Role {
         t0_ms: f64,
         #[arg(long)]
         wait_replicas: Option<u32>,
+        #[arg(long, default_value_t = 1)]
+        topics: usize,
     },
 }
 
@@ -102,7 +110,11 @@ fn main() -> anyhow::Result<()> {
             url,
             n,
             concurrency,
-        }) => rt.block_on(worker::run(url, n, concurrency)),
+            topics,
+        }) => {
+            driver::TOPICS.store(topics, std::sync::atomic::Ordering::Relaxed);
+            rt.block_on(worker::run(url, n, concurrency))
+        }
         Some(Role::Producer {
             url,
             n,
@@ -110,16 +122,21 @@ fn main() -> anyhow::Result<()> {
             interval_ms,
             t0_ms,
             wait_replicas,
-        }) => rt.block_on(driver::produce(
-            url,
-            n,
-            delay_ms,
-            interval_ms,
-            t0_ms,
-            wait_replicas,
-        )),
+            topics,
+        }) => {
+            driver::TOPICS.store(topics, std::sync::atomic::Ordering::Relaxed);
+            rt.block_on(driver::produce(
+                url,
+                n,
+                delay_ms,
+                interval_ms,
+                t0_ms,
+                wait_replicas,
+            ))
+        }
         None => {
             driver::STEADY_RATE.store(cli.rate, std::sync::atomic::Ordering::Relaxed);
+            driver::TOPICS.store(cli.topics.max(1), std::sync::atomic::Ordering::Relaxed);
             let n = match (cli.workload.as_str(), cli.n) {
                 ("steady", None) => Some(cli.rate * 15),
                 (_, n) => n,

@@ -1,4 +1,4 @@
-//! The worker process: one topic, concurrency C, a no-op handler that records its own start
+//! The worker process: one listener of concurrency C per topic of the run, a no-op handler that records its own start
 //! time and delivery count; hands them to the driver over stdout when told to on stdin.
 
 use std::io::Write;
@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::io::AsyncBufReadExt;
 
-use crate::driver::{now_us, Payload, TOPIC};
+use crate::driver::{all_topics, now_us, Payload};
 
 struct Record {
     starts: Vec<AtomicU64>,
@@ -20,28 +20,14 @@ pub(crate) async fn run(url: String, n: usize, concurrency: usize) -> anyhow::Re
         starts: (0..n).map(|_| AtomicU64::new(0)).collect(),
         counts: (0..n).map(|_| AtomicU32::new(0)).collect(),
     });
-    let r = record.clone();
-    let listener = dq::Listener::new(TOPIC, move |p: Payload, _ctx: dq::JobContext| {
-        let r = r.clone();
-        async move {
-            let now = now_us();
-            if let Ok(i) = usize::try_from(p.order_id) {
-                if i < r.starts.len() {
-                    let _ =
-                        r.starts[i].compare_exchange(0, now, Ordering::SeqCst, Ordering::SeqCst);
-                    r.counts[i].fetch_add(1, Ordering::SeqCst);
-                }
-            }
-        }
-    })
-    .concurrency(concurrency);
     let config = crate::target::config(&url, None)?;
-    let rt = dq::Runtime::builder()
+    let mut builder = dq::Runtime::builder()
         .config(config)
-        .without_registered_listeners()
-        .listener(listener)
-        .start()
-        .await?;
+        .without_registered_listeners();
+    for topic in all_topics() {
+        builder = builder.listener(listener(&topic, &record, concurrency));
+    }
+    let rt = builder.start().await?;
     // Let the loops reach their blocking waits: connected and idle.
     tokio::time::sleep(Duration::from_millis(200)).await;
     println!("ready");
@@ -68,4 +54,23 @@ pub(crate) async fn run(url: String, n: usize, concurrency: usize) -> anyhow::Re
     }
     rt.shutdown().await?;
     Ok(())
+}
+
+/// A listener that records each job's first start and counts its runs.
+fn listener(topic: &str, record: &Arc<Record>, concurrency: usize) -> dq::Listener {
+    let r = record.clone();
+    dq::Listener::new(topic, move |p: Payload, _ctx: dq::JobContext| {
+        let r = r.clone();
+        async move {
+            let now = now_us();
+            if let Ok(i) = usize::try_from(p.order_id) {
+                if i < r.starts.len() {
+                    let _ =
+                        r.starts[i].compare_exchange(0, now, Ordering::SeqCst, Ordering::SeqCst);
+                    r.counts[i].fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        }
+    })
+    .concurrency(concurrency)
 }

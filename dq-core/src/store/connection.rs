@@ -286,25 +286,58 @@ pub(crate) async fn connect(config: &Config) -> Result<(Server, Conn)> {
 }
 
 impl Server {
-    /// A client for some node of the cluster (a master), or for the one server: for pub/sub,
-    /// which a cluster delivers to every node.
-    pub(crate) async fn any_client(&self, conn: &Conn) -> Result<redis::Client> {
+    /// Where to subscribe to each of `channels`: on one server, there; on a cluster, on the
+    /// master that owns the channel's slot (dq's channels carry their shard's hashtag), so
+    /// that a message is delivered by the node that published it, without the hop over the
+    /// cluster bus (see `subscription`). One entry per node: its address, a client for it and
+    /// the channels to subscribe there. A slot that no master serves (a cluster not fully
+    /// covered) goes to the first master: a cluster delivers PUBLISH to every node.
+    pub(crate) async fn subscription_plan(
+        &self,
+        conn: &Conn,
+        channels: &[String],
+    ) -> Result<Vec<(String, redis::Client, Vec<String>)>> {
         match (self, conn) {
+            (Server::Single(client), _) => Ok(vec![(
+                client.get_connection_info().addr().to_string(),
+                client.clone(),
+                channels.to_vec(),
+            )]),
             (Server::Cluster { seed }, Conn::Cluster(cluster)) => {
-                let mut cluster = cluster.clone();
-                let nodes = masters(&mut cluster).await?;
-                let (_, _, (host, port)) =
-                    nodes.into_iter().next().ok_or_else(|| Error::Malformed {
-                        location: "CLUSTER SLOTS".into(),
-                        reason: "the cluster has no master".into(),
-                    })?;
-                node_client(seed, host, port)
+                let ranges = masters(&mut cluster.clone()).await?;
+                let first = ranges.first().ok_or_else(|| Error::Malformed {
+                    location: "CLUSTER SLOTS".into(),
+                    reason: "the cluster has no master".into(),
+                })?;
+                let mut by_node: Vec<((String, u16), Vec<String>)> = Vec::new();
+                for channel in channels {
+                    let slot = super::keys::slot(channel);
+                    let (_, _, node) = ranges
+                        .iter()
+                        .find(|(start, end, _)| (*start..=*end).contains(&slot))
+                        .unwrap_or(first);
+                    match by_node.iter_mut().find(|(n, _)| n == node) {
+                        Some((_, list)) => list.push(channel.clone()),
+                        None => by_node.push((node.clone(), vec![channel.clone()])),
+                    }
+                }
+                by_node
+                    .into_iter()
+                    .map(|((host, port), list)| {
+                        let client = node_client(seed, host.clone(), port)?;
+                        Ok((format!("{host}:{port}"), client, list))
+                    })
+                    .collect()
             }
-            (Server::Single(client), _) => Ok(client.clone()),
             (Server::Cluster { .. }, Conn::Single(_)) => {
                 unreachable!("a cluster server always has a cluster connection")
             }
         }
+    }
+
+    /// Whether this is a cluster (whose slots can move).
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self, Server::Cluster { .. })
     }
 
     /// The address of the one server, or of the first seed, for `Debug`.

@@ -1,7 +1,8 @@
 //! Ready notifications for consumers on a Redis Cluster. A blocking `BLMOVE` per topic per
 //! shard would hold shards x topics connections in every worker (320 for 16 shards and 20
 //! topics); instead the scripts that make jobs ready `PUBLISH` the topic on the shard's
-//! `ready` channel, and one subscription per process wakes the consumer loops it concerns.
+//! `ready` channel, and one subscription per process (one connection per master, each channel
+//! on the master of its shard: see `subscription`) wakes the consumer loops it concerns.
 //!
 //! No wake is lost: a consumer that finds nothing waits on a [`Notify`] whose permit is kept
 //! when the message comes before the wait; after every (re)subscription all consumers are
@@ -14,17 +15,14 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures_util::StreamExt;
 use tokio::sync::Notify;
 
 use super::connection::{Conn, Server};
 use super::keys::ShardKeys;
+use super::subscription::{Delivery, ShardSubscription, PING_EVERY};
 use super::ReadyWaiter;
 use crate::error::Result;
 use crate::name::Topic;
-
-/// How often the subscription is pinged, and how long a ping may take.
-const PING_EVERY: Duration = Duration::from_secs(5);
 
 /// Longest an idle consumer waits for its bell before it looks anyway. The bell is reliable
 /// (above), so this only bounds the cost of a bug: 320 idle loops fetch about 11 times a
@@ -124,72 +122,23 @@ async fn listen(
     conn: &Conn,
     channels: &HashMap<String, u16>,
 ) -> Result<()> {
-    let op = "ready-job subscription";
-    // Bounded: a node that accepts the connection but never answers must not hold up the
-    // consumers' wake-ups for good (they poll every 30 s meanwhile).
-    let limit = super::connection::RESPONSE_TIMEOUT;
-    let timed_out = |_| crate::Error::Timeout { op, after: limit };
-    let client = tokio::time::timeout(limit, server.any_client(conn))
-        .await
-        .map_err(timed_out)??;
-    let pubsub = tokio::time::timeout(limit, client.get_async_pubsub())
-        .await
-        .map_err(timed_out)?
-        .map_err(crate::Error::redis(op))?;
-    let (mut sink, mut stream) = pubsub.split();
-    let names: Vec<&String> = channels.keys().collect();
-    tokio::time::timeout(limit, sink.subscribe(names))
-        .await
-        .map_err(timed_out)?
-        .map_err(crate::Error::redis(op))?;
+    let mut sub =
+        ShardSubscription::open("ready-job subscription", server, conn, channels.clone()).await?;
+    // Messages sent before the subscription was in place reached nobody.
     match hub.upgrade() {
         Some(h) => h.ring_all(),
         None => return Ok(()),
     }
-    // The ping runs beside the message loop, not inside it: a message loop that awaits a
-    // pong stops reading messages (the pong queues behind them), which delayed wakes by
-    // hundreds of milliseconds.
-    let pinger = async {
-        loop {
-            tokio::time::sleep(PING_EVERY).await;
-            if hub.strong_count() == 0 {
-                return Ok(());
-            }
-            // In subscribed mode Redis answers PING with ["pong", ""], not +PONG.
-            match tokio::time::timeout(PING_EVERY, sink.ping::<redis::Value>()).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => return Err(crate::Error::redis(op)(e)),
-                Err(_) => return Err(closed(op)),
-            }
-        }
-    };
-    tokio::pin!(pinger);
     loop {
-        tokio::select! {
-            msg = stream.next() => {
-                let Some(msg) = msg else {
-                    return Err(closed(op));
-                };
-                let Some(h) = hub.upgrade() else { return Ok(()) };
-                if let (Some(&shard), Ok(topic)) = (
-                    channels.get(msg.get_channel_name()),
-                    msg.get_payload::<String>(),
-                ) {
-                    h.ring(shard, &topic);
-                }
-            }
-            ended = &mut pinger => return ended,
+        let delivery = sub.next().await?;
+        let Some(h) = hub.upgrade() else {
+            return Ok(());
+        };
+        match delivery {
+            Delivery::Message { shard, payload } => h.ring(shard, &payload),
+            // Messages sent while the subscription moved reached nobody.
+            Delivery::Resubscribed => h.ring_all(),
         }
-    }
-}
-
-fn closed(op: &'static str) -> crate::Error {
-    crate::Error::Redis {
-        op,
-        source: redis::RedisError::from(std::io::Error::new(
-            std::io::ErrorKind::ConnectionAborted,
-            "the pub/sub connection closed or stopped answering",
-        )),
     }
 }
 

@@ -11,6 +11,7 @@ mod keys;
 mod memory;
 mod redis;
 mod scripts;
+mod subscription;
 
 use std::time::Duration;
 

@@ -11,6 +11,7 @@ use super::connection::{self, Conn, Server};
 use super::hub::ReadyHub;
 use super::keys::{member, shard_of, ShardKeys};
 use super::scripts::SCRIPTS;
+use super::subscription::{Delivery, ShardSubscription};
 use super::{ReadyWaiter, Store, Wake, WakeListener, MAX_BATCH};
 
 /// The prefix of a `wake` message announcing that a topic was resumed (due times are numbers).
@@ -969,57 +970,19 @@ impl Store for RedisStore {
     }
 
     async fn wake_listener(&self) -> Result<Box<dyn WakeListener>> {
-        let op = "subscribe to wake-ups";
-        let limit = connection::RESPONSE_TIMEOUT;
-        let bounded = |what| Error::Timeout {
-            op: what,
-            after: limit,
-        };
-        // A cluster delivers PUBLISH to every node: any one will do.
-        let client = self.server.any_client(&self.conn).await?;
-        let pubsub = tokio::time::timeout(limit, client.get_async_pubsub())
-            .await
-            .map_err(|_| bounded(op))?
-            .map_err(Error::redis(op))?;
-        let (mut sink, stream) = pubsub.split();
-        let mut channels = std::collections::HashMap::new();
-        for (shard, k) in self.shards.iter().enumerate() {
-            channels.insert(k.wake(), shard as u16);
-        }
-        let names: Vec<&String> = channels.keys().collect();
-        tokio::time::timeout(limit, sink.subscribe(names))
-            .await
-            .map_err(|_| bounded(op))?
-            .map_err(Error::redis(op))?;
-        // A ping beside the messages (not between them: a pong queued behind messages would
-        // delay them) notices a connection that went silent; `next` then fails and the
-        // runtime subscribes again.
-        let (dead_tx, dead) = tokio::sync::oneshot::channel();
-        let pinger = tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(PING_EVERY).await;
-                // In subscribed mode Redis answers PING with ["pong", ""], not +PONG.
-                match tokio::time::timeout(PING_EVERY, sink.ping::<Value>()).await {
-                    Ok(Ok(_)) => {}
-                    Ok(Err(e)) => {
-                        let _ = dead_tx.send(Error::redis("wake subscription")(e));
-                        return;
-                    }
-                    Err(_) => {
-                        let _ = dead_tx.send(Error::Timeout {
-                            op: "wake subscription ping (the connection is replaced)",
-                            after: PING_EVERY,
-                        });
-                        return;
-                    }
-                }
-            }
-        });
+        let channels = self
+            .shards
+            .iter()
+            .enumerate()
+            .map(|(shard, k)| (k.wake(), shard as u16))
+            .collect();
+        let subscription =
+            ShardSubscription::open("wake subscription", &self.server, &self.conn, channels)
+                .await?;
         Ok(Box::new(RedisWakeListener {
-            messages: Box::pin(stream),
-            channels,
-            dead,
-            pinger,
+            subscription,
+            shards: self.shards.len() as u16,
+            pending: Vec::new(),
         }))
     }
 
@@ -1039,9 +1002,6 @@ impl Store for RedisStore {
 
 /// How much longer than its own timeout a blocking wait may go without a reply.
 const WAIT_MARGIN: Duration = Duration::from_secs(2);
-
-/// How often the wake subscription is pinged, and how long the answer may take.
-const PING_EVERY: Duration = Duration::from_secs(5);
 
 /// `BLMOVE ready ready LEFT LEFT` on a connection of its own, opened on first use and again
 /// after an error (one server only: consumers on a cluster wait on the `hub`'s bells).
@@ -1105,56 +1065,31 @@ impl ReadyWaiter for RedisReadyWaiter {
     }
 }
 
+#[derive(Debug)]
 struct RedisWakeListener {
-    messages: std::pin::Pin<Box<dyn futures_util::Stream<Item = redis::Msg> + Send>>,
-    channels: std::collections::HashMap<String, u16>,
-    /// Fails when the pinger finds the connection silent or broken.
-    dead: tokio::sync::oneshot::Receiver<Error>,
-    pinger: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for RedisWakeListener {
-    fn drop(&mut self) {
-        self.pinger.abort();
-    }
-}
-
-impl std::fmt::Debug for RedisWakeListener {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisWakeListener")
-            .field("channels", &self.channels.len())
-            .finish_non_exhaustive()
-    }
+    subscription: ShardSubscription,
+    shards: u16,
+    /// Wake-ups still to hand out (every shard's, after the subscription moved).
+    pending: Vec<Wake>,
 }
 
 #[async_trait]
 impl WakeListener for RedisWakeListener {
     async fn next(&mut self) -> Result<Wake> {
-        use futures_util::StreamExt;
         loop {
-            let msg = tokio::select! {
-                msg = self.messages.next() => msg,
-                dead = &mut self.dead => {
-                    return Err(dead.unwrap_or_else(|_| Error::Timeout {
-                        op: "wake subscription ping",
-                        after: PING_EVERY,
-                    }));
+            if let Some(wake) = self.pending.pop() {
+                return Ok(wake);
+            }
+            let (shard, payload) = match self.subscription.next().await? {
+                Delivery::Message { shard, payload } => (shard, payload),
+                Delivery::Resubscribed => {
+                    // An announcement sent while the subscription moved reached nobody: every
+                    // mover looks now.
+                    self.pending = (0..self.shards)
+                        .map(|shard| Wake::Due { shard, due_us: 0 })
+                        .collect();
+                    continue;
                 }
-            };
-            let Some(msg) = msg else {
-                return Err(Error::Redis {
-                    op: "wake subscription",
-                    source: redis::RedisError::from(std::io::Error::new(
-                        std::io::ErrorKind::ConnectionAborted,
-                        "the pub/sub connection closed",
-                    )),
-                });
-            };
-            let Some(&shard) = self.channels.get(msg.get_channel_name()) else {
-                continue;
-            };
-            let Ok(payload) = msg.get_payload::<String>() else {
-                continue;
             };
             if let Ok(due_us) = payload.parse::<u64>() {
                 return Ok(Wake::Due { shard, due_us });
