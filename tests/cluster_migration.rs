@@ -8,6 +8,7 @@
 mod support;
 
 use std::collections::HashMap;
+use std::future::IntoFuture;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -128,48 +129,17 @@ async fn an_operation_refused_while_its_slot_migrates_changes_nothing_and_no_job
         .command(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &dst_id])
         .starts_with("+OK"));
 
-    let mut before = snapshot(source, &slot);
-    let mut refused = Vec::new();
-    let mut check = |what: &str, failed: bool| {
-        let after = snapshot(source, &slot);
-        if failed {
-            assert_eq!(
-                after, before,
-                "{what} was aborted midway and left a partial write"
-            );
-            refused.push(what.to_owned());
-        } else {
-            before = after;
-        }
-    };
-    check("promote", s.promote(0, 1000).await.is_err());
-    check("push", c.push_to("fresh", &1).id("f").await.is_err());
-    check(
-        "retry",
-        s.retry(&r.lease, Duration::ZERO, "boom").await.is_err(),
-    );
-    check(
-        "release",
-        s.release(std::slice::from_ref(&l.lease)).await.is_err(),
-    );
-    check("reclaim", s.reclaim(0, 1000).await.is_err());
-    check(
-        "reschedule",
-        c.reschedule("resched", "d", Schedule::After(Duration::ZERO))
-            .await
-            .is_err(),
+    let before = snapshot(source, &slot);
+    let refused = try_each_operation(&c, &s, &r.lease, &l.lease).await;
+    assert_eq!(
+        refused.len(),
+        6,
+        "each needs a key the old node lacks: {refused:?}"
     );
     assert_eq!(
-        refused,
-        [
-            "promote",
-            "push",
-            "retry",
-            "release",
-            "reclaim",
-            "reschedule"
-        ],
-        "each needs a key the old node lacks"
+        snapshot(source, &slot),
+        before,
+        "an operation was aborted midway and left a partial write"
     );
 
     // The migration is called off (as `redis-cli --cluster fix` would): everything goes through.
@@ -223,4 +193,193 @@ async fn an_operation_refused_while_its_slot_migrates_changes_nothing_and_no_job
     }
     let far = c.status("keep", "far").await.unwrap().unwrap();
     assert_eq!(far.state, JobState::Delayed);
+}
+
+/// Tries promote, push, retry, release, reclaim and reschedule (to now) at once (each waits
+/// out the cluster client's retries of TRYAGAIN); returns the ones refused.
+async fn try_each_operation(
+    c: &Client,
+    s: &std::sync::Arc<dyn dq::Store>,
+    r: &dq::LeaseRef,
+    l: &dq::LeaseRef,
+) -> Vec<&'static str> {
+    let (promote, push, retry, release, reclaim, reschedule) = tokio::join!(
+        s.promote(0, 1000),
+        c.push_to("fresh", &1).id("f").into_future(),
+        s.retry(r, Duration::ZERO, "boom"),
+        s.release(std::slice::from_ref(l)),
+        s.reclaim(0, 1000),
+        c.reschedule("resched", "d", Schedule::After(Duration::ZERO)),
+    );
+    [
+        ("promote", promote.is_err()),
+        ("push", push.is_err()),
+        ("retry", retry.is_err()),
+        ("release", release.is_err()),
+        ("reclaim", reclaim.is_err()),
+        ("reschedule", reschedule.is_err()),
+    ]
+    .into_iter()
+    .filter_map(|(what, refused)| refused.then_some(what))
+    .collect()
+}
+
+/// The keys of `slot` on `node` whose names contain none of `keep` (the ones to move first).
+fn keys_except(node: &RedisServer, slot: &str, keep: &[&str]) -> Vec<String> {
+    snapshot(node, slot)
+        .into_iter()
+        .map(|(k, _)| k)
+        .filter(|k| !keep.iter().any(|s| k.contains(s)))
+        .collect()
+}
+
+/// Moves `keys` from `source` to `target` as `redis-cli --cluster reshard` does (MIGRATE,
+/// without REPLACE: a key the target already has fails the reshard with BUSYKEY).
+fn migrate(source: &RedisServer, target: &RedisServer, keys: &[String]) {
+    if keys.is_empty() {
+        return;
+    }
+    let port = target.port().to_string();
+    let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+    args.extend(keys.iter().map(String::as_str));
+    let reply = source.command(&args);
+    assert!(reply.starts_with("+OK"), "MIGRATE failed: {reply}");
+}
+
+/// The other side of a live reshard: every key an operation used to declare has moved to the
+/// new node, but a ready list it writes without declaring it has not. Redis sends the script
+/// there (ASK), where that list reads as empty, and the write creates a second list on the new
+/// node: the reshard then fails with BUSYKEY when it moves the old one (or, with REPLACE,
+/// overwrites the new entries). Every key is declared now, so Redis refuses the call (TRYAGAIN)
+/// while they are split, and nothing is written on either node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operation_whose_keys_are_split_between_two_nodes_is_refused_and_the_reshard_completes()
+{
+    let cluster = RedisCluster::start(3, 0);
+    let c = Client::connect(config(&cluster)).await.unwrap();
+    let s = c.store().clone();
+    let jobs_key = "dq:{mig:0}:jobs";
+    let source_port = cluster.master_of(jobs_key);
+    let source = cluster.node(source_port);
+    let target = cluster
+        .masters()
+        .into_iter()
+        .find(|n| n.port() != source_port)
+        .unwrap();
+    let slot = reply_text(&source.command(&["CLUSTER", "KEYSLOT", jobs_key]));
+
+    // Each topic's ready list holds a job on the old node (the fetches below take the oldest,
+    // the "-waiting" ones, and leave the next).
+    for t in ["promote", "retry", "release", "reclaim", "resched", "fresh"] {
+        c.push_to(t, &0).id(format!("{t}-waiting")).await.unwrap();
+    }
+    c.push_to("promote", &0)
+        .id("p")
+        .delay(Duration::from_millis(200))
+        .await
+        .unwrap();
+    c.push_to("retry", &0).id("r").await.unwrap();
+    let r = s
+        .fetch(0, &topic("retry"), 1, LEASE)
+        .await
+        .unwrap()
+        .jobs
+        .remove(0);
+    c.push_to("release", &0).id("l").await.unwrap();
+    let l = s
+        .fetch(0, &topic("release"), 1, LEASE)
+        .await
+        .unwrap()
+        .jobs
+        .remove(0);
+    c.push_to("reclaim", &0).id("x").await.unwrap();
+    let _ = s
+        .fetch(0, &topic("reclaim"), 1, Duration::from_millis(1))
+        .await
+        .unwrap();
+    c.push_to("resched", &0)
+        .id("d")
+        .delay(Duration::from_secs(600))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await; // "p" is due, "x"'s lease expired
+
+    // The slot starts moving, and every key but the ready lists moves.
+    let (src_id, dst_id) = (node_id(source), node_id(target));
+    assert!(target
+        .command(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &src_id])
+        .starts_with("+OK"));
+    assert!(source
+        .command(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &dst_id])
+        .starts_with("+OK"));
+    migrate(source, target, &keys_except(source, &slot, &[":ready:"]));
+
+    let (on_source, on_target) = (snapshot(source, &slot), snapshot(target, &slot));
+    let refused = try_each_operation(&c, &s, &r.lease, &l.lease).await;
+    let (src, dst) = (snapshot(source, &slot), snapshot(target, &slot));
+    let created: Vec<&String> = dst
+        .iter()
+        .filter(|k| !on_target.iter().any(|o| o.0 == k.0))
+        .map(|k| &k.0)
+        .collect();
+    assert!(
+        refused.len() == 6 && src == on_source && dst == on_target,
+        "operations ran with their keys split between the nodes: refused only {refused:?}; new keys on the new node: {created:?}"
+    );
+
+    // The reshard completes: the ready lists move (no BUSYKEY), the slot is the new node's.
+    migrate(source, target, &keys_except(source, &slot, &[]));
+    for node in cluster.masters() {
+        assert!(node
+            .command(&["CLUSTER", "SETSLOT", &slot, "NODE", &dst_id])
+            .starts_with("+OK"));
+    }
+    assert!(s.retry(&r.lease, Duration::ZERO, "boom").await.unwrap());
+    assert_eq!(s.release(std::slice::from_ref(&l.lease)).await.unwrap(), 1);
+    c.push_to("fresh", &1).id("f").await.unwrap();
+    c.reschedule("resched", "d", Schedule::After(Duration::ZERO))
+        .await
+        .unwrap();
+
+    let seen: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    let mut b = Runtime::builder()
+        .config(config(&cluster))
+        .without_registered_listeners();
+    let topics = ["promote", "retry", "release", "reclaim", "resched", "fresh"];
+    for t in topics {
+        let seen = seen.clone();
+        b = b.listener(Listener::new(t, move |_: u32, ctx: JobContext| {
+            let seen = seen.clone();
+            async move {
+                *seen
+                    .lock()
+                    .unwrap()
+                    .entry(ctx.id().to_string())
+                    .or_default() += 1;
+            }
+        }));
+    }
+    let rt = b.start().await.unwrap();
+    let mut expected: Vec<String> = ["p", "r", "l", "x", "d", "f"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    expected.extend(topics.iter().map(|t| format!("{t}-waiting")));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while expected
+        .iter()
+        .any(|id| !seen.lock().unwrap().contains_key(id))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "jobs lost: only {:?} ran",
+            seen.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    rt.shutdown().await.unwrap();
+    let seen = seen.lock().unwrap().clone();
+    for id in &expected {
+        assert_eq!(seen.get(id), Some(&1), "{id} ran once: {seen:?}");
+    }
 }

@@ -408,3 +408,39 @@ async fn a_job_in_no_queue_is_queued_again_by_reschedule_and_by_replace() {
     let f = s.fetch(0, &topic("t"), 10, LEASE).await.unwrap();
     assert_eq!(f.jobs.len(), 1, "a replacing push queued it");
 }
+
+/// promote and reclaim declare the ready (and dead) lists they write, for the topics the store
+/// has met; a store that never met a topic finds its jobs in a first call and moves them in a
+/// second one, within the same `promote` or `reclaim`.
+#[tokio::test]
+async fn a_store_that_never_met_a_topic_still_promotes_and_reclaims_its_jobs() {
+    let redis = RedisServer::start();
+    let producer = client(&redis).await;
+    for t in ["a", "b", "c"] {
+        producer
+            .push_to(t, &1)
+            .id("due")
+            .delay(Duration::from_millis(50))
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mover = client(&redis).await;
+    let promoted = mover.store().promote(0, 1000).await.unwrap();
+    assert_eq!(promoted.moved, 3, "{promoted:?}");
+    for t in ["a", "b", "c"] {
+        let fetched = producer
+            .store()
+            .fetch(0, &topic(t), 10, Duration::from_millis(1))
+            .await
+            .unwrap();
+        assert_eq!(fetched.jobs.len(), 1, "topic {t} has its job ready");
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await; // the leases expire
+    let reclaimer = client(&redis).await;
+    let reclaimed = reclaimer.store().reclaim(0, 1000).await.unwrap();
+    assert_eq!((reclaimed.requeued, reclaimed.dead), (3, 0));
+    for t in ["a", "b", "c"] {
+        assert_eq!(producer.counts(t).await.unwrap().ready, 1, "topic {t}");
+    }
+}

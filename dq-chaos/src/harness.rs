@@ -326,6 +326,120 @@ impl Harness {
         Ok(out)
     }
 
+    /// The ports of the cluster's masters now.
+    pub(crate) async fn master_ports(&self) -> anyhow::Result<Vec<u16>> {
+        let cluster = self.cluster.clone().expect("a cluster scenario");
+        tokio::task::spawn_blocking(move || {
+            cluster
+                .lock()
+                .map(|c| c.masters().iter().map(|n| n.port()).collect())
+                .map_err(|_| anyhow::anyhow!("cluster lock"))
+        })
+        .await?
+    }
+
+    /// Moves the slot of `shard` from the master on `from` to the one on `to`, `masters` being
+    /// every master's port, as `redis-cli --cluster reshard --cluster-pipeline 1` does:
+    /// IMPORTING and MIGRATING, then one key per `MIGRATE` with `pause` between them (dq keeps
+    /// working meanwhile, with the slot's keys split between the two nodes), then `SETSLOT
+    /// NODE` on every master. The ready and dead lists go last, `lists_after` after the others:
+    /// redis-cli moves keys in whatever order the node lists them, and this is the order in
+    /// which a script that writes a list it did not declare goes wrong. `MIGRATE` refuses a key the new node already has (BUSYKEY), as
+    /// redis-cli's reshard does; the key is then moved with REPLACE, as `--cluster-replace`
+    /// would, overwriting the new node's copy. Returns (keys moved, keys that were busy).
+    pub(crate) async fn move_shard(
+        &self,
+        shard: u16,
+        from: u16,
+        to: u16,
+        masters: &[u16],
+        pause: Duration,
+        lists_after: Duration,
+    ) -> anyhow::Result<(u64, u64)> {
+        let key = ShardKeys::new(NAMESPACE, shard).jobs();
+        let slot = last_line(&self.node_command(from, &["CLUSTER", "KEYSLOT", &key]).await)
+            .trim_start_matches(':')
+            .to_owned();
+        let from_id = last_line(&self.node_command(from, &["CLUSTER", "MYID"]).await);
+        let to_id = last_line(&self.node_command(to, &["CLUSTER", "MYID"]).await);
+        let ok = |what: &str, reply: String| {
+            anyhow::ensure!(reply.starts_with("+OK"), "{what} answered {reply:?}");
+            Ok(())
+        };
+        ok(
+            "SETSLOT IMPORTING",
+            self.node_command(to, &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id])
+                .await,
+        )?;
+        ok(
+            "SETSLOT MIGRATING",
+            self.node_command(from, &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id])
+                .await,
+        )?;
+        let (mut moved, mut busy) = (0, 0);
+        let to_port = to.to_string();
+        // The lists last, after a longer pause: the split that scripts must not write across.
+        let listed = self
+            .node_command(from, &["CLUSTER", "GETKEYSINSLOT", &slot, "1000"])
+            .await;
+        let is_list = |k: &str| k.contains(":ready:") || k.contains(":dead:");
+        let mut keys: Vec<String> = listed
+            .lines()
+            .filter(|l| !l.starts_with('*') && !l.starts_with('$') && !l.is_empty())
+            .map(str::to_owned)
+            .collect();
+        keys.sort_by_key(|k| is_list(k));
+        let mut lists_begun = false;
+        loop {
+            let key = match (!keys.is_empty()).then(|| keys.remove(0)) {
+                Some(k) => k,
+                None => {
+                    // Keys made since the listing (a topic's first list, a new dead letter).
+                    let reply = self
+                        .node_command(from, &["CLUSTER", "GETKEYSINSLOT", &slot, "1"])
+                        .await;
+                    match reply.lines().nth(2) {
+                        Some(k) => k.to_owned(),
+                        None => break,
+                    }
+                }
+            };
+            if is_list(&key) && !lists_begun {
+                lists_begun = true;
+                tokio::time::sleep(lists_after).await;
+            }
+            let mut args = vec!["MIGRATE", "127.0.0.1", &to_port, "", "0", "10000"];
+            let plain = self
+                .node_command(from, &[&args[..], &["KEYS", &key]].concat())
+                .await;
+            if plain.contains("BUSYKEY") {
+                busy += 1;
+                args.push("REPLACE");
+                let replaced = self
+                    .node_command(from, &[&args[..], &["KEYS", &key]].concat())
+                    .await;
+                ok("MIGRATE REPLACE", replaced)?;
+            } else if plain.starts_with("+NOKEY") {
+                continue; // gone meanwhile (a list emptied by a fetch)
+            } else {
+                ok("MIGRATE", plain)?;
+            }
+            moved += 1;
+            tokio::time::sleep(pause).await;
+        }
+        // The new owner first (it bumps its epoch), then the old one, then the others.
+        let mut order = vec![to, from];
+        order.extend(masters.iter().filter(|&&p| p != to && p != from));
+        for port in order {
+            ok(
+                "SETSLOT NODE",
+                self.node_command(port, &["CLUSTER", "SETSLOT", &slot, "NODE", &to_id])
+                    .await,
+            )?;
+        }
+        Ok((moved, busy))
+    }
+
     /// Sends one command to the node on `port` (from a blocking thread) and returns the reply.
     pub(crate) async fn node_command(&self, port: u16, args: &[&str]) -> String {
         let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
@@ -814,6 +928,11 @@ fn kind_of_text(text: &str) -> &'static str {
     }
 }
 
+/// The last line of a reply: the value of a bulk or integer reply.
+fn last_line(reply: &str) -> String {
+    reply.lines().last().unwrap_or_default().trim().to_owned()
+}
+
 /// Commands in RESP on one fresh connection, each reply awaited up to `timeout` (DEBUG SLEEP
 /// answers only when Redis wakes up); their raw replies, or what failed.
 fn raw_commands(port: u16, commands: &[&[&str]], timeout: Duration) -> String {
@@ -831,7 +950,7 @@ fn raw_commands(port: u16, commands: &[&[&str]], timeout: Duration) -> String {
         if stream.write_all(req.as_bytes()).is_err() {
             return out + "write failed";
         }
-        let mut buf = [0u8; 512];
+        let mut buf = vec![0u8; 64 * 1024];
         match stream.read(&mut buf) {
             Ok(n) => out.push_str(&String::from_utf8_lossy(&buf[..n])),
             Err(e) => return out + &format!("read failed: {e}"),

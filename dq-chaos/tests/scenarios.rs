@@ -156,3 +156,11 @@ fn a_paused_cluster_master_makes_no_job_on_another_master_run_twice() {
     assert_eq!(r["duplicated_elsewhere"], 0, "{r}");
     assert!(r["paused_master_shards"].as_u64().unwrap() > 0, "{r}");
 }
+
+#[test]
+fn a_live_reshard_under_load_loses_nothing_and_never_writes_ahead_on_the_new_master() {
+    let r = assert_ok("cluster-reshard");
+    assert_eq!(r["lost"], 0);
+    assert_eq!(r["busy_keys"], 0, "{r}");
+    assert!(r["slots_moved"].as_u64().unwrap() >= 4, "{r}");
+}

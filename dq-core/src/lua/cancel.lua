@@ -1,5 +1,6 @@
 -- cancel: deletes a job that has not started (delayed or ready) or a dead letter.
--- KEYS[1] jobs  KEYS[2] delayed  KEYS[3] inflight  KEYS[4] counts
+-- KEYS[1] jobs  KEYS[2] delayed  KEYS[3] inflight  KEYS[4] counts  KEYS[5] ready:<topic>
+-- KEYS[6] dead:<topic> (declared for a cluster's reshard: see push.lua)
 -- ARGV[1] key prefix  ARGV[2] topic  ARGV[3] id
 -- Returns 1 cancelled, 0 not found, 2 running (left alone: it is too late to cancel).
 -- Cancelling a ready job scans its topic's ready list (LREM): that list is short while

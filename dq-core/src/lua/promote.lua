@@ -1,33 +1,57 @@
 -- promote: moves due jobs from the delayed set to their topics' ready lists, a bounded batch.
--- KEYS[1] delayed  KEYS[2] counts
+-- KEYS[1] delayed  KEYS[2] counts  KEYS[3..] ready:<topic> of each topic the caller knows
 -- ARGV[1] key prefix  ARGV[2] most jobs to move (at most 10000)
--- Returns {moved, next_due_us or -1, now_us, topic_1, count_1, topic_2, count_2, ...}
--- Every key is read (touched) before the first write, and none is read after a write that may
--- have deleted it: on a cluster whose slot is migrating, a key missing here aborts the script
--- where it stands, and Redis keeps what it already wrote (DESIGN.md).
+-- Returns {moved, next_due_us or -1, now_us, n, unknown_topic_1, ..., unknown_topic_n,
+--          topic_1, count_1, topic_2, count_2, ...}
+-- Only jobs whose ready list is declared in KEYS move. On a cluster whose slot is migrating,
+-- Redis checks the declared keys before the script runs and refuses it (TRYAGAIN, or ASK to
+-- the new node) while they are split between the nodes; a key the script used without
+-- declaring it would be read and written on whichever node the script ran, creating a second
+-- list there (DESIGN.md). Due jobs of undeclared topics stay due, and their topics are
+-- returned for the caller to declare in its next call.
+-- Every key is also read (touched) before the first write, and none is read after a write
+-- that may have deleted it.
 local delayed, counts = KEYS[1], KEYS[2]
 local prefix, limit = ARGV[1], tonumber(ARGV[2])
+local declared = {}
+for i = 3, #KEYS do declared[KEYS[i]] = true end
 local now = now_us()
 local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, limit)
-local out = {#due, -1, fmt(now)}
--- The next due time once these are gone: the entry ranked right after them.
-local after = redis.call('ZRANGE', delayed, #due, #due, 'WITHSCORES')
-if after[2] then out[2] = fmt(tonumber(after[2])) end
-if #due == 0 then return out end
-local by_topic, order = {}, {}
+local by_topic, order, unknown, seen_unknown, gone = {}, {}, {}, {}, {}
 for _, member in ipairs(due) do
   local colon = string.find(member, ':', 1, true)
   if colon then
     local topic, id = string.sub(member, 1, colon - 1), string.sub(member, colon + 1)
-    if not by_topic[topic] then
-      by_topic[topic] = {}
-      order[#order + 1] = topic
-      redis.call('LLEN', prefix .. 'ready:' .. topic) -- touch before any write
+    local ready = prefix .. 'ready:' .. topic
+    if not declared[ready] then
+      if not seen_unknown[topic] then
+        seen_unknown[topic] = true
+        unknown[#unknown + 1] = topic
+      end
+    else
+      if not by_topic[topic] then
+        by_topic[topic] = {}
+        order[#order + 1] = topic
+        redis.call('LLEN', ready) -- touch before any write
+      end
+      local list = by_topic[topic]
+      list[#list + 1] = id
+      gone[#gone + 1] = member
     end
-    local list = by_topic[topic]
-    list[#list + 1] = id
+  else
+    gone[#gone + 1] = member -- not a dq member: dropped, as before
   end
 end
+local out = {#gone, -1, fmt(now), #unknown}
+if #unknown > 0 then
+  out[2] = fmt(now) -- jobs of undeclared topics are due now
+else
+  -- The next due time once these are gone: the entry ranked right after them.
+  local after = redis.call('ZRANGE', delayed, #due, #due, 'WITHSCORES')
+  if after[2] then out[2] = fmt(tonumber(after[2])) end
+end
+for _, topic in ipairs(unknown) do out[#out + 1] = topic end
+if #gone == 0 then return out end
 for _, topic in ipairs(order) do
   push_all('RPUSH', prefix .. 'ready:' .. topic, by_topic[topic])
   ring(prefix, topic)
@@ -35,7 +59,16 @@ for _, topic in ipairs(order) do
   out[#out + 1] = topic
   out[#out + 1] = #by_topic[topic]
 end
--- Last: this may empty (delete) the delayed set. The due members are exactly the lowest-ranked
--- ones, so they go by rank in one call.
-redis.call('ZREMRANGEBYRANK', delayed, 0, #due - 1)
+-- Last: this may empty (delete) the delayed set. When every due member moved they are exactly
+-- the lowest-ranked ones, so they go by rank in one call.
+if #gone == #due then
+  redis.call('ZREMRANGEBYRANK', delayed, 0, #due - 1)
+else
+  local i = 1
+  while i <= #gone do
+    local j = math.min(i + 999, #gone)
+    redis.call('ZREM', delayed, unpack(gone, i, j))
+    i = j + 1
+  end
+end
 return out

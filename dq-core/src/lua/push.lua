@@ -1,7 +1,10 @@
 -- push: creates jobs, or leaves (or replaces) the ones whose id is already pending.
 -- Batched: one HMGET to find existing ids, one HSET, one ZADD, one RPUSH and one HINCRBY per
 -- topic for the whole call; only ids that already exist take the per-job path.
--- KEYS[1] jobs  KEYS[2] delayed  KEYS[3] topics  KEYS[4] counts
+-- KEYS[1] jobs  KEYS[2] delayed  KEYS[3] topics  KEYS[4] counts  KEYS[5] inflight
+-- KEYS[6..] ready:<topic> and dead:<topic> of every topic in the call (declared, not used by
+--   position: on a cluster Redis refuses the call while declared keys are split between two
+--   nodes during a reshard, instead of running it where a key reads as missing)
 -- ARGV[1] key prefix  ARGV[2] 'keep' | 'replace'  ARGV[3] n (jobs in this call, at most 1000)
 -- then 5 values per job: topic, id, when ('+<us>' after now, or '<us>' since the epoch),
 --   max_attempts, payload
@@ -13,7 +16,7 @@
 -- stands, so it must abort before the first write (DESIGN.md).
 local jobs, delayed, topics, counts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local prefix, replace, n = ARGV[1], ARGV[2] == 'replace', tonumber(ARGV[3])
-local inflight = prefix .. 'inflight' -- only read, in phase 1
+local inflight = KEYS[5] -- only read, in phase 1
 local now = now_us()
 local before = earliest(delayed)
 local out = {-1}

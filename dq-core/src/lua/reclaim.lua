@@ -3,15 +3,32 @@
 -- time cannot loop forever. The lost run is counted here (a fetch does not count it).
 -- Batched: one ZREM, one HDEL, one HMGET, one HSET, one LPUSH and one ZADD per topic.
 -- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] counts  KEYS[4] leases
+-- KEYS[5..] ready:<topic> and dead:<topic> of each topic the caller knows
 -- ARGV[1] key prefix  ARGV[2] most jobs (at most 1000)
--- Returns {requeued, dead_lettered}.
+-- Returns {requeued, dead_lettered, unknown_topic_1, ...}.
+-- Only jobs whose ready and dead keys are declared are taken back; the others stay expired
+-- and their topics are returned for the caller to declare next time (see promote.lua).
 -- Reads first (and a touch of every ready and dead key it will write), writes after, and the
--- write that may delete a key (ZREM inflight) last: see promote.lua.
+-- write that may delete a key (ZREM inflight) last.
 local jobs, inflight, counts, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local prefix, limit = ARGV[1], math.min(tonumber(ARGV[2]), 1000)
+local declared = {}
+for i = 5, #KEYS do declared[KEYS[i]] = true end
 local now = now_us()
-local expired = redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0, limit)
-if #expired == 0 then return {0, 0} end
+local found = redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0, limit)
+local expired, unknown, seen_unknown = {}, {}, {}
+for _, member in ipairs(found) do
+  local topic = topic_of(member)
+  if topic and declared[prefix .. 'ready:' .. topic] and declared[prefix .. 'dead:' .. topic] then
+    expired[#expired + 1] = member
+  elseif topic and not seen_unknown[topic] then
+    seen_unknown[topic] = true
+    unknown[#unknown + 1] = topic
+  end
+end
+local out = {0, 0}
+for _, topic in ipairs(unknown) do out[#out + 1] = topic end
+if #expired == 0 then return out end
 local raws = redis.call('HMGET', jobs, unpack(expired))
 local writes, ready, dead_by, running, requeued, dead = {}, {}, {}, {}, 0, 0
 local function to_dead(topic, member)
@@ -67,4 +84,5 @@ for topic, ids in pairs(ready) do
 end
 for topic, k in pairs(running) do bump(counts, topic, 'inflight', -k) end
 end_leases(inflight, leases, expired)
-return {requeued, dead}
+out[1], out[2] = requeued, dead
+return out

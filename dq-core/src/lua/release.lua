@@ -1,6 +1,8 @@
 -- release: returns jobs the caller holds to the front of their ready lists at once, without
 -- counting a run (graceful shutdown interrupted them; they did not fail).
 -- KEYS[1] inflight  KEYS[2] counts  KEYS[3] leases
+-- KEYS[4..] ready:<topic> of every topic in the call (declared for a cluster's reshard: see
+--   push.lua)
 -- ARGV[1] key prefix, then member_1, token_1, ... (at most 1000 pairs)
 -- Returns the number released.
 -- Reads first (tokens, and a touch of each ready list), writes after; ZREM inflight last.

@@ -1,5 +1,6 @@
 -- reschedule: moves a job that has not started to a new due time.
--- KEYS[1] jobs  KEYS[2] delayed  KEYS[3] inflight  KEYS[4] counts
+-- KEYS[1] jobs  KEYS[2] delayed  KEYS[3] inflight  KEYS[4] counts  KEYS[5] ready:<topic>
+-- KEYS[6] dead:<topic> (declared for a cluster's reshard: see push.lua)
 -- ARGV[1] key prefix  ARGV[2] topic  ARGV[3] id  ARGV[4] when ('+<us>' after now, or '<us>')
 -- Returns 1 rescheduled, 0 not found (or dead), 2 running (left alone).
 -- Reads first, writes after; a write that may delete a key (ZREM delayed, LREM ready) comes

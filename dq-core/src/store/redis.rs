@@ -52,6 +52,10 @@ pub struct RedisStore {
     hub: Arc<ReadyHub>,
     /// `wait_replicas` and `wait_timeout` of the configuration.
     wait: (Option<u32>, Duration),
+    /// The topics this store has met (pushed, fetched, or found due by `promote` and
+    /// `reclaim`): those two declare the ready and dead keys of these topics, since a script
+    /// must declare every key it touches (see `promote.lua`).
+    known: Arc<std::sync::Mutex<std::collections::BTreeSet<Topic>>>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -77,6 +81,7 @@ impl RedisStore {
             shards,
             hub: Arc::default(),
             wait: (config.wait_replicas, config.wait_timeout),
+            known: Arc::default(),
         })
     }
 
@@ -310,7 +315,35 @@ fn parse_member(m: &str) -> Option<(Topic, JobId)> {
     Some((Topic::new(t).ok()?, JobId::new(i).ok()?))
 }
 
+/// Most topics `promote` and `reclaim` declare up front; the due jobs of others are found in the
+/// first call and moved by a second one that declares their topics.
+const DECLARED_TOPICS: usize = 128;
+
 impl RedisStore {
+    /// Remembers topics for `promote` and `reclaim` to declare.
+    fn learn<'t>(&self, topics: impl IntoIterator<Item = &'t Topic>) {
+        let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        for t in topics {
+            if !known.contains(t) {
+                known.insert(t.clone());
+            }
+        }
+    }
+
+    /// The topics to declare: the ones just found (`needed`) first, then the known ones.
+    fn declared_topics(&self, needed: &[Topic]) -> Vec<Topic> {
+        let known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out: Vec<Topic> = needed.to_vec();
+        out.extend(
+            known
+                .iter()
+                .filter(|t| !needed.contains(t))
+                .take(DECLARED_TOPICS.saturating_sub(needed.len()))
+                .cloned(),
+        );
+        out
+    }
+
     /// Groups leases by shard and runs `script` on chunks of them.
     fn by_shard<'a>(&self, leases: &'a [LeaseRef]) -> BTreeMap<u16, Vec<&'a LeaseRef>> {
         let mut groups: BTreeMap<u16, Vec<&LeaseRef>> = BTreeMap::new();
@@ -365,7 +398,14 @@ impl Store for RedisStore {
         for (shard, indices) in groups {
             let k = self.keys(shard);
             for chunk in indices.chunks(MAX_BATCH) {
-                let keys = [k.jobs(), k.delayed(), k.topics(), k.counts()];
+                let mut keys = vec![k.jobs(), k.delayed(), k.topics(), k.counts(), k.inflight()];
+                let topics: std::collections::BTreeSet<&Topic> =
+                    chunk.iter().map(|&i| &jobs[i].topic).collect();
+                for t in &topics {
+                    keys.push(k.ready(t));
+                    keys.push(k.dead(t));
+                }
+                self.learn(topics);
                 // The arguments borrow the payloads: only the numbers are printed here.
                 let count = chunk.len().to_string();
                 let numbers: Vec<(String, String)> = chunk
@@ -423,6 +463,8 @@ impl Store for RedisStore {
             .key(k.delayed())
             .key(k.inflight())
             .key(k.counts())
+            .key(k.ready(topic))
+            .key(k.dead(topic))
             .arg(k.prefix())
             .arg(topic.as_str())
             .arg(id.as_str());
@@ -436,6 +478,8 @@ impl Store for RedisStore {
             .key(k.delayed())
             .key(k.inflight())
             .key(k.counts())
+            .key(k.ready(topic))
+            .key(k.dead(topic))
             .arg(k.prefix())
             .arg(topic.as_str())
             .arg(id.as_str())
@@ -477,32 +521,57 @@ impl Store for RedisStore {
 
     async fn promote(&self, shard: u16, limit: usize) -> Result<Promoted> {
         let k = self.keys(shard);
-        let mut inv = SCRIPTS.promote.prepare_invoke();
-        inv.key(k.delayed())
-            .key(k.counts())
-            .arg(k.prefix())
-            .arg(limit.clamp(1, 10_000));
-        let reply = array("promote", self.run("promote", &inv).await?)?;
-        if reply.len() < 3 {
-            return Err(malformed_reply("promote", &Value::Array(reply)));
+        let mut out = Promoted::default();
+        let mut needed: Vec<Topic> = Vec::new();
+        // A second call when the first found due jobs of topics it had not declared.
+        for _ in 0..2 {
+            let mut inv = SCRIPTS.promote.prepare_invoke();
+            inv.key(k.delayed()).key(k.counts());
+            for t in self.declared_topics(&needed) {
+                inv.key(k.ready(&t));
+            }
+            inv.arg(k.prefix())
+                .arg(limit.saturating_sub(out.moved).clamp(1, 10_000));
+            let reply = array("promote", self.run("promote", &inv).await?)?;
+            let num = |v: &Value| int(v).ok_or_else(|| malformed_reply("promote", v));
+            let (Some(moved), Some(next), Some(now_us), Some(n)) =
+                (reply.first(), reply.get(1), reply.get(2), reply.get(3))
+            else {
+                return Err(malformed_reply("promote", &Value::Array(reply)));
+            };
+            let (moved, next, now_us, n) = (
+                num(moved)? as usize,
+                num(next)?,
+                num(now_us)? as u64,
+                num(n)? as usize,
+            );
+            let unknown: Vec<Topic> = reply
+                .iter()
+                .skip(4)
+                .take(n)
+                .filter_map(|v| Topic::new(text(v)?).ok())
+                .collect();
+            out.moved += moved;
+            out.next_due_us = (next >= 0).then_some(next as u64);
+            out.now_us = now_us;
+            out.topics
+                .extend(
+                    reply
+                        .get(4 + n..)
+                        .unwrap_or_default()
+                        .chunks(2)
+                        .filter_map(|pair| {
+                            let topic = Topic::new(text(&pair[0])?).ok()?;
+                            Some((topic, int(pair.get(1)?)? as usize))
+                        }),
+                );
+            if unknown.is_empty() || out.moved >= limit {
+                break;
+            }
+            self.learn(&unknown);
+            needed = unknown;
         }
-        let num = |v: &Value| int(v).ok_or_else(|| malformed_reply("promote", v));
-        let moved = num(&reply[0])? as usize;
-        let next = num(&reply[1])?;
-        let now_us = num(&reply[2])? as u64;
-        let topics = reply[3..]
-            .chunks(2)
-            .filter_map(|pair| {
-                let topic = Topic::new(text(&pair[0])?).ok()?;
-                Some((topic, int(pair.get(1)?)? as usize))
-            })
-            .collect();
-        Ok(Promoted {
-            moved,
-            topics,
-            next_due_us: (next >= 0).then_some(next as u64),
-            now_us,
-        })
+        Ok(out)
     }
 
     async fn fetch(
@@ -512,6 +581,7 @@ impl Store for RedisStore {
         max: usize,
         lease: Duration,
     ) -> Result<Fetched> {
+        self.learn([topic]);
         let k = self.keys(shard);
         let mut inv = SCRIPTS.fetch.prepare_invoke();
         inv.key(k.jobs())
@@ -619,6 +689,7 @@ impl Store for RedisStore {
             .key(k.delayed())
             .key(k.counts())
             .key(k.leases())
+            .key(k.ready(&lease.topic))
             .arg(k.prefix())
             .arg(member(&lease.topic, &lease.id))
             .arg(lease.token)
@@ -646,9 +717,13 @@ impl Store for RedisStore {
         for (shard, group) in self.by_shard(leases) {
             let k = self.keys(shard);
             for chunk in group.chunks(MAX_BATCH) {
+                let mut keys = vec![k.inflight(), k.counts(), k.leases()];
+                let topics: std::collections::BTreeSet<&Topic> =
+                    chunk.iter().map(|l| &l.topic).collect();
+                keys.extend(topics.into_iter().map(|t| k.ready(t)));
                 let inv = Self::lease_invocation(
                     &SCRIPTS.release,
-                    &[k.inflight(), k.counts(), k.leases()],
+                    &keys,
                     &[k.prefix().to_owned()],
                     chunk,
                 );
@@ -682,18 +757,34 @@ impl Store for RedisStore {
 
     async fn reclaim(&self, shard: u16, limit: usize) -> Result<Reclaimed> {
         let k = self.keys(shard);
-        let mut inv = SCRIPTS.reclaim.prepare_invoke();
-        inv.key(k.jobs())
-            .key(k.inflight())
-            .key(k.counts())
-            .key(k.leases())
-            .arg(k.prefix())
-            .arg(limit.clamp(1, MAX_BATCH));
-        let reply = array("reclaim", self.run("reclaim", &inv).await?)?;
-        Ok(Reclaimed {
-            requeued: reply.first().and_then(int).unwrap_or(0) as usize,
-            dead: reply.get(1).and_then(int).unwrap_or(0) as usize,
-        })
+        let mut out = Reclaimed::default();
+        let mut needed: Vec<Topic> = Vec::new();
+        // A second call when the first found expired jobs of topics it had not declared.
+        for _ in 0..2 {
+            let mut inv = SCRIPTS.reclaim.prepare_invoke();
+            inv.key(k.jobs())
+                .key(k.inflight())
+                .key(k.counts())
+                .key(k.leases());
+            for t in self.declared_topics(&needed) {
+                inv.key(k.ready(&t)).key(k.dead(&t));
+            }
+            inv.arg(k.prefix()).arg(limit.clamp(1, MAX_BATCH));
+            let reply = array("reclaim", self.run("reclaim", &inv).await?)?;
+            out.requeued += reply.first().and_then(int).unwrap_or(0) as usize;
+            out.dead += reply.get(1).and_then(int).unwrap_or(0) as usize;
+            let unknown: Vec<Topic> = reply
+                .iter()
+                .skip(2)
+                .filter_map(|v| Topic::new(text(v)?).ok())
+                .collect();
+            if unknown.is_empty() {
+                break;
+            }
+            self.learn(&unknown);
+            needed = unknown;
+        }
+        Ok(out)
     }
 
     async fn counts(&self, topic: &Topic) -> Result<TopicCounts> {
