@@ -132,6 +132,7 @@ on_both_stores!(
     dead_letters_page_with_a_cursor_at_most_1000_per_call,
     retry_all_dead_takes_only_what_died_before_it_began,
     a_retry_delay_over_the_limit_is_refused_and_the_job_stays_leased,
+    ready_jobs_replaced_cancelled_or_rescheduled_are_counted_listed_and_run_once,
 );
 
 async fn pushed_job_is_delayed_with_its_payload_and_due_time(kind: Kind) {
@@ -1082,4 +1083,73 @@ async fn a_retry_delay_over_the_limit_is_refused_and_the_job_stays_leased(kind: 
     let info = c.status("t", "1").await.unwrap().unwrap();
     assert_eq!(info.state, JobState::Delayed, "readable, and far away");
     assert!(info.due > SystemTime::now() + Duration::from_secs(100 * 365 * 86_400));
+}
+
+/// A replace, cancel or reschedule of a ready job leaves its old entry in the Redis list, made
+/// stale (O(1), no scan of the list): every count, listing and fetch must see each job once,
+/// as it is now.
+async fn ready_jobs_replaced_cancelled_or_rescheduled_are_counted_listed_and_run_once(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let s = c.store().clone();
+    for (i, id) in ["a", "b", "c", "d", "e"].iter().enumerate() {
+        c.push_to("t", &(i as u32)).id(*id).await.unwrap();
+    }
+    c.push_to("t", &20u32).id("b").replace().await.unwrap(); // ready again, at the back
+    c.push_to("t", &30u32)
+        .id("c")
+        .replace()
+        .delay(Duration::from_secs(600))
+        .await
+        .unwrap(); // now delayed
+    assert_eq!(c.cancel("t", "a").await.unwrap(), ChangeOutcome::Done);
+    c.push_to("t", &10u32).id("a").await.unwrap(); // the same id again, a new job
+    c.reschedule("t", "d", Schedule::After(Duration::ZERO))
+        .await
+        .unwrap();
+    c.reschedule("t", "e", Schedule::After(Duration::from_secs(600)))
+        .await
+        .unwrap();
+
+    let counts = c.counts("t").await.unwrap();
+    assert_eq!((counts.ready, counts.delayed), (3, 2), "{counts:?}");
+    let listed: Vec<String> = c
+        .jobs("t", JobState::Ready, 0, 100)
+        .await
+        .unwrap()
+        .jobs
+        .iter()
+        .map(|j| j.id.to_string())
+        .collect();
+    assert_eq!(
+        listed,
+        ["b", "a", "d"],
+        "each ready job once, in its new place"
+    );
+    let stats = c.stats("t").await.unwrap();
+    assert_eq!(stats.counts.ready, 3);
+
+    let mut ran = Vec::new();
+    for _ in 0..4 {
+        let fetched = s.fetch(0, &topic("t"), 10, LEASE).await.unwrap();
+        for job in fetched.jobs {
+            let payload: u32 = serde_json::from_slice(&job.envelope.payload).unwrap();
+            ran.push((job.lease.id.to_string(), payload));
+        }
+    }
+    assert_eq!(
+        ran,
+        [
+            ("b".to_owned(), 20),
+            ("a".to_owned(), 10),
+            ("d".to_owned(), 3)
+        ],
+        "each once, with its payload now"
+    );
+    let counts = c.counts("t").await.unwrap();
+    assert_eq!(
+        (counts.ready, counts.running, counts.delayed),
+        (0, 3, 2),
+        "{counts:?}"
+    );
 }

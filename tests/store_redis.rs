@@ -444,3 +444,53 @@ async fn a_store_that_never_met_a_topic_still_promotes_and_reclaims_its_jobs() {
         assert_eq!(producer.counts(t).await.unwrap().ready, 1, "topic {t}");
     }
 }
+
+/// The old entries of replaced or cancelled ready jobs stay in the list, made stale, until a
+/// fetch reaches them; then nothing of them is left (no generation, no stale count).
+#[tokio::test]
+async fn stale_ready_entries_leave_nothing_behind_once_fetched() {
+    let redis = RedisServer::start();
+    let c = client(&redis).await;
+    let mut conn = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    for id in ["a", "b", "c"] {
+        c.push_to("t", &1).id(id).await.unwrap();
+    }
+    c.cancel("t", "a").await.unwrap();
+    c.push_to("t", &2).id("b").replace().await.unwrap();
+    let stale: Option<i64> = redis::cmd("HGET")
+        .arg("dq:{test:0}:counts")
+        .arg("t:stale")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(stale, Some(2), "two entries went stale");
+    assert_eq!(c.counts("t").await.unwrap().ready, 2);
+    let fetched = c
+        .store()
+        .fetch(0, &topic("t"), 10, LEASE)
+        .await
+        .unwrap()
+        .jobs;
+    let ids: Vec<String> = fetched.iter().map(|j| j.lease.id.to_string()).collect();
+    assert_eq!(ids, ["c", "b"]);
+    let stale: Option<i64> = redis::cmd("HGET")
+        .arg("dq:{test:0}:counts")
+        .arg("t:stale")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(stale.unwrap_or(0), 0);
+    let (gens, ready): (u64, u64) = redis::pipe()
+        .cmd("EXISTS")
+        .arg("dq:{test:0}:gen:t")
+        .cmd("LLEN")
+        .arg("dq:{test:0}:ready:t")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((gens, ready), (0, 0), "no generation and no entry left");
+}

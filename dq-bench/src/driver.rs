@@ -133,6 +133,15 @@ pub(crate) async fn run_all(
     pending_fill: usize,
     target: &Target,
 ) -> anyhow::Result<usize> {
+    if workload == "ready-changes" {
+        for rep in 0..reps {
+            let mut line = ready_changes(target, n.unwrap_or(200_000)).await?;
+            line["rep"] = json!(rep);
+            line["redis_version"] = json!(target.version());
+            println!("{line}");
+        }
+        return Ok(0);
+    }
     let plan = plan(workload, n, push_mode)?;
     let redis = target;
     let redis_version = redis.version();
@@ -551,4 +560,82 @@ pub(crate) async fn produce(
         println!("{d} {r}");
     }
     Ok(())
+}
+
+/// Issue 15, finding 5: what changing ready jobs costs Redis when they wait at the tail of a
+/// long ready list. A paused topic holds `n` ready jobs; then one push replaces the last 200
+/// (one call), and the 200 before them are cancelled and the 200 before those rescheduled to
+/// now (200 calls each). Each call's time inside Redis comes from `SLOWLOG` (every command
+/// logged); the line gives the longest call of each kind, in microseconds. One redis-server.
+async fn ready_changes(target: &Target, n: usize) -> anyhow::Result<Value> {
+    const K: usize = 200;
+    anyhow::ensure!(
+        target.masters().len() == 1 && n >= 3 * K,
+        "ready-changes runs on one redis-server with --n of at least {}",
+        3 * K
+    );
+    target.flushall();
+    let redis = target.masters()[0];
+    let client = Client::connect(crate::target::config(&target.url(), None)?).await?;
+    let topic = "bench-ready";
+    client.pause(topic).await?;
+    let ids: Vec<usize> = (0..n).collect();
+    for chunk in ids.chunks(1000) {
+        let jobs = chunk
+            .iter()
+            .map(|&i| client.push_to(topic, &payload(i as u64)).id(i.to_string()));
+        client.push_batch(jobs).await?;
+    }
+    redis.command(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+    redis.command(&["CONFIG", "SET", "slowlog-max-len", "10000"]);
+    let longest = |what: &str| -> anyhow::Result<f64> {
+        let log = redis.command(&["SLOWLOG", "GET", "10000"]);
+        redis.command(&["SLOWLOG", "RESET"]);
+        // RESP: each entry is `*6`, `:id`, `:time`, `:duration`, `*<args>`, `$7`, `EVALSHA`...
+        let lines: Vec<&str> = log.lines().collect();
+        let mut max = 0u64;
+        for (i, line) in lines.iter().enumerate() {
+            if line.trim() == "EVALSHA" && i >= 3 {
+                if let Ok(us) = lines[i - 3].trim().trim_start_matches(':').parse::<u64>() {
+                    max = max.max(us);
+                }
+            }
+        }
+        anyhow::ensure!(
+            max > 0,
+            "no EVALSHA in the slow log after {what}: {log:.500}"
+        );
+        Ok(max as f64)
+    };
+    redis.command(&["SLOWLOG", "RESET"]);
+    let replaced = (n - K..n).map(|i| {
+        client
+            .push_to(topic, &payload(i as u64))
+            .id(i.to_string())
+            .replace()
+    });
+    client.push_batch(replaced).await?;
+    let replace_us = longest("the replace")?;
+    for i in n - 2 * K..n - K {
+        client.cancel(topic, &i.to_string()).await?;
+    }
+    let cancel_us = longest("the cancels")?;
+    for i in n - 3 * K..n - 2 * K {
+        client
+            .reschedule(topic, &i.to_string(), dq::Schedule::After(Duration::ZERO))
+            .await?;
+    }
+    let reschedule_us = longest("the reschedules")?;
+    let counts = client.counts(topic).await?;
+    Ok(json!({
+        "system": "dq",
+        "workload": "ready-changes",
+        "ready_before": n,
+        "ready_after": counts.ready,
+        "replace_200_in_one_push_us": replace_us,
+        "cancel_longest_us": cancel_us,
+        "reschedule_longest_us": reschedule_us,
+        "target": target.describe(),
+        "version": env!("CARGO_PKG_VERSION"),
+    }))
 }

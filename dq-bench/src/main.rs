@@ -25,7 +25,8 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     role: Option<Role>,
-    /// all, burst, steady, sparse, sparse-offset, cross-process or pending.
+    /// all, burst, steady, sparse, sparse-offset, cross-process, pending, or ready-changes
+    /// (not in all: the cost of replacing, cancelling and rescheduling ready jobs).
     #[arg(long, default_value = "all")]
     workload: String,
     /// Jobs in a burst (default: 100000 and 5000).

@@ -59,7 +59,7 @@ impl Target {
     }
 
     /// The masters (the one server, or the cluster's masters).
-    fn masters(&self) -> Vec<&RedisServer> {
+    pub(crate) fn masters(&self) -> Vec<&RedisServer> {
         match (&self.single, &self.cluster) {
             (Some(s), _) => vec![s],
             (None, Some(c)) => c.masters(),

@@ -1,10 +1,9 @@
 -- cancel: deletes a job that has not started (delayed or ready) or a dead letter.
 -- KEYS[1] jobs  KEYS[2] delayed  KEYS[3] inflight  KEYS[4] counts  KEYS[5] ready:<topic>
--- KEYS[6] dead:<topic> (declared for a cluster's reshard: see push.lua)
+-- KEYS[6] dead:<topic>  KEYS[7] gen:<topic> (declared for a cluster's reshard: see push.lua)
 -- ARGV[1] key prefix  ARGV[2] topic  ARGV[3] id
 -- Returns 1 cancelled, 0 not found, 2 running (left alone: it is too late to cancel).
--- Cancelling a ready job scans its topic's ready list (LREM): that list is short while
--- workers keep up; a cancel during a large backlog costs O(backlog).
+-- A ready job's entry stays in its list, made stale (lib.lua): O(1) however long the list.
 local jobs, delayed, inflight, counts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local prefix, topic, id = ARGV[1], ARGV[2], ARGV[3]
 local member = topic .. ':' .. id
@@ -13,7 +12,7 @@ if redis.call('ZSCORE', inflight, member) then return 2 end
 if redis.call('ZREM', delayed, member) == 1 then
   bump(counts, topic, 'delayed', -1)
 elseif redis.call('ZREM', prefix .. 'dead:' .. topic, member) == 0 then
-  redis.call('LREM', prefix .. 'ready:' .. topic, 1, id)
+  invalidate(KEYS[7], counts, topic, id)
 end
 redis.call('HDEL', jobs, member)
 return 1

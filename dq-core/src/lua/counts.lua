@@ -5,9 +5,11 @@
 -- Returns {delayed, ready, running, dead}.
 local counts, ready, dead = KEYS[1], KEYS[2], KEYS[3]
 local topic = ARGV[1]
+-- Stale entries (lib.lua) are in the list but are no jobs.
+local stale = tonumber(redis.call('HGET', counts, topic .. ':stale') or 0)
 return {
   tonumber(redis.call('HGET', counts, topic .. ':delayed') or 0),
-  redis.call('LLEN', ready),
+  math.max(redis.call('LLEN', ready) - stale, 0),
   tonumber(redis.call('HGET', counts, topic .. ':inflight') or 0),
   redis.call('ZCARD', dead),
 }

@@ -5,15 +5,38 @@
 -- reclaimed; an envelope the caller cannot read, it dead-letters with the dead script).
 -- Batched: one HMGET, one HSET and one ZADD for the whole batch.
 -- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] ready:<topic>  KEYS[4] counts  KEYS[5] paused
--- KEYS[6] leases
+-- KEYS[6] leases  KEYS[7] gen:<topic>
 -- ARGV[1] topic  ARGV[2] most jobs (at most 1000)  ARGV[3] lease length (us)
 -- Returns {now_us, token, id_1, envelope_1, ...}, or {'paused'} when the topic is paused.
-local jobs, inflight, ready, counts, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6]
+-- Stale entries (lib.lua) are dropped on the way; when a whole batch was stale, the next one
+-- is looked at, up to 10 batches, and a topic left with entries is announced again on the
+-- `ready` channel so that its consumers come back at once.
+local jobs, inflight, ready, counts, leases, gen = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7]
 local topic, n, lease_us = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 if redis.call('SISMEMBER', KEYS[5], topic) == 1 then return {'paused'} end
-local ids = redis.call('LRANGE', ready, 0, n - 1)
+local ids, stale = {}, 0
+for _ = 1, 10 do
+  local entries = redis.call('LRANGE', ready, 0, n - 1)
+  if #entries == 0 then break end
+  redis.call('LTRIM', ready, #entries, -1)
+  local live, dropped, with_gen, stale_ids = live_entries(gen, entries)
+  ids = live
+  stale = stale + dropped
+  -- A job whose live entry this is leaves the list: its generation is no longer needed. So
+  -- is the generation of a stale entry's job that no longer exists (it was cancelled).
+  for _, id in ipairs(with_gen) do redis.call('HDEL', gen, id) end
+  for _, id in ipairs(stale_ids) do
+    if redis.call('HEXISTS', jobs, topic .. ':' .. id) == 0 then redis.call('HDEL', gen, id) end
+  end
+  if #ids > 0 then break end
+end
+if stale > 0 then
+  bump(counts, topic, 'stale', -stale)
+  if #ids == 0 and redis.call('LLEN', ready) > 0 then
+    ring(string.sub(ready, 1, #ready - #topic - 6), topic)
+  end
+end
 if #ids == 0 then return {fmt(now_us()), '0'} end
-redis.call('LTRIM', ready, #ids, -1)
 local now = now_us()
 -- ':next' cannot be a member: every member has a topic before its colon.
 local token = fmt(redis.call('HINCRBY', leases, ':next', 1))

@@ -1,5 +1,6 @@
 -- promote: moves due jobs from the delayed set to their topics' ready lists, a bounded batch.
--- KEYS[1] delayed  KEYS[2] counts  KEYS[3..] ready:<topic> of each topic the caller knows
+-- KEYS[1] delayed  KEYS[2] counts  KEYS[3..] ready:<topic> and gen:<topic> of each topic the
+--   caller knows
 -- ARGV[1] key prefix  ARGV[2] most jobs to move (at most 10000)
 -- Returns {moved, next_due_us or -1, now_us, n, unknown_topic_1, ..., unknown_topic_n,
 --          topic_1, count_1, topic_2, count_2, ...}
@@ -23,7 +24,7 @@ for _, member in ipairs(due) do
   if colon then
     local topic, id = string.sub(member, 1, colon - 1), string.sub(member, colon + 1)
     local ready = prefix .. 'ready:' .. topic
-    if not declared[ready] then
+    if not (declared[ready] and declared[prefix .. 'gen:' .. topic]) then
       if not seen_unknown[topic] then
         seen_unknown[topic] = true
         unknown[#unknown + 1] = topic
@@ -53,7 +54,7 @@ end
 for _, topic in ipairs(unknown) do out[#out + 1] = topic end
 if #gone == 0 then return out end
 for _, topic in ipairs(order) do
-  push_all('RPUSH', prefix .. 'ready:' .. topic, by_topic[topic])
+  push_all('RPUSH', prefix .. 'ready:' .. topic, entries_for(prefix .. 'gen:' .. topic, by_topic[topic]))
   ring(prefix, topic)
   bump(counts, topic, 'delayed', -#by_topic[topic])
   out[#out + 1] = topic

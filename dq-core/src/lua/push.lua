@@ -2,8 +2,8 @@
 -- Batched: one HMGET to find existing ids, one HSET, one ZADD, one RPUSH and one HINCRBY per
 -- topic for the whole call; only ids that already exist take the per-job path.
 -- KEYS[1] jobs  KEYS[2] delayed  KEYS[3] topics  KEYS[4] counts  KEYS[5] inflight
--- KEYS[6..] ready:<topic> and dead:<topic> of every topic in the call (declared, not used by
---   position: on a cluster Redis refuses the call while declared keys are split between two
+-- KEYS[6..] ready:<topic>, dead:<topic> and gen:<topic> of every topic in the call (declared,
+--   not used by position: on a cluster Redis refuses the call while declared keys are split between two
 --   nodes during a reshard, instead of running it where a key reads as missing)
 -- ARGV[1] key prefix  ARGV[2] 'keep' | 'replace'  ARGV[3] n (jobs in this call, at most 1000)
 -- then 5 values per job: topic, id, when ('+<us>' after now, or '<us>' since the epoch),
@@ -30,7 +30,8 @@ local plan, planned = {}, {}
 -- one, and formatting a number costs more than the rest of a job's Lua work.
 local dues, due_strs = {}, {}
 -- Where replaced jobs were: was_delayed[member] / was_ready[member] = {topic, id}; revived
--- dead letters by topic.
+-- dead letters by topic. A replaced ready job's entry is left in its list and made stale
+-- (lib.lua): O(1), where an LREM would scan the list.
 local was_delayed, was_ready, revived = {}, {}, {}
 local delayed_left = redis.call('ZCARD', delayed)
 for i = 0, n - 1 do
@@ -57,9 +58,7 @@ for i = 0, n - 1 do
       code = 2
       if redis.call('ZSCORE', delayed, member) then
         was_delayed[member] = true
-      elseif redis.call('LPOS', prefix .. 'ready:' .. topic, id) then
-        -- (Only when it is in the list: LREM after the new RPUSH would otherwise take the new
-        -- entry of a job that had none.)
+      else
         was_ready[member] = {topic, id}
       end
     end
@@ -109,14 +108,17 @@ for _, i in ipairs(plan) do
   end
 end
 -- Touch every ready list this call writes to before the first write.
--- (The lists of replaced ready jobs were touched by LPOS in phase 1.)
 for topic in pairs(ready_by_topic) do redis.call('LLEN', prefix .. 'ready:' .. topic) end
 -- Phase 2: writes.
 if #writes > 0 then redis.call('HSET', jobs, unpack(writes)) end
 if #adds > 0 then redis.call('ZADD', delayed, unpack(adds)) end
+-- The replaced ready jobs' entries go stale before their new entries are made.
+for _, old in ipairs(unready) do
+  invalidate(prefix .. 'gen:' .. old[1], counts, old[1], old[2])
+end
 local touched = {}
 for topic, list in pairs(ready_by_topic) do
-  push_all('RPUSH', prefix .. 'ready:' .. topic, list)
+  push_all('RPUSH', prefix .. 'ready:' .. topic, entries_for(prefix .. 'gen:' .. topic, list))
   ring(prefix, topic)
   touched[topic] = true
 end
@@ -127,9 +129,7 @@ end
 for topic in pairs(touched) do redis.call('SADD', topics, topic) end
 delayed_left = delayed_left - #undelay
 if delayed_left > 0 then out[1] = announce(prefix, delayed, before) end
--- Removals last: each may delete its key, which nothing below uses again. A replaced ready job
--- was pushed again above (to the back, or into delayed): LREM takes its first, older entry.
-for _, old in ipairs(unready) do redis.call('LREM', prefix .. 'ready:' .. old[1], 1, old[2]) end
+-- Removals last: each may delete its key, which nothing below uses again.
 if #undelay > 0 then redis.call('ZREM', delayed, unpack(undelay)) end
 for topic, dead_members in pairs(revived) do
   redis.call('ZREM', prefix .. 'dead:' .. topic, unpack(dead_members))

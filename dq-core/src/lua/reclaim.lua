@@ -3,7 +3,7 @@
 -- time cannot loop forever. The lost run is counted here (a fetch does not count it).
 -- Batched: one ZREM, one HDEL, one HMGET, one HSET, one LPUSH and one ZADD per topic.
 -- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] counts  KEYS[4] leases
--- KEYS[5..] ready:<topic> and dead:<topic> of each topic the caller knows
+-- KEYS[5..] ready:<topic>, dead:<topic> and gen:<topic> of each topic the caller knows
 -- ARGV[1] key prefix  ARGV[2] most jobs (at most 1000)
 -- Returns {requeued, dead_lettered, unknown_topic_1, ...}.
 -- Only jobs whose ready and dead keys are declared are taken back; the others stay expired
@@ -19,7 +19,8 @@ local found = redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0, lim
 local expired, unknown, seen_unknown = {}, {}, {}
 for _, member in ipairs(found) do
   local topic = topic_of(member)
-  if topic and declared[prefix .. 'ready:' .. topic] and declared[prefix .. 'dead:' .. topic] then
+  if topic and declared[prefix .. 'ready:' .. topic] and declared[prefix .. 'dead:' .. topic]
+    and declared[prefix .. 'gen:' .. topic] then
     expired[#expired + 1] = member
   elseif topic and not seen_unknown[topic] then
     seen_unknown[topic] = true
@@ -79,7 +80,7 @@ for topic, entries in pairs(dead_by) do
   redis.call('ZADD', prefix .. 'dead:' .. topic, unpack(entries))
 end
 for topic, ids in pairs(ready) do
-  push_all('LPUSH', prefix .. 'ready:' .. topic, ids)
+  push_all('LPUSH', prefix .. 'ready:' .. topic, entries_for(prefix .. 'gen:' .. topic, ids))
   ring(prefix, topic)
 end
 for topic, k in pairs(running) do bump(counts, topic, 'inflight', -k) end

@@ -1,7 +1,7 @@
 -- release: returns jobs the caller holds to the front of their ready lists at once, without
 -- counting a run (graceful shutdown interrupted them; they did not fail).
 -- KEYS[1] inflight  KEYS[2] counts  KEYS[3] leases
--- KEYS[4..] ready:<topic> of every topic in the call (declared for a cluster's reshard: see
+-- KEYS[4..] ready:<topic> and gen:<topic> of every topic in the call (declared for a cluster's reshard: see
 --   push.lua)
 -- ARGV[1] key prefix, then member_1, token_1, ... (at most 1000 pairs)
 -- Returns the number released.
@@ -30,7 +30,7 @@ end
 if #held == 0 then return 0 end
 for _, topic in ipairs(order) do
   -- One LPUSH of a, b, c leaves c first, as one LPUSH each in turn did.
-  push_all('LPUSH', prefix .. 'ready:' .. topic, by_topic[topic])
+  push_all('LPUSH', prefix .. 'ready:' .. topic, entries_for(prefix .. 'gen:' .. topic, by_topic[topic]))
   ring(prefix, topic)
   bump(counts, topic, 'inflight', -#by_topic[topic])
 end

@@ -1,5 +1,5 @@
 -- requeue_dead: gives dead letters a fresh set of attempts, ready to run now.
--- KEYS[1] jobs  KEYS[2] dead:<topic>  KEYS[3] ready:<topic>
+-- KEYS[1] jobs  KEYS[2] dead:<topic>  KEYS[3] ready:<topic>  KEYS[4] gen:<topic>
 -- ARGV[1] key prefix  ARGV[2] topic  ARGV[3] max_attempts for the new run
 -- ARGV[4] most jobs (at most 1000)  ARGV[5] died at or before (us; used without ids)
 -- then the ids to requeue (none: the oldest dead letters that died by ARGV[5])
@@ -41,7 +41,7 @@ end
 if #unreadable > 0 then redis.call('ZADD', dead, unpack(unreadable)) end
 if #ids == 0 then return 0 end
 redis.call('HSET', jobs, unpack(writes))
-redis.call('RPUSH', ready, unpack(ids))
+push_all('RPUSH', ready, entries_for(KEYS[4], ids))
 redis.call('ZREM', dead, unpack(gone))
 ring(prefix, topic)
 return #ids

@@ -1,7 +1,7 @@
 -- retry: puts a failed job back to run again after a delay, counting the run and recording its
 -- error.
 -- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] delayed  KEYS[4] counts  KEYS[5] leases
--- KEYS[6] ready:<topic> (declared for a cluster's reshard: see push.lua)
+-- KEYS[6] ready:<topic>  KEYS[7] gen:<topic> (declared for a cluster's reshard: see push.lua)
 -- ARGV[1] key prefix  ARGV[2] member  ARGV[3] token  ARGV[4] delay (us)  ARGV[5] error
 -- Returns 1, or 0 when the caller's lease was taken over (nothing changed).
 -- Reads first, writes after; the write that may delete a key (ZREM inflight) comes last.

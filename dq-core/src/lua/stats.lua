@@ -2,14 +2,15 @@
 -- paused (read-only, bounded: the next due time is looked for among the shard's first 1000
 -- delayed entries).
 -- KEYS[1] counts  KEYS[2] ready:<topic>  KEYS[3] dead:<topic>  KEYS[4] jobs  KEYS[5] delayed
--- KEYS[6] paused
+-- KEYS[6] paused  KEYS[7] gen:<topic>
 -- ARGV[1] topic
 -- Returns {delayed, ready, running, dead, oldest_ready_due_us or -1, next_due_us or -1, paused,
 --   now_us}.
 local counts, ready, dead, jobs, delayed, paused = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local topic = ARGV[1]
 local oldest = -1
-local first = redis.call('LINDEX', ready, 0)
+-- The first live entry among the first 10 (stale ones, lib.lua, are no jobs).
+local first = live_entries(KEYS[7], redis.call('LRANGE', ready, 0, 9))[1]
 if first then
   local raw = redis.call('HGET', jobs, topic .. ':' .. first)
   local due = raw and string.match(raw, '^2:%d+:%d+:%d+:(%d+):')
@@ -26,7 +27,7 @@ for i = 1, #window, 2 do
 end
 return {
   tonumber(redis.call('HGET', counts, topic .. ':delayed') or 0),
-  redis.call('LLEN', ready),
+  math.max(redis.call('LLEN', ready) - tonumber(redis.call('HGET', counts, topic .. ':stale') or 0), 0),
   tonumber(redis.call('HGET', counts, topic .. ':inflight') or 0),
   redis.call('ZCARD', dead),
   oldest,

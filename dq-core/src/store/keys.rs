@@ -81,6 +81,11 @@ impl ShardKeys {
     pub fn ready(&self, topic: &Topic) -> String {
         format!("{}ready:{topic}", self.prefix)
     }
+    /// The generations of a topic's ready jobs whose entry in the ready list went stale (a
+    /// replace, cancel or reschedule of a ready job), so that the list is never scanned.
+    pub fn ready_gen(&self, topic: &Topic) -> String {
+        format!("{}gen:{topic}", self.prefix)
+    }
     /// A topic's dead letters.
     pub fn dead(&self, topic: &Topic) -> String {
         format!("{}dead:{topic}", self.prefix)

@@ -33,7 +33,7 @@ pub const ACL_RULES: &str = "resetkeys ~dq:* resetchannels &dq:* -@all \
 +hset +hdel +hgetall +sadd +srem +smembers +config|get \
 +time +hget +hmget +hexists +hincrby +zadd +zrem +zscore +zrange +zrangebyscore \
 +zrevrange +zremrangebyrank +zcard +rpush +lpush +lrange +ltrim +lrem +llen +lindex +lpos +sismember \
-+publish +cluster|slots";
++publish +cluster|slots +exists";
 
 /// A worker not heard from for this long is no longer listed.
 pub(crate) const WORKER_EXPIRY_MS: u64 = 60_000;
@@ -404,6 +404,7 @@ impl Store for RedisStore {
                 for t in &topics {
                     keys.push(k.ready(t));
                     keys.push(k.dead(t));
+                    keys.push(k.ready_gen(t));
                 }
                 self.learn(topics);
                 // The arguments borrow the payloads: only the numbers are printed here.
@@ -465,6 +466,7 @@ impl Store for RedisStore {
             .key(k.counts())
             .key(k.ready(topic))
             .key(k.dead(topic))
+            .key(k.ready_gen(topic))
             .arg(k.prefix())
             .arg(topic.as_str())
             .arg(id.as_str());
@@ -480,6 +482,7 @@ impl Store for RedisStore {
             .key(k.counts())
             .key(k.ready(topic))
             .key(k.dead(topic))
+            .key(k.ready_gen(topic))
             .arg(k.prefix())
             .arg(topic.as_str())
             .arg(id.as_str())
@@ -528,7 +531,7 @@ impl Store for RedisStore {
             let mut inv = SCRIPTS.promote.prepare_invoke();
             inv.key(k.delayed()).key(k.counts());
             for t in self.declared_topics(&needed) {
-                inv.key(k.ready(&t));
+                inv.key(k.ready(&t)).key(k.ready_gen(&t));
             }
             inv.arg(k.prefix())
                 .arg(limit.saturating_sub(out.moved).clamp(1, 10_000));
@@ -590,6 +593,7 @@ impl Store for RedisStore {
             .key(k.counts())
             .key(k.paused())
             .key(k.leases())
+            .key(k.ready_gen(topic))
             .arg(topic.as_str())
             .arg(max.clamp(1, MAX_BATCH))
             .arg(lease.as_micros() as u64);
@@ -690,6 +694,7 @@ impl Store for RedisStore {
             .key(k.counts())
             .key(k.leases())
             .key(k.ready(&lease.topic))
+            .key(k.ready_gen(&lease.topic))
             .arg(k.prefix())
             .arg(member(&lease.topic, &lease.id))
             .arg(lease.token)
@@ -720,7 +725,10 @@ impl Store for RedisStore {
                 let mut keys = vec![k.inflight(), k.counts(), k.leases()];
                 let topics: std::collections::BTreeSet<&Topic> =
                     chunk.iter().map(|l| &l.topic).collect();
-                keys.extend(topics.into_iter().map(|t| k.ready(t)));
+                for t in topics {
+                    keys.push(k.ready(t));
+                    keys.push(k.ready_gen(t));
+                }
                 let inv = Self::lease_invocation(
                     &SCRIPTS.release,
                     &keys,
@@ -767,7 +775,7 @@ impl Store for RedisStore {
                 .key(k.counts())
                 .key(k.leases());
             for t in self.declared_topics(&needed) {
-                inv.key(k.ready(&t)).key(k.dead(&t));
+                inv.key(k.ready(&t)).key(k.dead(&t)).key(k.ready_gen(&t));
             }
             inv.arg(k.prefix()).arg(limit.clamp(1, MAX_BATCH));
             let reply = array("reclaim", self.run("reclaim", &inv).await?)?;
@@ -815,6 +823,7 @@ impl Store for RedisStore {
                 .key(k.jobs())
                 .key(k.delayed())
                 .key(k.paused())
+                .key(k.ready_gen(topic))
                 .arg(topic.as_str());
             let reply = array("stats", self.run("stats", &inv).await?)?;
             let n = |i: usize| reply.get(i).and_then(int).unwrap_or(0);
@@ -864,9 +873,11 @@ impl Store for RedisStore {
                 }
             };
             let mut inv = SCRIPTS.list.prepare_invoke();
-            inv.key(k.jobs())
-                .key(key)
-                .arg(kind)
+            inv.key(k.jobs()).key(key);
+            if state == JobState::Ready {
+                inv.key(k.ready_gen(topic));
+            }
+            inv.arg(kind)
                 .arg(topic.as_str())
                 .arg(pos)
                 .arg(limit - page.jobs.len());
@@ -1022,6 +1033,7 @@ impl Store for RedisStore {
             inv.key(k.jobs())
                 .key(k.dead(topic))
                 .key(k.ready(topic))
+                .key(k.ready_gen(topic))
                 .arg(k.prefix())
                 .arg(topic.as_str())
                 .arg(max_attempts)
