@@ -133,6 +133,8 @@ on_both_stores!(
     retry_all_dead_takes_only_what_died_before_it_began,
     a_retry_delay_over_the_limit_is_refused_and_the_job_stays_leased,
     ready_jobs_replaced_cancelled_or_rescheduled_are_counted_listed_and_run_once,
+    a_reused_id_after_a_cancel_of_a_ready_job_runs_once,
+    stats_answer_when_only_stale_entries_were_left,
 );
 
 async fn pushed_job_is_delayed_with_its_payload_and_due_time(kind: Kind) {
@@ -1152,4 +1154,52 @@ async fn ready_jobs_replaced_cancelled_or_rescheduled_are_counted_listed_and_run
         (0, 3, 2),
         "{counts:?}"
     );
+}
+
+/// A job cancelled while ready, its id then pushed and replaced again: its old entries must
+/// stay stale (an entry of an earlier generation came back to life and ran the job twice).
+async fn a_reused_id_after_a_cancel_of_a_ready_job_runs_once(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let s = c.store().clone();
+    c.push_to("t", &1u32).id("x").await.unwrap();
+    c.push_to("t", &2u32).id("a").await.unwrap();
+    c.push_to("t", &3u32).id("x").replace().await.unwrap();
+    c.cancel("t", "x").await.unwrap();
+    let first = s.fetch(0, &topic("t"), 1, LEASE).await.unwrap().jobs;
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].lease.id.to_string(), "a");
+    c.push_to("t", &4u32).id("x").await.unwrap();
+    c.push_to("t", &5u32).id("x").replace().await.unwrap();
+    let mut leased = Vec::new();
+    for _ in 0..6 {
+        for job in s.fetch(0, &topic("t"), 1, LEASE).await.unwrap().jobs {
+            let payload: u32 = serde_json::from_slice(&job.envelope.payload).unwrap();
+            leased.push((job.lease.id.to_string(), payload));
+        }
+    }
+    assert_eq!(leased, [("x".to_owned(), 5)], "x leased once, as replaced");
+    let counts = c.counts("t").await.unwrap();
+    assert_eq!((counts.ready, counts.running), (0, 2), "{counts:?}");
+}
+
+/// Stats of a topic whose ready list is empty while a job of it has a generation (it was
+/// rescheduled out of the list) must answer.
+async fn stats_answer_when_only_stale_entries_were_left(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    c.push_to("t", &1u32).id("x").await.unwrap();
+    c.reschedule("t", "x", Schedule::After(Duration::from_secs(600)))
+        .await
+        .unwrap();
+    let fetched = c.store().fetch(0, &topic("t"), 10, LEASE).await.unwrap();
+    assert!(fetched.jobs.is_empty());
+    let stats = c.stats("t").await.unwrap();
+    assert_eq!((stats.counts.ready, stats.counts.delayed), (0, 1));
+    c.push_to("t", &2u32).id("y").await.unwrap();
+    c.reschedule("t", "y", Schedule::After(Duration::from_secs(600)))
+        .await
+        .unwrap();
+    let stats = c.stats("t").await.unwrap();
+    assert_eq!((stats.counts.ready, stats.counts.delayed), (0, 2));
 }

@@ -5,7 +5,7 @@
 -- reclaimed; an envelope the caller cannot read, it dead-letters with the dead script).
 -- Batched: one HMGET, one HSET and one ZADD for the whole batch.
 -- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] ready:<topic>  KEYS[4] counts  KEYS[5] paused
--- KEYS[6] leases  KEYS[7] gen:<topic>
+-- KEYS[6] leases  KEYS[7] gen:<topic>  KEYS[8] delayed
 -- ARGV[1] topic  ARGV[2] most jobs (at most 1000)  ARGV[3] lease length (us)
 -- Returns {now_us, token, id_1, envelope_1, ...}, or {'paused'} when the topic is paused.
 -- Stale entries (lib.lua) are dropped on the way; when a whole batch was stale, the next one
@@ -22,11 +22,19 @@ for _ = 1, 10 do
   local live, dropped, with_gen, stale_ids = live_entries(gen, entries)
   ids = live
   stale = stale + dropped
-  -- A job whose live entry this is leaves the list: its generation is no longer needed. So
-  -- is the generation of a stale entry's job that no longer exists (it was cancelled).
-  for _, id in ipairs(with_gen) do redis.call('HDEL', gen, id) end
+  -- A job whose live entry this is leaves the list (its stale entries were all before it):
+  -- its generation is no longer needed. Nor is the generation of a job whose last stale entry
+  -- this was, when it has no live entry either (cancelled, or moved to delayed).
+  for _, id in ipairs(with_gen) do redis.call('HDEL', gen, id, id .. ':') end
   for _, id in ipairs(stale_ids) do
-    if redis.call('HEXISTS', jobs, topic .. ':' .. id) == 0 then redis.call('HDEL', gen, id) end
+    if redis.call('HINCRBY', gen, id .. ':', -1) <= 0 then
+      local member = topic .. ':' .. id
+      if redis.call('HEXISTS', jobs, member) == 0 or redis.call('ZSCORE', KEYS[8], member) then
+        redis.call('HDEL', gen, id, id .. ':')
+      else
+        redis.call('HDEL', gen, id .. ':')
+      end
+    end
   end
   if #ids > 0 then break end
 end

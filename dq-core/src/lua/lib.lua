@@ -115,8 +115,12 @@ local function entries_for(gen, ids)
 end
 
 -- Makes the ready entry of a job stale: the job left the ready list without being fetched.
+-- Beside the generation (field `id`), the hash counts the job's stale entries still in the list
+-- (field `id:`, not an id: ids hold no ':'); the generation may be forgotten only once none is
+-- left, or an old `id:<g>` entry would come back to life when the generation counts up again.
 local function invalidate(gen, counts, topic, id)
   redis.call('HINCRBY', gen, id, 1)
+  redis.call('HINCRBY', gen, id .. ':', 1)
   bump(counts, topic, 'stale', 1)
 end
 
@@ -124,6 +128,7 @@ end
 -- were stale, the ids whose live entry carried a generation (it is forgotten once the job
 -- leaves the list) and the ids of stale entries.
 local function live_entries(gen, entries)
+  if #entries == 0 then return entries, 0, {}, {} end
   local marked = false
   for _, e in ipairs(entries) do
     if string.find(e, ':', 1, true) then marked = true break end
@@ -132,10 +137,11 @@ local function live_entries(gen, entries)
   local ids, gs = {}, {}
   for k, e in ipairs(entries) do ids[k], gs[k] = entry_parts(e) end
   local current = redis.call('HMGET', gen, unpack(ids))
-  local live, with_gen, stale_ids = {}, {}, {}
+  local live, with_gen, stale_ids, seen = {}, {}, {}, {}
   for k, id in ipairs(ids) do
     local cur = tonumber(current[k] or 0)
-    if gs[k] == cur then
+    if gs[k] == cur and not seen[id] then
+      seen[id] = true
       live[#live + 1] = id
       if cur > 0 then with_gen[#with_gen + 1] = id end
     else

@@ -18,23 +18,26 @@ local declared = {}
 for i = 3, #KEYS do declared[KEYS[i]] = true end
 local now = now_us()
 local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, limit)
-local by_topic, order, unknown, seen_unknown, gone = {}, {}, {}, {}, {}
+local by_topic, order, unknown, gone = {}, {}, {}, {}
+-- Whether each topic met is declared: decided once per topic, not per job.
+local usable = {}
 for _, member in ipairs(due) do
   local colon = string.find(member, ':', 1, true)
   if colon then
     local topic, id = string.sub(member, 1, colon - 1), string.sub(member, colon + 1)
-    local ready = prefix .. 'ready:' .. topic
-    if not (declared[ready] and declared[prefix .. 'gen:' .. topic]) then
-      if not seen_unknown[topic] then
-        seen_unknown[topic] = true
-        unknown[#unknown + 1] = topic
-      end
-    else
-      if not by_topic[topic] then
+    local ok = usable[topic]
+    if ok == nil then
+      ok = declared[prefix .. 'ready:' .. topic] and declared[prefix .. 'gen:' .. topic] or false
+      usable[topic] = ok
+      if ok then
         by_topic[topic] = {}
         order[#order + 1] = topic
-        redis.call('LLEN', ready) -- touch before any write
+        redis.call('LLEN', prefix .. 'ready:' .. topic) -- touch before any write
+      else
+        unknown[#unknown + 1] = topic
       end
+    end
+    if ok then
       local list = by_topic[topic]
       list[#list + 1] = id
       gone[#gone + 1] = member

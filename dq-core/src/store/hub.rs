@@ -130,7 +130,17 @@ async fn listen(
         None => return Ok(()),
     }
     loop {
-        let delivery = sub.next().await?;
+        // Looks up now and then whether the store is gone: a quiet namespace may send nothing,
+        // and the subscription must not outlive its store.
+        let delivery = tokio::select! {
+            d = sub.next() => d?,
+            _ = tokio::time::sleep(PING_EVERY) => {
+                if hub.strong_count() == 0 {
+                    return Ok(());
+                }
+                continue;
+            }
+        };
         let Some(h) = hub.upgrade() else {
             return Ok(());
         };

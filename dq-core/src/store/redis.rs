@@ -594,6 +594,7 @@ impl Store for RedisStore {
             .key(k.paused())
             .key(k.leases())
             .key(k.ready_gen(topic))
+            .key(k.delayed())
             .arg(topic.as_str())
             .arg(max.clamp(1, MAX_BATCH))
             .arg(lease.as_micros() as u64);
