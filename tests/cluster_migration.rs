@@ -88,46 +88,11 @@ async fn an_operation_refused_while_its_slot_migrates_changes_nothing_and_no_job
         .unwrap()
         .jobs
         .remove(0);
-    c.push_to("promote", &0)
-        .id("p")
-        .delay(Duration::from_millis(200))
-        .await
-        .unwrap();
-    c.push_to("retry", &0).id("r").await.unwrap();
-    let r = s
-        .fetch(0, &topic("retry"), 1, LEASE)
-        .await
-        .unwrap()
-        .jobs
-        .remove(0);
-    c.push_to("release", &0).id("l").await.unwrap();
-    let l = s
-        .fetch(0, &topic("release"), 1, LEASE)
-        .await
-        .unwrap()
-        .jobs
-        .remove(0);
-    c.push_to("reclaim", &0).id("x").await.unwrap();
-    let _ = s
-        .fetch(0, &topic("reclaim"), 1, Duration::from_millis(1))
-        .await
-        .unwrap();
-    c.push_to("resched", &0)
-        .id("d")
-        .delay(Duration::from_secs(600))
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await; // "p" is due, "x"'s lease expired
+    let (r, l) = stage(&c, &s).await;
 
     // The slot starts moving to the other master; no key has moved yet, and none of the ready
     // lists the operations write exists on the old node.
-    let (src_id, dst_id) = (node_id(source), node_id(target));
-    assert!(target
-        .command(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &src_id])
-        .starts_with("+OK"));
-    assert!(source
-        .command(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &dst_id])
-        .starts_with("+OK"));
+    begin_migration(source, target, &slot);
 
     let before = snapshot(source, &slot);
     let refused = try_each_operation(&c, &s, &r.lease, &l.lease).await;
@@ -157,13 +122,72 @@ async fn an_operation_refused_while_its_slot_migrates_changes_nothing_and_no_job
         .await
         .unwrap();
 
+    let mut topics = vec!["run"];
+    topics.extend(TOPICS);
+    let expected = ["held", "p", "r", "l", "x", "f", "d"].map(String::from);
+    run_each_once(&cluster, &topics, &expected).await;
+    let far = c.status("keep", "far").await.unwrap().unwrap();
+    assert_eq!(far.state, JobState::Delayed);
+}
+
+/// The topics of the jobs `stage` leaves, and of the push `try_each_operation` tries.
+const TOPICS: [&str; 6] = ["promote", "retry", "release", "reclaim", "resched", "fresh"];
+
+/// Jobs for every operation to find: "p" due, "r" and "l" running (their leases returned),
+/// "x" running with an expired lease, "d" delayed for 10 minutes.
+async fn stage(c: &Client, s: &Arc<dyn dq::Store>) -> (dq::LeasedJob, dq::LeasedJob) {
+    c.push_to("promote", &0)
+        .id("p")
+        .delay(Duration::from_millis(200))
+        .await
+        .unwrap();
+    let mut leased = Vec::new();
+    for (t, id) in [("retry", "r"), ("release", "l")] {
+        c.push_to(t, &0).id(id).await.unwrap();
+        leased.push(
+            s.fetch(0, &topic(t), 1, LEASE)
+                .await
+                .unwrap()
+                .jobs
+                .remove(0),
+        );
+    }
+    c.push_to("reclaim", &0).id("x").await.unwrap();
+    let _ = s
+        .fetch(0, &topic("reclaim"), 1, Duration::from_millis(1))
+        .await
+        .unwrap();
+    c.push_to("resched", &0)
+        .id("d")
+        .delay(Duration::from_secs(600))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await; // "p" is due, "x"'s lease expired
+    let l = leased.pop().unwrap();
+    (leased.pop().unwrap(), l)
+}
+
+/// Marks `slot` as moving from `source` to `target` (IMPORTING, then MIGRATING); returns the
+/// target's node id.
+fn begin_migration(source: &RedisServer, target: &RedisServer, slot: &str) -> String {
+    let (src_id, dst_id) = (node_id(source), node_id(target));
+    assert!(target
+        .command(&["CLUSTER", "SETSLOT", slot, "IMPORTING", &src_id])
+        .starts_with("+OK"));
+    assert!(source
+        .command(&["CLUSTER", "SETSLOT", slot, "MIGRATING", &dst_id])
+        .starts_with("+OK"));
+    dst_id
+}
+
+/// Runs a runtime with a listener on each of `topics` until every id of `expected` ran;
+/// asserts each ran once.
+async fn run_each_once(cluster: &RedisCluster, topics: &[&str], expected: &[String]) {
     let seen: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
     let mut b = Runtime::builder()
-        .config(config(&cluster))
+        .config(config(cluster))
         .without_registered_listeners();
-    for t in [
-        "run", "promote", "retry", "release", "reclaim", "fresh", "resched",
-    ] {
+    for t in topics {
         let seen = seen.clone();
         b = b.listener(Listener::new(t, move |_: u32, ctx: JobContext| {
             let seen = seen.clone();
@@ -178,7 +202,10 @@ async fn an_operation_refused_while_its_slot_migrates_changes_nothing_and_no_job
     }
     let rt = b.start().await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
-    while seen.lock().unwrap().len() < 7 {
+    while expected
+        .iter()
+        .any(|id| !seen.lock().unwrap().contains_key(id))
+    {
         assert!(
             Instant::now() < deadline,
             "jobs lost: only {:?} ran",
@@ -188,18 +215,16 @@ async fn an_operation_refused_while_its_slot_migrates_changes_nothing_and_no_job
     }
     rt.shutdown().await.unwrap();
     let seen = seen.lock().unwrap().clone();
-    for id in ["held", "p", "r", "l", "x", "f", "d"] {
+    for id in expected {
         assert_eq!(seen.get(id), Some(&1), "{id} ran once: {seen:?}");
     }
-    let far = c.status("keep", "far").await.unwrap().unwrap();
-    assert_eq!(far.state, JobState::Delayed);
 }
 
 /// Tries promote, push, retry, release, reclaim and reschedule (to now) at once (each waits
 /// out the cluster client's retries of TRYAGAIN); returns the ones refused.
 async fn try_each_operation(
     c: &Client,
-    s: &std::sync::Arc<dyn dq::Store>,
+    s: &Arc<dyn dq::Store>,
     r: &dq::LeaseRef,
     l: &dq::LeaseRef,
 ) -> Vec<&'static str> {
@@ -268,50 +293,14 @@ async fn an_operation_whose_keys_are_split_between_two_nodes_is_refused_and_the_
         .unwrap();
     let slot = reply_text(&source.command(&["CLUSTER", "KEYSLOT", jobs_key]));
 
-    // Each topic's ready list holds a job on the old node (the fetches below take the oldest,
-    // the "-waiting" ones, and leave the next).
-    for t in ["promote", "retry", "release", "reclaim", "resched", "fresh"] {
+    let (r, l) = stage(&c, &s).await;
+    // Each topic's ready list holds a job on the old node.
+    for t in TOPICS {
         c.push_to(t, &0).id(format!("{t}-waiting")).await.unwrap();
     }
-    c.push_to("promote", &0)
-        .id("p")
-        .delay(Duration::from_millis(200))
-        .await
-        .unwrap();
-    c.push_to("retry", &0).id("r").await.unwrap();
-    let r = s
-        .fetch(0, &topic("retry"), 1, LEASE)
-        .await
-        .unwrap()
-        .jobs
-        .remove(0);
-    c.push_to("release", &0).id("l").await.unwrap();
-    let l = s
-        .fetch(0, &topic("release"), 1, LEASE)
-        .await
-        .unwrap()
-        .jobs
-        .remove(0);
-    c.push_to("reclaim", &0).id("x").await.unwrap();
-    let _ = s
-        .fetch(0, &topic("reclaim"), 1, Duration::from_millis(1))
-        .await
-        .unwrap();
-    c.push_to("resched", &0)
-        .id("d")
-        .delay(Duration::from_secs(600))
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await; // "p" is due, "x"'s lease expired
 
     // The slot starts moving, and every key but the ready lists moves.
-    let (src_id, dst_id) = (node_id(source), node_id(target));
-    assert!(target
-        .command(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &src_id])
-        .starts_with("+OK"));
-    assert!(source
-        .command(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &dst_id])
-        .starts_with("+OK"));
+    let dst_id = begin_migration(source, target, &slot);
     migrate(source, target, &keys_except(source, &slot, &[":ready:"]));
 
     let (on_source, on_target) = (snapshot(source, &slot), snapshot(target, &slot));
@@ -341,45 +330,7 @@ async fn an_operation_whose_keys_are_split_between_two_nodes_is_refused_and_the_
         .await
         .unwrap();
 
-    let seen: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
-    let mut b = Runtime::builder()
-        .config(config(&cluster))
-        .without_registered_listeners();
-    let topics = ["promote", "retry", "release", "reclaim", "resched", "fresh"];
-    for t in topics {
-        let seen = seen.clone();
-        b = b.listener(Listener::new(t, move |_: u32, ctx: JobContext| {
-            let seen = seen.clone();
-            async move {
-                *seen
-                    .lock()
-                    .unwrap()
-                    .entry(ctx.id().to_string())
-                    .or_default() += 1;
-            }
-        }));
-    }
-    let rt = b.start().await.unwrap();
-    let mut expected: Vec<String> = ["p", "r", "l", "x", "d", "f"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    expected.extend(topics.iter().map(|t| format!("{t}-waiting")));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while expected
-        .iter()
-        .any(|id| !seen.lock().unwrap().contains_key(id))
-    {
-        assert!(
-            Instant::now() < deadline,
-            "jobs lost: only {:?} ran",
-            seen.lock().unwrap()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    rt.shutdown().await.unwrap();
-    let seen = seen.lock().unwrap().clone();
-    for id in &expected {
-        assert_eq!(seen.get(id), Some(&1), "{id} ran once: {seen:?}");
-    }
+    let mut expected: Vec<String> = ["p", "r", "l", "x", "d", "f"].map(String::from).to_vec();
+    expected.extend(TOPICS.iter().map(|t| format!("{t}-waiting")));
+    run_each_once(&cluster, &TOPICS, &expected).await;
 }
