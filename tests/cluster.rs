@@ -413,3 +413,40 @@ async fn each_shard_is_subscribed_on_its_own_master_and_the_subscription_follows
     wait_all(&seen, &[id], Duration::from_secs(10)).await;
     rt.shutdown().await.unwrap();
 }
+
+/// `TIME` calls a node has answered, from `INFO commandstats`.
+fn time_calls(node: &support::RedisServer) -> u64 {
+    let stats = node.command(&["INFO", "commandstats"]);
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_time:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// Heartbeats are stamped and judged by one clock: the store's time is read on the master of
+/// shard 0, which keeps the worker registry, not on any master (whose clocks may disagree).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_clock_is_read_on_the_master_that_keeps_the_worker_registry() {
+    let cluster = RedisCluster::start(3, 0);
+    let config = config(&cluster);
+    let registry = dq::store::ShardKeys::new(&config.namespace, 0).workers();
+    let owner = cluster.master_of(&registry);
+    let client = dq::Client::connect(config).await.unwrap();
+    let before: Vec<(u16, u64)> = cluster
+        .masters()
+        .iter()
+        .map(|m| (m.port(), time_calls(m)))
+        .collect();
+    for _ in 0..20 {
+        client.store().time_us().await.unwrap();
+    }
+    for (port, calls) in before {
+        let now = time_calls(cluster.node(port));
+        let expected = if port == owner { calls + 20 } else { calls };
+        assert_eq!(
+            now, expected,
+            "TIME calls on master {port} (registry on {owner})"
+        );
+    }
+}

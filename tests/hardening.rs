@@ -137,6 +137,12 @@ impl Store for Faulty {
     async fn retry(&self, lease: &LeaseRef, delay: Duration, error: &str) -> dq::Result<bool> {
         self.inner.retry(lease, delay, error).await
     }
+    async fn postpone(&self, lease: &LeaseRef, delay: Duration) -> dq::Result<bool> {
+        self.inner.postpone(lease, delay).await
+    }
+    async fn set_attempt_limit(&self, topic: &Topic, max: Option<u32>) -> dq::Result<()> {
+        self.inner.set_attempt_limit(topic, max).await
+    }
     async fn dead_letter(&self, lease: &LeaseRef, error: &str) -> dq::Result<bool> {
         self.inner.dead_letter(lease, error).await
     }
@@ -405,4 +411,130 @@ async fn a_stalled_shard_does_not_let_leases_on_other_shards_expire() {
 
 fn topic(name: &str) -> Topic {
     Topic::new(name).unwrap()
+}
+
+/// A config with a short lease (reclaimed every 200 ms), for the dead-worker tests below.
+fn short_lease(redis: &RedisServer) -> Config {
+    Config::builder()
+        .redis_url(redis.url())
+        .namespace("hard")
+        .safety_tick(Duration::from_secs(3600))
+        .lease(Duration::from_millis(400))
+        .build()
+        .unwrap()
+}
+
+/// A worker that leased the job and died before running it: the job is fetched (100 ms lease)
+/// and never run nor renewed.
+async fn lease_to_a_dead_worker(redis: &RedisServer, topic_name: &str) {
+    let store = RedisStore::connect(&short_lease(redis)).await.unwrap();
+    let f = store
+        .fetch(0, &topic(topic_name), 10, Duration::from_millis(100))
+        .await
+        .unwrap();
+    assert_eq!(f.jobs.len(), 1, "the dead worker took the job");
+}
+
+/// A listener that counts its runs and records each run's attempt number.
+fn counting(topic_name: &str, runs: &Arc<Mutex<Vec<u32>>>) -> Listener {
+    let runs = runs.clone();
+    Listener::new(topic_name, move |_: u32, ctx: JobContext| {
+        runs.lock().unwrap().push(ctx.attempt());
+        async {}
+    })
+}
+
+/// Polls a job until it is dead-lettered (5 s at most).
+async fn wait_until_dead(c: &dq::Client, topic_name: &str, id: &str) -> JobInfo {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let info = c.status(topic_name, id).await.unwrap();
+        match info {
+            Some(info) if info.state == JobState::Dead => return info,
+            _ => assert!(
+                Instant::now() < deadline,
+                "{topic_name}:{id} never dead: {info:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Polls a job until it finished (its record is gone; 5 s at most).
+async fn wait_until_done(c: &dq::Client, topic_name: &str, id: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while let Some(info) = c.status(topic_name, id).await.unwrap() {
+        assert!(
+            Instant::now() < deadline,
+            "{topic_name}:{id} never done: {info:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Finding 10: a job whose worker died was judged by the attempts given at push time, not by
+/// its listener's `retries`: with `retries(0)` (charge the card, never run twice) a job whose
+/// worker died was run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_worker_died_is_not_run_again_when_its_listener_allows_no_retries() {
+    let redis = RedisServer::start();
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let c = support::client_with(&redis, |b| b.namespace("hard")).await;
+    c.push_to("charge", &1).id("card").await.unwrap();
+    lease_to_a_dead_worker(&redis, "charge").await;
+    let listener = counting("charge", &runs).retries(0);
+    let rt = start_on(short_lease(&redis), None, listener).await;
+    let info = wait_until_dead(&c, "charge", "card").await;
+    let error = info.last_error.unwrap();
+    assert!(error.contains("lease expired on attempt 1 of 1"), "{error}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(runs.lock().unwrap().is_empty(), "ran again: {runs:?}");
+    rt.shutdown().await.unwrap();
+}
+
+/// Finding 10, the other way: a listener allowing more retries than the push gave keeps
+/// running a job whose worker died, rather than dead-lettering it at the push's limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_worker_died_runs_again_when_its_listener_allows_more_retries_than_the_push() {
+    let redis = RedisServer::start();
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let c = support::client_with(&redis, |b| b.namespace("hard")).await;
+    c.push_to("mail", &1).id("m").max_retries(0).await.unwrap();
+    lease_to_a_dead_worker(&redis, "mail").await;
+    let listener = counting("mail", &runs).retries(3);
+    let rt = start_on(short_lease(&redis), None, listener).await;
+    wait_until_done(&c, "mail", "m").await;
+    assert_eq!(
+        *runs.lock().unwrap(),
+        [2],
+        "run once more, as its second attempt"
+    );
+    rt.shutdown().await.unwrap();
+}
+
+/// Finding 10: `Outcome::RetryAfter` ("not yet, look again in a minute") spent an attempt, so a
+/// job that was postponed a few times was dead-lettered on its first real failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_does_not_spend_an_attempt() {
+    let redis = RedisServer::start();
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let r = runs.clone();
+    let listener = Listener::new("poll", move |_: u32, ctx: JobContext| {
+        let mut runs = r.lock().unwrap();
+        runs.push(ctx.attempt());
+        let outcome = match runs.len() {
+            1..=3 => Outcome::RetryAfter(Duration::from_millis(20)),
+            4 => Outcome::Error("the payment service answered 503".into()),
+            _ => Outcome::Done,
+        };
+        async move { outcome }
+    })
+    .retries(1)
+    .backoff(dq::Backoff::Fixed(Duration::from_millis(20)));
+    let rt = start(&redis, listener).await;
+    let c = rt.client().clone();
+    c.push_to("poll", &1).id("p").await.unwrap();
+    wait_until_done(&c, "poll", "p").await;
+    assert_eq!(*runs.lock().unwrap(), [1, 1, 1, 1, 2]);
+    rt.shutdown().await.unwrap();
 }

@@ -135,6 +135,8 @@ on_both_stores!(
     ready_jobs_replaced_cancelled_or_rescheduled_are_counted_listed_and_run_once,
     a_reused_id_after_a_cancel_of_a_ready_job_runs_once,
     stats_answer_when_only_stale_entries_were_left,
+    a_postponed_job_runs_again_without_spending_an_attempt_or_its_last_error,
+    reclaim_judges_a_job_by_its_listeners_attempt_limit_until_it_is_forgotten,
 );
 
 async fn pushed_job_is_delayed_with_its_payload_and_due_time(kind: Kind) {
@@ -1202,4 +1204,85 @@ async fn stats_answer_when_only_stale_entries_were_left(kind: Kind) {
         .unwrap();
     let stats = c.stats("t").await.unwrap();
     assert_eq!((stats.counts.ready, stats.counts.delayed), (0, 2));
+}
+
+async fn a_postponed_job_runs_again_without_spending_an_attempt_or_its_last_error(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let s = c.store();
+    let t = topic("order-cancel");
+    c.push(OrderCancel { order_id: 1 }).id("a").await.unwrap();
+    let first = s.fetch(0, &t, 1, LEASE).await.unwrap();
+    assert!(s
+        .retry(&first.jobs[0].lease, Duration::ZERO, "payment service down")
+        .await
+        .unwrap());
+    let second = s.fetch(0, &t, 1, LEASE).await.unwrap();
+    assert_eq!(second.jobs[0].envelope.attempt, 2);
+    assert!(s
+        .postpone(&second.jobs[0].lease, Duration::from_millis(50))
+        .await
+        .unwrap());
+    let info = c.status("order-cancel", "a").await.unwrap().unwrap();
+    assert_eq!(
+        (info.state, info.attempt, info.last_error.as_deref()),
+        (JobState::Delayed, 1, Some("payment service down"))
+    );
+    assert!(
+        !s.postpone(&second.jobs[0].lease, Duration::ZERO)
+            .await
+            .unwrap(),
+        "the lease is gone"
+    );
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    assert_eq!(s.promote(0, 10).await.unwrap().moved, 1);
+    let third = s.fetch(0, &t, 1, LEASE).await.unwrap();
+    assert_eq!(
+        third.jobs[0].envelope.attempt, 2,
+        "still the second attempt"
+    );
+}
+
+async fn reclaim_judges_a_job_by_its_listeners_attempt_limit_until_it_is_forgotten(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let s = c.store();
+    let t = &topic("order-cancel");
+    // Leases the job `id` (pushed with `retries` at push) for 50 ms and lets it expire: the
+    // reclaim then finds it as a dead worker's job. Returns its state and max attempts after.
+    let expire = |id: &'static str, retries: u32| async move {
+        c.push(OrderCancel { order_id: 1 })
+            .id(id)
+            .max_retries(retries)
+            .await
+            .unwrap();
+        let f = s.fetch(0, t, 1, Duration::from_millis(50)).await.unwrap();
+        assert_eq!(f.jobs[0].lease.id.as_str(), id);
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        s.reclaim(0, 100).await.unwrap();
+        let info = c.status("order-cancel", id).await.unwrap().unwrap();
+        if info.state == JobState::Ready {
+            let f = s.fetch(0, t, 1, LEASE).await.unwrap();
+            s.ack(&[f.jobs[0].lease.clone()]).await.unwrap();
+        }
+        (info.state, info.max_attempts)
+    };
+    s.set_attempt_limit(t, Some(1)).await.unwrap();
+    assert_eq!(
+        expire("fewer", 4).await,
+        (JobState::Dead, 1),
+        "the listener allows one run"
+    );
+    s.set_attempt_limit(t, Some(5)).await.unwrap();
+    assert_eq!(
+        expire("more", 0).await,
+        (JobState::Ready, 5),
+        "the listener allows five"
+    );
+    s.set_attempt_limit(t, None).await.unwrap();
+    assert_eq!(
+        expire("pushed", 0).await,
+        (JobState::Dead, 1),
+        "the push's limit again"
+    );
 }

@@ -494,3 +494,38 @@ async fn stale_ready_entries_leave_nothing_behind_once_fetched() {
         .unwrap();
     assert_eq!((gens, ready), (0, 0), "no generation and no entry left");
 }
+
+/// Finding 10 of issue 15: a failover loses the writes the replica had not received yet, the
+/// lease counter among them; the promoted replica then gave a second worker the same token as
+/// the first, and the first worker's ack (or retry) passed for the second's. A token is now
+/// never below the shard's clock, so a rolled-back counter cannot hand it out again.
+#[tokio::test]
+async fn a_lease_token_lost_in_a_failover_is_not_handed_out_again() {
+    let master = RedisServer::start();
+    let replica = replica_of(&master);
+    let c = client_with(&master, |b| b.wait_replicas(1, Duration::from_secs(2))).await;
+    c.push(OrderCancel { order_id: 1 }).id("1").await.unwrap();
+    // The replica is cut off before it sees the fetch: the fetch will be lost in the failover.
+    replica.command(&["REPLICAOF", "NO", "ONE"]);
+    let t = topic("order-cancel");
+    let first = c.store().fetch(0, &t, 1, LEASE).await.unwrap();
+    let promoted = client(&replica).await;
+    let second = promoted.store().fetch(0, &t, 1, LEASE).await.unwrap();
+    let (old, new) = (&first.jobs[0].lease, &second.jobs[0].lease);
+    assert_ne!(old.token, new.token, "the same token twice");
+    let acked = promoted
+        .store()
+        .ack(std::slice::from_ref(old))
+        .await
+        .unwrap();
+    assert_eq!(
+        acked.acked, 0,
+        "the lost lease's ack passed for the new one"
+    );
+    let acked = promoted
+        .store()
+        .ack(std::slice::from_ref(new))
+        .await
+        .unwrap();
+    assert_eq!(acked.acked, 1);
+}

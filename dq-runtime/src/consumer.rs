@@ -258,7 +258,7 @@ async fn run_job(
             }
             Outcome::RetryAfter(delay) => {
                 tracing::info!(retry_in = ?delay, "handler asked to run the job again later");
-                settle_retry(&shared, &lease, delay, "the handler asked to run again later").await;
+                settle_retry(&shared, &lease, delay, None).await;
             }
             Outcome::DeadLetter(reason) => {
                 tracing::warn!(reason = %reason, "handler dead-lettered the job");
@@ -270,7 +270,7 @@ async fn run_job(
                     dead_for_delay(&shared, &lease, delay).await;
                 } else {
                     tracing::warn!(error = %error, retry_in = ?delay, "job failed; it will be retried");
-                    settle_retry(&shared, &lease, delay, &error).await;
+                    settle_retry(&shared, &lease, delay, Some(&error)).await;
                 }
             }
             Outcome::Error(error) => {
@@ -358,11 +358,21 @@ async fn dead_for_delay(shared: &Shared, lease: &LeaseRef, delay: Duration) {
 
 /// Store calls after a run are retried with backoff until they succeed or shutdown aborts; if
 /// they never do, the lease expires and the job runs again (at least once, never lost).
-async fn settle_retry(shared: &Shared, lease: &LeaseRef, delay: Duration, error: &str) {
-    crate::metrics::count("dq_jobs_retried_total", lease.topic.as_str());
+/// `error` is the failed run's, or `None` for a run the handler postponed (`RetryAfter`), which
+/// does not spend an attempt.
+async fn settle_retry(shared: &Shared, lease: &LeaseRef, delay: Duration, error: Option<&str>) {
+    let metric = match error {
+        Some(_) => "dq_jobs_retried_total",
+        None => "dq_jobs_postponed_total",
+    };
+    crate::metrics::count(metric, lease.topic.as_str());
     let mut health = Health::new(format!("retry of {}:{}", lease.topic, lease.id));
     loop {
-        match shared.store.retry(lease, delay, error).await {
+        let written = match error {
+            Some(error) => shared.store.retry(lease, delay, error).await,
+            None => shared.store.postpone(lease, delay).await,
+        };
+        match written {
             Ok(true) => return health.ok(),
             Ok(false) => {
                 tracing::warn!("the lease was taken over while the job ran (the lease expired: the worker stalled or Redis was unreachable); the other run decides the job's fate");

@@ -43,7 +43,8 @@ impl JobContext {
     pub fn id(&self) -> &JobId {
         &self.id
     }
-    /// This run's number, from 1.
+    /// This run's number, from 1. Runs the handler postponed with `Outcome::RetryAfter` do
+    /// not count; runs that failed or were lost with their worker do.
     pub fn attempt(&self) -> u32 {
         self.attempt
     }

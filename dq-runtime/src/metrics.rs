@@ -8,7 +8,8 @@
 //! | `dq_jobs_succeeded_total` | counter | topic | runs that finished the job |
 //! | `dq_jobs_failed_total` | counter | topic | runs that failed (error, panic, timeout) |
 //! | `dq_jobs_timed_out_total` | counter | topic | runs cancelled by their timeout |
-//! | `dq_jobs_retried_total` | counter | topic | jobs scheduled to run again |
+//! | `dq_jobs_retried_total` | counter | topic | failed jobs scheduled to run again |
+//! | `dq_jobs_postponed_total` | counter | topic | jobs whose handler asked to run again later (`Outcome::RetryAfter`; no attempt spent) |
 //! | `dq_jobs_dead_lettered_total` | counter | topic | jobs moved to the dead letters (poison included) |
 //! | `dq_job_lateness_seconds` | histogram | topic | start of a run minus the job's due time |
 //! | `dq_job_duration_seconds` | histogram | topic | how long handlers ran |

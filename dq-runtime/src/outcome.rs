@@ -26,8 +26,11 @@ pub enum Outcome {
     /// The run failed: retried with the listener's backoff while attempts remain, then
     /// dead-lettered with this error.
     Error(String),
-    /// Run the job again after this delay, whatever the retry budget says (the run still counts
-    /// as an attempt).
+    /// Run the job again after this delay, whatever the retry budget says. The run does not
+    /// count as an attempt (the next one has the same [`JobContext::attempt`]) and the job's
+    /// last error stays: use it for "not yet, look again later", not for failures.
+    ///
+    /// [`JobContext::attempt`]: crate::JobContext::attempt
     RetryAfter(Duration),
     /// Dead-letter the job now with this reason, without further retries.
     DeadLetter(String),

@@ -290,6 +290,14 @@ impl RuntimeBuilder {
             token: CancellationToken::new(),
         };
 
+        // A job whose worker died is judged by its listener's `retries` in whichever process
+        // reclaims it (the last runtime to start decides, should two disagree).
+        for l in &listeners {
+            let max_attempts = l.retries.map(|r| r.saturating_add(1));
+            store
+                .set_attempt_limit(&Topic::new(l.topic.clone())?, max_attempts)
+                .await?;
+        }
         let mut chores = Vec::new();
         let shards = store.shards();
         let mut wake_senders = Vec::new();

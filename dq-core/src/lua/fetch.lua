@@ -1,6 +1,6 @@
 -- fetch: leases up to n ready jobs of one topic to the caller (the seed's LRANGE+LTRIM, made
 -- crash-safe: each job is in the inflight set with a lease deadline before the script returns).
--- One lease token for the whole call, from the shard's counter: the envelopes are returned as
+-- One lease token for the whole call, from the shard's counter and clock: the envelopes are returned as
 -- they are stored, not read or rewritten here (a crashed run is counted when its lease is
 -- reclaimed; an envelope the caller cannot read, it dead-letters with the dead script).
 -- Batched: one HMGET, one HSET and one ZADD for the whole batch.
@@ -46,8 +46,12 @@ if stale > 0 then
 end
 if #ids == 0 then return {fmt(now_us()), '0'} end
 local now = now_us()
--- ':next' cannot be a member: every member has a topic before its colon.
-local token = fmt(redis.call('HINCRBY', leases, ':next', 1))
+-- ':next' cannot be a member: every member has a topic before its colon. A token is never
+-- below the shard's clock: a failover that rolls the counter back (the replica had not
+-- received the last fetches) cannot hand a lost lease's token out again, as long as the new
+-- master's clock is not behind the old one's by more than the failover took.
+local token = fmt(math.max(tonumber(redis.call('HGET', leases, ':next') or '0') + 1, now))
+redis.call('HSET', leases, ':next', token)
 local out = {fmt(now), token}
 local members = {}
 for i, id in ipairs(ids) do members[i] = topic .. ':' .. id end

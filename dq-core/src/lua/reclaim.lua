@@ -2,18 +2,21 @@
 -- A job that was on its last attempt is dead-lettered, so a job that kills its worker every
 -- time cannot loop forever. The lost run is counted here (a fetch does not count it).
 -- Batched: one ZREM, one HDEL, one HMGET, one HSET, one LPUSH and one ZADD per topic.
--- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] counts  KEYS[4] leases
--- KEYS[5..] ready:<topic>, dead:<topic> and gen:<topic> of each topic the caller knows
+-- A job's last attempt is the one its topic's listeners allow (`attempts`, written by every
+-- runtime at start from its listeners' `retries`), or the one given at push when no runtime
+-- said; the envelope is rewritten with it, so that its status says the same.
+-- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] counts  KEYS[4] leases  KEYS[5] attempts
+-- KEYS[6..] ready:<topic>, dead:<topic> and gen:<topic> of each topic the caller knows
 -- ARGV[1] key prefix  ARGV[2] most jobs (at most 1000)
 -- Returns {requeued, dead_lettered, unknown_topic_1, ...}.
 -- Only jobs whose ready and dead keys are declared are taken back; the others stay expired
 -- and their topics are returned for the caller to declare next time (see promote.lua).
 -- Reads first (and a touch of every ready and dead key it will write), writes after, and the
 -- write that may delete a key (ZREM inflight) last.
-local jobs, inflight, counts, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local jobs, inflight, counts, leases, attempts = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local prefix, limit = ARGV[1], math.min(tonumber(ARGV[2]), 1000)
 local declared = {}
-for i = 5, #KEYS do declared[KEYS[i]] = true end
+for i = 6, #KEYS do declared[KEYS[i]] = true end
 local now = now_us()
 local found = redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0, limit)
 local expired, unknown, seen_unknown = {}, {}, {}
@@ -31,6 +34,17 @@ local out = {0, 0}
 for _, topic in ipairs(unknown) do out[#out + 1] = topic end
 if #expired == 0 then return out end
 local raws = redis.call('HMGET', jobs, unpack(expired))
+local limits, topics = {}, {}
+for _, member in ipairs(expired) do
+  local topic = topic_of(member)
+  if limits[topic] == nil then
+    limits[topic] = false
+    topics[#topics + 1] = topic
+  end
+end
+for i, limit_of in ipairs(redis.call('HMGET', attempts, unpack(topics))) do
+  limits[topics[i]] = tonumber(limit_of) or false
+end
 local writes, ready, dead_by, running, requeued, dead = {}, {}, {}, {}, 0, 0
 local function to_dead(topic, member)
   if not dead_by[topic] then
@@ -49,7 +63,10 @@ for i = #expired, 1, -1 do
   running[topic] = (running[topic] or 0) + 1
   local raw = raws[i]
   local e = parse(raw)
-  if e then e.attempt = e.attempt + 1 end
+  if e then
+    e.attempt = e.attempt + 1
+    e.max = limits[topic] or e.max
+  end
   if not e then
     if raw then
       writes[#writes + 1] = member

@@ -1,8 +1,10 @@
 -- retry: puts a failed job back to run again after a delay, counting the run and recording its
--- error.
+-- error; or (ARGV[6] = '0') a job its handler postponed (`Outcome::RetryAfter`), which neither
+-- counts the run nor changes the last error.
 -- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] delayed  KEYS[4] counts  KEYS[5] leases
 -- KEYS[6] ready:<topic>  KEYS[7] gen:<topic> (declared for a cluster's reshard: see push.lua)
 -- ARGV[1] key prefix  ARGV[2] member  ARGV[3] token  ARGV[4] delay (us)  ARGV[5] error
+-- ARGV[6] '1' when the run counts as an attempt, '0' when it was postponed
 -- Returns 1, or 0 when the caller's lease was taken over (nothing changed).
 -- Reads first, writes after; the write that may delete a key (ZREM inflight) comes last.
 local jobs, inflight, delayed, counts, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -13,8 +15,10 @@ if not e then return 0 end
 local now = now_us()
 local before = earliest(delayed)
 local topic, id = split_member(member)
-e.attempt = e.attempt + 1
-e.err = err
+if ARGV[6] ~= '0' then
+  e.attempt = e.attempt + 1
+  e.err = err
+end
 e.due = now + delay
 if e.due <= now then redis.call('LLEN', prefix .. 'ready:' .. topic) end -- touch
 redis.call('HSET', jobs, member, encode(e))

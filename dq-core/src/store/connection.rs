@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, ConnectionAddr, ConnectionInfo, Pipeline, RedisFuture, Value};
 
 use crate::config::Config;
@@ -362,6 +362,29 @@ pub(crate) async fn on_any_node<T: redis::FromRedisValue>(
                 .route_command(
                     cmd,
                     RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary),
+                )
+                .await?;
+            redis::from_redis_value(value).map_err(Into::into)
+        }
+    }
+}
+
+/// Runs a command that names no key on the master that owns `key`'s slot (on a cluster), or
+/// on the one server.
+pub(crate) async fn on_owner_of<T: redis::FromRedisValue>(
+    conn: &Conn,
+    key: &str,
+    cmd: Cmd,
+) -> redis::RedisResult<T> {
+    match conn {
+        Conn::Single(c) => cmd.query_async(&mut c.clone()).await,
+        Conn::Cluster(c) => {
+            let route = Route::new(super::keys::slot(key), SlotAddr::Master);
+            let value = c
+                .clone()
+                .route_command(
+                    cmd,
+                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
                 )
                 .await?;
             redis::from_redis_value(value).map_err(Into::into)

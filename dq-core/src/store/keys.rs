@@ -12,11 +12,12 @@
 //! | `delayed` | ZSET | `topic:id` scored by due time (us) |
 //! | `ready:<topic>` | LIST | ids due and waiting for a worker, oldest first |
 //! | `inflight` | ZSET | `topic:id` scored by lease deadline (us) |
-//! | `leases` | HASH | `topic:id` -> lease token of each running job; `:next` -> the last token given |
+//! | `leases` | HASH | `topic:id` -> lease token of each running job; `:next` -> the last token given (never below the shard's clock in us) |
 //! | `dead:<topic>` | ZSET | `topic:id` scored by time of death (us); envelope stays in `jobs` |
 //! | `counts` | HASH | `<topic>:delayed`, `<topic>:inflight` -> counts, kept by the scripts |
 //! | `topics` | SET | every topic pushed to |
 //! | `paused` | SET | topics whose workers stop fetching (until resumed) |
+//! | `attempts` | HASH | topic -> most runs its listeners allow (written at runtime start); the reclaimer's limit |
 //! | `workers` | HASH | (shard 0 only) worker id -> JSON: host, pid, topics, last heartbeat |
 //! | `wake` | pub/sub channel | the new earliest due time, when a push makes one |
 
@@ -72,6 +73,10 @@ impl ShardKeys {
     /// Paused topics.
     pub fn paused(&self) -> String {
         self.key("paused")
+    }
+    /// Per topic, the most runs its listeners allow (their `retries` + 1).
+    pub fn attempts(&self) -> String {
+        self.key("attempts")
     }
     /// Live workers (kept in shard 0).
     pub fn workers(&self) -> String {

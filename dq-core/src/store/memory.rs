@@ -55,6 +55,14 @@ pub enum Event {
         /// Why.
         error: String,
     },
+    /// A job its handler postponed (`Outcome::RetryAfter`) was scheduled to run again; the
+    /// run did not count as an attempt.
+    Postponed {
+        /// Its topic.
+        topic: Topic,
+        /// Its id.
+        id: JobId,
+    },
     /// A job was dead-lettered.
     DeadLettered {
         /// Its topic.
@@ -90,6 +98,8 @@ struct State {
     running_count: HashMap<Topic, u64>,
     topics: BTreeSet<Topic>,
     paused: BTreeSet<Topic>,
+    /// The most runs each topic's listeners allow (the reclaimer's limit).
+    attempt_limits: HashMap<Topic, u32>,
     workers: HashMap<String, WorkerInfo>,
     history: Vec<Event>,
 }
@@ -204,6 +214,59 @@ impl MemoryStore {
                 .iter()
                 .all(|(t, q)| q.is_empty() || !handled(t) || s.paused.contains(t))
             && s.delayed.first().is_none_or(|(due, _)| *due > now)
+    }
+
+    /// A failed run to retry (with its `error`), or a postponed one (`None`: the run does not
+    /// count, the last error stays).
+    fn retry_job(&self, lease: &LeaseRef, delay: Duration, error: Option<&str>) -> Result<bool> {
+        crate::job::check_retry_delay(lease, delay)?;
+        let now = self.now_us();
+        let (ready, announce) = {
+            let mut s = lock(&self.state);
+            let Some(m) = s.holds(lease) else {
+                return Ok(false);
+            };
+            let before = s.earliest();
+            s.end_lease(&m);
+            let due = due_of(Schedule::After(delay), now);
+            let mut attempt = 0;
+            if let Some(e) = s.jobs.get_mut(&m) {
+                e.due_us = due;
+                match error {
+                    // The attempt was counted at fetch.
+                    Some(error) => e.last_error = Some(error.to_owned()),
+                    None => e.attempt = e.attempt.saturating_sub(1),
+                }
+                attempt = e.attempt;
+            }
+            s.history.push(match error {
+                Some(error) => Event::Retried {
+                    topic: m.0.clone(),
+                    id: m.1.clone(),
+                    attempt,
+                    error: error.to_owned(),
+                },
+                None => Event::Postponed {
+                    topic: m.0.clone(),
+                    id: m.1.clone(),
+                },
+            });
+            let ready = s.place(m, due, now);
+            (
+                ready,
+                s.earliest().filter(|a| before.is_none_or(|b| a < &b)),
+            )
+        };
+        if ready {
+            self.signal_ready(&lease.topic);
+        }
+        if let Some(due) = announce {
+            let _ = self.wake.send(Wake::Due {
+                shard: 0,
+                due_us: due,
+            });
+        }
+        Ok(true)
     }
 
     fn signal_ready(&self, topic: &Topic) {
@@ -559,44 +622,20 @@ impl Store for MemoryStore {
     }
 
     async fn retry(&self, lease: &LeaseRef, delay: Duration, error: &str) -> Result<bool> {
-        crate::job::check_retry_delay(lease, delay)?;
-        let now = self.now_us();
-        let (ready, announce) = {
-            let mut s = lock(&self.state);
-            let Some(m) = s.holds(lease) else {
-                return Ok(false);
-            };
-            let before = s.earliest();
-            s.end_lease(&m);
-            let due = due_of(Schedule::After(delay), now);
-            let mut attempt = 0;
-            if let Some(e) = s.jobs.get_mut(&m) {
-                e.due_us = due;
-                e.last_error = Some(error.to_owned());
-                attempt = e.attempt;
-            }
-            s.history.push(Event::Retried {
-                topic: m.0.clone(),
-                id: m.1.clone(),
-                attempt,
-                error: error.to_owned(),
-            });
-            let ready = s.place(m, due, now);
-            (
-                ready,
-                s.earliest().filter(|a| before.is_none_or(|b| a < &b)),
-            )
+        self.retry_job(lease, delay, Some(error))
+    }
+
+    async fn postpone(&self, lease: &LeaseRef, delay: Duration) -> Result<bool> {
+        self.retry_job(lease, delay, None)
+    }
+
+    async fn set_attempt_limit(&self, topic: &Topic, max_attempts: Option<u32>) -> Result<()> {
+        let mut s = lock(&self.state);
+        match max_attempts {
+            Some(max) => s.attempt_limits.insert(topic.clone(), max),
+            None => s.attempt_limits.remove(topic),
         };
-        if ready {
-            self.signal_ready(&lease.topic);
-        }
-        if let Some(due) = announce {
-            let _ = self.wake.send(Wake::Due {
-                shard: 0,
-                due_us: due,
-            });
-        }
-        Ok(true)
+        Ok(())
     }
 
     async fn dead_letter(&self, lease: &LeaseRef, error: &str) -> Result<bool> {
@@ -673,9 +712,11 @@ impl Store for MemoryStore {
             for m in expired.into_iter().rev() {
                 s.leases.remove(&m);
                 State::bump(&mut s.running_count, &m.0, false);
+                let limit = s.attempt_limits.get(&m.0).copied();
                 let Some(e) = s.jobs.get_mut(&m) else {
                     continue;
                 };
+                e.max_attempts = limit.unwrap_or(e.max_attempts);
                 if e.attempt >= e.max_attempts {
                     let error = format!(
                         "lease expired on attempt {} of {} (the worker died or stopped renewing its lease)",

@@ -106,6 +106,18 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Returns false when the lease was no longer held.
     async fn retry(&self, lease: &LeaseRef, delay: Duration, error: &str) -> Result<bool>;
 
+    /// Schedules a job its handler postponed ([`Outcome::RetryAfter`]) to run again after
+    /// `delay`, without counting the run as an attempt or changing the job's last error.
+    /// Returns false when the lease was no longer held.
+    ///
+    /// [`Outcome::RetryAfter`]: https://docs.rs/dq/latest/dq/enum.Outcome.html
+    async fn postpone(&self, lease: &LeaseRef, delay: Duration) -> Result<bool>;
+
+    /// Records the most runs (`retries` + 1) the listeners of `topic` allow, or forgets it
+    /// (`None`: the limit given at push applies). The reclaimer judges a job whose worker
+    /// died by it, so that a listener's `retries` holds whichever process reclaims the job.
+    async fn set_attempt_limit(&self, topic: &Topic, max_attempts: Option<u32>) -> Result<()>;
+
     /// Moves a job to its topic's dead letters with `error`.
     /// Returns false when the lease was no longer held.
     async fn dead_letter(&self, lease: &LeaseRef, error: &str) -> Result<bool>;
@@ -168,7 +180,8 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
 
     /// The store's clock (Redis `TIME`), in microseconds since the epoch: the clock every due
     /// time, lease and heartbeat is measured by, so that a host whose own clock is off cannot
-    /// misjudge them.
+    /// misjudge them. On a cluster, the clock of shard 0's master, which keeps the worker
+    /// registry (each script reads its own master's clock).
     async fn time_us(&self) -> Result<u64>;
 
     /// A waiter for ready jobs of `topic` in `shard` (each holds its own blocking connection).

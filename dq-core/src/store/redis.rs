@@ -199,6 +199,33 @@ impl RedisStore {
         Ok(reply)
     }
 
+    /// A failed run to retry (`counted`) or a postponed one, after `delay`.
+    async fn retry_job(
+        &self,
+        lease: &LeaseRef,
+        delay: Duration,
+        error: &str,
+        counted: bool,
+    ) -> Result<bool> {
+        crate::job::check_retry_delay(lease, delay)?;
+        let k = self.keys_of(&lease.topic, &lease.id);
+        let mut inv = SCRIPTS.retry.prepare_invoke();
+        inv.key(k.jobs())
+            .key(k.inflight())
+            .key(k.delayed())
+            .key(k.counts())
+            .key(k.leases())
+            .key(k.ready(&lease.topic))
+            .key(k.ready_gen(&lease.topic))
+            .arg(k.prefix())
+            .arg(member(&lease.topic, &lease.id))
+            .arg(lease.token)
+            .arg(delay.as_micros() as u64)
+            .arg(error)
+            .arg(if counted { "1" } else { "0" });
+        Ok(int(&self.run("retry", &inv).await?) == Some(1))
+    }
+
     async fn simple(&self, op: &'static str, cmd: &redis::Cmd) -> Result<()> {
         let mut conn = self.conn.clone();
         cmd.query_async::<Value>(&mut conn)
@@ -686,22 +713,30 @@ impl Store for RedisStore {
     }
 
     async fn retry(&self, lease: &LeaseRef, delay: Duration, error: &str) -> Result<bool> {
-        crate::job::check_retry_delay(lease, delay)?;
-        let k = self.keys_of(&lease.topic, &lease.id);
-        let mut inv = SCRIPTS.retry.prepare_invoke();
-        inv.key(k.jobs())
-            .key(k.inflight())
-            .key(k.delayed())
-            .key(k.counts())
-            .key(k.leases())
-            .key(k.ready(&lease.topic))
-            .key(k.ready_gen(&lease.topic))
-            .arg(k.prefix())
-            .arg(member(&lease.topic, &lease.id))
-            .arg(lease.token)
-            .arg(delay.as_micros() as u64)
-            .arg(error);
-        Ok(int(&self.run("retry", &inv).await?) == Some(1))
+        self.retry_job(lease, delay, error, true).await
+    }
+
+    async fn postpone(&self, lease: &LeaseRef, delay: Duration) -> Result<bool> {
+        self.retry_job(lease, delay, "", false).await
+    }
+
+    async fn set_attempt_limit(&self, topic: &Topic, max_attempts: Option<u32>) -> Result<()> {
+        for k in &self.shards {
+            let cmd = match max_attempts {
+                Some(max) => redis::cmd("HSET")
+                    .arg(k.attempts())
+                    .arg(topic.as_str())
+                    .arg(max)
+                    .to_owned(),
+                None => redis::cmd("HDEL")
+                    .arg(k.attempts())
+                    .arg(topic.as_str())
+                    .to_owned(),
+            };
+            self.simple("record the listeners' attempt limit", &cmd)
+                .await?;
+        }
+        Ok(())
     }
 
     async fn dead_letter(&self, lease: &LeaseRef, error: &str) -> Result<bool> {
@@ -774,7 +809,8 @@ impl Store for RedisStore {
             inv.key(k.jobs())
                 .key(k.inflight())
                 .key(k.counts())
-                .key(k.leases());
+                .key(k.leases())
+                .key(k.attempts());
             for t in self.declared_topics(&needed) {
                 inv.key(k.ready(&t)).key(k.dead(&t)).key(k.ready_gen(&t));
             }
@@ -1052,8 +1088,11 @@ impl Store for RedisStore {
     }
 
     async fn time_us(&self) -> Result<u64> {
+        // Shard 0's master, which holds the worker registry: heartbeats are stamped and judged
+        // by one clock even when a cluster's masters disagree.
+        let registry = self.keys(0).workers();
         let (secs, micros): (u64, u64) =
-            connection::on_any_node(&self.conn, redis::cmd("TIME").to_owned())
+            connection::on_owner_of(&self.conn, &registry, redis::cmd("TIME").to_owned())
                 .await
                 .map_err(Error::redis("read the time"))?;
         Ok(secs * 1_000_000 + micros)
