@@ -450,3 +450,42 @@ async fn the_store_clock_is_read_on_the_master_that_keeps_the_worker_registry() 
         );
     }
 }
+
+/// Pub/sub connections on the cluster's nodes, from `CLIENT LIST`.
+fn subscribers(cluster: &RedisCluster) -> usize {
+    cluster
+        .nodes()
+        .iter()
+        .map(|n| {
+            n.command(&["CLIENT", "LIST"])
+                .lines()
+                .filter(|l| l.contains(" flags=P "))
+                .count()
+        })
+        .sum()
+}
+
+/// The ready subscription a cluster store opens for its consumers ends with the store: a
+/// program that connects and drops stores (a CLI, a test suite) leaves no connection behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_cluster_store_leaves_no_subscription_behind() {
+    let cluster = RedisCluster::start(3, 0);
+    let store = dq::RedisStore::connect(&config(&cluster)).await.unwrap();
+    let waiter = dq::Store::ready_waiter(&store, 0, &dq::Topic::new("t").unwrap());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while subscribers(&cluster) == 0 {
+        assert!(Instant::now() < deadline, "the subscription never opened");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(waiter);
+    drop(store);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while subscribers(&cluster) > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "{} pub/sub connections outlived their store",
+            subscribers(&cluster)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -50,7 +50,9 @@ async fn start_on(config: Config, store: Option<Arc<dyn Store>>, listener: Liste
 /// - `hold_fetch`: a fetch that has leased jobs holds its reply until the test opens `gate`: a
 ///   reply in flight, as when shutdown begins between Redis' answer and its arrival;
 /// - `stalled_shard`: every call that touches this shard's keys (lease renewals, acks, the
-///   worker record of shard 0) never answers, as with a master busy in a long command.
+///   worker record of shard 0) never answers, as with a master busy in a long command;
+/// - `failing_fetch`: a fetch from this shard fails after this long, as a fetch from a stalled
+///   master fails when the client's reply limit runs out (counted in `fetch_failures`).
 #[derive(Debug)]
 struct Faulty {
     inner: RedisStore,
@@ -58,6 +60,8 @@ struct Faulty {
     leased: Notify,
     gate: Semaphore,
     stalled_shard: Option<u16>,
+    failing_fetch: Option<(u16, Duration)>,
+    fetch_failures: std::sync::atomic::AtomicUsize,
 }
 
 impl Faulty {
@@ -68,6 +72,8 @@ impl Faulty {
             leased: Notify::new(),
             gate: Semaphore::new(0),
             stalled_shard: None,
+            failing_fetch: None,
+            fetch_failures: Default::default(),
         }
     }
 
@@ -96,6 +102,12 @@ impl Store for Faulty {
         max: usize,
         lease: Duration,
     ) -> dq::Result<Fetched> {
+        if let Some((failing, after)) = self.failing_fetch.filter(|(s, _)| *s == shard) {
+            tokio::time::sleep(after).await;
+            self.fetch_failures
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            return Err(Topic::new(format!("shard {failing} timed out")).unwrap_err());
+        }
         let fetched = self.inner.fetch(shard, topic, max, lease).await?;
         if self.hold_fetch && !fetched.jobs.is_empty() {
             self.leased.notify_one();
@@ -536,5 +548,64 @@ async fn retry_after_does_not_spend_an_attempt() {
     c.push_to("poll", &1).id("p").await.unwrap();
     wait_until_done(&c, "poll", "p").await;
     assert_eq!(*runs.lock().unwrap(), [1, 1, 1, 1, 2]);
+    rt.shutdown().await.unwrap();
+}
+
+/// A fetch from a stalled master held every free permit of its topic until the client's reply
+/// limit ended it, and took them all again at each retry, so the topic's jobs on healthy shards
+/// waited for it. After a failed fetch a consumer now asks for one permit until a fetch works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_shard_holds_one_permit_of_its_topic_not_all_of_them() {
+    let redis = RedisServer::start();
+    let config = Config::builder()
+        .redis_url(redis.url())
+        .namespace("hard")
+        .safety_tick(Duration::from_secs(3600))
+        .shards(2)
+        .build()
+        .unwrap();
+    let mut store = Faulty::new(&config).await;
+    store.failing_fetch = Some((0, Duration::from_secs(1)));
+    let store = Arc::new(store);
+    let started = Arc::new(Mutex::new(Vec::new()));
+    let s = started.clone();
+    let listener = Listener::new("t", move |_: u32, _: JobContext| {
+        s.lock().unwrap().push(Instant::now());
+        tokio::time::sleep(Duration::from_millis(20))
+    })
+    .concurrency(4);
+    let rt = start_on(config, Some(store.clone() as Arc<dyn Store>), listener).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while store
+        .fetch_failures
+        .load(std::sync::atomic::Ordering::SeqCst)
+        == 0
+    {
+        assert!(Instant::now() < deadline, "the shard-0 fetch never failed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The consumer of shard 0 is into its next failing fetch now.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let c = rt.client().clone();
+    let t = topic("t");
+    let ids: Vec<String> = (0..)
+        .map(|i| format!("j{i}"))
+        .filter(|id| dq::store::shard_of(&t, &JobId::new(id.as_str()).unwrap(), 2) == 1)
+        .take(8)
+        .collect();
+    let pushed = Instant::now();
+    for id in &ids {
+        c.push_to("t", &1).id(id.as_str()).await.unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while started.lock().unwrap().len() < ids.len() {
+        assert!(Instant::now() < deadline, "jobs of shard 1 never ran");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let first = started.lock().unwrap()[0] - pushed;
+    assert!(
+        first < Duration::from_millis(300),
+        "the first job of the healthy shard started {first:?} after its push"
+    );
     rt.shutdown().await.unwrap();
 }

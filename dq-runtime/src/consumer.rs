@@ -40,6 +40,10 @@ impl ConsumerLoop {
         let mut health = Health::new(format!("consumer of {} shard {}", self.topic, self.shard));
         let lease = shared.config.lease;
         let mut resumed = shared.resumed.subscribe();
+        // After a failed fetch, one permit until a fetch works: the topic's permits are shared
+        // by its consumers on every shard, and a fetch from a stalled master holds what it took
+        // until the client's reply limit (10 s) ends it.
+        let mut failing = false;
         loop {
             let first = tokio::select! {
                 _ = shared.stop.cancelled() => return,
@@ -49,7 +53,7 @@ impl ConsumerLoop {
                 },
             };
             let mut permits = vec![first];
-            while permits.len() < MAX_BATCH {
+            while !failing && permits.len() < MAX_BATCH {
                 match self.permits.clone().try_acquire_owned() {
                     Ok(p) => permits.push(p),
                     Err(_) => break,
@@ -80,10 +84,12 @@ impl ConsumerLoop {
             let fetched = match fetched {
                 Ok(f) => {
                     health.ok();
+                    failing = false;
                     f
                 }
                 Err(e) => {
                     drop(permits);
+                    failing = true;
                     let delay = health.failed(&e);
                     tokio::select! {
                         _ = shared.stop.cancelled() => return,
