@@ -1249,7 +1249,7 @@ async fn reclaim_judges_a_job_by_its_listeners_attempt_limit_until_it_is_forgott
     let s = c.store();
     let t = &topic("order-cancel");
     // Leases the job `id` (pushed with `retries` at push) for 50 ms and lets it expire: the
-    // reclaim then finds it as a dead worker's job. Returns its state and max attempts after.
+    // reclaim then finds it as a dead worker's job. Returns its state and last error after.
     let expire = |id: &'static str, retries: u32| async move {
         c.push(OrderCancel { order_id: 1 })
             .id(id)
@@ -1261,28 +1261,26 @@ async fn reclaim_judges_a_job_by_its_listeners_attempt_limit_until_it_is_forgott
         tokio::time::sleep(Duration::from_millis(60)).await;
         s.reclaim(0, 100).await.unwrap();
         let info = c.status("order-cancel", id).await.unwrap().unwrap();
+        assert_eq!(
+            info.max_attempts,
+            retries + 1,
+            "the envelope keeps the push's limit"
+        );
         if info.state == JobState::Ready {
             let f = s.fetch(0, t, 1, LEASE).await.unwrap();
             s.ack(&[f.jobs[0].lease.clone()]).await.unwrap();
         }
-        (info.state, info.max_attempts)
+        (info.state, info.last_error.unwrap())
     };
     s.set_attempt_limit(t, Some(1)).await.unwrap();
-    assert_eq!(
-        expire("fewer", 4).await,
-        (JobState::Dead, 1),
-        "the listener allows one run"
-    );
+    let (state, error) = expire("fewer", 4).await;
+    assert_eq!(state, JobState::Dead, "the listener allows one run");
+    assert!(error.contains("lease expired on attempt 1 of 1"), "{error}");
     s.set_attempt_limit(t, Some(5)).await.unwrap();
-    assert_eq!(
-        expire("more", 0).await,
-        (JobState::Ready, 5),
-        "the listener allows five"
-    );
+    let (state, _) = expire("more", 0).await;
+    assert_eq!(state, JobState::Ready, "the listener allows five runs");
     s.set_attempt_limit(t, None).await.unwrap();
-    assert_eq!(
-        expire("pushed", 0).await,
-        (JobState::Dead, 1),
-        "the push's limit again"
-    );
+    let (state, error) = expire("pushed", 0).await;
+    assert_eq!(state, JobState::Dead, "the push's limit again");
+    assert!(error.contains("lease expired on attempt 1 of 1"), "{error}");
 }

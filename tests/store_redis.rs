@@ -529,3 +529,29 @@ async fn a_lease_token_lost_in_a_failover_is_not_handed_out_again() {
         .unwrap();
     assert_eq!(acked.acked, 1);
 }
+
+/// A listener's attempt limit found in Redis that is not a whole number from 1 (written by
+/// hand, or by a tool) is ignored: the job is judged by the limit given at push, and its
+/// envelope stays readable.
+#[tokio::test]
+async fn a_malformed_attempt_limit_in_redis_is_ignored() {
+    let redis = RedisServer::start();
+    let c = client(&redis).await;
+    let s = c.store();
+    let t = topic("order-cancel");
+    for (i, bad) in ["0", "-1", "1e20", "nan", "2.5"].into_iter().enumerate() {
+        redis.command(&["HSET", "dq:{test:0}:attempts", "order-cancel", bad]);
+        let id = format!("j{i}");
+        c.push(OrderCancel { order_id: 1 })
+            .id(id.as_str())
+            .await
+            .unwrap();
+        s.fetch(0, &t, 1, Duration::from_millis(50)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        assert_eq!(s.reclaim(0, 10).await.unwrap().requeued, 1, "limit {bad:?}");
+        let info = c.status("order-cancel", &id).await.unwrap().unwrap();
+        assert_eq!(info.max_attempts, 3, "limit {bad:?}");
+        let f = s.fetch(0, &t, 1, LEASE).await.unwrap();
+        s.ack(&[f.jobs[0].lease.clone()]).await.unwrap();
+    }
+}

@@ -28,9 +28,12 @@ pub enum Outcome {
     Error(String),
     /// Run the job again after this delay, whatever the retry budget says. The run does not
     /// count as an attempt (the next one has the same [`JobContext::attempt`]) and the job's
-    /// last error stays: use it for "not yet, look again later", not for failures.
+    /// last error stays: use it for "not yet, look again later", not for failures. To stop
+    /// postponing at some point, compare [`JobContext::enqueued`] with the time now and return
+    /// [`Outcome::DeadLetter`].
     ///
     /// [`JobContext::attempt`]: crate::JobContext::attempt
+    /// [`JobContext::enqueued`]: crate::JobContext::enqueued
     RetryAfter(Duration),
     /// Dead-letter the job now with this reason, without further retries.
     DeadLetter(String),

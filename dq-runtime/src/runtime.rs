@@ -20,6 +20,8 @@ use crate::upkeep;
 
 type Hook = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
 
+/// How long `start` tries to record its listeners' retries in the store (each listener).
+const ATTEMPT_LIMIT_WRITE: Duration = Duration::from_secs(5);
 /// How long cancelled handlers get to stop at the end of the grace period: code that blocks
 /// between two awaits only sees the cancellation at its next await.
 const ABORT_LIMIT: Duration = Duration::from_secs(5);
@@ -291,12 +293,22 @@ impl RuntimeBuilder {
         };
 
         // A job whose worker died is judged by its listener's `retries` in whichever process
-        // reclaims it (the last runtime to start decides, should two disagree).
+        // reclaims it (the last runtime to start decides, should two disagree). Best effort: a
+        // Redis that is full or has a master down must not keep workers from starting.
         for l in &listeners {
+            let topic = Topic::new(l.topic.clone())?;
             let max_attempts = l.retries.map(|r| r.saturating_add(1));
-            store
-                .set_attempt_limit(&Topic::new(l.topic.clone())?, max_attempts)
-                .await?;
+            let written = tokio::time::timeout(
+                ATTEMPT_LIMIT_WRITE,
+                store.set_attempt_limit(&topic, max_attempts),
+            )
+            .await;
+            let error = match written {
+                Ok(Ok(())) => continue,
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => format!("no answer within {ATTEMPT_LIMIT_WRITE:?}"),
+            };
+            tracing::warn!(topic = %topic, retries = ?l.retries, error = %error, "could not record the listener's retries in the store: until a runtime starts with it recorded, a job of this topic whose worker dies is judged by the retries given at push");
         }
         let mut chores = Vec::new();
         let shards = store.shards();

@@ -1,10 +1,11 @@
 -- reclaim: takes back jobs whose lease expired (their worker died or stalled), a bounded batch.
 -- A job that was on its last attempt is dead-lettered, so a job that kills its worker every
 -- time cannot loop forever. The lost run is counted here (a fetch does not count it).
--- Batched: one ZREM, one HDEL, one HMGET, one HSET, one LPUSH and one ZADD per topic.
+-- Batched: one ZREM, one HDEL, two HMGETs, one HSET, one LPUSH and one ZADD per topic.
 -- A job's last attempt is the one its topic's listeners allow (`attempts`, written by every
--- runtime at start from its listeners' `retries`), or the one given at push when no runtime
--- said; the envelope is rewritten with it, so that its status says the same.
+-- runtime at start from its listeners' `retries`; a value that is not a whole number from 1 is
+-- ignored), or the one given at push when no runtime said. The envelope keeps the push's, as
+-- for failed runs, which each runtime judges by its listener.
 -- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] counts  KEYS[4] leases  KEYS[5] attempts
 -- KEYS[6..] ready:<topic>, dead:<topic> and gen:<topic> of each topic the caller knows
 -- ARGV[1] key prefix  ARGV[2] most jobs (at most 1000)
@@ -43,7 +44,8 @@ for _, member in ipairs(expired) do
   end
 end
 for i, limit_of in ipairs(redis.call('HMGET', attempts, unpack(topics))) do
-  limits[topics[i]] = tonumber(limit_of) or false
+  local n = tonumber(limit_of)
+  if n and n >= 1 and n <= 4294967295 and n == math.floor(n) then limits[topics[i]] = n end
 end
 local writes, ready, dead_by, running, requeued, dead = {}, {}, {}, {}, 0, 0
 local function to_dead(topic, member)
@@ -63,9 +65,10 @@ for i = #expired, 1, -1 do
   running[topic] = (running[topic] or 0) + 1
   local raw = raws[i]
   local e = parse(raw)
+  local max
   if e then
     e.attempt = e.attempt + 1
-    e.max = limits[topic] or e.max
+    max = limits[topic] or e.max
   end
   if not e then
     if raw then
@@ -74,8 +77,8 @@ for i = #expired, 1, -1 do
         err = 'malformed envelope found in Redis; the raw value is kept as the payload', payload = raw })
       to_dead(topic, member)
     end
-  elseif e.attempt >= e.max then
-    e.err = 'lease expired on attempt ' .. e.attempt .. ' of ' .. e.max
+  elseif e.attempt >= max then
+    e.err = 'lease expired on attempt ' .. e.attempt .. ' of ' .. max
       .. ' (the worker died or stopped renewing its lease)'
     writes[#writes + 1] = member
     writes[#writes + 1] = encode(e)

@@ -632,7 +632,7 @@ impl Store for MemoryStore {
     async fn set_attempt_limit(&self, topic: &Topic, max_attempts: Option<u32>) -> Result<()> {
         let mut s = lock(&self.state);
         match max_attempts {
-            Some(max) => s.attempt_limits.insert(topic.clone(), max),
+            Some(max) => s.attempt_limits.insert(topic.clone(), max.max(1)),
             None => s.attempt_limits.remove(topic),
         };
         Ok(())
@@ -716,11 +716,11 @@ impl Store for MemoryStore {
                 let Some(e) = s.jobs.get_mut(&m) else {
                     continue;
                 };
-                e.max_attempts = limit.unwrap_or(e.max_attempts);
-                if e.attempt >= e.max_attempts {
+                let max = limit.unwrap_or(e.max_attempts);
+                if e.attempt >= max {
                     let error = format!(
-                        "lease expired on attempt {} of {} (the worker died or stopped renewing its lease)",
-                        e.attempt, e.max_attempts
+                        "lease expired on attempt {} of {max} (the worker died or stopped renewing its lease)",
+                        e.attempt
                     );
                     s.kill(m, error, now);
                     out.dead += 1;

@@ -113,9 +113,10 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// [`Outcome::RetryAfter`]: https://docs.rs/dq/latest/dq/enum.Outcome.html
     async fn postpone(&self, lease: &LeaseRef, delay: Duration) -> Result<bool>;
 
-    /// Records the most runs (`retries` + 1) the listeners of `topic` allow, or forgets it
-    /// (`None`: the limit given at push applies). The reclaimer judges a job whose worker
-    /// died by it, so that a listener's `retries` holds whichever process reclaims the job.
+    /// Records the most runs (`retries` + 1, at least 1) the listeners of `topic` allow, or
+    /// forgets it (`None`: the limit given at push applies). The reclaimer judges a job whose
+    /// worker died by it, so that a listener's `retries` holds whichever process reclaims the
+    /// job. Each job's envelope keeps the limit given at push.
     async fn set_attempt_limit(&self, topic: &Topic, max_attempts: Option<u32>) -> Result<()>;
 
     /// Moves a job to its topic's dead letters with `error`.

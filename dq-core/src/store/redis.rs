@@ -726,7 +726,7 @@ impl Store for RedisStore {
                 Some(max) => redis::cmd("HSET")
                     .arg(k.attempts())
                     .arg(topic.as_str())
-                    .arg(max)
+                    .arg(max.max(1))
                     .to_owned(),
                 None => redis::cmd("HDEL")
                     .arg(k.attempts())
