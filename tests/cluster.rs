@@ -471,7 +471,7 @@ fn subscribers(cluster: &RedisCluster) -> usize {
 async fn a_dropped_cluster_store_leaves_no_subscription_behind() {
     let cluster = RedisCluster::start(3, 0);
     let store = dq::RedisStore::connect(&config(&cluster)).await.unwrap();
-    let waiter = dq::Store::ready_waiter(&store, 0, &dq::Topic::new("t").unwrap());
+    let waiter = dq::store::Leases::ready_waiter(&store, 0, &dq::Topic::new("t").unwrap());
     let deadline = Instant::now() + Duration::from_secs(5);
     while subscribers(&cluster) == 0 {
         assert!(Instant::now() < deadline, "the subscription never opened");

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
-use dq::store::{ReadyWaiter, WakeListener};
+use dq::store::{Admin, Leases, Producer, ReadyWaiter, Registry, Sharded, WakeListener};
 use dq::{
     Acked, ChangeOutcome, Config, Fetched, JobContext, JobId, JobInfo, JobState, LeaseRef,
     Listener, NewJob, OnConflict, Outcome, Page, Promoted, PushOutcome, Reclaimed, RedisStore,
@@ -91,33 +91,17 @@ impl Faulty {
 }
 
 #[async_trait]
-impl Store for Faulty {
+impl Sharded for Faulty {
     fn shards(&self) -> u16 {
         self.inner.shards()
     }
-    async fn fetch(
-        &self,
-        shard: u16,
-        topic: &Topic,
-        max: usize,
-        lease: Duration,
-    ) -> dq::Result<Fetched> {
-        if let Some((failing, after)) = self.failing_fetch.filter(|(s, _)| *s == shard) {
-            tokio::time::sleep(after).await;
-            self.fetch_failures
-                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            return Err(Topic::new(format!("shard {failing} timed out")).unwrap_err());
-        }
-        let fetched = self.inner.fetch(shard, topic, max, lease).await?;
-        if self.hold_fetch && !fetched.jobs.is_empty() {
-            self.leased.notify_one();
-            let _ = self.gate.acquire().await.unwrap();
-        }
-        Ok(fetched)
+    async fn time_us(&self) -> dq::Result<u64> {
+        self.inner.time_us().await
     }
-    fn ready_waiter(&self, shard: u16, topic: &Topic) -> Box<dyn ReadyWaiter> {
-        self.inner.ready_waiter(shard, topic)
-    }
+}
+
+#[async_trait]
+impl Producer for Faulty {
     async fn push(
         &self,
         jobs: Vec<NewJob>,
@@ -139,8 +123,32 @@ impl Store for Faulty {
     async fn status(&self, topic: &Topic, id: &JobId) -> dq::Result<Option<JobInfo>> {
         self.inner.status(topic, id).await
     }
+}
+
+#[async_trait]
+impl Leases for Faulty {
     async fn promote(&self, shard: u16, limit: usize) -> dq::Result<Promoted> {
         self.inner.promote(shard, limit).await
+    }
+    async fn fetch(
+        &self,
+        shard: u16,
+        topic: &Topic,
+        max: usize,
+        lease: Duration,
+    ) -> dq::Result<Fetched> {
+        if let Some((failing, after)) = self.failing_fetch.filter(|(s, _)| *s == shard) {
+            tokio::time::sleep(after).await;
+            self.fetch_failures
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            return Err(Topic::new(format!("shard {failing} timed out")).unwrap_err());
+        }
+        let fetched = self.inner.fetch(shard, topic, max, lease).await?;
+        if self.hold_fetch && !fetched.jobs.is_empty() {
+            self.leased.notify_one();
+            let _ = self.gate.acquire().await.unwrap();
+        }
+        Ok(fetched)
     }
     async fn ack(&self, leases: &[LeaseRef]) -> dq::Result<Acked> {
         self.stall_if_touched(leases).await;
@@ -151,9 +159,6 @@ impl Store for Faulty {
     }
     async fn postpone(&self, lease: &LeaseRef, delay: Duration) -> dq::Result<bool> {
         self.inner.postpone(lease, delay).await
-    }
-    async fn set_attempt_limit(&self, topic: &Topic, max: Option<u32>) -> dq::Result<()> {
-        self.inner.set_attempt_limit(topic, max).await
     }
     async fn dead_letter(&self, lease: &LeaseRef, error: &str) -> dq::Result<bool> {
         self.inner.dead_letter(lease, error).await
@@ -168,6 +173,19 @@ impl Store for Faulty {
     async fn reclaim(&self, shard: u16, limit: usize) -> dq::Result<Reclaimed> {
         self.inner.reclaim(shard, limit).await
     }
+    async fn set_attempt_limit(&self, topic: &Topic, max: Option<u32>) -> dq::Result<()> {
+        self.inner.set_attempt_limit(topic, max).await
+    }
+    fn ready_waiter(&self, shard: u16, topic: &Topic) -> Box<dyn ReadyWaiter> {
+        self.inner.ready_waiter(shard, topic)
+    }
+    async fn wake_listener(&self) -> dq::Result<Box<dyn WakeListener>> {
+        self.inner.wake_listener().await
+    }
+}
+
+#[async_trait]
+impl Admin for Faulty {
     async fn counts(&self, topic: &Topic) -> dq::Result<TopicCounts> {
         self.inner.counts(topic).await
     }
@@ -189,18 +207,6 @@ impl Store for Faulty {
     async fn resume(&self, topic: &Topic) -> dq::Result<()> {
         self.inner.resume(topic).await
     }
-    async fn register_worker(&self, worker: &WorkerInfo) -> dq::Result<()> {
-        if self.stalled_shard == Some(0) {
-            std::future::pending::<()>().await; // the worker record lives in shard 0
-        }
-        self.inner.register_worker(worker).await
-    }
-    async fn unregister_worker(&self, id: &str) -> dq::Result<()> {
-        self.inner.unregister_worker(id).await
-    }
-    async fn workers(&self) -> dq::Result<Vec<WorkerInfo>> {
-        self.inner.workers().await
-    }
     async fn topics(&self) -> dq::Result<Vec<Topic>> {
         self.inner.topics().await
     }
@@ -219,12 +225,6 @@ impl Store for Faulty {
             .requeue_dead(topic, ids, max_attempts, limit, died_before_us)
             .await
     }
-    async fn time_us(&self) -> dq::Result<u64> {
-        self.inner.time_us().await
-    }
-    async fn wake_listener(&self) -> dq::Result<Box<dyn WakeListener>> {
-        self.inner.wake_listener().await
-    }
     async fn purge_dead(
         &self,
         topic: &Topic,
@@ -232,6 +232,22 @@ impl Store for Faulty {
         limit: usize,
     ) -> dq::Result<usize> {
         self.inner.purge_dead(topic, before, limit).await
+    }
+}
+
+#[async_trait]
+impl Registry for Faulty {
+    async fn register_worker(&self, worker: &WorkerInfo) -> dq::Result<()> {
+        if self.stalled_shard == Some(0) {
+            std::future::pending::<()>().await; // the worker record lives in shard 0
+        }
+        self.inner.register_worker(worker).await
+    }
+    async fn unregister_worker(&self, id: &str) -> dq::Result<()> {
+        self.inner.unregister_worker(id).await
+    }
+    async fn workers(&self) -> dq::Result<Vec<WorkerInfo>> {
+        self.inner.workers().await
     }
 }
 

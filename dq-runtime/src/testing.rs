@@ -32,7 +32,8 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use dq_core::{Client, Config, Event, JobId, JobInfo, MemoryStore, Result, Store, Topic};
+use dq_core::store::Admin;
+use dq_core::{Client, Config, Event, JobId, JobInfo, MemoryStore, Result, Topic};
 
 use crate::runtime::{Runtime, RuntimeBuilder};
 

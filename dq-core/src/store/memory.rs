@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use tokio::sync::{broadcast, watch};
 
-use super::{ReadyWaiter, Store, Wake, WakeListener};
+use super::{Admin, Leases, Producer, ReadyWaiter, Registry, Sharded, Wake, WakeListener};
 use crate::envelope::Envelope;
 use crate::error::Result;
 use crate::job::{
@@ -386,11 +386,18 @@ impl State {
 }
 
 #[async_trait]
-impl Store for MemoryStore {
+impl Sharded for MemoryStore {
     fn shards(&self) -> u16 {
         1
     }
 
+    async fn time_us(&self) -> Result<u64> {
+        Ok(self.now_us())
+    }
+}
+
+#[async_trait]
+impl Producer for MemoryStore {
     async fn push(&self, jobs: Vec<NewJob>, on_conflict: OnConflict) -> Result<Vec<PushOutcome>> {
         let now = self.now_us();
         let replace = on_conflict == OnConflict::Replace;
@@ -517,7 +524,10 @@ impl Store for MemoryStore {
     async fn status(&self, topic: &Topic, id: &JobId) -> Result<Option<JobInfo>> {
         Ok(lock(&self.state).info(&(topic.clone(), id.clone())))
     }
+}
 
+#[async_trait]
+impl Leases for MemoryStore {
     async fn promote(&self, _shard: u16, limit: usize) -> Result<Promoted> {
         let now = self.now_us();
         let mut moved: Vec<(Topic, usize)> = Vec::new();
@@ -629,15 +639,6 @@ impl Store for MemoryStore {
         self.retry_job(lease, delay, None)
     }
 
-    async fn set_attempt_limit(&self, topic: &Topic, max_attempts: Option<u32>) -> Result<()> {
-        let mut s = lock(&self.state);
-        match max_attempts {
-            Some(max) => s.attempt_limits.insert(topic.clone(), max.max(1)),
-            None => s.attempt_limits.remove(topic),
-        };
-        Ok(())
-    }
-
     async fn dead_letter(&self, lease: &LeaseRef, error: &str) -> Result<bool> {
         let now = self.now_us();
         let mut s = lock(&self.state);
@@ -741,6 +742,32 @@ impl Store for MemoryStore {
         Ok(out)
     }
 
+    async fn set_attempt_limit(&self, topic: &Topic, max_attempts: Option<u32>) -> Result<()> {
+        let mut s = lock(&self.state);
+        match max_attempts {
+            Some(max) => s.attempt_limits.insert(topic.clone(), max.max(1)),
+            None => s.attempt_limits.remove(topic),
+        };
+        Ok(())
+    }
+
+    fn ready_waiter(&self, _shard: u16, topic: &Topic) -> Box<dyn ReadyWaiter> {
+        Box::new(MemoryReadyWaiter {
+            store: self.clone(),
+            topic: topic.clone(),
+            rx: self.ready_receiver(topic),
+        })
+    }
+
+    async fn wake_listener(&self) -> Result<Box<dyn WakeListener>> {
+        Ok(Box::new(MemoryWakeListener {
+            rx: self.wake.subscribe(),
+        }))
+    }
+}
+
+#[async_trait]
+impl Admin for MemoryStore {
     async fn counts(&self, topic: &Topic) -> Result<TopicCounts> {
         Ok(lock(&self.state).counts(topic))
     }
@@ -767,7 +794,7 @@ impl Store for MemoryStore {
         })
     }
 
-    /// The memory store's listings walk its structures (it is for development and tests).
+    // The memory store's listings walk its structures (it is for development and tests).
     async fn list(
         &self,
         topic: &Topic,
@@ -825,28 +852,6 @@ impl Store for MemoryStore {
         self.signal_ready(topic);
         let _ = self.wake.send(Wake::Resumed(topic.clone()));
         Ok(())
-    }
-
-    async fn register_worker(&self, worker: &WorkerInfo) -> Result<()> {
-        let mut worker = worker.clone();
-        worker.last_seen_ms = self.now_us() / 1000;
-        lock(&self.state).workers.insert(worker.id.clone(), worker);
-        Ok(())
-    }
-
-    async fn unregister_worker(&self, id: &str) -> Result<()> {
-        lock(&self.state).workers.remove(id);
-        Ok(())
-    }
-
-    async fn workers(&self) -> Result<Vec<WorkerInfo>> {
-        let now_ms = self.now_us() / 1000;
-        let mut s = lock(&self.state);
-        s.workers
-            .retain(|_, w| now_ms.saturating_sub(w.last_seen_ms) <= super::redis::WORKER_EXPIRY_MS);
-        let mut all: Vec<WorkerInfo> = s.workers.values().cloned().collect();
-        all.sort_by(|a, b| a.id.cmp(&b.id));
-        Ok(all)
     }
 
     async fn topics(&self) -> Result<Vec<Topic>> {
@@ -922,10 +927,6 @@ impl Store for MemoryStore {
         Ok(n)
     }
 
-    async fn time_us(&self) -> Result<u64> {
-        Ok(self.now_us())
-    }
-
     async fn purge_dead(&self, topic: &Topic, before: SystemTime, limit: usize) -> Result<usize> {
         let before = to_us(before);
         let mut s = lock(&self.state);
@@ -950,19 +951,30 @@ impl Store for MemoryStore {
         }
         Ok(old.len())
     }
+}
 
-    fn ready_waiter(&self, _shard: u16, topic: &Topic) -> Box<dyn ReadyWaiter> {
-        Box::new(MemoryReadyWaiter {
-            store: self.clone(),
-            topic: topic.clone(),
-            rx: self.ready_receiver(topic),
-        })
+#[async_trait]
+impl Registry for MemoryStore {
+    async fn register_worker(&self, worker: &WorkerInfo) -> Result<()> {
+        let mut worker = worker.clone();
+        worker.last_seen_ms = self.now_us() / 1000;
+        lock(&self.state).workers.insert(worker.id.clone(), worker);
+        Ok(())
     }
 
-    async fn wake_listener(&self) -> Result<Box<dyn WakeListener>> {
-        Ok(Box::new(MemoryWakeListener {
-            rx: self.wake.subscribe(),
-        }))
+    async fn unregister_worker(&self, id: &str) -> Result<()> {
+        lock(&self.state).workers.remove(id);
+        Ok(())
+    }
+
+    async fn workers(&self) -> Result<Vec<WorkerInfo>> {
+        let now_ms = self.now_us() / 1000;
+        let mut s = lock(&self.state);
+        s.workers
+            .retain(|_, w| now_ms.saturating_sub(w.last_seen_ms) <= super::redis::WORKER_EXPIRY_MS);
+        let mut all: Vec<WorkerInfo> = s.workers.values().cloned().collect();
+        all.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(all)
     }
 }
 

@@ -1,5 +1,6 @@
-//! The job store: every state change of a job, behind one trait with two implementations,
-//! Redis ([`RedisStore`]) and in-process memory (the embedded default).
+//! The job store: every state change of a job, behind five role traits ([`Sharded`],
+//! [`Producer`], [`Leases`], [`Admin`], [`Registry`]; [`Store`] is all of them) with two
+//! implementations, Redis ([`RedisStore`]) and in-process memory (the embedded default).
 //!
 //! A job lives in one shard, chosen by a stable hash of its topic and id ([`shard_of`]), and
 //! every operation on it is one atomic step in that shard, so any number of processes may
@@ -66,15 +67,25 @@ pub trait WakeListener: Send + std::fmt::Debug {
     async fn next(&mut self) -> Result<Wake>;
 }
 
-/// The operations the runtime and the client need from a store.
+/// What every store has: its shards and its clock.
 ///
-/// Every method is one atomic step per shard. Calls that take many jobs split them into calls
-/// of at most [`MAX_BATCH`] jobs, so no call does unbounded work.
+/// Every method of the role traits below is one atomic step per shard. Calls that take many
+/// jobs split them into calls of at most [`MAX_BATCH`] jobs, so no call does unbounded work.
 #[async_trait]
-pub trait Store: Send + Sync + std::fmt::Debug + 'static {
+pub trait Sharded: Send + Sync + std::fmt::Debug + 'static {
     /// How many shards the jobs are spread over.
     fn shards(&self) -> u16;
 
+    /// The store's clock (Redis `TIME`), in microseconds since the epoch: the clock every due
+    /// time, lease and heartbeat is measured by, so that a host whose own clock is off cannot
+    /// misjudge them. On a cluster, the clock of shard 0's master, which keeps the worker
+    /// registry (each script reads its own master's clock).
+    async fn time_us(&self) -> Result<u64>;
+}
+
+/// Creating and changing jobs that have not started: what a program that pushes needs.
+#[async_trait]
+pub trait Producer: Sharded {
     /// Stores jobs; returns one outcome per job, in order.
     async fn push(&self, jobs: Vec<NewJob>, on_conflict: OnConflict) -> Result<Vec<PushOutcome>>;
 
@@ -86,7 +97,12 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
 
     /// One job's state and data, `None` when no such job is pending or dead.
     async fn status(&self, topic: &Topic, id: &JobId) -> Result<Option<JobInfo>>;
+}
 
+/// The workers' side of a job's life: due jobs made ready, leased, renewed, settled, and taken
+/// back when their worker died.
+#[async_trait]
+pub trait Leases: Sharded {
     /// Moves up to `limit` due jobs of a shard from delayed to ready.
     async fn promote(&self, shard: u16, limit: usize) -> Result<Promoted>;
 
@@ -113,12 +129,6 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// [`Outcome::RetryAfter`]: https://docs.rs/dq/latest/dq/enum.Outcome.html
     async fn postpone(&self, lease: &LeaseRef, delay: Duration) -> Result<bool>;
 
-    /// Records the most runs (`retries` + 1, at least 1) the listeners of `topic` allow, or
-    /// forgets it (`None`: the limit given at push applies). The reclaimer judges a job whose
-    /// worker died by it, so that a listener's `retries` holds whichever process reclaims the
-    /// job. Each job's envelope keeps the limit given at push.
-    async fn set_attempt_limit(&self, topic: &Topic, max_attempts: Option<u32>) -> Result<()>;
-
     /// Moves a job to its topic's dead letters with `error`.
     /// Returns false when the lease was no longer held.
     async fn dead_letter(&self, lease: &LeaseRef, error: &str) -> Result<bool>;
@@ -132,13 +142,29 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Takes back up to `limit` jobs of a shard whose lease expired.
     async fn reclaim(&self, shard: u16, limit: usize) -> Result<Reclaimed>;
 
+    /// Records the most runs (`retries` + 1, at least 1) the listeners of `topic` allow, or
+    /// forgets it (`None`: the limit given at push applies). The reclaimer judges a job whose
+    /// worker died by it, so that a listener's `retries` holds whichever process reclaims the
+    /// job. Each job's envelope keeps the limit given at push.
+    async fn set_attempt_limit(&self, topic: &Topic, max_attempts: Option<u32>) -> Result<()>;
+
+    /// A waiter for ready jobs of `topic` in `shard` (each holds its own blocking connection).
+    fn ready_waiter(&self, shard: u16, topic: &Topic) -> Box<dyn ReadyWaiter>;
+
+    /// Subscribes to the new-earliest-due-time announcements of every shard.
+    async fn wake_listener(&self) -> Result<Box<dyn WakeListener>>;
+}
+
+/// What operators look at and do: counts, listings, pauses and dead letters.
+#[async_trait]
+pub trait Admin: Sharded {
     /// How many jobs of a topic are in each state, over all shards (cheap: callers poll it).
     async fn counts(&self, topic: &Topic) -> Result<TopicCounts>;
 
     /// A topic's counts, oldest ready job, next due time and pause flag, over all shards.
     async fn stats(&self, topic: &Topic) -> Result<TopicStats>;
 
-    /// A page of a topic's jobs that are delayed, ready or running (dead ones: [`Store::dead_jobs`]).
+    /// A page of a topic's jobs that are delayed, ready or running (dead ones: [`Admin::dead_jobs`]).
     /// `cursor` is 0 for the first page, then the page's `next`.
     async fn list(&self, topic: &Topic, state: JobState, cursor: u64, limit: usize)
         -> Result<Page>;
@@ -148,15 +174,6 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
 
     /// Lets workers fetch the topic again.
     async fn resume(&self, topic: &Topic) -> Result<()>;
-
-    /// Records a worker's heartbeat.
-    async fn register_worker(&self, worker: &WorkerInfo) -> Result<()>;
-
-    /// Removes a worker that stopped.
-    async fn unregister_worker(&self, id: &str) -> Result<()>;
-
-    /// The workers seen in the last minute (older entries are dropped).
-    async fn workers(&self) -> Result<Vec<WorkerInfo>>;
 
     /// Every topic that was ever pushed to.
     async fn topics(&self) -> Result<Vec<Topic>>;
@@ -168,7 +185,7 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
 
     /// Gives dead letters a fresh `max_attempts` and makes them ready now: the given ids, or
     /// (with `ids` empty) up to `limit` of the oldest that died at or before `died_before_us`
-    /// (store time, see [`Store::time_us`]), so that jobs dying again while a caller works
+    /// (store time, see [`Sharded::time_us`]), so that jobs dying again while a caller works
     /// through the dead letters are not taken again. Returns how many were requeued.
     async fn requeue_dead(
         &self,
@@ -179,18 +196,6 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         died_before_us: u64,
     ) -> Result<usize>;
 
-    /// The store's clock (Redis `TIME`), in microseconds since the epoch: the clock every due
-    /// time, lease and heartbeat is measured by, so that a host whose own clock is off cannot
-    /// misjudge them. On a cluster, the clock of shard 0's master, which keeps the worker
-    /// registry (each script reads its own master's clock).
-    async fn time_us(&self) -> Result<u64>;
-
-    /// A waiter for ready jobs of `topic` in `shard` (each holds its own blocking connection).
-    fn ready_waiter(&self, shard: u16, topic: &Topic) -> Box<dyn ReadyWaiter>;
-
-    /// Subscribes to the new-earliest-due-time announcements of every shard.
-    async fn wake_listener(&self) -> Result<Box<dyn WakeListener>>;
-
     /// Deletes up to `limit` dead letters of a topic that died before `before`.
     async fn purge_dead(
         &self,
@@ -199,3 +204,22 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         limit: usize,
     ) -> Result<usize>;
 }
+
+/// The live workers, as their heartbeats record them.
+#[async_trait]
+pub trait Registry: Sharded {
+    /// Records a worker's heartbeat.
+    async fn register_worker(&self, worker: &WorkerInfo) -> Result<()>;
+
+    /// Removes a worker that stopped.
+    async fn unregister_worker(&self, id: &str) -> Result<()>;
+
+    /// The workers seen in the last minute (older entries are dropped).
+    async fn workers(&self) -> Result<Vec<WorkerInfo>>;
+}
+
+/// Every role of a store: what the runtime and the client hold (`Arc<dyn Store>`), and what
+/// [`RedisStore`] and [`MemoryStore`] are. Implement the five role traits; this one follows.
+pub trait Store: Producer + Leases + Admin + Registry {}
+
+impl<T: Producer + Leases + Admin + Registry> Store for T {}

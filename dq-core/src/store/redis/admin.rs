@@ -1,0 +1,302 @@
+//! What operators look at and do (counts, listings, pauses, dead letters), and the registry of
+//! live workers.
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use async_trait::async_trait;
+
+use super::reply::{array, decode_jobs, int};
+use super::waiters::RESUMED;
+use super::{RedisStore, WORKER_EXPIRY_MS};
+use crate::error::{Error, Result};
+use crate::job::{from_us, to_us, JobState, Page, TopicCounts, TopicStats, WorkerInfo};
+use crate::name::{JobId, Topic};
+use crate::store::keys::shard_of;
+use crate::store::scripts::SCRIPTS;
+use crate::store::{Admin, Registry, Sharded, MAX_BATCH};
+
+impl RedisStore {
+    /// Adds (SADD) or removes (SREM) a topic in every shard's paused set.
+    async fn set_paused(&self, op: &'static str, command: &str, topic: &Topic) -> Result<()> {
+        for k in &self.shards {
+            self.simple(op, redis::cmd(command).arg(k.paused()).arg(topic.as_str()))
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Admin for RedisStore {
+    async fn counts(&self, topic: &Topic) -> Result<TopicCounts> {
+        let mut total = TopicCounts::default();
+        for k in &self.shards {
+            let mut inv = SCRIPTS.counts.prepare_invoke();
+            inv.key(k.counts())
+                .key(k.ready(topic))
+                .key(k.dead(topic))
+                .arg(topic.as_str());
+            let reply = array("counts", self.run("counts", &inv).await?)?;
+            let n = |i: usize| reply.get(i).and_then(int).unwrap_or(0).max(0) as u64;
+            total.delayed += n(0);
+            total.ready += n(1);
+            total.running += n(2);
+            total.dead += n(3);
+        }
+        Ok(total)
+    }
+
+    async fn stats(&self, topic: &Topic) -> Result<TopicStats> {
+        let mut total = TopicStats::default();
+        for k in &self.shards {
+            let mut inv = SCRIPTS.stats.prepare_invoke();
+            inv.key(k.counts())
+                .key(k.ready(topic))
+                .key(k.dead(topic))
+                .key(k.jobs())
+                .key(k.delayed())
+                .key(k.paused())
+                .key(k.ready_gen(topic))
+                .arg(topic.as_str());
+            let reply = array("stats", self.run("stats", &inv).await?)?;
+            let n = |i: usize| reply.get(i).and_then(int).unwrap_or(0);
+            let c = &mut total.counts;
+            c.delayed += n(0).max(0) as u64;
+            c.ready += n(1).max(0) as u64;
+            c.running += n(2).max(0) as u64;
+            c.dead += n(3).max(0) as u64;
+            let earliest = |a: Option<SystemTime>, us: i64| match (a, us >= 0) {
+                (Some(a), true) => Some(a.min(from_us(us as u64))),
+                (None, true) => Some(from_us(us as u64)),
+                (a, false) => a,
+            };
+            total.oldest_ready_due = earliest(total.oldest_ready_due, n(4));
+            total.next_due = earliest(total.next_due, n(5));
+            total.paused |= n(6) == 1;
+        }
+        Ok(total)
+    }
+
+    async fn list(
+        &self,
+        topic: &Topic,
+        state: JobState,
+        cursor: u64,
+        limit: usize,
+    ) -> Result<Page> {
+        // The cursor holds the shard in its top 16 bits and the position within it below.
+        let mut shard = (cursor >> 48) as u16;
+        let mut pos = cursor & ((1 << 48) - 1);
+        let limit = limit.clamp(1, MAX_BATCH);
+        let mut page = Page::default();
+        while shard < self.shards() && page.jobs.len() < limit {
+            let k = self.keys(shard);
+            let (kind, key) = match state {
+                JobState::Ready => ("list", k.ready(topic)),
+                JobState::Delayed => ("zset", k.delayed()),
+                JobState::Running => ("zset", k.inflight()),
+                _ => {
+                    return Err(Error::Config {
+                        key: "state",
+                        value: state.as_str().to_owned(),
+                        reason:
+                            "list delayed, ready or running jobs here; dead ones with dead_jobs"
+                                .into(),
+                    })
+                }
+            };
+            let mut inv = SCRIPTS.list.prepare_invoke();
+            inv.key(k.jobs()).key(key);
+            if state == JobState::Ready {
+                inv.key(k.ready_gen(topic));
+            }
+            inv.arg(kind)
+                .arg(topic.as_str())
+                .arg(pos)
+                .arg(limit - page.jobs.len());
+            let reply = array("list", self.run("list", &inv).await?)?;
+            let next = reply.first().and_then(int).unwrap_or(-1);
+            page.jobs.extend(decode_jobs(
+                reply.get(1..).unwrap_or_default(),
+                &k.jobs(),
+                state,
+                state == JobState::Running,
+            ));
+            if next >= 0 {
+                pos = next as u64;
+                if page.jobs.len() >= limit {
+                    break;
+                }
+            } else {
+                shard += 1;
+                pos = 0;
+            }
+        }
+        page.next = (shard < self.shards()).then(|| (u64::from(shard) << 48) | pos);
+        Ok(page)
+    }
+
+    async fn pause(&self, topic: &Topic) -> Result<()> {
+        self.set_paused("pause", "SADD", topic).await
+    }
+
+    async fn resume(&self, topic: &Topic) -> Result<()> {
+        self.set_paused("resume", "SREM", topic).await?;
+        // Workers waiting out the pause look again now rather than at their next check. A
+        // cluster delivers the message to every node, so one channel reaches every process.
+        self.simple(
+            "resume",
+            redis::cmd("PUBLISH")
+                .arg(self.keys(0).wake())
+                .arg(format!("{RESUMED}{topic}")),
+        )
+        .await
+    }
+
+    async fn topics(&self) -> Result<Vec<Topic>> {
+        let mut all = std::collections::BTreeSet::new();
+        for k in &self.shards {
+            let mut conn = self.conn.clone();
+            let names: Vec<String> = redis::cmd("SMEMBERS")
+                .arg(k.topics())
+                .query_async(&mut conn)
+                .await
+                .map_err(Error::redis("topics"))?;
+            all.extend(names.into_iter().filter_map(|n| Topic::new(n).ok()));
+        }
+        Ok(all.into_iter().collect())
+    }
+
+    async fn dead_jobs(&self, topic: &Topic, cursor: u64, limit: usize) -> Result<Page> {
+        // Shard by shard like `list`: the cursor holds the shard in its top 16 bits and the
+        // rank within the shard's dead set below (a rank costs O(log n) in a sorted set).
+        let (mut shard, mut pos) = ((cursor >> 48) as u16, cursor & ((1 << 48) - 1));
+        let limit = limit.clamp(1, MAX_BATCH);
+        let mut page = Page::default();
+        while shard < self.shards() && page.jobs.len() < limit {
+            let k = self.keys(shard);
+            let want = limit - page.jobs.len();
+            let mut inv = SCRIPTS.dead_list.prepare_invoke();
+            inv.key(k.jobs()).key(k.dead(topic)).arg(pos).arg(want);
+            let reply = array("dead_list", self.run("dead_list", &inv).await?)?;
+            let entries = reply.len() / 3;
+            page.jobs
+                .extend(decode_jobs(&reply, &k.jobs(), JobState::Dead, true));
+            if entries >= want {
+                pos += entries as u64;
+            } else {
+                shard += 1;
+                pos = 0;
+            }
+        }
+        page.next = (shard < self.shards()).then(|| (u64::from(shard) << 48) | pos);
+        Ok(page)
+    }
+
+    async fn requeue_dead(
+        &self,
+        topic: &Topic,
+        ids: &[JobId],
+        max_attempts: u32,
+        limit: usize,
+        died_before_us: u64,
+    ) -> Result<usize> {
+        // At most `limit` (<= 1,000) jobs per call, so each shard takes one script call.
+        let limit = limit.clamp(1, MAX_BATCH);
+        let mut by_shard: BTreeMap<u16, Vec<&JobId>> = BTreeMap::new();
+        if ids.is_empty() {
+            by_shard.extend((0..self.shards()).map(|s| (s, Vec::new())));
+        }
+        for id in ids.iter().take(limit) {
+            by_shard
+                .entry(shard_of(topic, id, self.shards()))
+                .or_default()
+                .push(id);
+        }
+        let mut total = 0;
+        for (shard, shard_ids) in by_shard {
+            let k = self.keys(shard);
+            let mut inv = SCRIPTS.requeue_dead.prepare_invoke();
+            inv.key(k.jobs())
+                .key(k.dead(topic))
+                .key(k.ready(topic))
+                .key(k.ready_gen(topic))
+                .arg(k.prefix())
+                .arg(topic.as_str())
+                .arg(max_attempts)
+                .arg(limit - total)
+                .arg(died_before_us);
+            for id in shard_ids {
+                inv.arg(id.as_str());
+            }
+            total += int(&self.run("requeue_dead", &inv).await?).unwrap_or(0) as usize;
+            if total >= limit {
+                break;
+            }
+        }
+        Ok(total)
+    }
+
+    async fn purge_dead(&self, topic: &Topic, before: SystemTime, limit: usize) -> Result<usize> {
+        let mut total = 0;
+        for k in &self.shards {
+            let mut inv = SCRIPTS.purge_dead.prepare_invoke();
+            inv.key(k.jobs())
+                .key(k.dead(topic))
+                .arg(to_us(before))
+                .arg(limit.clamp(1, MAX_BATCH));
+            total += int(&self.run("purge_dead", &inv).await?).unwrap_or(0) as usize;
+        }
+        Ok(total)
+    }
+}
+
+#[async_trait]
+impl Registry for RedisStore {
+    async fn register_worker(&self, worker: &WorkerInfo) -> Result<()> {
+        // Stamped with Redis' clock, as `workers` judges it: a host whose clock is a minute
+        // behind must not look dead to the others.
+        let mut worker = worker.clone();
+        worker.last_seen_ms = self.time_us().await? / 1000;
+        let json = serde_json::to_string(&worker).unwrap_or_default();
+        self.simple(
+            "register worker",
+            redis::cmd("HSET")
+                .arg(self.keys(0).workers())
+                .arg(&worker.id)
+                .arg(json),
+        )
+        .await
+    }
+
+    async fn unregister_worker(&self, id: &str) -> Result<()> {
+        self.simple(
+            "unregister worker",
+            redis::cmd("HDEL").arg(self.keys(0).workers()).arg(id),
+        )
+        .await
+    }
+
+    async fn workers(&self) -> Result<Vec<WorkerInfo>> {
+        let mut conn = self.conn.clone();
+        let all: Vec<(String, String)> = redis::cmd("HGETALL")
+            .arg(self.keys(0).workers())
+            .query_async(&mut conn)
+            .await
+            .map_err(Error::redis("workers"))?;
+        let now_ms = self.time_us().await? / 1000;
+        let mut live = Vec::new();
+        for (id, json) in all {
+            match serde_json::from_str::<WorkerInfo>(&json) {
+                Ok(w) if now_ms.saturating_sub(w.last_seen_ms) <= WORKER_EXPIRY_MS => live.push(w),
+                _ => {
+                    // Gone for a minute (or unreadable): forget it.
+                    self.unregister_worker(&id).await?;
+                }
+            }
+        }
+        live.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(live)
+    }
+}

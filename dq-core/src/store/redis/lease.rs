@@ -1,0 +1,383 @@
+//! The workers' side of a job's life: promote, fetch, ack, retry and postpone, dead-letter,
+//! release, extend, reclaim, and the waits for ready jobs and new due times.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::{Script, Value};
+
+use super::reply::{array, int, malformed_reply, text};
+use super::waiters::{RedisReadyWaiter, RedisWakeListener};
+use super::RedisStore;
+use crate::envelope::Envelope;
+use crate::error::Result;
+use crate::job::{Acked, Fetched, LeaseRef, LeasedJob, Promoted, Reclaimed};
+use crate::name::{JobId, Topic};
+use crate::store::connection::Server;
+use crate::store::keys::member;
+use crate::store::scripts::SCRIPTS;
+use crate::store::subscription::ShardSubscription;
+use crate::store::{Leases, ReadyWaiter, Sharded, WakeListener, MAX_BATCH};
+
+impl RedisStore {
+    /// A failed run to retry (`counted`) or a postponed one, after `delay`.
+    async fn retry_job(
+        &self,
+        lease: &LeaseRef,
+        delay: Duration,
+        error: &str,
+        counted: bool,
+    ) -> Result<bool> {
+        crate::job::check_retry_delay(lease, delay)?;
+        let k = self.keys_of(&lease.topic, &lease.id);
+        let mut inv = SCRIPTS.retry.prepare_invoke();
+        inv.key(k.jobs())
+            .key(k.inflight())
+            .key(k.delayed())
+            .key(k.counts())
+            .key(k.leases())
+            .key(k.ready(&lease.topic))
+            .key(k.ready_gen(&lease.topic))
+            .arg(k.prefix())
+            .arg(member(&lease.topic, &lease.id))
+            .arg(lease.token)
+            .arg(delay.as_micros() as u64)
+            .arg(error)
+            .arg(if counted { "1" } else { "0" });
+        Ok(int(&self.run("retry", &inv).await?) == Some(1))
+    }
+
+    fn lease_invocation<'s>(
+        script: &'s Script,
+        keys: &[String],
+        head: &[String],
+        chunk: &[&LeaseRef],
+    ) -> redis::ScriptInvocation<'s> {
+        let mut inv = script.prepare_invoke();
+        for k in keys {
+            inv.key(k);
+        }
+        for a in head {
+            inv.arg(a);
+        }
+        for l in chunk {
+            inv.arg(member(&l.topic, &l.id)).arg(l.token);
+        }
+        inv
+    }
+}
+
+#[async_trait]
+impl Leases for RedisStore {
+    async fn promote(&self, shard: u16, limit: usize) -> Result<Promoted> {
+        let k = self.keys(shard);
+        let mut out = Promoted::default();
+        let mut needed: Vec<Topic> = Vec::new();
+        // A second call when the first found due jobs of topics it had not declared.
+        for _ in 0..2 {
+            let mut inv = SCRIPTS.promote.prepare_invoke();
+            inv.key(k.delayed()).key(k.counts());
+            for t in self.declared_topics(&needed) {
+                inv.key(k.ready(&t)).key(k.ready_gen(&t));
+            }
+            inv.arg(k.prefix())
+                .arg(limit.saturating_sub(out.moved).clamp(1, 10_000));
+            let reply = array("promote", self.run("promote", &inv).await?)?;
+            let num = |v: &Value| int(v).ok_or_else(|| malformed_reply("promote", v));
+            let (Some(moved), Some(next), Some(now_us), Some(n)) =
+                (reply.first(), reply.get(1), reply.get(2), reply.get(3))
+            else {
+                return Err(malformed_reply("promote", &Value::Array(reply)));
+            };
+            let (moved, next, now_us, n) = (
+                num(moved)? as usize,
+                num(next)?,
+                num(now_us)? as u64,
+                num(n)? as usize,
+            );
+            let unknown: Vec<Topic> = reply
+                .iter()
+                .skip(4)
+                .take(n)
+                .filter_map(|v| Topic::new(text(v)?).ok())
+                .collect();
+            out.moved += moved;
+            out.next_due_us = (next >= 0).then_some(next as u64);
+            out.now_us = now_us;
+            out.topics
+                .extend(
+                    reply
+                        .get(4 + n..)
+                        .unwrap_or_default()
+                        .chunks(2)
+                        .filter_map(|pair| {
+                            let topic = Topic::new(text(&pair[0])?).ok()?;
+                            Some((topic, int(pair.get(1)?)? as usize))
+                        }),
+                );
+            if unknown.is_empty() || out.moved >= limit {
+                break;
+            }
+            self.learn(&unknown);
+            needed = unknown;
+        }
+        Ok(out)
+    }
+
+    async fn fetch(
+        &self,
+        shard: u16,
+        topic: &Topic,
+        max: usize,
+        lease: Duration,
+    ) -> Result<Fetched> {
+        self.learn([topic]);
+        let k = self.keys(shard);
+        let mut inv = SCRIPTS.fetch.prepare_invoke();
+        inv.key(k.jobs())
+            .key(k.inflight())
+            .key(k.ready(topic))
+            .key(k.counts())
+            .key(k.paused())
+            .key(k.leases())
+            .key(k.ready_gen(topic))
+            .key(k.delayed())
+            .arg(topic.as_str())
+            .arg(max.clamp(1, MAX_BATCH))
+            .arg(lease.as_micros() as u64);
+        let reply = array("fetch", self.run("fetch", &inv).await?)?;
+        if reply.first().and_then(text).as_deref() == Some("paused") {
+            return Ok(Fetched {
+                paused: true,
+                ..Fetched::default()
+            });
+        }
+        let mut out = Fetched {
+            now_us: reply.first().and_then(int).unwrap_or(0) as u64,
+            ..Fetched::default()
+        };
+        let token = match reply.get(1).and_then(int) {
+            Some(t) if t >= 0 => t as u64,
+            _ => return Err(malformed_reply("fetch", &Value::Array(reply))),
+        };
+        for pair in reply.get(2..).unwrap_or_default().chunks(2) {
+            let (Some(id), Some(Value::BulkString(raw))) =
+                (pair.first().and_then(text), pair.get(1))
+            else {
+                return Err(malformed_reply("fetch", &Value::Array(pair.to_vec())));
+            };
+            // From here on the jobs are leased to us: nothing below may abandon the batch
+            // (an error return would leave every job of it leased to nobody until the lease
+            // expires). One bad entry is logged and left to the reclaimer.
+            let location = || format!("{} field {topic}:{id}", k.jobs());
+            let decoded = Envelope::decode_with(raw, location);
+            let id = match JobId::new(id) {
+                Ok(id) => id,
+                Err(e) => {
+                    tracing::error!(topic = %topic, error = %e, "a job with an invalid id was found in Redis' ready list; left leased, the reclaimer dead-letters it after its attempts");
+                    continue;
+                }
+            };
+            let lease = LeaseRef {
+                topic: topic.clone(),
+                id,
+                token,
+            };
+            match decoded {
+                Ok(mut envelope) => {
+                    // Stored: the runs counted so far; handed over: the run being made.
+                    envelope.attempt = envelope.attempt.saturating_add(1);
+                    out.jobs.push(LeasedJob { lease, envelope });
+                }
+                Err(e) => {
+                    // Never handed to a handler, never retried: dead-lettered at once, the
+                    // stored value kept whole as its payload.
+                    tracing::error!(
+                        topic = %topic, id = %lease.id, error = %e,
+                        "malformed job envelope found in Redis; it was moved to the dead letters with its raw value (inspect it with the admin API, fix or purge it)"
+                    );
+                    let why = format!(
+                        "malformed envelope found in Redis ({e}); the raw value is kept as the payload"
+                    );
+                    if let Err(dead_err) = self.dead_letter(&lease, &why).await {
+                        tracing::warn!(topic = %topic, id = %lease.id, error = %dead_err, "could not dead-letter a malformed job; it is tried again when its lease expires");
+                    }
+                    out.malformed.push((lease.id, e.to_string()));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn ack(&self, leases: &[LeaseRef]) -> Result<Acked> {
+        let mut out = Acked::default();
+        for (shard, group) in self.by_shard(leases) {
+            let k = self.keys(shard);
+            for chunk in group.chunks(MAX_BATCH) {
+                let inv = Self::lease_invocation(
+                    &SCRIPTS.ack,
+                    &[k.jobs(), k.inflight(), k.counts(), k.leases()],
+                    &[],
+                    chunk,
+                );
+                let reply = array("ack", self.run("ack", &inv).await?)?;
+                out.acked += reply.first().and_then(int).unwrap_or(0) as usize;
+                for stale in reply.iter().skip(1).filter_map(text) {
+                    if let Some(l) = chunk.iter().find(|l| member(&l.topic, &l.id) == stale) {
+                        out.stale.push((*l).clone());
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn retry(&self, lease: &LeaseRef, delay: Duration, error: &str) -> Result<bool> {
+        self.retry_job(lease, delay, error, true).await
+    }
+
+    async fn postpone(&self, lease: &LeaseRef, delay: Duration) -> Result<bool> {
+        self.retry_job(lease, delay, "", false).await
+    }
+
+    async fn dead_letter(&self, lease: &LeaseRef, error: &str) -> Result<bool> {
+        let k = self.keys_of(&lease.topic, &lease.id);
+        let mut inv = SCRIPTS.dead.prepare_invoke();
+        inv.key(k.jobs())
+            .key(k.inflight())
+            .key(k.counts())
+            .key(k.dead(&lease.topic))
+            .key(k.leases())
+            .arg(member(&lease.topic, &lease.id))
+            .arg(lease.token)
+            .arg(error);
+        Ok(int(&self.run("dead_letter", &inv).await?) == Some(1))
+    }
+
+    async fn release(&self, leases: &[LeaseRef]) -> Result<usize> {
+        let mut released = 0;
+        for (shard, group) in self.by_shard(leases) {
+            let k = self.keys(shard);
+            for chunk in group.chunks(MAX_BATCH) {
+                let mut keys = vec![k.inflight(), k.counts(), k.leases()];
+                let topics: std::collections::BTreeSet<&Topic> =
+                    chunk.iter().map(|l| &l.topic).collect();
+                for t in topics {
+                    keys.push(k.ready(t));
+                    keys.push(k.ready_gen(t));
+                }
+                let inv = Self::lease_invocation(
+                    &SCRIPTS.release,
+                    &keys,
+                    &[k.prefix().to_owned()],
+                    chunk,
+                );
+                released += int(&self.run("release", &inv).await?).unwrap_or(0) as usize;
+            }
+        }
+        Ok(released)
+    }
+
+    async fn extend(&self, leases: &[LeaseRef], lease: Duration) -> Result<Vec<LeaseRef>> {
+        let mut lost = Vec::new();
+        for (shard, group) in self.by_shard(leases) {
+            let k = self.keys(shard);
+            for chunk in group.chunks(MAX_BATCH) {
+                let inv = Self::lease_invocation(
+                    &SCRIPTS.extend,
+                    &[k.inflight(), k.leases()],
+                    &[(lease.as_micros() as u64).to_string()],
+                    chunk,
+                );
+                let reply = array("extend", self.run("extend", &inv).await?)?;
+                for m in reply.iter().filter_map(text) {
+                    if let Some(l) = chunk.iter().find(|l| member(&l.topic, &l.id) == m) {
+                        lost.push((*l).clone());
+                    }
+                }
+            }
+        }
+        Ok(lost)
+    }
+
+    async fn reclaim(&self, shard: u16, limit: usize) -> Result<Reclaimed> {
+        let k = self.keys(shard);
+        let mut out = Reclaimed::default();
+        let mut needed: Vec<Topic> = Vec::new();
+        // A second call when the first found expired jobs of topics it had not declared.
+        for _ in 0..2 {
+            let mut inv = SCRIPTS.reclaim.prepare_invoke();
+            inv.key(k.jobs())
+                .key(k.inflight())
+                .key(k.counts())
+                .key(k.leases())
+                .key(k.attempts());
+            for t in self.declared_topics(&needed) {
+                inv.key(k.ready(&t)).key(k.dead(&t)).key(k.ready_gen(&t));
+            }
+            inv.arg(k.prefix()).arg(limit.clamp(1, MAX_BATCH));
+            let reply = array("reclaim", self.run("reclaim", &inv).await?)?;
+            out.requeued += reply.first().and_then(int).unwrap_or(0) as usize;
+            out.dead += reply.get(1).and_then(int).unwrap_or(0) as usize;
+            let unknown: Vec<Topic> = reply
+                .iter()
+                .skip(2)
+                .filter_map(|v| Topic::new(text(v)?).ok())
+                .collect();
+            if unknown.is_empty() {
+                break;
+            }
+            self.learn(&unknown);
+            needed = unknown;
+        }
+        Ok(out)
+    }
+
+    async fn set_attempt_limit(&self, topic: &Topic, max_attempts: Option<u32>) -> Result<()> {
+        for k in &self.shards {
+            let cmd = match max_attempts {
+                Some(max) => redis::cmd("HSET")
+                    .arg(k.attempts())
+                    .arg(topic.as_str())
+                    .arg(max.max(1))
+                    .to_owned(),
+                None => redis::cmd("HDEL")
+                    .arg(k.attempts())
+                    .arg(topic.as_str())
+                    .to_owned(),
+            };
+            self.simple("record the listeners' attempt limit", &cmd)
+                .await?;
+        }
+        Ok(())
+    }
+
+    fn ready_waiter(&self, shard: u16, topic: &Topic) -> Box<dyn ReadyWaiter> {
+        match &self.server {
+            Server::Single(client) => Box::new(RedisReadyWaiter::new(
+                client.clone(),
+                self.keys(shard).ready(topic),
+            )),
+            Server::Cluster { .. } => {
+                self.hub
+                    .waiter(&self.server, &self.conn, &self.shards, shard, topic)
+            }
+        }
+    }
+
+    async fn wake_listener(&self) -> Result<Box<dyn WakeListener>> {
+        let channels = self
+            .shards
+            .iter()
+            .enumerate()
+            .map(|(shard, k)| (k.wake(), shard as u16))
+            .collect();
+        let subscription =
+            ShardSubscription::open("wake subscription", &self.server, &self.conn, channels)
+                .await?;
+        Ok(Box::new(RedisWakeListener::new(
+            subscription,
+            self.shards(),
+        )))
+    }
+}

@@ -1,0 +1,198 @@
+//! The Redis store: the key layout of [`keys`](super::keys), one Lua script per operation.
+//!
+//! One module per role of the store ([`Producer`](super::Producer) in `produce`,
+//! [`Leases`](super::Leases) in `lease`, [`Admin`](super::Admin) and
+//! [`Registry`](super::Registry) in `admin`), the blocking waiters in `waiters`, and the
+//! reading of script replies in `reply`.
+
+mod admin;
+mod lease;
+mod produce;
+mod reply;
+mod waiters;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::Value;
+
+use super::connection::{self, Conn, Server};
+use super::hub::ReadyHub;
+use super::keys::{shard_of, ShardKeys};
+use super::Sharded;
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::job::LeaseRef;
+use crate::name::{JobId, Topic};
+
+/// The smallest Redis ACL dq needs, as `ACL SETUSER <name> on ><password> <these rules>`: its own
+/// keys (`dq:*`) and pub/sub channels, the commands it sends, and the commands its scripts call.
+pub const ACL_RULES: &str = "resetkeys ~dq:* resetchannels &dq:* -@all \
++evalsha +eval +script|load +blmove +subscribe +unsubscribe +ping +hello +info \
++hset +hdel +hgetall +sadd +srem +smembers +config|get \
++time +hget +hmget +hexists +hincrby +zadd +zrem +zscore +zrange +zrangebyscore \
++zrevrange +zremrangebyrank +zcard +rpush +lpush +lrange +ltrim +lrem +llen +lindex +lpos +sismember \
++publish +cluster|slots +exists";
+
+/// A worker not heard from for this long is no longer listed.
+pub(crate) const WORKER_EXPIRY_MS: u64 = 60_000;
+
+/// Jobs in Redis, shared by every process that uses the same namespace.
+///
+/// Cheap to clone: clones share one multiplexed connection (redis-rs's `ConnectionManager`,
+/// which reconnects by itself). Blocking commands never run on it; the runtime opens its own
+/// connections for them (see `waiters`).
+#[derive(Clone)]
+pub struct RedisStore {
+    server: Server,
+    conn: Conn,
+    shards: Vec<ShardKeys>,
+    /// Ready notifications for consumers on a cluster (see `hub`).
+    hub: Arc<ReadyHub>,
+    /// `wait_replicas` and `wait_timeout` of the configuration.
+    wait: (Option<u32>, Duration),
+    /// The topics this store has met (pushed, fetched, or found due by `promote` and
+    /// `reclaim`): those two declare the ready and dead keys of these topics, since a script
+    /// must declare every key it touches (see `promote.lua`).
+    known: Arc<std::sync::Mutex<std::collections::BTreeSet<Topic>>>,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("server", &self.server.describe())
+            .field("shards", &self.shards.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    /// Connects to the Redis at `config.redis_url`, or to the cluster of
+    /// `config.redis_cluster`.
+    /// Connects to the Redis at `config.redis_url`, or to the cluster of
+    /// `config.redis_cluster`.
+    pub async fn connect(config: &Config) -> Result<RedisStore> {
+        let (server, conn) = connection::connect(config).await?;
+        let shards = (0..config.shards)
+            .map(|s| ShardKeys::new(&config.namespace, s))
+            .collect();
+        Ok(RedisStore {
+            server,
+            conn,
+            shards,
+            hub: Arc::default(),
+            wait: (config.wait_replicas, config.wait_timeout),
+            known: Arc::default(),
+        })
+    }
+
+    /// What in the server's settings can lose jobs, each as a sentence for the log: an evicting
+    /// `maxmemory-policy` deletes jobs silently when memory runs out.
+    pub async fn server_warnings(&self) -> Result<Vec<String>> {
+        let mut info_cmd = redis::cmd("INFO");
+        info_cmd.arg("memory");
+        let info: String = connection::on_any_node(&self.conn, info_cmd)
+            .await
+            .map_err(Error::redis("read server settings"))?;
+        let policy = info
+            .lines()
+            .find_map(|l| l.strip_prefix("maxmemory_policy:"))
+            .map(str::trim)
+            .unwrap_or("unknown");
+        let mut warnings = Vec::new();
+        if policy != "noeviction" {
+            warnings.push(format!(
+                "Redis maxmemory-policy is {policy}: when memory runs out Redis will silently delete jobs; set maxmemory-policy noeviction so that pushes fail loudly instead"
+            ));
+        }
+        Ok(warnings)
+    }
+
+    /// The keys of one shard.
+    pub fn keys(&self, shard: u16) -> &ShardKeys {
+        &self.shards[usize::from(shard) % self.shards.len()]
+    }
+
+    pub(super) fn keys_of(&self, topic: &Topic, id: &JobId) -> &ShardKeys {
+        self.keys(shard_of(topic, id, self.shards()))
+    }
+
+    pub(super) async fn simple(&self, op: &'static str, cmd: &redis::Cmd) -> Result<()> {
+        let mut conn = self.conn.clone();
+        cmd.query_async::<Value>(&mut conn)
+            .await
+            .map(drop)
+            .map_err(Error::redis(op))
+    }
+
+    pub(super) async fn run(
+        &self,
+        op: &'static str,
+        inv: &redis::ScriptInvocation<'_>,
+    ) -> Result<Value> {
+        let mut conn = self.conn.clone();
+        inv.invoke_async(&mut conn).await.map_err(Error::redis(op))
+    }
+}
+
+/// Most topics `promote` and `reclaim` declare up front; the due jobs of others are found in the
+/// first call and moved by a second one that declares their topics.
+const DECLARED_TOPICS: usize = 128;
+
+impl RedisStore {
+    /// Remembers topics for `promote` and `reclaim` to declare.
+    pub(super) fn learn<'t>(&self, topics: impl IntoIterator<Item = &'t Topic>) {
+        let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        for t in topics {
+            if !known.contains(t) {
+                known.insert(t.clone());
+            }
+        }
+    }
+
+    /// The topics to declare: the ones just found (`needed`) first, then the known ones.
+    pub(super) fn declared_topics(&self, needed: &[Topic]) -> Vec<Topic> {
+        let known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out: Vec<Topic> = needed.to_vec();
+        out.extend(
+            known
+                .iter()
+                .filter(|t| !needed.contains(t))
+                .take(DECLARED_TOPICS.saturating_sub(needed.len()))
+                .cloned(),
+        );
+        out
+    }
+
+    /// Groups leases by shard and runs `script` on chunks of them.
+    pub(super) fn by_shard<'a>(&self, leases: &'a [LeaseRef]) -> BTreeMap<u16, Vec<&'a LeaseRef>> {
+        let mut groups: BTreeMap<u16, Vec<&LeaseRef>> = BTreeMap::new();
+        for l in leases {
+            groups
+                .entry(shard_of(&l.topic, &l.id, self.shards()))
+                .or_default()
+                .push(l);
+        }
+        groups
+    }
+}
+
+#[async_trait]
+impl Sharded for RedisStore {
+    fn shards(&self) -> u16 {
+        u16::try_from(self.shards.len()).unwrap_or(u16::MAX)
+    }
+
+    async fn time_us(&self) -> Result<u64> {
+        // Shard 0's master, which holds the worker registry: heartbeats are stamped and judged
+        // by one clock even when a cluster's masters disagree.
+        let registry = self.keys(0).workers();
+        let (secs, micros): (u64, u64) =
+            connection::on_owner_of(&self.conn, &registry, redis::cmd("TIME").to_owned())
+                .await
+                .map_err(Error::redis("read the time"))?;
+        Ok(secs * 1_000_000 + micros)
+    }
+}

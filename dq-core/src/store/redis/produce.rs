@@ -1,0 +1,246 @@
+//! Creating and changing jobs that have not started: push (with the optional `WAIT` for
+//! replicas), cancel, reschedule and status.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use redis::Value;
+
+use super::reply::{array, change_outcome, int, job_info, malformed_reply, text};
+use super::RedisStore;
+use crate::envelope::Envelope;
+use crate::error::{Error, Result};
+use crate::job::{
+    to_us, ChangeOutcome, JobInfo, JobState, NewJob, OnConflict, PushOutcome, Schedule,
+};
+use crate::name::{JobId, Topic};
+use crate::store::connection::Conn;
+use crate::store::keys::{member, shard_of};
+use crate::store::scripts::SCRIPTS;
+use crate::store::{Producer, Sharded, MAX_BATCH};
+
+impl RedisStore {
+    /// The push script and `WAIT` in one pipeline, on one connection to the shard's master:
+    /// WAIT covers the writes of its own connection, so it must follow the script on the same
+    /// one. (Sent separately, a reconnection or the cluster client's retry on the new master
+    /// after a failover would run WAIT where the push never was, and confirm a lost push: the
+    /// cluster failover scenario of dq-chaos caught exactly that.) If the pipeline is retried,
+    /// both parts are, and the push is idempotent by id. WAIT holds that connection until the
+    /// replicas answer, at most `wait_timeout`: that is its cost.
+    async fn push_and_wait(&self, shard: u16, keys: &[String], args: &[&[u8]]) -> Result<Value> {
+        let (Some(wanted), timeout) = self.wait else {
+            unreachable!("push_and_wait is used with wait_replicas set")
+        };
+        let mut pipe = redis::pipe();
+        pipe.cmd("EVALSHA")
+            .arg(SCRIPTS.push.get_hash())
+            .arg(keys.len())
+            .arg(keys);
+        for arg in args {
+            pipe.arg(*arg);
+        }
+        pipe.cmd("WAIT").arg(wanted).arg(timeout.as_millis() as u64);
+        let mut replies = None;
+        for _ in 0..2 {
+            let sent: redis::RedisResult<Vec<Value>> = match &self.conn {
+                Conn::Single(c) => pipe.query_async(&mut c.clone()).await,
+                Conn::Cluster(c) => {
+                    use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
+                    let slot = crate::store::keys::slot(&self.keys(shard).jobs());
+                    let route =
+                        SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
+                    c.clone().route_pipeline(pipe.clone(), 0, 2, route).await
+                }
+            };
+            // A pipeline's command errors come back as error values (cluster) or as the
+            // pipeline's error (one server): either way, NOSCRIPT means load and send again.
+            let sent = sent.and_then(|replies| match replies.first() {
+                Some(Value::ServerError(e)) => Err(redis::RedisError::from(e.clone())),
+                _ => Ok(replies),
+            });
+            match sent {
+                Err(e)
+                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                {
+                    // After a restart or SCRIPT FLUSH: load it (on every master) and again.
+                    let mut conn = self.conn.clone();
+                    SCRIPTS
+                        .push
+                        .load_async(&mut conn)
+                        .await
+                        .map_err(Error::redis("push"))?;
+                }
+                other => {
+                    replies = Some(other.map_err(Error::redis("push"))?);
+                    break;
+                }
+            }
+        }
+        let replies = replies.ok_or_else(|| Error::Malformed {
+            location: "the reply to push".into(),
+            reason: "the push script was not found twice in a row".into(),
+        })?;
+        let [reply, acked]: [Value; 2] = replies
+            .try_into()
+            .map_err(|r: Vec<Value>| malformed_reply("push and WAIT", &Value::Array(r)))?;
+        let acked = int(&acked).ok_or_else(|| malformed_reply("WAIT", &acked))? as u32;
+        if acked < wanted {
+            return Err(Error::NotReplicated {
+                wanted,
+                acked,
+                timeout,
+            });
+        }
+        Ok(reply)
+    }
+}
+
+fn when_arg(when: Schedule) -> String {
+    match when {
+        Schedule::After(d) => format!("+{}", d.as_micros()),
+        Schedule::At(t) => to_us(t).to_string(),
+    }
+}
+
+#[async_trait]
+impl Producer for RedisStore {
+    async fn push(&self, jobs: Vec<NewJob>, on_conflict: OnConflict) -> Result<Vec<PushOutcome>> {
+        let mode = match on_conflict {
+            OnConflict::Replace => "replace",
+            _ => "keep",
+        };
+        let mut outcomes = vec![PushOutcome::Created; jobs.len()];
+        let mut groups: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
+        for (i, job) in jobs.iter().enumerate() {
+            groups
+                .entry(shard_of(&job.topic, &job.id, self.shards()))
+                .or_default()
+                .push(i);
+        }
+        for (shard, indices) in groups {
+            let k = self.keys(shard);
+            for chunk in indices.chunks(MAX_BATCH) {
+                let mut keys = vec![k.jobs(), k.delayed(), k.topics(), k.counts(), k.inflight()];
+                let topics: std::collections::BTreeSet<&Topic> =
+                    chunk.iter().map(|&i| &jobs[i].topic).collect();
+                for t in &topics {
+                    keys.push(k.ready(t));
+                    keys.push(k.dead(t));
+                    keys.push(k.ready_gen(t));
+                }
+                self.learn(topics);
+                // The arguments borrow the payloads: only the numbers are printed here.
+                let count = chunk.len().to_string();
+                let numbers: Vec<(String, String)> = chunk
+                    .iter()
+                    .map(|&i| (when_arg(jobs[i].schedule), jobs[i].max_attempts.to_string()))
+                    .collect();
+                let mut args: Vec<&[u8]> = Vec::with_capacity(3 + 5 * chunk.len());
+                args.extend([k.prefix().as_bytes(), mode.as_bytes(), count.as_bytes()]);
+                for (&i, (when, max)) in chunk.iter().zip(&numbers) {
+                    let j = &jobs[i];
+                    args.extend([
+                        j.topic.as_str().as_bytes(),
+                        j.id.as_str().as_bytes(),
+                        when.as_bytes(),
+                        max.as_bytes(),
+                        &j.payload[..],
+                    ]);
+                }
+                let reply = if self.wait.0.is_some() {
+                    array("push", self.push_and_wait(shard, &keys, &args).await?)?
+                } else {
+                    let mut inv = SCRIPTS.push.prepare_invoke();
+                    for key in &keys {
+                        inv.key(key);
+                    }
+                    for arg in &args {
+                        inv.arg(*arg);
+                    }
+                    array("push", self.run("push", &inv).await?)?
+                };
+                if reply.len() != chunk.len() + 1 {
+                    return Err(Error::Malformed {
+                        location: "the reply to push".into(),
+                        reason: format!("{} codes for {} jobs", reply.len() - 1, chunk.len()),
+                    });
+                }
+                for (&i, code) in chunk.iter().zip(&reply[1..]) {
+                    outcomes[i] = match int(code) {
+                        Some(0) => PushOutcome::AlreadyPending,
+                        Some(1) => PushOutcome::Created,
+                        Some(2) => PushOutcome::Replaced,
+                        Some(3) => PushOutcome::Running,
+                        _ => return Err(malformed_reply("push", code)),
+                    };
+                }
+            }
+        }
+        Ok(outcomes)
+    }
+
+    async fn cancel(&self, topic: &Topic, id: &JobId) -> Result<ChangeOutcome> {
+        let k = self.keys_of(topic, id);
+        let mut inv = SCRIPTS.cancel.prepare_invoke();
+        inv.key(k.jobs())
+            .key(k.delayed())
+            .key(k.inflight())
+            .key(k.counts())
+            .key(k.ready(topic))
+            .key(k.dead(topic))
+            .key(k.ready_gen(topic))
+            .arg(k.prefix())
+            .arg(topic.as_str())
+            .arg(id.as_str());
+        change_outcome("cancel", &self.run("cancel", &inv).await?)
+    }
+
+    async fn reschedule(&self, topic: &Topic, id: &JobId, when: Schedule) -> Result<ChangeOutcome> {
+        let k = self.keys_of(topic, id);
+        let mut inv = SCRIPTS.reschedule.prepare_invoke();
+        inv.key(k.jobs())
+            .key(k.delayed())
+            .key(k.inflight())
+            .key(k.counts())
+            .key(k.ready(topic))
+            .key(k.dead(topic))
+            .key(k.ready_gen(topic))
+            .arg(k.prefix())
+            .arg(topic.as_str())
+            .arg(id.as_str())
+            .arg(when_arg(when));
+        change_outcome("reschedule", &self.run("reschedule", &inv).await?)
+    }
+
+    async fn status(&self, topic: &Topic, id: &JobId) -> Result<Option<JobInfo>> {
+        let k = self.keys_of(topic, id);
+        let m = member(topic, id);
+        let mut inv = SCRIPTS.status.prepare_invoke();
+        inv.key(k.jobs())
+            .key(k.delayed())
+            .key(k.inflight())
+            .key(k.dead(topic))
+            .arg(&m);
+        let reply = array("status", self.run("status", &inv).await?)?;
+        let [state, raw, score] = match <[Value; 3]>::try_from(reply) {
+            Ok(parts) => parts,
+            Err(parts) if parts.is_empty() => return Ok(None),
+            Err(parts) => return Err(malformed_reply("status", &Value::Array(parts))),
+        };
+        let state = match text(&state).as_deref() {
+            Some("delayed") => JobState::Delayed,
+            Some("ready") => JobState::Ready,
+            Some("running") => JobState::Running,
+            Some("dead") => JobState::Dead,
+            _ => return Err(malformed_reply("status", &state)),
+        };
+        let Value::BulkString(raw) = raw else {
+            return Err(malformed_reply("status", &raw));
+        };
+        let env = Envelope::decode(&raw, &format!("{} field {m}", k.jobs()))?;
+        let score = int(&score)
+            .filter(|s| *s >= 0 && state != JobState::Delayed)
+            .map(|s| s as u64);
+        Ok(Some(job_info(topic.clone(), id.clone(), state, env, score)))
+    }
+}
