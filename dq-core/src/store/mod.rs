@@ -10,6 +10,7 @@ mod connection;
 mod hub;
 mod keys;
 mod memory;
+mod policy;
 mod redis;
 mod scripts;
 mod subscription;

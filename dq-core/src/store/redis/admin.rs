@@ -8,13 +8,14 @@ use async_trait::async_trait;
 
 use super::reply::{array, decode_jobs, int};
 use super::waiters::RESUMED;
-use super::{RedisStore, WORKER_EXPIRY_MS};
+use super::RedisStore;
 use crate::error::{Error, Result};
 use crate::job::{from_us, to_us, JobState, Page, TopicCounts, TopicStats, WorkerInfo};
 use crate::name::{JobId, Topic};
 use crate::store::keys::shard_of;
+use crate::store::policy::{batch_limit, WORKER_EXPIRY_MS};
 use crate::store::scripts::SCRIPTS;
-use crate::store::{Admin, Registry, Sharded, MAX_BATCH};
+use crate::store::{Admin, Registry, Sharded};
 
 impl RedisStore {
     /// Adds (SADD) or removes (SREM) a topic in every shard's paused set.
@@ -88,7 +89,7 @@ impl Admin for RedisStore {
         // The cursor holds the shard in its top 16 bits and the position within it below.
         let mut shard = (cursor >> 48) as u16;
         let mut pos = cursor & ((1 << 48) - 1);
-        let limit = limit.clamp(1, MAX_BATCH);
+        let limit = batch_limit(limit);
         let mut page = Page::default();
         while shard < self.shards() && page.jobs.len() < limit {
             let k = self.keys(shard);
@@ -172,7 +173,7 @@ impl Admin for RedisStore {
         // Shard by shard like `list`: the cursor holds the shard in its top 16 bits and the
         // rank within the shard's dead set below (a rank costs O(log n) in a sorted set).
         let (mut shard, mut pos) = ((cursor >> 48) as u16, cursor & ((1 << 48) - 1));
-        let limit = limit.clamp(1, MAX_BATCH);
+        let limit = batch_limit(limit);
         let mut page = Page::default();
         while shard < self.shards() && page.jobs.len() < limit {
             let k = self.keys(shard);
@@ -203,7 +204,7 @@ impl Admin for RedisStore {
         died_before_us: u64,
     ) -> Result<usize> {
         // At most `limit` (<= 1,000) jobs per call, so each shard takes one script call.
-        let limit = limit.clamp(1, MAX_BATCH);
+        let limit = batch_limit(limit);
         let mut by_shard: BTreeMap<u16, Vec<&JobId>> = BTreeMap::new();
         if ids.is_empty() {
             by_shard.extend((0..self.shards()).map(|s| (s, Vec::new())));
@@ -245,7 +246,7 @@ impl Admin for RedisStore {
             inv.key(k.jobs())
                 .key(k.dead(topic))
                 .arg(to_us(before))
-                .arg(limit.clamp(1, MAX_BATCH));
+                .arg(batch_limit(limit));
             total += int(&self.run("purge_dead", &inv).await?).unwrap_or(0) as usize;
         }
         Ok(total)

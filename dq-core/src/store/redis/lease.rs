@@ -15,6 +15,7 @@ use crate::job::{Acked, Fetched, LeaseRef, LeasedJob, Promoted, Reclaimed};
 use crate::name::{JobId, Topic};
 use crate::store::connection::Server;
 use crate::store::keys::member;
+use crate::store::policy::{batch_limit, promote_limit};
 use crate::store::scripts::SCRIPTS;
 use crate::store::subscription::ShardSubscription;
 use crate::store::{Leases, ReadyWaiter, Sharded, WakeListener, MAX_BATCH};
@@ -81,7 +82,7 @@ impl Leases for RedisStore {
                 inv.key(k.ready(&t)).key(k.ready_gen(&t));
             }
             inv.arg(k.prefix())
-                .arg(limit.saturating_sub(out.moved).clamp(1, 10_000));
+                .arg(promote_limit(limit.saturating_sub(out.moved)));
             let reply = array("promote", self.run("promote", &inv).await?)?;
             let num = |v: &Value| int(v).ok_or_else(|| malformed_reply("promote", v));
             let (Some(moved), Some(next), Some(now_us), Some(n)) =
@@ -143,7 +144,7 @@ impl Leases for RedisStore {
             .key(k.ready_gen(topic))
             .key(k.delayed())
             .arg(topic.as_str())
-            .arg(max.clamp(1, MAX_BATCH))
+            .arg(batch_limit(max))
             .arg(lease.as_micros() as u64);
         let reply = array("fetch", self.run("fetch", &inv).await?)?;
         if reply.first().and_then(text).as_deref() == Some("paused") {
@@ -315,7 +316,7 @@ impl Leases for RedisStore {
             for t in self.declared_topics(&needed) {
                 inv.key(k.ready(&t)).key(k.dead(&t)).key(k.ready_gen(&t));
             }
-            inv.arg(k.prefix()).arg(limit.clamp(1, MAX_BATCH));
+            inv.arg(k.prefix()).arg(batch_limit(limit));
             let reply = array("reclaim", self.run("reclaim", &inv).await?)?;
             out.requeued += reply.first().and_then(int).unwrap_or(0) as usize;
             out.dead += reply.get(1).and_then(int).unwrap_or(0) as usize;

@@ -36,9 +36,6 @@ pub const ACL_RULES: &str = "resetkeys ~dq:* resetchannels &dq:* -@all \
 +zrevrange +zremrangebyrank +zcard +rpush +lpush +lrange +ltrim +lrem +llen +lindex +lpos +sismember \
 +publish +cluster|slots +exists";
 
-/// A worker not heard from for this long is no longer listed.
-pub(crate) const WORKER_EXPIRY_MS: u64 = 60_000;
-
 /// Jobs in Redis, shared by every process that uses the same namespace.
 ///
 /// Cheap to clone: clones share one multiplexed connection (redis-rs's `ConnectionManager`,

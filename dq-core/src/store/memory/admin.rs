@@ -1,0 +1,226 @@
+//! What operators look at and do, and the registry of live workers.
+
+use std::collections::VecDeque;
+use std::time::SystemTime;
+
+use async_trait::async_trait;
+
+use super::state::Member;
+use super::{lock, MemoryStore};
+use crate::error::Result;
+use crate::job::{from_us, to_us, JobInfo, JobState, Page, TopicCounts, TopicStats, WorkerInfo};
+use crate::name::{JobId, Topic};
+use crate::store::policy::{batch_limit, WORKER_EXPIRY_MS};
+use crate::store::{Admin, Registry, Wake};
+
+#[async_trait]
+impl Admin for MemoryStore {
+    async fn counts(&self, topic: &Topic) -> Result<TopicCounts> {
+        Ok(lock(&self.state).counts(topic))
+    }
+
+    async fn stats(&self, topic: &Topic) -> Result<TopicStats> {
+        let s = lock(&self.state);
+        let oldest_ready_due = s
+            .ready
+            .get(topic)
+            .and_then(VecDeque::front)
+            .and_then(|id| s.jobs.get(&(topic.clone(), id.clone())))
+            .map(|e| from_us(e.due_us));
+        let next_due = s
+            .delayed
+            .iter()
+            .take(1000)
+            .find(|(_, m)| m.0 == *topic)
+            .map(|(due, _)| from_us(*due));
+        Ok(TopicStats {
+            counts: s.counts(topic),
+            oldest_ready_due,
+            next_due,
+            paused: s.paused.contains(topic),
+        })
+    }
+
+    // The memory store's listings walk its structures (it is for development and tests).
+    async fn list(
+        &self,
+        topic: &Topic,
+        state: JobState,
+        cursor: u64,
+        limit: usize,
+    ) -> Result<Page> {
+        let s = lock(&self.state);
+        let skip = usize::try_from(cursor).unwrap_or(usize::MAX);
+        let limit = batch_limit(limit);
+        let members: Vec<Member> = match state {
+            JobState::Ready => s
+                .ready
+                .get(topic)
+                .map(|q| q.iter().map(|id| (topic.clone(), id.clone())).collect())
+                .unwrap_or_default(),
+            JobState::Delayed => s
+                .delayed
+                .iter()
+                .filter(|(_, m)| m.0 == *topic)
+                .map(|(_, m)| m.clone())
+                .collect(),
+            JobState::Running => s
+                .inflight
+                .iter()
+                .filter(|(_, m)| m.0 == *topic)
+                .map(|(_, m)| m.clone())
+                .collect(),
+            _ => {
+                return Err(crate::Error::Config {
+                    key: "state",
+                    value: state.as_str().to_owned(),
+                    reason: "list delayed, ready or running jobs here; dead ones with dead_jobs"
+                        .into(),
+                })
+            }
+        };
+        let jobs: Vec<JobInfo> = members
+            .iter()
+            .skip(skip)
+            .take(limit)
+            .filter_map(|m| s.info(m))
+            .collect();
+        let next = (skip + jobs.len() < members.len()).then_some((skip + jobs.len()) as u64);
+        Ok(Page { jobs, next })
+    }
+
+    async fn pause(&self, topic: &Topic) -> Result<()> {
+        lock(&self.state).paused.insert(topic.clone());
+        Ok(())
+    }
+
+    async fn resume(&self, topic: &Topic) -> Result<()> {
+        lock(&self.state).paused.remove(topic);
+        self.signal_ready(topic);
+        let _ = self.wake.send(Wake::Resumed(topic.clone()));
+        Ok(())
+    }
+
+    async fn topics(&self) -> Result<Vec<Topic>> {
+        Ok(lock(&self.state).topics.iter().cloned().collect())
+    }
+
+    async fn dead_jobs(&self, topic: &Topic, cursor: u64, limit: usize) -> Result<Page> {
+        let s = lock(&self.state);
+        let limit = batch_limit(limit);
+        let Some(dead) = s.dead.get(topic) else {
+            return Ok(Page::default());
+        };
+        let offset = usize::try_from(cursor).unwrap_or(usize::MAX);
+        let jobs: Vec<JobInfo> = dead
+            .iter()
+            .rev()
+            .skip(offset)
+            .take(limit)
+            .filter_map(|(_, id)| s.info(&(topic.clone(), id.clone())))
+            .collect();
+        let next = (offset.saturating_add(limit) < dead.len()).then(|| (offset + limit) as u64);
+        Ok(Page { jobs, next })
+    }
+
+    async fn requeue_dead(
+        &self,
+        topic: &Topic,
+        ids: &[JobId],
+        max_attempts: u32,
+        limit: usize,
+        died_before_us: u64,
+    ) -> Result<usize> {
+        let now = self.now_us();
+        let limit = batch_limit(limit);
+        let n = {
+            let mut s = lock(&self.state);
+            let chosen: Vec<JobId> = if ids.is_empty() {
+                s.dead
+                    .get(topic)
+                    .map(|d| {
+                        d.iter()
+                            .take_while(|(died, _)| *died <= died_before_us)
+                            .take(limit)
+                            .map(|(_, id)| id.clone())
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            } else {
+                ids.iter().take(limit).cloned().collect()
+            };
+            let mut n = 0;
+            for id in chosen {
+                let m = (topic.clone(), id.clone());
+                let Some(died) = s.died_at.remove(&m) else {
+                    continue;
+                };
+                if let Some(d) = s.dead.get_mut(topic) {
+                    d.remove(&(died, id.clone()));
+                }
+                if let Some(e) = s.jobs.get_mut(&m) {
+                    e.attempt = 0;
+                    e.max_attempts = max_attempts;
+                    e.due_us = now;
+                }
+                s.ready.entry(topic.clone()).or_default().push_back(id);
+                n += 1;
+            }
+            n
+        };
+        if n > 0 {
+            self.signal_ready(topic);
+        }
+        Ok(n)
+    }
+
+    async fn purge_dead(&self, topic: &Topic, before: SystemTime, limit: usize) -> Result<usize> {
+        let before = to_us(before);
+        let mut s = lock(&self.state);
+        let old: Vec<(u64, JobId)> = s
+            .dead
+            .get(topic)
+            .map(|d| {
+                d.iter()
+                    .take_while(|(at, _)| *at < before)
+                    .take(limit)
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        for (at, id) in &old {
+            let m = (topic.clone(), id.clone());
+            if let Some(d) = s.dead.get_mut(topic) {
+                d.remove(&(*at, id.clone()));
+            }
+            s.died_at.remove(&m);
+            s.jobs.remove(&m);
+        }
+        Ok(old.len())
+    }
+}
+
+#[async_trait]
+impl Registry for MemoryStore {
+    async fn register_worker(&self, worker: &WorkerInfo) -> Result<()> {
+        let mut worker = worker.clone();
+        worker.last_seen_ms = self.now_us() / 1000;
+        lock(&self.state).workers.insert(worker.id.clone(), worker);
+        Ok(())
+    }
+
+    async fn unregister_worker(&self, id: &str) -> Result<()> {
+        lock(&self.state).workers.remove(id);
+        Ok(())
+    }
+
+    async fn workers(&self) -> Result<Vec<WorkerInfo>> {
+        let now_ms = self.now_us() / 1000;
+        let mut s = lock(&self.state);
+        s.workers
+            .retain(|_, w| now_ms.saturating_sub(w.last_seen_ms) <= WORKER_EXPIRY_MS);
+        let mut all: Vec<WorkerInfo> = s.workers.values().cloned().collect();
+        all.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(all)
+    }
+}

@@ -1,0 +1,310 @@
+//! The workers' side of a job's life.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::state::{due_of, State};
+use super::waiters::{MemoryReadyWaiter, MemoryWakeListener};
+use super::{lock, Event, MemoryStore};
+use crate::error::Result;
+use crate::job::{Acked, Fetched, LeaseRef, LeasedJob, Promoted, Reclaimed, Schedule};
+use crate::name::Topic;
+use crate::store::policy::{batch_limit, lease_expired, promote_limit};
+use crate::store::{Leases, ReadyWaiter, Wake, WakeListener};
+
+impl MemoryStore {
+    /// A failed run to retry (with its `error`), or a postponed one (`None`: the run does not
+    /// count, the last error stays).
+    fn retry_job(&self, lease: &LeaseRef, delay: Duration, error: Option<&str>) -> Result<bool> {
+        crate::job::check_retry_delay(lease, delay)?;
+        let now = self.now_us();
+        let (ready, announce) = {
+            let mut s = lock(&self.state);
+            let Some(m) = s.holds(lease) else {
+                return Ok(false);
+            };
+            let before = s.earliest();
+            s.end_lease(&m);
+            let due = due_of(Schedule::After(delay), now);
+            let mut attempt = 0;
+            if let Some(e) = s.jobs.get_mut(&m) {
+                e.due_us = due;
+                // A failed run counts; a postponed one does not.
+                if let Some(error) = error {
+                    e.attempt = e.attempt.saturating_add(1);
+                    e.last_error = Some(error.to_owned());
+                }
+                attempt = e.attempt;
+            }
+            s.history.push(match error {
+                Some(error) => Event::Retried {
+                    topic: m.0.clone(),
+                    id: m.1.clone(),
+                    attempt,
+                    error: error.to_owned(),
+                },
+                None => Event::Postponed {
+                    topic: m.0.clone(),
+                    id: m.1.clone(),
+                },
+            });
+            let ready = s.place(m, due, now);
+            (
+                ready,
+                s.earliest().filter(|a| before.is_none_or(|b| a < &b)),
+            )
+        };
+        if ready {
+            self.signal_ready(&lease.topic);
+        }
+        if let Some(due) = announce {
+            let _ = self.wake.send(Wake::Due {
+                shard: 0,
+                due_us: due,
+            });
+        }
+        Ok(true)
+    }
+}
+
+#[async_trait]
+impl Leases for MemoryStore {
+    async fn promote(&self, _shard: u16, limit: usize) -> Result<Promoted> {
+        let limit = promote_limit(limit);
+        let now = self.now_us();
+        let mut moved: Vec<(Topic, usize)> = Vec::new();
+        let (count, next) = {
+            let mut s = lock(&self.state);
+            let mut count = 0;
+            while count < limit {
+                let Some((due, _)) = s.delayed.first() else {
+                    break;
+                };
+                if *due > now {
+                    break;
+                }
+                let Some((_, m)) = s.delayed.pop_first() else {
+                    break;
+                };
+                State::bump(&mut s.delayed_count, &m.0, false);
+                match moved.iter_mut().find(|(t, _)| *t == m.0) {
+                    Some((_, n)) => *n += 1,
+                    None => moved.push((m.0.clone(), 1)),
+                }
+                s.ready.entry(m.0).or_default().push_back(m.1);
+                count += 1;
+            }
+            (count, s.earliest())
+        };
+        for (t, _) in &moved {
+            self.signal_ready(t);
+        }
+        Ok(Promoted {
+            moved: count,
+            topics: moved,
+            next_due_us: next,
+            now_us: now,
+        })
+    }
+
+    async fn fetch(
+        &self,
+        _shard: u16,
+        topic: &Topic,
+        max: usize,
+        lease: Duration,
+    ) -> Result<Fetched> {
+        let max = batch_limit(max);
+        let now = self.now_us();
+        let deadline = now.saturating_add(u64::try_from(lease.as_micros()).unwrap_or(u64::MAX));
+        let mut s = lock(&self.state);
+        let mut out = Fetched {
+            now_us: now,
+            ..Fetched::default()
+        };
+        if s.paused.contains(topic) {
+            out.paused = true;
+            return Ok(out);
+        }
+        while out.jobs.len() < max {
+            let Some(id) = s.ready.get_mut(topic).and_then(VecDeque::pop_front) else {
+                break;
+            };
+            let m = (topic.clone(), id.clone());
+            let Some(env) = s.jobs.get_mut(&m) else {
+                continue;
+            };
+            // The stored envelope counts the runs that ended without success; the one handed
+            // over counts this run, as the Redis store's does.
+            let mut envelope = env.clone();
+            envelope.attempt = envelope.attempt.saturating_add(1);
+            s.last_token += 1;
+            let token = s.last_token;
+            s.inflight.insert((deadline, m.clone()));
+            s.leases.insert(m, (deadline, token));
+            State::bump(&mut s.running_count, topic, true);
+            out.jobs.push(LeasedJob {
+                lease: LeaseRef {
+                    topic: topic.clone(),
+                    id,
+                    token,
+                },
+                envelope,
+            });
+        }
+        Ok(out)
+    }
+
+    async fn ack(&self, leases: &[LeaseRef]) -> Result<Acked> {
+        let mut s = lock(&self.state);
+        let mut out = Acked::default();
+        for l in leases {
+            match s.holds(l) {
+                Some(m) => {
+                    s.end_lease(&m);
+                    let attempt = s.jobs.remove(&m).map_or(0, |e| e.attempt + 1);
+                    s.history.push(Event::Acked {
+                        topic: m.0,
+                        id: m.1,
+                        attempt,
+                    });
+                    out.acked += 1;
+                }
+                None => out.stale.push(l.clone()),
+            }
+        }
+        Ok(out)
+    }
+
+    async fn retry(&self, lease: &LeaseRef, delay: Duration, error: &str) -> Result<bool> {
+        self.retry_job(lease, delay, Some(error))
+    }
+
+    async fn postpone(&self, lease: &LeaseRef, delay: Duration) -> Result<bool> {
+        self.retry_job(lease, delay, None)
+    }
+
+    async fn dead_letter(&self, lease: &LeaseRef, error: &str) -> Result<bool> {
+        let now = self.now_us();
+        let mut s = lock(&self.state);
+        let Some(m) = s.holds(lease) else {
+            return Ok(false);
+        };
+        s.end_lease(&m);
+        if let Some(e) = s.jobs.get_mut(&m) {
+            e.attempt = e.attempt.saturating_add(1);
+        }
+        s.kill(m, error.to_owned(), now);
+        Ok(true)
+    }
+
+    async fn release(&self, leases: &[LeaseRef]) -> Result<usize> {
+        let mut topics = BTreeSet::new();
+        let mut n = 0;
+        {
+            let mut s = lock(&self.state);
+            for l in leases {
+                let Some(m) = s.holds(l) else { continue };
+                s.end_lease(&m);
+                s.ready.entry(m.0.clone()).or_default().push_front(m.1);
+                topics.insert(m.0);
+                n += 1;
+            }
+        }
+        for t in &topics {
+            self.signal_ready(t);
+        }
+        Ok(n)
+    }
+
+    async fn extend(&self, leases: &[LeaseRef], lease: Duration) -> Result<Vec<LeaseRef>> {
+        let deadline = self
+            .now_us()
+            .saturating_add(u64::try_from(lease.as_micros()).unwrap_or(u64::MAX));
+        let mut s = lock(&self.state);
+        let mut lost = Vec::new();
+        for l in leases {
+            match s.holds(l) {
+                Some(m) => {
+                    if let Some((old, _)) = s.leases.insert(m.clone(), (deadline, l.token)) {
+                        s.inflight.remove(&(old, m.clone()));
+                    }
+                    s.inflight.insert((deadline, m));
+                }
+                None => lost.push(l.clone()),
+            }
+        }
+        Ok(lost)
+    }
+
+    async fn reclaim(&self, _shard: u16, limit: usize) -> Result<Reclaimed> {
+        let limit = batch_limit(limit);
+        let now = self.now_us();
+        let mut out = Reclaimed::default();
+        let mut topics = BTreeSet::new();
+        {
+            let mut s = lock(&self.state);
+            let mut expired = Vec::new();
+            while expired.len() < limit {
+                match s.inflight.first() {
+                    Some((deadline, _)) if *deadline <= now => {
+                        if let Some(entry) = s.inflight.pop_first() {
+                            expired.push(entry.1);
+                        }
+                    }
+                    _ => break,
+                }
+            }
+            // Backwards, so the job that expired first ends up first in line.
+            for m in expired.into_iter().rev() {
+                s.leases.remove(&m);
+                State::bump(&mut s.running_count, &m.0, false);
+                let limit = s.attempt_limits.get(&m.0).copied();
+                let Some(e) = s.jobs.get_mut(&m) else {
+                    continue;
+                };
+                e.attempt = e.attempt.saturating_add(1);
+                let max = limit.unwrap_or(e.max_attempts);
+                if e.attempt >= max {
+                    let error = lease_expired(e.attempt, Some(max));
+                    s.kill(m, error, now);
+                    out.dead += 1;
+                } else {
+                    e.last_error = Some(lease_expired(e.attempt, None));
+                    s.ready.entry(m.0.clone()).or_default().push_front(m.1);
+                    topics.insert(m.0);
+                    out.requeued += 1;
+                }
+            }
+        }
+        for t in &topics {
+            self.signal_ready(t);
+        }
+        Ok(out)
+    }
+
+    async fn set_attempt_limit(&self, topic: &Topic, max_attempts: Option<u32>) -> Result<()> {
+        let mut s = lock(&self.state);
+        match max_attempts {
+            Some(max) => s.attempt_limits.insert(topic.clone(), max.max(1)),
+            None => s.attempt_limits.remove(topic),
+        };
+        Ok(())
+    }
+
+    fn ready_waiter(&self, _shard: u16, topic: &Topic) -> Box<dyn ReadyWaiter> {
+        Box::new(MemoryReadyWaiter {
+            store: self.clone(),
+            topic: topic.clone(),
+            rx: self.ready_receiver(topic),
+        })
+    }
+
+    async fn wake_listener(&self) -> Result<Box<dyn WakeListener>> {
+        Ok(Box::new(MemoryWakeListener {
+            rx: self.wake.subscribe(),
+        }))
+    }
+}

@@ -1,0 +1,225 @@
+//! The in-memory store: the embedded default when no Redis URL is configured, and the test
+//! backend whose clock a test can move. Same semantics as the Redis store (the behaviour suite
+//! in `tests/store_behaviour.rs` runs against both); not durable: jobs live as long as the
+//! process. One shard; a timer-ordered set for delayed jobs and leases, a queue per topic, so
+//! no operation scans, and memory is bounded by what is pending.
+//!
+//! `state` holds the jobs and every change to them as plain synchronous code; the role traits
+//! are implemented over it in `produce`, `lease` and `admin`, the waits in `waiters`.
+
+mod admin;
+mod lease;
+mod produce;
+mod state;
+mod waiters;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use tokio::sync::{broadcast, watch};
+
+use self::state::State;
+use super::{Sharded, Wake};
+use crate::error::Result;
+use crate::job::to_us;
+use crate::name::{JobId, Topic};
+
+/// What happened to a job in a [`MemoryStore`], in order (kept for tests to inspect).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Event {
+    /// A job was created or replaced.
+    Pushed {
+        /// Its topic.
+        topic: Topic,
+        /// Its id.
+        id: JobId,
+    },
+    /// A job finished and was acked.
+    Acked {
+        /// Its topic.
+        topic: Topic,
+        /// Its id.
+        id: JobId,
+        /// The run that finished it.
+        attempt: u32,
+    },
+    /// A failed job was scheduled to run again.
+    Retried {
+        /// Its topic.
+        topic: Topic,
+        /// Its id.
+        id: JobId,
+        /// The run that failed.
+        attempt: u32,
+        /// Why.
+        error: String,
+    },
+    /// A job its handler postponed (`Outcome::RetryAfter`) was scheduled to run again; the
+    /// run did not count as an attempt.
+    Postponed {
+        /// Its topic.
+        topic: Topic,
+        /// Its id.
+        id: JobId,
+    },
+    /// A job was dead-lettered.
+    DeadLettered {
+        /// Its topic.
+        topic: Topic,
+        /// Its id.
+        id: JobId,
+        /// Why.
+        error: String,
+    },
+}
+
+/// Where the store's time comes from.
+#[derive(Clone, Debug)]
+enum Clock {
+    System,
+    /// Microseconds since the epoch, moved only by [`MemoryStore::advance`].
+    Manual(Arc<AtomicU64>),
+}
+
+/// Jobs in this process's memory. Cheap to clone; clones share the jobs.
+#[derive(Clone)]
+pub struct MemoryStore {
+    state: Arc<Mutex<State>>,
+    clock: Clock,
+    ready_signal: Arc<Mutex<HashMap<Topic, watch::Sender<u64>>>>,
+    wake: broadcast::Sender<Wake>,
+}
+
+impl std::fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryStore")
+            .field("clock", &self.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        MemoryStore::new()
+    }
+}
+
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every critical section below leaves the state consistent before anything can panic.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl MemoryStore {
+    /// A store on the system clock.
+    pub fn new() -> MemoryStore {
+        MemoryStore::with_clock(Clock::System)
+    }
+
+    /// A store whose clock starts at `start` and moves only with [`MemoryStore::advance`]:
+    /// tests move time instead of sleeping.
+    pub fn with_manual_clock(start: SystemTime) -> MemoryStore {
+        MemoryStore::with_clock(Clock::Manual(Arc::new(AtomicU64::new(to_us(start)))))
+    }
+
+    fn with_clock(clock: Clock) -> MemoryStore {
+        MemoryStore {
+            state: Arc::default(),
+            clock,
+            ready_signal: Arc::default(),
+            wake: broadcast::channel(1024).0,
+        }
+    }
+
+    /// The store's clock, in microseconds since the epoch.
+    pub fn now_us(&self) -> u64 {
+        match &self.clock {
+            Clock::System => to_us(SystemTime::now()),
+            Clock::Manual(us) => us.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Moves a manual clock forward by `by` and wakes the movers (no effect on the system
+    /// clock, which moves by itself).
+    pub fn advance(&self, by: Duration) {
+        if let Clock::Manual(us) = &self.clock {
+            us.fetch_add(
+                u64::try_from(by.as_micros()).unwrap_or(u64::MAX),
+                Ordering::SeqCst,
+            );
+            let _ = self.wake.send(Wake::Due {
+                shard: 0,
+                due_us: 0,
+            });
+        }
+    }
+
+    /// Moves a manual clock forward to `us` microseconds since the epoch (never backwards) and
+    /// wakes the movers.
+    pub fn advance_to(&self, us: u64) {
+        if let Clock::Manual(now) = &self.clock {
+            now.fetch_max(us, Ordering::SeqCst);
+            let _ = self.wake.send(Wake::Due {
+                shard: 0,
+                due_us: 0,
+            });
+        }
+    }
+
+    /// The due time of the earliest delayed job, in microseconds since the epoch.
+    pub fn next_due_us(&self) -> Option<u64> {
+        lock(&self.state).earliest()
+    }
+
+    /// Everything that happened to jobs so far, in order.
+    pub fn history(&self) -> Vec<Event> {
+        lock(&self.state).history.clone()
+    }
+
+    /// True when no job is ready, running or due: what is left waits for its time.
+    pub fn is_idle(&self) -> bool {
+        self.is_idle_for(|_| true)
+    }
+
+    /// True when nothing is left that a runtime handling the topics `handled` accepts could
+    /// run now: no job running or due, and no job ready in a handled topic that is not paused.
+    /// Jobs ready in other topics (handled elsewhere) or in paused ones wait for someone else.
+    pub fn is_idle_for(&self, handled: impl Fn(&Topic) -> bool) -> bool {
+        let now = self.now_us();
+        let s = lock(&self.state);
+        s.inflight.is_empty()
+            && s.ready
+                .iter()
+                .all(|(t, q)| q.is_empty() || !handled(t) || s.paused.contains(t))
+            && s.delayed.first().is_none_or(|(due, _)| *due > now)
+    }
+
+    fn signal_ready(&self, topic: &Topic) {
+        let mut signals = lock(&self.ready_signal);
+        let tx = signals
+            .entry(topic.clone())
+            .or_insert_with(|| watch::channel(0).0);
+        tx.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    fn ready_receiver(&self, topic: &Topic) -> watch::Receiver<u64> {
+        lock(&self.ready_signal)
+            .entry(topic.clone())
+            .or_insert_with(|| watch::channel(0).0)
+            .subscribe()
+    }
+}
+
+#[async_trait]
+impl Sharded for MemoryStore {
+    fn shards(&self) -> u16 {
+        1
+    }
+
+    async fn time_us(&self) -> Result<u64> {
+        Ok(self.now_us())
+    }
+}

@@ -1,0 +1,143 @@
+//! Creating and changing jobs that have not started.
+
+use async_trait::async_trait;
+
+use std::collections::BTreeSet;
+
+use super::state::due_of;
+use super::{lock, Event, MemoryStore};
+use crate::envelope::Envelope;
+use crate::error::Result;
+use crate::job::{ChangeOutcome, JobInfo, NewJob, OnConflict, PushOutcome, Schedule};
+use crate::name::{JobId, Topic};
+use crate::store::{Producer, Wake};
+
+#[async_trait]
+impl Producer for MemoryStore {
+    async fn push(&self, jobs: Vec<NewJob>, on_conflict: OnConflict) -> Result<Vec<PushOutcome>> {
+        let now = self.now_us();
+        let replace = on_conflict == OnConflict::Replace;
+        let mut out = Vec::with_capacity(jobs.len());
+        let mut ready_topics = BTreeSet::new();
+        let announce = {
+            let mut s = lock(&self.state);
+            let before = s.earliest();
+            for job in jobs {
+                let m = (job.topic.clone(), job.id.clone());
+                let mut outcome = PushOutcome::Created;
+                if s.jobs.contains_key(&m) {
+                    if let Some(died) = s.died_at.remove(&m) {
+                        if let Some(d) = s.dead.get_mut(&m.0) {
+                            d.remove(&(died, m.1.clone()));
+                        }
+                    } else if s.leases.contains_key(&m) {
+                        outcome = if replace {
+                            PushOutcome::Running
+                        } else {
+                            PushOutcome::AlreadyPending
+                        };
+                    } else if !replace {
+                        outcome = PushOutcome::AlreadyPending;
+                    } else {
+                        outcome = PushOutcome::Replaced;
+                        s.unplace(&m);
+                    }
+                }
+                if matches!(outcome, PushOutcome::Created | PushOutcome::Replaced) {
+                    let due = due_of(job.schedule, now);
+                    s.jobs.insert(
+                        m.clone(),
+                        Envelope {
+                            attempt: 0,
+                            max_attempts: job.max_attempts,
+                            created_us: now,
+                            due_us: due,
+                            last_error: None,
+                            payload: job.payload,
+                        },
+                    );
+                    s.topics.insert(m.0.clone());
+                    s.history.push(Event::Pushed {
+                        topic: m.0.clone(),
+                        id: m.1.clone(),
+                    });
+                    if s.place(m.clone(), due, now) {
+                        ready_topics.insert(m.0);
+                    }
+                }
+                out.push(outcome);
+            }
+            let after = s.earliest();
+            after.filter(|a| before.is_none_or(|b| a < &b))
+        };
+        for t in &ready_topics {
+            self.signal_ready(t);
+        }
+        if let Some(due) = announce {
+            let _ = self.wake.send(Wake::Due {
+                shard: 0,
+                due_us: due,
+            });
+        }
+        Ok(out)
+    }
+
+    async fn cancel(&self, topic: &Topic, id: &JobId) -> Result<ChangeOutcome> {
+        let mut s = lock(&self.state);
+        let m = (topic.clone(), id.clone());
+        if !s.jobs.contains_key(&m) {
+            return Ok(ChangeOutcome::NotFound);
+        }
+        if s.leases.contains_key(&m) {
+            return Ok(ChangeOutcome::Running);
+        }
+        if let Some(died) = s.died_at.remove(&m) {
+            if let Some(d) = s.dead.get_mut(topic) {
+                d.remove(&(died, id.clone()));
+            }
+        } else {
+            s.unplace(&m);
+        }
+        s.jobs.remove(&m);
+        Ok(ChangeOutcome::Done)
+    }
+
+    async fn reschedule(&self, topic: &Topic, id: &JobId, when: Schedule) -> Result<ChangeOutcome> {
+        let now = self.now_us();
+        let m = (topic.clone(), id.clone());
+        let (went_ready, announce) = {
+            let mut s = lock(&self.state);
+            if !s.jobs.contains_key(&m) || s.died_at.contains_key(&m) {
+                return Ok(ChangeOutcome::NotFound);
+            }
+            if s.leases.contains_key(&m) {
+                return Ok(ChangeOutcome::Running);
+            }
+            let before = s.earliest();
+            s.unplace(&m);
+            let due = due_of(when, now);
+            if let Some(e) = s.jobs.get_mut(&m) {
+                e.due_us = due;
+            }
+            let ready = s.place(m.clone(), due, now);
+            (
+                ready,
+                s.earliest().filter(|a| before.is_none_or(|b| a < &b)),
+            )
+        };
+        if went_ready {
+            self.signal_ready(topic);
+        }
+        if let Some(due) = announce {
+            let _ = self.wake.send(Wake::Due {
+                shard: 0,
+                due_us: due,
+            });
+        }
+        Ok(ChangeOutcome::Done)
+    }
+
+    async fn status(&self, topic: &Topic, id: &JobId) -> Result<Option<JobInfo>> {
+        Ok(lock(&self.state).info(&(topic.clone(), id.clone())))
+    }
+}

@@ -1,0 +1,226 @@
+//! The memory store's jobs, queues and leases, changed by plain synchronous code under the
+//! store's lock.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+
+use super::Event;
+use crate::envelope::Envelope;
+use crate::job::{to_us, JobInfo, JobState, LeaseRef, Schedule, TopicCounts, WorkerInfo};
+use crate::name::{JobId, Topic};
+
+/// A job's place in the store: its topic and id.
+pub(super) type Member = (Topic, JobId);
+
+#[derive(Default)]
+pub(super) struct State {
+    pub(super) jobs: HashMap<Member, Envelope>,
+    pub(super) delayed: BTreeSet<(u64, Member)>,
+    pub(super) ready: HashMap<Topic, VecDeque<JobId>>,
+    pub(super) inflight: BTreeSet<(u64, Member)>,
+    /// Running jobs: lease deadline and token.
+    pub(super) leases: HashMap<Member, (u64, u64)>,
+    /// The last lease token given.
+    pub(super) last_token: u64,
+    pub(super) dead: HashMap<Topic, BTreeSet<(u64, JobId)>>,
+    pub(super) died_at: HashMap<Member, u64>,
+    pub(super) delayed_count: HashMap<Topic, u64>,
+    pub(super) running_count: HashMap<Topic, u64>,
+    pub(super) topics: BTreeSet<Topic>,
+    pub(super) paused: BTreeSet<Topic>,
+    /// The most runs each topic's listeners allow (the reclaimer's limit).
+    pub(super) attempt_limits: HashMap<Topic, u32>,
+    pub(super) workers: HashMap<String, WorkerInfo>,
+    pub(super) history: Vec<Event>,
+}
+
+pub(super) fn due_of(when: Schedule, now: u64) -> u64 {
+    match when {
+        Schedule::After(d) => now.saturating_add(u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
+        Schedule::At(t) => to_us(t),
+    }
+}
+
+impl State {
+    pub(super) fn earliest(&self) -> Option<u64> {
+        self.delayed.first().map(|(due, _)| *due)
+    }
+
+    pub(super) fn bump(map: &mut HashMap<Topic, u64>, topic: &Topic, up: bool) {
+        let n = map.entry(topic.clone()).or_default();
+        *n = if up { *n + 1 } else { n.saturating_sub(1) };
+    }
+
+    /// Puts a job where its due time says; returns true when it went to ready.
+    pub(super) fn place(&mut self, m: Member, due: u64, now: u64) -> bool {
+        if due <= now {
+            self.ready.entry(m.0.clone()).or_default().push_back(m.1);
+            true
+        } else {
+            State::bump(&mut self.delayed_count, &m.0, true);
+            self.delayed.insert((due, m));
+            false
+        }
+    }
+
+    /// Takes a not-started job out of delayed or ready.
+    pub(super) fn unplace(&mut self, m: &Member) {
+        let due = self.jobs.get(m).map_or(0, |e| e.due_us);
+        if self.delayed.remove(&(due, m.clone())) {
+            State::bump(&mut self.delayed_count, &m.0, false);
+        } else if let Some(q) = self.ready.get_mut(&m.0) {
+            if let Some(pos) = q.iter().position(|id| *id == m.1) {
+                q.remove(pos);
+            }
+        }
+    }
+
+    pub(super) fn counts(&self, topic: &Topic) -> TopicCounts {
+        TopicCounts {
+            delayed: self.delayed_count.get(topic).copied().unwrap_or(0),
+            ready: self.ready.get(topic).map_or(0, |q| q.len() as u64),
+            running: self.running_count.get(topic).copied().unwrap_or(0),
+            dead: self.dead.get(topic).map_or(0, |d| d.len() as u64),
+        }
+    }
+
+    pub(super) fn holds(&self, l: &LeaseRef) -> Option<Member> {
+        let m = (l.topic.clone(), l.id.clone());
+        let held = self.leases.get(&m).is_some_and(|&(_, t)| t == l.token);
+        held.then_some(m)
+    }
+
+    pub(super) fn end_lease(&mut self, m: &Member) {
+        if let Some((deadline, _)) = self.leases.remove(m) {
+            self.inflight.remove(&(deadline, m.clone()));
+            State::bump(&mut self.running_count, &m.0, false);
+        }
+    }
+
+    pub(super) fn kill(&mut self, m: Member, error: String, now: u64) {
+        if let Some(e) = self.jobs.get_mut(&m) {
+            e.last_error = Some(error.clone());
+        }
+        self.dead
+            .entry(m.0.clone())
+            .or_default()
+            .insert((now, m.1.clone()));
+        self.died_at.insert(m.clone(), now);
+        self.history.push(Event::DeadLettered {
+            topic: m.0,
+            id: m.1,
+            error,
+        });
+    }
+
+    pub(super) fn info(&self, m: &Member) -> Option<JobInfo> {
+        let env = self.jobs.get(m)?;
+        let mut env = env.clone();
+        let (state, score) = if self.delayed.contains(&(env.due_us, m.clone())) {
+            (JobState::Delayed, None)
+        } else if let Some((d, _)) = self.leases.get(m) {
+            (JobState::Running, Some(*d))
+        } else if let Some(d) = self.died_at.get(m) {
+            (JobState::Dead, Some(*d))
+        } else {
+            (JobState::Ready, None)
+        };
+        if state == JobState::Running {
+            // A running job is on the run after the ones its envelope counts.
+            env.attempt = env.attempt.saturating_add(1);
+        }
+        Some(JobInfo::from_envelope(
+            m.0.clone(),
+            m.1.clone(),
+            state,
+            env,
+            score,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(id: &str) -> Member {
+        (Topic::new("t").unwrap(), JobId::new(id).unwrap())
+    }
+
+    /// A state holding one stored job `id` due at `due`, placed as of time 100.
+    fn with_job(id: &str, due: u64) -> (State, Member) {
+        let mut s = State::default();
+        let m = member(id);
+        s.jobs.insert(
+            m.clone(),
+            Envelope {
+                attempt: 0,
+                max_attempts: 3,
+                created_us: 0,
+                due_us: due,
+                last_error: None,
+                payload: b"{}".to_vec(),
+            },
+        );
+        s.place(m.clone(), due, 100);
+        (s, m)
+    }
+
+    #[test]
+    fn a_due_job_is_placed_in_ready_and_a_later_one_in_delayed() {
+        let (s, m) = with_job("now", 100);
+        assert_eq!(s.counts(&m.0).ready, 1);
+        assert_eq!(s.info(&m).unwrap().state, JobState::Ready);
+        let (s, m) = with_job("later", 200);
+        assert_eq!((s.counts(&m.0).delayed, s.earliest()), (1, Some(200)));
+        assert_eq!(s.info(&m).unwrap().state, JobState::Delayed);
+    }
+
+    #[test]
+    fn unplace_takes_a_job_out_of_delayed_or_ready_and_its_count_with_it() {
+        for due in [100, 200] {
+            let (mut s, m) = with_job("j", due);
+            s.unplace(&m);
+            assert_eq!(s.counts(&m.0), TopicCounts::default(), "due {due}");
+            assert_eq!(s.earliest(), None);
+        }
+    }
+
+    #[test]
+    fn a_running_job_is_on_the_run_after_those_its_envelope_counts() {
+        let (mut s, m) = with_job("j", 100);
+        s.ready.clear();
+        s.leases.insert(m.clone(), (500, 7));
+        s.inflight.insert((500, m.clone()));
+        State::bump(&mut s.running_count, &m.0, true);
+        let info = s.info(&m).unwrap();
+        assert_eq!((info.state, info.attempt), (JobState::Running, 1));
+        let lease = LeaseRef {
+            topic: m.0.clone(),
+            id: m.1.clone(),
+            token: 7,
+        };
+        assert_eq!(s.holds(&lease), Some(m.clone()));
+        assert_eq!(
+            s.holds(&LeaseRef { token: 8, ..lease }),
+            None,
+            "another token"
+        );
+        s.end_lease(&m);
+        assert!(s.inflight.is_empty());
+        assert_eq!(s.counts(&m.0).running, 0);
+    }
+
+    #[test]
+    fn a_killed_job_is_dead_with_its_error_and_in_the_history() {
+        let (mut s, m) = with_job("j", 100);
+        s.ready.clear();
+        s.kill(m.clone(), "boom".into(), 300);
+        let info = s.info(&m).unwrap();
+        assert_eq!(info.state, JobState::Dead);
+        assert_eq!(info.last_error.as_deref(), Some("boom"));
+        assert_eq!(s.counts(&m.0).dead, 1);
+        assert!(
+            matches!(s.history.last(), Some(Event::DeadLettered { error, .. }) if error == "boom")
+        );
+    }
+}
