@@ -28,7 +28,7 @@
 
 pub use dq_core::{
     from_us, parse_duration, store, to_us, Acked, ChangeOutcome, Client, Config, ConfigBuilder,
-    Envelope, Error, Event, Fetched, JobId, JobInfo, JobState, LeaseRef, LeasedJob, MemoryStore,
+    Envelope, Error, ErrorKind, Event, Fetched, JobId, JobInfo, JobState, LeaseRef, LeasedJob, MemoryStore,
     Message, NewJob, OnConflict, Page, Promoted, PushBuilder, PushOutcome, Pushed, Reclaimed,
     RedisStore, Result, Schedule, Store, Topic, TopicCounts, TopicStats, WorkerInfo,
     DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_RETRIES, MAX_DELAY,

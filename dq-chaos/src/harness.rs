@@ -890,15 +890,31 @@ pub(crate) fn summary(xs: &mut [f64]) -> Value {
     json!({"n": xs.len(), "p50": r(at(0.5)), "p99": r(at(0.99)), "max": r(at(1.0))})
 }
 
-/// An error's kind for the tally: connection, timeout, oom, loading, script or other.
+/// An error's kind for the tally: connection, timeout, oom, loading, script or other, from
+/// [`dq::Error::kind`] and the Redis error code (worker logs, which are text, go through
+/// `kind_of_text`).
 pub(crate) fn kind_of(e: &dq::Error) -> &'static str {
-    if matches!(e, dq::Error::Timeout { .. }) {
-        return "timeout";
+    let code = match e {
+        dq::Error::Redis { source, .. } => source.code(),
+        _ => None,
+    };
+    match (e.kind(), code) {
+        (dq::ErrorKind::Full, _) => "oom",
+        (_, Some("LOADING")) => "loading",
+        (_, Some("NOSCRIPT")) => "script",
+        (dq::ErrorKind::Unavailable, _) if is_timeout(e) => "timeout",
+        (dq::ErrorKind::Unavailable, _) => "connection",
+        (dq::ErrorKind::Other, _) => "script",
+        _ => "other",
     }
-    let text = e.to_string();
-    match kind_of_text(&text) {
-        "other" if e.is_connection() => "connection",
-        kind => kind,
+}
+
+fn is_timeout(e: &dq::Error) -> bool {
+    match e {
+        dq::Error::Timeout { .. } => true,
+        dq::Error::Redis { source, .. } => source.is_timeout(),
+        dq::Error::Batch(inner) => is_timeout(inner),
+        _ => false,
     }
 }
 

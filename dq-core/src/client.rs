@@ -227,7 +227,8 @@ impl Client {
             }
         }
         for (topic, n) in pushed {
-            metrics::counter!("dq_jobs_pushed_total", "topic" => topic.to_string()).increment(n);
+            metrics::counter!(crate::metric::JOBS_PUSHED, "topic" => topic.to_string())
+                .increment(n);
         }
         Ok(order
             .into_iter()
@@ -506,7 +507,7 @@ impl PushBuilder {
             }
         };
         if matches!(outcome, PushOutcome::Created | PushOutcome::Replaced) {
-            metrics::counter!("dq_jobs_pushed_total", "topic" => topic_name).increment(1);
+            metrics::counter!(crate::metric::JOBS_PUSHED, "topic" => topic_name).increment(1);
         }
         Ok(Pushed { id, outcome })
     }

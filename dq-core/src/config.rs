@@ -48,7 +48,7 @@ pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
 /// ```
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[non_exhaustive]
-#[serde(default)]
+#[serde(default, remote = "Self")]
 pub struct Config {
     /// `redis://` or `rediss://` URL; `None` runs on the in-process memory store.
     pub redis_url: Option<String>,
@@ -87,6 +87,21 @@ pub struct Config {
     pub tls_cert_file: Option<PathBuf>,
     /// PEM file of the client certificate's private key.
     pub tls_key_file: Option<PathBuf>,
+}
+
+impl Serialize for Config {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        Config::serialize(self, serializer)
+    }
+}
+
+/// A config read with serde is checked as [`Config::validate`] checks one built in code.
+impl<'de> Deserialize<'de> for Config {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Config::deserialize(deserializer)?
+            .validate()
+            .map_err(serde::de::Error::custom)
+    }
 }
 
 impl Default for Config {

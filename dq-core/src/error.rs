@@ -124,6 +124,37 @@ pub enum Error {
         /// How long it was given.
         after: Duration,
     },
+    /// A part of dq failed in a way it should not (a task panicked): a bug to report.
+    #[error("{what} failed: {reason} (a bug in dq or in a hook; please report it with the log)")]
+    Internal {
+        /// The part that failed.
+        what: &'static str,
+        /// What happened.
+        reason: String,
+    },
+}
+
+/// What kind of failure an [`Error`] is: what a caller decides by, without reading messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// A topic, id, payload, schedule or listener that cannot be used: fix the caller.
+    InvalidInput,
+    /// A configuration value that cannot be used.
+    Config,
+    /// Redis could not be reached or asked to be retried later (connection, timeout, loading,
+    /// failover): worth retrying with backoff.
+    Unavailable,
+    /// Redis is out of memory (`OOM` under `noeviction`): nothing was written.
+    Full,
+    /// The push is on the master but too few replicas confirmed it.
+    NotReplicated,
+    /// Data found in Redis (or a reply) that dq cannot read.
+    Malformed,
+    /// A bug: a task of dq (or a hook) panicked.
+    Internal,
+    /// Any other error Redis returned (a script error, a denied command).
+    Other,
 }
 
 /// `Result` with dq's [`Error`].
@@ -132,6 +163,27 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl Error {
     pub(crate) fn redis(op: &'static str) -> impl FnOnce(redis::RedisError) -> Error {
         move |source| Error::Redis { op, source }
+    }
+
+    /// What kind of failure this is.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::InvalidTopic { .. }
+            | Error::InvalidJobId { .. }
+            | Error::PayloadTooLarge { .. }
+            | Error::Serialize { .. }
+            | Error::InvalidSchedule { .. }
+            | Error::DuplicateListener { .. }
+            | Error::InvalidListener { .. } => ErrorKind::InvalidInput,
+            Error::Config { .. } => ErrorKind::Config,
+            Error::Malformed { .. } => ErrorKind::Malformed,
+            Error::NotReplicated { .. } => ErrorKind::NotReplicated,
+            Error::Internal { .. } => ErrorKind::Internal,
+            Error::Batch(inner) => inner.kind(),
+            Error::Redis { source, .. } if source.code() == Some("OOM") => ErrorKind::Full,
+            _ if self.is_connection() => ErrorKind::Unavailable,
+            _ => ErrorKind::Other,
+        }
     }
 
     /// True when the error came from the connection to Redis or from a Redis that asked to

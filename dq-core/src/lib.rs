@@ -7,6 +7,7 @@ mod envelope;
 mod error;
 mod job;
 mod message;
+pub mod metric;
 mod name;
 pub mod store;
 
@@ -15,7 +16,7 @@ pub use config::{
     parse_duration, Config, ConfigBuilder, CLUSTER_SHARDS, DEFAULT_MAX_PAYLOAD_BYTES,
 };
 pub use envelope::{Envelope, ENVELOPE_VERSION};
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result};
 pub use job::{
     from_us, to_us, Acked, ChangeOutcome, Fetched, JobInfo, JobState, LeaseRef, LeasedJob, NewJob,
     OnConflict, Page, Promoted, PushOutcome, Reclaimed, Schedule, TopicCounts, TopicStats,

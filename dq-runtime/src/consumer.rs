@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use dq_core::{from_us, LeaseRef, LeasedJob, Topic, MAX_BATCH, MAX_DELAY};
+use dq_core::{from_us, metric, LeaseRef, LeasedJob, Topic, MAX_BATCH, MAX_DELAY};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
 
@@ -235,7 +235,7 @@ async fn run_job(
                 outcome
             }
         };
-        let Some(outcome) = outcome else {
+        let Some(Ran { outcome, timed_out }) = outcome else {
             tracing::info!("handler cancelled by shutdown; the job goes back to ready");
             shared.stop_running(&lease);
             shared.interrupted(lease);
@@ -245,10 +245,10 @@ async fn run_job(
         let took = started.elapsed();
         let topic = lease.topic.as_str().to_owned();
         crate::metrics::finished(&topic, took);
-        if let Outcome::Error(e) = &outcome {
-            crate::metrics::count("dq_jobs_failed_total", &topic);
-            if e.starts_with("handler timed out") {
-                crate::metrics::count("dq_jobs_timed_out_total", &topic);
+        if matches!(outcome, Outcome::Error(_)) {
+            crate::metrics::count(metric::JOBS_FAILED, &topic);
+            if timed_out {
+                crate::metrics::count(metric::JOBS_TIMED_OUT, &topic);
             }
         }
         let done = outcome == Outcome::Done;
@@ -256,7 +256,7 @@ async fn run_job(
         match outcome {
             Outcome::Done => {
                 tracing::debug!(took_ms = took.as_secs_f64() * 1000.0, "job done");
-                crate::metrics::count("dq_jobs_succeeded_total", &topic);
+                crate::metrics::count(metric::JOBS_SUCCEEDED, &topic);
                 let _ = shared.acks.send(lease);
             }
             Outcome::RetryAfter(delay) if delay > MAX_DELAY => {
@@ -294,13 +294,20 @@ async fn run_job(
     .await
 }
 
+/// How a handler's run ended.
+struct Ran {
+    outcome: Outcome,
+    /// Cancelled by the listener's timeout (its outcome is the timeout's error).
+    timed_out: bool,
+}
+
 /// Runs the handler in a task of its own (so a panic is caught and a timeout can cancel it),
 /// until it ends, times out, or the shutdown grace period runs out (`None`).
 async fn supervise(
     shared: &Shared,
     listener: &Listener,
     future: crate::listener::HandlerFuture,
-) -> Option<Outcome> {
+) -> Option<Ran> {
     let mut task = tokio::spawn(future);
     let timeout = async {
         match listener.timeout {
@@ -312,17 +319,23 @@ async fn supervise(
     // finished, and is acked rather than retried and run again.
     let outcome = tokio::select! {
         biased;
-        joined = &mut task => Some(match joined {
-            Ok(outcome) => outcome,
-            Err(e) if e.is_panic() => Outcome::Error(format!("handler panicked: {}", panic_message(e.into_panic()))),
-            Err(e) => Outcome::Error(format!("handler task ended abnormally: {e}")),
+        joined = &mut task => Some(Ran {
+            outcome: match joined {
+                Ok(outcome) => outcome,
+                Err(e) if e.is_panic() => Outcome::Error(format!("handler panicked: {}", panic_message(e.into_panic()))),
+                Err(e) => Outcome::Error(format!("handler task ended abnormally: {e}")),
+            },
+            timed_out: false,
         }),
         _ = timeout => {
             task.abort();
-            Some(Outcome::Error(format!(
-                "handler timed out after {:?}",
-                listener.timeout.unwrap_or_default()
-            )))
+            Some(Ran {
+                outcome: Outcome::Error(format!(
+                    "handler timed out after {:?}",
+                    listener.timeout.unwrap_or_default()
+                )),
+                timed_out: true,
+            })
         }
         _ = shared.abort.cancelled() => {
             task.abort();
@@ -368,8 +381,8 @@ async fn dead_for_delay(shared: &Shared, lease: &LeaseRef, delay: Duration) {
 /// does not spend an attempt.
 async fn settle_retry(shared: &Shared, lease: &LeaseRef, delay: Duration, error: Option<&str>) {
     let metric = match error {
-        Some(_) => "dq_jobs_retried_total",
-        None => "dq_jobs_postponed_total",
+        Some(_) => metric::JOBS_RETRIED,
+        None => metric::JOBS_POSTPONED,
     };
     crate::metrics::count(metric, lease.topic.as_str());
     let mut health = Health::new(format!("retry of {}:{}", lease.topic, lease.id));
@@ -396,7 +409,7 @@ async fn settle_retry(shared: &Shared, lease: &LeaseRef, delay: Duration, error:
 }
 
 async fn settle_dead(shared: &Shared, lease: &LeaseRef, error: &str) {
-    crate::metrics::count("dq_jobs_dead_lettered_total", lease.topic.as_str());
+    crate::metrics::count(metric::JOBS_DEAD_LETTERED, lease.topic.as_str());
     let mut health = Health::new(format!("dead-letter of {}:{}", lease.topic, lease.id));
     loop {
         match shared.store.dead_letter(lease, error).await {

@@ -19,6 +19,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use dq_core::metric;
+
 use crate::shared::Shared;
 
 /// Buckets for the two histograms, in seconds: lateness matters at the millisecond.
@@ -28,13 +30,13 @@ pub const SECONDS_BUCKETS: &[f64] = &[
 ];
 
 pub(crate) fn started(topic: &str, lateness: Duration) {
-    metrics::counter!("dq_jobs_started_total", "topic" => topic.to_owned()).increment(1);
-    metrics::histogram!("dq_job_lateness_seconds", "topic" => topic.to_owned())
+    metrics::counter!(metric::JOBS_STARTED, "topic" => topic.to_owned()).increment(1);
+    metrics::histogram!(metric::JOB_LATENESS, "topic" => topic.to_owned())
         .record(lateness.as_secs_f64());
 }
 
 pub(crate) fn finished(topic: &str, took: Duration) {
-    metrics::histogram!("dq_job_duration_seconds", "topic" => topic.to_owned())
+    metrics::histogram!(metric::JOB_DURATION, "topic" => topic.to_owned())
         .record(took.as_secs_f64());
 }
 
@@ -56,14 +58,14 @@ pub(crate) async fn queue_gauges(shared: Arc<Shared>, topics: Vec<dq_core::Topic
                     ("running", s.counts.running),
                     ("dead", s.counts.dead),
                 ] {
-                    metrics::gauge!("dq_queue_jobs", "topic" => t.clone(), "state" => state)
+                    metrics::gauge!(metric::QUEUE_JOBS, "topic" => t.clone(), "state" => state)
                         .set(n as f64);
                 }
                 let lag = s
                     .oldest_ready_due
                     .and_then(|d| now.duration_since(d).ok())
                     .unwrap_or_default();
-                metrics::gauge!("dq_queue_lag_seconds", "topic" => t).set(lag.as_secs_f64());
+                metrics::gauge!(metric::QUEUE_LAG, "topic" => t).set(lag.as_secs_f64());
             }
         }
         tokio::select! {

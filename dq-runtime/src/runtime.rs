@@ -49,6 +49,7 @@ pub struct Runtime {
     topics: Vec<Topic>,
     handle: ShutdownHandle,
     task: JoinHandle<ShutdownReport>,
+    exit_on_second_signal: bool,
 }
 
 /// Triggers a graceful shutdown from anywhere; cheap to clone.
@@ -85,6 +86,8 @@ pub struct ShutdownReport {
     pub hooks_completed: usize,
     /// Shutdown hooks that overran their deadline.
     pub hooks_timed_out: usize,
+    /// Shutdown hooks that panicked (the hooks after them still ran).
+    pub hooks_failed: usize,
 }
 
 /// Configures a [`Runtime`]: its config, store, extra listeners and shutdown hooks.
@@ -97,6 +100,7 @@ pub struct RuntimeBuilder {
     listeners: Vec<Listener>,
     registered: bool,
     hooks: Vec<(String, Hook)>,
+    exit_on_second_signal: bool,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -129,6 +133,7 @@ impl Runtime {
             listeners: Vec::new(),
             registered: true,
             hooks: Vec::new(),
+            exit_on_second_signal: true,
         }
     }
 
@@ -154,16 +159,24 @@ impl Runtime {
     }
 
     /// Waits until a shutdown started by a [`ShutdownHandle`] is done.
+    ///
+    /// # Errors
+    /// [`Error::Internal`] when the runtime's supervisor task failed (a bug): the report of
+    /// what the shutdown did is lost with it, so it is not pretended to be empty.
     pub async fn wait(self) -> Result<ShutdownReport> {
-        Ok(self.task.await.unwrap_or_else(|e| {
+        self.task.await.map_err(|e| {
             tracing::error!(error = %e, "the runtime's supervisor task failed");
-            ShutdownReport::default()
-        }))
+            Error::Internal {
+                what: "the runtime's supervisor",
+                reason: e.to_string(),
+            }
+        })
     }
 
     /// Runs until SIGINT or SIGTERM, then shuts down gracefully. A second SIGINT during the
-    /// shutdown exits the process at once (status 130); jobs still running then are not lost:
-    /// their leases expire and another worker runs them.
+    /// shutdown exits the process at once (status 130), unless the builder's
+    /// [`exit_on_second_signal(false)`](RuntimeBuilder::exit_on_second_signal) says otherwise;
+    /// jobs still running then are not lost: their leases expire and another worker runs them.
     pub async fn run_until_shutdown_signal(self) -> Result<ShutdownReport> {
         let handle = self.handle.clone();
         tokio::select! {
@@ -173,8 +186,9 @@ impl Runtime {
             }
             _ = handle.requested() => {}
         }
-        let force = tokio::spawn(async {
-            if tokio::signal::ctrl_c().await.is_ok() {
+        let exit = self.exit_on_second_signal;
+        let force = tokio::spawn(async move {
+            if exit && tokio::signal::ctrl_c().await.is_ok() {
                 tracing::warn!("second interrupt: exiting now; running jobs will run again after their lease expires");
                 std::process::exit(130);
             }
@@ -239,6 +253,15 @@ impl RuntimeBuilder {
     /// `#[dq::listener]` (for tests that run one handler of a larger program).
     pub fn without_registered_listeners(mut self) -> Self {
         self.registered = false;
+        self
+    }
+
+    /// Whether a second Ctrl-C during the shutdown of [`Runtime::run_until_shutdown_signal`]
+    /// exits the process at once with status 130 (default: yes, as a terminal user expects).
+    /// Turn it off when the application handles signals itself; dq never exits the process
+    /// otherwise.
+    pub fn exit_on_second_signal(mut self, exit: bool) -> Self {
+        self.exit_on_second_signal = exit;
         self
     }
 
@@ -390,6 +413,7 @@ impl RuntimeBuilder {
             topics,
             handle,
             task,
+            exit_on_second_signal: self.exit_on_second_signal,
         })
     }
 }
@@ -502,9 +526,17 @@ impl Supervisor {
             ..ShutdownReport::default()
         };
         for (name, hook) in self.hooks {
-            match tokio::time::timeout(HOOK_DEADLINE, hook()).await {
-                Ok(()) => report.hooks_completed += 1,
+            // In a task of its own, so that a hook that panics is reported, not the end of
+            // the shutdown (and of the report).
+            let mut task = tokio::spawn(hook());
+            match tokio::time::timeout(HOOK_DEADLINE, &mut task).await {
+                Ok(Ok(())) => report.hooks_completed += 1,
+                Ok(Err(e)) => {
+                    report.hooks_failed += 1;
+                    tracing::error!(hook = %name, error = %e, "shutdown hook panicked; the next hooks run");
+                }
                 Err(_) => {
+                    task.abort();
                     report.hooks_timed_out += 1;
                     tracing::warn!(hook = %name, deadline = ?HOOK_DEADLINE, "shutdown hook overran its deadline");
                 }

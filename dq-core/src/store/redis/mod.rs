@@ -71,6 +71,8 @@ impl RedisStore {
     /// Connects to the Redis at `config.redis_url`, or to the cluster of
     /// `config.redis_cluster`.
     pub async fn connect(config: &Config) -> Result<RedisStore> {
+        // Its fields are public: a config changed after it was built is checked again here.
+        let config = &config.clone().validate()?;
         let (server, conn) = connection::connect(config).await?;
         let shards = (0..config.shards)
             .map(|s| ShardKeys::new(&config.namespace, s))

@@ -1,0 +1,27 @@
+//! The names of the metrics dq records, in one place (the table of what each means is in
+//! `dq_runtime::metrics`). Every recorder call in dq uses these constants.
+
+/// Counter, label `topic`: jobs created or replaced by pushes of this process.
+pub const JOBS_PUSHED: &str = "dq_jobs_pushed_total";
+/// Counter, label `topic`: handler runs started.
+pub const JOBS_STARTED: &str = "dq_jobs_started_total";
+/// Counter, label `topic`: runs that finished the job.
+pub const JOBS_SUCCEEDED: &str = "dq_jobs_succeeded_total";
+/// Counter, label `topic`: runs that failed (error, panic, timeout).
+pub const JOBS_FAILED: &str = "dq_jobs_failed_total";
+/// Counter, label `topic`: runs cancelled by their timeout.
+pub const JOBS_TIMED_OUT: &str = "dq_jobs_timed_out_total";
+/// Counter, label `topic`: failed jobs scheduled to run again.
+pub const JOBS_RETRIED: &str = "dq_jobs_retried_total";
+/// Counter, label `topic`: jobs whose handler asked to run again later.
+pub const JOBS_POSTPONED: &str = "dq_jobs_postponed_total";
+/// Counter, label `topic`: jobs moved to the dead letters.
+pub const JOBS_DEAD_LETTERED: &str = "dq_jobs_dead_lettered_total";
+/// Histogram, label `topic`: start of a run minus the job's due time, in seconds.
+pub const JOB_LATENESS: &str = "dq_job_lateness_seconds";
+/// Histogram, label `topic`: how long handlers ran, in seconds.
+pub const JOB_DURATION: &str = "dq_job_duration_seconds";
+/// Gauge, labels `topic` and `state`: jobs delayed, ready, running and dead.
+pub const QUEUE_JOBS: &str = "dq_queue_jobs";
+/// Gauge, label `topic`: age of the oldest ready job, in seconds.
+pub const QUEUE_LAG: &str = "dq_queue_lag_seconds";

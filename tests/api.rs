@@ -1,0 +1,84 @@
+//! The public API's promises: errors that say their kind, a configuration that cannot reach a
+//! store invalid, and a runtime whose failures are reported rather than swallowed.
+
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use dq::{Client, Config, ErrorKind, MemoryStore, RedisStore, Runtime};
+
+/// A config made invalid after it was built (its fields are public), pointing at a closed port:
+/// every entry refuses it with a configuration error before connecting, instead of panicking on
+/// `% 0` at the first push.
+#[tokio::test]
+async fn a_config_made_invalid_after_it_was_built_is_refused_where_it_enters() {
+    let mut config = Config::builder()
+        .redis_url("redis://127.0.0.1:1/")
+        .build()
+        .unwrap();
+    config.shards = 0;
+    let err = Client::connect(config.clone()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+    let err = RedisStore::connect(&config).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+    let err = Runtime::builder()
+        .config(config.clone())
+        .without_registered_listeners()
+        .start()
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+}
+
+/// A config read from a file with serde is checked like one built in code.
+#[test]
+fn a_deserialized_config_is_checked() {
+    let err = serde_json::from_str::<Config>(r#"{"shards": 0}"#).unwrap_err();
+    assert!(err.to_string().contains("shards"), "{err}");
+    let ok: Config = serde_json::from_str(r#"{"shards": 4}"#).unwrap();
+    assert_eq!(ok.shards, 4);
+}
+
+/// Errors say what kind of failure they are, so that a caller (or dq-chaos) can decide what to
+/// do without reading the message.
+#[tokio::test]
+async fn errors_say_their_kind() {
+    let err = dq::Topic::new("a b").unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+    let err = Config::builder().lease(Duration::ZERO).build().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Config);
+    let closed = Config::builder()
+        .redis_url("redis://127.0.0.1:1/")
+        .build()
+        .unwrap();
+    let err = Client::connect(closed).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+}
+
+/// A shutdown hook that panics is reported as failed; the hooks after it still run, and
+/// `shutdown` returns the report instead of an empty one.
+#[tokio::test]
+async fn a_shutdown_hook_that_panics_is_reported_and_the_next_hook_still_runs() {
+    let ran = Arc::new(AtomicBool::new(false));
+    let r = ran.clone();
+    let rt = Runtime::builder()
+        .store(Arc::new(MemoryStore::new()))
+        .without_registered_listeners()
+        .on_shutdown("flush the cache", || async { panic!("cache gone") })
+        .on_shutdown("close the pool", move || {
+            let r = r.clone();
+            async move { r.store(true, Ordering::SeqCst) }
+        })
+        .start()
+        .await
+        .unwrap();
+    let report = rt.shutdown().await.unwrap();
+    assert!(ran.load(Ordering::SeqCst), "the second hook ran");
+    assert_eq!(
+        (report.hooks_completed, report.hooks_failed),
+        (1, 1),
+        "{report:?}"
+    );
+}
