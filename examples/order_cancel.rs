@@ -116,7 +116,7 @@ async fn main() -> dq::Result<()> {
     // Order 2 is paid: its job will find it paid. Order 5 is paid and its job cancelled.
     shop::pay(2);
     shop::pay(5);
-    client.cancel("order-cancel", "5").await?;
+    client.cancel::<handlers::OrderCancel>("5").await?;
     info!("orders 2 and 5 paid; the cancellation of order 5 was withdrawn");
 
     if serve {

@@ -26,17 +26,54 @@
 //!
 //! See `README.md` for the whole story, and the `order_cancel` example.
 
+//!
+//! ## What is where
+//!
+//! The root holds what a program that pushes and handles jobs uses (20 names); the rest is in
+//! modules: [`push`] (the push builder and its outcomes), [`admin`] (counts, listings, workers),
+//! [`limits`] (defaults and bounds), [`runtime`] (the shutdown handle, what a handler may
+//! return), [`config`], [`metric`] (metric names), [`store`] (the store's role traits, the Redis
+//! and memory stores and their records, for tools that work below the client) and [`testing`].
+
 pub use dq_core::{
-    from_us, parse_duration, store, to_us, Acked, ChangeOutcome, Client, Config, ConfigBuilder,
-    Envelope, Error, ErrorKind, Event, Fetched, JobId, JobInfo, JobState, LeaseRef, LeasedJob, MemoryStore,
-    Message, NewJob, OnConflict, Page, Promoted, PushBuilder, PushOutcome, Pushed, Reclaimed,
-    RedisStore, Result, Schedule, Store, Topic, TopicCounts, TopicStats, WorkerInfo,
-    DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_RETRIES, MAX_DELAY,
+    Client, Config, ConfigBuilder, Error, ErrorKind, JobId, JobInfo, JobState, Message, Result,
+    Schedule, Topic,
 };
 pub use dq_runtime::{
-    Backoff, IntoOutcome, JobContext, Listener, Outcome, Runtime, RuntimeBuilder, ShutdownHandle,
-    ShutdownReport, DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT,
+    Backoff, JobContext, Listener, Outcome, Runtime, RuntimeBuilder, ShutdownReport,
 };
+
+pub use dq_core::{metric, store};
+
+/// Pushing jobs: the builder [`Client::push`] returns, and what a push reports.
+pub mod push {
+    pub use dq_core::{OnConflict, PushBuilder, PushOutcome, Pushed};
+}
+
+/// What operators see and do through the [`Client`](crate::Client): counts, pages of jobs,
+/// workers, the outcome of a cancel or reschedule.
+pub mod admin {
+    pub use dq_core::{ChangeOutcome, Page, TopicCounts, TopicStats, WorkerInfo};
+}
+
+/// Defaults and bounds.
+pub mod limits {
+    pub use dq_core::{
+        DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_RETRIES, MAX_DELAY, MAX_JOB_ID_LEN, MAX_TOPIC_LEN,
+    };
+    pub use dq_runtime::{DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT};
+}
+
+/// The running side beyond [`Runtime`](crate::Runtime): a handle that stops it from anywhere,
+/// and what a handler may return.
+pub mod runtime {
+    pub use dq_runtime::{IntoOutcome, ShutdownHandle};
+}
+
+/// Reading configuration values as the `DQ_*` variables and the macro do.
+pub mod config {
+    pub use dq_core::{parse_duration, CLUSTER_SHARDS};
+}
 
 /// Testing handlers without Redis and without waiting; see [`testing::TestRuntime`].
 pub use dq_runtime::testing;

@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dq::{Client, Config, ErrorKind, MemoryStore, RedisStore, Runtime};
+use dq::store::{MemoryStore, RedisStore};
+use dq::{Client, Config, ErrorKind, Runtime};
 
 /// A config made invalid after it was built (its fields are public), pointing at a closed port:
 /// every entry refuses it with a configuration error before connecting, instead of panicking on
@@ -81,4 +82,58 @@ async fn a_shutdown_hook_that_panics_is_reported_and_the_next_hook_still_runs() 
         (1, 1),
         "{report:?}"
     );
+}
+
+#[derive(Debug, serde::Serialize, serde::Deserialize, dq::Message)]
+#[message(topic = "order-cancel")]
+struct OrderCancel {
+    order_id: u64,
+}
+
+/// A job is cancelled, rescheduled and looked up by its message type, without retyping its
+/// topic.
+#[tokio::test]
+async fn typed_calls_find_the_job_by_its_message_type() {
+    let client = Client::new(
+        Arc::new(MemoryStore::new()),
+        Config::builder().build().unwrap(),
+    );
+    client
+        .push(OrderCancel { order_id: 42 })
+        .id("42")
+        .delay(Duration::from_secs(600))
+        .await
+        .unwrap();
+    let info = client.status::<OrderCancel>("42").await.unwrap().unwrap();
+    assert_eq!(
+        (info.topic.as_str(), info.state),
+        ("order-cancel", dq::JobState::Delayed)
+    );
+    let moved = client
+        .reschedule::<OrderCancel>("42", dq::Schedule::After(Duration::ZERO))
+        .await
+        .unwrap();
+    assert_eq!(moved, dq::admin::ChangeOutcome::Done);
+    assert_eq!(
+        client.cancel::<OrderCancel>("42").await.unwrap(),
+        dq::admin::ChangeOutcome::Done
+    );
+    assert!(client.status::<OrderCancel>("42").await.unwrap().is_none());
+}
+
+/// A job state prints as the CLI and the logs name it, and reads back from that name.
+#[test]
+fn job_states_read_back_what_they_print() {
+    use dq::JobState;
+    for state in [
+        JobState::Delayed,
+        JobState::Ready,
+        JobState::Running,
+        JobState::Dead,
+    ] {
+        assert_eq!(state.to_string().parse::<JobState>().unwrap(), state);
+    }
+    assert_eq!("DEAD".parse::<JobState>().unwrap(), JobState::Dead);
+    let err = "finished".parse::<JobState>().unwrap_err();
+    assert!(err.contains("delayed, ready, running or dead"), "{err}");
 }

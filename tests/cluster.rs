@@ -288,7 +288,7 @@ async fn a_push_with_wait_replicas_on_a_cluster_returns_once_a_replica_has_it() 
     .await
     .expect("the push returned")
     .unwrap();
-    assert_eq!(pushed.outcome, dq::PushOutcome::Created);
+    assert_eq!(pushed.outcome, dq::push::PushOutcome::Created);
 }
 
 /// The channels that clients of `node` subscribe to (`PUBSUB CHANNELS`: a node lists its own
@@ -470,7 +470,9 @@ fn subscribers(cluster: &RedisCluster) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_cluster_store_leaves_no_subscription_behind() {
     let cluster = RedisCluster::start(3, 0);
-    let store = dq::RedisStore::connect(&config(&cluster)).await.unwrap();
+    let store = dq::store::RedisStore::connect(&config(&cluster))
+        .await
+        .unwrap();
     let waiter = dq::store::Leases::ready_waiter(&store, 0, &dq::Topic::new("t").unwrap());
     let deadline = Instant::now() + Duration::from_secs(5);
     while subscribers(&cluster) == 0 {

@@ -118,7 +118,7 @@ async fn an_operation_refused_while_its_slot_migrates_changes_nothing_and_no_job
     assert_eq!(s.release(std::slice::from_ref(&l.lease)).await.unwrap(), 1);
     assert!(s.release(std::slice::from_ref(&held.lease)).await.unwrap() == 1);
     c.push_to("fresh", &1).id("f").await.unwrap();
-    c.reschedule("resched", "d", Schedule::After(Duration::ZERO))
+    c.reschedule_in("resched", "d", Schedule::After(Duration::ZERO))
         .await
         .unwrap();
 
@@ -126,7 +126,7 @@ async fn an_operation_refused_while_its_slot_migrates_changes_nothing_and_no_job
     topics.extend(TOPICS);
     let expected = ["held", "p", "r", "l", "x", "f", "d"].map(String::from);
     run_each_once(&cluster, &topics, &expected).await;
-    let far = c.status("keep", "far").await.unwrap().unwrap();
+    let far = c.status_in("keep", "far").await.unwrap().unwrap();
     assert_eq!(far.state, JobState::Delayed);
 }
 
@@ -135,7 +135,10 @@ const TOPICS: [&str; 6] = ["promote", "retry", "release", "reclaim", "resched", 
 
 /// Jobs for every operation to find: "p" due, "r" and "l" running (their leases returned),
 /// "x" running with an expired lease, "d" delayed for 10 minutes.
-async fn stage(c: &Client, s: &Arc<dyn dq::Store>) -> (dq::LeasedJob, dq::LeasedJob) {
+async fn stage(
+    c: &Client,
+    s: &Arc<dyn dq::store::Store>,
+) -> (dq::store::LeasedJob, dq::store::LeasedJob) {
     c.push_to("promote", &0)
         .id("p")
         .delay(Duration::from_millis(200))
@@ -224,9 +227,9 @@ async fn run_each_once(cluster: &RedisCluster, topics: &[&str], expected: &[Stri
 /// out the cluster client's retries of TRYAGAIN); returns the ones refused.
 async fn try_each_operation(
     c: &Client,
-    s: &Arc<dyn dq::Store>,
-    r: &dq::LeaseRef,
-    l: &dq::LeaseRef,
+    s: &Arc<dyn dq::store::Store>,
+    r: &dq::store::LeaseRef,
+    l: &dq::store::LeaseRef,
 ) -> Vec<&'static str> {
     let (promote, push, retry, release, reclaim, reschedule) = tokio::join!(
         s.promote(0, 1000),
@@ -234,7 +237,7 @@ async fn try_each_operation(
         s.retry(r, Duration::ZERO, "boom"),
         s.release(std::slice::from_ref(l)),
         s.reclaim(0, 1000),
-        c.reschedule("resched", "d", Schedule::After(Duration::ZERO)),
+        c.reschedule_in("resched", "d", Schedule::After(Duration::ZERO)),
     );
     [
         ("promote", promote.is_err()),
@@ -326,7 +329,7 @@ async fn an_operation_whose_keys_are_split_between_two_nodes_is_refused_and_the_
     assert!(s.retry(&r.lease, Duration::ZERO, "boom").await.unwrap());
     assert_eq!(s.release(std::slice::from_ref(&l.lease)).await.unwrap(), 1);
     c.push_to("fresh", &1).id("f").await.unwrap();
-    c.reschedule("resched", "d", Schedule::After(Duration::ZERO))
+    c.reschedule_in("resched", "d", Schedule::After(Duration::ZERO))
         .await
         .unwrap();
 

@@ -9,11 +9,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
+use dq::admin::{ChangeOutcome, Page, TopicCounts, TopicStats, WorkerInfo};
+use dq::push::{OnConflict, PushOutcome};
+use dq::store::{Acked, Fetched, LeaseRef, NewJob, Promoted, Reclaimed, RedisStore, Store};
 use dq::store::{Admin, Leases, Producer, ReadyWaiter, Registry, Sharded, WakeListener};
 use dq::{
-    Acked, ChangeOutcome, Config, Fetched, JobContext, JobId, JobInfo, JobState, LeaseRef,
-    Listener, NewJob, OnConflict, Outcome, Page, Promoted, PushOutcome, Reclaimed, RedisStore,
-    Runtime, Schedule, Store, Topic, TopicCounts, TopicStats, WorkerInfo,
+    Config, JobContext, JobId, JobInfo, JobState, Listener, Outcome, Runtime, Schedule, Topic,
 };
 use support::RedisServer;
 use tokio::sync::{Notify, Semaphore};
@@ -289,7 +290,7 @@ async fn a_fetch_reply_in_flight_at_shutdown_is_handed_back_not_dropped() {
         "shutdown began first: not run here"
     );
     let client = dq::Client::connect(config(&redis)).await.unwrap();
-    let info = client.status("t", "j").await.unwrap().unwrap();
+    let info = client.status_in("t", "j").await.unwrap().unwrap();
     assert_eq!(
         (info.state, info.attempt),
         (JobState::Ready, 0),
@@ -361,7 +362,7 @@ async fn a_retry_after_longer_than_the_limit_is_dead_lettered_with_the_reason() 
     c.push_to("t", &1).id("j").await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
     let info = loop {
-        let info = c.status("t", "j").await.unwrap().unwrap();
+        let info = c.status_in("t", "j").await.unwrap().unwrap();
         if info.state == JobState::Dead {
             break info;
         }
@@ -419,7 +420,7 @@ async fn a_stalled_shard_does_not_let_leases_on_other_shards_expire() {
     // Every healthy job finishes and is acked.
     let deadline = Instant::now() + Duration::from_secs(20);
     for id in &healthy {
-        while c.status("t", id.as_str()).await.unwrap().is_some() {
+        while c.status_in("t", id.as_str()).await.unwrap().is_some() {
             assert!(Instant::now() < deadline, "{id} was never acked");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -476,7 +477,7 @@ fn counting(topic_name: &str, runs: &Arc<Mutex<Vec<u32>>>) -> Listener {
 async fn wait_until_dead(c: &dq::Client, topic_name: &str, id: &str) -> JobInfo {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let info = c.status(topic_name, id).await.unwrap();
+        let info = c.status_in(topic_name, id).await.unwrap();
         match info {
             Some(info) if info.state == JobState::Dead => return info,
             _ => assert!(
@@ -491,7 +492,7 @@ async fn wait_until_dead(c: &dq::Client, topic_name: &str, id: &str) -> JobInfo 
 /// Polls a job until it finished (its record is gone; 5 s at most).
 async fn wait_until_done(c: &dq::Client, topic_name: &str, id: &str) {
     let deadline = Instant::now() + Duration::from_secs(5);
-    while let Some(info) = c.status(topic_name, id).await.unwrap() {
+    while let Some(info) = c.status_in(topic_name, id).await.unwrap() {
         assert!(
             Instant::now() < deadline,
             "{topic_name}:{id} never done: {info:?}"

@@ -95,7 +95,7 @@ async fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool)
 async fn wait_until_dead(c: &dq::Client, topic: &str, id: &str) -> dq::JobInfo {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let info = c.status(topic, id).await.unwrap();
+        let info = c.status_in(topic, id).await.unwrap();
         if let Some(info) = info.filter(|i| i.state == JobState::Dead) {
             return info;
         }
@@ -332,7 +332,7 @@ async fn failed_job_is_retried_with_backoff_until_it_succeeds() {
     }
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(
-        rt.client().status("flaky", "j").await.unwrap().is_none(),
+        rt.client().status_in("flaky", "j").await.unwrap().is_none(),
         "done and acked"
     );
     rt.shutdown().await.unwrap();
@@ -465,7 +465,7 @@ async fn handler_outcomes_dead_letter_now_or_retry_after_a_delay() {
     let later: Vec<_> = runs.iter().filter(|r| r.id == "later").collect();
     let gap = later[1].started.duration_since(later[0].started).unwrap();
     assert!(gap >= Duration::from_millis(150), "ran again after {gap:?}");
-    let gone = c.status("verdicts", "gone").await.unwrap().unwrap();
+    let gone = c.status_in("verdicts", "gone").await.unwrap().unwrap();
     assert_eq!((gone.state, gone.attempt), (JobState::Dead, 1));
     assert_eq!(gone.last_error.as_deref(), Some("order not found"));
     rt.shutdown().await.unwrap();
@@ -496,7 +496,11 @@ async fn handler_panic_is_caught_and_retried() {
     wait_until("the retry", Duration::from_secs(5), || rec.count() == 2).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(
-        rt.client().status("panicky", "j").await.unwrap().is_none(),
+        rt.client()
+            .status_in("panicky", "j")
+            .await
+            .unwrap()
+            .is_none(),
         "the retry succeeded"
     );
     rt.shutdown().await.unwrap();
@@ -612,7 +616,7 @@ async fn graceful_shutdown_acks_finished_jobs_releases_unfinished_ones_and_runs_
     assert_eq!((report.finished, report.released), (3, 3));
     assert_eq!(*hooks.lock().unwrap(), ["first", "second"]);
     for i in 0..6u64 {
-        let info = c.status("shutdown", &i.to_string()).await.unwrap();
+        let info = c.status_in("shutdown", &i.to_string()).await.unwrap();
         if i % 2 == 0 {
             assert!(info.is_none(), "job {i} finished and was acked");
         } else {
@@ -673,7 +677,7 @@ async fn sigterm_lets_the_running_job_finish_runs_the_hooks_and_exits_cleanly() 
         "{rest:?}"
     );
     assert!(
-        client.status("signal", "j").await.unwrap().is_none(),
+        client.status_in("signal", "j").await.unwrap().is_none(),
         "the running job finished and was acked"
     );
 }

@@ -10,7 +10,10 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use dq::{ChangeOutcome, Client, Error, JobState, MemoryStore, OnConflict, PushOutcome, Schedule};
+use dq::admin::ChangeOutcome;
+use dq::push::{OnConflict, PushOutcome};
+use dq::store::MemoryStore;
+use dq::{Client, Error, JobState, Schedule};
 use serde::{Deserialize, Serialize};
 use support::{id, topic, RedisCluster, RedisServer};
 
@@ -151,7 +154,7 @@ async fn pushed_job_is_delayed_with_its_payload_and_due_time(kind: Kind) {
         .unwrap();
     assert_eq!(job.as_str(), "42");
     let info = c
-        .status("order-cancel", "42")
+        .status_in("order-cancel", "42")
         .await
         .unwrap()
         .expect("job exists");
@@ -194,7 +197,7 @@ async fn push_of_a_pending_id_keeps_the_first_job_by_default(kind: Kind) {
         .await
         .unwrap();
     assert_eq!(again.outcome, PushOutcome::AlreadyPending);
-    let info = c.status("order-cancel", "x").await.unwrap().unwrap();
+    let info = c.status_in("order-cancel", "x").await.unwrap().unwrap();
     assert_eq!(
         serde_json::from_slice::<OrderCancel>(&info.payload)
             .unwrap()
@@ -221,7 +224,7 @@ async fn push_with_replace_swaps_payload_and_due_time(kind: Kind) {
         .await
         .unwrap();
     assert_eq!(again.outcome, PushOutcome::Replaced);
-    let info = c.status("order-cancel", "x").await.unwrap().unwrap();
+    let info = c.status_in("order-cancel", "x").await.unwrap().unwrap();
     assert_eq!(
         info.state,
         JobState::Ready,
@@ -255,7 +258,7 @@ async fn replace_leaves_a_running_job_alone(kind: Kind) {
         .await
         .unwrap();
     assert_eq!(again.outcome, PushOutcome::Running);
-    let info = c.status("order-cancel", "x").await.unwrap().unwrap();
+    let info = c.status_in("order-cancel", "x").await.unwrap().unwrap();
     assert_eq!(info.state, JobState::Running);
     assert_eq!(
         serde_json::from_slice::<OrderCancel>(&info.payload)
@@ -274,7 +277,11 @@ async fn push_at_a_past_time_is_ready_at_once(kind: Kind) {
         .await
         .unwrap();
     assert_eq!(
-        c.status("order-cancel", "a").await.unwrap().unwrap().state,
+        c.status_in("order-cancel", "a")
+            .await
+            .unwrap()
+            .unwrap()
+            .state,
         JobState::Ready
     );
 }
@@ -301,23 +308,31 @@ async fn cancel_deletes_delayed_and_ready_jobs_but_not_running_ones(kind: Kind) 
         .unwrap();
 
     assert_eq!(
-        c.cancel("order-cancel", "delayed").await.unwrap(),
+        c.cancel_in("order-cancel", "delayed").await.unwrap(),
         ChangeOutcome::Done
     );
     assert_eq!(
-        c.cancel("order-cancel", "ready").await.unwrap(),
+        c.cancel_in("order-cancel", "ready").await.unwrap(),
         ChangeOutcome::Done
     );
     assert_eq!(
-        c.cancel("order-cancel", "running").await.unwrap(),
+        c.cancel_in("order-cancel", "running").await.unwrap(),
         ChangeOutcome::Running
     );
     assert_eq!(
-        c.cancel("order-cancel", "nope").await.unwrap(),
+        c.cancel_in("order-cancel", "nope").await.unwrap(),
         ChangeOutcome::NotFound
     );
-    assert!(c.status("order-cancel", "delayed").await.unwrap().is_none());
-    assert!(c.status("order-cancel", "ready").await.unwrap().is_none());
+    assert!(c
+        .status_in("order-cancel", "delayed")
+        .await
+        .unwrap()
+        .is_none());
+    assert!(c
+        .status_in("order-cancel", "ready")
+        .await
+        .unwrap()
+        .is_none());
     let counts = c.counts("order-cancel").await.unwrap();
     assert_eq!((counts.delayed, counts.ready, counts.running), (0, 0, 1));
 }
@@ -331,16 +346,20 @@ async fn reschedule_moves_a_pending_job_and_refuses_a_running_one(kind: Kind) {
         .await
         .unwrap();
     let out = c
-        .reschedule("order-cancel", "a", Schedule::After(Duration::ZERO))
+        .reschedule_in("order-cancel", "a", Schedule::After(Duration::ZERO))
         .await
         .unwrap();
     assert_eq!(out, ChangeOutcome::Done);
     assert_eq!(
-        c.status("order-cancel", "a").await.unwrap().unwrap().state,
+        c.status_in("order-cancel", "a")
+            .await
+            .unwrap()
+            .unwrap()
+            .state,
         JobState::Ready
     );
     let out = c
-        .reschedule(
+        .reschedule_in(
             "order-cancel",
             "a",
             Schedule::After(Duration::from_secs(3600)),
@@ -348,10 +367,10 @@ async fn reschedule_moves_a_pending_job_and_refuses_a_running_one(kind: Kind) {
         .await
         .unwrap();
     assert_eq!(out, ChangeOutcome::Done);
-    let info = c.status("order-cancel", "a").await.unwrap().unwrap();
+    let info = c.status_in("order-cancel", "a").await.unwrap().unwrap();
     assert_eq!(info.state, JobState::Delayed);
     assert!(info.due > SystemTime::now() + Duration::from_secs(3500));
-    c.reschedule("order-cancel", "a", Schedule::After(Duration::ZERO))
+    c.reschedule_in("order-cancel", "a", Schedule::After(Duration::ZERO))
         .await
         .unwrap();
     c.store()
@@ -359,12 +378,12 @@ async fn reschedule_moves_a_pending_job_and_refuses_a_running_one(kind: Kind) {
         .await
         .unwrap();
     let out = c
-        .reschedule("order-cancel", "a", Schedule::After(Duration::from_secs(5)))
+        .reschedule_in("order-cancel", "a", Schedule::After(Duration::from_secs(5)))
         .await
         .unwrap();
     assert_eq!(out, ChangeOutcome::Running);
     assert_eq!(
-        c.reschedule("order-cancel", "missing", Schedule::After(Duration::ZERO))
+        c.reschedule_in("order-cancel", "missing", Schedule::After(Duration::ZERO))
             .await
             .unwrap(),
         ChangeOutcome::NotFound
@@ -391,11 +410,11 @@ async fn promote_moves_only_due_jobs_and_reports_the_next_due_time(kind: Kind) {
     let p = s.promote(0, 1000).await.unwrap();
     assert_eq!(p.moved, 1);
     assert_eq!(p.topics, vec![(topic("order-cancel"), 1)]);
-    let later = c.status("order-cancel", "later").await.unwrap().unwrap();
-    assert_eq!(p.next_due_us, Some(dq::to_us(later.due)));
+    let later = c.status_in("order-cancel", "later").await.unwrap().unwrap();
+    assert_eq!(p.next_due_us, Some(dq::store::to_us(later.due)));
     assert!(p.next_due_us.unwrap() > p.now_us);
     assert_eq!(
-        c.status("order-cancel", "soon")
+        c.status_in("order-cancel", "soon")
             .await
             .unwrap()
             .unwrap()
@@ -445,7 +464,7 @@ async fn fetch_leases_at_most_the_asked_number_and_counts_the_attempt(kind: Kind
     assert!(f.jobs.iter().all(|j| j.envelope.attempt == 1));
     let counts = c.counts("order-cancel").await.unwrap();
     assert_eq!((counts.ready, counts.running), (2, 3));
-    let info = c.status("order-cancel", "0").await.unwrap().unwrap();
+    let info = c.status_in("order-cancel", "0").await.unwrap().unwrap();
     assert_eq!((info.state, info.attempt), (JobState::Running, 1));
     let deadline = info.state_since_or_until.unwrap();
     assert!(deadline > SystemTime::now() + Duration::from_secs(9));
@@ -477,7 +496,7 @@ async fn ack_completes_jobs_and_refuses_a_lease_that_was_taken_over(kind: Kind) 
     let acked = s.ack(&[second.jobs[0].lease.clone()]).await.unwrap();
     assert_eq!(acked.acked, 1);
     assert!(
-        c.status("order-cancel", "a").await.unwrap().is_none(),
+        c.status_in("order-cancel", "a").await.unwrap().is_none(),
         "acked jobs are gone"
     );
     assert_eq!(c.counts("order-cancel").await.unwrap().running, 0);
@@ -497,7 +516,7 @@ async fn retry_records_the_error_and_runs_again_after_the_delay(kind: Kind) {
         )
         .await
         .unwrap());
-    let info = c.status("order-cancel", "a").await.unwrap().unwrap();
+    let info = c.status_in("order-cancel", "a").await.unwrap().unwrap();
     assert_eq!(info.state, JobState::Delayed);
     assert_eq!(info.last_error.as_deref(), Some("payment service down"));
     assert!(
@@ -539,7 +558,7 @@ async fn dead_letters_keep_the_error_and_can_be_listed_requeued_and_purged(kind:
             .unwrap(),
         1
     );
-    let info = c.status("order-cancel", "1").await.unwrap().unwrap();
+    let info = c.status_in("order-cancel", "1").await.unwrap().unwrap();
     assert_eq!((info.state, info.attempt), (JobState::Ready, 0));
 
     assert_eq!(
@@ -555,7 +574,7 @@ async fn dead_letters_keep_the_error_and_can_be_listed_requeued_and_purged(kind:
             .unwrap(),
         2
     );
-    assert!(c.status("order-cancel", "0").await.unwrap().is_none());
+    assert!(c.status_in("order-cancel", "0").await.unwrap().is_none());
     assert_eq!(c.counts("order-cancel").await.unwrap().dead, 0);
 }
 
@@ -589,7 +608,7 @@ async fn a_dead_job_does_not_block_its_id(kind: Kind) {
         .await
         .unwrap();
     assert_eq!(again.outcome, PushOutcome::Created);
-    let info = c.status("order-cancel", "a").await.unwrap().unwrap();
+    let info = c.status_in("order-cancel", "a").await.unwrap().unwrap();
     assert_eq!((info.state, info.last_error), (JobState::Ready, None));
     assert_eq!(c.counts("order-cancel").await.unwrap().dead, 0);
 }
@@ -611,14 +630,14 @@ async fn reclaim_requeues_expired_leases_and_dead_letters_the_last_attempt(kind:
     s.fetch(0, &t, 2, Duration::from_millis(50)).await.unwrap();
     assert_eq!(
         s.reclaim(0, 100).await.unwrap(),
-        dq::Reclaimed::default(),
+        dq::store::Reclaimed::default(),
         "leases still valid"
     );
     tokio::time::sleep(Duration::from_millis(60)).await;
     let r = s.reclaim(0, 100).await.unwrap();
     assert_eq!((r.requeued, r.dead), (1, 1));
     let left = c
-        .status("order-cancel", "retries-left")
+        .status_in("order-cancel", "retries-left")
         .await
         .unwrap()
         .unwrap();
@@ -631,7 +650,11 @@ async fn reclaim_requeues_expired_leases_and_dead_letters_the_last_attempt(kind:
         .last_error
         .unwrap()
         .contains("lease expired on attempt 1"));
-    let last = c.status("order-cancel", "last-try").await.unwrap().unwrap();
+    let last = c
+        .status_in("order-cancel", "last-try")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!((last.state, last.attempt), (JobState::Dead, 1));
     let again = s.fetch(0, &t, 1, LEASE).await.unwrap();
     assert_eq!(again.jobs[0].envelope.attempt, 2, "the second run");
@@ -838,9 +861,9 @@ async fn the_same_id_twice_in_one_batch_is_one_job(kind: Kind) {
         (2, 0),
         "one job per id, placed once"
     );
-    let a = c.status("t", "a").await.unwrap().unwrap();
+    let a = c.status_in("t", "a").await.unwrap().unwrap();
     assert_eq!(a.payload, b"1", "keep: the first push wins");
-    let b = c.status("t", "b").await.unwrap().unwrap();
+    let b = c.status_in("t", "b").await.unwrap().unwrap();
     assert_eq!(
         (b.payload.as_slice(), b.state),
         (&b"4"[..], JobState::Delayed),
@@ -952,7 +975,7 @@ async fn stats_show_how_far_behind_and_what_comes_next(kind: Kind) {
 async fn workers_are_listed_while_they_beat(kind: Kind) {
     let h = Harness::new(kind, |b| b).await;
     let s = h.client.store();
-    let mut w = dq::WorkerInfo::for_this_process(vec!["t".into()]);
+    let mut w = dq::admin::WorkerInfo::for_this_process(vec!["t".into()]);
     s.register_worker(&w).await.unwrap();
     // A host whose clock is two minutes behind: its heartbeat is stamped with the store's
     // clock, so it is as alive as the others (it used to be dropped as silent).
@@ -1074,17 +1097,23 @@ async fn a_retry_delay_over_the_limit_is_refused_and_the_job_stays_leased(kind: 
         .unwrap()
         .jobs
         .remove(0);
-    for delay in [Duration::MAX, dq::MAX_DELAY + Duration::from_secs(1)] {
+    for delay in [
+        Duration::MAX,
+        dq::limits::MAX_DELAY + Duration::from_secs(1),
+    ] {
         let err = s.retry(&job.lease, delay, "boom").await.unwrap_err();
         assert!(
             matches!(err, Error::InvalidSchedule { .. }),
             "{delay:?}: {err}"
         );
     }
-    let info = c.status("t", "1").await.unwrap().unwrap();
+    let info = c.status_in("t", "1").await.unwrap().unwrap();
     assert_eq!(info.state, JobState::Running, "nothing was written");
-    assert!(s.retry(&job.lease, dq::MAX_DELAY, "boom").await.unwrap());
-    let info = c.status("t", "1").await.unwrap().unwrap();
+    assert!(s
+        .retry(&job.lease, dq::limits::MAX_DELAY, "boom")
+        .await
+        .unwrap());
+    let info = c.status_in("t", "1").await.unwrap().unwrap();
     assert_eq!(info.state, JobState::Delayed, "readable, and far away");
     assert!(info.due > SystemTime::now() + Duration::from_secs(100 * 365 * 86_400));
 }
@@ -1106,12 +1135,12 @@ async fn ready_jobs_replaced_cancelled_or_rescheduled_are_counted_listed_and_run
         .delay(Duration::from_secs(600))
         .await
         .unwrap(); // now delayed
-    assert_eq!(c.cancel("t", "a").await.unwrap(), ChangeOutcome::Done);
+    assert_eq!(c.cancel_in("t", "a").await.unwrap(), ChangeOutcome::Done);
     c.push_to("t", &10u32).id("a").await.unwrap(); // the same id again, a new job
-    c.reschedule("t", "d", Schedule::After(Duration::ZERO))
+    c.reschedule_in("t", "d", Schedule::After(Duration::ZERO))
         .await
         .unwrap();
-    c.reschedule("t", "e", Schedule::After(Duration::from_secs(600)))
+    c.reschedule_in("t", "e", Schedule::After(Duration::from_secs(600)))
         .await
         .unwrap();
 
@@ -1167,7 +1196,7 @@ async fn a_reused_id_after_a_cancel_of_a_ready_job_runs_once(kind: Kind) {
     c.push_to("t", &1u32).id("x").await.unwrap();
     c.push_to("t", &2u32).id("a").await.unwrap();
     c.push_to("t", &3u32).id("x").replace().await.unwrap();
-    c.cancel("t", "x").await.unwrap();
+    c.cancel_in("t", "x").await.unwrap();
     let first = s.fetch(0, &topic("t"), 1, LEASE).await.unwrap().jobs;
     assert_eq!(first.len(), 1);
     assert_eq!(first[0].lease.id.to_string(), "a");
@@ -1191,7 +1220,7 @@ async fn stats_answer_when_only_stale_entries_were_left(kind: Kind) {
     let h = Harness::new(kind, |b| b).await;
     let c = &h.client;
     c.push_to("t", &1u32).id("x").await.unwrap();
-    c.reschedule("t", "x", Schedule::After(Duration::from_secs(600)))
+    c.reschedule_in("t", "x", Schedule::After(Duration::from_secs(600)))
         .await
         .unwrap();
     let fetched = c.store().fetch(0, &topic("t"), 10, LEASE).await.unwrap();
@@ -1199,7 +1228,7 @@ async fn stats_answer_when_only_stale_entries_were_left(kind: Kind) {
     let stats = c.stats("t").await.unwrap();
     assert_eq!((stats.counts.ready, stats.counts.delayed), (0, 1));
     c.push_to("t", &2u32).id("y").await.unwrap();
-    c.reschedule("t", "y", Schedule::After(Duration::from_secs(600)))
+    c.reschedule_in("t", "y", Schedule::After(Duration::from_secs(600)))
         .await
         .unwrap();
     let stats = c.stats("t").await.unwrap();
@@ -1223,7 +1252,7 @@ async fn a_postponed_job_runs_again_without_spending_an_attempt_or_its_last_erro
         .postpone(&second.jobs[0].lease, Duration::from_millis(50))
         .await
         .unwrap());
-    let info = c.status("order-cancel", "a").await.unwrap().unwrap();
+    let info = c.status_in("order-cancel", "a").await.unwrap().unwrap();
     assert_eq!(
         (info.state, info.attempt, info.last_error.as_deref()),
         (JobState::Delayed, 1, Some("payment service down"))
@@ -1260,7 +1289,7 @@ async fn reclaim_judges_a_job_by_its_listeners_attempt_limit_until_it_is_forgott
         assert_eq!(f.jobs[0].lease.id.as_str(), id);
         tokio::time::sleep(Duration::from_millis(60)).await;
         s.reclaim(0, 100).await.unwrap();
-        let info = c.status("order-cancel", id).await.unwrap().unwrap();
+        let info = c.status_in("order-cancel", id).await.unwrap().unwrap();
         assert_eq!(
             info.max_attempts,
             retries + 1,

@@ -55,8 +55,8 @@ async fn push_announces_a_new_earliest_due_time_on_the_wake_channel() {
             .unwrap();
         dues.push(msg.get_payload::<u64>().unwrap());
     }
-    let early = dq::to_us(
-        c.status("order-cancel", "early")
+    let early = dq::store::to_us(
+        c.status_in("order-cancel", "early")
             .await
             .unwrap()
             .unwrap()
@@ -129,7 +129,7 @@ async fn malformed_envelope_is_reported_and_dead_lettered_without_touching_other
     redis.command(&["RPUSH", "dq:{test:0}:ready:t", "evil"]);
     c.push_to("t", &2).id("good-2").await.unwrap();
 
-    let err = c.status("t", "evil").await.unwrap_err();
+    let err = c.status_in("t", "evil").await.unwrap_err();
     assert!(matches!(err, Error::Malformed { .. }), "{err}");
     assert!(
         err.to_string().contains("dq:{test:0}:jobs field t:evil"),
@@ -251,7 +251,7 @@ async fn an_evicting_redis_is_reported_and_noeviction_is_not() {
         .redis_url(evicting.url())
         .build()
         .unwrap();
-    let store = dq::RedisStore::connect(&config).await.unwrap();
+    let store = dq::store::RedisStore::connect(&config).await.unwrap();
     let warnings = store.server_warnings().await.unwrap();
     assert_eq!(warnings.len(), 1);
     assert!(
@@ -260,7 +260,7 @@ async fn an_evicting_redis_is_reported_and_noeviction_is_not() {
     );
     let safe = RedisServer::start();
     let config = dq::Config::builder().redis_url(safe.url()).build().unwrap();
-    let store = dq::RedisStore::connect(&config).await.unwrap();
+    let store = dq::store::RedisStore::connect(&config).await.unwrap();
     assert!(store.server_warnings().await.unwrap().is_empty());
 }
 
@@ -364,7 +364,7 @@ async fn push_that_no_replica_confirms_fails_with_not_replicated_but_is_kept() {
         "{err}"
     );
     assert!(err.to_string().contains("same id is safe"), "{err}");
-    let info = c.status("order-cancel", "2").await.unwrap();
+    let info = c.status_in("order-cancel", "2").await.unwrap();
     assert!(info.is_some(), "the master kept the job");
 }
 
@@ -374,7 +374,7 @@ async fn push_that_no_replica_confirms_fails_with_not_replicated_but_is_kept() {
 async fn a_worker_silent_for_a_minute_by_redis_clock_is_dropped() {
     let redis = RedisServer::start();
     let c = client(&redis).await;
-    let mut w = dq::WorkerInfo::for_this_process(vec!["t".into()]);
+    let mut w = dq::admin::WorkerInfo::for_this_process(vec!["t".into()]);
     w.id = "silent".into();
     w.last_seen_ms = c.store().time_us().await.unwrap() / 1000 - 61_000;
     let json = serde_json::to_string(&w).unwrap();
@@ -395,10 +395,10 @@ async fn a_job_in_no_queue_is_queued_again_by_reschedule_and_by_replace() {
     let s = c.store();
     redis.command(&["HSET", "dq:{test:0}:jobs", "t:stranded", "2:0:3:1:1:0:1"]);
     assert_eq!(
-        c.reschedule("t", "stranded", dq::Schedule::After(Duration::ZERO))
+        c.reschedule_in("t", "stranded", dq::Schedule::After(Duration::ZERO))
             .await
             .unwrap(),
-        dq::ChangeOutcome::Done
+        dq::admin::ChangeOutcome::Done
     );
     let f = s.fetch(0, &topic("t"), 10, LEASE).await.unwrap();
     assert_eq!(f.jobs.len(), 1, "reschedule queued it");
@@ -459,7 +459,7 @@ async fn stale_ready_entries_leave_nothing_behind_once_fetched() {
     for id in ["a", "b", "c"] {
         c.push_to("t", &1).id(id).await.unwrap();
     }
-    c.cancel("t", "a").await.unwrap();
+    c.cancel_in("t", "a").await.unwrap();
     c.push_to("t", &2).id("b").replace().await.unwrap();
     let stale: Option<i64> = redis::cmd("HGET")
         .arg("dq:{test:0}:counts")
@@ -549,7 +549,7 @@ async fn a_malformed_attempt_limit_in_redis_is_ignored() {
         s.fetch(0, &t, 1, Duration::from_millis(50)).await.unwrap();
         tokio::time::sleep(Duration::from_millis(60)).await;
         assert_eq!(s.reclaim(0, 10).await.unwrap().requeued, 1, "limit {bad:?}");
-        let info = c.status("order-cancel", &id).await.unwrap().unwrap();
+        let info = c.status_in("order-cancel", &id).await.unwrap().unwrap();
         assert_eq!(info.max_attempts, 3, "limit {bad:?}");
         let f = s.fetch(0, &t, 1, LEASE).await.unwrap();
         s.ack(&[f.jobs[0].lease.clone()]).await.unwrap();

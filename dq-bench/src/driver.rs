@@ -48,11 +48,7 @@ fn payload(i: u64) -> Payload {
     }
 }
 
-pub(crate) fn now_us() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64)
-}
+pub(crate) use dq_testkit::stats::now_us;
 
 fn now_ms() -> f64 {
     SystemTime::now()
@@ -617,12 +613,12 @@ async fn ready_changes(target: &Target, n: usize) -> anyhow::Result<Value> {
     client.push_batch(replaced).await?;
     let replace_us = longest("the replace")?;
     for i in n - 2 * K..n - K {
-        client.cancel(topic, &i.to_string()).await?;
+        client.cancel_in(topic, &i.to_string()).await?;
     }
     let cancel_us = longest("the cancels")?;
     for i in n - 3 * K..n - 2 * K {
         client
-            .reschedule(topic, &i.to_string(), dq::Schedule::After(Duration::ZERO))
+            .reschedule_in(topic, &i.to_string(), dq::Schedule::After(Duration::ZERO))
             .await?;
     }
     let reschedule_us = longest("the reschedules")?;

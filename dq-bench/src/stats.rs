@@ -1,15 +1,7 @@
 //! Percentiles and the JSON line of BENCH.md.
 
+use dq_testkit::stats::percentile;
 use serde_json::{json, Value};
-
-/// Nearest-rank percentile of a sorted slice: element ceil(p n) (1-based).
-pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = (p * sorted.len() as f64).ceil().max(1.0) as usize;
-    sorted[rank.min(sorted.len()) - 1]
-}
 
 pub(crate) fn summary(values: &[f64]) -> Value {
     let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();

@@ -18,9 +18,7 @@ use crate::rng::Rng;
 use crate::worker::WorkerArgs;
 use crate::{Job, NAMESPACE, TOPIC};
 
-pub(crate) fn now_us() -> u64 {
-    dq::to_us(SystemTime::now())
-}
+pub(crate) use dq_testkit::stats::now_us;
 
 /// A fault as it happened: what, when it began and when it was over (microseconds).
 #[derive(Debug, Clone)]
@@ -885,7 +883,7 @@ pub(crate) fn summary(xs: &mut [f64]) -> Value {
         return json!(null);
     }
     xs.sort_by(f64::total_cmp);
-    let at = |q: f64| xs[((xs.len() as f64 - 1.0) * q).round() as usize];
+    let at = |q: f64| dq_testkit::stats::percentile(xs, q);
     let r = |x: f64| (x * 100.0).round() / 100.0;
     json!({"n": xs.len(), "p50": r(at(0.5)), "p99": r(at(0.99)), "max": r(at(1.0))})
 }
@@ -894,10 +892,14 @@ pub(crate) fn summary(xs: &mut [f64]) -> Value {
 /// [`dq::Error::kind`] and the Redis error code (worker logs, which are text, go through
 /// `kind_of_text`).
 pub(crate) fn kind_of(e: &dq::Error) -> &'static str {
-    let code = match e {
-        dq::Error::Redis { source, .. } => source.code(),
-        _ => None,
-    };
+    fn code(e: &dq::Error) -> Option<&str> {
+        match e {
+            dq::Error::Redis { source, .. } => source.code(),
+            dq::Error::Batch(inner) => code(inner),
+            _ => None,
+        }
+    }
+    let code = code(e);
     match (e.kind(), code) {
         (dq::ErrorKind::Full, _) => "oom",
         (_, Some("LOADING")) => "loading",

@@ -45,7 +45,7 @@ pub(crate) async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         let file = file.clone();
         let a = a.clone();
         async move {
-            let start = dq::to_us(std::time::SystemTime::now());
+            let start = dq::store::to_us(std::time::SystemTime::now());
             let ms = match a.hold_ms {
                 Some(hold) => hold,
                 None => {
@@ -56,13 +56,13 @@ pub(crate) async fn run(args: WorkerArgs) -> anyhow::Result<()> {
             if ms > 0 {
                 tokio::time::sleep(Duration::from_millis(ms)).await;
             }
-            let end = dq::to_us(std::time::SystemTime::now());
+            let end = dq::store::to_us(std::time::SystemTime::now());
             let entry = ledger::line(
                 ctx.id().as_str(),
                 ctx.attempt(),
                 start,
                 end,
-                dq::to_us(ctx.due()),
+                dq::store::to_us(ctx.due()),
             );
             // One write(2) of one short line to an O_APPEND file: a SIGKILL leaves it whole or
             // absent, and the file is outside Redis.

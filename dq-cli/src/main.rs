@@ -17,8 +17,10 @@ mod output;
 
 use std::time::Duration;
 
-use clap::{Parser, Subcommand, ValueEnum};
-use dq::{ChangeOutcome, Client, JobState, Schedule};
+use clap::builder::TypedValueParser as _;
+use clap::{Parser, Subcommand};
+use dq::admin::ChangeOutcome;
+use dq::{Client, JobState, Schedule};
 use serde_json::json;
 
 use crate::output::{ago, job_json, print_table, stats_json, until};
@@ -60,8 +62,8 @@ enum Command {
     /// A page of one topic's jobs in one state.
     Jobs {
         topic: String,
-        #[arg(long, value_enum, default_value = "delayed")]
-        state: State,
+        #[arg(long, default_value = "delayed", value_parser = job_state())]
+        state: JobState,
         #[arg(long, default_value_t = 20)]
         limit: usize,
         /// The `next` cursor printed with the previous page.
@@ -91,7 +93,7 @@ enum Command {
         /// Due this long from now (default: now).
         #[arg(long = "in", value_parser = duration)]
         delay: Option<Duration>,
-        #[arg(long, default_value_t = dq::DEFAULT_RETRIES)]
+        #[arg(long, default_value_t = dq::limits::DEFAULT_RETRIES)]
         retries: u32,
     },
     /// Dead letters: list, retry, purge.
@@ -178,16 +180,14 @@ enum DeadCommand {
     },
 }
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum State {
-    Delayed,
-    Ready,
-    Running,
-    Dead,
+/// `--state`: the states `JobState` reads, listed in `--help` and completions.
+fn job_state() -> impl clap::builder::TypedValueParser<Value = JobState> {
+    clap::builder::PossibleValuesParser::new(["delayed", "ready", "running", "dead"])
+        .try_map(|s| s.parse::<JobState>())
 }
 
 fn duration(text: &str) -> Result<Duration, String> {
-    dq::parse_duration(text)
+    dq::config::parse_duration(text)
 }
 
 /// How the program ends: the exit code and what to say on stderr.
@@ -267,12 +267,6 @@ async fn run(cli: Cli) -> Result<(), Exit> {
             limit,
             cursor,
         } => {
-            let state = match state {
-                State::Delayed => JobState::Delayed,
-                State::Ready => JobState::Ready,
-                State::Running => JobState::Running,
-                State::Dead => JobState::Dead,
-            };
             let page = client.jobs(&topic, state, cursor, limit).await?;
             if json {
                 let jobs: Vec<_> = page.jobs.iter().map(job_json).collect();
@@ -301,7 +295,7 @@ async fn run(cli: Cli) -> Result<(), Exit> {
             }
         }
         Command::Show { topic, id } => {
-            let Some(job) = client.status(&topic, &id).await? else {
+            let Some(job) = client.status_in(&topic, &id).await? else {
                 return Err(Exit(
                     3,
                     format!(
@@ -335,7 +329,7 @@ async fn run(cli: Cli) -> Result<(), Exit> {
             }
         }
         Command::Cancel { topic, id } => change(
-            client.cancel(&topic, &id).await?,
+            client.cancel_in(&topic, &id).await?,
             "cancelled",
             &topic,
             &id,
@@ -343,7 +337,7 @@ async fn run(cli: Cli) -> Result<(), Exit> {
         )?,
         Command::Reschedule { topic, id, delay } => change(
             client
-                .reschedule(&topic, &id, Schedule::After(delay))
+                .reschedule_in(&topic, &id, Schedule::After(delay))
                 .await?,
             "rescheduled",
             &topic,
@@ -471,7 +465,7 @@ async fn run(cli: Cli) -> Result<(), Exit> {
                             w.pid.to_string(),
                             w.topics.join(","),
                             w.running.to_string(),
-                            ago(dq::from_us(w.last_seen_ms * 1000)),
+                            ago(dq::store::from_us(w.last_seen_ms * 1000)),
                         ]
                     })
                     .collect();
@@ -529,7 +523,7 @@ async fn stats(client: &Client, json: bool) -> Result<(), Exit> {
         return Ok(());
     }
     // Lag by the store's clock, as the due times were stamped (this host's may be off).
-    let now = dq::from_us(client.store().time_us().await?);
+    let now = dq::store::from_us(client.store().time_us().await?);
     let rows = all
         .iter()
         .map(|(t, s)| {

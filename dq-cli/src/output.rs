@@ -30,7 +30,7 @@ pub(crate) fn print_table(headers: &[&str], rows: Vec<Vec<String>>) {
 }
 
 fn ms(t: SystemTime) -> u64 {
-    dq::to_us(t) / 1000
+    dq::store::to_us(t) / 1000
 }
 
 /// "in 9m59s" or "3s ago".
@@ -74,7 +74,7 @@ pub(crate) fn job_json(j: &dq::JobInfo) -> Value {
     })
 }
 
-pub(crate) fn stats_json(topic: &str, s: &dq::TopicStats) -> Value {
+pub(crate) fn stats_json(topic: &str, s: &dq::admin::TopicStats) -> Value {
     json!({
         "topic": topic,
         "delayed": s.counts.delayed,

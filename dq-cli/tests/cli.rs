@@ -172,7 +172,7 @@ async fn cancel_and_reschedule_say_what_happened_by_exit_code() {
     let due = json(&dq(&redis, &["show", "t", "a", "--json"]))["due_ms"]
         .as_u64()
         .unwrap();
-    let now_ms = dq::to_us(std::time::SystemTime::now()) / 1000;
+    let now_ms = dq::store::to_us(std::time::SystemTime::now()) / 1000;
     assert!(due > now_ms + 3_500_000, "moved to an hour from now");
     assert_eq!(
         dq(&redis, &["reschedule", "t", "running", "--in", "1m"])

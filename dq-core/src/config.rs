@@ -46,6 +46,11 @@ pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
 /// assert_eq!(config.namespace, "shop");
 /// # Ok::<(), dq_core::Error>(())
 /// ```
+///
+/// Read with serde (`serde_json::from_str::<Config>`, a field of your own config struct), a
+/// config is checked as [`Config::validate`] checks one built in code. (The inherent
+/// `Config::deserialize` and `Config::serialize` that serde's derive leaves beside the trait
+/// impls are not checked: use the traits.)
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[non_exhaustive]
 #[serde(default, remote = "Self")]

@@ -95,6 +95,31 @@ impl JobState {
     }
 }
 
+/// `delayed`, `ready`, `running` or `dead`.
+impl std::fmt::Display for JobState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Reads `delayed`, `ready`, `running` or `dead` (any case), as [`JobState`]'s `Display`
+/// writes it.
+impl std::str::FromStr for JobState {
+    type Err = String;
+
+    fn from_str(text: &str) -> std::result::Result<Self, Self::Err> {
+        [
+            JobState::Delayed,
+            JobState::Ready,
+            JobState::Running,
+            JobState::Dead,
+        ]
+        .into_iter()
+        .find(|s| s.as_str().eq_ignore_ascii_case(text.trim()))
+        .ok_or_else(|| format!("unknown job state {text:?}: use delayed, ready, running or dead"))
+    }
+}
+
 /// One job as seen from outside: its state and everything stored with it.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
@@ -105,7 +130,8 @@ pub struct JobInfo {
     pub id: JobId,
     /// Where it is.
     pub state: JobState,
-    /// Runs started so far.
+    /// Runs that ended without success (failed, timed out, or lost with their worker); for a
+    /// running job, the run under way (one more). Runs its handler postponed do not count.
     pub attempt: u32,
     /// Runs allowed.
     pub max_attempts: u32,

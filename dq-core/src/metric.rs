@@ -1,5 +1,5 @@
-//! The names of the metrics dq records, in one place (the table of what each means is in
-//! `dq_runtime::metrics`). Every recorder call in dq uses these constants.
+//! The names of the metrics dq records, in one place; every recorder call in dq uses these
+//! constants. What to watch and alert on is in OPERATIONS.md.
 
 /// Counter, label `topic`: jobs created or replaced by pushes of this process.
 pub const JOBS_PUSHED: &str = "dq_jobs_pushed_total";

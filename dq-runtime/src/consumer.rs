@@ -369,7 +369,7 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
 /// being written with a due time dq could not read back.
 async fn dead_for_delay(shared: &Shared, lease: &LeaseRef, delay: Duration) {
     let reason = format!(
-        "the job was to run again after {delay:?}, over the 200-year limit of a delay (dq::MAX_DELAY); dead-lettered instead (fix the handler's RetryAfter or the listener's backoff, then requeue it)"
+        "the job was to run again after {delay:?}, over the 200-year limit of a delay (dq::limits::MAX_DELAY); dead-lettered instead (fix the handler's RetryAfter or the listener's backoff, then requeue it)"
     );
     tracing::error!(reason = %reason, "retry delay out of range");
     settle_dead(shared, lease, &reason).await;

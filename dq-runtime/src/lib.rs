@@ -11,6 +11,7 @@ mod mover;
 mod outcome;
 mod runtime;
 mod shared;
+mod shutdown;
 pub mod testing;
 mod upkeep;
 
@@ -21,7 +22,8 @@ pub use listener::{
     ListenerRegistration, DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT,
 };
 pub use outcome::{IntoOutcome, Outcome};
-pub use runtime::{Runtime, RuntimeBuilder, ShutdownHandle, ShutdownReport, HOOK_DEADLINE};
+pub use runtime::{Runtime, RuntimeBuilder, ShutdownHandle};
+pub use shutdown::{ShutdownReport, HOOK_DEADLINE};
 
 #[doc(hidden)]
 pub use inventory;

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dq_core::{Client, Config, Error, MemoryStore, RedisStore, Result, Store, Topic};
 use tokio::sync::{mpsc, Semaphore};
@@ -16,22 +16,13 @@ use crate::consumer::ConsumerLoop;
 use crate::listener::{self, Listener};
 use crate::mover::{self, Mover};
 use crate::shared::Shared;
+use crate::shutdown::{ShutdownReport, Supervisor};
 use crate::upkeep;
 
-type Hook = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+pub(crate) type Hook = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
 
 /// How long `start` tries to record its listeners' retries in the store (each listener).
 const ATTEMPT_LIMIT_WRITE: Duration = Duration::from_secs(5);
-/// How long cancelled handlers get to stop at the end of the grace period: code that blocks
-/// between two awaits only sees the cancellation at its next await.
-const ABORT_LIMIT: Duration = Duration::from_secs(5);
-
-/// How long shutdown waits for each of its last store calls: putting cancelled jobs back to
-/// ready, then writing the queued acks (beside removing the worker's record).
-const FLUSH_LIMIT: Duration = Duration::from_secs(5);
-
-/// How long each shutdown hook may run.
-pub const HOOK_DEADLINE: Duration = Duration::from_secs(5);
 
 /// Runs the listeners of this program against the store.
 ///
@@ -68,26 +59,6 @@ impl ShutdownHandle {
     pub async fn requested(&self) {
         self.token.cancelled().await
     }
-}
-
-/// What a graceful shutdown did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ShutdownReport {
-    /// Handlers that were running when shutdown began and finished within the grace period.
-    pub finished: usize,
-    /// Handlers cancelled at the end of the grace period; their jobs went back to ready.
-    pub released: usize,
-    /// Jobs whose handler returned but whose outcome (ack, retry or dead letter) could not be
-    /// written before shutdown ended, because Redis did not answer. Nothing is lost: they run
-    /// again when their lease expires, so a handler that finished may run a second time.
-    pub unacked: usize,
-    /// Shutdown hooks that ran to completion.
-    pub hooks_completed: usize,
-    /// Shutdown hooks that overran their deadline.
-    pub hooks_timed_out: usize,
-    /// Shutdown hooks that panicked (the hooks after them still ran).
-    pub hooks_failed: usize,
 }
 
 /// Configures a [`Runtime`]: its config, store, extra listeners and shutdown hooks.
@@ -181,7 +152,11 @@ impl Runtime {
         let handle = self.handle.clone();
         tokio::select! {
             _ = shutdown_signal() => {
-                tracing::info!("shutdown signal received; finishing running jobs (press Ctrl-C again to exit at once)");
+                if self.exit_on_second_signal {
+                    tracing::info!("shutdown signal received; finishing running jobs (press Ctrl-C again to exit at once)");
+                } else {
+                    tracing::info!("shutdown signal received; finishing running jobs");
+                }
                 handle.shutdown();
             }
             _ = handle.requested() => {}
@@ -444,109 +419,4 @@ fn collect_listeners(registered: bool, extra: Vec<Listener>) -> Result<Vec<Liste
         }
     }
     Ok(all)
-}
-
-struct Supervisor {
-    shared: Arc<Shared>,
-    chores: Vec<JoinHandle<()>>,
-    heartbeat: JoinHandle<()>,
-    heartbeat_done: CancellationToken,
-    acker: JoinHandle<()>,
-    acker_done: CancellationToken,
-    hooks: Vec<(String, Hook)>,
-}
-
-impl Supervisor {
-    /// Stop fetching and moving (blocking connections are dropped, not waited on), let running
-    /// handlers finish within the grace period, cancel the rest and put their jobs back to
-    /// ready, flush acks, run the hooks.
-    async fn shut_down(self) -> ShutdownReport {
-        let started = Instant::now();
-        let shared = self.shared;
-        shared.stop.cancel();
-        for chore in self.chores {
-            let _ = chore.await;
-        }
-        let running = shared.running().len();
-        tracing::info!(running, grace = ?shared.config.shutdown_grace, "shutting down: waiting for running handlers");
-        shared.jobs.close();
-        if tokio::time::timeout(shared.config.shutdown_grace, shared.jobs.wait())
-            .await
-            .is_err()
-        {
-            tracing::warn!("grace period over: cancelling the handlers still running");
-            shared.abort.cancel();
-            if tokio::time::timeout(ABORT_LIMIT, shared.jobs.wait())
-                .await
-                .is_err()
-            {
-                tracing::error!(limit = ?ABORT_LIMIT, "handlers still running after they were cancelled (they block the thread between awaits); their jobs stay leased and run again when the lease expires");
-            }
-        }
-        let interrupted = shared.take_interrupted();
-        let mut released = 0;
-        if !interrupted.is_empty() {
-            match tokio::time::timeout(FLUSH_LIMIT, shared.store.release(&interrupted)).await {
-                Ok(Ok(n)) => released = n,
-                Ok(Err(e)) => {
-                    tracing::error!(error = %e, jobs = interrupted.len(), "could not put cancelled jobs back to ready; they will run again when their leases expire")
-                }
-                Err(_) => {
-                    tracing::error!(limit = ?FLUSH_LIMIT, jobs = interrupted.len(), "putting cancelled jobs back to ready timed out; they will run again when their leases expire")
-                }
-            }
-        }
-        // The job tasks are done: the acker acks what is queued and ends, within a bound
-        // whatever state Redis is in. The heartbeat goes on renewing the leases of the jobs
-        // waiting for their ack meanwhile (an ack after its lease expired would be refused and
-        // the job run again), then removes this worker's record.
-        self.acker_done.cancel();
-        let acker = self.acker.abort_handle();
-        if tokio::time::timeout(FLUSH_LIMIT, self.acker).await.is_err() {
-            acker.abort();
-        }
-        self.heartbeat_done.cancel();
-        let heartbeat = self.heartbeat.abort_handle();
-        let heartbeat_limit =
-            crate::upkeep::renewal_limit(shared.config.lease) + crate::upkeep::UNREGISTER_LIMIT;
-        if tokio::time::timeout(heartbeat_limit, self.heartbeat)
-            .await
-            .is_err()
-        {
-            heartbeat.abort();
-        }
-        let unacked = shared.unsettled();
-        if unacked > 0 {
-            tracing::error!(jobs = unacked, limit = ?FLUSH_LIMIT, "shutdown: the outcome of finished jobs could not be written (is Redis reachable?); they will run again after their leases expire");
-        }
-        let mut report = ShutdownReport {
-            finished: running.saturating_sub(interrupted.len()),
-            released,
-            unacked,
-            ..ShutdownReport::default()
-        };
-        for (name, hook) in self.hooks {
-            // In a task of its own, so that a hook that panics is reported, not the end of
-            // the shutdown (and of the report).
-            let mut task = tokio::spawn(hook());
-            match tokio::time::timeout(HOOK_DEADLINE, &mut task).await {
-                Ok(Ok(())) => report.hooks_completed += 1,
-                Ok(Err(e)) => {
-                    report.hooks_failed += 1;
-                    tracing::error!(hook = %name, error = %e, "shutdown hook panicked; the next hooks run");
-                }
-                Err(_) => {
-                    task.abort();
-                    report.hooks_timed_out += 1;
-                    tracing::warn!(hook = %name, deadline = ?HOOK_DEADLINE, "shutdown hook overran its deadline");
-                }
-            }
-        }
-        tracing::info!(
-            finished = report.finished, released = report.released, unacked = report.unacked,
-            hooks = report.hooks_completed, took = ?started.elapsed(),
-            "dq runtime stopped"
-        );
-        report
-    }
 }

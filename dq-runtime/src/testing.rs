@@ -145,7 +145,8 @@ impl TestRuntime {
             .collect()
     }
 
-    /// Everything that happened to jobs so far: pushes, acks, retries, dead letters.
+    /// Everything that happened to jobs so far: pushes, acks, retries, postponements, dead
+    /// letters (`dq::store::Event`).
     pub fn history(&self) -> Vec<Event> {
         self.store.history()
     }

@@ -9,6 +9,8 @@
 //! When `redis-server` is not installed the test fails with the command that installs it;
 //! it never skips silently.
 
+pub mod stats;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};

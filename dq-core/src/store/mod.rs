@@ -14,6 +14,7 @@ mod policy;
 mod redis;
 mod scripts;
 mod subscription;
+mod url;
 
 use std::time::Duration;
 
@@ -23,11 +24,15 @@ pub use self::keys::{shard_of, ShardKeys};
 pub use self::memory::{Event, MemoryStore};
 pub use self::redis::{RedisStore, ACL_RULES};
 pub use self::scripts::script_hashes;
+pub use crate::envelope::{Envelope, ENVELOPE_VERSION};
+pub use crate::job::{
+    from_us, to_us, Acked, Fetched, LeaseRef, LeasedJob, NewJob, Promoted, Reclaimed,
+};
 
 use crate::error::Result;
 use crate::job::{
-    Acked, ChangeOutcome, Fetched, JobInfo, JobState, LeaseRef, NewJob, OnConflict, Page, Promoted,
-    PushOutcome, Reclaimed, Schedule, TopicCounts, TopicStats, WorkerInfo,
+    ChangeOutcome, JobInfo, JobState, OnConflict, Page, PushOutcome, Schedule, TopicCounts,
+    TopicStats, WorkerInfo,
 };
 use crate::name::{JobId, Topic};
 

@@ -141,7 +141,7 @@ impl Admin for MemoryStore {
                     .map(|d| {
                         d.iter()
                             .take_while(|(died, _)| *died <= died_before_us)
-                            .take(limit)
+                            .take(batch_limit(limit))
                             .map(|(_, id)| id.clone())
                             .collect()
                     })

@@ -164,7 +164,7 @@ impl Leases for MemoryStore {
             match s.holds(l) {
                 Some(m) => {
                     s.end_lease(&m);
-                    let attempt = s.jobs.remove(&m).map_or(0, |e| e.attempt + 1);
+                    let attempt = s.jobs.remove(&m).map_or(0, |e| e.attempt.saturating_add(1));
                     s.history.push(Event::Acked {
                         topic: m.0,
                         id: m.1,

@@ -68,8 +68,6 @@ impl std::fmt::Debug for RedisStore {
 impl RedisStore {
     /// Connects to the Redis at `config.redis_url`, or to the cluster of
     /// `config.redis_cluster`.
-    /// Connects to the Redis at `config.redis_url`, or to the cluster of
-    /// `config.redis_cluster`.
     pub async fn connect(config: &Config) -> Result<RedisStore> {
         // Its fields are public: a config changed after it was built is checked again here.
         let config = &config.clone().validate()?;

@@ -1,9 +1,7 @@
 //! The producer API: [`Client`] pushes, cancels, reschedules and inspects jobs.
 
-use std::future::{Future, IntoFuture};
-use std::hash::{BuildHasher, Hasher};
-use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+mod push;
+
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -18,6 +16,9 @@ use crate::job::{
 use crate::message::Message;
 use crate::name::{JobId, Topic};
 use crate::store::{RedisStore, Store};
+
+use self::push::Coalescer;
+pub use self::push::{PushBuilder, Pushed};
 
 /// Pushes and manages jobs. Cheap to clone; clones share the store and its connection.
 ///
@@ -43,76 +44,6 @@ pub struct Client {
 }
 
 type Waiter = tokio::sync::oneshot::Sender<Result<PushOutcome>>;
-
-/// Coalesces single pushes made while another push is in flight into one batched store call:
-/// a lone push goes straight to the store, and a thousand concurrent ones cost a handful of
-/// round trips instead of a thousand script calls.
-#[derive(Default)]
-struct Coalescer {
-    in_flight: std::sync::atomic::AtomicUsize,
-    queue: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<(NewJob, OnConflict, Waiter)>>,
-}
-
-impl Coalescer {
-    fn queue(
-        &self,
-        store: &Arc<dyn Store>,
-    ) -> &tokio::sync::mpsc::UnboundedSender<(NewJob, OnConflict, Waiter)> {
-        self.queue.get_or_init(|| {
-            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-            tokio::spawn(coalesce(store.clone(), rx));
-            tx
-        })
-    }
-}
-
-/// Sends whatever pushes queued up while the previous call was in flight as one call per mode.
-async fn coalesce(
-    store: Arc<dyn Store>,
-    mut rx: tokio::sync::mpsc::UnboundedReceiver<(NewJob, OnConflict, Waiter)>,
-) {
-    while let Some(first) = rx.recv().await {
-        let mut batch = vec![first];
-        while batch.len() < crate::store::MAX_BATCH {
-            match rx.try_recv() {
-                Ok(item) => batch.push(item),
-                Err(_) => break,
-            }
-        }
-        let (replace, keep): (Vec<_>, Vec<_>) = batch
-            .into_iter()
-            .partition(|(_, mode, _)| *mode == OnConflict::Replace);
-        for (mode, group) in [(OnConflict::Keep, keep), (OnConflict::Replace, replace)] {
-            if group.is_empty() {
-                continue;
-            }
-            let (jobs, waiters): (Vec<NewJob>, Vec<Waiter>) =
-                group.into_iter().map(|(job, _, w)| (job, w)).unzip();
-            match store.push(jobs, mode).await {
-                Ok(outcomes) => {
-                    for (w, outcome) in waiters.into_iter().zip(outcomes) {
-                        let _ = w.send(Ok(outcome));
-                    }
-                }
-                Err(e) => {
-                    let e = Arc::new(e);
-                    for w in waiters {
-                        let _ = w.send(Err(Error::Batch(e.clone())));
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Counts a push as in flight until dropped (also when the push future is cancelled).
-struct InFlight<'a>(&'a std::sync::atomic::AtomicUsize);
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
-}
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -246,16 +177,38 @@ impl Client {
             .collect())
     }
 
+    /// Deletes a job of message type `M` that has not started yet (or a dead letter), by id:
+    /// `client.cancel::<OrderCancel>("42")`. For a topic named at run time, [`Client::cancel_in`].
+    pub async fn cancel<M: Message>(&self, id: &str) -> Result<ChangeOutcome> {
+        self.cancel_in(M::TOPIC, id).await
+    }
+
+    /// Moves a job of message type `M` that has not started yet to a new due time.
+    pub async fn reschedule<M: Message>(&self, id: &str, when: Schedule) -> Result<ChangeOutcome> {
+        self.reschedule_in(M::TOPIC, id, when).await
+    }
+
+    /// A job of message type `M`: its state, attempts, due time, last error and payload;
+    /// `None` when no such job is pending or dead.
+    pub async fn status<M: Message>(&self, id: &str) -> Result<Option<JobInfo>> {
+        self.status_in(M::TOPIC, id).await
+    }
+
     /// Deletes a job that has not started yet. A running job is left alone
     /// ([`ChangeOutcome::Running`]); a dead letter is deleted.
-    pub async fn cancel(&self, topic: &str, id: &str) -> Result<ChangeOutcome> {
+    pub async fn cancel_in(&self, topic: &str, id: &str) -> Result<ChangeOutcome> {
         self.store
             .cancel(&Topic::new(topic)?, &JobId::new(id)?)
             .await
     }
 
     /// Moves a job that has not started yet to a new due time.
-    pub async fn reschedule(&self, topic: &str, id: &str, when: Schedule) -> Result<ChangeOutcome> {
+    pub async fn reschedule_in(
+        &self,
+        topic: &str,
+        id: &str,
+        when: Schedule,
+    ) -> Result<ChangeOutcome> {
         check_schedule(topic, id, when)?;
         self.store
             .reschedule(&Topic::new(topic)?, &JobId::new(id)?, when)
@@ -264,7 +217,7 @@ impl Client {
 
     /// A job's state, attempts, last error and payload; `None` when it is neither pending nor
     /// dead (never pushed, finished, or cancelled).
-    pub async fn status(&self, topic: &str, id: &str) -> Result<Option<JobInfo>> {
+    pub async fn status_in(&self, topic: &str, id: &str) -> Result<Option<JobInfo>> {
         self.store
             .status(&Topic::new(topic)?, &JobId::new(id)?)
             .await
@@ -399,165 +352,4 @@ fn check_schedule(topic: &str, id: &str, when: Schedule) -> Result<()> {
         }
         _ => Ok(()),
     }
-}
-
-/// The result of a push: the job's id and what the store did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Pushed {
-    /// The job id, given or generated.
-    pub id: JobId,
-    /// Created, kept (already pending), replaced, or refused because it is running.
-    pub outcome: PushOutcome,
-}
-
-/// A push being prepared; `.await` sends it and yields the job id.
-#[must_use = "a push does nothing until it is awaited"]
-pub struct PushBuilder {
-    client: Client,
-    topic: Result<Topic>,
-    id: Option<String>,
-    schedule: Schedule,
-    retries: u32,
-    on_conflict: OnConflict,
-    payload: Result<Vec<u8>>,
-}
-
-impl std::fmt::Debug for PushBuilder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PushBuilder")
-            .field("topic", &self.topic)
-            .field("id", &self.id)
-            .field("schedule", &self.schedule)
-            .field("retries", &self.retries)
-            .field("on_conflict", &self.on_conflict)
-            .finish_non_exhaustive()
-    }
-}
-
-impl PushBuilder {
-    /// Due this long after the store receives the push (measured by the store's clock).
-    pub fn delay(mut self, delay: Duration) -> Self {
-        self.schedule = Schedule::After(delay);
-        self
-    }
-
-    /// Due at this wall-clock instant; a time in the past means now.
-    pub fn at(mut self, when: SystemTime) -> Self {
-        self.schedule = Schedule::At(when);
-        self
-    }
-
-    /// The job's id; a second push with the same id while the first is pending stores nothing
-    /// new (see [`PushBuilder::replace`]). Without it, a unique id is generated.
-    pub fn id(mut self, id: impl Into<String>) -> Self {
-        self.id = Some(id.into());
-        self
-    }
-
-    /// Retries after a failed first run before the job is dead-lettered (default 2).
-    pub fn max_retries(mut self, retries: u32) -> Self {
-        self.retries = retries;
-        self
-    }
-
-    /// Replaces the payload and due time of a pending job with the same id instead of keeping
-    /// it. A running job is never replaced.
-    pub fn replace(mut self) -> Self {
-        self.on_conflict = OnConflict::Replace;
-        self
-    }
-
-    /// Sets what happens when the id is already pending.
-    pub fn on_conflict(mut self, on_conflict: OnConflict) -> Self {
-        self.on_conflict = on_conflict;
-        self
-    }
-
-    /// Sends the push and reports the outcome along with the id.
-    pub async fn send(self) -> Result<Pushed> {
-        let client = self.client.clone();
-        let mode = self.on_conflict;
-        let job = self.into_job(&client.config)?;
-        let id = job.id.clone();
-        let topic_name = job.topic.to_string();
-        let counter = &client.coalescer.in_flight;
-        let alone = counter.fetch_add(1, Ordering::SeqCst) == 0;
-        let _in_flight = InFlight(counter);
-        let outcome = if alone {
-            let outcome = client.store.push(vec![job], mode).await?;
-            outcome.first().copied().unwrap_or(PushOutcome::Created)
-        } else {
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            let queued = client.coalescer.queue(&client.store).send((job, mode, tx));
-            match (queued, rx.await) {
-                (Ok(()), Ok(result)) => result?,
-                // The coalescing task is gone (the runtime is shutting down): push directly.
-                (Err(e), _) => {
-                    let (job, mode, _) = e.0;
-                    let outcome = client.store.push(vec![job], mode).await?;
-                    outcome.first().copied().unwrap_or(PushOutcome::Created)
-                }
-                (Ok(()), Err(_)) => {
-                    return Err(Error::Timeout {
-                        op: "push (the coalescing task stopped)",
-                        after: Duration::ZERO,
-                    })
-                }
-            }
-        };
-        if matches!(outcome, PushOutcome::Created | PushOutcome::Replaced) {
-            metrics::counter!(crate::metric::JOBS_PUSHED, "topic" => topic_name).increment(1);
-        }
-        Ok(Pushed { id, outcome })
-    }
-
-    fn into_job(self, config: &Config) -> Result<NewJob> {
-        let topic = self.topic?;
-        let payload = self.payload?;
-        if payload.len() > config.max_payload_bytes {
-            return Err(Error::PayloadTooLarge {
-                topic: topic.to_string(),
-                size: payload.len(),
-                limit: config.max_payload_bytes,
-            });
-        }
-        let id = match self.id {
-            Some(id) => JobId::new(id)?,
-            None => generated_id(),
-        };
-        check_schedule(topic.as_str(), id.as_str(), self.schedule)?;
-        Ok(NewJob {
-            topic,
-            id,
-            schedule: self.schedule,
-            max_attempts: self.retries.saturating_add(1),
-            payload,
-        })
-    }
-}
-
-impl IntoFuture for PushBuilder {
-    type Output = Result<JobId>;
-    type IntoFuture = Pin<Box<dyn Future<Output = Result<JobId>> + Send>>;
-
-    fn into_future(self) -> Self::IntoFuture {
-        Box::pin(async move { self.send().await.map(|p| p.id) })
-    }
-}
-
-/// A unique id: time, a per-process random value and a counter, in hex.
-fn generated_id() -> JobId {
-    static SEQ: AtomicU64 = AtomicU64::new(0);
-    static SALT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    let salt = *SALT.get_or_init(|| {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u32(std::process::id());
-        h.finish()
-    });
-    let seq = SEQ.fetch_add(1, Ordering::Relaxed);
-    let micros = crate::job::to_us(SystemTime::now());
-    // Always valid: hex digits and '-'.
-    JobId::new(format!("{micros:x}-{:08x}-{seq:x}", salt as u32))
-        .unwrap_or_else(|_| unreachable!("generated ids are hex"))
 }
