@@ -29,16 +29,3 @@ pub(crate) fn rate(n: usize, window_ms: f64) -> Value {
         Value::Null
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn nearest_rank_percentiles() {
-        let v: Vec<f64> = (1..=100).map(f64::from).collect();
-        assert_eq!(percentile(&v, 0.5), 50.0);
-        assert_eq!(percentile(&v, 0.99), 99.0);
-        assert_eq!(percentile(&[7.0], 0.99), 7.0);
-    }
-}

@@ -375,28 +375,19 @@ async fn dead_for_delay(shared: &Shared, lease: &LeaseRef, delay: Duration) {
     settle_dead(shared, lease, &reason).await;
 }
 
-/// Store calls after a run are retried with backoff until they succeed or shutdown aborts; if
-/// they never do, the lease expires and the job runs again (at least once, never lost).
-/// `error` is the failed run's, or `None` for a run the handler postponed (`RetryAfter`), which
-/// does not spend an attempt.
-async fn settle_retry(shared: &Shared, lease: &LeaseRef, delay: Duration, error: Option<&str>) {
-    let metric = match error {
-        Some(_) => metric::JOBS_RETRIED,
-        None => metric::JOBS_POSTPONED,
-    };
-    crate::metrics::count(metric, lease.topic.as_str());
-    let mut health = Health::new(format!("retry of {}:{}", lease.topic, lease.id));
+/// Writes a finished run's outcome with `write`, again with backoff until it succeeds or
+/// shutdown aborts; if it never does, the lease expires and the job runs again (at least once,
+/// never lost). `write` returning false means the lease was taken over: `taken_over` is logged.
+async fn settle<F, Fut>(shared: &Shared, what: String, taken_over: &str, mut write: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = dq_core::Result<bool>>,
+{
+    let mut health = Health::new(what);
     loop {
-        let written = match error {
-            Some(error) => shared.store.retry(lease, delay, error).await,
-            None => shared.store.postpone(lease, delay).await,
-        };
-        match written {
+        match write().await {
             Ok(true) => return health.ok(),
-            Ok(false) => {
-                tracing::warn!("the lease was taken over while the job ran (the lease expired: the worker stalled or Redis was unreachable); the other run decides the job's fate");
-                return;
-            }
+            Ok(false) => return tracing::warn!("{taken_over}"),
             Err(e) => {
                 let d = health.failed(&e);
                 tokio::select! {
@@ -408,25 +399,31 @@ async fn settle_retry(shared: &Shared, lease: &LeaseRef, delay: Duration, error:
     }
 }
 
+/// Schedules the job again after `delay`. `error` is the failed run's, or `None` for a run the
+/// handler postponed (`RetryAfter`), which does not spend an attempt.
+async fn settle_retry(shared: &Shared, lease: &LeaseRef, delay: Duration, error: Option<&str>) {
+    let metric = match error {
+        Some(_) => metric::JOBS_RETRIED,
+        None => metric::JOBS_POSTPONED,
+    };
+    crate::metrics::count(metric, lease.topic.as_str());
+    let what = format!("retry of {}:{}", lease.topic, lease.id);
+    let taken_over = "the lease was taken over while the job ran (the lease expired: the worker stalled or Redis was unreachable); the other run decides the job's fate";
+    settle(shared, what, taken_over, || async move {
+        match error {
+            Some(error) => shared.store.retry(lease, delay, error).await,
+            None => shared.store.postpone(lease, delay).await,
+        }
+    })
+    .await;
+}
+
 async fn settle_dead(shared: &Shared, lease: &LeaseRef, error: &str) {
     crate::metrics::count(metric::JOBS_DEAD_LETTERED, lease.topic.as_str());
-    let mut health = Health::new(format!("dead-letter of {}:{}", lease.topic, lease.id));
-    loop {
-        match shared.store.dead_letter(lease, error).await {
-            Ok(true) => return health.ok(),
-            Ok(false) => {
-                tracing::warn!(
-                    "the lease was taken over while the job ran; not dead-lettered here"
-                );
-                return;
-            }
-            Err(e) => {
-                let d = health.failed(&e);
-                tokio::select! {
-                    _ = shared.abort.cancelled() => return shared.gave_up(),
-                    _ = tokio::time::sleep(d) => {}
-                }
-            }
-        }
-    }
+    let what = format!("dead-letter of {}:{}", lease.topic, lease.id);
+    let taken_over = "the lease was taken over while the job ran; not dead-lettered here";
+    settle(shared, what, taken_over, || {
+        shared.store.dead_letter(lease, error)
+    })
+    .await;
 }

@@ -20,6 +20,29 @@ use crate::store::scripts::SCRIPTS;
 use crate::store::{Producer, Sharded, MAX_BATCH};
 
 impl RedisStore {
+    /// A cancel or reschedule of one job that has not started: the keys both scripts declare
+    /// (every list the job may be in), then the shard's prefix, the topic and the id.
+    fn change_invocation<'s>(
+        &self,
+        script: &'s redis::Script,
+        topic: &Topic,
+        id: &JobId,
+    ) -> redis::ScriptInvocation<'s> {
+        let k = self.keys_of(topic, id);
+        let mut inv = script.prepare_invoke();
+        inv.key(k.jobs())
+            .key(k.delayed())
+            .key(k.inflight())
+            .key(k.counts())
+            .key(k.ready(topic))
+            .key(k.dead(topic))
+            .key(k.ready_gen(topic))
+            .arg(k.prefix())
+            .arg(topic.as_str())
+            .arg(id.as_str());
+        inv
+    }
+
     /// The push script and `WAIT` in one pipeline, on one connection to the shard's master:
     /// WAIT covers the writes of its own connection, so it must follow the script on the same
     /// one. (Sent separately, a reconnection or the cluster client's retry on the new master
@@ -180,35 +203,13 @@ impl Producer for RedisStore {
     }
 
     async fn cancel(&self, topic: &Topic, id: &JobId) -> Result<ChangeOutcome> {
-        let k = self.keys_of(topic, id);
-        let mut inv = SCRIPTS.cancel.prepare_invoke();
-        inv.key(k.jobs())
-            .key(k.delayed())
-            .key(k.inflight())
-            .key(k.counts())
-            .key(k.ready(topic))
-            .key(k.dead(topic))
-            .key(k.ready_gen(topic))
-            .arg(k.prefix())
-            .arg(topic.as_str())
-            .arg(id.as_str());
+        let inv = self.change_invocation(&SCRIPTS.cancel, topic, id);
         change_outcome("cancel", &self.run("cancel", &inv).await?)
     }
 
     async fn reschedule(&self, topic: &Topic, id: &JobId, when: Schedule) -> Result<ChangeOutcome> {
-        let k = self.keys_of(topic, id);
-        let mut inv = SCRIPTS.reschedule.prepare_invoke();
-        inv.key(k.jobs())
-            .key(k.delayed())
-            .key(k.inflight())
-            .key(k.counts())
-            .key(k.ready(topic))
-            .key(k.dead(topic))
-            .key(k.ready_gen(topic))
-            .arg(k.prefix())
-            .arg(topic.as_str())
-            .arg(id.as_str())
-            .arg(when_arg(when));
+        let mut inv = self.change_invocation(&SCRIPTS.reschedule, topic, id);
+        inv.arg(when_arg(when));
         change_outcome("reschedule", &self.run("reschedule", &inv).await?)
     }
 
