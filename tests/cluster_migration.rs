@@ -28,6 +28,20 @@ fn config(cluster: &RedisCluster) -> dq::Config {
 }
 
 /// The text of a bulk or integer reply of `RedisServer::command`.
+/// The master holding shard 0, another master to move it to, and shard 0's slot.
+fn shard_zero_and_another_master(cluster: &RedisCluster) -> (&RedisServer, &RedisServer, String) {
+    let jobs_key = "dq:{mig:0}:jobs";
+    let source_port = cluster.master_of(jobs_key);
+    let source = cluster.node(source_port);
+    let target = cluster
+        .masters()
+        .into_iter()
+        .find(|n| n.port() != source_port)
+        .unwrap();
+    let slot = reply_text(&source.command(&["CLUSTER", "KEYSLOT", jobs_key]));
+    (source, target, slot)
+}
+
 fn reply_text(reply: &str) -> String {
     reply
         .lines()
@@ -64,15 +78,7 @@ async fn an_operation_refused_while_its_slot_migrates_changes_nothing_and_no_job
     let cluster = RedisCluster::start(3, 0);
     let c = Client::connect(config(&cluster)).await.unwrap();
     let s = c.store().clone();
-    let jobs_key = "dq:{mig:0}:jobs";
-    let source_port = cluster.master_of(jobs_key);
-    let source = cluster.node(source_port);
-    let target = cluster
-        .masters()
-        .into_iter()
-        .find(|n| n.port() != source_port)
-        .unwrap();
-    let slot = reply_text(&source.command(&["CLUSTER", "KEYSLOT", jobs_key]));
+    let (source, target, slot) = shard_zero_and_another_master(&cluster);
 
     // State that every script finds: a job far ahead (delayed exists), one running (inflight and
     // leases exist), and the jobs each operation below is tried on.
@@ -286,15 +292,7 @@ async fn an_operation_whose_keys_are_split_between_two_nodes_is_refused_and_the_
     let cluster = RedisCluster::start(3, 0);
     let c = Client::connect(config(&cluster)).await.unwrap();
     let s = c.store().clone();
-    let jobs_key = "dq:{mig:0}:jobs";
-    let source_port = cluster.master_of(jobs_key);
-    let source = cluster.node(source_port);
-    let target = cluster
-        .masters()
-        .into_iter()
-        .find(|n| n.port() != source_port)
-        .unwrap();
-    let slot = reply_text(&source.command(&["CLUSTER", "KEYSLOT", jobs_key]));
+    let (source, target, slot) = shard_zero_and_another_master(&cluster);
 
     let (r, l) = stage(&c, &s).await;
     // Each topic's ready list holds a job on the old node.
