@@ -168,15 +168,21 @@ async fn a_graceful_failover_under_load_loses_no_job() {
 /// Client connections the cluster's nodes hold (`CLIENT LIST`): normal and pub/sub clients,
 /// not the replication links, not this probe.
 fn connected_clients(cluster: &RedisCluster) -> u64 {
+    clients_flagged(cluster, &[" flags=N ", " flags=P "]) as u64
+}
+
+/// Connections on the cluster's nodes whose `CLIENT LIST` line has one of `flags`, this probe
+/// aside.
+fn clients_flagged(cluster: &RedisCluster, flags: &[&str]) -> usize {
     cluster
         .nodes()
         .iter()
         .map(|n| {
             n.command(&["CLIENT", "LIST"])
                 .lines()
-                .filter(|l| l.contains(" flags=N ") || l.contains(" flags=P "))
+                .filter(|l| flags.iter().any(|f| l.contains(f)))
                 .filter(|l| !l.contains("cmd=client|list"))
-                .count() as u64
+                .count()
         })
         .sum()
 }
@@ -451,18 +457,9 @@ async fn the_store_clock_is_read_on_the_master_that_keeps_the_worker_registry() 
     }
 }
 
-/// Pub/sub connections on the cluster's nodes, from `CLIENT LIST`.
+/// Pub/sub connections on the cluster's nodes.
 fn subscribers(cluster: &RedisCluster) -> usize {
-    cluster
-        .nodes()
-        .iter()
-        .map(|n| {
-            n.command(&["CLIENT", "LIST"])
-                .lines()
-                .filter(|l| l.contains(" flags=P "))
-                .count()
-        })
-        .sum()
+    clients_flagged(cluster, &[" flags=P "])
 }
 
 /// The ready subscription a cluster store opens for its consumers ends with the store: a

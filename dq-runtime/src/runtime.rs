@@ -21,7 +21,7 @@ use crate::upkeep;
 
 pub(crate) type Hook = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
 
-/// How long `start` tries to record its listeners' retries in the store (each listener).
+/// How long `start` tries to record its listeners' retries in the store (all of them).
 const ATTEMPT_LIMIT_WRITE: Duration = Duration::from_secs(5);
 
 /// Runs the listeners of this program against the store.
@@ -291,22 +291,26 @@ impl RuntimeBuilder {
         };
 
         // A job whose worker died is judged by its listener's `retries` in whichever process
-        // reclaims it (the last runtime to start decides, should two disagree). Best effort: a
-        // Redis that is full or has a master down must not keep workers from starting.
-        for l in &listeners {
-            let topic = Topic::new(l.topic.clone())?;
-            let max_attempts = l.retries.map(|r| r.saturating_add(1));
-            let written = tokio::time::timeout(
-                ATTEMPT_LIMIT_WRITE,
-                store.set_attempt_limit(&topic, max_attempts),
-            )
-            .await;
-            let error = match written {
-                Ok(Ok(())) => continue,
-                Ok(Err(e)) => e.to_string(),
-                Err(_) => format!("no answer within {ATTEMPT_LIMIT_WRITE:?}"),
-            };
-            tracing::warn!(topic = %topic, retries = ?l.retries, error = %error, "could not record the listener's retries in the store: until a runtime starts with it recorded, a job of this topic whose worker dies is judged by the retries given at push");
+        // reclaims it (the last runtime to start decides, should two disagree). Best effort,
+        // and bounded as a whole: a Redis that is full or has a master down must not keep
+        // workers from starting, nor delay them once per listener.
+        let mut unrecorded: Vec<&str> = listeners.iter().map(|l| l.topic.as_str()).collect();
+        let recording = async {
+            for l in &listeners {
+                let max_attempts = l.retries.map(|r| r.saturating_add(1));
+                let topic = Topic::new(l.topic.clone())?;
+                store.set_attempt_limit(&topic, max_attempts).await?;
+                unrecorded.retain(|t| *t != l.topic);
+            }
+            Ok::<(), Error>(())
+        };
+        let error = match tokio::time::timeout(ATTEMPT_LIMIT_WRITE, recording).await {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(_) => Some(format!("no answer within {ATTEMPT_LIMIT_WRITE:?}")),
+        };
+        if let Some(error) = error {
+            tracing::warn!(topics = ?unrecorded, error = %error, "could not record the listeners' retries in the store: until a runtime starts with them recorded, a job of these topics whose worker dies is judged by the retries given at push");
         }
         let mut chores = Vec::new();
         let shards = store.shards();
