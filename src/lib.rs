@@ -53,7 +53,7 @@ pub mod push {
 /// What operators see and do through the [`Client`](crate::Client): counts, pages of jobs,
 /// workers, the outcome of a cancel or reschedule.
 pub mod admin {
-    pub use dq_core::{ChangeOutcome, Page, TopicCounts, TopicStats, WorkerInfo};
+    pub use dq_core::{ChangeOutcome, Cursor, Page, TopicCounts, TopicStats, WorkerInfo};
 }
 
 /// Defaults and bounds.
@@ -113,6 +113,10 @@ pub use dq_macros::Message;
 /// | `backoff = "..."` | `"exponential:1s"` (capped at 10 min, +/-20 % jitter) | `"fixed:5s"`, `"exponential:2s"` |
 /// | `crate = "..."` | `"dq"` | the path of this crate, for re-exporters |
 ///
+/// Durations are written as the `DQ_*` variables are (`250ms`, `5s`, `1.5s`, `10m`, `2h`, `1d`;
+/// one parser, `dq::config::parse_duration`, serves both) and must be positive; topics follow
+/// the rules of [`Topic`]. Either mistake fails the build, pointing at the value.
+///
 /// The first argument is the payload, decoded from JSON; a payload that does not decode is a
 /// poison message, dead-lettered at once with the error. The optional second argument is a
 /// [`JobContext`]. The return type is `()`, [`Outcome`], or `Result<_, E>` where `E: Display`.
@@ -126,3 +130,9 @@ pub mod __private {
         call_with_context, call_without_context, HandlerFuture, ListenerRegistration,
     };
 }
+
+/// README.md's examples, compiled (and the runnable ones run) as doctests, so the first page a
+/// user reads cannot drift from the API.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -9,10 +9,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
-use dq::admin::{ChangeOutcome, Page, TopicCounts, TopicStats, WorkerInfo};
+use dq::admin::{ChangeOutcome, Cursor, Page, TopicCounts, TopicStats, WorkerInfo};
 use dq::push::{OnConflict, PushOutcome};
 use dq::store::{Acked, Fetched, LeaseRef, NewJob, Promoted, Reclaimed, RedisStore, Store};
-use dq::store::{Admin, Leases, Producer, ReadyWaiter, Registry, Sharded, WakeListener};
+use dq::store::{
+    Admin, DeadLetters, Leases, Producer, ReadyWaiter, Registry, Sharded, WakeListener,
+};
 use dq::{
     Config, JobContext, JobId, JobInfo, JobState, Listener, Outcome, Runtime, Schedule, Topic,
 };
@@ -193,14 +195,8 @@ impl Admin for Faulty {
     async fn stats(&self, topic: &Topic) -> dq::Result<TopicStats> {
         self.inner.stats(topic).await
     }
-    async fn list(
-        &self,
-        topic: &Topic,
-        state: JobState,
-        cursor: u64,
-        limit: usize,
-    ) -> dq::Result<Page> {
-        self.inner.list(topic, state, cursor, limit).await
+    async fn list(&self, topic: &Topic, state: JobState, at: Cursor, n: usize) -> dq::Result<Page> {
+        self.inner.list(topic, state, at, n).await
     }
     async fn pause(&self, topic: &Topic) -> dq::Result<()> {
         self.inner.pause(topic).await
@@ -211,28 +207,14 @@ impl Admin for Faulty {
     async fn topics(&self) -> dq::Result<Vec<Topic>> {
         self.inner.topics().await
     }
-    async fn dead_jobs(&self, topic: &Topic, cursor: u64, limit: usize) -> dq::Result<Page> {
-        self.inner.dead_jobs(topic, cursor, limit).await
+    async fn dead_jobs(&self, topic: &Topic, at: Cursor, limit: usize) -> dq::Result<Page> {
+        self.inner.dead_jobs(topic, at, limit).await
     }
-    async fn requeue_dead(
-        &self,
-        topic: &Topic,
-        ids: &[JobId],
-        max_attempts: u32,
-        limit: usize,
-        died_before_us: u64,
-    ) -> dq::Result<usize> {
-        self.inner
-            .requeue_dead(topic, ids, max_attempts, limit, died_before_us)
-            .await
+    async fn requeue_dead(&self, t: &Topic, which: DeadLetters<'_>, max: u32) -> dq::Result<usize> {
+        self.inner.requeue_dead(t, which, max).await
     }
-    async fn purge_dead(
-        &self,
-        topic: &Topic,
-        before: SystemTime,
-        limit: usize,
-    ) -> dq::Result<usize> {
-        self.inner.purge_dead(topic, before, limit).await
+    async fn purge_dead(&self, t: &Topic, before: SystemTime, n: usize) -> dq::Result<usize> {
+        self.inner.purge_dead(t, before, n).await
     }
 }
 

@@ -10,9 +10,9 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use dq::admin::ChangeOutcome;
+use dq::admin::{ChangeOutcome, Cursor};
 use dq::push::{OnConflict, PushOutcome};
-use dq::store::MemoryStore;
+use dq::store::{DeadLetters, MemoryStore};
 use dq::{Client, Error, JobState, Schedule};
 use serde::{Deserialize, Serialize};
 use support::{id, topic, RedisCluster, RedisServer};
@@ -547,13 +547,13 @@ async fn dead_letters_keep_the_error_and_can_be_listed_requeued_and_purged(kind:
             .unwrap());
     }
     assert_eq!(c.counts("order-cancel").await.unwrap().dead, 3);
-    let dead = s.dead_jobs(&t, 0, 2).await.unwrap().jobs;
+    let dead = s.dead_jobs(&t, Cursor::START, 2).await.unwrap().jobs;
     assert_eq!(dead.len(), 2, "paged");
     assert_eq!(dead[0].state, JobState::Dead);
     assert!(dead[0].last_error.as_deref().unwrap().contains("not found"));
 
     assert_eq!(
-        s.requeue_dead(&t, &[id("1")], 3, 100, u64::MAX)
+        s.requeue_dead(&t, DeadLetters::Ids(&[id("1")]), 3)
             .await
             .unwrap(),
         1
@@ -589,7 +589,11 @@ async fn requeue_without_ids_takes_the_oldest_dead_letters_up_to_the_limit(kind:
     for j in s.fetch(0, &t, 5, LEASE).await.unwrap().jobs {
         s.dead_letter(&j.lease, "boom").await.unwrap();
     }
-    assert_eq!(s.requeue_dead(&t, &[], 3, 4, u64::MAX).await.unwrap(), 4);
+    let oldest_four = DeadLetters::DiedBy {
+        before_us: u64::MAX,
+        limit: 4,
+    };
+    assert_eq!(s.requeue_dead(&t, oldest_four, 3).await.unwrap(), 4);
     let counts = c.counts("order-cancel").await.unwrap();
     assert_eq!((counts.ready, counts.dead), (4, 1));
 }
@@ -921,7 +925,7 @@ async fn listing_pages_through_each_state_of_one_topic(kind: Kind) {
         .await
         .unwrap();
     let mut seen = Vec::new();
-    let mut cursor = 0;
+    let mut cursor = Cursor::START;
     loop {
         let page = c.jobs("a", JobState::Delayed, cursor, 2).await.unwrap();
         assert!(page.jobs.len() <= 2);
@@ -936,13 +940,19 @@ async fn listing_pages_through_each_state_of_one_topic(kind: Kind) {
         ["d0", "d1", "d2", "d3", "d4"],
         "in due order, other topics left out"
     );
-    let ready = c.jobs("a", JobState::Ready, 0, 10).await.unwrap();
+    let ready = c
+        .jobs("a", JobState::Ready, Cursor::START, 10)
+        .await
+        .unwrap();
     assert_eq!(
         ready.jobs.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(),
         ["r0", "r1", "r2", "r3"]
     );
     c.store().fetch(0, &topic("a"), 1, LEASE).await.unwrap();
-    let running = c.jobs("a", JobState::Running, 0, 10).await.unwrap();
+    let running = c
+        .jobs("a", JobState::Running, Cursor::START, 10)
+        .await
+        .unwrap();
     assert_eq!(running.jobs.len(), 1);
     assert_eq!(running.jobs[0].state, JobState::Running);
 }
@@ -1019,7 +1029,10 @@ async fn dead_letters_are_retried_and_purged_through_the_client(kind: Kind) {
         c.store().dead_letter(&j.lease, "boom").await.unwrap();
     }
     assert_eq!(c.retry_dead("t", &["1"]).await.unwrap(), 1);
-    let dead = c.jobs("t", JobState::Dead, 0, 10).await.unwrap();
+    let dead = c
+        .jobs("t", JobState::Dead, Cursor::START, 10)
+        .await
+        .unwrap();
     assert_eq!(dead.jobs.len(), 3);
     assert_eq!(
         c.purge_dead("t", Duration::from_secs(3600)).await.unwrap(),
@@ -1046,7 +1059,7 @@ async fn dead_letters_page_with_a_cursor_at_most_1000_per_call(kind: Kind) {
         s.dead_letter(&j.lease, "boom").await.unwrap();
     }
     let mut seen = std::collections::BTreeSet::new();
-    let mut cursor = Some(0);
+    let mut cursor = Some(Cursor::START);
     let mut pages = 0;
     while let Some(at) = cursor {
         let page = c.jobs("t", JobState::Dead, at, 5000).await.unwrap();
@@ -1074,12 +1087,16 @@ async fn retry_all_dead_takes_only_what_died_before_it_began(kind: Kind) {
     }
     let cutoff = s.time_us().await.unwrap();
     tokio::time::sleep(Duration::from_millis(2)).await; // "later" is later, on any clock
-                                                        // Requeued and dead again before the caller asks for the next batch: not taken again.
-    assert_eq!(s.requeue_dead(&t, &[], 3, 1000, cutoff).await.unwrap(), 3);
+    let died_by_cutoff = DeadLetters::DiedBy {
+        before_us: cutoff,
+        limit: 1000,
+    };
+    // Requeued and dead again before the caller asks for the next batch: not taken again.
+    assert_eq!(s.requeue_dead(&t, died_by_cutoff, 3).await.unwrap(), 3);
     for j in s.fetch(0, &t, 3, LEASE).await.unwrap().jobs {
         s.dead_letter(&j.lease, "boom again").await.unwrap();
     }
-    assert_eq!(s.requeue_dead(&t, &[], 3, 1000, cutoff).await.unwrap(), 0);
+    assert_eq!(s.requeue_dead(&t, died_by_cutoff, 3).await.unwrap(), 0);
     assert_eq!(c.counts("t").await.unwrap().dead, 3);
     // Through the client: one pass over what is dead now, and it ends.
     assert_eq!(c.retry_dead("t", &[]).await.unwrap(), 3);
@@ -1147,7 +1164,7 @@ async fn ready_jobs_replaced_cancelled_or_rescheduled_are_counted_listed_and_run
     let counts = c.counts("t").await.unwrap();
     assert_eq!((counts.ready, counts.delayed), (3, 2), "{counts:?}");
     let listed: Vec<String> = c
-        .jobs("t", JobState::Ready, 0, 100)
+        .jobs("t", JobState::Ready, Cursor::START, 100)
         .await
         .unwrap()
         .jobs

@@ -8,6 +8,7 @@ mod support;
 
 use std::time::Duration;
 
+use dq::admin::Cursor;
 use dq::Error;
 use serde::{Deserialize, Serialize};
 use support::{client, client_with, topic, RedisServer};
@@ -141,7 +142,11 @@ async fn malformed_envelope_is_reported_and_dead_lettered_without_touching_other
     assert_eq!(ids, ["good-1", "good-2"]);
     assert_eq!(f.malformed.len(), 1);
     assert_eq!(f.malformed[0].0.as_str(), "evil");
-    let dead = s.dead_jobs(&topic("t"), 0, 10).await.unwrap().jobs;
+    let dead = s
+        .dead_jobs(&topic("t"), Cursor::START, 10)
+        .await
+        .unwrap()
+        .jobs;
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].payload, b"not an envelope", "the raw value is kept");
     assert!(dead[0]
@@ -164,7 +169,11 @@ async fn an_envelope_of_an_unknown_format_version_is_dead_lettered_with_the_vers
     let f = s.fetch(0, &topic("t"), 10, LEASE).await.unwrap();
     assert!(f.jobs.is_empty(), "never handed to a handler");
     assert_eq!(f.malformed.len(), 1);
-    let dead = s.dead_jobs(&topic("t"), 0, 10).await.unwrap().jobs;
+    let dead = s
+        .dead_jobs(&topic("t"), Cursor::START, 10)
+        .await
+        .unwrap()
+        .jobs;
     assert_eq!(
         dead[0].payload,
         old.as_bytes(),

@@ -613,7 +613,7 @@ impl Harness {
 
     async fn dead_ids(&self) -> anyhow::Result<HashSet<String>> {
         let mut ids = HashSet::new();
-        let mut cursor = 0;
+        let mut cursor = dq::admin::Cursor::START;
         loop {
             let page = self
                 .client

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use clap::builder::TypedValueParser as _;
 use clap::{Parser, Subcommand};
-use dq::admin::ChangeOutcome;
+use dq::admin::{ChangeOutcome, Cursor};
 use dq::{Client, JobState, Schedule};
 use serde_json::json;
 
@@ -67,8 +67,8 @@ enum Command {
         #[arg(long, default_value_t = 20)]
         limit: usize,
         /// The `next` cursor printed with the previous page.
-        #[arg(long, default_value_t = 0)]
-        cursor: u64,
+        #[arg(long, default_value_t = Cursor::START)]
+        cursor: Cursor,
     },
     /// One job: state, attempts, times, last error, payload.
     Show { topic: String, id: String },
@@ -156,8 +156,8 @@ enum DeadCommand {
         #[arg(long, default_value_t = 20)]
         limit: usize,
         /// The `next` cursor printed with the previous page (`--offset` is its old name).
-        #[arg(long, alias = "offset", default_value_t = 0)]
-        cursor: u64,
+        #[arg(long, alias = "offset", default_value_t = Cursor::START)]
+        cursor: Cursor,
     },
     /// Run dead letters again with fresh attempts: some ids, a whole topic, or every topic.
     Retry {

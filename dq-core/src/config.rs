@@ -8,6 +8,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
+/// Parses `250ms`, `5s`, `1.5s`, `10m`, `2h` or `1d`, as the `DQ_*` variables and the macros do.
+pub use dq_syntax::parse_duration;
+
 /// Default cap on one job's encoded payload: 1 MiB.
 pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
 
@@ -279,33 +282,6 @@ fn parse_duration_var(key: &'static str, value: &str) -> Result<Duration> {
         value: value.to_owned(),
         reason,
     })
-}
-
-/// Parses `250ms`, `5s`, `1.5s`, `10m`, `2h` or `1d`.
-///
-/// ```
-/// use std::time::Duration;
-/// assert_eq!(dq_core::parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
-/// assert!(dq_core::parse_duration("5 parsecs").is_err());
-/// ```
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} does not start with a number"))?;
-    let scale = match unit.trim() {
-        "ms" => 0.001,
-        "s" => 1.0,
-        "m" => 60.0,
-        "h" => 3600.0,
-        "d" => 86400.0,
-        _ => return Err(format!("{text:?} needs a unit: ms, s, m, h or d")),
-    };
-    Duration::try_from_secs_f64(number * scale).map_err(|e| format!("{text:?}: {e}"))
 }
 
 /// Builds a [`Config`] from the defaults; see the table on [`Config`].

@@ -244,8 +244,49 @@ pub struct TopicStats {
 pub struct Page {
     /// The jobs of this page.
     pub jobs: Vec<JobInfo>,
-    /// The cursor of the next page, `None` at the end.
-    pub next: Option<u64>,
+    /// Where the next page starts, `None` at the end.
+    pub next: Option<Cursor>,
+}
+
+/// Where a listing carries on: [`Cursor::START`] for the first page, then the page's `next`.
+///
+/// Opaque: what it holds (a shard and a position in it) is the store's business and may change
+/// between releases. It prints and parses as a number so that a command line or a URL can
+/// carry it (`dq jobs t --cursor 281474976710656`), and serializes as that number.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(transparent)]
+pub struct Cursor(u64);
+
+impl Cursor {
+    /// The first page.
+    pub const START: Cursor = Cursor(0);
+
+    /// For implementations of [`Admin`](crate::store::Admin): the cursor with this value.
+    pub fn from_raw(raw: u64) -> Cursor {
+        Cursor(raw)
+    }
+
+    /// For implementations of [`Admin`](crate::store::Admin): the value given to
+    /// [`Cursor::from_raw`].
+    pub fn raw(self) -> u64 {
+        self.0
+    }
+}
+
+impl std::fmt::Display for Cursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::str::FromStr for Cursor {
+    type Err = std::num::ParseIntError;
+
+    fn from_str(s: &str) -> Result<Cursor, Self::Err> {
+        s.parse().map(Cursor)
+    }
 }
 
 /// A running worker process, as it registers itself at every heartbeat.

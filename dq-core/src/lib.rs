@@ -18,8 +18,8 @@ pub use config::{
 pub use envelope::{Envelope, ENVELOPE_VERSION};
 pub use error::{Error, ErrorKind, Result};
 pub use job::{
-    from_us, to_us, Acked, ChangeOutcome, Fetched, JobInfo, JobState, LeaseRef, LeasedJob, NewJob,
-    OnConflict, Page, Promoted, PushOutcome, Reclaimed, Schedule, TopicCounts, TopicStats,
+    from_us, to_us, Acked, ChangeOutcome, Cursor, Fetched, JobInfo, JobState, LeaseRef, LeasedJob,
+    NewJob, OnConflict, Page, Promoted, PushOutcome, Reclaimed, Schedule, TopicCounts, TopicStats,
     WorkerInfo, DEFAULT_RETRIES, MAX_DELAY,
 };
 pub use message::Message;

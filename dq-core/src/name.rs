@@ -1,18 +1,12 @@
-//! Validated names: [`Topic`] and [`JobId`].
-//!
-//! Both end up inside Redis keys and members (`{ns:shard}:ready:<topic>`, `<topic>:<id>`), so
-//! anything that would break that layout is refused at the edge with an error naming the value:
-//! `{` and `}` would change the cluster hashtag, `:` would make `<topic>:<id>` ambiguous, `*`
-//! and whitespace make keys unsafe to type in `redis-cli`, and control characters corrupt logs.
+//! Validated names: [`Topic`] and [`JobId`], checked at the edge with an error naming the value
+//! by the rules of `dq-syntax` (which the macros check at compile time too).
 
 use std::fmt;
 
-use crate::error::{Error, Result};
+use dq_syntax::{id_problem, topic_problem};
+pub use dq_syntax::{MAX_JOB_ID_LEN, MAX_TOPIC_LEN};
 
-/// Longest topic name accepted, in bytes.
-pub const MAX_TOPIC_LEN: usize = 128;
-/// Longest job id accepted, in bytes.
-pub const MAX_JOB_ID_LEN: usize = 256;
+use crate::error::{Error, Result};
 
 /// The name of a stream of jobs handled by one listener, such as `order-cancel`.
 ///
@@ -45,22 +39,6 @@ impl Topic {
     }
 }
 
-fn topic_problem(name: &str) -> Option<&'static str> {
-    if name.is_empty() {
-        return Some("a topic must not be empty");
-    }
-    if name.len() > MAX_TOPIC_LEN {
-        return Some("a topic is at most 128 bytes long");
-    }
-    if name
-        .bytes()
-        .any(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')))
-    {
-        return Some("a topic may hold only ASCII letters, digits, '-', '_' and '.'");
-    }
-    None
-}
-
 /// The identity of one job within its topic, such as an order number.
 ///
 /// Pushing a second job with an id that is still pending does not create a second job (see
@@ -89,22 +67,6 @@ impl JobId {
     pub fn as_str(&self) -> &str {
         &self.0
     }
-}
-
-fn id_problem(id: &str) -> Option<&'static str> {
-    if id.is_empty() {
-        return Some("a job id must not be empty");
-    }
-    if id.len() > MAX_JOB_ID_LEN {
-        return Some("a job id is at most 256 bytes long");
-    }
-    if id.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Some("a job id must not contain whitespace or control characters");
-    }
-    if id.contains(['{', '}', ':', '*']) {
-        return Some("a job id must not contain '{', '}', ':' or '*'");
-    }
-    None
 }
 
 macro_rules! name_impls {

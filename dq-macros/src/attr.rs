@@ -1,5 +1,7 @@
 //! Values shared by both macros: topics, durations, the crate path.
 
+use std::time::Duration;
+
 use proc_macro2::TokenStream;
 use quote::quote;
 use syn::LitStr;
@@ -7,19 +9,7 @@ use syn::LitStr;
 /// Checks a topic literal with the rules of `dq::Topic`, so a bad topic fails the build.
 pub(crate) fn topic(lit: &LitStr) -> syn::Result<LitStr> {
     let value = lit.value();
-    let problem = if value.is_empty() {
-        Some("a topic must not be empty")
-    } else if value.len() > 128 {
-        Some("a topic is at most 128 bytes long")
-    } else if value
-        .bytes()
-        .any(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')))
-    {
-        Some("a topic may hold only ASCII letters, digits, '-', '_' and '.'")
-    } else {
-        None
-    };
-    match problem {
+    match dq_syntax::topic_problem(&value) {
         Some(reason) => Err(syn::Error::new(
             lit.span(),
             format!("invalid topic {value:?}: {reason}"),
@@ -28,35 +18,20 @@ pub(crate) fn topic(lit: &LitStr) -> syn::Result<LitStr> {
     }
 }
 
-/// Parses `250ms`, `5s`, `1.5s`, `10m`, `2h` into nanoseconds.
-pub(crate) fn duration_nanos(lit: &LitStr) -> syn::Result<u64> {
-    let text = lit.value();
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let bad = |why: &str| syn::Error::new(lit.span(), format!("invalid duration {text:?}: {why}"));
-    let number: f64 = number
-        .parse()
-        .map_err(|_| bad("expected a number followed by ms, s, m or h, as in \"5s\""))?;
-    let scale = match unit.trim() {
-        "ms" => 1e6,
-        "s" => 1e9,
-        "m" => 60e9,
-        "h" => 3600e9,
-        "" => return Err(bad("add a unit: ms, s, m or h, as in \"5s\"")),
-        _ => return Err(bad("unknown unit; use ms, s, m or h")),
-    };
-    let nanos = number * scale;
-    if !(1.0..1e18).contains(&nanos) {
-        return Err(bad("must be positive and less than 30 years"));
+/// Parses a positive duration (`250ms`, `5s`, `1.5s`, `10m`, `2h`, `1d`) as the `DQ_*`
+/// variables do.
+pub(crate) fn duration(lit: &LitStr) -> syn::Result<Duration> {
+    let bad = |why: String| syn::Error::new(lit.span(), format!("invalid duration: {why}"));
+    let d = dq_syntax::parse_duration(&lit.value()).map_err(bad)?;
+    if d.is_zero() {
+        return Err(bad(format!("{:?} must be positive", lit.value())));
     }
-    Ok(nanos as u64)
+    Ok(d)
 }
 
-pub(crate) fn duration_tokens(nanos: u64) -> TokenStream {
-    quote!(::core::time::Duration::from_nanos(#nanos))
+pub(crate) fn duration_tokens(d: Duration) -> TokenStream {
+    let (secs, nanos) = (d.as_secs(), d.subsec_nanos());
+    quote!(::core::time::Duration::new(#secs, #nanos))
 }
 
 pub(crate) fn crate_path(lit: Option<LitStr>) -> syn::Result<syn::Path> {

@@ -1,5 +1,7 @@
 //! `#[listener(...)]`: keeps the async fn as written and registers a listener beside it.
 
+use std::time::Duration;
+
 use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
@@ -13,7 +15,7 @@ const KEYS: &str = "topic, concurrency, timeout, retries, backoff, crate";
 struct Options {
     topic: Option<LitStr>,
     concurrency: Option<usize>,
-    timeout: Option<Option<u64>>,
+    timeout: Option<Option<Duration>>,
     retries: Option<u32>,
     backoff: Option<TokenStream>,
     krate: Option<LitStr>,
@@ -50,7 +52,7 @@ fn parse_options(attr: TokenStream) -> syn::Result<Options> {
                 o.timeout = Some(if lit.value() == "none" {
                     None
                 } else {
-                    Some(attr::duration_nanos(&lit)?)
+                    Some(attr::duration(&lit)?)
                 });
             }
             "retries" => {
@@ -79,8 +81,7 @@ fn backoff(lit: &LitStr) -> syn::Result<TokenStream> {
         Some((k, r)) => (k.trim().to_owned(), r.trim().to_owned()),
         None => ("exponential".to_owned(), value.clone()),
     };
-    let nanos = attr::duration_nanos(&LitStr::new(&rest, lit.span()))?;
-    let d = attr::duration_tokens(nanos);
+    let d = attr::duration_tokens(attr::duration(&LitStr::new(&rest, lit.span()))?);
     match kind.as_str() {
         "fixed" => Ok(quote!(Fixed(#d))),
         "exponential" | "exp" => Ok(quote!(exponential(#d))),

@@ -294,13 +294,12 @@ impl RuntimeBuilder {
         // reclaims it (the last runtime to start decides, should two disagree). Best effort,
         // and bounded as a whole: a Redis that is full or has a master down must not keep
         // workers from starting, nor delay them once per listener.
-        let mut unrecorded: Vec<&str> = listeners.iter().map(|l| l.topic.as_str()).collect();
+        let mut unrecorded: Vec<&Topic> = listeners.iter().map(|(t, _)| t).collect();
         let recording = async {
-            for l in &listeners {
+            for (topic, l) in &listeners {
                 let max_attempts = l.retries.map(|r| r.saturating_add(1));
-                let topic = Topic::new(l.topic.clone())?;
-                store.set_attempt_limit(&topic, max_attempts).await?;
-                unrecorded.retain(|t| *t != l.topic);
+                store.set_attempt_limit(topic, max_attempts).await?;
+                unrecorded.retain(|t| *t != topic);
             }
             Ok::<(), Error>(())
         };
@@ -332,16 +331,12 @@ impl RuntimeBuilder {
             shared.clone(),
             wake_senders,
         )));
-        let topics = listeners
-            .iter()
-            .map(|l| Topic::new(l.topic.clone()))
-            .collect::<Result<Vec<_>>>()?;
+        let topics: Vec<Topic> = listeners.iter().map(|(t, _)| t.clone()).collect();
         chores.push(tokio::spawn(crate::metrics::queue_gauges(
             shared.clone(),
             topics.clone(),
         )));
-        for listener in &listeners {
-            let topic = Topic::new(listener.topic.clone())?;
+        for (topic, listener) in &listeners {
             let permits = Arc::new(Semaphore::new(listener.concurrency));
             let listener = Arc::new(listener.clone());
             for shard in 0..shards {
@@ -359,7 +354,7 @@ impl RuntimeBuilder {
         }
         let heartbeat_done = CancellationToken::new();
         let me = dq_core::WorkerInfo::for_this_process(
-            listeners.iter().map(|l| l.topic.clone()).collect(),
+            topics.iter().map(|t| t.as_str().to_owned()).collect(),
         );
         let heartbeat = tokio::spawn(upkeep::heartbeat(
             shared.clone(),
@@ -370,7 +365,7 @@ impl RuntimeBuilder {
         let acker = tokio::spawn(upkeep::acker(shared.clone(), ack_rx, acker_done.clone()));
 
         tracing::info!(
-            store = ?store, shards, topics = ?listeners.iter().map(|l| l.topic.as_str()).collect::<Vec<_>>(),
+            store = ?store, shards, topics = ?topics.iter().map(Topic::as_str).collect::<Vec<_>>(),
             "dq runtime started"
         );
         let supervisor = Supervisor {
@@ -397,7 +392,9 @@ impl RuntimeBuilder {
     }
 }
 
-fn collect_listeners(registered: bool, extra: Vec<Listener>) -> Result<Vec<Listener>> {
+/// This runtime's listeners, each with its topic checked once here; refused with an error naming
+/// the listener when a topic is invalid, taken twice, or a concurrency is zero.
+fn collect_listeners(registered: bool, extra: Vec<Listener>) -> Result<Vec<(Topic, Listener)>> {
     let mut all = if registered {
         listener::registered()
     } else {
@@ -405,8 +402,9 @@ fn collect_listeners(registered: bool, extra: Vec<Listener>) -> Result<Vec<Liste
     };
     all.extend(extra);
     let mut seen: HashMap<String, String> = HashMap::new();
-    for l in &all {
-        Topic::new(l.topic.clone())?;
+    let mut checked = Vec::with_capacity(all.len());
+    for l in all {
+        let topic = Topic::new(l.topic.clone())?;
         if l.concurrency == 0 {
             return Err(Error::InvalidListener {
                 topic: l.topic.clone(),
@@ -421,6 +419,7 @@ fn collect_listeners(registered: bool, extra: Vec<Listener>) -> Result<Vec<Liste
                 second: l.name.clone(),
             });
         }
+        checked.push((topic, l));
     }
-    Ok(all)
+    Ok(checked)
 }

@@ -155,7 +155,7 @@ impl TestRuntime {
     pub async fn dead(&self, topic: &str) -> Result<Vec<JobInfo>> {
         let topic = Topic::new(topic)?;
         let mut all = Vec::new();
-        let mut cursor = Some(0);
+        let mut cursor = Some(dq_core::Cursor::START);
         while let Some(c) = cursor {
             let page = self.store.dead_jobs(&topic, c, dq_core::MAX_BATCH).await?;
             all.extend(page.jobs);

@@ -10,12 +10,12 @@ use serde::Serialize;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::job::{
-    ChangeOutcome, JobInfo, JobState, NewJob, OnConflict, Page, PushOutcome, Schedule, TopicCounts,
-    TopicStats, WorkerInfo, DEFAULT_RETRIES,
+    ChangeOutcome, Cursor, JobInfo, JobState, NewJob, OnConflict, Page, PushOutcome, Schedule,
+    TopicCounts, TopicStats, WorkerInfo, DEFAULT_RETRIES,
 };
 use crate::message::Message;
 use crate::name::{JobId, Topic};
-use crate::store::{RedisStore, Store};
+use crate::store::{DeadLetters, RedisStore, Store};
 
 use self::push::Coalescer;
 pub use self::push::{PushBuilder, Pushed};
@@ -241,21 +241,37 @@ impl Client {
         self.store.stats(&Topic::new(topic)?).await
     }
 
-    /// A page of at most `limit` (at most 1,000) of a topic's jobs in one state; `cursor` is 0,
-    /// then the page's `next` until it is `None`. Pages go shard by shard; dead letters come
-    /// newest first within a shard. Every page costs bounded work, however long the queue.
+    /// A page of at most `limit` (at most 1,000) of a topic's jobs in one state; `at` is
+    /// [`Cursor::START`], then the page's `next` until it is `None`. Pages go shard by shard;
+    /// dead letters come newest first within a shard. Every page costs bounded work, however
+    /// long the queue.
+    ///
+    /// ```no_run
+    /// # async fn f(client: dq_core::Client) -> dq_core::Result<()> {
+    /// use dq_core::{Cursor, JobState};   // in the facade: dq::admin::Cursor, dq::JobState
+    ///
+    /// let mut at = Some(Cursor::START);
+    /// while let Some(cursor) = at {
+    ///     let page = client.jobs("order-cancel", JobState::Dead, cursor, 100).await?;
+    ///     for job in &page.jobs {
+    ///         println!("{} died: {:?}", job.id, job.last_error);
+    ///     }
+    ///     at = page.next;
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn jobs(
         &self,
         topic: &str,
         state: JobState,
-        cursor: u64,
+        at: Cursor,
         limit: usize,
     ) -> Result<Page> {
         let topic = Topic::new(topic)?;
         if state == JobState::Dead {
-            return self.store.dead_jobs(&topic, cursor, limit).await;
+            return self.store.dead_jobs(&topic, at, limit).await;
         }
-        self.store.list(&topic, state, cursor, limit).await
+        self.store.list(&topic, state, at, limit).await
     }
 
     /// Runs dead letters again with a fresh set of attempts (the default retries): the given
@@ -272,20 +288,21 @@ impl Client {
             for chunk in ids.chunks(crate::store::MAX_BATCH) {
                 n += self
                     .store
-                    .requeue_dead(&topic, chunk, max, chunk.len(), u64::MAX)
+                    .requeue_dead(&topic, DeadLetters::Ids(chunk), max)
                     .await?;
             }
             return Ok(n);
         }
         // Only what died before this call began: a job that dies again while we work through
         // the list is not taken again (with a failing handler that would never end).
-        let died_before = self.store.time_us().await?;
+        let before_us = self.store.time_us().await?;
         let mut n = 0;
         loop {
-            let moved = self
-                .store
-                .requeue_dead(&topic, &[], max, crate::store::MAX_BATCH, died_before)
-                .await?;
+            let oldest = DeadLetters::DiedBy {
+                before_us,
+                limit: crate::store::MAX_BATCH,
+            };
+            let moved = self.store.requeue_dead(&topic, oldest, max).await?;
             n += moved;
             if moved == 0 {
                 return Ok(n);

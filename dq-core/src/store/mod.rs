@@ -16,7 +16,7 @@ mod scripts;
 mod subscription;
 mod url;
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 
@@ -31,7 +31,7 @@ pub use crate::job::{
 
 use crate::error::Result;
 use crate::job::{
-    ChangeOutcome, JobInfo, JobState, OnConflict, Page, PushOutcome, Schedule, TopicCounts,
+    ChangeOutcome, Cursor, JobInfo, JobState, OnConflict, Page, PushOutcome, Schedule, TopicCounts,
     TopicStats, WorkerInfo,
 };
 use crate::name::{JobId, Topic};
@@ -171,9 +171,8 @@ pub trait Admin: Sharded {
     async fn stats(&self, topic: &Topic) -> Result<TopicStats>;
 
     /// A page of a topic's jobs that are delayed, ready or running (dead ones: [`Admin::dead_jobs`]).
-    /// `cursor` is 0 for the first page, then the page's `next`.
-    async fn list(&self, topic: &Topic, state: JobState, cursor: u64, limit: usize)
-        -> Result<Page>;
+    /// `cursor` is [`Cursor::START`] for the first page, then the page's `next`.
+    async fn list(&self, topic: &Topic, state: JobState, at: Cursor, limit: usize) -> Result<Page>;
 
     /// Stops workers from fetching the topic (they finish what they run); survives restarts.
     async fn pause(&self, topic: &Topic) -> Result<()>;
@@ -185,30 +184,44 @@ pub trait Admin: Sharded {
     async fn topics(&self) -> Result<Vec<Topic>>;
 
     /// A page of at most `limit` (at most [`MAX_BATCH`]) of a topic's dead letters, shard by
-    /// shard, newest first within a shard. `cursor` is 0 for the first page, then the page's
-    /// `next`; each call costs O(log n + limit) whatever the number of dead letters.
-    async fn dead_jobs(&self, topic: &Topic, cursor: u64, limit: usize) -> Result<Page>;
+    /// shard, newest first within a shard. `at` is [`Cursor::START`] for the first page, then
+    /// the page's `next`; each call costs O(log n + limit) whatever the number of dead letters.
+    async fn dead_jobs(&self, topic: &Topic, at: Cursor, limit: usize) -> Result<Page>;
 
-    /// Gives dead letters a fresh `max_attempts` and makes them ready now: the given ids, or
-    /// (with `ids` empty) up to `limit` of the oldest that died at or before `died_before_us`
-    /// (store time, see [`Sharded::time_us`]), so that jobs dying again while a caller works
-    /// through the dead letters are not taken again. Returns how many were requeued.
-    async fn requeue_dead(
-        &self,
-        topic: &Topic,
-        ids: &[JobId],
-        max_attempts: u32,
-        limit: usize,
-        died_before_us: u64,
-    ) -> Result<usize>;
+    /// Gives the chosen dead letters a fresh `max_attempts` and makes them ready now. Returns
+    /// how many were requeued (ids that are not dead letters are skipped).
+    async fn requeue_dead(&self, topic: &Topic, which: DeadLetters<'_>, max: u32) -> Result<usize>;
 
     /// Deletes up to `limit` dead letters of a topic that died before `before`.
-    async fn purge_dead(
-        &self,
-        topic: &Topic,
-        before: std::time::SystemTime,
+    async fn purge_dead(&self, topic: &Topic, before: SystemTime, limit: usize) -> Result<usize>;
+}
+
+/// Which dead letters [`Admin::requeue_dead`] takes.
+#[derive(Clone, Copy, Debug)]
+pub enum DeadLetters<'a> {
+    /// These ids (the first [`MAX_BATCH`] of them).
+    Ids(&'a [JobId]),
+    /// Up to `limit` (at most [`MAX_BATCH`]) of the oldest, among those that died at or before
+    /// `before_us` (store time, see [`Sharded::time_us`]): jobs dying again while a caller
+    /// works through the dead letters are not taken again.
+    DiedBy {
+        /// The cutoff, in microseconds of the store's clock.
+        before_us: u64,
+        /// Most jobs taken.
         limit: usize,
-    ) -> Result<usize>;
+    },
+}
+
+impl DeadLetters<'_> {
+    /// The ids asked for (none for `DiedBy`), at most this many jobs, and the cutoff.
+    pub(crate) fn parts(&self) -> (&[JobId], usize, u64) {
+        match *self {
+            DeadLetters::Ids(ids) => (ids, policy::batch_limit(ids.len()), u64::MAX),
+            DeadLetters::DiedBy { before_us, limit } => {
+                (&[], policy::batch_limit(limit), before_us)
+            }
+        }
+    }
 }
 
 /// The live workers, as their heartbeats record them.

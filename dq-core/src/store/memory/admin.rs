@@ -8,10 +8,12 @@ use async_trait::async_trait;
 use super::state::Member;
 use super::{lock, MemoryStore};
 use crate::error::Result;
-use crate::job::{from_us, to_us, JobInfo, JobState, Page, TopicCounts, TopicStats, WorkerInfo};
+use crate::job::{
+    from_us, to_us, Cursor, JobInfo, JobState, Page, TopicCounts, TopicStats, WorkerInfo,
+};
 use crate::name::{JobId, Topic};
 use crate::store::policy::{batch_limit, WORKER_EXPIRY_MS};
-use crate::store::{Admin, Registry, Wake};
+use crate::store::{Admin, DeadLetters, Registry, Wake, MAX_BATCH};
 
 #[async_trait]
 impl Admin for MemoryStore {
@@ -42,15 +44,9 @@ impl Admin for MemoryStore {
     }
 
     // The memory store's listings walk its structures (it is for development and tests).
-    async fn list(
-        &self,
-        topic: &Topic,
-        state: JobState,
-        cursor: u64,
-        limit: usize,
-    ) -> Result<Page> {
+    async fn list(&self, topic: &Topic, state: JobState, at: Cursor, limit: usize) -> Result<Page> {
         let s = lock(&self.state);
-        let skip = usize::try_from(cursor).unwrap_or(usize::MAX);
+        let skip = usize::try_from(at.raw()).unwrap_or(usize::MAX);
         let limit = batch_limit(limit);
         let members: Vec<Member> = match state {
             JobState::Ready => s
@@ -85,7 +81,7 @@ impl Admin for MemoryStore {
             .take(limit)
             .filter_map(|m| s.info(m))
             .collect();
-        let next = (skip + jobs.len() < members.len()).then_some((skip + jobs.len()) as u64);
+        let next = (skip + jobs.len() < members.len()).then(|| offset(skip + jobs.len()));
         Ok(Page { jobs, next })
     }
 
@@ -105,49 +101,41 @@ impl Admin for MemoryStore {
         Ok(lock(&self.state).topics.iter().cloned().collect())
     }
 
-    async fn dead_jobs(&self, topic: &Topic, cursor: u64, limit: usize) -> Result<Page> {
+    async fn dead_jobs(&self, topic: &Topic, at: Cursor, limit: usize) -> Result<Page> {
         let s = lock(&self.state);
         let limit = batch_limit(limit);
         let Some(dead) = s.dead.get(topic) else {
             return Ok(Page::default());
         };
-        let offset = usize::try_from(cursor).unwrap_or(usize::MAX);
+        let skip = usize::try_from(at.raw()).unwrap_or(usize::MAX);
         let jobs: Vec<JobInfo> = dead
             .iter()
             .rev()
-            .skip(offset)
+            .skip(skip)
             .take(limit)
             .filter_map(|(_, id)| s.info(&(topic.clone(), id.clone())))
             .collect();
-        let next = (offset.saturating_add(limit) < dead.len()).then(|| (offset + limit) as u64);
+        let next = (skip.saturating_add(limit) < dead.len()).then(|| offset(skip + limit));
         Ok(Page { jobs, next })
     }
 
-    async fn requeue_dead(
-        &self,
-        topic: &Topic,
-        ids: &[JobId],
-        max_attempts: u32,
-        limit: usize,
-        died_before_us: u64,
-    ) -> Result<usize> {
+    async fn requeue_dead(&self, topic: &Topic, which: DeadLetters<'_>, max: u32) -> Result<usize> {
         let now = self.now_us();
-        let limit = batch_limit(limit);
         let n = {
             let mut s = lock(&self.state);
-            let chosen: Vec<JobId> = if ids.is_empty() {
-                s.dead
+            let chosen: Vec<JobId> = match which {
+                DeadLetters::Ids(ids) => ids.iter().take(MAX_BATCH).cloned().collect(),
+                DeadLetters::DiedBy { before_us, limit } => s
+                    .dead
                     .get(topic)
                     .map(|d| {
                         d.iter()
-                            .take_while(|(died, _)| *died <= died_before_us)
+                            .take_while(|(died, _)| *died <= before_us)
                             .take(batch_limit(limit))
                             .map(|(_, id)| id.clone())
                             .collect()
                     })
-                    .unwrap_or_default()
-            } else {
-                ids.iter().take(limit).cloned().collect()
+                    .unwrap_or_default(),
             };
             let mut n = 0;
             for id in chosen {
@@ -160,7 +148,7 @@ impl Admin for MemoryStore {
                 }
                 if let Some(e) = s.jobs.get_mut(&m) {
                     e.attempt = 0;
-                    e.max_attempts = max_attempts;
+                    e.max_attempts = max;
                     e.due_us = now;
                 }
                 s.ready.entry(topic.clone()).or_default().push_back(id);
@@ -223,4 +211,9 @@ impl Registry for MemoryStore {
         all.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(all)
     }
+}
+
+/// The memory store's cursors are positions in the listing.
+fn offset(position: usize) -> Cursor {
+    Cursor::from_raw(position as u64)
 }

@@ -10,12 +10,12 @@ use super::reply::{array, decode_jobs, int};
 use super::waiters::RESUMED;
 use super::RedisStore;
 use crate::error::{Error, Result};
-use crate::job::{from_us, to_us, JobState, Page, TopicCounts, TopicStats, WorkerInfo};
+use crate::job::{from_us, to_us, Cursor, JobState, Page, TopicCounts, TopicStats, WorkerInfo};
 use crate::name::{JobId, Topic};
 use crate::store::keys::shard_of;
 use crate::store::policy::{batch_limit, WORKER_EXPIRY_MS};
 use crate::store::scripts::SCRIPTS;
-use crate::store::{Admin, Registry, Sharded};
+use crate::store::{Admin, DeadLetters, Registry, Sharded};
 
 impl RedisStore {
     /// Adds (SADD) or removes (SREM) a topic in every shard's paused set.
@@ -79,16 +79,8 @@ impl Admin for RedisStore {
         Ok(total)
     }
 
-    async fn list(
-        &self,
-        topic: &Topic,
-        state: JobState,
-        cursor: u64,
-        limit: usize,
-    ) -> Result<Page> {
-        // The cursor holds the shard in its top 16 bits and the position within it below.
-        let mut shard = (cursor >> 48) as u16;
-        let mut pos = cursor & ((1 << 48) - 1);
+    async fn list(&self, topic: &Topic, state: JobState, at: Cursor, limit: usize) -> Result<Page> {
+        let (mut shard, mut pos) = shard_and_position(at);
         let limit = batch_limit(limit);
         let mut page = Page::default();
         while shard < self.shards() && page.jobs.len() < limit {
@@ -134,7 +126,7 @@ impl Admin for RedisStore {
                 pos = 0;
             }
         }
-        page.next = (shard < self.shards()).then(|| (u64::from(shard) << 48) | pos);
+        page.next = (shard < self.shards()).then(|| cursor(shard, pos));
         Ok(page)
     }
 
@@ -169,10 +161,10 @@ impl Admin for RedisStore {
         Ok(all.into_iter().collect())
     }
 
-    async fn dead_jobs(&self, topic: &Topic, cursor: u64, limit: usize) -> Result<Page> {
-        // Shard by shard like `list`: the cursor holds the shard in its top 16 bits and the
-        // rank within the shard's dead set below (a rank costs O(log n) in a sorted set).
-        let (mut shard, mut pos) = ((cursor >> 48) as u16, cursor & ((1 << 48) - 1));
+    async fn dead_jobs(&self, topic: &Topic, at: Cursor, limit: usize) -> Result<Page> {
+        // Shard by shard like `list`; the position is the rank within the shard's dead set
+        // (a rank costs O(log n) in a sorted set).
+        let (mut shard, mut pos) = shard_and_position(at);
         let limit = batch_limit(limit);
         let mut page = Page::default();
         while shard < self.shards() && page.jobs.len() < limit {
@@ -191,22 +183,15 @@ impl Admin for RedisStore {
                 pos = 0;
             }
         }
-        page.next = (shard < self.shards()).then(|| (u64::from(shard) << 48) | pos);
+        page.next = (shard < self.shards()).then(|| cursor(shard, pos));
         Ok(page)
     }
 
-    async fn requeue_dead(
-        &self,
-        topic: &Topic,
-        ids: &[JobId],
-        max_attempts: u32,
-        limit: usize,
-        died_before_us: u64,
-    ) -> Result<usize> {
+    async fn requeue_dead(&self, topic: &Topic, which: DeadLetters<'_>, max: u32) -> Result<usize> {
         // At most `limit` (<= 1,000) jobs per call, so each shard takes one script call.
-        let limit = batch_limit(limit);
+        let (ids, limit, died_before_us) = which.parts();
         let mut by_shard: BTreeMap<u16, Vec<&JobId>> = BTreeMap::new();
-        if ids.is_empty() {
+        if let DeadLetters::DiedBy { .. } = which {
             by_shard.extend((0..self.shards()).map(|s| (s, Vec::new())));
         }
         for id in ids.iter().take(limit) {
@@ -225,7 +210,7 @@ impl Admin for RedisStore {
                 .key(k.ready_gen(topic))
                 .arg(k.prefix())
                 .arg(topic.as_str())
-                .arg(max_attempts)
+                .arg(max)
                 .arg(limit - total)
                 .arg(died_before_us);
             for id in shard_ids {
@@ -300,4 +285,14 @@ impl Registry for RedisStore {
         live.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(live)
     }
+}
+
+// A Redis store's cursor holds the shard in its top 16 bits and the position within the
+// shard's list or set below.
+fn shard_and_position(at: Cursor) -> (u16, u64) {
+    ((at.raw() >> 48) as u16, at.raw() & ((1 << 48) - 1))
+}
+
+fn cursor(shard: u16, position: u64) -> Cursor {
+    Cursor::from_raw((u64::from(shard) << 48) | position)
 }

@@ -1,0 +1,128 @@
+//! The rules for what users write to dq, in one place: topic names, job ids and durations.
+//!
+//! `dq-core` checks them at run time (`Topic::new`, `Config`, the `DQ_*` variables) and
+//! `dq-macros` at compile time (`#[dq::listener(topic = "..", timeout = "5s")]`), so that a value
+//! the macro accepts is one the runtime accepts, and the reverse. No dependencies: a
+//! proc-macro crate can use it without building dq-core.
+//!
+//! Topics and ids end up inside Redis keys and members (`{ns:shard}:ready:<topic>`,
+//! `<topic>:<id>`), so anything that would break that layout is refused: `{` and `}` would
+//! change the cluster hashtag, `:` would make `<topic>:<id>` ambiguous, `*` and whitespace make
+//! keys unsafe to type in `redis-cli`, and control characters corrupt logs.
+
+#![forbid(unsafe_code)]
+
+use std::time::Duration;
+
+/// Longest topic name accepted, in bytes.
+pub const MAX_TOPIC_LEN: usize = 128;
+/// Longest job id accepted, in bytes.
+pub const MAX_JOB_ID_LEN: usize = 256;
+
+/// Why `name` cannot be a topic (1 to 128 ASCII letters, digits, `-`, `_` or `.`), or `None`.
+///
+/// ```
+/// assert_eq!(dq_syntax::topic_problem("order-cancel"), None);
+/// assert!(dq_syntax::topic_problem("order cancel").is_some());
+/// ```
+pub fn topic_problem(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        return Some("a topic must not be empty");
+    }
+    if name.len() > MAX_TOPIC_LEN {
+        return Some("a topic is at most 128 bytes long");
+    }
+    if name
+        .bytes()
+        .any(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')))
+    {
+        return Some("a topic may hold only ASCII letters, digits, '-', '_' and '.'");
+    }
+    None
+}
+
+/// Why `id` cannot be a job id (1 to 256 bytes of printable text without whitespace, `{`,
+/// `}`, `:` or `*`), or `None`.
+///
+/// ```
+/// assert_eq!(dq_syntax::id_problem("order-42"), None);
+/// assert!(dq_syntax::id_problem("order:42").is_some());
+/// ```
+pub fn id_problem(id: &str) -> Option<&'static str> {
+    if id.is_empty() {
+        return Some("a job id must not be empty");
+    }
+    if id.len() > MAX_JOB_ID_LEN {
+        return Some("a job id is at most 256 bytes long");
+    }
+    if id.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Some("a job id must not contain whitespace or control characters");
+    }
+    if id.contains(['{', '}', ':', '*']) {
+        return Some("a job id must not contain '{', '}', ':' or '*'");
+    }
+    None
+}
+
+/// Parses `250ms`, `5s`, `1.5s`, `10m`, `2h` or `1d` (zero too: each setting says whether it
+/// takes zero).
+///
+/// ```
+/// use std::time::Duration;
+/// assert_eq!(dq_syntax::parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+/// assert_eq!(dq_syntax::parse_duration("1d"), Ok(Duration::from_secs(86_400)));
+/// assert!(dq_syntax::parse_duration("5 parsecs").is_err());
+/// assert!(dq_syntax::parse_duration("5").is_err());
+/// ```
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} does not start with a number (as in \"5s\")"))?;
+    let scale = match unit.trim() {
+        "ms" => 0.001,
+        "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        "d" => 86400.0,
+        "" => {
+            return Err(format!(
+                "{text:?} needs a unit: ms, s, m, h or d (as in \"5s\")"
+            ))
+        }
+        _ => {
+            return Err(format!(
+                "{text:?} has an unknown unit: use ms, s, m, h or d"
+            ))
+        }
+    };
+    Duration::try_from_secs_f64(number * scale).map_err(|e| format!("{text:?}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_unit_parses_and_zero_is_a_duration() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration(" 10m "), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+    }
+
+    #[test]
+    fn a_duration_past_what_duration_holds_is_refused() {
+        assert!(parse_duration("99999999999999999999999d").is_err());
+    }
+
+    #[test]
+    fn a_topic_at_the_length_limit_is_accepted_and_one_past_it_refused() {
+        assert_eq!(topic_problem(&"a".repeat(MAX_TOPIC_LEN)), None);
+        assert!(topic_problem(&"a".repeat(MAX_TOPIC_LEN + 1)).is_some());
+    }
+}
