@@ -378,18 +378,15 @@ async fn each_shard_is_subscribed_on_its_own_master_and_the_subscription_follows
         .unwrap();
     let (from_id, to_id) = (node_id(cluster.node(from)), node_id(cluster.node(to)));
     let ok = |reply: String| assert!(reply.starts_with("+OK"), "{reply}");
-    ok(cluster
-        .node(to)
-        .command(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id]));
-    ok(cluster
-        .node(from)
-        .command(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id]));
-    ok(cluster
-        .node(to)
-        .command(&["CLUSTER", "SETSLOT", &slot, "NODE", &to_id]));
-    ok(cluster
-        .node(from)
-        .command(&["CLUSTER", "SETSLOT", &slot, "NODE", &to_id]));
+    let setslot = |port: u16, how: &str, node: &str| {
+        ok(cluster
+            .node(port)
+            .command(&["CLUSTER", "SETSLOT", &slot, how, node]))
+    };
+    setslot(to, "IMPORTING", &from_id);
+    setslot(from, "MIGRATING", &to_id);
+    setslot(to, "NODE", &to_id);
+    setslot(from, "NODE", &to_id);
     for master in cluster.masters() {
         if master.port() != from && master.port() != to {
             ok(master.command(&["CLUSTER", "SETSLOT", &slot, "NODE", &to_id]));

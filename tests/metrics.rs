@@ -25,12 +25,9 @@ fn scrape(addr: std::net::SocketAddr) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prometheus_endpoint_shows_lateness_outcomes_and_depth_of_a_running_topic() {
     let redis = RedisServer::start();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{}", dq_testkit::unused_port())
+        .parse()
+        .unwrap();
     let listener = Listener::new("orders", |n: u32, _: JobContext| async move {
         if n == 0 {
             Outcome::DeadLetter("order not found".into())

@@ -177,20 +177,18 @@ async fn child_process_entry_point() {
     }
 }
 
+/// This test binary again, running `child_process_entry_point` in `role` against `redis`.
+fn child(role: &str, redis: &RedisServer) -> std::process::Command {
+    let mut cmd = dq_testkit::process::this_test("child_process_entry_point").unwrap();
+    cmd.env("DQ_TEST_CHILD", role)
+        .env("DQ_REDIS_URL", redis.url());
+    cmd
+}
+
 fn spawn_child(role: &str, redis: &RedisServer, env: &[(&str, String)]) -> std::process::Child {
-    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
-    cmd.args([
-        "child_process_entry_point",
-        "--exact",
-        "--nocapture",
-        "--test-threads=1",
-    ])
-    .env("DQ_TEST_CHILD", role)
-    .env("DQ_REDIS_URL", redis.url())
-    .stdout(std::process::Stdio::null());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
+    let mut cmd = child(role, redis);
+    cmd.stdout(std::process::Stdio::null())
+        .envs(env.iter().map(|(k, v)| (k, v)));
     cmd.spawn().unwrap()
 }
 
@@ -639,17 +637,10 @@ async fn sigterm_lets_the_running_job_finish_runs_the_hooks_and_exits_cleanly() 
     let client = dq::Client::connect(config(&redis).build().unwrap())
         .await
         .unwrap();
-    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
-    cmd.args([
-        "child_process_entry_point",
-        "--exact",
-        "--nocapture",
-        "--test-threads=1",
-    ])
-    .env("DQ_TEST_CHILD", "signal-worker")
-    .env("DQ_REDIS_URL", redis.url())
-    .stdout(std::process::Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
+    let mut child = child("signal-worker", &redis)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
     assert!(lines.any(|l| l.unwrap().contains("worker started")));
     client
@@ -663,11 +654,7 @@ async fn sigterm_lets_the_running_job_finish_runs_the_hooks_and_exits_cleanly() 
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     // Our own child, by its pid.
-    let killed = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
+    dq_testkit::process::terminate(child.id()).unwrap();
     let status = child.wait().unwrap();
     let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
     assert!(status.success(), "exit status {status}: {rest:?}");

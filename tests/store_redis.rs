@@ -185,62 +185,40 @@ async fn an_envelope_of_an_unknown_format_version_is_dead_lettered_with_the_vers
     assert_eq!((counts.running, counts.dead), (0, 1));
 }
 
+/// Asserts that `connecting` failed with a connection error within 2 s: a refused connection
+/// is reported at once, not retried for a reconnect round (it took 7.5 s).
+async fn refused_at_once<T: std::fmt::Debug>(
+    connecting: impl std::future::Future<Output = dq::Result<T>>,
+) -> Error {
+    let started = std::time::Instant::now();
+    let err = connecting.await.unwrap_err();
+    assert!(err.is_connection(), "{err:?}");
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    err
+}
+
 #[tokio::test]
 async fn unreachable_redis_is_a_clear_connection_error() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let config = dq::Config::builder()
-        .redis_url(format!("redis://127.0.0.1:{port}/"))
-        .build()
-        .unwrap();
-    let started = std::time::Instant::now();
-    let err = dq::Client::connect(config.clone()).await.unwrap_err();
-    assert!(err.is_connection(), "{err:?}");
+    let url = format!("redis://127.0.0.1:{}/", dq_testkit::unused_port());
+    let config = dq::Config::builder().redis_url(url).build().unwrap();
+    let err = refused_at_once(dq::Client::connect(config.clone())).await;
     assert!(err.to_string().contains("is Redis reachable"), "{err}");
-    // A refused connection is not retried: it is reported at once, not after a reconnect
-    // round (it took 7.5 s).
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "took {:?}",
-        started.elapsed()
-    );
-    let started = std::time::Instant::now();
-    let err = dq::Runtime::builder()
+    let runtime = dq::Runtime::builder()
         .config(config)
         .without_registered_listeners()
-        .start()
-        .await
-        .unwrap_err();
-    assert!(err.is_connection(), "{err:?}");
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "took {:?}",
-        started.elapsed()
-    );
+        .start();
+    refused_at_once(runtime).await;
 }
 
 #[tokio::test]
 async fn a_cluster_whose_seeds_refuse_is_reported_at_once() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let seed = format!("redis://127.0.0.1:{}/", dq_testkit::unused_port());
     let config = dq::Config::builder()
-        .redis_cluster(vec![format!("redis://127.0.0.1:{port}/")])
+        .redis_cluster(vec![seed])
         .build()
         .unwrap();
-    let started = std::time::Instant::now();
-    let err = dq::Client::connect(config).await.unwrap_err();
-    assert!(err.is_connection(), "{err:?}");
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "took {:?}",
-        started.elapsed()
-    );
+    refused_at_once(dq::Client::connect(config)).await;
 }
 
 #[tokio::test]

@@ -175,6 +175,19 @@ struct Pushes {
     ret: Vec<f64>,
 }
 
+impl Pushes {
+    /// Pushes made one by one from `t0`, the last of them returning now.
+    fn ended_now(t0: f64, due: Vec<f64>, ret: Vec<f64>) -> Pushes {
+        Pushes {
+            t0,
+            push_end: now_ms(),
+            burst_due: None,
+            due,
+            ret,
+        }
+    }
+}
+
 async fn run_one(
     redis: &Target,
     spec: &Spec,
@@ -307,20 +320,23 @@ async fn spawn_worker(
     ChildStdin,
     tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
 )> {
-    let mut child = Command::new(std::env::current_exe()?)
-        .args(["worker", "--url", &redis.url()])
-        .args([
-            "--n",
-            &n.to_string(),
-            "--concurrency",
-            &concurrency.to_string(),
-            "--topics",
-            &all_topics().len().to_string(),
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()?;
+    let mut child = Command::from(dq_testkit::process::this_program([
+        "worker",
+        "--url",
+        &redis.url(),
+    ])?)
+    .args([
+        "--n",
+        &n.to_string(),
+        "--concurrency",
+        &concurrency.to_string(),
+        "--topics",
+        &all_topics().len().to_string(),
+    ])
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .kill_on_drop(true)
+    .spawn()?;
     let stdin = child
         .stdin
         .take()
@@ -443,26 +459,14 @@ async fn steady(client: &Client, n: usize) -> anyhow::Result<Pushes> {
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    Ok(Pushes {
-        t0,
-        push_end: now_ms(),
-        burst_due: None,
-        due,
-        ret,
-    })
+    Ok(Pushes::ended_now(t0, due, ret))
 }
 
 /// Job i pushed at `t0 + 100 i` ms, due `delay_ms` after its push.
 async fn sparse(client: &Client, n: usize, delay_ms: u64) -> anyhow::Result<Pushes> {
     let t0 = now_ms();
     let (due, ret) = push_sparse(client, n, delay_ms, 100, t0).await?;
-    Ok(Pushes {
-        t0,
-        push_end: now_ms(),
-        burst_due: None,
-        due,
-        ret,
-    })
+    Ok(Pushes::ended_now(t0, due, ret))
 }
 
 async fn push_sparse(
@@ -491,8 +495,8 @@ async fn push_sparse(
 /// sparse-offset, with the pushes made by a third process that only produces.
 async fn cross_process(redis: &Target, n: usize) -> anyhow::Result<Pushes> {
     let t0 = now_ms() + 500.0;
-    let out = Command::new(std::env::current_exe()?)
-        .args(["producer", "--url", &redis.url(), "--n", &n.to_string()])
+    let producer = ["producer", "--url", &redis.url(), "--n", &n.to_string()];
+    let out = Command::from(dq_testkit::process::this_program(producer)?)
         .args(
             redis
                 .wait_replicas

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -149,10 +149,8 @@ impl Harness {
             .create(true)
             .append(true)
             .open(self.dir.join(format!("worker-{slot}.log")))?;
-        let mut cmd = Command::new(std::env::current_exe()?);
-        cmd.arg("worker")
-            .args(["--url", &args.url])
-            .arg("--ledger")
+        let mut cmd = dq_testkit::process::this_program(["worker", "--url", &args.url])?;
+        cmd.arg("--ledger")
             .arg(self.dir.join(format!("worker-{slot}.ledger")))
             .args(["--concurrency", &args.concurrency.to_string()])
             .args(["--work-min-ms", &args.work_min_ms.to_string()])
@@ -190,8 +188,7 @@ impl Harness {
     /// SIGKILL of a worker, not restarted.
     pub(crate) fn kill(&mut self, slot: usize) {
         if let Some(mut child) = self.workers[slot].take() {
-            let _ = child.kill();
-            let _ = child.wait();
+            dq_testkit::process::kill(&mut child);
         }
     }
 
@@ -202,9 +199,7 @@ impl Harness {
             return true;
         };
         let start = Instant::now();
-        let _ = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status();
+        let _ = dq_testkit::process::terminate(child.id());
         loop {
             if let Ok(Some(_)) = child.try_wait() {
                 self.exit_ms
@@ -212,8 +207,7 @@ impl Harness {
                 return true;
             }
             if start.elapsed() > limit {
-                let _ = child.kill();
-                let _ = child.wait();
+                dq_testkit::process::kill(&mut child);
                 self.exit_ms.push(u64::MAX);
                 return false;
             }

@@ -20,10 +20,10 @@ use std::time::Duration;
 use clap::builder::TypedValueParser as _;
 use clap::{Parser, Subcommand};
 use dq::admin::{ChangeOutcome, Cursor};
-use dq::{Client, JobState, Schedule};
+use dq::{Client, JobInfo, JobState, Schedule};
 use serde_json::json;
 
-use crate::output::{ago, job_json, print_table, stats_json, until};
+use crate::output::{ago, job_json, print_page, print_table, stats_json, until};
 
 /// See and steer dq's queues in Redis.
 #[derive(Debug, Parser)]
@@ -268,31 +268,18 @@ async fn run(cli: Cli) -> Result<(), Exit> {
             cursor,
         } => {
             let page = client.jobs(&topic, state, cursor, limit).await?;
-            if json {
-                let jobs: Vec<_> = page.jobs.iter().map(job_json).collect();
-                println!("{}", json!({ "jobs": jobs, "next": page.next }));
-            } else {
-                let rows = page
-                    .jobs
-                    .iter()
-                    .map(|j| {
-                        vec![
-                            j.id.to_string(),
-                            j.state.as_str().to_owned(),
-                            format!("{}/{}", j.attempt, j.max_attempts),
-                            until(j.due),
-                            j.last_error.clone().unwrap_or_default(),
-                        ]
-                    })
-                    .collect();
-                print_table(&["ID", "STATE", "ATTEMPT", "DUE", "LAST ERROR"], rows);
-                if let Some(next) = page.next {
-                    println!(
-                        "more: dq jobs {topic} --state {} --limit {limit} --cursor {next}",
-                        state.as_str()
-                    );
-                }
-            }
+            let row = |j: &JobInfo| {
+                vec![
+                    j.id.to_string(),
+                    j.state.as_str().to_owned(),
+                    format!("{}/{}", j.attempt, j.max_attempts),
+                    until(j.due),
+                    j.last_error.clone().unwrap_or_default(),
+                ]
+            };
+            let next = format!("dq jobs {topic} --state {state} --limit {limit} --cursor");
+            let headers = ["ID", "STATE", "ATTEMPT", "DUE", "LAST ERROR"];
+            print_page(json, &page, &headers, row, &next);
         }
         Command::Show { topic, id } => {
             let Some(job) = client.status_in(&topic, &id).await? else {
@@ -378,27 +365,22 @@ async fn run(cli: Cli) -> Result<(), Exit> {
                 cursor,
             } => {
                 let page = client.jobs(&topic, JobState::Dead, cursor, limit).await?;
-                if json {
-                    let jobs: Vec<_> = page.jobs.iter().map(job_json).collect();
-                    println!("{}", json!({ "jobs": jobs, "next": page.next }));
-                } else {
-                    let rows = page
-                        .jobs
-                        .iter()
-                        .map(|j| {
-                            vec![
-                                j.id.to_string(),
-                                j.state_since_or_until.map(ago).unwrap_or_default(),
-                                format!("{}/{}", j.attempt, j.max_attempts),
-                                j.last_error.clone().unwrap_or_default(),
-                            ]
-                        })
-                        .collect();
-                    print_table(&["ID", "DIED", "ATTEMPTS", "ERROR"], rows);
-                    if let Some(next) = page.next {
-                        println!("more: dq dead list {topic} --limit {limit} --cursor {next}");
-                    }
-                }
+                let row = |j: &JobInfo| {
+                    vec![
+                        j.id.to_string(),
+                        j.state_since_or_until.map(ago).unwrap_or_default(),
+                        format!("{}/{}", j.attempt, j.max_attempts),
+                        j.last_error.clone().unwrap_or_default(),
+                    ]
+                };
+                let next = format!("dq dead list {topic} --limit {limit} --cursor");
+                print_page(
+                    json,
+                    &page,
+                    &["ID", "DIED", "ATTEMPTS", "ERROR"],
+                    row,
+                    &next,
+                );
             }
             DeadCommand::Retry {
                 topic,
@@ -437,19 +419,14 @@ async fn run(cli: Cli) -> Result<(), Exit> {
         },
         Command::Pause { topic } => {
             client.pause(&topic).await?;
-            report(
-                json,
-                json!({ "paused": topic }),
-                &format!("{topic} paused: workers finish what they run and fetch nothing more"),
-            );
+            let said =
+                format!("{topic} paused: workers finish what they run and fetch nothing more");
+            report(json, json!({ "paused": topic }), &said);
         }
         Command::Resume { topic } => {
             client.resume(&topic).await?;
-            report(
-                json,
-                json!({ "resumed": topic }),
-                &format!("{topic} resumed"),
-            );
+            let said = format!("{topic} resumed");
+            report(json, json!({ "resumed": topic }), &said);
         }
         Command::Workers => {
             let workers = client.workers().await?;

@@ -2,7 +2,29 @@
 
 use std::time::SystemTime;
 
+use dq::admin::Page;
+use dq::JobInfo;
 use serde_json::{json, Value};
+
+/// A page of jobs: JSON with the `next` cursor, or a table of `row`s and the command that prints
+/// the next page (`next` followed by the cursor).
+pub(crate) fn print_page(
+    json: bool,
+    page: &Page,
+    headers: &[&str],
+    row: impl Fn(&JobInfo) -> Vec<String>,
+    next: &str,
+) {
+    if json {
+        let jobs: Vec<_> = page.jobs.iter().map(job_json).collect();
+        println!("{}", json!({ "jobs": jobs, "next": page.next }));
+        return;
+    }
+    print_table(headers, page.jobs.iter().map(row).collect());
+    if let Some(cursor) = page.next {
+        println!("more: {next} {cursor}");
+    }
+}
 
 /// Prints rows under headers, each column as wide as its widest cell.
 pub(crate) fn print_table(headers: &[&str], rows: Vec<Vec<String>>) {

@@ -8,69 +8,24 @@ pub use dq_syntax::{MAX_JOB_ID_LEN, MAX_TOPIC_LEN};
 
 use crate::error::{Error, Result};
 
-/// The name of a stream of jobs handled by one listener, such as `order-cancel`.
-///
-/// A topic is 1 to 128 ASCII letters, digits, `-`, `_` or `.`.
-///
-/// ```
-/// use dq_core::Topic;
-/// assert!(Topic::new("order-cancel").is_ok());
-/// assert!(Topic::new("order cancel").is_err());
-/// ```
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Topic(String);
-
-impl Topic {
-    /// Checks `name` and wraps it.
-    pub fn new(name: impl Into<String>) -> Result<Topic> {
-        let name = name.into();
-        match topic_problem(&name) {
-            None => Ok(Topic(name)),
-            Some(reason) => Err(Error::InvalidTopic {
-                topic: name,
-                reason,
-            }),
-        }
-    }
-
-    /// The name as written.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-/// The identity of one job within its topic, such as an order number.
-///
-/// Pushing a second job with an id that is still pending does not create a second job (see
-/// [`OnConflict`](crate::OnConflict)). An id is 1 to 256 bytes of printable text without
-/// whitespace, control characters, `{`, `}`, `:` or `*`.
-///
-/// ```
-/// use dq_core::JobId;
-/// assert!(JobId::new("order-42").is_ok());
-/// assert!(JobId::new("order:42").is_err());
-/// ```
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct JobId(String);
-
-impl JobId {
-    /// Checks `id` and wraps it.
-    pub fn new(id: impl Into<String>) -> Result<JobId> {
-        let id = id.into();
-        match id_problem(&id) {
-            None => Ok(JobId(id)),
-            Some(reason) => Err(Error::InvalidJobId { id, reason }),
-        }
-    }
-
-    /// The id as written.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
 macro_rules! name_impls {
-    ($ty:ident) => {
+    ($ty:ident, $problem:path, $error:expr) => {
+        impl $ty {
+            /// Checks the text and wraps it; an error names the text and what is wrong with it.
+            pub fn new(text: impl Into<String>) -> Result<$ty> {
+                let text = text.into();
+                match $problem(&text) {
+                    None => Ok($ty(text)),
+                    Some(reason) => Err($error(text, reason)),
+                }
+            }
+
+            /// The text as written.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
         impl fmt::Display for $ty {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str(&self.0)
@@ -130,8 +85,41 @@ macro_rules! name_impls {
     };
 }
 
-name_impls!(Topic);
-name_impls!(JobId);
+/// The name of a stream of jobs handled by one listener, such as `order-cancel`.
+///
+/// A topic is 1 to 128 ASCII letters, digits, `-`, `_` or `.`.
+///
+/// ```
+/// use dq_core::Topic;
+/// assert!(Topic::new("order-cancel").is_ok());
+/// assert!(Topic::new("order cancel").is_err());
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Topic(String);
+
+name_impls!(Topic, topic_problem, |topic, reason| Error::InvalidTopic {
+    topic,
+    reason
+});
+
+/// The identity of one job within its topic, such as an order number.
+///
+/// Pushing a second job with an id that is still pending does not create a second job (see
+/// [`OnConflict`](crate::OnConflict)). An id is 1 to 256 bytes of printable text without
+/// whitespace, control characters, `{`, `}`, `:` or `*`.
+///
+/// ```
+/// use dq_core::JobId;
+/// assert!(JobId::new("order-42").is_ok());
+/// assert!(JobId::new("order:42").is_err());
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct JobId(String);
+
+name_impls!(JobId, id_problem, |id, reason| Error::InvalidJobId {
+    id,
+    reason
+});
 
 #[cfg(test)]
 mod tests {

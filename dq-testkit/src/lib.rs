@@ -9,6 +9,7 @@
 //! When `redis-server` is not installed the test fails with the command that installs it;
 //! it never skips silently.
 
+pub mod process;
 pub mod stats;
 
 use std::io::{Read, Write};
@@ -120,8 +121,7 @@ impl RedisServer {
 
     /// Kills the server with SIGKILL (no shutdown, no final save).
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        process::kill(&mut self.child);
     }
 
     /// Kills the server if it runs, then starts it again on the same port and directory with
@@ -451,8 +451,7 @@ fn complete(reply: &[u8]) -> bool {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         // Our own child, by its pid: never a pattern match on process names.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        process::kill(&mut self.child);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -547,6 +546,15 @@ fn make_certificates(dir: &Path) {
         }
         run(&sign);
     }
+}
+
+/// A loopback port that nothing listens on now (the OS just handed it out and it was closed
+/// again): for a server of the test's own, or for a connection that must be refused.
+///
+/// # Panics
+/// When the OS has no free port to give.
+pub fn unused_port() -> u16 {
+    free_port().unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn free_port() -> Result<u16, String> {

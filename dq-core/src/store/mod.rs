@@ -112,14 +112,8 @@ pub trait Leases: Sharded {
     /// Moves up to `limit` due jobs of a shard from delayed to ready.
     async fn promote(&self, shard: u16, limit: usize) -> Result<Promoted>;
 
-    /// Leases up to `max` ready jobs of a topic in a shard for `lease`.
-    async fn fetch(
-        &self,
-        shard: u16,
-        topic: &Topic,
-        max: usize,
-        lease: Duration,
-    ) -> Result<Fetched>;
+    /// Leases up to `max` ready jobs of a topic in a shard for `ttl` (the lease time, renewed by [`Leases::extend`]).
+    async fn fetch(&self, shard: u16, topic: &Topic, max: usize, ttl: Duration) -> Result<Fetched>;
 
     /// Completes jobs (any shards); stale leases are refused and reported.
     async fn ack(&self, leases: &[LeaseRef]) -> Result<Acked>;

@@ -1,6 +1,6 @@
 //! What operators look at and do, and the registry of live workers.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::time::SystemTime;
 
 use async_trait::async_trait;
@@ -54,18 +54,8 @@ impl Admin for MemoryStore {
                 .get(topic)
                 .map(|q| q.iter().map(|id| (topic.clone(), id.clone())).collect())
                 .unwrap_or_default(),
-            JobState::Delayed => s
-                .delayed
-                .iter()
-                .filter(|(_, m)| m.0 == *topic)
-                .map(|(_, m)| m.clone())
-                .collect(),
-            JobState::Running => s
-                .inflight
-                .iter()
-                .filter(|(_, m)| m.0 == *topic)
-                .map(|(_, m)| m.clone())
-                .collect(),
+            JobState::Delayed => of_topic(&s.delayed, topic),
+            JobState::Running => of_topic(&s.inflight, topic),
             _ => {
                 return Err(crate::Error::Config {
                     key: "state",
@@ -216,4 +206,12 @@ impl Registry for MemoryStore {
 /// The memory store's cursors are positions in the listing.
 fn offset(position: usize) -> Cursor {
     Cursor::from_raw(position as u64)
+}
+
+/// The members of `topic` in a set ordered by time (due times, lease deadlines), in its order.
+fn of_topic(set: &BTreeSet<(u64, Member)>, topic: &Topic) -> Vec<Member> {
+    set.iter()
+        .filter(|(_, m)| m.0 == *topic)
+        .map(|(_, m)| m.clone())
+        .collect()
 }

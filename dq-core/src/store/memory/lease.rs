@@ -114,11 +114,11 @@ impl Leases for MemoryStore {
         _shard: u16,
         topic: &Topic,
         max: usize,
-        lease: Duration,
+        ttl: Duration,
     ) -> Result<Fetched> {
         let max = batch_limit(max);
         let now = self.now_us();
-        let deadline = now.saturating_add(u64::try_from(lease.as_micros()).unwrap_or(u64::MAX));
+        let deadline = now.saturating_add(u64::try_from(ttl.as_micros()).unwrap_or(u64::MAX));
         let mut s = lock(&self.state);
         let mut out = Fetched {
             now_us: now,

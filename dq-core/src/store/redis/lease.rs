@@ -125,13 +125,7 @@ impl Leases for RedisStore {
         Ok(out)
     }
 
-    async fn fetch(
-        &self,
-        shard: u16,
-        topic: &Topic,
-        max: usize,
-        lease: Duration,
-    ) -> Result<Fetched> {
+    async fn fetch(&self, shard: u16, topic: &Topic, max: usize, ttl: Duration) -> Result<Fetched> {
         self.learn([topic]);
         let k = self.keys(shard);
         let mut inv = SCRIPTS.fetch.prepare_invoke();
@@ -145,7 +139,7 @@ impl Leases for RedisStore {
             .key(k.delayed())
             .arg(topic.as_str())
             .arg(batch_limit(max))
-            .arg(lease.as_micros() as u64);
+            .arg(ttl.as_micros() as u64);
         let reply = array("fetch", self.run("fetch", &inv).await?)?;
         if reply.first().and_then(text).as_deref() == Some("paused") {
             return Ok(Fetched {
