@@ -390,6 +390,16 @@ pub struct TopicCounts {
     pub dead: u64,
 }
 
+impl TopicCounts {
+    /// Adds another shard's counts.
+    pub(crate) fn add(&mut self, other: &TopicCounts) {
+        self.delayed += other.delayed;
+        self.ready += other.ready;
+        self.running += other.running;
+        self.dead += other.dead;
+    }
+}
+
 /// Converts a wall-clock time to microseconds since the epoch (0 before 1970).
 pub fn to_us(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)

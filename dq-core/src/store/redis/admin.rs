@@ -6,7 +6,9 @@ use std::time::SystemTime;
 
 use async_trait::async_trait;
 
-use super::reply::{array, decode_jobs, int};
+use redis::Value;
+
+use super::reply::{decode_jobs, read, Count, Micros, ShardStats};
 use super::waiters::RESUMED;
 use super::RedisStore;
 use crate::error::{Error, Result};
@@ -38,12 +40,8 @@ impl Admin for RedisStore {
                 .key(k.ready(topic))
                 .key(k.dead(topic))
                 .arg(topic.as_str());
-            let reply = array("counts", self.run("counts", &inv).await?)?;
-            let n = |i: usize| reply.get(i).and_then(int).unwrap_or(0).max(0) as u64;
-            total.delayed += n(0);
-            total.ready += n(1);
-            total.running += n(2);
-            total.dead += n(3);
+            let shard: TopicCounts = self.call("counts", &inv).await?;
+            total.add(&shard);
         }
         Ok(total)
     }
@@ -60,21 +58,15 @@ impl Admin for RedisStore {
                 .key(k.paused())
                 .key(k.ready_gen(topic))
                 .arg(topic.as_str());
-            let reply = array("stats", self.run("stats", &inv).await?)?;
-            let n = |i: usize| reply.get(i).and_then(int).unwrap_or(0);
-            let c = &mut total.counts;
-            c.delayed += n(0).max(0) as u64;
-            c.ready += n(1).max(0) as u64;
-            c.running += n(2).max(0) as u64;
-            c.dead += n(3).max(0) as u64;
-            let earliest = |a: Option<SystemTime>, us: i64| match (a, us >= 0) {
-                (Some(a), true) => Some(a.min(from_us(us as u64))),
-                (None, true) => Some(from_us(us as u64)),
-                (a, false) => a,
+            let shard: ShardStats = self.call("stats", &inv).await?;
+            total.counts.add(&shard.counts);
+            let earliest = |a: Option<SystemTime>, us: Option<u64>| match (a, us.map(from_us)) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
             };
-            total.oldest_ready_due = earliest(total.oldest_ready_due, n(4));
-            total.next_due = earliest(total.next_due, n(5));
-            total.paused |= n(6) == 1;
+            total.oldest_ready_due = earliest(total.oldest_ready_due, shard.oldest_ready_due_us);
+            total.next_due = earliest(total.next_due, shard.next_due_us);
+            total.paused |= shard.paused;
         }
         Ok(total)
     }
@@ -108,16 +100,16 @@ impl Admin for RedisStore {
                 .arg(topic.as_str())
                 .arg(pos)
                 .arg(limit - page.jobs.len());
-            let reply = array("list", self.run("list", &inv).await?)?;
-            let next = reply.first().and_then(int).unwrap_or(-1);
+            let reply: Vec<Value> = self.call("list", &inv).await?;
+            let next = read::<Micros>("list", reply.first().cloned().unwrap_or(Value::Nil))?.0;
             page.jobs.extend(decode_jobs(
                 reply.get(1..).unwrap_or_default(),
                 &k.jobs(),
                 state,
                 state == JobState::Running,
             ));
-            if next >= 0 {
-                pos = next as u64;
+            if let Some(next) = next {
+                pos = next;
                 if page.jobs.len() >= limit {
                     break;
                 }
@@ -172,12 +164,12 @@ impl Admin for RedisStore {
             let want = limit - page.jobs.len();
             let mut inv = SCRIPTS.dead_list.prepare_invoke();
             inv.key(k.jobs()).key(k.dead(topic)).arg(pos).arg(want);
-            let reply = array("dead_list", self.run("dead_list", &inv).await?)?;
+            let reply: Vec<Value> = self.call("dead_list", &inv).await?;
             let entries = reply.len() / 3;
             page.jobs
                 .extend(decode_jobs(&reply, &k.jobs(), JobState::Dead, true));
             if entries >= want {
-                pos += entries as u64;
+                pos += u64::try_from(entries).unwrap_or(u64::MAX);
             } else {
                 shard += 1;
                 pos = 0;
@@ -216,7 +208,7 @@ impl Admin for RedisStore {
             for id in shard_ids {
                 inv.arg(id.as_str());
             }
-            total += int(&self.run("requeue_dead", &inv).await?).unwrap_or(0) as usize;
+            total += self.call::<Count>("requeue_dead", &inv).await?.0;
             if total >= limit {
                 break;
             }
@@ -232,7 +224,7 @@ impl Admin for RedisStore {
                 .key(k.dead(topic))
                 .arg(to_us(before))
                 .arg(batch_limit(limit));
-            total += int(&self.run("purge_dead", &inv).await?).unwrap_or(0) as usize;
+            total += self.call::<Count>("purge_dead", &inv).await?.0;
         }
         Ok(total)
     }

@@ -6,7 +6,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis::{Script, Value};
 
-use super::reply::{array, int, malformed_reply, text};
+use super::reply::{
+    malformed_reply, read, AckReply, Applied, Count, Micros, Promotion, Reclamation,
+};
 use super::waiters::{RedisReadyWaiter, RedisWakeListener};
 use super::RedisStore;
 use crate::envelope::Envelope;
@@ -42,10 +44,10 @@ impl RedisStore {
             .arg(k.prefix())
             .arg(member(&lease.topic, &lease.id))
             .arg(lease.token)
-            .arg(delay.as_micros() as u64)
+            .arg(micros(delay))
             .arg(error)
             .arg(if counted { "1" } else { "0" });
-        Ok(int(&self.run("retry", &inv).await?) == Some(1))
+        Ok(self.call::<Applied>("retry", &inv).await?.0)
     }
 
     fn lease_invocation<'s>(
@@ -83,44 +85,16 @@ impl Leases for RedisStore {
             }
             inv.arg(k.prefix())
                 .arg(promote_limit(limit.saturating_sub(out.moved)));
-            let reply = array("promote", self.run("promote", &inv).await?)?;
-            let num = |v: &Value| int(v).ok_or_else(|| malformed_reply("promote", v));
-            let (Some(moved), Some(next), Some(now_us), Some(n)) =
-                (reply.first(), reply.get(1), reply.get(2), reply.get(3))
-            else {
-                return Err(malformed_reply("promote", &Value::Array(reply)));
-            };
-            let (moved, next, now_us, n) = (
-                num(moved)? as usize,
-                num(next)?,
-                num(now_us)? as u64,
-                num(n)? as usize,
-            );
-            let unknown: Vec<Topic> = reply
-                .iter()
-                .skip(4)
-                .take(n)
-                .filter_map(|v| Topic::new(text(v)?).ok())
-                .collect();
-            out.moved += moved;
-            out.next_due_us = (next >= 0).then_some(next as u64);
-            out.now_us = now_us;
-            out.topics
-                .extend(
-                    reply
-                        .get(4 + n..)
-                        .unwrap_or_default()
-                        .chunks(2)
-                        .filter_map(|pair| {
-                            let topic = Topic::new(text(&pair[0])?).ok()?;
-                            Some((topic, int(pair.get(1)?)? as usize))
-                        }),
-                );
-            if unknown.is_empty() || out.moved >= limit {
+            let p: Promotion = self.call("promote", &inv).await?;
+            out.moved += p.moved;
+            out.next_due_us = p.next_due_us;
+            out.now_us = p.now_us;
+            out.topics.extend(p.made_ready);
+            if p.undeclared.is_empty() || out.moved >= limit {
                 break;
             }
-            self.learn(&unknown);
-            needed = unknown;
+            self.learn(&p.undeclared);
+            needed = p.undeclared;
         }
         Ok(out)
     }
@@ -139,34 +113,35 @@ impl Leases for RedisStore {
             .key(k.delayed())
             .arg(topic.as_str())
             .arg(batch_limit(max))
-            .arg(ttl.as_micros() as u64);
-        let reply = array("fetch", self.run("fetch", &inv).await?)?;
-        if reply.first().and_then(text).as_deref() == Some("paused") {
+            .arg(micros(ttl));
+        let reply: Vec<Value> = self.call("fetch", &inv).await?;
+        let head = |i: usize| read::<Micros>("fetch", reply.get(i).cloned().unwrap_or(Value::Nil));
+        if matches!(reply.first(), Some(Value::BulkString(b)) if b == b"paused") {
             return Ok(Fetched {
                 paused: true,
                 ..Fetched::default()
             });
         }
+        let (Micros(Some(now_us)), Micros(Some(token))) = (head(0)?, head(1)?) else {
+            return Err(malformed_reply("fetch", &Value::Array(reply)));
+        };
         let mut out = Fetched {
-            now_us: reply.first().and_then(int).unwrap_or(0) as u64,
+            now_us,
             ..Fetched::default()
         };
-        let token = match reply.get(1).and_then(int) {
-            Some(t) if t >= 0 => t as u64,
-            _ => return Err(malformed_reply("fetch", &Value::Array(reply))),
-        };
         for pair in reply.get(2..).unwrap_or_default().chunks(2) {
-            let (Some(id), Some(Value::BulkString(raw))) =
-                (pair.first().and_then(text), pair.get(1))
+            let (Some(Value::BulkString(id)), Some(Value::BulkString(raw))) =
+                (pair.first(), pair.get(1))
             else {
                 return Err(malformed_reply("fetch", &Value::Array(pair.to_vec())));
             };
             // From here on the jobs are leased to us: nothing below may abandon the batch
             // (an error return would leave every job of it leased to nobody until the lease
             // expires). One bad entry is logged and left to the reclaimer.
+            let id = String::from_utf8_lossy(id);
             let location = || format!("{} field {topic}:{id}", k.jobs());
             let decoded = Envelope::decode_with(raw, location);
-            let id = match JobId::new(id) {
+            let id = match JobId::new(id.as_ref()) {
                 Ok(id) => id,
                 Err(e) => {
                     tracing::error!(topic = %topic, error = %e, "a job with an invalid id was found in Redis' ready list; left leased, the reclaimer dead-letters it after its attempts");
@@ -215,9 +190,9 @@ impl Leases for RedisStore {
                     &[],
                     chunk,
                 );
-                let reply = array("ack", self.run("ack", &inv).await?)?;
-                out.acked += reply.first().and_then(int).unwrap_or(0) as usize;
-                for stale in reply.iter().skip(1).filter_map(text) {
+                let reply: AckReply = self.call("ack", &inv).await?;
+                out.acked += reply.acked;
+                for stale in reply.stale {
                     if let Some(l) = chunk.iter().find(|l| member(&l.topic, &l.id) == stale) {
                         out.stale.push((*l).clone());
                     }
@@ -246,7 +221,7 @@ impl Leases for RedisStore {
             .arg(member(&lease.topic, &lease.id))
             .arg(lease.token)
             .arg(error);
-        Ok(int(&self.run("dead_letter", &inv).await?) == Some(1))
+        Ok(self.call::<Applied>("dead_letter", &inv).await?.0)
     }
 
     async fn release(&self, leases: &[LeaseRef]) -> Result<usize> {
@@ -267,7 +242,7 @@ impl Leases for RedisStore {
                     &[k.prefix().to_owned()],
                     chunk,
                 );
-                released += int(&self.run("release", &inv).await?).unwrap_or(0) as usize;
+                released += self.call::<Count>("release", &inv).await?.0;
             }
         }
         Ok(released)
@@ -281,11 +256,11 @@ impl Leases for RedisStore {
                 let inv = Self::lease_invocation(
                     &SCRIPTS.extend,
                     &[k.inflight(), k.leases()],
-                    &[(lease.as_micros() as u64).to_string()],
+                    &[micros(lease).to_string()],
                     chunk,
                 );
-                let reply = array("extend", self.run("extend", &inv).await?)?;
-                for m in reply.iter().filter_map(text) {
+                let lost_members: Vec<String> = self.call("extend", &inv).await?;
+                for m in lost_members {
                     if let Some(l) = chunk.iter().find(|l| member(&l.topic, &l.id) == m) {
                         lost.push((*l).clone());
                     }
@@ -311,19 +286,14 @@ impl Leases for RedisStore {
                 inv.key(k.ready(&t)).key(k.dead(&t)).key(k.ready_gen(&t));
             }
             inv.arg(k.prefix()).arg(batch_limit(limit));
-            let reply = array("reclaim", self.run("reclaim", &inv).await?)?;
-            out.requeued += reply.first().and_then(int).unwrap_or(0) as usize;
-            out.dead += reply.get(1).and_then(int).unwrap_or(0) as usize;
-            let unknown: Vec<Topic> = reply
-                .iter()
-                .skip(2)
-                .filter_map(|v| Topic::new(text(v)?).ok())
-                .collect();
-            if unknown.is_empty() {
+            let r: Reclamation = self.call("reclaim", &inv).await?;
+            out.requeued += r.requeued;
+            out.dead += r.dead;
+            if r.undeclared.is_empty() {
                 break;
             }
-            self.learn(&unknown);
-            needed = unknown;
+            self.learn(&r.undeclared);
+            needed = r.undeclared;
         }
         Ok(out)
     }
@@ -375,4 +345,10 @@ impl Leases for RedisStore {
             self.shards(),
         )))
     }
+}
+
+/// A duration as the scripts take it: whole microseconds (saturating; delays are checked
+/// against `MAX_DELAY` before they get here).
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }

@@ -132,6 +132,15 @@ impl RedisStore {
         let mut conn = self.conn.clone();
         inv.invoke_async(&mut conn).await.map_err(Error::redis(op))
     }
+
+    /// Runs a script and reads its reply as `T` (see `reply`).
+    pub(super) async fn call<T: redis::FromRedisValue>(
+        &self,
+        op: &'static str,
+        inv: &redis::ScriptInvocation<'_>,
+    ) -> Result<T> {
+        reply::read(op, self.run(op, inv).await?)
+    }
 }
 
 /// Most topics `promote` and `reclaim` declare up front; the due jobs of others are found in the

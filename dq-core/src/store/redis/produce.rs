@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use redis::Value;
 
-use super::reply::{array, change_outcome, int, job_info, malformed_reply, text};
+use super::reply::{job_info, malformed_reply, read, Count, Micros};
 use super::RedisStore;
 use crate::envelope::Envelope;
 use crate::error::{Error, Result};
@@ -106,7 +106,7 @@ impl RedisStore {
         let [reply, acked]: [Value; 2] = replies
             .try_into()
             .map_err(|r: Vec<Value>| malformed_reply("push and WAIT", &Value::Array(r)))?;
-        let acked = int(&acked).ok_or_else(|| malformed_reply("WAIT", &acked))? as u32;
+        let acked = u32::try_from(read::<Count>("WAIT", acked)?.0).unwrap_or(u32::MAX);
         if acked < wanted {
             return Err(Error::NotReplicated {
                 wanted,
@@ -170,8 +170,8 @@ impl Producer for RedisStore {
                         &j.payload[..],
                     ]);
                 }
-                let reply = if self.wait.0.is_some() {
-                    array("push", self.push_and_wait(shard, &keys, &args).await?)?
+                let reply: Vec<Value> = if self.wait.0.is_some() {
+                    read("push", self.push_and_wait(shard, &keys, &args).await?)?
                 } else {
                     let mut inv = SCRIPTS.push.prepare_invoke();
                     for key in &keys {
@@ -180,7 +180,7 @@ impl Producer for RedisStore {
                     for arg in &args {
                         inv.arg(*arg);
                     }
-                    array("push", self.run("push", &inv).await?)?
+                    self.call("push", &inv).await?
                 };
                 if reply.len() != chunk.len() + 1 {
                     return Err(Error::Malformed {
@@ -189,13 +189,7 @@ impl Producer for RedisStore {
                     });
                 }
                 for (&i, code) in chunk.iter().zip(&reply[1..]) {
-                    outcomes[i] = match int(code) {
-                        Some(0) => PushOutcome::AlreadyPending,
-                        Some(1) => PushOutcome::Created,
-                        Some(2) => PushOutcome::Replaced,
-                        Some(3) => PushOutcome::Running,
-                        _ => return Err(malformed_reply("push", code)),
-                    };
+                    outcomes[i] = read("push", code.clone())?;
                 }
             }
         }
@@ -204,13 +198,13 @@ impl Producer for RedisStore {
 
     async fn cancel(&self, topic: &Topic, id: &JobId) -> Result<ChangeOutcome> {
         let inv = self.change_invocation(&SCRIPTS.cancel, topic, id);
-        change_outcome("cancel", &self.run("cancel", &inv).await?)
+        self.call("cancel", &inv).await
     }
 
     async fn reschedule(&self, topic: &Topic, id: &JobId, when: Schedule) -> Result<ChangeOutcome> {
         let mut inv = self.change_invocation(&SCRIPTS.reschedule, topic, id);
         inv.arg(when_arg(when));
-        change_outcome("reschedule", &self.run("reschedule", &inv).await?)
+        self.call("reschedule", &inv).await
     }
 
     async fn status(&self, topic: &Topic, id: &JobId) -> Result<Option<JobInfo>> {
@@ -222,26 +216,20 @@ impl Producer for RedisStore {
             .key(k.inflight())
             .key(k.dead(topic))
             .arg(&m);
-        let reply = array("status", self.run("status", &inv).await?)?;
+        let reply: Vec<Value> = self.call("status", &inv).await?;
         let [state, raw, score] = match <[Value; 3]>::try_from(reply) {
             Ok(parts) => parts,
             Err(parts) if parts.is_empty() => return Ok(None),
             Err(parts) => return Err(malformed_reply("status", &Value::Array(parts))),
         };
-        let state = match text(&state).as_deref() {
-            Some("delayed") => JobState::Delayed,
-            Some("ready") => JobState::Ready,
-            Some("running") => JobState::Running,
-            Some("dead") => JobState::Dead,
-            _ => return Err(malformed_reply("status", &state)),
-        };
+        let state: JobState = read("status", state)?;
         let Value::BulkString(raw) = raw else {
             return Err(malformed_reply("status", &raw));
         };
         let env = Envelope::decode(&raw, &format!("{} field {m}", k.jobs()))?;
-        let score = int(&score)
-            .filter(|s| *s >= 0 && state != JobState::Delayed)
-            .map(|s| s as u64);
+        let score = read::<Micros>("status", score)?
+            .0
+            .filter(|_| state != JobState::Delayed);
         Ok(Some(job_info(topic.clone(), id.clone(), state, env, score)))
     }
 }

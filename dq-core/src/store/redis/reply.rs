@@ -1,10 +1,12 @@
-//! Reading the replies of dq's scripts: numbers, text, arrays, and jobs in listings.
+//! Reading the replies of dq's scripts: each reply shape is a type with a `FromRedisValue`
+//! impl, so a reply dq cannot read is an `Error::Malformed` naming the script and what it sent,
+//! never a count silently taken as zero.
 
-use redis::Value;
+use redis::{FromRedisValue, ParsingError, Value};
 
 use crate::envelope::Envelope;
 use crate::error::{Error, Result};
-use crate::job::{ChangeOutcome, JobInfo, JobState};
+use crate::job::{ChangeOutcome, JobInfo, JobState, PushOutcome, TopicCounts};
 use crate::name::{JobId, Topic};
 
 pub(super) fn malformed_reply(op: &str, value: &Value) -> Error {
@@ -14,40 +16,264 @@ pub(super) fn malformed_reply(op: &str, value: &Value) -> Error {
     }
 }
 
-pub(super) fn int(v: &Value) -> Option<i64> {
-    match v {
+/// Reads `op`'s reply as `T`.
+pub(super) fn read<T: FromRedisValue>(op: &str, reply: Value) -> Result<T> {
+    T::from_redis_value_ref(&reply).map_err(|e| Error::Malformed {
+        location: format!("the reply to {op}"),
+        reason: format!("{e}: {reply:?}"),
+    })
+}
+
+fn unexpected(what: &str, v: &Value) -> ParsingError {
+    format!("expected {what}, got {v:?}").into()
+}
+
+/// A whole number: Lua numbers come back as integers, `tostring`ed ones as text (which Lua may
+/// write as `1.7e+15`).
+fn whole(v: &Value) -> std::result::Result<i64, ParsingError> {
+    let number = |t: &str| {
+        t.parse::<i64>().ok().or_else(|| {
+            let f = t.parse::<f64>().ok()?;
+            // Within i64 and whole: the cast cannot truncate.
+            (f.fract() == 0.0 && f.abs() < 9.0e18).then_some(f as i64)
+        })
+    };
+    let parsed = match v {
         Value::Int(n) => Some(*n),
-        Value::BulkString(b) => std::str::from_utf8(b)
-            .ok()?
-            .parse::<f64>()
-            .ok()
-            .map(|f| f as i64),
-        Value::SimpleString(s) => s.parse::<f64>().ok().map(|f| f as i64),
+        Value::BulkString(b) => std::str::from_utf8(b).ok().and_then(number),
+        Value::SimpleString(t) => number(t),
         _ => None,
-    }
+    };
+    parsed.ok_or_else(|| unexpected("a whole number", v))
 }
 
-pub(super) fn text(v: &Value) -> Option<String> {
-    match v {
-        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-        Value::SimpleString(s) => Some(s.clone()),
-        _ => None,
-    }
-}
-
-pub(super) fn array(op: &str, v: Value) -> Result<Vec<Value>> {
+fn items(v: &Value) -> std::result::Result<&[Value], ParsingError> {
     match v {
         Value::Array(items) => Ok(items),
-        other => Err(malformed_reply(op, &other)),
+        _ => Err(unexpected("an array", v)),
     }
 }
 
-pub(super) fn change_outcome(op: &str, v: &Value) -> Result<ChangeOutcome> {
-    match int(v) {
-        Some(1) => Ok(ChangeOutcome::Done),
-        Some(0) => Ok(ChangeOutcome::NotFound),
-        Some(2) => Ok(ChangeOutcome::Running),
-        _ => Err(malformed_reply(op, v)),
+fn item<T: FromRedisValue>(items: &[Value], i: usize) -> std::result::Result<T, ParsingError> {
+    T::from_redis_value_ref(items.get(i).unwrap_or(&Value::Nil))
+}
+
+/// The topics in `items`; a name that is not a valid topic cannot be one of dq's, and is left out.
+fn topics(items: &[Value]) -> Vec<Topic> {
+    items
+        .iter()
+        .filter_map(|v| Topic::new(String::from_redis_value_ref(v).ok()?).ok())
+        .collect()
+}
+
+/// A count: a whole number from 0.
+pub(super) struct Count(pub(super) usize);
+
+impl FromRedisValue for Count {
+    fn from_redis_value_ref(v: &Value) -> std::result::Result<Self, ParsingError> {
+        usize::try_from(whole(v)?)
+            .map(Count)
+            .map_err(|_| unexpected("a count", v))
+    }
+
+    fn from_redis_value(v: Value) -> std::result::Result<Self, ParsingError> {
+        Self::from_redis_value_ref(&v)
+    }
+}
+
+/// Microseconds of the store's clock, or none (the scripts say -1).
+pub(super) struct Micros(pub(super) Option<u64>);
+
+impl FromRedisValue for Micros {
+    fn from_redis_value_ref(v: &Value) -> std::result::Result<Self, ParsingError> {
+        Ok(Micros(u64::try_from(whole(v)?).ok()))
+    }
+
+    fn from_redis_value(v: Value) -> std::result::Result<Self, ParsingError> {
+        Self::from_redis_value_ref(&v)
+    }
+}
+
+/// Whether a script applied a change to a leased job (1), or refused it as stale (0).
+pub(super) struct Applied(pub(super) bool);
+
+impl FromRedisValue for Applied {
+    fn from_redis_value_ref(v: &Value) -> std::result::Result<Self, ParsingError> {
+        match whole(v)? {
+            0 => Ok(Applied(false)),
+            1 => Ok(Applied(true)),
+            _ => Err(unexpected("1 or 0", v)),
+        }
+    }
+
+    fn from_redis_value(v: Value) -> std::result::Result<Self, ParsingError> {
+        Self::from_redis_value_ref(&v)
+    }
+}
+
+impl FromRedisValue for ChangeOutcome {
+    fn from_redis_value_ref(v: &Value) -> std::result::Result<Self, ParsingError> {
+        match whole(v)? {
+            1 => Ok(ChangeOutcome::Done),
+            0 => Ok(ChangeOutcome::NotFound),
+            2 => Ok(ChangeOutcome::Running),
+            _ => Err(unexpected("0, 1 or 2", v)),
+        }
+    }
+
+    fn from_redis_value(v: Value) -> std::result::Result<Self, ParsingError> {
+        Self::from_redis_value_ref(&v)
+    }
+}
+
+impl FromRedisValue for PushOutcome {
+    fn from_redis_value_ref(v: &Value) -> std::result::Result<Self, ParsingError> {
+        match whole(v)? {
+            0 => Ok(PushOutcome::AlreadyPending),
+            1 => Ok(PushOutcome::Created),
+            2 => Ok(PushOutcome::Replaced),
+            3 => Ok(PushOutcome::Running),
+            _ => Err(unexpected("a push code from 0 to 3", v)),
+        }
+    }
+
+    fn from_redis_value(v: Value) -> std::result::Result<Self, ParsingError> {
+        Self::from_redis_value_ref(&v)
+    }
+}
+
+impl FromRedisValue for JobState {
+    fn from_redis_value_ref(v: &Value) -> std::result::Result<Self, ParsingError> {
+        String::from_redis_value_ref(v)?
+            .parse()
+            .map_err(|e: String| e.into())
+    }
+
+    fn from_redis_value(v: Value) -> std::result::Result<Self, ParsingError> {
+        Self::from_redis_value_ref(&v)
+    }
+}
+
+/// counts.lua, and the head of stats.lua: delayed, ready, running, dead.
+impl FromRedisValue for TopicCounts {
+    fn from_redis_value_ref(v: &Value) -> std::result::Result<Self, ParsingError> {
+        let items = items(v)?;
+        let n = |i| item::<Count>(items, i).map(|c| c.0 as u64);
+        Ok(TopicCounts {
+            delayed: n(0)?,
+            ready: n(1)?,
+            running: n(2)?,
+            dead: n(3)?,
+        })
+    }
+
+    fn from_redis_value(v: Value) -> std::result::Result<Self, ParsingError> {
+        Self::from_redis_value_ref(&v)
+    }
+}
+
+/// stats.lua: the counts, the due time of the oldest ready job, the next due time, paused.
+pub(super) struct ShardStats {
+    pub(super) counts: TopicCounts,
+    pub(super) oldest_ready_due_us: Option<u64>,
+    pub(super) next_due_us: Option<u64>,
+    pub(super) paused: bool,
+}
+
+impl FromRedisValue for ShardStats {
+    fn from_redis_value_ref(v: &Value) -> std::result::Result<Self, ParsingError> {
+        let items = items(v)?;
+        Ok(ShardStats {
+            counts: TopicCounts::from_redis_value_ref(v)?,
+            oldest_ready_due_us: item::<Micros>(items, 4)?.0,
+            next_due_us: item::<Micros>(items, 5)?.0,
+            paused: item::<Applied>(items, 6)?.0,
+        })
+    }
+
+    fn from_redis_value(v: Value) -> std::result::Result<Self, ParsingError> {
+        Self::from_redis_value_ref(&v)
+    }
+}
+
+/// promote.lua: moved, next due (-1: none), the shard's clock, how many topics it found that
+/// were not declared, those topics, then `topic, jobs made ready` pairs.
+pub(super) struct Promotion {
+    pub(super) moved: usize,
+    pub(super) next_due_us: Option<u64>,
+    pub(super) now_us: u64,
+    pub(super) undeclared: Vec<Topic>,
+    pub(super) made_ready: Vec<(Topic, usize)>,
+}
+
+impl FromRedisValue for Promotion {
+    fn from_redis_value_ref(v: &Value) -> std::result::Result<Self, ParsingError> {
+        let items = items(v)?;
+        let n = item::<Count>(items, 3)?.0;
+        let tail = items.get(4..).unwrap_or_default();
+        let (undeclared, pairs) = tail.split_at(n.min(tail.len()));
+        let mut made_ready = Vec::new();
+        for pair in pairs.chunks(2) {
+            let Ok(topic) = Topic::new(item::<String>(pair, 0)?) else {
+                continue;
+            };
+            made_ready.push((topic, item::<Count>(pair, 1)?.0));
+        }
+        Ok(Promotion {
+            moved: item::<Count>(items, 0)?.0,
+            next_due_us: item::<Micros>(items, 1)?.0,
+            now_us: item::<Micros>(items, 2)?
+                .0
+                .ok_or_else(|| unexpected("the shard's clock", v))?,
+            undeclared: topics(undeclared),
+            made_ready,
+        })
+    }
+
+    fn from_redis_value(v: Value) -> std::result::Result<Self, ParsingError> {
+        Self::from_redis_value_ref(&v)
+    }
+}
+
+/// reclaim.lua: jobs put back to ready, jobs dead-lettered, then topics it found undeclared.
+pub(super) struct Reclamation {
+    pub(super) requeued: usize,
+    pub(super) dead: usize,
+    pub(super) undeclared: Vec<Topic>,
+}
+
+impl FromRedisValue for Reclamation {
+    fn from_redis_value_ref(v: &Value) -> std::result::Result<Self, ParsingError> {
+        let items = items(v)?;
+        Ok(Reclamation {
+            requeued: item::<Count>(items, 0)?.0,
+            dead: item::<Count>(items, 1)?.0,
+            undeclared: topics(items.get(2..).unwrap_or_default()),
+        })
+    }
+
+    fn from_redis_value(v: Value) -> std::result::Result<Self, ParsingError> {
+        Self::from_redis_value_ref(&v)
+    }
+}
+
+/// ack.lua: how many were acked, then the members whose lease was stale.
+pub(super) struct AckReply {
+    pub(super) acked: usize,
+    pub(super) stale: Vec<String>,
+}
+
+impl FromRedisValue for AckReply {
+    fn from_redis_value_ref(v: &Value) -> std::result::Result<Self, ParsingError> {
+        let items = items(v)?;
+        Ok(AckReply {
+            acked: item::<Count>(items, 0)?.0,
+            stale: String::from_redis_value_refs(items.get(1..).unwrap_or_default())?,
+        })
+    }
+
+    fn from_redis_value(v: Value) -> std::result::Result<Self, ParsingError> {
+        Self::from_redis_value_ref(&v)
     }
 }
 
@@ -61,9 +287,9 @@ pub(super) fn decode_jobs(
 ) -> Vec<JobInfo> {
     let mut out = Vec::new();
     for triple in triples.chunks(3) {
-        let (Some(m), Some(score), Some(Value::BulkString(raw))) = (
-            triple.first().and_then(text),
-            triple.get(1).and_then(int),
+        let (Ok(m), Ok(Micros(score)), Some(Value::BulkString(raw))) = (
+            item::<String>(triple, 0),
+            item::<Micros>(triple, 1),
             triple.get(2),
         ) else {
             continue;
@@ -73,7 +299,7 @@ pub(super) fn decode_jobs(
         };
         match Envelope::decode(raw, &format!("{jobs_key} field {m}")) {
             Ok(env) => {
-                let score = (keep_score && score >= 0).then_some(score as u64);
+                let score = score.filter(|_| keep_score);
                 out.push(job_info(topic, id, state, env, score));
             }
             Err(e) => tracing::warn!(error = %e, "skipping an unreadable job in a listing"),
@@ -100,4 +326,82 @@ pub(super) fn job_info(
 pub(super) fn parse_member(m: &str) -> Option<(Topic, JobId)> {
     let (t, i) = m.split_once(':')?;
     Some((Topic::new(t).ok()?, JobId::new(i).ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(t: &str) -> Value {
+        Value::BulkString(t.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn a_count_that_is_not_a_whole_number_from_zero_is_malformed_not_zero() {
+        assert_eq!(read::<Count>("release", Value::Int(3)).unwrap().0, 3);
+        assert_eq!(
+            read::<Count>("release", text("1.7e+15")).unwrap().0,
+            1_700_000_000_000_000
+        );
+        for bad in [Value::Int(-1), text("many"), text("1.5"), Value::Nil] {
+            let err = read::<Count>("release", bad).map(|c| c.0).unwrap_err();
+            assert_eq!(err.kind(), crate::ErrorKind::Malformed);
+            assert!(err.to_string().contains("the reply to release"), "{err}");
+        }
+    }
+
+    #[test]
+    fn counts_short_of_a_state_are_malformed() {
+        let four = Value::Array(vec![
+            Value::Int(1),
+            Value::Int(2),
+            Value::Int(3),
+            Value::Int(4),
+        ]);
+        let c: TopicCounts = read("counts", four).unwrap();
+        assert_eq!((c.delayed, c.ready, c.running, c.dead), (1, 2, 3, 4));
+        let three = Value::Array(vec![Value::Int(1), Value::Int(2), Value::Int(3)]);
+        assert!(read::<TopicCounts>("counts", three).is_err());
+    }
+
+    #[test]
+    fn a_promotion_reads_its_undeclared_topics_and_the_jobs_made_ready_per_topic() {
+        let reply = Value::Array(vec![
+            Value::Int(5),
+            Value::Int(-1),
+            Value::Int(1_700_000_000_000_000),
+            Value::Int(1),
+            text("emails"),
+            text("orders"),
+            Value::Int(3),
+            text("emails"),
+            Value::Int(2),
+        ]);
+        let p: Promotion = read("promote", reply).unwrap();
+        assert_eq!(
+            (p.moved, p.next_due_us, p.now_us),
+            (5, None, 1_700_000_000_000_000)
+        );
+        assert_eq!(p.undeclared, vec![Topic::new("emails").unwrap()]);
+        let ready: Vec<(String, usize)> = p
+            .made_ready
+            .into_iter()
+            .map(|(t, n)| (t.as_str().to_owned(), n))
+            .collect();
+        assert_eq!(ready, [("orders".to_owned(), 3), ("emails".to_owned(), 2)]);
+    }
+
+    #[test]
+    fn push_codes_and_change_outcomes_outside_their_range_are_malformed() {
+        assert!(matches!(
+            read("push", Value::Int(2)),
+            Ok(PushOutcome::Replaced)
+        ));
+        assert!(read::<PushOutcome>("push", Value::Int(7)).is_err());
+        assert!(matches!(
+            read("cancel", Value::Int(2)),
+            Ok(ChangeOutcome::Running)
+        ));
+        assert!(read::<ChangeOutcome>("cancel", Value::Int(-1)).is_err());
+    }
 }
