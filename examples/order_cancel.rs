@@ -69,7 +69,7 @@ mod handlers {
         let id = msg.order_id;
         // The payment service times out on the first try for every third order: the job fails
         // and dq runs it again after the backoff.
-        if id % 3 == 0 && ctx.attempt() == 1 {
+        if id.is_multiple_of(3) && ctx.attempt() == 1 {
             warn!(order = id, "payment service timed out; dq will retry");
             return Err(format!("payment service timed out checking order {id}"));
         }

@@ -570,7 +570,7 @@ async fn graceful_shutdown_acks_finished_jobs_releases_unfinished_ones_and_runs_
         async move {
             s.fetch_add(1, Ordering::SeqCst);
             // Even jobs finish within the grace period; odd ones would take far longer.
-            let ms = if job.n % 2 == 0 { 100 } else { 60_000 };
+            let ms = if job.n.is_multiple_of(2) { 100 } else { 60_000 };
             tokio::time::sleep(Duration::from_millis(ms)).await;
         }
     })

@@ -26,7 +26,7 @@ impl Health {
         let delay = Duration::from_millis(100)
             .saturating_mul(2u32.saturating_pow(self.failures.min(16) - 1))
             .min(Duration::from_secs(5));
-        if self.failures == 1 || self.failures % 20 == 0 {
+        if self.failures == 1 || self.failures.is_multiple_of(20) {
             tracing::warn!(
                 task = %self.what, failures = self.failures, retry_in = ?delay, error = %error,
                 "store call failed; dq keeps retrying with backoff (jobs stay safe in Redis; check that Redis is up and reachable)"

@@ -498,6 +498,10 @@ fn make_certificates(dir: &Path) {
         "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
     )
     .expect("write server.ext");
+    // Extensions make an X.509 v3 certificate; rustls refuses the v1 that `x509 -req` makes
+    // without them ("UnsupportedCertVersion").
+    std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n")
+        .expect("write client.ext");
     let days = ["-days", "2"];
     run(&[
         "req",
@@ -516,7 +520,7 @@ fn make_certificates(dir: &Path) {
     ]);
     for (name, subject, ext) in [
         ("server", "/CN=127.0.0.1", Some("server.ext")),
-        ("client", "/CN=dq test client", None),
+        ("client", "/CN=dq test client", Some("client.ext")),
     ] {
         let (key, csr, crt) = (
             format!("{name}.key"),

@@ -34,11 +34,13 @@ pub(crate) fn open_client(url: &str, config: &Config) -> Result<redis::Client> {
                 .into(),
         ));
     }
+    if tls {
+        use_ring_unless_chosen();
+    }
     let client = if !tls || (config.tls_ca_file.is_none() && config.tls_cert_file.is_none()) {
         redis::Client::open(url).map_err(|e| {
-            bad(if tls && !cfg!(feature = "tls") {
-                "this build of dq has no TLS support: enable the `tls` feature of the dq crate"
-                    .into()
+            bad(if tls && !TLS {
+                NO_TLS.into()
             } else {
                 e.to_string()
             })
@@ -49,7 +51,23 @@ pub(crate) fn open_client(url: &str, config: &Config) -> Result<redis::Client> {
     with_tcp_settings(client)
 }
 
-#[cfg(feature = "tls")]
+/// Whether this build can connect over TLS, with OpenSSL (`tls`) or rustls (`rustls`; rustls
+/// wins when both are on, as redis-rs decides).
+const TLS: bool = cfg!(any(feature = "tls", feature = "rustls"));
+
+const NO_TLS: &str = "this build of dq has no TLS support: enable the `rustls` feature of the dq crate (or `tls`, for the system's OpenSSL)";
+
+/// rustls needs a crypto provider for the process; dq brings `ring`, installed here unless the
+/// application chose one first (it may have enabled another, such as aws-lc-rs).
+fn use_ring_unless_chosen() {
+    #[cfg(feature = "rustls")]
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Losing a race with another installer is fine: a provider is then installed.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+#[cfg(any(feature = "tls", feature = "rustls"))]
 fn tls_client(url: &str, config: &Config) -> std::result::Result<redis::Client, String> {
     let certs = tls_certificates(config)?.unwrap_or(redis::TlsCertificates {
         client_tls: None,
@@ -59,7 +77,7 @@ fn tls_client(url: &str, config: &Config) -> std::result::Result<redis::Client, 
 }
 
 /// The CA and client certificate files of `config`, read; `None` when none is set.
-#[cfg(feature = "tls")]
+#[cfg(any(feature = "tls", feature = "rustls"))]
 fn tls_certificates(
     config: &Config,
 ) -> std::result::Result<Option<redis::TlsCertificates>, String> {
@@ -86,9 +104,9 @@ fn tls_certificates(
     }))
 }
 
-#[cfg(not(feature = "tls"))]
+#[cfg(not(any(feature = "tls", feature = "rustls")))]
 fn tls_client(_url: &str, _config: &Config) -> std::result::Result<redis::Client, String> {
-    Err("this build of dq has no TLS support: enable the `tls` feature of the dq crate".into())
+    Err(NO_TLS.into())
 }
 
 #[cfg(test)]
