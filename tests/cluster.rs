@@ -435,7 +435,7 @@ async fn the_store_clock_is_read_on_the_master_that_keeps_the_worker_registry() 
     let config = config(&cluster);
     let registry = dq::store::ShardKeys::new(&config.namespace, 0).workers();
     let owner = cluster.master_of(&registry);
-    let client = dq::Client::connect(config).await.unwrap();
+    let client = support::TestClient::connect(config).await.unwrap();
     let before: Vec<(u16, u64)> = cluster
         .masters()
         .iter()

@@ -76,7 +76,9 @@ fn snapshot(node: &RedisServer, slot: &str) -> Vec<(String, String)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operation_refused_while_its_slot_migrates_changes_nothing_and_no_job_is_lost() {
     let cluster = RedisCluster::start(3, 0);
-    let c = Client::connect(config(&cluster)).await.unwrap();
+    let c = support::TestClient::connect(config(&cluster))
+        .await
+        .unwrap();
     let s = c.store().clone();
     let (source, target, slot) = shard_zero_and_another_master(&cluster);
 
@@ -290,7 +292,9 @@ fn migrate(source: &RedisServer, target: &RedisServer, keys: &[String]) {
 async fn an_operation_whose_keys_are_split_between_two_nodes_is_refused_and_the_reshard_completes()
 {
     let cluster = RedisCluster::start(3, 0);
-    let c = Client::connect(config(&cluster)).await.unwrap();
+    let c = support::TestClient::connect(config(&cluster))
+        .await
+        .unwrap();
     let s = c.store().clone();
     let (source, target, slot) = shard_zero_and_another_master(&cluster);
 

@@ -13,9 +13,9 @@ use std::time::{Duration, SystemTime};
 use dq::admin::{ChangeOutcome, Cursor};
 use dq::push::{OnConflict, PushOutcome};
 use dq::store::{DeadLetters, MemoryStore};
-use dq::{Client, Error, JobState, Schedule};
+use dq::{Error, JobState, Schedule};
 use serde::{Deserialize, Serialize};
-use support::{id, topic, RedisCluster, RedisServer};
+use support::{id, topic, RedisCluster, RedisServer, TestClient};
 
 #[derive(Debug, Serialize, Deserialize, PartialEq)]
 struct OrderCancel {
@@ -37,7 +37,7 @@ enum Kind {
 
 /// A client on a fresh store of the given kind (and its redis-server, killed on drop).
 struct Harness {
-    client: Client,
+    client: TestClient,
     _redis: Option<RedisServer>,
     _cluster: Option<RedisCluster>,
 }
@@ -68,7 +68,7 @@ impl Harness {
                 .build()
                 .unwrap();
                 Harness {
-                    client: Client::connect(config).await.unwrap(),
+                    client: TestClient::connect(config).await.unwrap(),
                     _redis: None,
                     _cluster: Some(cluster),
                 }
@@ -76,7 +76,7 @@ impl Harness {
             Kind::Memory => {
                 let config = tweak(dq::Config::builder()).build().unwrap();
                 Harness {
-                    client: Client::new(Arc::new(MemoryStore::new()), config),
+                    client: TestClient::new(Arc::new(MemoryStore::new()), config),
                     _redis: None,
                     _cluster: None,
                 }

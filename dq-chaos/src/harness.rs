@@ -310,7 +310,7 @@ impl Harness {
         port: u16,
     ) -> anyhow::Result<std::collections::HashSet<u16>> {
         let mut out = std::collections::HashSet::new();
-        for shard in 0..self.client.store().shards() {
+        for shard in 0..self.client.config().shards {
             if self.master_of_shard(shard).await? == port {
                 out.insert(shard);
             }

@@ -637,7 +637,7 @@ async fn shard_stall(full: bool, seed: u64) -> anyhow::Result<Outcome> {
     h.drain(&pushes.acked, limit).await;
     let _ = h.ledger.refresh(&h.dir);
     let on_paused = h.shards_of_master(paused).await?;
-    let shards = h.client.store().shards();
+    let shards = h.client.config().shards;
     let mut runs: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
     for r in &h.ledger.runs {
         *runs.entry(r.id.as_str()).or_default() += 1;

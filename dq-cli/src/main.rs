@@ -500,7 +500,7 @@ async fn stats(client: &Client, json: bool) -> Result<(), Exit> {
         return Ok(());
     }
     // Lag by the store's clock, as the due times were stamped (this host's may be off).
-    let now = dq::store::from_us(client.store().time_us().await?);
+    let now = client.store_time().await?;
     let rows = all
         .iter()
         .map(|(t, s)| {

@@ -4,8 +4,10 @@
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 use std::process::{Command, Output};
+use std::sync::Arc;
 use std::time::Duration;
 
+use dq::store::{RedisStore, Store};
 use dq_testkit::RedisServer;
 use serde_json::Value;
 
@@ -34,14 +36,17 @@ fn json(out: &Output) -> Value {
 }
 
 async fn client(redis: &RedisServer) -> dq::Client {
-    dq::Client::connect(
-        dq::Config::builder()
-            .redis_url(redis.url())
-            .build()
-            .unwrap(),
-    )
-    .await
-    .unwrap()
+    client_and_store(redis).await.0
+}
+
+/// A client and the store under it, for tests that put jobs in a state only workers reach.
+async fn client_and_store(redis: &RedisServer) -> (dq::Client, Arc<dyn Store>) {
+    let config = dq::Config::builder()
+        .redis_url(redis.url())
+        .build()
+        .unwrap();
+    let store: Arc<dyn Store> = Arc::new(RedisStore::connect(&config).await.unwrap());
+    (dq::Client::new(store.clone(), config), store)
 }
 
 #[tokio::test]
@@ -157,14 +162,14 @@ async fn push_then_show_and_an_unknown_job_exits_3() {
 #[tokio::test]
 async fn cancel_and_reschedule_say_what_happened_by_exit_code() {
     let redis = RedisServer::start();
-    let c = client(&redis).await;
+    let (c, store) = client_and_store(&redis).await;
     c.push_json("t", "{}")
         .id("a")
         .delay(Duration::from_secs(600))
         .await
         .unwrap();
     c.push_json("t", "{}").id("running").await.unwrap();
-    c.store()
+    store
         .fetch(0, &dq::Topic::new("t").unwrap(), 1, Duration::from_secs(30))
         .await
         .unwrap();
@@ -191,18 +196,17 @@ async fn cancel_and_reschedule_say_what_happened_by_exit_code() {
 #[tokio::test]
 async fn dead_letters_are_listed_retried_and_purged() {
     let redis = RedisServer::start();
-    let c = client(&redis).await;
+    let (c, store) = client_and_store(&redis).await;
     c.push_batch((0..3).map(|i| c.push_json("t", "{}").id(i.to_string())))
         .await
         .unwrap();
-    for j in c
-        .store()
+    for j in store
         .fetch(0, &dq::Topic::new("t").unwrap(), 3, Duration::from_secs(30))
         .await
         .unwrap()
         .jobs
     {
-        c.store()
+        store
             .dead_letter(&j.lease, "order service said 404")
             .await
             .unwrap();
@@ -226,14 +230,13 @@ async fn dead_letters_are_listed_retried_and_purged() {
     c.push_json("u", "{}").id("x").await.unwrap();
     for topic in ["t", "u"] {
         let t = dq::Topic::new(topic).unwrap();
-        for j in c
-            .store()
+        for j in store
             .fetch(0, &t, 10, Duration::from_secs(30))
             .await
             .unwrap()
             .jobs
         {
-            c.store().dead_letter(&j.lease, "boom").await.unwrap();
+            store.dead_letter(&j.lease, "boom").await.unwrap();
         }
     }
     let everywhere = json(&dq(&redis, &["dead", "retry", "--all-topics", "--json"]));

@@ -198,6 +198,10 @@ pub(crate) fn check_retry_delay(lease: &LeaseRef, delay: Duration) -> crate::Res
 
 /// Names one lease on one job: the fencing token that refuses writes from a worker whose
 /// lease was taken over.
+///
+/// `LeaseRef`, [`LeasedJob`], [`NewJob`] and [`Envelope`](crate::Envelope) are the records
+/// stores exchange, and stay exhaustive so that a store of your own can build them: a field
+/// added to one is a change of the stored format, made in a major version.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct LeaseRef {
     /// The job's topic.
@@ -209,7 +213,10 @@ pub struct LeaseRef {
 }
 
 /// What one fetch call returned.
+///
+/// A store of your own starts from `default()` and sets the fields (more may come).
 #[derive(Clone, Debug, Default)]
+#[non_exhaustive]
 pub struct Fetched {
     /// The jobs now leased to the caller.
     pub jobs: Vec<LeasedJob>,
@@ -334,7 +341,10 @@ impl WorkerInfo {
 }
 
 /// What one promotion call did.
+///
+/// A store of your own starts from `default()` and sets the fields (more may come).
 #[derive(Clone, Debug, Default)]
+#[non_exhaustive]
 pub struct Promoted {
     /// Jobs moved from delayed to ready.
     pub moved: usize,
@@ -347,7 +357,10 @@ pub struct Promoted {
 }
 
 /// What an ack call did.
+///
+/// A store of your own starts from `default()` and sets the fields (more may come).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Acked {
     /// Jobs completed.
     pub acked: usize,
@@ -356,7 +369,10 @@ pub struct Acked {
 }
 
 /// What a reclaim call did.
+///
+/// A store of your own starts from `default()` and sets the fields (more may come).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Reclaimed {
     /// Jobs whose lease had expired, put back to ready.
     pub requeued: usize,

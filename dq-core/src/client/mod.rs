@@ -55,7 +55,8 @@ impl std::fmt::Debug for Client {
 }
 
 impl Client {
-    /// A client on an existing store.
+    /// A client on an existing store. The client does not hand its store back out: a tool that
+    /// works below the client (on leases, say) keeps its own `Arc` of the store.
     pub fn new(store: Arc<dyn Store>, config: Config) -> Client {
         Client {
             store,
@@ -70,9 +71,11 @@ impl Client {
         Ok(Client::new(Arc::new(store), config))
     }
 
-    /// The store under this client.
-    pub fn store(&self) -> &Arc<dyn Store> {
-        &self.store
+    /// The store's clock: Redis' `TIME` (on a cluster, that of the master holding shard 0),
+    /// by which due times, deaths and heartbeats are stamped. Compare ages with it rather than
+    /// with this host's clock, which may be off.
+    pub async fn store_time(&self) -> Result<SystemTime> {
+        Ok(crate::job::from_us(self.store.time_us().await?))
     }
 
     /// The configuration this client was made with.
