@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dq::{Client, JobContext, JobState, Listener, Runtime, Schedule};
-use support::{topic, RedisCluster, RedisServer};
+use support::{topic, RedisCluster, RedisServer, TestClient};
 
 const LEASE: Duration = Duration::from_secs(30);
 
@@ -76,9 +76,7 @@ fn snapshot(node: &RedisServer, slot: &str) -> Vec<(String, String)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operation_refused_while_its_slot_migrates_changes_nothing_and_no_job_is_lost() {
     let cluster = RedisCluster::start(3, 0);
-    let c = support::TestClient::connect(config(&cluster))
-        .await
-        .unwrap();
+    let c = TestClient::connect(config(&cluster)).await.unwrap();
     let s = c.store().clone();
     let (source, target, slot) = shard_zero_and_another_master(&cluster);
 
@@ -292,9 +290,7 @@ fn migrate(source: &RedisServer, target: &RedisServer, keys: &[String]) {
 async fn an_operation_whose_keys_are_split_between_two_nodes_is_refused_and_the_reshard_completes()
 {
     let cluster = RedisCluster::start(3, 0);
-    let c = support::TestClient::connect(config(&cluster))
-        .await
-        .unwrap();
+    let c = TestClient::connect(config(&cluster)).await.unwrap();
     let s = c.store().clone();
     let (source, target, slot) = shard_zero_and_another_master(&cluster);
 

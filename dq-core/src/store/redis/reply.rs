@@ -66,111 +66,82 @@ fn topics(items: &[Value]) -> Vec<Topic> {
         .collect()
 }
 
+/// `FromRedisValue` for a reply type, from a function of the borrowed reply.
+macro_rules! reader {
+    ($ty:ty, |$v:ident| $body:block) => {
+        impl FromRedisValue for $ty {
+            fn from_redis_value_ref($v: &Value) -> std::result::Result<Self, ParsingError> {
+                $body
+            }
+
+            fn from_redis_value(v: Value) -> std::result::Result<Self, ParsingError> {
+                Self::from_redis_value_ref(&v)
+            }
+        }
+    };
+}
+
 /// A count: a whole number from 0.
 pub(super) struct Count(pub(super) usize);
 
-impl FromRedisValue for Count {
-    fn from_redis_value_ref(v: &Value) -> std::result::Result<Self, ParsingError> {
-        usize::try_from(whole(v)?)
-            .map(Count)
-            .map_err(|_| unexpected("a count", v))
-    }
-
-    fn from_redis_value(v: Value) -> std::result::Result<Self, ParsingError> {
-        Self::from_redis_value_ref(&v)
-    }
-}
+reader!(Count, |v| {
+    usize::try_from(whole(v)?)
+        .map(Count)
+        .map_err(|_| unexpected("a count", v))
+});
 
 /// Microseconds of the store's clock, or none (the scripts say -1).
 pub(super) struct Micros(pub(super) Option<u64>);
 
-impl FromRedisValue for Micros {
-    fn from_redis_value_ref(v: &Value) -> std::result::Result<Self, ParsingError> {
-        Ok(Micros(u64::try_from(whole(v)?).ok()))
-    }
-
-    fn from_redis_value(v: Value) -> std::result::Result<Self, ParsingError> {
-        Self::from_redis_value_ref(&v)
-    }
-}
+reader!(Micros, |v| { Ok(Micros(u64::try_from(whole(v)?).ok())) });
 
 /// Whether a script applied a change to a leased job (1), or refused it as stale (0).
 pub(super) struct Applied(pub(super) bool);
 
-impl FromRedisValue for Applied {
-    fn from_redis_value_ref(v: &Value) -> std::result::Result<Self, ParsingError> {
-        match whole(v)? {
-            0 => Ok(Applied(false)),
-            1 => Ok(Applied(true)),
-            _ => Err(unexpected("1 or 0", v)),
-        }
+reader!(Applied, |v| {
+    match whole(v)? {
+        0 => Ok(Applied(false)),
+        1 => Ok(Applied(true)),
+        _ => Err(unexpected("1 or 0", v)),
     }
+});
 
-    fn from_redis_value(v: Value) -> std::result::Result<Self, ParsingError> {
-        Self::from_redis_value_ref(&v)
+reader!(ChangeOutcome, |v| {
+    match whole(v)? {
+        1 => Ok(ChangeOutcome::Done),
+        0 => Ok(ChangeOutcome::NotFound),
+        2 => Ok(ChangeOutcome::Running),
+        _ => Err(unexpected("0, 1 or 2", v)),
     }
-}
+});
 
-impl FromRedisValue for ChangeOutcome {
-    fn from_redis_value_ref(v: &Value) -> std::result::Result<Self, ParsingError> {
-        match whole(v)? {
-            1 => Ok(ChangeOutcome::Done),
-            0 => Ok(ChangeOutcome::NotFound),
-            2 => Ok(ChangeOutcome::Running),
-            _ => Err(unexpected("0, 1 or 2", v)),
-        }
+reader!(PushOutcome, |v| {
+    match whole(v)? {
+        0 => Ok(PushOutcome::AlreadyPending),
+        1 => Ok(PushOutcome::Created),
+        2 => Ok(PushOutcome::Replaced),
+        3 => Ok(PushOutcome::Running),
+        _ => Err(unexpected("a push code from 0 to 3", v)),
     }
+});
 
-    fn from_redis_value(v: Value) -> std::result::Result<Self, ParsingError> {
-        Self::from_redis_value_ref(&v)
-    }
-}
+reader!(JobState, |v| {
+    String::from_redis_value_ref(v)?
+        .parse()
+        .map_err(|e: String| e.into())
+});
 
-impl FromRedisValue for PushOutcome {
-    fn from_redis_value_ref(v: &Value) -> std::result::Result<Self, ParsingError> {
-        match whole(v)? {
-            0 => Ok(PushOutcome::AlreadyPending),
-            1 => Ok(PushOutcome::Created),
-            2 => Ok(PushOutcome::Replaced),
-            3 => Ok(PushOutcome::Running),
-            _ => Err(unexpected("a push code from 0 to 3", v)),
-        }
-    }
-
-    fn from_redis_value(v: Value) -> std::result::Result<Self, ParsingError> {
-        Self::from_redis_value_ref(&v)
-    }
-}
-
-impl FromRedisValue for JobState {
-    fn from_redis_value_ref(v: &Value) -> std::result::Result<Self, ParsingError> {
-        String::from_redis_value_ref(v)?
-            .parse()
-            .map_err(|e: String| e.into())
-    }
-
-    fn from_redis_value(v: Value) -> std::result::Result<Self, ParsingError> {
-        Self::from_redis_value_ref(&v)
-    }
-}
-
-/// counts.lua, and the head of stats.lua: delayed, ready, running, dead.
-impl FromRedisValue for TopicCounts {
-    fn from_redis_value_ref(v: &Value) -> std::result::Result<Self, ParsingError> {
-        let items = items(v)?;
-        let n = |i| item::<Count>(items, i).map(|c| c.0 as u64);
-        Ok(TopicCounts {
-            delayed: n(0)?,
-            ready: n(1)?,
-            running: n(2)?,
-            dead: n(3)?,
-        })
-    }
-
-    fn from_redis_value(v: Value) -> std::result::Result<Self, ParsingError> {
-        Self::from_redis_value_ref(&v)
-    }
-}
+// counts.lua, and the head of stats.lua: delayed, ready, running, dead.
+reader!(TopicCounts, |v| {
+    let items = items(v)?;
+    let n = |i| item::<Count>(items, i).map(|c| c.0 as u64);
+    Ok(TopicCounts {
+        delayed: n(0)?,
+        ready: n(1)?,
+        running: n(2)?,
+        dead: n(3)?,
+    })
+});
 
 /// stats.lua: the counts, the due time of the oldest ready job, the next due time, paused.
 pub(super) struct ShardStats {
@@ -180,21 +151,15 @@ pub(super) struct ShardStats {
     pub(super) paused: bool,
 }
 
-impl FromRedisValue for ShardStats {
-    fn from_redis_value_ref(v: &Value) -> std::result::Result<Self, ParsingError> {
-        let items = items(v)?;
-        Ok(ShardStats {
-            counts: TopicCounts::from_redis_value_ref(v)?,
-            oldest_ready_due_us: item::<Micros>(items, 4)?.0,
-            next_due_us: item::<Micros>(items, 5)?.0,
-            paused: item::<Applied>(items, 6)?.0,
-        })
-    }
-
-    fn from_redis_value(v: Value) -> std::result::Result<Self, ParsingError> {
-        Self::from_redis_value_ref(&v)
-    }
-}
+reader!(ShardStats, |v| {
+    let items = items(v)?;
+    Ok(ShardStats {
+        counts: TopicCounts::from_redis_value_ref(v)?,
+        oldest_ready_due_us: item::<Micros>(items, 4)?.0,
+        next_due_us: item::<Micros>(items, 5)?.0,
+        paused: item::<Applied>(items, 6)?.0,
+    })
+});
 
 /// promote.lua: moved, next due (-1: none), the shard's clock, how many topics it found that
 /// were not declared, those topics, then `topic, jobs made ready` pairs.
@@ -206,34 +171,28 @@ pub(super) struct Promotion {
     pub(super) made_ready: Vec<(Topic, usize)>,
 }
 
-impl FromRedisValue for Promotion {
-    fn from_redis_value_ref(v: &Value) -> std::result::Result<Self, ParsingError> {
-        let items = items(v)?;
-        let n = item::<Count>(items, 3)?.0;
-        let tail = items.get(4..).unwrap_or_default();
-        let (undeclared, pairs) = tail.split_at(n.min(tail.len()));
-        let mut made_ready = Vec::new();
-        for pair in pairs.chunks(2) {
-            let Ok(topic) = Topic::new(item::<String>(pair, 0)?) else {
-                continue;
-            };
-            made_ready.push((topic, item::<Count>(pair, 1)?.0));
-        }
-        Ok(Promotion {
-            moved: item::<Count>(items, 0)?.0,
-            next_due_us: item::<Micros>(items, 1)?.0,
-            now_us: item::<Micros>(items, 2)?
-                .0
-                .ok_or_else(|| unexpected("the shard's clock", v))?,
-            undeclared: topics(undeclared),
-            made_ready,
-        })
+reader!(Promotion, |v| {
+    let items = items(v)?;
+    let n = item::<Count>(items, 3)?.0;
+    let tail = items.get(4..).unwrap_or_default();
+    let (undeclared, pairs) = tail.split_at(n.min(tail.len()));
+    let mut made_ready = Vec::new();
+    for pair in pairs.chunks(2) {
+        let Ok(topic) = Topic::new(item::<String>(pair, 0)?) else {
+            continue;
+        };
+        made_ready.push((topic, item::<Count>(pair, 1)?.0));
     }
-
-    fn from_redis_value(v: Value) -> std::result::Result<Self, ParsingError> {
-        Self::from_redis_value_ref(&v)
-    }
-}
+    Ok(Promotion {
+        moved: item::<Count>(items, 0)?.0,
+        next_due_us: item::<Micros>(items, 1)?.0,
+        now_us: item::<Micros>(items, 2)?
+            .0
+            .ok_or_else(|| unexpected("the shard's clock", v))?,
+        undeclared: topics(undeclared),
+        made_ready,
+    })
+});
 
 /// reclaim.lua: jobs put back to ready, jobs dead-lettered, then topics it found undeclared.
 pub(super) struct Reclamation {
@@ -242,20 +201,14 @@ pub(super) struct Reclamation {
     pub(super) undeclared: Vec<Topic>,
 }
 
-impl FromRedisValue for Reclamation {
-    fn from_redis_value_ref(v: &Value) -> std::result::Result<Self, ParsingError> {
-        let items = items(v)?;
-        Ok(Reclamation {
-            requeued: item::<Count>(items, 0)?.0,
-            dead: item::<Count>(items, 1)?.0,
-            undeclared: topics(items.get(2..).unwrap_or_default()),
-        })
-    }
-
-    fn from_redis_value(v: Value) -> std::result::Result<Self, ParsingError> {
-        Self::from_redis_value_ref(&v)
-    }
-}
+reader!(Reclamation, |v| {
+    let items = items(v)?;
+    Ok(Reclamation {
+        requeued: item::<Count>(items, 0)?.0,
+        dead: item::<Count>(items, 1)?.0,
+        undeclared: topics(items.get(2..).unwrap_or_default()),
+    })
+});
 
 /// ack.lua: how many were acked, then the members whose lease was stale.
 pub(super) struct AckReply {
@@ -263,19 +216,13 @@ pub(super) struct AckReply {
     pub(super) stale: Vec<String>,
 }
 
-impl FromRedisValue for AckReply {
-    fn from_redis_value_ref(v: &Value) -> std::result::Result<Self, ParsingError> {
-        let items = items(v)?;
-        Ok(AckReply {
-            acked: item::<Count>(items, 0)?.0,
-            stale: String::from_redis_value_refs(items.get(1..).unwrap_or_default())?,
-        })
-    }
-
-    fn from_redis_value(v: Value) -> std::result::Result<Self, ParsingError> {
-        Self::from_redis_value_ref(&v)
-    }
-}
+reader!(AckReply, |v| {
+    let items = items(v)?;
+    Ok(AckReply {
+        acked: item::<Count>(items, 0)?.0,
+        stale: String::from_redis_value_refs(items.get(1..).unwrap_or_default())?,
+    })
+});
 
 /// Jobs from a script's `member, score_us, envelope` triples (list.lua, dead_list.lua). An
 /// unreadable entry is logged and skipped: one bad envelope must not hide a whole page.
