@@ -134,7 +134,9 @@ reader!(JobState, |v| {
 // counts.lua, and the head of stats.lua: delayed, ready, running, dead.
 reader!(TopicCounts, |v| {
     let items = items(v)?;
-    let n = |i| item::<Count>(items, i).map(|c| c.0 as u64);
+    // Kept by the scripts' counters: one that drifted below zero reads as none, as listings
+    // and admin calls must go on answering.
+    let n = |i| item::<i64>(items, i).map(|c| u64::try_from(c).unwrap_or(0));
     Ok(TopicCounts {
         delayed: n(0)?,
         ready: n(1)?,
@@ -295,6 +297,13 @@ mod tests {
             assert_eq!(err.kind(), crate::ErrorKind::Malformed);
             assert!(err.to_string().contains("the reply to release"), "{err}");
         }
+    }
+
+    #[test]
+    fn a_counter_that_drifted_below_zero_counts_none() {
+        let drifted = vec![Value::Int(-2), Value::Int(2), Value::Int(0), Value::Int(1)];
+        let c: TopicCounts = read("counts", Value::Array(drifted)).unwrap();
+        assert_eq!((c.delayed, c.ready, c.running, c.dead), (0, 2, 0, 1));
     }
 
     #[test]
