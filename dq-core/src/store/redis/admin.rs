@@ -8,7 +8,7 @@ use async_trait::async_trait;
 
 use redis::Value;
 
-use super::reply::{decode_jobs, read, Count, Micros, ShardStats};
+use super::reply::{decode_jobs, read, Count, ShardStats, Unsigned};
 use super::waiters::RESUMED;
 use super::RedisStore;
 use crate::error::{Error, Result};
@@ -101,7 +101,7 @@ impl Admin for RedisStore {
                 .arg(pos)
                 .arg(limit - page.jobs.len());
             let reply: Vec<Value> = self.call("list", &inv).await?;
-            let next = read::<Micros>("list", reply.first().cloned().unwrap_or(Value::Nil))?.0;
+            let next = read::<Unsigned>("list", reply.first().cloned().unwrap_or(Value::Nil))?.0;
             page.jobs.extend(decode_jobs(
                 reply.get(1..).unwrap_or_default(),
                 &k.jobs(),

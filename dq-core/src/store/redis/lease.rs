@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use redis::{Script, Value};
 
 use super::reply::{
-    malformed_reply, read, AckReply, Applied, Count, Micros, Promotion, Reclamation,
+    malformed_reply, read, AckReply, Applied, Count, Promotion, Reclamation, Unsigned,
 };
 use super::waiters::{RedisReadyWaiter, RedisWakeListener};
 use super::RedisStore;
@@ -115,14 +115,15 @@ impl Leases for RedisStore {
             .arg(batch_limit(max))
             .arg(micros(ttl));
         let reply: Vec<Value> = self.call("fetch", &inv).await?;
-        let head = |i: usize| read::<Micros>("fetch", reply.get(i).cloned().unwrap_or(Value::Nil));
+        let head =
+            |i: usize| read::<Unsigned>("fetch", reply.get(i).cloned().unwrap_or(Value::Nil));
         if matches!(reply.first(), Some(Value::BulkString(b)) if b == b"paused") {
             return Ok(Fetched {
                 paused: true,
                 ..Fetched::default()
             });
         }
-        let (Micros(Some(now_us)), Micros(Some(token))) = (head(0)?, head(1)?) else {
+        let (Unsigned(Some(now_us)), Unsigned(Some(token))) = (head(0)?, head(1)?) else {
             return Err(malformed_reply("fetch", &Value::Array(reply)));
         };
         let mut out = Fetched {

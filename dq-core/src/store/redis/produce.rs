@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use redis::Value;
 
-use super::reply::{job_info, malformed_reply, read, Count, Micros};
+use super::reply::{job_info, malformed_reply, read, Count, Unsigned};
 use super::RedisStore;
 use crate::envelope::Envelope;
 use crate::error::{Error, Result};
@@ -227,7 +227,7 @@ impl Producer for RedisStore {
             return Err(malformed_reply("status", &raw));
         };
         let env = Envelope::decode(&raw, &format!("{} field {m}", k.jobs()))?;
-        let score = read::<Micros>("status", score)?
+        let score = read::<Unsigned>("status", score)?
             .0
             .filter(|_| state != JobState::Delayed);
         Ok(Some(job_info(topic.clone(), id.clone(), state, env, score)))

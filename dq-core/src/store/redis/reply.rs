@@ -90,10 +90,13 @@ reader!(Count, |v| {
         .map_err(|_| unexpected("a count", v))
 });
 
-/// Microseconds of the store's clock, or none (the scripts say -1).
-pub(super) struct Micros(pub(super) Option<u64>);
+/// A number from 0 (a time in microseconds, a lease token, a position in a list), or none:
+/// the scripts say -1.
+pub(super) struct Unsigned(pub(super) Option<u64>);
 
-reader!(Micros, |v| { Ok(Micros(u64::try_from(whole(v)?).ok())) });
+reader!(Unsigned, |v| {
+    Ok(Unsigned(u64::try_from(whole(v)?).ok()))
+});
 
 /// Whether a script applied a change to a leased job (1), or refused it as stale (0).
 pub(super) struct Applied(pub(super) bool);
@@ -157,8 +160,8 @@ reader!(ShardStats, |v| {
     let items = items(v)?;
     Ok(ShardStats {
         counts: TopicCounts::from_redis_value_ref(v)?,
-        oldest_ready_due_us: item::<Micros>(items, 4)?.0,
-        next_due_us: item::<Micros>(items, 5)?.0,
+        oldest_ready_due_us: item::<Unsigned>(items, 4)?.0,
+        next_due_us: item::<Unsigned>(items, 5)?.0,
         paused: item::<Applied>(items, 6)?.0,
     })
 });
@@ -187,8 +190,8 @@ reader!(Promotion, |v| {
     }
     Ok(Promotion {
         moved: item::<Count>(items, 0)?.0,
-        next_due_us: item::<Micros>(items, 1)?.0,
-        now_us: item::<Micros>(items, 2)?
+        next_due_us: item::<Unsigned>(items, 1)?.0,
+        now_us: item::<Unsigned>(items, 2)?
             .0
             .ok_or_else(|| unexpected("the shard's clock", v))?,
         undeclared: topics(undeclared),
@@ -236,9 +239,9 @@ pub(super) fn decode_jobs(
 ) -> Vec<JobInfo> {
     let mut out = Vec::new();
     for triple in triples.chunks(3) {
-        let (Ok(m), Ok(Micros(score)), Some(Value::BulkString(raw))) = (
+        let (Ok(m), Ok(Unsigned(score)), Some(Value::BulkString(raw))) = (
             item::<String>(triple, 0),
-            item::<Micros>(triple, 1),
+            item::<Unsigned>(triple, 1),
             triple.get(2),
         ) else {
             continue;
