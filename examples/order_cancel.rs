@@ -9,16 +9,17 @@
 //! ```
 //!
 //! The listener lives in `mod handlers` below: `#[dq::listener]` registers it wherever it is,
-//! and `Runtime::start()` finds it.
+//! `Runtime::builder().start()` finds it, and hands it the shop registered with `.state(..)`.
 
 use std::time::{Duration, Instant};
 
 use tracing::info;
 
-/// A stand-in for the shop's database.
+/// A stand-in for the shop's database: the listener gets it as `State<Shop>`, registered
+/// with `Runtime::builder().state(..)` (a real shop would hold a connection pool here).
 mod shop {
     use std::collections::BTreeMap;
-    use std::sync::Mutex;
+    use std::sync::{Arc, Mutex, MutexGuard};
 
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
     pub(crate) enum Order {
@@ -27,26 +28,31 @@ mod shop {
         Cancelled,
     }
 
-    static ORDERS: Mutex<BTreeMap<u64, Order>> = Mutex::new(BTreeMap::new());
-
-    fn orders() -> std::sync::MutexGuard<'static, BTreeMap<u64, Order>> {
-        ORDERS.lock().unwrap_or_else(|p| p.into_inner())
+    /// Cheap to clone: clones share the orders.
+    #[derive(Clone, Debug, Default)]
+    pub(crate) struct Shop {
+        orders: Arc<Mutex<BTreeMap<u64, Order>>>,
     }
 
-    pub(crate) fn place(id: u64) {
-        orders().insert(id, Order::Unpaid);
-    }
-    pub(crate) fn pay(id: u64) {
-        orders().insert(id, Order::Paid);
-    }
-    pub(crate) fn state(id: u64) -> Option<Order> {
-        orders().get(&id).copied()
-    }
-    pub(crate) fn cancel(id: u64) {
-        orders().insert(id, Order::Cancelled);
-    }
-    pub(crate) fn all() -> Vec<(u64, Order)> {
-        orders().iter().map(|(k, v)| (*k, *v)).collect()
+    impl Shop {
+        fn orders(&self) -> MutexGuard<'_, BTreeMap<u64, Order>> {
+            self.orders.lock().unwrap_or_else(|p| p.into_inner())
+        }
+        pub(crate) fn place(&self, id: u64) {
+            self.orders().insert(id, Order::Unpaid);
+        }
+        pub(crate) fn pay(&self, id: u64) {
+            self.orders().insert(id, Order::Paid);
+        }
+        pub(crate) fn state(&self, id: u64) -> Option<Order> {
+            self.orders().get(&id).copied()
+        }
+        pub(crate) fn cancel(&self, id: u64) {
+            self.orders().insert(id, Order::Cancelled);
+        }
+        pub(crate) fn all(&self) -> Vec<(u64, Order)> {
+            self.orders().iter().map(|(k, v)| (*k, *v)).collect()
+        }
     }
 }
 
@@ -54,7 +60,7 @@ mod handlers {
     use serde::{Deserialize, Serialize};
     use tracing::{info, warn};
 
-    use crate::shop::{self, Order};
+    use crate::shop::{Order, Shop};
 
     /// "Cancel order N if it is still unpaid."
     #[derive(Debug, Serialize, Deserialize, dq::Message)]
@@ -63,9 +69,14 @@ mod handlers {
         pub(crate) order_id: u64,
     }
 
-    /// Cancels the order unless it was paid in the meantime.
+    /// Cancels the order unless it was paid in the meantime. After the payload, a listener
+    /// takes what it needs, in any order: here the shop (registered at start) and the context.
     #[dq::listener(concurrency = 8, timeout = "5s", retries = 2, backoff = "fixed:300ms")]
-    async fn cancel_unpaid_order(msg: OrderCancel, ctx: dq::JobContext) -> Result<(), String> {
+    async fn cancel_unpaid_order(
+        msg: OrderCancel,
+        shop: dq::State<Shop>,
+        ctx: dq::JobContext,
+    ) -> Result<(), String> {
         let id = msg.order_id;
         // The payment service times out on the first try for every third order: the job fails
         // and dq runs it again after the backoff.
@@ -73,9 +84,9 @@ mod handlers {
             warn!(order = id, "payment service timed out; dq will retry");
             return Err(format!("payment service timed out checking order {id}"));
         }
-        match shop::state(id) {
+        match shop.state(id) {
             Some(Order::Unpaid) => {
-                shop::cancel(id);
+                shop.cancel(id);
                 info!(
                     order = id,
                     attempt = ctx.attempt(),
@@ -97,12 +108,13 @@ async fn main() -> dq::Result<()> {
         .init();
     let serve = std::env::args().any(|a| a == "--serve");
 
-    let rt = dq::Runtime::start().await?;
+    let shop = shop::Shop::default();
+    let rt = dq::Runtime::builder().state(shop.clone()).start().await?;
     let client = rt.client().clone();
 
     // Six orders; each is cancelled 1.5 s after it is placed unless it is paid by then.
     for id in 1..=6u64 {
-        shop::place(id);
+        shop.place(id);
         client
             .push(handlers::OrderCancel { order_id: id })
             .id(id.to_string()) // one cancellation per order, however often this runs
@@ -114,8 +126,8 @@ async fn main() -> dq::Result<()> {
         );
     }
     // Order 2 is paid: its job will find it paid. Order 5 is paid and its job cancelled.
-    shop::pay(2);
-    shop::pay(5);
+    shop.pay(2);
+    shop.pay(5);
     client.cancel::<handlers::OrderCancel>("5").await?;
     info!("orders 2 and 5 paid; the cancellation of order 5 was withdrawn");
 
@@ -139,7 +151,7 @@ async fn main() -> dq::Result<()> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let report = rt.shutdown().await?;
-    for (id, state) in shop::all() {
+    for (id, state) in shop.all() {
         info!(order = id, ?state, "final");
     }
     info!(?report, "done");

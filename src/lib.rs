@@ -29,7 +29,7 @@
 //!
 //! ## What is where
 //!
-//! The root holds what a program that pushes and handles jobs uses (20 names); the rest is in
+//! The root holds what a program that pushes and handles jobs uses (22 names); the rest is in
 //! modules: [`push`] (the push builder and its outcomes), [`admin`] (counts, listings, workers),
 //! [`limits`] (defaults and bounds), [`runtime`] (the shutdown handle, what a handler may
 //! return), [`config`], [`metric`] (metric names), [`store`] (the store's role traits, the Redis
@@ -40,7 +40,7 @@ pub use dq_core::{
     Schedule, Topic,
 };
 pub use dq_runtime::{
-    Backoff, JobContext, Listener, Outcome, Runtime, RuntimeBuilder, ShutdownReport,
+    Backoff, FromJob, JobContext, Listener, Outcome, Runtime, RuntimeBuilder, ShutdownReport, State,
 };
 
 pub use dq_core::{metric, store};
@@ -65,9 +65,10 @@ pub mod limits {
 }
 
 /// The running side beyond [`Runtime`](crate::Runtime): a handle that stops it from anywhere,
-/// and what a handler may return.
+/// what a handler may return, what [`Listener::new`](crate::Listener::new) accepts, and the
+/// registered state a [`FromJob`](crate::FromJob) may check.
 pub mod runtime {
-    pub use dq_runtime::{IntoOutcome, ShutdownHandle};
+    pub use dq_runtime::{Handler, IntoOutcome, ShutdownHandle, States};
 }
 
 /// Reading configuration values as the `DQ_*` variables and the macro do.
@@ -118,17 +119,35 @@ pub use dq_macros::Message;
 /// the rules of [`Topic`]. Either mistake fails the build, pointing at the value.
 ///
 /// The first argument is the payload, decoded from JSON; a payload that does not decode is a
-/// poison message, dead-lettered at once with the error. The optional second argument is a
-/// [`JobContext`]. The return type is `()`, [`Outcome`], or `Result<_, E>` where `E: Display`.
-/// Two listeners on one topic are refused when the runtime starts.
+/// poison message, dead-lettered at once with the error. After it come any number of
+/// extractors, in any order: [`JobContext`], [`State<T>`](State) (registered with
+/// [`RuntimeBuilder::state`]), [`Client`], or your own [`FromJob`] types; one that is not an
+/// extractor is a compile error on that argument, and a listener needing state nobody
+/// registered fails [`RuntimeBuilder::start`]. The return type is `()`, [`Outcome`], or
+/// `Result<_, E>` where `E: Display`; the handler's future must be `Send` (a compile error
+/// names the local that is not). Two listeners on one topic are refused when the runtime
+/// starts.
+///
+/// ```
+/// # #[derive(serde::Serialize, serde::Deserialize, dq::Message)]
+/// # #[message(topic = "order-cancel")]
+/// # struct OrderCancel { order_id: u64 }
+/// #[derive(Clone)]
+/// struct Shop { /* a pool, a client */ }
+///
+/// #[dq::listener]
+/// async fn cancel_order(msg: OrderCancel, ctx: dq::JobContext, shop: dq::State<Shop>, jobs: dq::Client) {}
+///
+/// # async fn start() -> dq::Result<()> {
+/// let rt = dq::Runtime::builder().state(Shop {}).start().await?;
+/// # Ok(()) }
+/// ```
 pub use dq_macros::listener;
 
 #[doc(hidden)]
 pub mod __private {
     pub use dq_runtime::inventory;
-    pub use dq_runtime::{
-        call_with_context, call_without_context, HandlerFuture, ListenerRegistration,
-    };
+    pub use dq_runtime::{decode, erase, extract, HandlerFuture, ListenerRegistration, States};
 }
 
 /// README.md's examples, compiled (and the runnable ones run) as doctests, so the first page a

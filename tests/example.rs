@@ -1,12 +1,17 @@
 //! README's first command, `cargo run --example order_cancel`, works with nothing configured
-//! (in-memory store) and against Redis, and ends by itself with the expected orders cancelled.
+//! (in-memory store) and against Redis, and ends by itself with the expected orders cancelled;
+//! the `axum_service` example serves HTTP, runs the jobs its requests push, and stops on one
+//! signal.
 
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 mod support;
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use support::RedisServer;
 
@@ -35,11 +40,16 @@ fn run_order_cancel(redis_url: Option<String>) -> String {
         cmd.env("DQ_REDIS_URL", url);
     }
     let out = cmd.output().unwrap();
+    let text = output_text(&out);
+    assert!(out.status.success(), "the example failed:\n{text}");
+    text
+}
+
+/// What a finished example printed, without colour codes, whatever the subscriber decided.
+fn output_text(out: &std::process::Output) -> String {
     let text =
         String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    // Strip colour codes, whatever the subscriber decided.
-    let text = text
-        .split('\u{1b}')
+    text.split('\u{1b}')
         .enumerate()
         .map(|(i, part)| {
             if i == 0 {
@@ -48,9 +58,7 @@ fn run_order_cancel(redis_url: Option<String>) -> String {
                 part.split_once('m').map_or(part, |(_, rest)| rest)
             }
         })
-        .collect::<String>();
-    assert!(out.status.success(), "the example failed:\n{text}");
-    text
+        .collect()
 }
 
 fn assert_story(text: &str) {
@@ -86,4 +94,105 @@ fn order_cancel_example_runs_on_redis() {
     let text = run_order_cancel(Some(redis.url()));
     assert!(!text.contains("in-memory store"), "{text}");
     assert_story(&text);
+}
+
+/// Kills the example if the test fails before it stopped it.
+struct Running(Option<Child>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(child) = self.0.as_mut() {
+            dq_testkit::process::kill(child);
+        }
+    }
+}
+
+/// One HTTP/1.1 request; the status and the body.
+fn http(port: u16, method: &str, path: &str) -> std::io::Result<(u16, String)> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_owned();
+    Ok((status, body))
+}
+
+/// Places orders 1 and 2 over HTTP, pays order 2, sees order 1 cancelled by its job and order
+/// 2 left paid, then stops the service with one SIGTERM and checks both parts stopped.
+fn run_axum_service(redis_url: Option<String>) -> String {
+    let port = dq_testkit::unused_port();
+    let mut cmd = Command::new(example("axum_service"));
+    cmd.env_remove("DQ_REDIS_URL")
+        .env("NO_COLOR", "1")
+        .env("LISTEN", format!("127.0.0.1:{port}"))
+        .env("CANCEL_AFTER", "500ms")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(url) = redis_url {
+        cmd.env("DQ_REDIS_URL", url);
+    }
+    let mut running = Running(Some(cmd.spawn().unwrap()));
+    let started = Instant::now();
+    while http(port, "GET", "/health").is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the service did not listen"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        http(port, "POST", "/orders/1").unwrap(),
+        (200, "order 1 placed\n".into())
+    );
+    assert_eq!(http(port, "POST", "/orders/2").unwrap().0, 200);
+    assert_eq!(
+        http(port, "POST", "/orders/2/pay").unwrap(),
+        (200, "order 2 paid\n".into())
+    );
+    assert_eq!(http(port, "GET", "/orders/1").unwrap().1, "unpaid\n");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while http(port, "GET", "/orders/1").unwrap().1 != "cancelled\n" {
+        assert!(Instant::now() < deadline, "order 1 was not cancelled");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(http(port, "GET", "/orders/2").unwrap().1, "paid\n");
+
+    let child = running.0.take().unwrap();
+    dq_testkit::process::terminate(child.id()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = output_text(&out);
+    assert!(out.status.success(), "the service failed:\n{text}");
+    for line in [
+        "order placed order=1",
+        "order still unpaid: cancelled order=1",
+        "web server and dq runtime stopped",
+    ] {
+        assert!(text.contains(line), "{line:?} missing:\n{text}");
+    }
+    text
+}
+
+#[test]
+fn axum_service_example_runs_jobs_pushed_by_its_requests_on_the_memory_store() {
+    let text = run_axum_service(None);
+    assert!(text.contains("running on the in-memory store"), "{text}");
+}
+
+#[test]
+fn axum_service_example_runs_jobs_pushed_by_its_requests_on_redis() {
+    let redis = RedisServer::start();
+    let text = run_axum_service(Some(redis.url()));
+    assert!(!text.contains("in-memory store"), "{text}");
 }

@@ -92,6 +92,13 @@ fn backoff(lit: &LitStr) -> syn::Result<TokenStream> {
     }
 }
 
+fn no_self(r: &syn::Receiver) -> syn::Error {
+    syn::Error::new(
+        r.span(),
+        "a listener cannot take `self`: use a free async fn and ask for shared values with `dq::State<T>` (registered with `Runtime::builder().state(value)`)",
+    )
+}
+
 pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
     let options = parse_options(attr)?;
     let func: ItemFn = syn::parse2(item)?;
@@ -116,26 +123,16 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenS
                 "a listener takes the payload as its first argument, as in `msg: OrderCancel`",
             ))
         }
-        Some(FnArg::Receiver(r)) => {
-            return Err(syn::Error::new(
-                r.span(),
-                "a listener cannot take `self`: use a free async fn (shared state goes in a static or a `OnceLock`)",
-            ))
-        }
+        Some(FnArg::Receiver(r)) => return Err(no_self(r)),
         Some(FnArg::Typed(t)) => t.ty.clone(),
     };
-    let with_context = match args.next() {
-        None => false,
-        Some(FnArg::Typed(_)) => true,
-        Some(FnArg::Receiver(r)) => {
-            return Err(syn::Error::new(r.span(), "a listener cannot take `self`"))
+    // After the payload: extractors, in any order.
+    let mut extractors = Vec::new();
+    for arg in args {
+        match arg {
+            FnArg::Typed(t) => extractors.push(t.ty.clone()),
+            FnArg::Receiver(r) => return Err(no_self(r)),
         }
-    };
-    if let Some(extra) = args.next() {
-        return Err(syn::Error::new(
-            extra.span(),
-            "a listener takes the payload and, optionally, a `dq::JobContext`: nothing more",
-        ));
     }
 
     let krate = attr::crate_path(options.krate)?;
@@ -152,29 +149,55 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenS
     let timeout = some(options.timeout.map(|t| some(t.map(attr::duration_tokens))));
     let retries = some(options.retries.map(|n| quote!(#n)));
     let backoff = some(options.backoff.map(|b| quote!(#krate::Backoff::#b)));
-    let call = if with_context {
-        quote!(call_with_context)
-    } else {
-        quote!(call_without_context)
-    };
     let call_fn = syn::Ident::new("__dq_listener_call", Span::mixed_site());
-    // Spanned by the return type, so a type the runtime cannot read is reported there.
-    let call_span = match &sig.output {
-        syn::ReturnType::Type(_, ty) => ty.span(),
-        syn::ReturnType::Default => name.span(),
+    let check_fn = syn::Ident::new("__dq_listener_check", Span::mixed_site());
+    let job = syn::Ident::new("job", Span::mixed_site());
+    let message = syn::Ident::new("message", Span::mixed_site());
+    let states = syn::Ident::new("states", Span::mixed_site());
+    let values: Vec<syn::Ident> = (0..extractors.len())
+        .map(|i| syn::Ident::new(&format!("arg{i}"), Span::mixed_site()))
+        .collect();
+    // Each extraction spanned by its argument's type, so a type that is not an extractor is
+    // reported there.
+    let extract = extractors.iter().zip(&values).map(|(ty, value)| {
+        quote_spanned!(ty.span()=>
+            let #value = match #krate::__private::extract::<#ty>(&#job) {
+                ::core::result::Result::Ok(value) => value,
+                ::core::result::Result::Err(rejected) => return ::core::result::Result::Ok(rejected),
+            };
+        )
+    });
+    let checks = extractors
+        .iter()
+        .map(|ty| quote_spanned!(ty.span()=> <#ty as #krate::FromJob>::check(#states)?;));
+    // Spanned by the return type, so a type the runtime cannot read, or a future that is not
+    // `Send`, is reported there (rustc's notes then name the local held across an `.await`).
+    let (call_span, output) = match &sig.output {
+        syn::ReturnType::Type(_, ty) => (ty.span(), quote!(#ty)),
+        syn::ReturnType::Default => (name.span(), quote!(())),
     };
-    let invoke = quote_spanned!(call_span=>
-        #krate::__private::#call::<#payload, _, _, _>(payload, ctx, &#name)
-    );
+    let future = syn::Ident::new("__dq_future", call_span);
+    let invoke = quote_spanned! {call_span=>
+        let #future = #name(#message, #(#values),*);
+        ::core::result::Result::Ok(#krate::__private::erase::<_, #output>(#future))
+    };
     Ok(quote! {
         #func
 
         const _: () = {
             fn #call_fn(
                 payload: &[u8],
-                ctx: #krate::JobContext,
+                #job: #krate::JobContext,
             ) -> ::core::result::Result<#krate::__private::HandlerFuture, ::std::string::String> {
+                let #message = #krate::__private::decode::<#payload>(payload)?;
+                #(#extract)*
                 #invoke
+            }
+            fn #check_fn(
+                #states: &#krate::__private::States,
+            ) -> ::core::result::Result<(), ::std::string::String> {
+                #(#checks)*
+                ::core::result::Result::Ok(())
             }
             #krate::__private::inventory::submit! {
                 #krate::__private::ListenerRegistration {
@@ -184,6 +207,7 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenS
                     retries: #retries,
                     backoff: #backoff,
                     call: #call_fn,
+                    check: #check_fn,
                     name: ::core::stringify!(#name),
                     module: ::core::module_path!(),
                     file: ::core::file!(),

@@ -195,6 +195,7 @@ async fn run_job(
     fetched_at_us: u64,
 ) {
     let LeasedJob { lease, envelope } = job;
+    let payload = Arc::new(envelope.payload);
     let max_attempts = listener
         .retries
         .map_or(envelope.max_attempts, |r| r.saturating_add(1));
@@ -213,9 +214,12 @@ async fn run_job(
             enqueued: from_us(envelope.created_us),
             last_error: envelope.last_error.clone(),
             shutdown: shared.stop.child_token(),
+            payload: payload.clone(),
+            states: shared.states.clone(),
+            client: shared.client.clone(),
         };
         let started = std::time::Instant::now();
-        let outcome = match (listener.handler)(&envelope.payload, ctx) {
+        let outcome = match (listener.handler)(&payload, ctx) {
             Err(poison) => {
                 drop(permit);
                 tracing::error!(error = %poison, "poison message: dead-lettered on its first attempt, never retried (fix the producer or the payload type, then requeue it)");

@@ -1,12 +1,16 @@
 //! [`JobContext`]: what a handler may know about the job it runs.
 
+use std::sync::Arc;
 use std::time::SystemTime;
 
-use dq_core::{JobId, Topic};
+use dq_core::{Client, Config, JobId, MemoryStore, Topic};
 use tokio_util::sync::CancellationToken;
 
-/// The job a handler is running: its identity, attempt and times. Take it as the handler's
-/// second argument when you need it.
+use crate::extract::States;
+
+/// The job a handler is running: its identity, attempt and times, its raw payload, and what
+/// the runtime can hand a listener (registered state, the client). Take it as an argument of
+/// the handler when you need it, or read it in your own [`FromJob`](crate::FromJob).
 #[derive(Clone, Debug)]
 pub struct JobContext {
     pub(crate) topic: Topic,
@@ -17,12 +21,18 @@ pub struct JobContext {
     pub(crate) enqueued: SystemTime,
     pub(crate) last_error: Option<String>,
     pub(crate) shutdown: CancellationToken,
+    pub(crate) payload: Arc<Vec<u8>>,
+    pub(crate) states: Arc<States>,
+    pub(crate) client: Client,
 }
 
 impl JobContext {
-    /// A context for calling a handler directly, in a unit test: attempt 1 of 3, due now.
+    /// A context for calling a handler or an extractor directly, in a unit test: attempt 1 of
+    /// 3, due now, an empty payload, no state, and a client on a fresh in-memory store (see
+    /// the `with_*` methods to change them).
     pub fn for_test(topic: &str, id: &str) -> dq_core::Result<JobContext> {
         let now = SystemTime::now();
+        let client = Client::new(Arc::new(MemoryStore::new()), Config::builder().build()?);
         Ok(JobContext {
             topic: Topic::new(topic)?,
             id: JobId::new(id)?,
@@ -32,7 +42,32 @@ impl JobContext {
             enqueued: now,
             last_error: None,
             shutdown: CancellationToken::new(),
+            payload: Arc::new(Vec::new()),
+            states: Arc::new(States::default()),
+            client,
         })
+    }
+
+    /// This context with `value` registered as state, as `Runtime::builder().state(value)`
+    /// does (replacing a value of the same type).
+    #[must_use]
+    pub fn with_state<T: Clone + Send + Sync + 'static>(mut self, value: T) -> JobContext {
+        let _ = Arc::make_mut(&mut self.states).insert(value);
+        self
+    }
+
+    /// This context with `client` as the client handed to listeners.
+    #[must_use]
+    pub fn with_client(mut self, client: Client) -> JobContext {
+        self.client = client;
+        self
+    }
+
+    /// This context with `payload` as the job's raw payload (JSON, as pushed).
+    #[must_use]
+    pub fn with_payload(mut self, payload: impl Into<Vec<u8>>) -> JobContext {
+        self.payload = Arc::new(payload.into());
+        self
     }
 
     /// The job's topic.
@@ -67,6 +102,25 @@ impl JobContext {
     /// The error of the previous run, on a retry.
     pub fn last_error(&self) -> Option<&str> {
         self.last_error.as_deref()
+    }
+    /// The job's payload as pushed (JSON), for an extractor that reads more than the handler's
+    /// payload type holds.
+    pub fn payload(&self) -> &[u8] {
+        &self.payload
+    }
+    /// A clone of the state of type `T` registered at start, if any (a listener asks for it
+    /// with a [`State<T>`](crate::State) argument, checked at start).
+    pub fn state<T: Clone + 'static>(&self) -> Option<T> {
+        self.states.get::<T>().cloned()
+    }
+    /// Every state registered at start.
+    pub fn states(&self) -> &States {
+        &self.states
+    }
+    /// The runtime's client, to push follow-up jobs (a listener may also take a
+    /// [`Client`] argument).
+    pub fn client(&self) -> &Client {
+        &self.client
     }
     /// Resolves when the runtime starts shutting down: a long handler may stop early and
     /// return an error (it is retried) or finish within the grace period.

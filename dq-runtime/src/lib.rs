@@ -4,6 +4,7 @@
 mod backoff;
 mod consumer;
 mod context;
+mod extract;
 mod health;
 mod listener;
 pub mod metrics;
@@ -17,9 +18,10 @@ mod upkeep;
 
 pub use backoff::Backoff;
 pub use context::JobContext;
+pub use extract::{erase, extract, FromJob, Handler, State, States};
 pub use listener::{
-    call_with_context, call_without_context, ErasedHandler, HandlerFuture, Listener,
-    ListenerRegistration, DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT,
+    decode, ArgumentCheck, ErasedHandler, HandlerFuture, Listener, ListenerRegistration,
+    DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT,
 };
 pub use outcome::{IntoOutcome, Outcome};
 pub use runtime::{Runtime, RuntimeBuilder, ShutdownHandle};

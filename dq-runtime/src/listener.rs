@@ -12,7 +12,8 @@ use serde::de::DeserializeOwned;
 
 use crate::backoff::Backoff;
 use crate::context::JobContext;
-use crate::outcome::{IntoOutcome, Outcome};
+use crate::extract::{Handler, States};
+use crate::outcome::Outcome;
 
 /// The future a type-erased handler returns.
 pub type HandlerFuture = Pin<Box<dyn Future<Output = Outcome> + Send>>;
@@ -22,6 +23,9 @@ pub type HandlerFuture = Pin<Box<dyn Future<Output = Outcome> + Send>>;
 pub type ErasedHandler =
     Arc<dyn Fn(&[u8], JobContext) -> Result<HandlerFuture, String> + Send + Sync>;
 
+/// Checks at start that a handler's arguments can be provided (see [`crate::FromJob::check`]).
+pub type ArgumentCheck = fn(&States) -> Result<(), String>;
+
 /// Concurrency of a listener that does not set one.
 pub const DEFAULT_CONCURRENCY: usize = 16;
 /// Timeout of a listener that does not set one.
@@ -29,10 +33,15 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A handler for one topic, with its settings.
 ///
+/// The handler takes what a `#[dq::listener]` function takes: the payload, then extractors
+/// ([`JobContext`], [`State<T>`](crate::State), `Client`, your own [`FromJob`](crate::FromJob)
+/// types) in any order.
+///
 /// ```
-/// use dq_runtime::{JobContext, Listener};
+/// use dq_runtime::{JobContext, Listener, State};
 /// # #[derive(serde::Deserialize)] struct OrderCancel { order_id: u64 }
-/// let listener = Listener::new("order-cancel", |msg: OrderCancel, ctx: JobContext| async move {
+/// # #[derive(Clone)] struct Shop;
+/// let listener = Listener::new("order-cancel", |msg: OrderCancel, shop: State<Shop>, ctx: JobContext| async move {
 ///     println!("cancel order {} (attempt {})", msg.order_id, ctx.attempt());
 /// })
 /// .concurrency(32)
@@ -48,6 +57,7 @@ pub struct Listener {
     pub(crate) retries: Option<u32>,
     pub(crate) backoff: Backoff,
     pub(crate) handler: ErasedHandler,
+    pub(crate) check: ArgumentCheck,
     pub(crate) name: String,
 }
 
@@ -65,25 +75,30 @@ impl fmt::Debug for Listener {
 }
 
 impl Listener {
-    /// A listener calling `handler(message, context)` for each job of `topic`.
+    /// A listener calling `handler(message, extractors...)` for each job of `topic`.
     #[track_caller]
-    pub fn new<M, F, Fut, R>(topic: &str, handler: F) -> Listener
+    pub fn new<M, Args, H>(topic: &str, handler: H) -> Listener
     where
         M: DeserializeOwned + Send + 'static,
-        F: Fn(M, JobContext) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = R> + Send + 'static,
-        R: IntoOutcome,
+        H: Handler<M, Args>,
     {
         let location = std::panic::Location::caller();
         Listener::from_erased(
             topic,
             format!("closure at {}:{}", location.file(), location.line()),
-            Arc::new(move |payload, ctx| call_with_context(payload, ctx, &handler)),
+            Arc::new(move |payload, ctx| Ok(handler.call(decode::<M>(payload)?, &ctx))),
+            <H as Handler<M, Args>>::check,
         )
     }
 
-    /// A listener from an erased handler (what the macro registers).
-    pub fn from_erased(topic: &str, name: String, handler: ErasedHandler) -> Listener {
+    /// A listener from an erased handler and the check of its arguments (what the macro
+    /// registers).
+    pub fn from_erased(
+        topic: &str,
+        name: String,
+        handler: ErasedHandler,
+        check: ArgumentCheck,
+    ) -> Listener {
         Listener {
             topic: topic.to_owned(),
             concurrency: DEFAULT_CONCURRENCY,
@@ -91,6 +106,7 @@ impl Listener {
             retries: None,
             backoff: Backoff::default(),
             handler,
+            check,
             name,
         }
     }
@@ -139,41 +155,9 @@ impl Listener {
     }
 }
 
-/// Decodes the payload as `M` and starts `handler(message, context)`.
-pub fn call_with_context<M, F, Fut, R>(
-    payload: &[u8],
-    ctx: JobContext,
-    handler: &F,
-) -> Result<HandlerFuture, String>
-where
-    M: DeserializeOwned,
-    F: Fn(M, JobContext) -> Fut,
-    Fut: Future<Output = R> + Send + 'static,
-    R: IntoOutcome,
-{
-    let message = decode::<M>(payload)?;
-    let run = handler(message, ctx);
-    Ok(Box::pin(async move { run.await.into_outcome() }))
-}
-
-/// Decodes the payload as `M` and starts `handler(message)`.
-pub fn call_without_context<M, F, Fut, R>(
-    payload: &[u8],
-    _ctx: JobContext,
-    handler: &F,
-) -> Result<HandlerFuture, String>
-where
-    M: DeserializeOwned,
-    F: Fn(M) -> Fut,
-    Fut: Future<Output = R> + Send + 'static,
-    R: IntoOutcome,
-{
-    let message = decode::<M>(payload)?;
-    let run = handler(message);
-    Ok(Box::pin(async move { run.await.into_outcome() }))
-}
-
-fn decode<M: DeserializeOwned>(payload: &[u8]) -> Result<M, String> {
+/// The payload decoded as `M`, or why it is a poison message.
+#[doc(hidden)]
+pub fn decode<M: DeserializeOwned>(payload: &[u8]) -> Result<M, String> {
     serde_json::from_slice(payload).map_err(|e| {
         format!(
             "poison message: the payload cannot be deserialized as {}: {e}",
@@ -192,6 +176,7 @@ pub struct ListenerRegistration {
     pub retries: Option<u32>,
     pub backoff: Option<Backoff>,
     pub call: fn(&[u8], JobContext) -> Result<HandlerFuture, String>,
+    pub check: ArgumentCheck,
     pub name: &'static str,
     pub module: &'static str,
     pub file: &'static str,
@@ -210,6 +195,7 @@ impl ListenerRegistration {
                 self.module, self.name, self.file, self.line
             ),
             Arc::new(call),
+            self.check,
         );
         if let Some(n) = self.concurrency {
             l.concurrency = n;

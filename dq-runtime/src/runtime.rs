@@ -13,6 +13,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::consumer::ConsumerLoop;
+use crate::extract::States;
 use crate::listener::{self, Listener};
 use crate::mover::{self, Mover};
 use crate::shared::Shared;
@@ -72,6 +73,9 @@ pub struct RuntimeBuilder {
     registered: bool,
     hooks: Vec<(String, Hook)>,
     exit_on_second_signal: bool,
+    states: States,
+    /// Types given to `state` more than once: refused at start.
+    twice: Vec<&'static str>,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -80,6 +84,7 @@ impl std::fmt::Debug for RuntimeBuilder {
             .field("config", &self.config)
             .field("listeners", &self.listeners)
             .field("registered", &self.registered)
+            .field("states", &self.states)
             .field(
                 "hooks",
                 &self.hooks.iter().map(|(n, _)| n).collect::<Vec<_>>(),
@@ -105,6 +110,8 @@ impl Runtime {
             registered: true,
             hooks: Vec::new(),
             exit_on_second_signal: true,
+            states: States::default(),
+            twice: Vec::new(),
         }
     }
 
@@ -224,6 +231,25 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Registers `value` for the listeners that take a [`State<T>`](crate::State) of its type
+    /// (several types side by side; one value per type). Each run gets a clone: put a pool, a
+    /// client or an `Arc` of your services here, not a value the runs should each own.
+    ///
+    /// ```
+    /// # #[derive(Clone)] struct Shop;
+    /// # #[derive(Clone)] struct Mailer;
+    /// let builder = dq_runtime::Runtime::builder().state(Shop).state(Mailer);
+    /// ```
+    ///
+    /// `start` fails when a listener asks for a state nobody registered, or when one type is
+    /// registered twice (wrap the second value in a type of its own).
+    pub fn state<T: Clone + Send + Sync + 'static>(mut self, value: T) -> Self {
+        if let Err(name) = self.states.insert(value) {
+            self.twice.push(name);
+        }
+        self
+    }
+
     /// Runs only the listeners added to this builder, not those registered with
     /// `#[dq::listener]` (for tests that run one handler of a larger program).
     pub fn without_registered_listeners(mut self) -> Self {
@@ -258,7 +284,14 @@ impl RuntimeBuilder {
             Some(c) => c.validate()?,
             None => Config::from_env()?,
         };
-        let listeners = collect_listeners(self.registered, self.listeners)?;
+        if let Some(name) = self.twice.first() {
+            return Err(Error::Config {
+                key: "state",
+                value: (*name).to_owned(),
+                reason: format!("`{name}` is registered twice with `Runtime::builder().state(..)`: one value per type; wrap the second in a type of its own (`struct ReadReplica(Pool)`) and ask for `State<ReadReplica>`"),
+            });
+        }
+        let listeners = collect_listeners(self.registered, self.listeners, &self.states)?;
         #[cfg(feature = "prometheus")]
         if let Some(addr) = self.metrics_addr {
             crate::metrics::install_prometheus(addr)?;
@@ -285,7 +318,13 @@ impl RuntimeBuilder {
         };
         let client = Client::new(store.clone(), config.clone());
         let (ack_tx, ack_rx) = mpsc::unbounded_channel();
-        let shared = Arc::new(Shared::new(store.clone(), config.clone(), ack_tx));
+        let shared = Arc::new(Shared::new(
+            store.clone(),
+            config.clone(),
+            ack_tx,
+            client.clone(),
+            Arc::new(self.states),
+        ));
         let handle = ShutdownHandle {
             token: CancellationToken::new(),
         };
@@ -393,8 +432,13 @@ impl RuntimeBuilder {
 }
 
 /// This runtime's listeners, each with its topic checked once here; refused with an error naming
-/// the listener when a topic is invalid, taken twice, or a concurrency is zero.
-fn collect_listeners(registered: bool, extra: Vec<Listener>) -> Result<Vec<(Topic, Listener)>> {
+/// the listener when a topic is invalid, taken twice, a concurrency is zero, or an argument
+/// cannot be provided (a `State<T>` nobody registered).
+fn collect_listeners(
+    registered: bool,
+    extra: Vec<Listener>,
+    states: &States,
+) -> Result<Vec<(Topic, Listener)>> {
     let mut all = if registered {
         listener::registered()
     } else {
@@ -410,6 +454,13 @@ fn collect_listeners(registered: bool, extra: Vec<Listener>) -> Result<Vec<(Topi
                 topic: l.topic.clone(),
                 name: l.name.clone(),
                 reason: "concurrency must be at least 1".into(),
+            });
+        }
+        if let Err(reason) = (l.check)(states) {
+            return Err(Error::InvalidListener {
+                topic: l.topic.clone(),
+                name: l.name.clone(),
+                reason,
             });
         }
         if let Some(first) = seen.insert(l.topic.clone(), l.name.clone()) {

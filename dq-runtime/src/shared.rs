@@ -4,10 +4,12 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use dq_core::{Config, LeaseRef, Store};
+use dq_core::{Client, Config, LeaseRef, Store};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+
+use crate::extract::States;
 
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -30,6 +32,9 @@ pub(crate) struct Shared {
     gave_up: AtomicUsize,
     /// Bumped when some topic is resumed (by any process): paused consumers look again.
     pub(crate) resumed: watch::Sender<u64>,
+    /// What listeners are handed: the runtime's client and the registered state.
+    pub(crate) client: Client,
+    pub(crate) states: Arc<States>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -43,6 +48,8 @@ impl Shared {
         store: Arc<dyn Store>,
         config: Config,
         acks: mpsc::UnboundedSender<LeaseRef>,
+        client: Client,
+        states: Arc<States>,
     ) -> Shared {
         Shared {
             store,
@@ -55,6 +62,8 @@ impl Shared {
             acks,
             gave_up: AtomicUsize::new(0),
             resumed: watch::Sender::new(0),
+            client,
+            states,
         }
     }
 

@@ -35,10 +35,48 @@ use std::time::{Duration, Instant, SystemTime};
 use dq_core::store::Admin;
 use dq_core::{Client, Config, Event, JobId, JobInfo, MemoryStore, Result, Topic};
 
+use crate::listener::Listener;
 use crate::runtime::{Runtime, RuntimeBuilder};
 
 /// Longest [`TestRuntime::wait_idle`] waits, in real time, before it panics.
 pub const IDLE_LIMIT: Duration = Duration::from_secs(30);
+
+/// What [`TestRuntime::builder`] returns: the parts of a [`RuntimeBuilder`] a test sets (for
+/// the others, build a `RuntimeBuilder` and pass it to [`TestRuntime::start_with`]).
+#[derive(Debug)]
+#[must_use]
+pub struct TestRuntimeBuilder {
+    runtime: RuntimeBuilder,
+}
+
+impl TestRuntimeBuilder {
+    /// Registers state for the listeners, as [`RuntimeBuilder::state`] does.
+    pub fn state<T: Clone + Send + Sync + 'static>(self, value: T) -> Self {
+        TestRuntimeBuilder {
+            runtime: self.runtime.state(value),
+        }
+    }
+
+    /// Adds a listener built by hand, as [`RuntimeBuilder::listener`] does.
+    pub fn listener(self, listener: Listener) -> Self {
+        TestRuntimeBuilder {
+            runtime: self.runtime.listener(listener),
+        }
+    }
+
+    /// Runs only the listeners added here, as [`RuntimeBuilder::without_registered_listeners`].
+    pub fn without_registered_listeners(self) -> Self {
+        TestRuntimeBuilder {
+            runtime: self.runtime.without_registered_listeners(),
+        }
+    }
+
+    /// Starts the test runtime; fails as [`RuntimeBuilder::start`] does (a listener asking for
+    /// state nobody registered, say).
+    pub async fn start(self) -> Result<TestRuntime> {
+        TestRuntime::start_with(self.runtime).await
+    }
+}
 
 /// A [`Runtime`] on a [`MemoryStore`] with a manual clock.
 #[derive(Debug)]
@@ -55,7 +93,16 @@ impl TestRuntime {
         TestRuntime::start_with(Runtime::builder()).await
     }
 
-    /// Runs what `builder` describes (listeners, hooks); its store and clock are replaced.
+    /// A builder for the state and listeners of a test runtime:
+    /// `TestRuntime::builder().state(shop).start().await?`.
+    pub fn builder() -> TestRuntimeBuilder {
+        TestRuntimeBuilder {
+            runtime: Runtime::builder(),
+        }
+    }
+
+    /// Runs what `builder` describes (listeners, state, hooks); its store and clock are
+    /// replaced.
     pub async fn start_with(builder: RuntimeBuilder) -> Result<TestRuntime> {
         let store = MemoryStore::with_manual_clock(SystemTime::now());
         // Timers of the runtime run in real time; leases long enough that a test never sees
