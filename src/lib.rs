@@ -53,7 +53,9 @@ pub mod push {
 /// What operators see and do through the [`Client`](crate::Client): counts, pages of jobs,
 /// workers, the outcome of a cancel or reschedule.
 pub mod admin {
-    pub use dq_core::{ChangeOutcome, Cursor, Page, TopicCounts, TopicStats, WorkerInfo};
+    pub use dq_core::{
+        ChangeOutcome, Cursor, MinuteTally, Page, Throughput, TopicCounts, TopicStats, WorkerInfo,
+    };
 }
 
 /// Defaults and bounds.
@@ -78,6 +80,11 @@ pub mod config {
 
 /// Testing handlers without Redis and without waiting; see [`testing::TestRuntime`].
 pub use dq_runtime::testing;
+
+/// The web dashboard (feature `web`): [`web::router`] gives an axum `Router` to mount under
+/// any path of your web server; `dq web` serves it on its own. See README's Dashboard section.
+#[cfg(feature = "web")]
+pub use dq_web as web;
 
 /// Binds a payload type to its topic.
 ///
@@ -151,7 +158,8 @@ pub mod __private {
 }
 
 /// README.md's examples, compiled (and the runnable ones run) as doctests, so the first page a
-/// user reads cannot drift from the API.
+/// user reads cannot drift from the API. The dashboard's example needs the `web` feature, so
+/// they run with it (`scripts/test` runs the tests with every feature).
 #[doc = include_str!("../README.md")]
-#[cfg(doctest)]
+#[cfg(all(doctest, feature = "web"))]
 pub struct ReadmeDoctests;

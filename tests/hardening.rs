@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
-use dq::admin::{ChangeOutcome, Cursor, Page, TopicCounts, TopicStats, WorkerInfo};
+use dq::admin::{ChangeOutcome, Cursor, Page, Throughput, TopicCounts, TopicStats, WorkerInfo};
 use dq::push::{OnConflict, PushOutcome};
 use dq::store::{Acked, Fetched, LeaseRef, NewJob, Promoted, Reclaimed, RedisStore, Store};
 use dq::store::{
@@ -194,6 +194,9 @@ impl Admin for Faulty {
     }
     async fn stats(&self, topic: &Topic) -> dq::Result<TopicStats> {
         self.inner.stats(topic).await
+    }
+    async fn throughput(&self, topic: &Topic) -> dq::Result<Throughput> {
+        self.inner.throughput(topic).await
     }
     async fn list(&self, topic: &Topic, state: JobState, at: Cursor, n: usize) -> dq::Result<Page> {
         self.inner.list(topic, state, at, n).await

@@ -140,6 +140,7 @@ on_both_stores!(
     stats_answer_when_only_stale_entries_were_left,
     a_postponed_job_runs_again_without_spending_an_attempt_or_its_last_error,
     reclaim_judges_a_job_by_its_listeners_attempt_limit_until_it_is_forgotten,
+    throughput_counts_runs_done_and_failed_in_the_last_hour_per_topic,
 );
 
 async fn pushed_job_is_delayed_with_its_payload_and_due_time(kind: Kind) {
@@ -1329,4 +1330,42 @@ async fn reclaim_judges_a_job_by_its_listeners_attempt_limit_until_it_is_forgott
     let (state, error) = expire("pushed", 0).await;
     assert_eq!(state, JobState::Dead, "the push's limit again");
     assert!(error.contains("lease expired on attempt 1 of 1"), "{error}");
+}
+
+async fn throughput_counts_runs_done_and_failed_in_the_last_hour_per_topic(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let s = c.store();
+    let t = topic("order-cancel");
+    c.push_batch((0..7).map(|i| c.push(OrderCancel { order_id: i })))
+        .await
+        .unwrap();
+    c.push_to("other", &1).await.unwrap();
+    let f = s.fetch(0, &t, 6, LEASE).await.unwrap();
+    let leases: Vec<_> = f.jobs.iter().map(|j| j.lease.clone()).collect();
+    s.ack(&leases[0..3]).await.unwrap();
+    assert!(s.retry(&leases[3], LEASE, "payment down").await.unwrap());
+    assert!(s.dead_letter(&leases[4], "no such order").await.unwrap());
+    assert!(s.postpone(&leases[5], LEASE).await.unwrap());
+    // A worker that died holding a job: its run failed too.
+    s.fetch(0, &t, 1, Duration::from_millis(1)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(s.reclaim(0, 10).await.unwrap().requeued, 1);
+
+    let hour = c.throughput("order-cancel").await.unwrap();
+    assert_eq!(
+        (hour.done(), hour.failed()),
+        (3, 3),
+        "postponed runs are neither"
+    );
+    assert_eq!(hour.minutes.len(), 60);
+    let last = hour.minutes.last().unwrap().minute;
+    let age = SystemTime::now().duration_since(last).unwrap();
+    assert!(
+        age < Duration::from_secs(120),
+        "the last minute is now: {age:?}"
+    );
+    assert!(hour.minutes.windows(2).all(|w| w[0].minute < w[1].minute));
+    let other = c.throughput("other").await.unwrap();
+    assert_eq!((other.done(), other.failed()), (0, 0));
 }

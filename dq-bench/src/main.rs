@@ -12,6 +12,7 @@
 //! cargo run --release -p dq-bench -- --workload burst --n 100000 --push-mode bulk
 //! ```
 
+mod dashboard;
 mod driver;
 mod stats;
 mod target;
@@ -25,8 +26,9 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     role: Option<Role>,
-    /// all, burst, steady, sparse, sparse-offset, cross-process, pending, or ready-changes
-    /// (not in all: the cost of replacing, cancelling and rescheduling ready jobs).
+    /// all, burst, steady, sparse, sparse-offset, cross-process, pending, or, not in all:
+    /// ready-changes (the cost of replacing, cancelling and rescheduling ready jobs) and
+    /// dashboard (`dq web`'s page times over --n jobs, default 1,000,000; build dq-cli first).
     #[arg(long, default_value = "all")]
     workload: String,
     /// Jobs in a burst (default: 100000 and 5000).
@@ -145,6 +147,16 @@ fn main() -> anyhow::Result<()> {
             let target = target::Target::start(cli.cluster, cli.replicas, cli.wait_replicas);
             if !cli.pin_redis.is_empty() {
                 target.pin(&cli.pin_redis)?;
+            }
+            if cli.workload == "dashboard" {
+                for rep in 0..cli.reps {
+                    for mut line in rt.block_on(dashboard::run(&target, n.unwrap_or(1_000_000)))? {
+                        line["rep"] = serde_json::json!(rep);
+                        line["redis_version"] = serde_json::json!(target.version());
+                        println!("{line}");
+                    }
+                }
+                return Ok(());
             }
             let failed = rt.block_on(driver::run_all(
                 &cli.workload,

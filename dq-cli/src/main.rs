@@ -8,6 +8,7 @@
 //! dq dead retry order-cancel --all           # run dead letters again
 //! dq pause order-cancel; dq resume order-cancel
 //! dq watch                                   # a live view, refreshed every second
+//! dq web --listen 127.0.0.1:8080             # the web dashboard (DQ_WEB_TOKEN to require a token)
 //! ```
 //!
 //! Every command takes `--json` for scripts. Exit codes: 0 done, 1 error (Redis unreachable,
@@ -15,6 +16,7 @@
 
 mod output;
 
+use std::io::Write as _;
 use std::time::Duration;
 
 use clap::builder::TypedValueParser as _;
@@ -112,6 +114,19 @@ enum Command {
         /// Stop after this many refreshes.
         #[arg(long)]
         iterations: Option<u64>,
+    },
+    /// Serve the web dashboard (every topic and job, live, with actions) until Ctrl-C.
+    Web {
+        /// Address to listen on. Keep it on loopback or behind your proxy unless a token is set.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: std::net::SocketAddr,
+        /// Show everything, allow no action.
+        #[arg(long)]
+        read_only: bool,
+        /// Ask every request for this token (`Authorization: Bearer <token>`, or as the
+        /// password of the browser's login prompt).
+        #[arg(long, env = "DQ_WEB_TOKEN", hide_env_values = true)]
+        token: Option<String>,
     },
 }
 
@@ -428,6 +443,11 @@ async fn run(cli: Cli) -> Result<(), Exit> {
             let said = format!("{topic} resumed");
             report(json, json!({ "resumed": topic }), &said);
         }
+        Command::Web {
+            listen,
+            read_only,
+            token,
+        } => web(client, listen, read_only, token).await?,
         Command::Workers => {
             let workers = client.workers().await?;
             if json {
@@ -453,6 +473,45 @@ async fn run(cli: Cli) -> Result<(), Exit> {
             }
         }
     }
+    Ok(())
+}
+
+/// `dq web`: the dashboard on its own, until Ctrl-C or SIGTERM.
+async fn web(
+    client: Client,
+    listen: std::net::SocketAddr,
+    read_only: bool,
+    token: Option<String>,
+) -> Result<(), Exit> {
+    let mut options = dq::web::Options::new().read_only(read_only);
+    let protected = token.as_ref().is_some_and(|t| !t.is_empty());
+    if let Some(token) = token {
+        options = options.token(token);
+    }
+    let app = dq::web::router(client, options);
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| Exit(1, format!("cannot listen on {listen}: {e}")))?;
+    let at = listener.local_addr()?;
+    // Scripts and tests read this line for the address (with port 0, the port chosen).
+    println!("dq web: serving the dashboard on http://{at}/");
+    if !protected && !at.ip().is_loopback() {
+        eprintln!(
+            "dq web: warning: no token set (DQ_WEB_TOKEN) and listening beyond loopback: anyone who reaches {at} can act on the queues"
+        );
+    }
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+            }
+        })
+        .await?;
+    // stdout may be gone by now (a supervisor that read the address and closed the pipe).
+    let _ = writeln!(std::io::stdout(), "dq web: stopped");
     Ok(())
 }
 

@@ -340,3 +340,51 @@ async fn an_invalid_topic_is_refused_with_the_reason() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("invalid topic \"a{b}\""));
 }
+
+/// `dq web` on a port of its choosing: the address it prints, then one request.
+#[tokio::test]
+async fn web_serves_the_dashboard_and_asks_for_its_token() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let redis = RedisServer::start();
+    client(&redis)
+        .await
+        .push_to("order-cancel", &1)
+        .await
+        .unwrap();
+    let mut web = Command::new(env!("CARGO_BIN_EXE_dq"))
+        .args(["web", "--listen", "127.0.0.1:0"])
+        .env("DQ_REDIS_URL", redis.url())
+        .env("DQ_WEB_TOKEN", "s3cret")
+        .env_remove("DQ_NAMESPACE")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    let mut out = BufReader::new(web.stdout.take().unwrap());
+    out.read_line(&mut line).unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("dq web: serving the dashboard on http://")
+        .and_then(|a| a.strip_suffix('/'))
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_owned();
+    let get = |auth: &str| {
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        let request = format!("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{auth}\r\n");
+        s.write_all(request.as_bytes()).unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        text
+    };
+    // The server is another process: blocking reads here hold up nothing.
+    assert!(get("").starts_with("HTTP/1.1 401"));
+    let page = get("Authorization: Bearer s3cret\r\n");
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    assert!(page.contains("data-topic=\"order-cancel\""), "{page}");
+    dq_testkit::process::terminate(web.id()).unwrap();
+    let status = web.wait().unwrap();
+    assert!(status.success(), "stops cleanly on SIGTERM: {status}");
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "dq web: stopped");
+}

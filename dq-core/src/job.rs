@@ -416,6 +416,67 @@ impl TopicCounts {
     }
 }
 
+/// How many runs of a topic ended done or failed in each of the last 60 minutes, by the
+/// store's clock. A failed run is one whose handler failed (retried or dead-lettered) or whose
+/// worker died holding it (its lease expired); a postponed run ([`Outcome::RetryAfter`]) is
+/// neither. Kept in the store as a ring of 60 one-minute slots per topic, so its size is bounded
+/// whatever the traffic.
+///
+/// [`Outcome::RetryAfter`]: https://docs.rs/dq/latest/dq/enum.Outcome.html
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct Throughput {
+    /// The 60 minutes up to and including the current one, oldest first.
+    pub minutes: Vec<MinuteTally>,
+}
+
+impl Throughput {
+    /// The last hour's minutes from the tallies found, oldest first (minutes without runs
+    /// count zero). `now_minute` and each tally's minute count minutes since the epoch.
+    pub fn from_tallies(now_minute: u64, found: impl IntoIterator<Item = (u64, u64, u64)>) -> Self {
+        let first = now_minute.saturating_sub(59);
+        let mut minutes: Vec<MinuteTally> = (first..=now_minute)
+            .map(|m| MinuteTally {
+                minute: UNIX_EPOCH + Duration::from_secs(m * 60),
+                done: 0,
+                failed: 0,
+            })
+            .collect();
+        for (minute, done, failed) in found {
+            if let Some(slot) = minute
+                .checked_sub(first)
+                .and_then(|i| minutes.get_mut(usize::try_from(i).ok()?))
+            {
+                slot.done += done;
+                slot.failed += failed;
+            }
+        }
+        Throughput { minutes }
+    }
+
+    /// Runs done over the hour.
+    pub fn done(&self) -> u64 {
+        self.minutes.iter().map(|m| m.done).sum()
+    }
+
+    /// Runs failed over the hour.
+    pub fn failed(&self) -> u64 {
+        self.minutes.iter().map(|m| m.failed).sum()
+    }
+}
+
+/// One minute of [`Throughput`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct MinuteTally {
+    /// The minute's start.
+    pub minute: SystemTime,
+    /// Runs that succeeded in it.
+    pub done: u64,
+    /// Runs that failed in it.
+    pub failed: u64,
+}
+
 /// Converts a wall-clock time to microseconds since the epoch (0 before 1970).
 pub fn to_us(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)

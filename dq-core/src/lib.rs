@@ -19,8 +19,8 @@ pub use envelope::{Envelope, ENVELOPE_VERSION};
 pub use error::{Error, ErrorKind, Result};
 pub use job::{
     from_us, to_us, Acked, ChangeOutcome, Cursor, Fetched, JobInfo, JobState, LeaseRef, LeasedJob,
-    NewJob, OnConflict, Page, Promoted, PushOutcome, Reclaimed, Schedule, TopicCounts, TopicStats,
-    WorkerInfo, DEFAULT_RETRIES, MAX_DELAY,
+    MinuteTally, NewJob, OnConflict, Page, Promoted, PushOutcome, Reclaimed, Schedule, Throughput,
+    TopicCounts, TopicStats, WorkerInfo, DEFAULT_RETRIES, MAX_DELAY,
 };
 pub use message::Message;
 pub use name::{JobId, Topic, MAX_JOB_ID_LEN, MAX_TOPIC_LEN};

@@ -11,7 +11,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::job::{
     ChangeOutcome, Cursor, JobInfo, JobState, NewJob, OnConflict, Page, PushOutcome, Schedule,
-    TopicCounts, TopicStats, WorkerInfo, DEFAULT_RETRIES,
+    Throughput, TopicCounts, TopicStats, WorkerInfo, DEFAULT_RETRIES,
 };
 use crate::message::Message;
 use crate::name::{JobId, Topic};
@@ -242,6 +242,12 @@ impl Client {
     /// are), its next due time and whether it is paused.
     pub async fn stats(&self, topic: &str) -> Result<TopicStats> {
         self.store.stats(&Topic::new(topic)?).await
+    }
+
+    /// How many runs of a topic ended done or failed in each of the last 60 minutes (what the
+    /// dashboard charts). Kept by the store in a bounded ring, so this is cheap at any size.
+    pub async fn throughput(&self, topic: &str) -> Result<Throughput> {
+        self.store.throughput(&Topic::new(topic)?).await
     }
 
     /// A page of at most `limit` (at most 1,000) of a topic's jobs in one state; `at` is

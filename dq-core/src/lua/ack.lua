@@ -28,5 +28,9 @@ if #done > 0 then
   redis.call('HDEL', jobs, unpack(done))
 end
 out[1] = #done
-for topic, k in pairs(per_topic) do bump(counts, topic, 'inflight', -k) end
+local now = #done > 0 and now_us()
+for topic, k in pairs(per_topic) do
+  bump(counts, topic, 'inflight', -k)
+  tally(counts, topic, 'done', k, now)
+end
 return out

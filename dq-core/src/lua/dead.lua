@@ -19,6 +19,8 @@ end
 e.err = err
 redis.call('HSET', jobs, member, encode(e))
 end_leases(inflight, leases, {member})
-bump(counts, split_member(member), 'inflight', -1)
+local topic = split_member(member)
+bump(counts, topic, 'inflight', -1)
+tally(counts, topic, 'failed', 1, now)
 redis.call('ZADD', dead, now, member)
 return 1

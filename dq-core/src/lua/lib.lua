@@ -57,6 +57,20 @@ local function bump(counts, topic, state, n)
   if n ~= 0 then redis.call('HINCRBY', counts, topic .. ':' .. state, n) end
 end
 
+-- Throughput: per topic, how many runs ended done or failed in each of the last 60 minutes, kept
+-- in the counts hash as a ring of 60 one-minute slots (`<topic>:minute@<slot>` holds the minute a
+-- slot counts, `<topic>:done@<slot>` and `<topic>:failed@<slot>` its tallies): at most 180 fields
+-- per topic and shard, whatever the traffic. throughput.lua reads them.
+local function tally(counts, topic, what, n, now)
+  local minute = math.floor(now / 60000000)
+  local slot = minute % 60
+  local stamp = topic .. ':minute@' .. slot
+  if tonumber(redis.call('HGET', counts, stamp) or -1) ~= minute then
+    redis.call('HSET', counts, stamp, fmt(minute), topic .. ':done@' .. slot, 0, topic .. ':failed@' .. slot, 0)
+  end
+  redis.call('HINCRBY', counts, topic .. ':' .. what .. '@' .. slot, n)
+end
+
 local function earliest(delayed)
   local first = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
   if first[2] then return tonumber(first[2]) end

@@ -103,7 +103,11 @@ for topic, ids in pairs(ready) do
   push_all('LPUSH', prefix .. 'ready:' .. topic, entries_for(prefix .. 'gen:' .. topic, ids))
   ring(prefix, topic)
 end
-for topic, k in pairs(running) do bump(counts, topic, 'inflight', -k) end
+-- Every expired lease was a run that failed (its worker died or stalled).
+for topic, k in pairs(running) do
+  bump(counts, topic, 'inflight', -k)
+  tally(counts, topic, 'failed', k, now)
+end
 end_leases(inflight, leases, expired)
 out[1], out[2] = requeued, dead
 return out

@@ -18,6 +18,7 @@ local topic, id = split_member(member)
 if ARGV[6] ~= '0' then
   e.attempt = e.attempt + 1
   e.err = err
+  tally(counts, topic, 'failed', 1, now)
 end
 e.due = now + delay
 if e.due <= now then redis.call('LLEN', prefix .. 'ready:' .. topic) end -- touch

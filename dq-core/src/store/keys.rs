@@ -14,7 +14,7 @@
 //! | `inflight` | ZSET | `topic:id` scored by lease deadline (us) |
 //! | `leases` | HASH | `topic:id` -> lease token of each running job; `:next` -> the last token given (never below the shard's clock in us) |
 //! | `dead:<topic>` | ZSET | `topic:id` scored by time of death (us); envelope stays in `jobs` |
-//! | `counts` | HASH | `<topic>:delayed`, `<topic>:inflight` -> counts, kept by the scripts |
+//! | `counts` | HASH | `<topic>:delayed`, `<topic>:inflight` -> counts, kept by the scripts; `<topic>:minute@<s>`, `<topic>:done@<s>`, `<topic>:failed@<s>` for 60 one-minute slots `s`: runs done and failed in the last hour |
 //! | `topics` | SET | every topic pushed to |
 //! | `paused` | SET | topics whose workers stop fetching (until resumed) |
 //! | `attempts` | HASH | topic -> most runs its listeners allow (written at runtime start); the reclaimer's limit |

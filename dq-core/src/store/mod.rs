@@ -31,8 +31,8 @@ pub use crate::job::{
 
 use crate::error::Result;
 use crate::job::{
-    ChangeOutcome, Cursor, JobInfo, JobState, OnConflict, Page, PushOutcome, Schedule, TopicCounts,
-    TopicStats, WorkerInfo,
+    ChangeOutcome, Cursor, JobInfo, JobState, OnConflict, Page, PushOutcome, Schedule, Throughput,
+    TopicCounts, TopicStats, WorkerInfo,
 };
 use crate::name::{JobId, Topic};
 
@@ -163,6 +163,10 @@ pub trait Admin: Sharded {
 
     /// A topic's counts, oldest ready job, next due time and pause flag, over all shards.
     async fn stats(&self, topic: &Topic) -> Result<TopicStats>;
+
+    /// How many runs of a topic ended done or failed in each of the last 60 minutes, over all
+    /// shards (bounded: 60 slots per shard).
+    async fn throughput(&self, topic: &Topic) -> Result<Throughput>;
 
     /// A page of a topic's jobs that are delayed, ready or running (dead ones: [`Admin::dead_jobs`]).
     /// `cursor` is [`Cursor::START`] for the first page, then the page's `next`.

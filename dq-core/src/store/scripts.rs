@@ -30,6 +30,7 @@ pub(crate) struct Scripts {
     pub(crate) dead_list: Script,
     pub(crate) requeue_dead: Script,
     pub(crate) purge_dead: Script,
+    pub(crate) throughput: Script,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -51,6 +52,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     dead_list: script(include_str!("../lua/dead_list.lua")),
     requeue_dead: script(include_str!("../lua/requeue_dead.lua")),
     purge_dead: script(include_str!("../lua/purge_dead.lua")),
+    throughput: script(include_str!("../lua/throughput.lua")),
 });
 
 /// Each script's name and SHA1, as `EVALSHA` shows it in `SLOWLOG`, `MONITOR` or
@@ -76,5 +78,6 @@ pub fn script_hashes() -> Vec<(&'static str, String)> {
         ("dead_list", s.dead_list.get_hash().to_owned()),
         ("requeue_dead", s.requeue_dead.get_hash().to_owned()),
         ("purge_dead", s.purge_dead.get_hash().to_owned()),
+        ("throughput", s.throughput.get_hash().to_owned()),
     ]
 }

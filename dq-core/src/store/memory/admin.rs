@@ -9,7 +9,8 @@ use super::state::Member;
 use super::{lock, MemoryStore};
 use crate::error::Result;
 use crate::job::{
-    from_us, to_us, Cursor, JobInfo, JobState, Page, TopicCounts, TopicStats, WorkerInfo,
+    from_us, to_us, Cursor, JobInfo, JobState, Page, Throughput, TopicCounts, TopicStats,
+    WorkerInfo,
 };
 use crate::name::{JobId, Topic};
 use crate::store::policy::{batch_limit, WORKER_EXPIRY_MS};
@@ -41,6 +42,11 @@ impl Admin for MemoryStore {
             next_due,
             paused: s.paused.contains(topic),
         })
+    }
+
+    async fn throughput(&self, topic: &Topic) -> Result<Throughput> {
+        let now = self.now_us();
+        Ok(lock(&self.state).throughput(topic, now))
     }
 
     // The memory store's listings walk its structures (it is for development and tests).

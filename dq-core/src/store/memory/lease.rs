@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::state::{due_of, State};
+use super::state::{due_of, State, Tally};
 use super::waiters::{MemoryReadyWaiter, MemoryWakeListener};
 use super::{lock, Event, MemoryStore};
 use crate::error::Result;
@@ -37,6 +37,9 @@ impl MemoryStore {
                     e.last_error = Some(error.to_owned());
                 }
                 attempt = e.attempt;
+            }
+            if error.is_some() {
+                s.tally(&m.0, Tally::Failed, 1, now);
             }
             s.history.push(match error {
                 Some(error) => Event::Retried {
@@ -158,12 +161,14 @@ impl Leases for MemoryStore {
     }
 
     async fn ack(&self, leases: &[LeaseRef]) -> Result<Acked> {
+        let now = self.now_us();
         let mut s = lock(&self.state);
         let mut out = Acked::default();
         for l in leases {
             match s.holds(l) {
                 Some(m) => {
                     s.end_lease(&m);
+                    s.tally(&m.0, Tally::Done, 1, now);
                     let attempt = s.jobs.remove(&m).map_or(0, |e| e.attempt.saturating_add(1));
                     s.history.push(Event::Acked {
                         topic: m.0,
@@ -196,6 +201,7 @@ impl Leases for MemoryStore {
         if let Some(e) = s.jobs.get_mut(&m) {
             e.attempt = e.attempt.saturating_add(1);
         }
+        s.tally(&m.0, Tally::Failed, 1, now);
         s.kill(m, error.to_owned(), now);
         Ok(true)
     }
@@ -261,6 +267,7 @@ impl Leases for MemoryStore {
             for m in expired.into_iter().rev() {
                 s.leases.remove(&m);
                 State::bump(&mut s.running_count, &m.0, false);
+                s.tally(&m.0, Tally::Failed, 1, now);
                 let limit = s.attempt_limits.get(&m.0).copied();
                 let Some(e) = s.jobs.get_mut(&m) else {
                     continue;

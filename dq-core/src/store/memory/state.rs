@@ -5,7 +5,9 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use super::Event;
 use crate::envelope::Envelope;
-use crate::job::{to_us, JobInfo, JobState, LeaseRef, Schedule, TopicCounts, WorkerInfo};
+use crate::job::{
+    to_us, JobInfo, JobState, LeaseRef, Schedule, Throughput, TopicCounts, WorkerInfo,
+};
 use crate::name::{JobId, Topic};
 
 /// A job's place in the store: its topic and id.
@@ -31,6 +33,16 @@ pub(super) struct State {
     pub(super) attempt_limits: HashMap<Topic, u32>,
     pub(super) workers: HashMap<String, WorkerInfo>,
     pub(super) history: Vec<Event>,
+    /// Per topic, a ring of 60 one-minute slots: (minute since the epoch, done, failed), as the
+    /// Redis scripts keep them (lib.lua's `tally`).
+    pub(super) throughput: HashMap<Topic, [(u64, u64, u64); 60]>,
+}
+
+/// Which tally of [`State::tally`] a run adds to.
+#[derive(Clone, Copy)]
+pub(super) enum Tally {
+    Done,
+    Failed,
 }
 
 pub(super) fn due_of(when: Schedule, now: u64) -> u64 {
@@ -41,6 +53,31 @@ pub(super) fn due_of(when: Schedule, now: u64) -> u64 {
 }
 
 impl State {
+    /// Counts `n` runs of `topic` that ended at `now` (us) in the minute's slot.
+    pub(super) fn tally(&mut self, topic: &Topic, what: Tally, n: u64, now: u64) {
+        let minute = now / 60_000_000;
+        let ring = self
+            .throughput
+            .entry(topic.clone())
+            .or_insert([(u64::MAX, 0, 0); 60]);
+        let slot = &mut ring[usize::try_from(minute % 60).unwrap_or(0)];
+        if slot.0 != minute {
+            *slot = (minute, 0, 0);
+        }
+        match what {
+            Tally::Done => slot.1 += n,
+            Tally::Failed => slot.2 += n,
+        }
+    }
+
+    /// `topic`'s tallies of the last hour before `now` (us).
+    pub(super) fn throughput(&self, topic: &Topic, now: u64) -> Throughput {
+        let now_minute = now / 60_000_000;
+        let found = self.throughput.get(topic).into_iter().flatten();
+        let recent = found.filter(|t| t.0 <= now_minute && t.0 + 60 > now_minute);
+        Throughput::from_tallies(now_minute, recent.copied())
+    }
+
     pub(super) fn earliest(&self) -> Option<u64> {
         self.delayed.first().map(|(due, _)| *due)
     }
@@ -221,6 +258,31 @@ mod tests {
         assert_eq!(s.counts(&m.0).dead, 1);
         assert!(
             matches!(s.history.last(), Some(Event::DeadLettered { error, .. }) if error == "boom")
+        );
+    }
+
+    #[test]
+    fn throughput_keeps_the_last_hour_and_reuses_a_slot_an_hour_later() {
+        const MINUTE: u64 = 60_000_000;
+        let mut s = State::default();
+        let t = Topic::new("t").unwrap();
+        s.tally(&t, Tally::Done, 2, 1010 * MINUTE);
+        s.tally(&t, Tally::Failed, 1, 1010 * MINUTE + 5);
+        s.tally(&t, Tally::Done, 1, 1011 * MINUTE);
+        let hour = s.throughput(&t, 1011 * MINUTE);
+        assert_eq!((hour.done(), hour.failed()), (3, 1));
+        assert_eq!(hour.minutes.len(), 60);
+        assert_eq!(
+            hour.minutes[58].done, 2,
+            "minute 1010 is the one before last"
+        );
+        // An hour on, minute 1070 takes minute 1010's slot: the old tallies are gone.
+        s.tally(&t, Tally::Failed, 4, 1070 * MINUTE);
+        let later = s.throughput(&t, 1070 * MINUTE);
+        assert_eq!(
+            (later.done(), later.failed()),
+            (1, 4),
+            "only minutes 1011 and 1070"
         );
     }
 }

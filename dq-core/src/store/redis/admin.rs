@@ -8,11 +8,13 @@ use async_trait::async_trait;
 
 use redis::Value;
 
-use super::reply::{decode_jobs, read, Count, ShardStats, Unsigned};
+use super::reply::{decode_jobs, read, Count, ShardStats, ShardThroughput, Unsigned};
 use super::waiters::RESUMED;
 use super::RedisStore;
 use crate::error::{Error, Result};
-use crate::job::{from_us, to_us, Cursor, JobState, Page, TopicCounts, TopicStats, WorkerInfo};
+use crate::job::{
+    from_us, to_us, Cursor, JobState, Page, Throughput, TopicCounts, TopicStats, WorkerInfo,
+};
 use crate::name::{JobId, Topic};
 use crate::store::keys::shard_of;
 use crate::store::policy::{batch_limit, WORKER_EXPIRY_MS};
@@ -69,6 +71,19 @@ impl Admin for RedisStore {
             total.paused |= shard.paused;
         }
         Ok(total)
+    }
+
+    async fn throughput(&self, topic: &Topic) -> Result<Throughput> {
+        let mut now_minute = 0;
+        let mut tallies = Vec::new();
+        for k in &self.shards {
+            let mut inv = SCRIPTS.throughput.prepare_invoke();
+            inv.key(k.counts()).arg(topic.as_str());
+            let shard: ShardThroughput = self.call("throughput", &inv).await?;
+            now_minute = now_minute.max(shard.now_minute);
+            tallies.extend(shard.tallies);
+        }
+        Ok(Throughput::from_tallies(now_minute, tallies))
     }
 
     async fn list(&self, topic: &Topic, state: JobState, at: Cursor, limit: usize) -> Result<Page> {

@@ -1,0 +1,389 @@
+//! The actions: every one a POST with the CSRF token, refused in read-only mode, answered with
+//! a redirect back to the page it came from and a note of what was done.
+
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Extension;
+use dq_core::{ChangeOutcome, Schedule};
+
+use crate::pages::store_error;
+use crate::view::{self, parse_utc, seg};
+use crate::{constant_time_eq, Shared, Viewer};
+
+/// Most jobs one bulk action takes (a filtered page shows at most 500).
+const MAX_BULK: usize = 1000;
+
+/// A posted form's fields, in order (`id` may come many times).
+struct Form(Vec<(String, String)>);
+
+impl Form {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, v)| k == key && !v.is_empty())
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn all(&self, key: &str) -> Vec<&str> {
+        self.0
+            .iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+}
+
+/// Checks that the request may act: not read-only, same-site, with the form's CSRF token.
+fn admit(
+    web: &Shared,
+    viewer: &Viewer,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<Form, Box<Response>> {
+    if !viewer.can_act {
+        return Err(Box::new(view::error(
+            StatusCode::FORBIDDEN,
+            Some(viewer),
+            "This dashboard is read-only for you: actions are refused. Ask for full access, or use the dq command-line tool.",
+        )));
+    }
+    let cross_site = headers
+        .get("sec-fetch-site")
+        .is_some_and(|v| v.as_bytes() == b"cross-site");
+    let form = Form(
+        form_urlencoded::parse(body)
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect(),
+    );
+    let token_ok = form
+        .get("csrf")
+        .is_some_and(|t| constant_time_eq(t.as_bytes(), web.csrf.as_bytes()));
+    if cross_site || !token_ok {
+        return Err(Box::new(view::error(
+            StatusCode::FORBIDDEN,
+            Some(viewer),
+            "The action was refused: it did not come from a page of this dashboard (missing or stale CSRF token; after a restart of the dashboard, reload the page and try again).",
+        )));
+    }
+    Ok(form)
+}
+
+/// A redirect (303) to `to` with a note of what was done.
+fn back(to: &str, note: &str) -> Response {
+    let mut url = to.to_owned();
+    // One note only: drop the previous one.
+    if let Some(i) = url.find("note=") {
+        url.truncate(i.saturating_sub(1));
+    }
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let note: String = form_urlencoded::byte_serialize(note.as_bytes()).collect();
+    (
+        StatusCode::SEE_OTHER,
+        [(header::LOCATION, format!("{url}{separator}note={note}"))],
+    )
+        .into_response()
+}
+
+/// Where to go back to: the form's `return`, else the referring page, when either is a page of
+/// this dashboard; else `fallback`.
+fn return_to(viewer: &Viewer, form: &Form, headers: &HeaderMap, fallback: String) -> String {
+    let referer = headers
+        .get(header::REFERER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|r| {
+            let after_scheme = r.split_once("://")?.1;
+            Some(&after_scheme[after_scheme.find('/')?..])
+        });
+    let ours = |path: &&str| {
+        let rest = path.strip_prefix(viewer.base.as_str()).unwrap_or("//");
+        !path.starts_with("//")
+            && (rest.starts_with('/')
+                || rest.starts_with('?')
+                || (rest.is_empty() && !path.is_empty()))
+    };
+    form.get("return")
+        .filter(ours)
+        .or(referer.filter(ours))
+        .map_or(fallback, str::to_owned)
+}
+
+pub(crate) async fn pause(
+    State(web): State<Shared>,
+    Extension(viewer): Extension<Viewer>,
+    Path(topic): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    set_paused(web, viewer, topic, headers, body, true).await
+}
+
+pub(crate) async fn resume(
+    State(web): State<Shared>,
+    Extension(viewer): Extension<Viewer>,
+    Path(topic): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    set_paused(web, viewer, topic, headers, body, false).await
+}
+
+async fn set_paused(
+    web: Shared,
+    viewer: Viewer,
+    topic: String,
+    headers: HeaderMap,
+    body: Bytes,
+    pause: bool,
+) -> Response {
+    let form = match admit(&web, &viewer, &headers, &body) {
+        Ok(form) => form,
+        Err(refused) => return *refused,
+    };
+    let done = if pause {
+        web.client.pause(&topic).await
+    } else {
+        web.client.resume(&topic).await
+    };
+    if let Err(e) = done {
+        return store_error(&viewer, &format!("pause or resume {topic:?}"), &e);
+    }
+    let verb = if pause { "Paused" } else { "Resumed" };
+    tracing::info!(topic, "dq dashboard: {} topic", verb.to_lowercase());
+    let to = return_to(
+        &viewer,
+        &form,
+        &headers,
+        format!("{}/topics/{}", viewer.base, seg(&topic)),
+    );
+    back(&to, &format!("{verb} {topic}."))
+}
+
+pub(crate) async fn job(
+    State(web): State<Shared>,
+    Extension(viewer): Extension<Viewer>,
+    Path((topic, id, action)): Path<(String, String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let form = match admit(&web, &viewer, &headers, &body) {
+        Ok(form) => form,
+        Err(refused) => return *refused,
+    };
+    let client = &web.client;
+    let page = format!("{}/topics/{}/jobs/{}", viewer.base, seg(&topic), seg(&id));
+    let done = match action.as_str() {
+        "run" => client
+            .reschedule_in(&topic, &id, Schedule::After(Duration::ZERO))
+            .await
+            .map(|o| describe(o, &id, "is due now")),
+        "cancel" => client
+            .cancel_in(&topic, &id)
+            .await
+            .map(|o| describe(o, &id, "was deleted")),
+        "retry" => client.retry_dead(&topic, &[&id]).await.map(|n| {
+            if n == 1 {
+                format!("{id} runs again with fresh attempts.")
+            } else {
+                format!("{id} is not a dead letter (any more): nothing was retried.")
+            }
+        }),
+        "reschedule" => {
+            let when = match when(&form) {
+                Ok(when) => when,
+                Err(message) => {
+                    return view::error(StatusCode::BAD_REQUEST, Some(&viewer), &message)
+                }
+            };
+            client
+                .reschedule_in(&topic, &id, when)
+                .await
+                .map(|o| describe(o, &id, "was rescheduled"))
+        }
+        other => {
+            let message = format!("No action {other:?}: run, cancel, retry or reschedule.");
+            return view::error(StatusCode::NOT_FOUND, Some(&viewer), &message);
+        }
+    };
+    match done {
+        Ok(note) => {
+            tracing::info!(topic, id, action, "dq dashboard: {note}");
+            // A deleted job has no page any more: back to its topic.
+            let to = if action == "cancel" {
+                format!("{}/topics/{}", viewer.base, seg(&topic))
+            } else {
+                page
+            };
+            back(&to, &note)
+        }
+        Err(e) => store_error(&viewer, &format!("{action} job {id:?} of {topic:?}"), &e),
+    }
+}
+
+/// "1 dead letter", "3 dead letters".
+fn dead_letters(n: usize) -> String {
+    format!("{n} dead letter{}", if n == 1 { "" } else { "s" })
+}
+
+fn describe(outcome: ChangeOutcome, id: &str, done: &str) -> String {
+    match outcome {
+        ChangeOutcome::Done => format!("{id} {done}."),
+        ChangeOutcome::Running => format!("{id} is running: it was left alone."),
+        ChangeOutcome::NotFound => format!("{id} is no longer pending: nothing was changed."),
+        _ => format!("{id}: {outcome:?}."),
+    }
+}
+
+/// The reschedule form's time: `delay` (`10m`) or `at` (UTC).
+fn when(form: &Form) -> Result<Schedule, String> {
+    match (form.get("delay"), form.get("at")) {
+        (Some(delay), None) => dq_core::parse_duration(delay)
+            .map(Schedule::After)
+            .map_err(|e| format!("{delay:?} is no delay: {e}")),
+        (None, Some(at)) => parse_utc(at)
+            .map(Schedule::At)
+            .ok_or_else(|| format!("{at:?} is no time: write it as 2026-11-24 18:00 (UTC)")),
+        _ => {
+            Err("Give either a delay (10m, 2h) or a time (2026-11-24 18:00 UTC), not both.".into())
+        }
+    }
+}
+
+pub(crate) async fn bulk(
+    State(web): State<Shared>,
+    Extension(viewer): Extension<Viewer>,
+    Path(topic): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let form = match admit(&web, &viewer, &headers, &body) {
+        Ok(form) => form,
+        Err(refused) => return *refused,
+    };
+    let to = return_to(
+        &viewer,
+        &form,
+        &headers,
+        format!("{}/topics/{}", viewer.base, seg(&topic)),
+    );
+    let ids = form.all("id");
+    if ids.is_empty() {
+        return back(&to, "Nothing selected.");
+    }
+    if ids.len() > MAX_BULK {
+        let message = format!(
+            "{} jobs selected; one action takes at most {MAX_BULK}.",
+            ids.len()
+        );
+        return view::error(StatusCode::BAD_REQUEST, Some(&viewer), &message);
+    }
+    let client = &web.client;
+    let action = form.get("action").unwrap_or("");
+    let mut changed = 0;
+    let result: dq_core::Result<()> = async {
+        match action {
+            "retry" => changed = client.retry_dead(&topic, &ids).await?,
+            "run" | "cancel" | "delete" => {
+                for id in &ids {
+                    let outcome = if action == "run" {
+                        client
+                            .reschedule_in(&topic, id, Schedule::After(Duration::ZERO))
+                            .await?
+                    } else {
+                        client.cancel_in(&topic, id).await?
+                    };
+                    if outcome == ChangeOutcome::Done {
+                        changed += 1;
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+    .await;
+    if let Err(e) = result {
+        // Some may have been changed: say how many before the error.
+        let what =
+            format!("{action} the selected jobs of {topic:?} ({changed} done before the error)");
+        return store_error(&viewer, &what, &e);
+    }
+    let verb = match action {
+        "retry" => "retried",
+        "run" => "made due now",
+        "cancel" => "cancelled",
+        "delete" => "deleted",
+        other => {
+            let message = format!("No bulk action {other:?}: run, cancel, retry or delete.");
+            return view::error(StatusCode::BAD_REQUEST, Some(&viewer), &message);
+        }
+    };
+    tracing::info!(topic, action, changed, "dq dashboard: bulk action");
+    let skipped = ids.len() - changed;
+    let mut note = format!("{changed} of {} selected jobs {verb}.", ids.len());
+    if skipped > 0 {
+        note.push_str(&format!(
+            " {skipped} had already moved on (ran, started or were deleted)."
+        ));
+    }
+    back(&to, &note)
+}
+
+pub(crate) async fn retry_all_dead(
+    State(web): State<Shared>,
+    Extension(viewer): Extension<Viewer>,
+    Path(topic): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let form = match admit(&web, &viewer, &headers, &body) {
+        Ok(form) => form,
+        Err(refused) => return *refused,
+    };
+    let to = return_to(
+        &viewer,
+        &form,
+        &headers,
+        format!("{}/topics/{}", viewer.base, seg(&topic)),
+    );
+    match web.client.retry_dead(&topic, &[]).await {
+        Ok(n) => {
+            tracing::info!(topic, n, "dq dashboard: retried every dead letter");
+            back(&to, &format!("{} run again.", dead_letters(n)))
+        }
+        Err(e) => store_error(&viewer, &format!("retry the dead letters of {topic:?}"), &e),
+    }
+}
+
+pub(crate) async fn purge_all_dead(
+    State(web): State<Shared>,
+    Extension(viewer): Extension<Viewer>,
+    Path(topic): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let form = match admit(&web, &viewer, &headers, &body) {
+        Ok(form) => form,
+        Err(refused) => return *refused,
+    };
+    let to = return_to(
+        &viewer,
+        &form,
+        &headers,
+        format!("{}/topics/{}", viewer.base, seg(&topic)),
+    );
+    match web.client.purge_dead(&topic, Duration::ZERO).await {
+        Ok(n) => {
+            tracing::info!(topic, n, "dq dashboard: deleted every dead letter");
+            back(&to, &format!("{} deleted.", dead_letters(n)))
+        }
+        Err(e) => store_error(
+            &viewer,
+            &format!("delete the dead letters of {topic:?}"),
+            &e,
+        ),
+    }
+}
