@@ -2,7 +2,7 @@
 //!
 //! ```sh
 //! export DQ_REDIS_URL=redis://127.0.0.1:6379/
-//! dq stats                                   # every topic: delayed, ready, running, dead, lag
+//! dq stats                                   # every topic: counts, lag, runs done/failed in the last hour
 //! dq jobs order-cancel --state delayed       # a page of jobs (--limit, --cursor)
 //! dq show order-cancel 42                    # one job: state, attempts, last error, payload
 //! dq dead retry order-cancel --all           # run dead letters again
@@ -551,10 +551,12 @@ async fn stats(client: &Client, json: bool) -> Result<(), Exit> {
     let topics = client.topics().await?;
     let mut all = Vec::new();
     for t in &topics {
-        all.push((t.to_string(), client.stats(t.as_str()).await?));
+        let (stats, hour) =
+            tokio::try_join!(client.stats(t.as_str()), client.throughput(t.as_str()))?;
+        all.push((t.to_string(), stats, hour));
     }
     if json {
-        let list: Vec<_> = all.iter().map(|(t, s)| stats_json(t, s)).collect();
+        let list: Vec<_> = all.iter().map(|(t, s, h)| stats_json(t, s, h)).collect();
         println!("{}", serde_json::Value::Array(list));
         return Ok(());
     }
@@ -562,7 +564,7 @@ async fn stats(client: &Client, json: bool) -> Result<(), Exit> {
     let now = client.store_time().await?;
     let rows = all
         .iter()
-        .map(|(t, s)| {
+        .map(|(t, s, hour)| {
             vec![
                 format!("{t}{}", if s.paused { " (paused)" } else { "" }),
                 s.counts.delayed.to_string(),
@@ -573,12 +575,22 @@ async fn stats(client: &Client, json: bool) -> Result<(), Exit> {
                     .and_then(|d| now.duration_since(d).ok())
                     .map_or("-".into(), |d| format!("{:.1}s", d.as_secs_f64())),
                 s.next_due.map_or("-".into(), until),
+                hour.done().to_string(),
+                hour.failed().to_string(),
             ]
         })
         .collect();
     print_table(
         &[
-            "TOPIC", "DELAYED", "READY", "RUNNING", "DEAD", "LAG", "NEXT DUE",
+            "TOPIC",
+            "DELAYED",
+            "READY",
+            "RUNNING",
+            "DEAD",
+            "LAG",
+            "NEXT DUE",
+            "DONE 1H",
+            "FAILED 1H",
         ],
         rows,
     );

@@ -96,7 +96,11 @@ pub(crate) fn job_json(j: &dq::JobInfo) -> Value {
     })
 }
 
-pub(crate) fn stats_json(topic: &str, s: &dq::admin::TopicStats) -> Value {
+pub(crate) fn stats_json(
+    topic: &str,
+    s: &dq::admin::TopicStats,
+    hour: &dq::admin::Throughput,
+) -> Value {
     json!({
         "topic": topic,
         "delayed": s.counts.delayed,
@@ -106,5 +110,7 @@ pub(crate) fn stats_json(topic: &str, s: &dq::admin::TopicStats) -> Value {
         "oldest_ready_due_ms": s.oldest_ready_due.map(ms),
         "next_due_ms": s.next_due.map(ms),
         "paused": s.paused,
+        "done_1h": hour.done(),
+        "failed_1h": hour.failed(),
     })
 }

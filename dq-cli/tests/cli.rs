@@ -72,7 +72,15 @@ async fn stats_lists_every_topic_with_its_counts_and_lag() {
         (Some(1), Some(1))
     );
     assert!(orders["oldest_ready_due_ms"].is_u64() && orders["next_due_ms"].is_u64());
+    assert_eq!(
+        (orders["done_1h"].as_u64(), orders["failed_1h"].as_u64()),
+        (Some(0), Some(0))
+    );
     let table = ok(&dq(&redis, &["stats"]));
+    assert!(
+        table.contains("DONE 1H") && table.contains("FAILED 1H"),
+        "{table}"
+    );
     assert!(table.starts_with("TOPIC"), "{table}");
     assert!(table.lines().any(|l| l.starts_with("mails ")), "{table}");
 }

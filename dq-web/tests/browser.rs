@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dq_core::store::{Leases, RedisStore};
+use dq_core::store::{Leases, RedisStore, Registry};
 use dq_core::{Client, Config, JobState, Topic};
 use dq_testkit::RedisServer;
 use dq_web::{Access, Options};
@@ -89,6 +89,10 @@ impl Dashboard {
             .id("ready-1")
             .await
             .unwrap();
+        // A worker process as the runtime registers it at each heartbeat.
+        let mut worker = dq_core::WorkerInfo::for_this_process(vec![TOPIC.to_owned()]);
+        worker.running = 1;
+        store.register_worker(&worker).await.unwrap();
         client
             .push_to("reminder", &serde_json::json!({ "ride": 7 }))
             .delay(Duration::from_secs(1800))
@@ -313,10 +317,20 @@ async fn every_page_shows_the_right_counts_and_is_saved_as_a_screenshot() {
     b.screenshot("job").await;
 
     b.web.goto(&format!("{}/workers", dash.url)).await.unwrap();
-    assert!(b
-        .text("table.workers tbody")
-        .await
-        .contains("No worker heard from"));
+    let worker = "table.workers tbody tr[data-worker]";
+    assert!(b.text(worker).await.contains(TOPIC), "its topics");
+    assert_eq!(
+        b.text(&format!("{worker} td:nth-child(5)")).await,
+        "1",
+        "its running jobs"
+    );
+    let heartbeat = b.text(&format!("{worker} td:nth-child(7)")).await;
+    let recent = heartbeat == "now"
+        || heartbeat
+            .strip_suffix("s ago")
+            .and_then(|n| n.parse::<u64>().ok())
+            .is_some_and(|n| n < 30);
+    assert!(recent, "its last heartbeat, seconds ago: {heartbeat}");
     b.screenshot("workers").await;
     b.close().await;
 }
