@@ -141,6 +141,11 @@ on_both_stores!(
     a_postponed_job_runs_again_without_spending_an_attempt_or_its_last_error,
     reclaim_judges_a_job_by_its_listeners_attempt_limit_until_it_is_forgotten,
     throughput_counts_runs_done_and_failed_in_the_last_hour_per_topic,
+    unique_for_reserves_the_id_after_the_job_succeeds_until_the_window_ends,
+    unique_for_reserves_nothing_when_the_job_dies_or_is_cancelled,
+    a_replace_without_unique_for_drops_the_reservation_asked_before,
+    unique_by_payload_makes_the_same_message_one_job,
+    debounce_keeps_the_last_payload_and_moves_the_due_time,
 );
 
 async fn pushed_job_is_delayed_with_its_payload_and_due_time(kind: Kind) {
@@ -1368,4 +1373,204 @@ async fn throughput_counts_runs_done_and_failed_in_the_last_hour_per_topic(kind:
     assert!(hour.minutes.windows(2).all(|w| w[0].minute < w[1].minute));
     let other = c.throughput("other").await.unwrap();
     assert_eq!((other.done(), other.failed()), (0, 0));
+}
+
+/// Leases and acks every ready job of the topic (as a worker's successful runs would).
+async fn run_ready(c: &TestClient, topic_name: &str) {
+    let s = c.store();
+    s.promote(0, 1000).await.unwrap();
+    let f = s.fetch(0, &topic(topic_name), 1000, LEASE).await.unwrap();
+    let leases: Vec<_> = f.jobs.iter().map(|j| j.lease.clone()).collect();
+    assert_eq!(s.ack(&leases).await.unwrap().acked, leases.len());
+}
+
+async fn unique_for_reserves_the_id_after_the_job_succeeds_until_the_window_ends(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let window = Duration::from_millis(600);
+    let push = || {
+        c.push_to("report", &1)
+            .unique_key("account-42")
+            .unique_for(window)
+            .send()
+    };
+    assert_eq!(push().await.unwrap().outcome, PushOutcome::Created);
+    assert_eq!(
+        push().await.unwrap().outcome,
+        PushOutcome::AlreadyPending,
+        "pending as always"
+    );
+    run_ready(c, "report").await;
+    let again = push().await.unwrap();
+    let PushOutcome::Unique { left } = again.outcome else {
+        panic!("the id is reserved after success: {again:?}");
+    };
+    assert!(left <= window && left > window / 2, "time left {left:?}");
+    assert_eq!(
+        c.status_in("report", "account-42")
+            .await
+            .unwrap()
+            .map(|j| j.state),
+        None,
+        "nothing stored"
+    );
+    // Another id, or another topic, is not affected.
+    assert_eq!(
+        c.push_to("report", &1)
+            .unique_key("account-7")
+            .send()
+            .await
+            .unwrap()
+            .outcome,
+        PushOutcome::Created
+    );
+    assert_eq!(
+        c.push_to("other", &1)
+            .unique_key("account-42")
+            .send()
+            .await
+            .unwrap()
+            .outcome,
+        PushOutcome::Created
+    );
+    tokio::time::sleep(left + Duration::from_millis(50)).await;
+    assert_eq!(
+        push().await.unwrap().outcome,
+        PushOutcome::Created,
+        "free once the window ended"
+    );
+}
+
+async fn unique_for_reserves_nothing_when_the_job_dies_or_is_cancelled(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let s = c.store();
+    let hour = Duration::from_secs(3600);
+    c.push_to("report", &1)
+        .id("dies")
+        .unique_for(hour)
+        .await
+        .unwrap();
+    let f = s.fetch(0, &topic("report"), 1, LEASE).await.unwrap();
+    assert!(s.dead_letter(&f.jobs[0].lease, "boom").await.unwrap());
+    // A push of a dead letter's id revives it, as without uniqueness.
+    let revived = c
+        .push_to("report", &2)
+        .id("dies")
+        .unique_for(hour)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(revived.outcome, PushOutcome::Created);
+    c.push_to("report", &1)
+        .id("cancelled")
+        .delay(hour)
+        .unique_for(hour)
+        .await
+        .unwrap();
+    assert_eq!(
+        c.cancel_in("report", "cancelled").await.unwrap(),
+        ChangeOutcome::Done
+    );
+    let after = c
+        .push_to("report", &1)
+        .id("cancelled")
+        .unique_for(hour)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(after.outcome, PushOutcome::Created);
+}
+
+async fn a_replace_without_unique_for_drops_the_reservation_asked_before(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let hour = Duration::from_secs(3600);
+    c.push_to("report", &1)
+        .id("a")
+        .delay(hour)
+        .unique_for(hour)
+        .await
+        .unwrap();
+    let replaced = c
+        .push_to("report", &2)
+        .id("a")
+        .replace()
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(replaced.outcome, PushOutcome::Replaced);
+    c.reschedule_in("report", "a", Schedule::After(Duration::ZERO))
+        .await
+        .unwrap();
+    run_ready(c, "report").await;
+    let again = c.push_to("report", &3).id("a").send().await.unwrap();
+    assert_eq!(
+        again.outcome,
+        PushOutcome::Created,
+        "the last push asked for no reservation"
+    );
+}
+
+async fn unique_by_payload_makes_the_same_message_one_job(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let first = c
+        .push(OrderCancel { order_id: 42 })
+        .unique_by_payload()
+        .send()
+        .await
+        .unwrap();
+    let second = c
+        .push(OrderCancel { order_id: 42 })
+        .unique_by_payload()
+        .send()
+        .await
+        .unwrap();
+    let other = c
+        .push(OrderCancel { order_id: 43 })
+        .unique_by_payload()
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(first.id, second.id);
+    assert_eq!(
+        (first.outcome, second.outcome),
+        (PushOutcome::Created, PushOutcome::AlreadyPending)
+    );
+    assert_ne!(other.id, first.id);
+    assert!(
+        first.id.as_str().starts_with("p-") && first.id.as_str().len() == 42,
+        "{}",
+        first.id
+    );
+}
+
+async fn debounce_keeps_the_last_payload_and_moves_the_due_time(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let save = |n: u64, quiet: u64| {
+        c.push(OrderCancel { order_id: n })
+            .id("doc-1")
+            .debounce(Duration::from_secs(quiet))
+            .send()
+    };
+    assert_eq!(save(1, 10).await.unwrap().outcome, PushOutcome::Created);
+    assert_eq!(save(2, 20).await.unwrap().outcome, PushOutcome::Replaced);
+    let job = c.status::<OrderCancel>("doc-1").await.unwrap().unwrap();
+    assert_eq!(
+        job.payload,
+        br#"{"order_id":2}"#.to_vec(),
+        "the last payload"
+    );
+    let due_in = job.due.duration_since(SystemTime::now()).unwrap();
+    assert!(
+        due_in > Duration::from_secs(18),
+        "due 20 s after the last push: {due_in:?}"
+    );
+    assert_eq!(
+        c.counts("order-cancel").await.unwrap().delayed,
+        1,
+        "one job"
+    );
 }

@@ -145,3 +145,36 @@ async fn only(listener: Listener) -> TestRuntime {
     .await
     .unwrap()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unique_window_ends_with_the_virtual_clock() {
+    let listener = Listener::new("report", |_: Reminder, _: JobContext| async {
+        Ok::<(), String>(())
+    });
+    let rt = only(listener).await;
+    let push = || {
+        rt.client()
+            .push_to("report", &Reminder { ride: 1 })
+            .unique_key("account-42")
+            .unique_for(Duration::from_secs(10 * 60))
+            .send()
+    };
+    assert_eq!(
+        push().await.unwrap().outcome,
+        dq::push::PushOutcome::Created
+    );
+    rt.advance(Duration::from_secs(60)).await;
+    assert_eq!(rt.handled("report").len(), 1, "ran");
+    let held = push().await.unwrap().outcome;
+    assert!(
+        matches!(held, dq::push::PushOutcome::Unique { .. }),
+        "{held:?}"
+    );
+    rt.advance(Duration::from_secs(10 * 60)).await;
+    assert_eq!(
+        push().await.unwrap().outcome,
+        dq::push::PushOutcome::Created,
+        "the window ended"
+    );
+    rt.shutdown().await;
+}

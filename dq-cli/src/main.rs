@@ -97,6 +97,12 @@ enum Command {
         delay: Option<Duration>,
         #[arg(long, default_value_t = dq::limits::DEFAULT_RETRIES)]
         retries: u32,
+        /// Keep the id reserved this long after the job succeeds (give --id).
+        #[arg(long, value_parser = duration, requires = "id")]
+        unique_for: Option<Duration>,
+        /// Replace a pending job of this id and make it due this long from now (give --id).
+        #[arg(long, value_parser = duration, requires = "id", conflicts_with = "delay")]
+        debounce: Option<Duration>,
     },
     /// Dead letters: list, retry, purge.
     Dead {
@@ -352,6 +358,8 @@ async fn run(cli: Cli) -> Result<(), Exit> {
             id,
             delay,
             retries,
+            unique_for,
+            debounce,
         } => {
             serde_json::from_str::<serde_json::Value>(&payload)
                 .map_err(|e| Exit(1, format!("the payload is not JSON: {e}")))?;
@@ -361,6 +369,12 @@ async fn run(cli: Cli) -> Result<(), Exit> {
             }
             if let Some(d) = delay {
                 push = push.delay(d);
+            }
+            if let Some(window) = unique_for {
+                push = push.unique_for(window);
+            }
+            if let Some(quiet) = debounce {
+                push = push.debounce(quiet);
             }
             let pushed = push.send().await?;
             let outcome = format!("{:?}", pushed.outcome);

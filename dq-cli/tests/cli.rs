@@ -396,3 +396,54 @@ async fn web_serves_the_dashboard_and_asks_for_its_token() {
     out.read_line(&mut line).unwrap();
     assert_eq!(line.trim(), "dq web: stopped");
 }
+
+#[tokio::test]
+async fn push_with_unique_for_is_refused_after_success_and_debounce_replaces() {
+    let redis = RedisServer::start();
+    let (_, store) = client_and_store(&redis).await;
+    let push = |extra: &[&str]| {
+        let mut args = vec!["push", "report", "{}", "--id", "acct-42", "--json"];
+        args.extend_from_slice(extra);
+        json(&dq(&redis, &args))
+    };
+    assert_eq!(push(&["--unique-for", "10m"])["outcome"], "Created");
+    let topic = dq::Topic::new("report").unwrap();
+    let leased = store
+        .fetch(0, &topic, 1, Duration::from_secs(60))
+        .await
+        .unwrap();
+    store.ack(&[leased.jobs[0].lease.clone()]).await.unwrap();
+    let refused = push(&["--unique-for", "10m"]);
+    assert!(
+        refused["outcome"].as_str().unwrap().starts_with("Unique"),
+        "{refused}"
+    );
+    let debounced = json(&dq(
+        &redis,
+        &[
+            "push",
+            "doc-save",
+            "{}",
+            "--id",
+            "d7",
+            "--debounce",
+            "2s",
+            "--json",
+        ],
+    ));
+    assert_eq!(debounced["outcome"], "Created");
+    let again = json(&dq(
+        &redis,
+        &[
+            "push",
+            "doc-save",
+            "{}",
+            "--id",
+            "d7",
+            "--debounce",
+            "2s",
+            "--json",
+        ],
+    ));
+    assert_eq!(again["outcome"], "Replaced");
+}

@@ -52,6 +52,13 @@ pub enum PushOutcome {
     Replaced,
     /// A job with this id is running; it was not replaced.
     Running,
+    /// A job with this id that was pushed with
+    /// [`unique_for`](crate::PushBuilder::unique_for) finished less than that long ago: nothing
+    /// was stored. `left` is how long the id stays reserved.
+    Unique {
+        /// Until the id may be pushed again.
+        left: Duration,
+    },
 }
 
 /// A job to store, as built by [`Client::push`](crate::Client::push).
@@ -65,6 +72,8 @@ pub struct NewJob {
     pub schedule: Schedule,
     /// Runs allowed before it is dead-lettered.
     pub max_attempts: u32,
+    /// How long its id stays reserved after it succeeds (`None`: not at all).
+    pub unique_for: Option<Duration>,
     /// The serialized message.
     pub payload: Vec<u8>,
 }

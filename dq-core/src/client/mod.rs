@@ -112,6 +112,8 @@ impl Client {
             schedule: Schedule::default(),
             retries: DEFAULT_RETRIES,
             on_conflict: OnConflict::Keep,
+            unique_for: None,
+            id_from_payload: false,
             payload,
         }
     }

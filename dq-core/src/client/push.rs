@@ -104,6 +104,9 @@ pub struct PushBuilder {
     pub(super) schedule: Schedule,
     pub(super) retries: u32,
     pub(super) on_conflict: OnConflict,
+    pub(super) unique_for: Option<Duration>,
+    /// The id is the payload's hash (`unique_by_payload`).
+    pub(super) id_from_payload: bool,
     pub(super) payload: Result<Vec<u8>>,
 }
 
@@ -115,6 +118,7 @@ impl std::fmt::Debug for PushBuilder {
             .field("schedule", &self.schedule)
             .field("retries", &self.retries)
             .field("on_conflict", &self.on_conflict)
+            .field("unique_for", &self.unique_for)
             .finish_non_exhaustive()
     }
 }
@@ -150,6 +154,57 @@ impl PushBuilder {
     pub fn replace(mut self) -> Self {
         self.on_conflict = OnConflict::Replace;
         self
+    }
+
+    /// Keeps the id reserved for `window` after the job succeeds: a push of the same id (in the
+    /// same topic) within that window stores nothing and reports [`PushOutcome::Unique`] with
+    /// the time left. While the job is pending a push of its id is
+    /// [`PushOutcome::AlreadyPending`] as always. "Don't send a second report for this account
+    /// within 10 minutes":
+    ///
+    /// ```no_run
+    /// # async fn f(client: dq_core::Client) -> dq_core::Result<()> {
+    /// # use std::time::Duration;
+    /// client
+    ///     .push_to("account-report", &serde_json::json!({ "account": 42 }))
+    ///     .unique_key("account-42")
+    ///     .unique_for(Duration::from_secs(600))
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// The reservation starts when the job succeeds, by the store's clock. A job that is
+    /// dead-lettered, cancelled or purged reserves nothing (a dead letter keeps blocking its
+    /// id until it is retried or purged; a push of its id revives it, as without uniqueness);
+    /// if it later succeeds after a retry, the reservation starts then. A replace (or
+    /// [`debounce`](PushBuilder::debounce)) of a pending job takes the new push's window. Use it
+    /// with an id of your choosing ([`id`](PushBuilder::id), [`unique_key`](PushBuilder::unique_key)
+    /// or [`unique_by_payload`](PushBuilder::unique_by_payload)): a generated id is never pushed twice.
+    pub fn unique_for(mut self, window: Duration) -> Self {
+        self.unique_for = Some(window);
+        self
+    }
+
+    /// The id is `key`, what makes two pushes "the same job" for uniqueness: an account, a
+    /// document, a day. The same as [`id`](PushBuilder::id), named for its purpose.
+    pub fn unique_key(self, key: impl Into<String>) -> Self {
+        self.id(key)
+    }
+
+    /// The id is a hash of the payload (`p-` and 40 hex digits of its SHA-1): two pushes of the
+    /// same message to a topic are the same job.
+    pub fn unique_by_payload(mut self) -> Self {
+        self.id_from_payload = true;
+        self
+    }
+
+    /// Runs the job `quiet` after the last of a burst of pushes of the same id: while it is
+    /// pending, each push replaces its payload and moves its due time to `quiet` from now
+    /// ("save the document 2 s after the last keystroke"). The same as
+    /// `.delay(quiet).replace()`. A job that is already running is left alone
+    /// ([`PushOutcome::Running`]): push again when it has finished if its result may be stale.
+    pub fn debounce(self, quiet: Duration) -> Self {
+        self.delay(quiet).replace()
     }
 
     /// Sets what happens when the id is already pending.
@@ -206,9 +261,10 @@ impl PushBuilder {
                 limit: config.max_payload_bytes,
             });
         }
-        let id = match self.id {
-            Some(id) => JobId::new(id)?,
-            None => generated_id(),
+        let id = match (self.id, self.id_from_payload) {
+            (_, true) => payload_id(&payload),
+            (Some(id), false) => JobId::new(id)?,
+            (None, false) => generated_id(),
         };
         check_schedule(topic.as_str(), id.as_str(), self.schedule)?;
         Ok(NewJob {
@@ -216,6 +272,7 @@ impl PushBuilder {
             id,
             schedule: self.schedule,
             max_attempts: self.retries.saturating_add(1),
+            unique_for: self.unique_for,
             payload,
         })
     }
@@ -228,6 +285,12 @@ impl IntoFuture for PushBuilder {
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(async move { self.send().await.map(|p| p.id) })
     }
+}
+
+/// `p-` and the SHA-1 of the payload in hex: the same on every host and in every release.
+fn payload_id(payload: &[u8]) -> JobId {
+    let digest = sha1_smol::Sha1::from(payload).digest().to_string();
+    JobId::new(format!("p-{digest}")).unwrap_or_else(|_| unreachable!("hex digits are an id"))
 }
 
 /// A unique id: time, a per-process random value and a counter, in hex.

@@ -1,6 +1,7 @@
 -- cancel: deletes a job that has not started (delayed or ready) or a dead letter.
 -- KEYS[1] jobs  KEYS[2] delayed  KEYS[3] inflight  KEYS[4] counts  KEYS[5] ready:<topic>
 -- KEYS[6] dead:<topic>  KEYS[7] gen:<topic> (declared for a cluster's reshard: see push.lua)
+-- KEYS[8] unique_for (a cancelled job reserves nothing: its entry goes)
 -- ARGV[1] key prefix  ARGV[2] topic  ARGV[3] id
 -- Returns 1 cancelled, 0 not found, 2 running (left alone: it is too late to cancel).
 -- A ready job's entry stays in its list, made stale (lib.lua): O(1) however long the list.
@@ -15,4 +16,5 @@ elseif redis.call('ZREM', prefix .. 'dead:' .. topic, member) == 0 then
   invalidate(KEYS[7], counts, topic, id)
 end
 redis.call('HDEL', jobs, member)
+redis.call('HDEL', KEYS[8], member)
 return 1

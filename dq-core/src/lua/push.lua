@@ -2,14 +2,16 @@
 -- Batched: one HMGET to find existing ids, one HSET, one ZADD, one RPUSH and one HINCRBY per
 -- topic for the whole call; only ids that already exist take the per-job path.
 -- KEYS[1] jobs  KEYS[2] delayed  KEYS[3] topics  KEYS[4] counts  KEYS[5] inflight
--- KEYS[6..] ready:<topic>, dead:<topic> and gen:<topic> of every topic in the call (declared,
+-- KEYS[6] unique  KEYS[7] unique_for
+-- KEYS[8..] ready:<topic>, dead:<topic> and gen:<topic> of every topic in the call (declared,
 --   not used by position: on a cluster Redis refuses the call while declared keys are split between two
 --   nodes during a reshard, instead of running it where a key reads as missing)
 -- ARGV[1] key prefix  ARGV[2] 'keep' | 'replace'  ARGV[3] n (jobs in this call, at most 1000)
--- then 5 values per job: topic, id, when ('+<us>' after now, or '<us>' since the epoch),
---   max_attempts, payload
+-- then 6 values per job: topic, id, when ('+<us>' after now, or '<us>' since the epoch),
+--   max_attempts, unique_for (us the id stays reserved after the job succeeds; 0: none), payload
 -- Returns {earliest_due_if_it_moved_earlier_or_-1, code_1, ..., code_n}; codes:
---   0 kept (already pending), 1 created, 2 replaced, 3 running (replace refused: it is running)
+--   0 kept (already pending), 1 created, 2 replaced, 3 running (replace refused: it is running),
+--   '4:<us>' refused: the id is reserved for <us> more (a job with unique_for finished)
 -- Phase 1 only reads (and touches every ready list it will write); phase 2 writes, and the
 -- writes that may delete a key (ZREM of delayed or dead, LREM) come after every other use of
 -- that key: on a cluster whose slot is migrating a missing key aborts the script where it
@@ -17,11 +19,15 @@
 local jobs, delayed, topics, counts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local prefix, replace, n = ARGV[1], ARGV[2] == 'replace', tonumber(ARGV[3])
 local inflight = KEYS[5] -- only read, in phase 1
+local unique, unique_for = KEYS[6], KEYS[7]
 local now = now_us()
+-- Most pushes meet no reservation at all: one EXISTS instead of a ZSCORE per job.
+local any_reserved = redis.call('EXISTS', unique) == 1
+local reserve, unreserve = {}, {}
 local before = earliest(delayed)
 local out = {-1}
 local members = {}
-for i = 0, n - 1 do members[i + 1] = ARGV[4 + i * 5] .. ':' .. ARGV[5 + i * 5] end
+for i = 0, n - 1 do members[i + 1] = ARGV[4 + i * 6] .. ':' .. ARGV[5 + i * 6] end
 local existing = redis.call('HMGET', jobs, unpack(members))
 -- What this call will write: plan[k] is the job's index in ARGV (false once a later entry for
 -- the same id superseded it). Numbers, not a table per job.
@@ -35,11 +41,15 @@ local dues, due_strs = {}, {}
 local was_delayed, was_ready, revived = {}, {}, {}
 local delayed_left = redis.call('ZCARD', delayed)
 for i = 0, n - 1 do
-  local topic, id, when = ARGV[4 + i * 5], ARGV[5 + i * 5], ARGV[6 + i * 5]
+  local topic, id, when = ARGV[4 + i * 6], ARGV[5 + i * 6], ARGV[6 + i * 6]
   local member = members[i + 1]
   local code = 1
   local earlier = planned[member]
-  if earlier then
+  local reserved = any_reserved and not earlier and not existing[i + 1]
+    and tonumber(redis.call('ZSCORE', unique, member) or 0) or 0
+  if reserved > now then
+    code = '4:' .. fmt(reserved - now)
+  elseif earlier then
     if replace then
       code = 2
       plan[earlier] = false
@@ -64,6 +74,13 @@ for i = 0, n - 1 do
     end
   end
   if code == 1 or code == 2 then
+    local hold = ARGV[8 + i * 6]
+    if hold ~= '0' then
+      reserve[#reserve + 1] = member
+      reserve[#reserve + 1] = hold
+    elseif code == 2 or existing[i + 1] then
+      unreserve[#unreserve + 1] = member
+    end
     if not dues[when] then
       local due = due_from(when, now)
       dues[when] = due
@@ -80,11 +97,11 @@ local unready, undelay = {}, {}
 local created = ':' .. fmt(now) .. ':'
 for _, i in ipairs(plan) do
   if i then
-    local topic, id, when = ARGV[4 + i * 5], ARGV[5 + i * 5], ARGV[6 + i * 5]
+    local topic, id, when = ARGV[4 + i * 6], ARGV[5 + i * 6], ARGV[6 + i * 6]
     local member = members[i + 1]
     local due_str = due_strs[when]
     writes[#writes + 1] = member
-    writes[#writes + 1] = '2:0:' .. ARGV[7 + i * 5] .. created .. due_str .. ':0:' .. ARGV[8 + i * 5]
+    writes[#writes + 1] = '2:0:' .. ARGV[7 + i * 6] .. created .. due_str .. ':0:' .. ARGV[9 + i * 6]
     if dues[when] <= now then
       local list = ready_by_topic[topic]
       if not list then
@@ -111,6 +128,7 @@ end
 for topic in pairs(ready_by_topic) do redis.call('LLEN', prefix .. 'ready:' .. topic) end
 -- Phase 2: writes.
 if #writes > 0 then redis.call('HSET', jobs, unpack(writes)) end
+if #reserve > 0 then redis.call('HSET', unique_for, unpack(reserve)) end
 if #adds > 0 then redis.call('ZADD', delayed, unpack(adds)) end
 -- The replaced ready jobs' entries go stale before their new entries are made.
 for _, old in ipairs(unready) do
@@ -133,5 +151,11 @@ if delayed_left > 0 then out[1] = announce(prefix, delayed, before) end
 if #undelay > 0 then redis.call('ZREM', delayed, unpack(undelay)) end
 for topic, dead_members in pairs(revived) do
   redis.call('ZREM', prefix .. 'dead:' .. topic, unpack(dead_members))
+end
+if #unreserve > 0 then redis.call('HDEL', unique_for, unpack(unreserve)) end
+-- Reservations that ended: a bounded batch per push, so the set stays the size of the live ones.
+if any_reserved then
+  local ended = redis.call('ZRANGEBYSCORE', unique, '-inf', now, 'LIMIT', 0, 100)
+  if #ended > 0 then redis.call('ZREM', unique, unpack(ended)) end
 end
 return out

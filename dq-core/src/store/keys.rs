@@ -18,6 +18,8 @@
 //! | `topics` | SET | every topic pushed to |
 //! | `paused` | SET | topics whose workers stop fetching (until resumed) |
 //! | `attempts` | HASH | topic -> most runs its listeners allow (written at runtime start); the reclaimer's limit |
+//! | `unique` | ZSET | `topic:id` of jobs that finished with `unique_for`, scored by the end of the reservation (us); expired ones trimmed by pushes |
+//! | `unique_for` | HASH | `topic:id` -> the reservation (us) a pending job asked for, moved to `unique` when it succeeds |
 //! | `workers` | HASH | (shard 0 only) worker id -> JSON: host, pid, topics, last heartbeat |
 //! | `wake` | pub/sub channel | the new earliest due time, when a push makes one |
 
@@ -77,6 +79,16 @@ impl ShardKeys {
     /// Per topic, the most runs its listeners allow (their `retries` + 1).
     pub fn attempts(&self) -> String {
         self.key("attempts")
+    }
+    /// Ids reserved after their job finished (`unique_for`): `topic:id` scored by the end of
+    /// the reservation (us).
+    pub fn unique(&self) -> String {
+        self.key("unique")
+    }
+    /// How long each pending job that asked for it keeps its id reserved after it finishes:
+    /// `topic:id` -> microseconds.
+    pub fn unique_for(&self) -> String {
+        self.key("unique_for")
     }
     /// Live workers (kept in shard 0).
     pub fn workers(&self) -> String {

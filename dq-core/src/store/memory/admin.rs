@@ -178,6 +178,7 @@ impl Admin for MemoryStore {
                 d.remove(&(*at, id.clone()));
             }
             s.died_at.remove(&m);
+            s.unique_for.remove(&m);
             s.jobs.remove(&m);
         }
         Ok(old.len())

@@ -169,6 +169,9 @@ impl Leases for MemoryStore {
                 Some(m) => {
                     s.end_lease(&m);
                     s.tally(&m.0, Tally::Done, 1, now);
+                    if let Some(hold) = s.unique_for.remove(&m) {
+                        s.unique.insert(m.clone(), now.saturating_add(hold));
+                    }
                     let attempt = s.jobs.remove(&m).map_or(0, |e| e.attempt.saturating_add(1));
                     s.history.push(Event::Acked {
                         topic: m.0,

@@ -22,10 +22,19 @@ impl Producer for MemoryStore {
         let announce = {
             let mut s = lock(&self.state);
             let before = s.earliest();
+            // Ended reservations go now and then (the Redis store trims them on every push).
+            if s.unique.len() > 10_000 {
+                s.unique.retain(|_, until| *until > now);
+            }
             for job in jobs {
                 let m = (job.topic.clone(), job.id.clone());
                 let mut outcome = PushOutcome::Created;
-                if s.jobs.contains_key(&m) {
+                let reserved = s.unique.get(&m).copied().filter(|&until| until > now);
+                if let (Some(until), false) = (reserved, s.jobs.contains_key(&m)) {
+                    outcome = PushOutcome::Unique {
+                        left: std::time::Duration::from_micros(until - now),
+                    };
+                } else if s.jobs.contains_key(&m) {
                     if let Some(died) = s.died_at.remove(&m) {
                         if let Some(d) = s.dead.get_mut(&m.0) {
                             d.remove(&(died, m.1.clone()));
@@ -44,6 +53,14 @@ impl Producer for MemoryStore {
                     }
                 }
                 if matches!(outcome, PushOutcome::Created | PushOutcome::Replaced) {
+                    s.unique.remove(&m);
+                    match job.unique_for {
+                        Some(hold) => {
+                            let us = u64::try_from(hold.as_micros()).unwrap_or(u64::MAX).max(1);
+                            s.unique_for.insert(m.clone(), us)
+                        }
+                        None => s.unique_for.remove(&m),
+                    };
                     let due = due_of(job.schedule, now);
                     s.jobs.insert(
                         m.clone(),
@@ -99,6 +116,7 @@ impl Producer for MemoryStore {
             s.unplace(&m);
         }
         s.jobs.remove(&m);
+        s.unique_for.remove(&m);
         Ok(ChangeOutcome::Done)
     }
 

@@ -36,6 +36,11 @@ pub(super) struct State {
     /// Per topic, a ring of 60 one-minute slots: (minute since the epoch, done, failed), as the
     /// Redis scripts keep them (lib.lua's `tally`).
     pub(super) throughput: HashMap<Topic, [(u64, u64, u64); 60]>,
+    /// Ids reserved after their job succeeded: until when (us). Ended ones are dropped as
+    /// pushes meet them.
+    pub(super) unique: HashMap<Member, u64>,
+    /// The reservation each pending job asked for (us), moved to `unique` when it succeeds.
+    pub(super) unique_for: HashMap<Member, u64>,
 }
 
 /// Which tally of [`State::tally`] a run adds to.

@@ -237,6 +237,7 @@ impl Admin for RedisStore {
             let mut inv = SCRIPTS.purge_dead.prepare_invoke();
             inv.key(k.jobs())
                 .key(k.dead(topic))
+                .key(k.unique_for())
                 .arg(to_us(before))
                 .arg(batch_limit(limit));
             total += self.call::<Count>("purge_dead", &inv).await?.0;

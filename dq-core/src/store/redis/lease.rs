@@ -187,7 +187,14 @@ impl Leases for RedisStore {
             for chunk in group.chunks(MAX_BATCH) {
                 let inv = Self::lease_invocation(
                     &SCRIPTS.ack,
-                    &[k.jobs(), k.inflight(), k.counts(), k.leases()],
+                    &[
+                        k.jobs(),
+                        k.inflight(),
+                        k.counts(),
+                        k.leases(),
+                        k.unique(),
+                        k.unique_for(),
+                    ],
                     &[],
                     chunk,
                 );

@@ -37,6 +37,7 @@ impl RedisStore {
             .key(k.ready(topic))
             .key(k.dead(topic))
             .key(k.ready_gen(topic))
+            .key(k.unique_for())
             .arg(k.prefix())
             .arg(topic.as_str())
             .arg(id.as_str());
@@ -143,7 +144,15 @@ impl Producer for RedisStore {
         for (shard, indices) in groups {
             let k = self.keys(shard);
             for chunk in indices.chunks(MAX_BATCH) {
-                let mut keys = vec![k.jobs(), k.delayed(), k.topics(), k.counts(), k.inflight()];
+                let mut keys = vec![
+                    k.jobs(),
+                    k.delayed(),
+                    k.topics(),
+                    k.counts(),
+                    k.inflight(),
+                    k.unique(),
+                    k.unique_for(),
+                ];
                 let topics: std::collections::BTreeSet<&Topic> =
                     chunk.iter().map(|&i| &jobs[i].topic).collect();
                 for t in &topics {
@@ -154,19 +163,28 @@ impl Producer for RedisStore {
                 self.learn(topics);
                 // The arguments borrow the payloads: only the numbers are printed here.
                 let count = chunk.len().to_string();
-                let numbers: Vec<(String, String)> = chunk
+                let numbers: Vec<(String, String, String)> = chunk
                     .iter()
-                    .map(|&i| (when_arg(jobs[i].schedule), jobs[i].max_attempts.to_string()))
+                    .map(|&i| {
+                        let j = &jobs[i];
+                        let hold = j.unique_for.map_or(0, |d| d.as_micros().max(1));
+                        (
+                            when_arg(j.schedule),
+                            j.max_attempts.to_string(),
+                            hold.to_string(),
+                        )
+                    })
                     .collect();
-                let mut args: Vec<&[u8]> = Vec::with_capacity(3 + 5 * chunk.len());
+                let mut args: Vec<&[u8]> = Vec::with_capacity(3 + 6 * chunk.len());
                 args.extend([k.prefix().as_bytes(), mode.as_bytes(), count.as_bytes()]);
-                for (&i, (when, max)) in chunk.iter().zip(&numbers) {
+                for (&i, (when, max, hold)) in chunk.iter().zip(&numbers) {
                     let j = &jobs[i];
                     args.extend([
                         j.topic.as_str().as_bytes(),
                         j.id.as_str().as_bytes(),
                         when.as_bytes(),
                         max.as_bytes(),
+                        hold.as_bytes(),
                         &j.payload[..],
                     ]);
                 }

@@ -119,6 +119,18 @@ reader!(ChangeOutcome, |v| {
 });
 
 reader!(PushOutcome, |v| {
+    // '4:<us>': the id is reserved for <us> more.
+    if let Value::BulkString(b) = v {
+        if let Some(left) = b.strip_prefix(b"4:") {
+            let us: u64 = std::str::from_utf8(left)
+                .ok()
+                .and_then(|t| t.parse().ok())
+                .ok_or_else(|| unexpected("a reservation's time left", v))?;
+            return Ok(PushOutcome::Unique {
+                left: std::time::Duration::from_micros(us),
+            });
+        }
+    }
     match whole(v)? {
         0 => Ok(PushOutcome::AlreadyPending),
         1 => Ok(PushOutcome::Created),
