@@ -45,6 +45,13 @@ pub use dq_runtime::{
 
 pub use dq_core::{metric, store};
 
+/// Periodic jobs: [`Client::schedule`] declares one (cron in a time zone, or an interval), and
+/// each tick is one job, however many processes run. See README's "Periodic jobs".
+pub mod schedule {
+    pub use dq_core::periodic::{Missed, Repeat, ScheduleSpec, Tick, MIN_INTERVAL};
+    pub use dq_core::{tick_job_id, ScheduleBuilder, ScheduleInfo, MAX_SCHEDULE_ID_LEN};
+}
+
 /// Pushing jobs: the builder [`Client::push`] returns, and what a push reports.
 pub mod push {
     pub use dq_core::{OnConflict, PushBuilder, PushOutcome, Pushed};

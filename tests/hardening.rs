@@ -13,7 +13,8 @@ use dq::admin::{ChangeOutcome, Cursor, Page, Throughput, TopicCounts, TopicStats
 use dq::push::{OnConflict, PushOutcome};
 use dq::store::{Acked, Fetched, LeaseRef, NewJob, Promoted, Reclaimed, RedisStore, Store};
 use dq::store::{
-    Admin, DeadLetters, Leases, Producer, ReadyWaiter, Registry, Sharded, WakeListener,
+    Admin, DeadLetters, Leases, Producer, ReadyWaiter, Registry, ScheduleEntry, Schedules, Sharded,
+    WakeListener,
 };
 use dq::{
     Config, JobContext, JobId, JobInfo, JobState, Listener, Outcome, Runtime, Schedule, Topic,
@@ -234,6 +235,31 @@ impl Registry for Faulty {
     }
     async fn workers(&self) -> dq::Result<Vec<WorkerInfo>> {
         self.inner.workers().await
+    }
+}
+
+#[async_trait]
+impl Schedules for Faulty {
+    async fn put_schedule(&self, id: &str, spec: &str, next: Option<u64>) -> dq::Result<()> {
+        self.inner.put_schedule(id, spec, next).await
+    }
+    async fn remove_schedule(&self, id: &str) -> dq::Result<bool> {
+        self.inner.remove_schedule(id).await
+    }
+    async fn schedule(&self, id: &str) -> dq::Result<Option<ScheduleEntry>> {
+        self.inner.schedule(id).await
+    }
+    async fn schedules(&self) -> dq::Result<Vec<ScheduleEntry>> {
+        self.inner.schedules().await
+    }
+    async fn due_schedules(&self, until_us: u64, limit: usize) -> dq::Result<Vec<(String, u64)>> {
+        self.inner.due_schedules(until_us, limit).await
+    }
+    async fn advance_schedule(&self, id: &str, from: u64, to: Option<u64>) -> dq::Result<bool> {
+        self.inner.advance_schedule(id, from, to).await
+    }
+    async fn set_schedule_next(&self, id: &str, next: Option<u64>) -> dq::Result<bool> {
+        self.inner.set_schedule_next(id, next).await
     }
 }
 

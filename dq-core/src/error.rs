@@ -64,6 +64,13 @@ pub enum Error {
         /// Why the time was rejected.
         reason: &'static str,
     },
+    /// A periodic schedule that cannot be: a cron expression or time zone that does not parse,
+    /// an interval under a second.
+    #[error("invalid schedule: {reason}")]
+    InvalidPeriodic {
+        /// What is wrong, quoting the value.
+        reason: String,
+    },
     /// Data found in Redis that this version of dq cannot read.
     #[error("malformed data in Redis at {location}: {reason}")]
     Malformed {
@@ -173,6 +180,7 @@ impl Error {
             | Error::PayloadTooLarge { .. }
             | Error::Serialize { .. }
             | Error::InvalidSchedule { .. }
+            | Error::InvalidPeriodic { .. }
             | Error::DuplicateListener { .. }
             | Error::InvalidListener { .. } => ErrorKind::InvalidInput,
             Error::Config { .. } => ErrorKind::Config,

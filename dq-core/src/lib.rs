@@ -9,9 +9,12 @@ mod job;
 mod message;
 pub mod metric;
 mod name;
+pub mod periodic;
 pub mod store;
 
-pub use client::{Client, PushBuilder, Pushed};
+pub use client::{
+    tick_job_id, Client, PushBuilder, Pushed, ScheduleBuilder, ScheduleInfo, MAX_SCHEDULE_ID_LEN,
+};
 pub use config::{
     parse_duration, Config, ConfigBuilder, CLUSTER_SHARDS, DEFAULT_MAX_PAYLOAD_BYTES,
 };

@@ -25,3 +25,9 @@ pub const JOB_DURATION: &str = "dq_job_duration_seconds";
 pub const QUEUE_JOBS: &str = "dq_queue_jobs";
 /// Gauge, label `topic`: age of the oldest ready job, in seconds.
 pub const QUEUE_LAG: &str = "dq_queue_lag_seconds";
+/// Counter: jobs a schedule created, by schedule and topic (one per tick however many processes
+/// fire it; catch-up jobs for missed ticks count too).
+pub const SCHEDULE_FIRED: &str = "dq_schedule_fired_total";
+/// Histogram: how late after its tick a schedule's job was created (0 when it was created ahead
+/// of its tick, as it normally is: the job is then due exactly at the tick), by schedule.
+pub const SCHEDULE_LATENESS: &str = "dq_schedule_lateness_seconds";

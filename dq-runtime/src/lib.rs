@@ -14,6 +14,7 @@ mod runtime;
 mod shared;
 mod shutdown;
 pub mod testing;
+mod ticker;
 mod upkeep;
 
 pub use backoff::Backoff;

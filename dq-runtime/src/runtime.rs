@@ -366,6 +366,7 @@ impl RuntimeBuilder {
             ));
             chores.push(tokio::spawn(upkeep::reclaimer(shared.clone(), shard)));
         }
+        chores.push(tokio::spawn(crate::ticker::ticker(shared.clone())));
         chores.push(tokio::spawn(mover::route_wakeups(
             shared.clone(),
             wake_senders,

@@ -139,8 +139,9 @@ impl TestRuntime {
         dq_core::from_us(self.store.now_us())
     }
 
-    /// Moves the clock forward by `by`, stopping at every due time on the way and letting the
-    /// jobs due then (retries included) run, as they would have in real time. Returns when
+    /// Moves the clock forward by `by`, stopping at every due time and every schedule tick on
+    /// the way and letting the jobs due then (retries and ticks' jobs included) run, as they
+    /// would have in real time: a week of a 5-minute schedule takes a moment. Returns when
     /// nothing is ready or running.
     pub async fn advance(&self, by: Duration) {
         self.wait_idle().await;
@@ -148,12 +149,29 @@ impl TestRuntime {
             .store
             .now_us()
             .saturating_add(u64::try_from(by.as_micros()).unwrap_or(u64::MAX));
-        while let Some(due) = self.store.next_due_us().filter(|d| *d <= target) {
-            self.store.advance_to(due);
+        self.fire_schedules().await;
+        loop {
+            let next_job = self.store.next_due_us();
+            let next_tick = self.store.next_schedule_us();
+            let next = next_job.into_iter().chain(next_tick).min();
+            let Some(at) = next.filter(|d| *d <= target) else {
+                break;
+            };
+            self.store.advance_to(at.max(self.store.now_us()));
+            self.fire_schedules().await;
             self.wait_idle().await;
         }
         self.store.advance_to(target);
+        self.fire_schedules().await;
         self.wait_idle().await;
+    }
+
+    /// Creates the jobs of the schedule ticks due now (the runtime's ticker does it too, every
+    /// real second; here it keeps pace with the test clock).
+    async fn fire_schedules(&self) {
+        if let Err(e) = self.client().fire_schedules(Duration::ZERO).await {
+            panic!("the in-memory store refused to fire schedules: {e}");
+        }
     }
 
     /// Waits (in real time) until nothing is left that this runtime can run now: no job running

@@ -1,6 +1,7 @@
 //! The producer API: [`Client`] pushes, cancels, reschedules and inspects jobs.
 
 mod push;
+mod schedules;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -19,6 +20,7 @@ use crate::store::{DeadLetters, RedisStore, Store};
 
 use self::push::Coalescer;
 pub use self::push::{PushBuilder, Pushed};
+pub use self::schedules::{tick_job_id, ScheduleBuilder, ScheduleInfo, MAX_SCHEDULE_ID_LEN};
 
 /// Pushes and manages jobs. Cheap to clone; clones share the store and its connection.
 ///

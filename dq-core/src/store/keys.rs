@@ -20,6 +20,9 @@
 //! | `attempts` | HASH | topic -> most runs its listeners allow (written at runtime start); the reclaimer's limit |
 //! | `unique` | ZSET | `topic:id` of jobs that finished with `unique_for`, scored by the end of the reservation (us); expired ones trimmed by pushes |
 //! | `unique_for` | HASH | `topic:id` -> the reservation (us) a pending job asked for, moved to `unique` when it succeeds |
+//! | `schedules` | HASH | (shard 0 only) schedule id -> its spec as JSON |
+//! | `schedule_next` | ZSET | (shard 0 only) schedule id scored by its next tick (us); a paused one is absent |
+//! | `schedule_last` | HASH | (shard 0 only) schedule id -> the last tick fired (us) |
 //! | `workers` | HASH | (shard 0 only) worker id -> JSON: host, pid, topics, last heartbeat |
 //! | `wake` | pub/sub channel | the new earliest due time, when a push makes one |
 
@@ -89,6 +92,18 @@ impl ShardKeys {
     /// `topic:id` -> microseconds.
     pub fn unique_for(&self) -> String {
         self.key("unique_for")
+    }
+    /// Periodic schedules (kept in shard 0): id -> spec as JSON.
+    pub fn schedules(&self) -> String {
+        self.key("schedules")
+    }
+    /// Each schedule's next tick (shard 0): id scored by the tick (us); paused ones are absent.
+    pub fn schedule_next(&self) -> String {
+        self.key("schedule_next")
+    }
+    /// Each schedule's last fired tick (shard 0): id -> us.
+    pub fn schedule_last(&self) -> String {
+        self.key("schedule_last")
     }
     /// Live workers (kept in shard 0).
     pub fn workers(&self) -> String {

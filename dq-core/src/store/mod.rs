@@ -235,8 +235,64 @@ pub trait Registry: Sharded {
     async fn workers(&self) -> Result<Vec<WorkerInfo>>;
 }
 
-/// Every role of a store: what the runtime and the client hold (`Arc<dyn Store>`), and what
-/// [`RedisStore`] and [`MemoryStore`] are. Implement the five role traits; this one follows.
-pub trait Store: Producer + Leases + Admin + Registry {}
+/// A periodic schedule as the store keeps it, with where it stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ScheduleEntry {
+    /// Its id.
+    pub id: String,
+    /// Its [`ScheduleSpec`](crate::periodic::ScheduleSpec) as JSON.
+    pub spec_json: String,
+    /// Its next tick (us since the epoch); `None` while it is paused.
+    pub next_us: Option<u64>,
+    /// The last tick that was fired (us since the epoch).
+    pub last_us: Option<u64>,
+}
 
-impl<T: Producer + Leases + Admin + Registry> Store for T {}
+impl ScheduleEntry {
+    /// An entry (for stores of your own).
+    pub fn new(id: String, spec_json: String, next_us: Option<u64>, last_us: Option<u64>) -> Self {
+        ScheduleEntry {
+            id,
+            spec_json,
+            next_us,
+            last_us,
+        }
+    }
+}
+
+/// Periodic schedules, kept with the worker registry (on Redis, in shard 0) so that every
+/// process sees and fires the same ones.
+#[async_trait]
+pub trait Schedules: Sharded {
+    /// Stores a schedule, replacing one of the same id, ticking next at `next_us` (`None`:
+    /// paused).
+    async fn put_schedule(&self, id: &str, spec_json: &str, next_us: Option<u64>) -> Result<()>;
+
+    /// Deletes a schedule; false when there was none. Jobs it already made are left alone.
+    async fn remove_schedule(&self, id: &str) -> Result<bool>;
+
+    /// One schedule.
+    async fn schedule(&self, id: &str) -> Result<Option<ScheduleEntry>>;
+
+    /// Every schedule, by id.
+    async fn schedules(&self) -> Result<Vec<ScheduleEntry>>;
+
+    /// Up to `limit` schedules whose next tick is at or before `until_us`, earliest first,
+    /// with that tick.
+    async fn due_schedules(&self, until_us: u64, limit: usize) -> Result<Vec<(String, u64)>>;
+
+    /// Moves a schedule's next tick from `from_us` to `to_us` (`None`: it has no more) and
+    /// records `from_us` as fired, but only while its next tick is still `from_us`: false when
+    /// another process moved it first (or it was paused, removed or changed meanwhile).
+    async fn advance_schedule(&self, id: &str, from_us: u64, to_us: Option<u64>) -> Result<bool>;
+
+    /// Sets a schedule's next tick (`None`: paused); false when there is no such schedule.
+    async fn set_schedule_next(&self, id: &str, next_us: Option<u64>) -> Result<bool>;
+}
+
+/// Every role of a store: what the runtime and the client hold (`Arc<dyn Store>`), and what
+/// [`RedisStore`] and [`MemoryStore`] are. Implement the six role traits; this one follows.
+pub trait Store: Producer + Leases + Admin + Registry + Schedules {}
+
+impl<T: Producer + Leases + Admin + Registry + Schedules> Store for T {}

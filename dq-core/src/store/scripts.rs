@@ -31,6 +31,7 @@ pub(crate) struct Scripts {
     pub(crate) requeue_dead: Script,
     pub(crate) purge_dead: Script,
     pub(crate) throughput: Script,
+    pub(crate) schedule_advance: Script,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -53,6 +54,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     requeue_dead: script(include_str!("../lua/requeue_dead.lua")),
     purge_dead: script(include_str!("../lua/purge_dead.lua")),
     throughput: script(include_str!("../lua/throughput.lua")),
+    schedule_advance: script(include_str!("../lua/schedule_advance.lua")),
 });
 
 /// Each script's name and SHA1, as `EVALSHA` shows it in `SLOWLOG`, `MONITOR` or
@@ -79,5 +81,6 @@ pub fn script_hashes() -> Vec<(&'static str, String)> {
         ("requeue_dead", s.requeue_dead.get_hash().to_owned()),
         ("purge_dead", s.purge_dead.get_hash().to_owned()),
         ("throughput", s.throughput.get_hash().to_owned()),
+        ("schedule_advance", s.schedule_advance.get_hash().to_owned()),
     ]
 }

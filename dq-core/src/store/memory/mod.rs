@@ -10,6 +10,7 @@
 mod admin;
 mod lease;
 mod produce;
+mod schedules;
 mod state;
 mod waiters;
 

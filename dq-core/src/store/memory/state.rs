@@ -41,6 +41,10 @@ pub(super) struct State {
     pub(super) unique: HashMap<Member, u64>,
     /// The reservation each pending job asked for (us), moved to `unique` when it succeeds.
     pub(super) unique_for: HashMap<Member, u64>,
+    /// Periodic schedules: id -> spec (JSON), next tick, last fired tick (us).
+    pub(super) schedules: std::collections::BTreeMap<String, String>,
+    pub(super) schedule_next: HashMap<String, u64>,
+    pub(super) schedule_last: HashMap<String, u64>,
 }
 
 /// Which tally of [`State::tally`] a run adds to.

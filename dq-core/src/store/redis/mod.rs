@@ -9,6 +9,7 @@ mod admin;
 mod lease;
 mod produce;
 mod reply;
+mod schedules;
 mod waiters;
 
 use std::collections::BTreeMap;

@@ -1,0 +1,387 @@
+//! Periodic schedules through the client: declare, list, pause, resume, remove, run now, and
+//! fire the ticks that are due (what every runtime does every second).
+
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+
+use super::{Client, Pushed};
+use crate::error::{Error, Result};
+use crate::job::{from_us, to_us, PushOutcome};
+use crate::message::Message;
+use crate::name::{JobId, Topic};
+use crate::periodic::{Missed, Repeat, ScheduleSpec, Tick};
+use crate::store::ScheduleEntry;
+
+/// Longest schedule id: its jobs' ids are the schedule id, `@` and the tick in milliseconds.
+pub const MAX_SCHEDULE_ID_LEN: usize = 200;
+
+/// A schedule as [`Client::schedules`] lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ScheduleInfo {
+    /// Its id.
+    pub id: String,
+    /// How it repeats and what its jobs carry.
+    pub spec: ScheduleSpec,
+    /// Its next tick; `None` while it is paused (or when its expression never matches again).
+    pub next: Option<SystemTime>,
+    /// The last tick fired.
+    pub last: Option<SystemTime>,
+}
+
+impl ScheduleInfo {
+    fn from_entry(entry: ScheduleEntry) -> Result<ScheduleInfo> {
+        let spec = serde_json::from_str(&entry.spec_json).map_err(|e| Error::Malformed {
+            location: format!("schedule {:?}", entry.id),
+            reason: format!(
+                "{e}; remove it with `dq schedules remove {}` and declare it again",
+                entry.id
+            ),
+        })?;
+        Ok(ScheduleInfo {
+            id: entry.id,
+            spec,
+            next: entry.next_us.map(from_us),
+            last: entry.last_us.map(from_us),
+        })
+    }
+}
+
+/// A schedule being declared; [`upsert`](ScheduleBuilder::upsert) stores it.
+#[must_use = "a schedule is stored by .upsert().await"]
+#[derive(Debug)]
+pub struct ScheduleBuilder {
+    client: Client,
+    id: String,
+    cron: Option<String>,
+    every: Option<Duration>,
+    tz: String,
+    topic: Option<String>,
+    payload: Option<Result<String>>,
+    missed: Missed,
+    max_retries: u32,
+}
+
+impl ScheduleBuilder {
+    /// Ticks when the cron expression matches: five fields (`0 9 * * MON-FRI`) or six with
+    /// seconds first (`*/10 * * * * *`), read in the schedule's time zone ([`tz`](Self::tz)).
+    pub fn cron(mut self, expr: impl Into<String>) -> Self {
+        self.cron = Some(expr.into());
+        self
+    }
+
+    /// Ticks every `every` (at least a second), at its multiples since 1970-01-01 UTC.
+    pub fn every(mut self, every: Duration) -> Self {
+        self.every = Some(every);
+        self
+    }
+
+    /// The IANA time zone the cron expression is read in (default `UTC`).
+    pub fn tz(mut self, tz: impl Into<String>) -> Self {
+        self.tz = tz.into();
+        self
+    }
+
+    /// Each tick's job carries this message, to its type's topic.
+    pub fn message<M: Message>(self, message: &M) -> Self {
+        self.message_to(M::TOPIC, message)
+    }
+
+    /// Each tick's job carries this value (as JSON), to `topic`.
+    pub fn message_to<T: Serialize + ?Sized>(mut self, topic: &str, message: &T) -> Self {
+        self.topic = Some(topic.to_owned());
+        self.payload = Some(
+            serde_json::to_string(message).map_err(|source| Error::Serialize {
+                topic: topic.to_owned(),
+                source,
+            }),
+        );
+        self
+    }
+
+    /// Each tick's job goes to `topic` carrying a [`Tick`] (the schedule's id and the tick).
+    pub fn topic(mut self, topic: impl Into<String>) -> Self {
+        self.topic = Some(topic.into());
+        self.payload = None;
+        self
+    }
+
+    /// What to do with ticks missed while every process was down (default [`Missed::Skip`]).
+    pub fn missed(mut self, missed: Missed) -> Self {
+        self.missed = missed;
+        self
+    }
+
+    /// Retries of each tick's job (default 2).
+    pub fn max_retries(mut self, retries: u32) -> Self {
+        self.max_retries = retries;
+        self
+    }
+
+    /// Stores the schedule, or changes the one of the same id; every process fires it from its
+    /// next tick on. An unchanged schedule keeps its place (declaring it again at every start
+    /// neither skips nor repeats a tick); a changed one ticks next from now; a paused one stays
+    /// paused.
+    pub async fn upsert(self) -> Result<ScheduleInfo> {
+        let client = self.client;
+        check_id(&self.id)?;
+        let repeat = match (self.cron, self.every) {
+            (Some(expr), None) => Repeat::cron(&expr, &self.tz)?,
+            (None, Some(every)) => Repeat::every(every)?,
+            _ => {
+                return Err(Error::InvalidPeriodic {
+                    reason: format!(
+                        "schedule {:?}: give either .cron(..) or .every(..)",
+                        self.id
+                    ),
+                })
+            }
+        };
+        let topic = self.topic.ok_or_else(|| Error::InvalidPeriodic {
+            reason: format!(
+                "schedule {:?}: say where its jobs go with .message(..), .message_to(..) or .topic(..)",
+                self.id
+            ),
+        })?;
+        Topic::new(topic.as_str())?;
+        let spec = ScheduleSpec {
+            repeat,
+            topic,
+            payload: self.payload.transpose()?,
+            missed: self.missed,
+            max_retries: self.max_retries,
+        };
+        let json = serde_json::to_string(&spec).map_err(|source| Error::Serialize {
+            topic: spec.topic.clone(),
+            source,
+        })?;
+        let store = &client.store;
+        let next = match store.schedule(&self.id).await? {
+            Some(old) if old.spec_json == json => old.next_us,
+            Some(old) if old.next_us.is_none() => None,
+            _ => {
+                let now = from_us(store.time_us().await?);
+                spec.repeat.next_after(now).map(to_us)
+            }
+        };
+        store.put_schedule(&self.id, &json, next).await?;
+        let entry = store.schedule(&self.id).await?;
+        let entry = entry.ok_or_else(|| Error::Internal {
+            what: "schedule upsert",
+            reason: format!(
+                "schedule {:?} was removed right after it was stored",
+                self.id
+            ),
+        })?;
+        ScheduleInfo::from_entry(entry)
+    }
+}
+
+fn check_id(id: &str) -> Result<()> {
+    JobId::new(id)?;
+    if id.len() > MAX_SCHEDULE_ID_LEN || id.contains('@') {
+        return Err(Error::InvalidPeriodic {
+            reason: format!(
+                "schedule id {id:?}: at most {MAX_SCHEDULE_ID_LEN} bytes and no '@' (its jobs are named <id>@<tick>)"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The id of the job of `schedule`'s tick `tick`: the same in every process.
+pub fn tick_job_id(schedule: &str, tick: SystemTime) -> String {
+    format!("{schedule}@{}", to_us(tick) / 1000)
+}
+
+impl Client {
+    /// Starts declaring the periodic schedule `id` (or changing it): one job per tick, created
+    /// once however many processes run.
+    ///
+    /// ```no_run
+    /// # async fn f(client: dq_core::Client) -> dq_core::Result<()> {
+    /// client
+    ///     .schedule("weekday-report")
+    ///     .cron("0 9 * * MON-FRI")
+    ///     .tz("Europe/Paris")
+    ///     .topic("daily-report")          // each job carries a dq::Tick; or .message(&msg)
+    ///     .upsert()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn schedule(&self, id: &str) -> ScheduleBuilder {
+        ScheduleBuilder {
+            client: self.clone(),
+            id: id.to_owned(),
+            cron: None,
+            every: None,
+            tz: "UTC".to_owned(),
+            topic: None,
+            payload: None,
+            missed: Missed::Skip,
+            max_retries: crate::job::DEFAULT_RETRIES,
+        }
+    }
+
+    /// Every schedule, by id.
+    pub async fn schedules(&self) -> Result<Vec<ScheduleInfo>> {
+        self.store
+            .schedules()
+            .await?
+            .into_iter()
+            .map(ScheduleInfo::from_entry)
+            .collect()
+    }
+
+    /// Deletes a schedule; false when there was none. Jobs it already made stay.
+    pub async fn unschedule(&self, id: &str) -> Result<bool> {
+        self.store.remove_schedule(id).await
+    }
+
+    /// Stops a schedule from ticking (in every process) until it is resumed.
+    pub async fn pause_schedule(&self, id: &str) -> Result<bool> {
+        self.store.set_schedule_next(id, None).await
+    }
+
+    /// Lets a paused schedule tick again, from its next tick after now (the ticks it missed
+    /// while paused are not made up).
+    pub async fn resume_schedule(&self, id: &str) -> Result<bool> {
+        let Some(entry) = self.store.schedule(id).await? else {
+            return Ok(false);
+        };
+        let info = ScheduleInfo::from_entry(entry)?;
+        let now = from_us(self.store.time_us().await?);
+        let next = info.spec.repeat.next_after(now).map(to_us);
+        self.store.set_schedule_next(id, next).await
+    }
+
+    /// Creates one job of the schedule now, outside its ticks (its ticks go on as before).
+    pub async fn run_schedule_now(&self, id: &str) -> Result<Option<Pushed>> {
+        let Some(entry) = self.store.schedule(id).await? else {
+            return Ok(None);
+        };
+        let info = ScheduleInfo::from_entry(entry)?;
+        let now = from_us(self.store.time_us().await?);
+        let payload = job_payload(&info.spec, id, now)?;
+        let pushed = self
+            .push_json(&info.spec.topic, payload)
+            .id(format!("{id}@now-{}", to_us(now)))
+            .max_retries(info.spec.max_retries)
+            .send()
+            .await?;
+        Ok(Some(pushed))
+    }
+
+    /// Creates the jobs of every schedule tick due within `lookahead` of the store's clock
+    /// (each due at its tick), applies the missed-tick policy to ticks no process fired in
+    /// time, and moves each schedule on. Every runtime calls this every second; any number may
+    /// at once: a tick's job has the same id in every process and is kept reserved for a while
+    /// after it ran, so it is created once. Returns how many jobs it created.
+    pub async fn fire_schedules(&self, lookahead: Duration) -> Result<usize> {
+        let now_us = self.store.time_us().await?;
+        let until = now_us.saturating_add(u64::try_from(lookahead.as_micros()).unwrap_or(u64::MAX));
+        let mut created = 0;
+        for (id, tick_us) in self.store.due_schedules(until, 100).await? {
+            created += self.fire_one(&id, tick_us, now_us).await?;
+        }
+        Ok(created)
+    }
+
+    async fn fire_one(&self, id: &str, tick_us: u64, now_us: u64) -> Result<usize> {
+        let Some(entry) = self.store.schedule(id).await? else {
+            return Ok(0);
+        };
+        let info = match ScheduleInfo::from_entry(entry) {
+            Ok(info) => info,
+            Err(e) => {
+                // Unreadable: pause it rather than meet it again every second.
+                tracing::error!(schedule = id, error = %e, "schedule paused: its spec cannot be read");
+                self.store.set_schedule_next(id, None).await?;
+                return Ok(0);
+            }
+        };
+        let spec = &info.spec;
+        let now = from_us(now_us);
+        // Walk over the ticks whose successor has come too: they were missed (no process fired
+        // them in time). `current` is the latest tick not missed.
+        let mut current = from_us(tick_us);
+        let mut missed = Vec::new();
+        let keep = match spec.missed {
+            Missed::Skip => 0,
+            Missed::RunOnce => 1,
+            Missed::All { max } => usize::try_from(max).unwrap_or(usize::MAX),
+        };
+        let mut steps = 0u32;
+        while let Some(next) = spec.repeat.next_after(current).filter(|n| *n <= now) {
+            missed.push(current);
+            if missed.len() > keep {
+                missed.remove(0);
+            }
+            current = next;
+            steps += 1;
+            if steps == 100_000 {
+                // Down for a very long time: jump to the present.
+                let from = now
+                    - spec
+                        .repeat
+                        .period_after(current)
+                        .min(Duration::from_secs(86_400));
+                current = spec.repeat.next_after(from).unwrap_or(now);
+            }
+        }
+        if steps > 0 {
+            tracing::warn!(schedule = id, missed = steps, policy = ?spec.missed, "schedule ticks were missed (no process ran when they were due)");
+        }
+        let mut created = 0;
+        let catch_up = missed.iter().map(|t| (*t, now));
+        for (tick, due) in catch_up.chain([(current, current)]) {
+            let pushed = self.push_tick(id, spec, tick, due).await?;
+            if pushed.outcome == PushOutcome::Created {
+                created += 1;
+                let lateness = now.duration_since(tick).unwrap_or(Duration::ZERO);
+                metrics::counter!(crate::metric::SCHEDULE_FIRED, "schedule" => id.to_owned(), "topic" => spec.topic.clone()).increment(1);
+                metrics::histogram!(crate::metric::SCHEDULE_LATENESS, "schedule" => id.to_owned())
+                    .record(lateness.as_secs_f64());
+            }
+        }
+        let next = spec.repeat.next_after(current).map(to_us);
+        self.store.advance_schedule(id, tick_us, next).await?;
+        Ok(created)
+    }
+
+    /// The job of one tick, due at `due` (the tick itself, or now for a catch-up).
+    async fn push_tick(
+        &self,
+        id: &str,
+        spec: &ScheduleSpec,
+        tick: SystemTime,
+        due: SystemTime,
+    ) -> Result<Pushed> {
+        // Long enough that a process firing the same tick later (after a crash between the
+        // push and the schedule's move) finds the id still taken, short enough to stay small.
+        let period = spec.repeat.period_after(tick);
+        let window = (period * 10).clamp(Duration::from_secs(60), Duration::from_secs(7 * 86_400));
+        self.push_json(&spec.topic, job_payload(spec, id, tick)?)
+            .id(tick_job_id(id, tick))
+            .at(due)
+            .max_retries(spec.max_retries)
+            .unique_for(window)
+            .send()
+            .await
+    }
+}
+
+fn job_payload(spec: &ScheduleSpec, id: &str, tick: SystemTime) -> Result<String> {
+    match &spec.payload {
+        Some(json) => Ok(json.clone()),
+        None => serde_json::to_string(&Tick {
+            schedule: id.to_owned(),
+            at: tick,
+        })
+        .map_err(|source| Error::Serialize {
+            topic: spec.topic.clone(),
+            source,
+        }),
+    }
+}

@@ -1,0 +1,152 @@
+//! Periodic schedules, in shard 0 beside the worker registry.
+
+use async_trait::async_trait;
+use redis::Value;
+
+use super::reply::{read, Applied};
+use super::RedisStore;
+use crate::error::{Error, Result};
+use crate::store::scripts::SCRIPTS;
+use crate::store::{ScheduleEntry, Schedules};
+
+#[async_trait]
+impl Schedules for RedisStore {
+    async fn put_schedule(&self, id: &str, spec_json: &str, next_us: Option<u64>) -> Result<()> {
+        let k = self.keys(0);
+        let mut pipe = redis::pipe();
+        pipe.atomic().hset(k.schedules(), id, spec_json).ignore();
+        match next_us {
+            Some(next) => pipe.zadd(k.schedule_next(), id, next).ignore(),
+            None => pipe.zrem(k.schedule_next(), id).ignore(),
+        };
+        let mut conn = self.conn.clone();
+        pipe.query_async::<Value>(&mut conn)
+            .await
+            .map(drop)
+            .map_err(Error::redis("put schedule"))
+    }
+
+    async fn remove_schedule(&self, id: &str) -> Result<bool> {
+        let k = self.keys(0);
+        let mut conn = self.conn.clone();
+        let (removed, _, _): (u64, Value, Value) = redis::pipe()
+            .atomic()
+            .hdel(k.schedules(), id)
+            .zrem(k.schedule_next(), id)
+            .hdel(k.schedule_last(), id)
+            .query_async(&mut conn)
+            .await
+            .map_err(Error::redis("remove schedule"))?;
+        Ok(removed > 0)
+    }
+
+    async fn schedule(&self, id: &str) -> Result<Option<ScheduleEntry>> {
+        let k = self.keys(0);
+        let mut conn = self.conn.clone();
+        let (spec, next, last): (Option<String>, Option<String>, Option<String>) = redis::pipe()
+            .hget(k.schedules(), id)
+            .zscore(k.schedule_next(), id)
+            .hget(k.schedule_last(), id)
+            .query_async(&mut conn)
+            .await
+            .map_err(Error::redis("read schedule"))?;
+        Ok(spec.map(|spec| ScheduleEntry::new(id.to_owned(), spec, us(next), us(last))))
+    }
+
+    async fn schedules(&self) -> Result<Vec<ScheduleEntry>> {
+        let k = self.keys(0);
+        let mut conn = self.conn.clone();
+        let (specs, next, last): (
+            Vec<(String, String)>,
+            Vec<(String, String)>,
+            Vec<(String, String)>,
+        ) = redis::pipe()
+            .hgetall(k.schedules())
+            .cmd("ZRANGE")
+            .arg(k.schedule_next())
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .hgetall(k.schedule_last())
+            .query_async(&mut conn)
+            .await
+            .map_err(Error::redis("list schedules"))?;
+        let next: std::collections::HashMap<String, String> = next.into_iter().collect();
+        let last: std::collections::HashMap<String, String> = last.into_iter().collect();
+        let mut all: Vec<ScheduleEntry> = specs
+            .into_iter()
+            .map(|(id, spec)| {
+                let (n, l) = (next.get(&id).cloned(), last.get(&id).cloned());
+                ScheduleEntry::new(id, spec, us(n), us(l))
+            })
+            .collect();
+        all.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(all)
+    }
+
+    async fn due_schedules(&self, until_us: u64, limit: usize) -> Result<Vec<(String, u64)>> {
+        let mut conn = self.conn.clone();
+        let due: Vec<(String, String)> = redis::cmd("ZRANGE")
+            .arg(self.keys(0).schedule_next())
+            .arg("-inf")
+            .arg(until_us)
+            .arg("BYSCORE")
+            .arg("LIMIT")
+            .arg(0)
+            .arg(limit)
+            .arg("WITHSCORES")
+            .query_async(&mut conn)
+            .await
+            .map_err(Error::redis("due schedules"))?;
+        Ok(due
+            .into_iter()
+            .filter_map(|(id, tick)| Some((id, us(Some(tick))?)))
+            .collect())
+    }
+
+    async fn advance_schedule(&self, id: &str, from_us: u64, to_us: Option<u64>) -> Result<bool> {
+        let k = self.keys(0);
+        let mut inv = SCRIPTS.schedule_advance.prepare_invoke();
+        inv.key(k.schedule_next())
+            .key(k.schedule_last())
+            .arg(id)
+            .arg(from_us)
+            .arg(to_us.map_or(String::new(), |t| t.to_string()));
+        let reply = self.run("advance schedule", &inv).await?;
+        Ok(read::<Applied>("advance schedule", reply)?.0)
+    }
+
+    async fn set_schedule_next(&self, id: &str, next_us: Option<u64>) -> Result<bool> {
+        let k = self.keys(0);
+        let mut conn = self.conn.clone();
+        let exists: bool = redis::cmd("HEXISTS")
+            .arg(k.schedules())
+            .arg(id)
+            .query_async(&mut conn)
+            .await
+            .map_err(Error::redis("read schedule"))?;
+        if !exists {
+            return Ok(false);
+        }
+        let cmd = match next_us {
+            Some(next) => redis::cmd("ZADD")
+                .arg(k.schedule_next())
+                .arg(next)
+                .arg(id)
+                .clone(),
+            None => redis::cmd("ZREM").arg(k.schedule_next()).arg(id).clone(),
+        };
+        self.simple("set schedule", &cmd).await?;
+        Ok(true)
+    }
+}
+
+/// A score or stored number as microseconds (Redis prints large scores as `1.7e+15`).
+fn us(text: Option<String>) -> Option<u64> {
+    let text = text?;
+    text.parse::<u64>().ok().or_else(|| {
+        let f = text.parse::<f64>().ok()?;
+        // Whole and within u64: the cast cannot truncate.
+        (f >= 0.0 && f.fract() == 0.0 && f < 1.8e19).then_some(f as u64)
+    })
+}

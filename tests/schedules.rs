@@ -1,0 +1,274 @@
+//! Periodic schedules: declared through the client, fired by every runtime, one job per tick.
+
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use dq::schedule::{Missed, Tick};
+use dq::store::MemoryStore;
+use dq::testing::TestRuntime;
+use dq::{Client, JobContext, Listener, Runtime};
+use support::RedisServer;
+
+/// The ticks a listener saw, with when each job started by the host's clock.
+type Seen = Arc<Mutex<Vec<(String, SystemTime, SystemTime)>>>;
+
+fn recorder(topic: &str, seen: &Seen) -> Listener {
+    let seen = seen.clone();
+    Listener::new(topic, move |tick: Tick, ctx: JobContext| {
+        let seen = seen.clone();
+        async move {
+            seen.lock()
+                .unwrap()
+                .push((ctx.id().to_string(), tick.at, SystemTime::now()));
+            assert_eq!(ctx.due(), tick.at, "a tick's job is due at its tick");
+            Ok::<(), String>(())
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_week_of_a_five_minute_schedule_runs_every_tick_once_in_virtual_time() {
+    let seen = Seen::default();
+    let rt = TestRuntime::start_with(
+        Runtime::builder()
+            .without_registered_listeners()
+            .listener(recorder("sweep", &seen)),
+    )
+    .await
+    .unwrap();
+    rt.client()
+        .schedule("sweep-every-5m")
+        .every(Duration::from_secs(300))
+        .topic("sweep")
+        .upsert()
+        .await
+        .unwrap();
+    let real = Instant::now();
+    rt.advance(Duration::from_secs(7 * 86_400)).await;
+    let elapsed = real.elapsed();
+    let seen = seen.lock().unwrap().clone();
+    let ticks: BTreeSet<SystemTime> = seen.iter().map(|s| s.1).collect();
+    assert_eq!(seen.len(), 7 * 24 * 12, "one job per tick");
+    assert_eq!(ticks.len(), seen.len(), "no tick twice");
+    let gaps: BTreeSet<Duration> = ticks
+        .iter()
+        .zip(ticks.iter().skip(1))
+        .map(|(a, b)| b.duration_since(*a).unwrap())
+        .collect();
+    assert_eq!(
+        gaps,
+        BTreeSet::from([Duration::from_secs(300)]),
+        "none skipped"
+    );
+    eprintln!("a week of 2016 ticks took {elapsed:?} of real time");
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_runtimes_on_redis_make_one_job_per_second_tick_none_early() {
+    let redis = RedisServer::start();
+    let seen = Seen::default();
+    let mut runtimes = Vec::new();
+    for _ in 0..3 {
+        let config = dq::Config::builder()
+            .redis_url(redis.url())
+            .build()
+            .unwrap();
+        runtimes.push(
+            Runtime::builder()
+                .config(config)
+                .without_registered_listeners()
+                .listener(recorder("heartbeat", &seen))
+                .start()
+                .await
+                .unwrap(),
+        );
+    }
+    let client = runtimes[0].client().clone();
+    client
+        .schedule("every-second")
+        .cron("* * * * * *")
+        .topic("heartbeat")
+        .upsert()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    client.pause_schedule("every-second").await.unwrap();
+    // The jobs already created for the next few ticks run; then nothing more comes.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    for rt in runtimes {
+        rt.shutdown().await.unwrap();
+    }
+    let seen = seen.lock().unwrap().clone();
+    let ids: BTreeSet<&String> = seen.iter().map(|s| &s.0).collect();
+    assert_eq!(ids.len(), seen.len(), "a tick ran twice: {seen:?}");
+    let ticks: Vec<SystemTime> = {
+        let set: BTreeSet<SystemTime> = seen.iter().map(|s| s.1).collect();
+        set.into_iter().collect()
+    };
+    assert!(ticks.len() >= 6, "about one a second: {}", ticks.len());
+    for pair in ticks.windows(2) {
+        assert_eq!(
+            pair[1].duration_since(pair[0]).unwrap(),
+            Duration::from_secs(1),
+            "no tick missing"
+        );
+    }
+    for (id, tick, started) in &seen {
+        // The host's clock is Redis' here (one machine): a job never starts before its tick.
+        assert!(
+            started >= tick,
+            "{id} started {:?} early",
+            tick.duration_since(*started)
+        );
+    }
+}
+
+/// A client on a memory store whose clock only the test moves.
+fn manual() -> (Client, MemoryStore) {
+    let store =
+        MemoryStore::with_manual_clock(SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_500_000));
+    let client = Client::new(
+        Arc::new(store.clone()),
+        dq::Config::builder().build().unwrap(),
+    );
+    (client, store)
+}
+
+async fn missed_after_an_hour_down(policy: Missed) -> Vec<String> {
+    let (client, store) = manual();
+    client
+        .schedule("s")
+        .every(Duration::from_secs(600))
+        .topic("t")
+        .missed(policy)
+        .upsert()
+        .await
+        .unwrap();
+    // Every process down for an hour: six ticks go by unfired.
+    store.advance_to(store.now_us() + 3_600_000_000 + 1);
+    client.fire_schedules(Duration::ZERO).await.unwrap();
+    let page = client
+        .jobs("t", dq::JobState::Ready, dq::admin::Cursor::START, 100)
+        .await
+        .unwrap();
+    let delayed = client
+        .jobs("t", dq::JobState::Delayed, dq::admin::Cursor::START, 100)
+        .await
+        .unwrap();
+    page.jobs
+        .iter()
+        .chain(&delayed.jobs)
+        .map(|j| j.id.to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn missed_ticks_follow_the_schedules_policy() {
+    assert_eq!(
+        missed_after_an_hour_down(Missed::Skip).await.len(),
+        1,
+        "only the current tick"
+    );
+    assert_eq!(
+        missed_after_an_hour_down(Missed::RunOnce).await.len(),
+        2,
+        "one catch-up and the current tick"
+    );
+    assert_eq!(
+        missed_after_an_hour_down(Missed::All { max: 3 })
+            .await
+            .len(),
+        4,
+        "three catch-ups and the current tick"
+    );
+    assert_eq!(
+        missed_after_an_hour_down(Missed::All { max: 100 })
+            .await
+            .len(),
+        6,
+        "every tick of the hour"
+    );
+}
+
+#[tokio::test]
+async fn declaring_again_keeps_the_place_and_a_change_or_pause_is_seen_everywhere() {
+    let (client, store) = manual();
+    let declare = |expr: &'static str| {
+        client
+            .schedule("report")
+            .cron(expr)
+            .tz("Europe/Paris")
+            .topic("report")
+            .upsert()
+    };
+    let first = declare("0 9 * * MON-FRI").await.unwrap();
+    store.advance_to(store.now_us() + 1_000_000);
+    let again = declare("0 9 * * MON-FRI").await.unwrap();
+    assert_eq!(
+        again.next, first.next,
+        "an unchanged schedule keeps its next tick"
+    );
+    let changed = declare("0 18 * * MON-FRI").await.unwrap();
+    assert_ne!(changed.next, first.next);
+    assert!(client.pause_schedule("report").await.unwrap());
+    assert_eq!(
+        declare("0 18 * * MON-FRI").await.unwrap().next,
+        None,
+        "a paused one stays paused"
+    );
+    assert!(client.resume_schedule("report").await.unwrap());
+    let listed = client.schedules().await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].next, changed.next);
+    let now = client.run_schedule_now("report").await.unwrap().unwrap();
+    assert!(now.id.as_str().starts_with("report@now-"), "{}", now.id);
+    assert!(client.unschedule("report").await.unwrap());
+    assert!(client.schedules().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_bad_expression_zone_or_missing_topic_is_refused_with_the_reason() {
+    let (client, _) = manual();
+    let e = client
+        .schedule("x")
+        .cron("0 25 * * *")
+        .topic("t")
+        .upsert()
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("0 25 * * *"), "{e}");
+    let e = client
+        .schedule("x")
+        .cron("0 9 * * *")
+        .tz("Paris")
+        .topic("t")
+        .upsert()
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("\"Paris\"") && e.to_string().contains("IANA"),
+        "{e}"
+    );
+    let e = client
+        .schedule("x")
+        .cron("0 9 * * *")
+        .upsert()
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains(".topic("), "{e}");
+    let e = client
+        .schedule("a@b")
+        .every(Duration::from_secs(60))
+        .topic("t")
+        .upsert()
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("no '@'"), "{e}");
+    assert_eq!(e.kind(), dq::ErrorKind::InvalidInput);
+}
