@@ -13,6 +13,10 @@
 //! ```
 //!
 //! `LISTEN` sets the address (default `127.0.0.1:3000`), `CANCEL_AFTER` the delay (default 10m).
+//!
+//! On the in-memory store (no `DQ_REDIS_URL`) pending jobs live in this process only: a
+//! cancellation not yet due when it stops is gone, as the orders are. With Redis they wait for
+//! the next start. (`axum::extract::State` is axum's state; a listener's is `dq::State`.)
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -65,15 +69,26 @@ struct App {
     cancel_after: Duration,
 }
 
-async fn place(State(app): State<App>, Path(id): Path<u64>) -> Result<String, AppError> {
-    app.shop.orders().insert(id, "unpaid");
+async fn place(
+    State(app): State<App>,
+    Path(id): Path<u64>,
+) -> Result<(StatusCode, String), AppError> {
+    {
+        let mut orders = app.shop.orders();
+        match orders.get(&id).copied() {
+            // New, or a client retrying the same POST: placed (again), still unpaid.
+            None | Some("unpaid") => orders.insert(id, "unpaid"),
+            // Paid or cancelled: placing it again must not reopen it.
+            Some(state) => return Ok((StatusCode::CONFLICT, format!("order {id} is {state}\n"))),
+        };
+    }
     app.jobs
         .push(OrderCancel { order_id: id })
-        .id(id.to_string()) // one cancellation per order, however often the client retries
+        .id(id.to_string()) // one pending cancellation per order, however often the client retries
         .delay(app.cancel_after)
         .await?;
     info!(order = id, cancel_after = ?app.cancel_after, "order placed");
-    Ok(format!("order {id} placed\n"))
+    Ok((StatusCode::OK, format!("order {id} placed\n")))
 }
 
 async fn pay(State(app): State<App>, Path(id): Path<u64>) -> (StatusCode, String) {
@@ -146,8 +161,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .with_graceful_shutdown(async move { stop.requested().await })
             .await
     });
-    let report = runtime.run_until_shutdown_signal().await?;
-    server.await??;
+    let report = runtime.run_until_shutdown_signal().await;
+    // The server's requests finish whatever the runtime's shutdown reported.
+    let served = server.await;
+    let report = report?;
+    served??;
     info!(?report, "web server and dq runtime stopped");
     Ok(())
 }

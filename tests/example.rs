@@ -168,6 +168,14 @@ fn run_axum_service(redis_url: Option<String>) -> String {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(http(port, "GET", "/orders/2").unwrap().1, "paid\n");
+    // A client retrying its POST after paying (or after the cancellation) reopens nothing.
+    assert_eq!(
+        http(port, "POST", "/orders/2").unwrap(),
+        (409, "order 2 is paid\n".into())
+    );
+    assert_eq!(http(port, "POST", "/orders/1").unwrap().0, 409);
+    std::thread::sleep(Duration::from_millis(700)); // past CANCEL_AFTER: no job cancels order 2
+    assert_eq!(http(port, "GET", "/orders/2").unwrap().1, "paid\n");
 
     let child = running.0.take().unwrap();
     dq_testkit::process::terminate(child.id()).unwrap();

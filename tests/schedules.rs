@@ -272,3 +272,49 @@ async fn a_bad_expression_zone_or_missing_topic_is_refused_with_the_reason() {
     assert!(e.to_string().contains("no '@'"), "{e}");
     assert_eq!(e.kind(), dq::ErrorKind::InvalidInput);
 }
+
+#[tokio::test]
+async fn one_look_creates_every_tick_inside_the_lookahead_each_due_at_its_tick() {
+    let (client, store) = manual();
+    client
+        .schedule("every-second")
+        .cron("* * * * * *")
+        .topic("heartbeat")
+        .upsert()
+        .await
+        .unwrap();
+    let now = store.now_us();
+    // One look, five seconds ahead: the five ticks in that window are jobs already, so a
+    // process that stalls for a few seconds after this look leaves none of them late.
+    let created = client.fire_schedules(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(created, 5);
+    let delayed = client
+        .jobs(
+            "heartbeat",
+            dq::JobState::Delayed,
+            dq::admin::Cursor::START,
+            100,
+        )
+        .await
+        .unwrap();
+    let mut due: Vec<u64> = delayed.jobs.iter().map(|j| to_us(j.due) - now).collect();
+    due.sort_unstable();
+    assert_eq!(
+        due,
+        [1, 2, 3, 4, 5].map(|s| s * 1_000_000 - now % 1_000_000)
+    );
+    // A second look in the same instant creates nothing more.
+    assert_eq!(
+        client.fire_schedules(Duration::from_secs(5)).await.unwrap(),
+        0
+    );
+}
+
+fn to_us(t: SystemTime) -> u64 {
+    u64::try_from(
+        t.duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_micros(),
+    )
+    .unwrap()
+}

@@ -323,3 +323,52 @@ async fn an_extractor_that_rejects_the_job_dead_letters_it_without_running_the_h
     assert!(error.contains("the payload names no tenant"), "{error}");
     rt.shutdown().await;
 }
+
+/// An extractor with a bug: it panics.
+struct Flaky;
+
+impl dq::FromJob for Flaky {
+    fn from_job(_: &JobContext) -> Result<Self, dq::Outcome> {
+        panic!("tenant table not loaded")
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extractor_that_panics_fails_the_run_and_the_job_is_retried_then_dead_lettered() {
+    let ran = Arc::new(Mutex::new(0));
+    let count = ran.clone();
+    let listener = Listener::new("state-flaky", move |_: u64, _: Flaky| {
+        let count = count.clone();
+        async move {
+            *count.lock().unwrap() += 1;
+            Ok::<(), String>(())
+        }
+    });
+    let rt = TestRuntime::start_with(
+        dq::Runtime::builder()
+            .without_registered_listeners()
+            .listener(listener),
+    )
+    .await
+    .unwrap();
+    rt.client()
+        .push_to("state-flaky", &7)
+        .id("f")
+        .await
+        .unwrap();
+    // Not stalled: every attempt fails at once and the retries come on the virtual clock.
+    rt.advance(Duration::from_secs(600)).await;
+    assert_eq!(*ran.lock().unwrap(), 0, "the handler never ran");
+    let dead = rt.dead("state-flaky").await.unwrap();
+    assert_eq!(
+        (dead.len(), dead[0].attempt),
+        (1, 3),
+        "retried, then dead-lettered"
+    );
+    let error = dead[0].last_error.as_deref().unwrap_or_default();
+    assert!(
+        error.contains("an argument extractor panicked: tenant table not loaded"),
+        "{error}"
+    );
+    rt.shutdown().await;
+}

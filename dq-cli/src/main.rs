@@ -8,6 +8,7 @@
 //! dq dead retry order-cancel --all           # run dead letters again
 //! dq pause order-cancel; dq resume order-cancel
 //! dq watch                                   # a live view, refreshed every second
+//! dq schedules; dq schedules pause <id>       # periodic schedules: list, pause, resume, remove, run
 //! dq web --listen 127.0.0.1:8080             # the web dashboard (DQ_WEB_TOKEN to require a token)
 //! ```
 //!
@@ -121,6 +122,11 @@ enum Command {
         #[arg(long)]
         iterations: Option<u64>,
     },
+    /// Periodic schedules: list them (the default), pause, resume, remove or run one now.
+    Schedules {
+        #[command(subcommand)]
+        command: Option<ScheduleCommand>,
+    },
     /// Serve the web dashboard (every topic and job, live, with actions) until Ctrl-C.
     Web {
         /// Address to listen on. Keep it on loopback or behind your proxy unless a token is set.
@@ -167,6 +173,20 @@ async fn known_topic(client: &Client, topic: &str) -> Result<(), Exit> {
             if names.is_empty() { "none".to_owned() } else { names.join(", ") }
         ),
     ))
+}
+
+#[derive(Debug, Subcommand)]
+enum ScheduleCommand {
+    /// Every schedule: how it repeats, its topic, next and last tick.
+    List,
+    /// Stop a schedule from ticking, in every process, until it is resumed.
+    Pause { id: String },
+    /// Let a paused schedule tick again from its next tick (missed ones are not made up).
+    Resume { id: String },
+    /// Delete a schedule (the jobs it made stay).
+    Remove { id: String },
+    /// Create one job of the schedule now, outside its ticks.
+    Run { id: String },
 }
 
 #[derive(Debug, Subcommand)]
@@ -457,6 +477,7 @@ async fn run(cli: Cli) -> Result<(), Exit> {
             let said = format!("{topic} resumed");
             report(json, json!({ "resumed": topic }), &said);
         }
+        Command::Schedules { command } => schedules(&client, command, json).await?,
         Command::Web {
             listen,
             read_only,
@@ -487,6 +508,83 @@ async fn run(cli: Cli) -> Result<(), Exit> {
             }
         }
     }
+    Ok(())
+}
+
+/// `dq schedules ...`; an unknown id exits 3.
+async fn schedules(
+    client: &Client,
+    command: Option<ScheduleCommand>,
+    json: bool,
+) -> Result<(), Exit> {
+    let unknown = |id: &str| Exit(3, format!("no schedule {id:?} (dq schedules lists them)"));
+    let (id, done) = match command.unwrap_or(ScheduleCommand::List) {
+        ScheduleCommand::List => {
+            let all = client.schedules().await?;
+            if json {
+                let list: Vec<_> = all
+                    .iter()
+                    .map(|s| {
+                        json!({
+                            "id": s.id,
+                            "repeat": s.spec.repeat.describe(),
+                            "topic": s.spec.topic,
+                            "missed": format!("{:?}", s.spec.missed),
+                            "paused": s.next.is_none(),
+                            "next_ms": s.next.map(|t| dq::store::to_us(t) / 1000),
+                            "last_ms": s.last.map(|t| dq::store::to_us(t) / 1000),
+                        })
+                    })
+                    .collect();
+                println!("{}", serde_json::Value::Array(list));
+                return Ok(());
+            }
+            let rows = all
+                .iter()
+                .map(|s| {
+                    vec![
+                        s.id.clone(),
+                        s.spec.repeat.describe(),
+                        s.spec.topic.clone(),
+                        s.next.map_or("paused".into(), until),
+                        s.last.map_or("-".into(), ago),
+                        format!("{:?}", s.spec.missed),
+                    ]
+                })
+                .collect();
+            print_table(
+                &["SCHEDULE", "REPEATS", "TOPIC", "NEXT", "LAST", "MISSED"],
+                rows,
+            );
+            return Ok(());
+        }
+        ScheduleCommand::Pause { id } => {
+            let found = client.pause_schedule(&id).await?;
+            (id, found.then_some("paused"))
+        }
+        ScheduleCommand::Resume { id } => {
+            let found = client.resume_schedule(&id).await?;
+            (id, found.then_some("resumed"))
+        }
+        ScheduleCommand::Remove { id } => {
+            let found = client.unschedule(&id).await?;
+            (id, found.then_some("removed"))
+        }
+        ScheduleCommand::Run { id } => {
+            let pushed = client.run_schedule_now(&id).await?;
+            let said = pushed.map(|p| {
+                let text = format!("{id}: job {} created", p.id);
+                report(json, json!({ "schedule": id, "job": p.id.as_str() }), &text);
+            });
+            return said.ok_or_else(|| unknown(&id));
+        }
+    };
+    let done = done.ok_or_else(|| unknown(&id))?;
+    report(
+        json,
+        json!({ "schedule": id, "done": done }),
+        &format!("{id} {done}"),
+    );
     Ok(())
 }
 

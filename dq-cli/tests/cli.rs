@@ -447,3 +447,39 @@ async fn push_with_unique_for_is_refused_after_success_and_debounce_replaces() {
     ));
     assert_eq!(again["outcome"], "Replaced");
 }
+
+#[tokio::test]
+async fn schedules_are_listed_paused_resumed_run_and_removed() {
+    let redis = RedisServer::start();
+    let c = client(&redis).await;
+    c.schedule("nightly")
+        .cron("0 3 * * *")
+        .tz("Europe/Paris")
+        .topic("cleanup")
+        .upsert()
+        .await
+        .unwrap();
+    let listed = json(&dq(&redis, &["schedules", "--json"]));
+    assert_eq!(listed[0]["id"], "nightly");
+    assert_eq!(listed[0]["repeat"], "cron \"0 3 * * *\" in Europe/Paris");
+    assert_eq!(listed[0]["paused"], false);
+    let table = ok(&dq(&redis, &["schedules"]));
+    assert!(
+        table.starts_with("SCHEDULE") && table.contains("cleanup"),
+        "{table}"
+    );
+    assert!(ok(&dq(&redis, &["schedules", "pause", "nightly"])).contains("nightly paused"));
+    assert_eq!(
+        json(&dq(&redis, &["schedules", "--json"]))[0]["paused"],
+        true
+    );
+    ok(&dq(&redis, &["schedules", "resume", "nightly"]));
+    let run = json(&dq(&redis, &["schedules", "run", "nightly", "--json"]));
+    let job = run["job"].as_str().unwrap();
+    assert!(job.starts_with("nightly@now-"), "{run}");
+    assert!(c.status_in("cleanup", job).await.unwrap().is_some());
+    ok(&dq(&redis, &["schedules", "remove", "nightly"]));
+    let gone = dq(&redis, &["schedules", "pause", "nightly"]);
+    assert_eq!(gone.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&gone.stderr).contains("no schedule \"nightly\""));
+}

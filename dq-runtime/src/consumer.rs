@@ -219,7 +219,16 @@ async fn run_job(
             client: shared.client.clone(),
         };
         let started = std::time::Instant::now();
-        let outcome = match (listener.handler)(&payload, ctx) {
+        // Decoding and the extractors run here, before the handler's own task: a panic in one
+        // of them (a user's `FromJob`) is a failed run, retried and dead-lettered as any.
+        let called = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            (listener.handler)(&payload, ctx)
+        }));
+        let called = called.unwrap_or_else(|panic| {
+            let error = format!("an argument extractor panicked: {}", panic_message(panic));
+            Ok(Box::pin(std::future::ready(Outcome::Error(error))))
+        });
+        let outcome = match called {
             Err(poison) => {
                 drop(permit);
                 tracing::error!(error = %poison, "poison message: dead-lettered on its first attempt, never retried (fix the producer or the payload type, then requeue it)");

@@ -23,7 +23,7 @@ use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
-use std::ops::{Deref, DerefMut};
+use std::ops::Deref;
 use std::sync::Arc;
 
 use dq_core::Client;
@@ -41,7 +41,14 @@ use crate::outcome::{IntoOutcome, Outcome};
 ///
 /// A failed extraction does not run the handler: the job ends with the [`Outcome`] returned,
 /// as if the handler had returned it (`Outcome::DeadLetter` for a job that can never be
-/// served, `Outcome::Error` to retry it with the listener's backoff).
+/// served, `Outcome::Error` to retry it with the listener's backoff). Do not return
+/// `Outcome::Done` (the job would be acked without its handler ever running) or
+/// `Outcome::RetryAfter` for a condition that lasts (a postponed run spends no attempt, so it
+/// would be postponed for ever). A panic in `from_job` counts as `Outcome::Error`.
+///
+/// The default [`check`](FromJob::check) accepts every listener; override it when your
+/// extractor needs something registered (as `State<T>` does), or a listener missing it fails
+/// at each job instead of at `start()`.
 ///
 /// Extraction is synchronous: it picks values out of the job and the registered state. Work
 /// that waits (a database lookup) belongs in the handler, under its timeout.
@@ -128,6 +135,10 @@ impl FromJob for Client {
 ///
 /// A listener asking for a `State<T>` that nobody registered fails `Runtime::start()` with
 /// the listener's name, the type and the call that provides it.
+///
+/// It derefs to `&T` only: each run has its own clone, so a change made through it would be
+/// lost when the run ends. What runs share goes behind an `Arc<Mutex<..>>` or a pool, as in
+/// `examples/order_cancel.rs`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct State<T>(pub T);
 
@@ -135,12 +146,6 @@ impl<T> Deref for State<T> {
     type Target = T;
     fn deref(&self) -> &T {
         &self.0
-    }
-}
-
-impl<T> DerefMut for State<T> {
-    fn deref_mut(&mut self) -> &mut T {
-        &mut self.0
     }
 }
 

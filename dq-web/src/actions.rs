@@ -387,3 +387,46 @@ pub(crate) async fn purge_all_dead(
         ),
     }
 }
+
+pub(crate) async fn schedule(
+    State(web): State<Shared>,
+    Extension(viewer): Extension<Viewer>,
+    Path((id, action)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(refused) = admit(&web, &viewer, &headers, &body) {
+        return *refused;
+    }
+    let client = &web.client;
+    let done = match action.as_str() {
+        "pause" => client
+            .pause_schedule(&id)
+            .await
+            .map(|found| found.then(|| format!("{id} paused."))),
+        "resume" => client
+            .resume_schedule(&id)
+            .await
+            .map(|found| found.then(|| format!("{id} resumed."))),
+        "run" => client
+            .run_schedule_now(&id)
+            .await
+            .map(|pushed| pushed.map(|p| format!("{id}: job {} created.", p.id))),
+        other => {
+            let message = format!("No schedule action {other:?}: pause, resume or run.");
+            return view::error(StatusCode::NOT_FOUND, Some(&viewer), &message);
+        }
+    };
+    match done {
+        Ok(Some(note)) => {
+            tracing::info!(schedule = id, action, "dq dashboard: {note}");
+            back(&format!("{}/schedules", viewer.base), &note)
+        }
+        Ok(None) => view::error(
+            StatusCode::NOT_FOUND,
+            Some(&viewer),
+            &format!("No schedule {id:?}."),
+        ),
+        Err(e) => store_error(&viewer, &format!("{action} schedule {id:?}"), &e),
+    }
+}

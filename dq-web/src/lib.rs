@@ -166,6 +166,8 @@ pub fn router(client: Client, options: Options) -> Router {
         .route("/", get(pages::overview))
         .route("/fragments/topics", get(pages::topics_fragment))
         .route("/workers", get(pages::workers))
+        .route("/schedules", get(pages::schedules))
+        .route("/schedules/{id}/{action}", post(actions::schedule))
         .route("/topics/{topic}", get(pages::topic))
         .route("/topics/{topic}/jobs/{id}", get(pages::job))
         .route("/topics/{topic}/pause", post(actions::pause))

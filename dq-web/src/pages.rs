@@ -543,3 +543,64 @@ pub(crate) async fn workers(
     };
     page(&viewer, "Workers", Duration::ZERO, None, body).into_response()
 }
+
+pub(crate) async fn schedules(
+    State(web): State<Shared>,
+    Extension(viewer): Extension<Viewer>,
+    uri: Uri,
+) -> Response {
+    let q = query(&uri);
+    let client = &web.client;
+    let (all, now) = match tokio::try_join!(client.schedules(), client.store_time()) {
+        Ok(found) => found,
+        Err(e) => return store_error(&viewer, "read the schedules", &e),
+    };
+    let base = &viewer.base;
+    let body = html! {
+        h1 { "Schedules" }
+        table.schedules {
+            thead { tr {
+                th { "Schedule" } th { "Repeats" } th { "Topic" } th { "Next tick" }
+                th { "Last tick" } th { "Missed ticks" } th { "State" }
+            } }
+            tbody {
+                @for s in &all {
+                    @let link = format!("{base}/schedules/{}", seg(&s.id));
+                    tr data-schedule=(s.id) {
+                        td { code { (s.id) } }
+                        td { (s.spec.repeat.describe()) }
+                        td { a href={ (base) "/topics/" (s.spec.topic) } { (s.spec.topic) } }
+                        td { @if let Some(t) = s.next { span title=(utc(t)) { (relative(t, now)) } } @else { "-" } }
+                        td { @if let Some(t) = s.last { span title=(utc(t)) { (relative(t, now)) } } @else { "-" } }
+                        td { (format!("{:?}", s.spec.missed)) }
+                        td {
+                            @if s.next.is_none() { span.badge.paused { "paused" } } @else { "ticking" }
+                            @if viewer.can_act {
+                                " "
+                                @if s.next.is_none() {
+                                    (button(&format!("{link}/resume"), &web.csrf, "Resume", "small"))
+                                } @else {
+                                    (button(&format!("{link}/pause"), &web.csrf, "Pause", "small"))
+                                }
+                                " "
+                                (button(&format!("{link}/run"), &web.csrf, "Run now", "small"))
+                            }
+                        }
+                    }
+                }
+                @if all.is_empty() {
+                    tr { td colspan="7" { "No schedules: declare one with client.schedule(id)…upsert()." } }
+                }
+            }
+        }
+        p.hint { "Each tick is one job, created a few seconds ahead and due at the tick. Times by the store's clock." }
+    };
+    page(
+        &viewer,
+        "Schedules",
+        Duration::ZERO,
+        q.get("note").map(String::as_str),
+        body,
+    )
+    .into_response()
+}

@@ -56,6 +56,7 @@ pub(crate) fn page(
                     nav {
                         a.brand href=(home) { "dq" }
                         a href=(home) { "Topics" }
+                        a href={ (base) "/schedules" } { "Schedules" }
                         a href={ (base) "/workers" } { "Workers" }
                     }
                     @if !viewer.can_act {

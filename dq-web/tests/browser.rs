@@ -316,6 +316,22 @@ async fn every_page_shows_the_right_counts_and_is_saved_as_a_screenshot() {
     assert_eq!(b.text("h1 .badge").await, "delayed");
     b.screenshot("job").await;
 
+    dash.client
+        .schedule("weekday-report")
+        .cron("0 9 * * MON-FRI")
+        .tz("Europe/Paris")
+        .topic("daily-report")
+        .upsert()
+        .await
+        .unwrap();
+    b.web
+        .goto(&format!("{}/schedules", dash.url))
+        .await
+        .unwrap();
+    let row = "tr[data-schedule='weekday-report']";
+    assert!(b.text(row).await.contains("Europe/Paris"));
+    b.screenshot("schedules").await;
+
     b.web.goto(&format!("{}/workers", dash.url)).await.unwrap();
     let worker = "table.workers tbody tr[data-worker]";
     assert!(b.text(worker).await.contains(TOPIC), "its topics");

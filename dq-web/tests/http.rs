@@ -204,3 +204,44 @@ async fn every_page_answers_on_the_in_memory_store() {
     let (status, _) = http(&addr, "GET", "/topics/bad%20topic", &[], "").await;
     assert_eq!(status, 400, "an invalid topic name is the caller's mistake");
 }
+
+#[tokio::test]
+async fn the_schedules_page_lists_them_and_pauses_resumes_and_runs_one() {
+    let client = memory_client().await;
+    client
+        .schedule("nightly")
+        .cron("0 3 * * *")
+        .tz("Europe/Paris")
+        .topic("cleanup")
+        .upsert()
+        .await
+        .unwrap();
+    let addr = serve(client.clone(), Options::new()).await;
+    let (status, page) = http(&addr, "GET", "/schedules", &[], "").await;
+    assert_eq!(status, 200);
+    assert!(page.contains("data-schedule=\"nightly\""), "{page}");
+    assert!(
+        page.contains("cron &quot;0 3 * * *&quot; in Europe/Paris")
+            || page.contains("cron \"0 3 * * *\" in Europe/Paris"),
+        "{page}"
+    );
+    let token = csrf(&addr).await;
+    let body = format!("csrf={token}");
+    let (status, text) = http(&addr, "POST", "/schedules/nightly/pause", &[], &body).await;
+    assert_eq!(status, 303, "{text}");
+    assert_eq!(client.schedules().await.unwrap()[0].next, None, "paused");
+    http(&addr, "POST", "/schedules/nightly/resume", &[], &body).await;
+    assert!(
+        client.schedules().await.unwrap()[0].next.is_some(),
+        "ticking again"
+    );
+    let (status, text) = http(&addr, "POST", "/schedules/nightly/run", &[], &body).await;
+    assert_eq!(status, 303, "{text}");
+    assert_eq!(
+        client.counts("cleanup").await.unwrap().ready,
+        1,
+        "one job now"
+    );
+    let (status, _) = http(&addr, "POST", "/schedules/nope/pause", &[], &body).await;
+    assert_eq!(status, 404);
+}

@@ -283,12 +283,15 @@ impl Client {
         let until = now_us.saturating_add(u64::try_from(lookahead.as_micros()).unwrap_or(u64::MAX));
         let mut created = 0;
         for (id, tick_us) in self.store.due_schedules(until, 100).await? {
-            created += self.fire_one(&id, tick_us, now_us).await?;
+            created += self.fire_one(&id, tick_us, now_us, until).await?;
         }
         Ok(created)
     }
 
-    async fn fire_one(&self, id: &str, tick_us: u64, now_us: u64) -> Result<usize> {
+    /// Fires schedule `id` from its stored next tick `tick_us` through every tick up to
+    /// `until_us`, so a schedule shorter than the lookahead (every second) has its jobs in
+    /// place ahead of time too. Stops when another process moved the schedule first.
+    async fn fire_one(&self, id: &str, tick_us: u64, now_us: u64, until_us: u64) -> Result<usize> {
         let Some(entry) = self.store.schedule(id).await? else {
             return Ok(0);
         };
@@ -334,20 +337,49 @@ impl Client {
             tracing::warn!(schedule = id, missed = steps, policy = ?spec.missed, "schedule ticks were missed (no process ran when they were due)");
         }
         let mut created = 0;
-        let catch_up = missed.iter().map(|t| (*t, now));
-        for (tick, due) in catch_up.chain([(current, current)]) {
-            let pushed = self.push_tick(id, spec, tick, due).await?;
-            if pushed.outcome == PushOutcome::Created {
-                created += 1;
-                let lateness = now.duration_since(tick).unwrap_or(Duration::ZERO);
-                metrics::counter!(crate::metric::SCHEDULE_FIRED, "schedule" => id.to_owned(), "topic" => spec.topic.clone()).increment(1);
-                metrics::histogram!(crate::metric::SCHEDULE_LATENESS, "schedule" => id.to_owned())
-                    .record(lateness.as_secs_f64());
+        for tick in missed {
+            created += self.fire_tick(id, spec, tick, now, now).await?;
+        }
+        // The stored tick, then each following one inside the lookahead: create its job, then
+        // move the schedule on by compare-and-set (a crash in between leaves the job in place,
+        // and whoever fires the tick again finds its id taken).
+        let mut from = tick_us;
+        for _ in 0..MAX_TICKS_PER_LOOK {
+            created += self.fire_tick(id, spec, current, current, now).await?;
+            let next = spec.repeat.next_after(current);
+            let next_us = next.map(to_us);
+            if !self.store.advance_schedule(id, from, next_us).await? {
+                break; // another process moved it, or it was paused or changed: theirs now
+            }
+            match (next, next_us) {
+                (Some(n), Some(n_us)) if n_us <= until_us => {
+                    current = n;
+                    from = n_us;
+                }
+                _ => break,
             }
         }
-        let next = spec.repeat.next_after(current).map(to_us);
-        self.store.advance_schedule(id, tick_us, next).await?;
         Ok(created)
+    }
+
+    /// Creates the job of one tick; 1 when it was created here, 0 when it already existed.
+    async fn fire_tick(
+        &self,
+        id: &str,
+        spec: &ScheduleSpec,
+        tick: SystemTime,
+        due: SystemTime,
+        now: SystemTime,
+    ) -> Result<usize> {
+        let pushed = self.push_tick(id, spec, tick, due).await?;
+        if pushed.outcome != PushOutcome::Created {
+            return Ok(0);
+        }
+        let lateness = now.duration_since(tick).unwrap_or(Duration::ZERO);
+        metrics::counter!(crate::metric::SCHEDULE_FIRED, "schedule" => id.to_owned(), "topic" => spec.topic.clone()).increment(1);
+        metrics::histogram!(crate::metric::SCHEDULE_LATENESS, "schedule" => id.to_owned())
+            .record(lateness.as_secs_f64());
+        Ok(1)
     }
 
     /// The job of one tick, due at `due` (the tick itself, or now for a catch-up).
@@ -371,6 +403,10 @@ impl Client {
             .await
     }
 }
+
+/// A guard on the ticks one look creates for one schedule (the shortest period is a second
+/// and the lookahead a few, so a look needs a handful).
+const MAX_TICKS_PER_LOOK: usize = 100;
 
 fn job_payload(spec: &ScheduleSpec, id: &str, tick: SystemTime) -> Result<String> {
     match &spec.payload {
