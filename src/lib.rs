@@ -160,8 +160,11 @@ pub use dq_macros::listener;
 
 #[doc(hidden)]
 pub mod __private {
+    pub use dq_core::periodic::TickPayload;
     pub use dq_runtime::inventory;
-    pub use dq_runtime::{decode, erase, extract, HandlerFuture, ListenerRegistration, States};
+    pub use dq_runtime::{
+        decode, erase, extract, HandlerFuture, ListenerRegistration, ListenerSchedule, States,
+    };
 }
 
 /// README.md's examples, compiled (and the runnable ones run) as doctests, so the first page a

@@ -97,9 +97,10 @@ async fn three_runtimes_on_redis_make_one_job_per_second_tick_none_early() {
         .upsert()
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let paused_at = SystemTime::now();
     client.pause_schedule("every-second").await.unwrap();
-    // The jobs already created for the next few ticks run; then nothing more comes.
+    // The jobs created ahead for the next few ticks are cancelled: nothing more comes.
     tokio::time::sleep(Duration::from_secs(6)).await;
     for rt in runtimes {
         rt.shutdown().await.unwrap();
@@ -112,6 +113,13 @@ async fn three_runtimes_on_redis_make_one_job_per_second_tick_none_early() {
         set.into_iter().collect()
     };
     assert!(ticks.len() >= 6, "about one a second: {}", ticks.len());
+    // (A look under way in another runtime at the instant of the pause may still make one.)
+    let last = *ticks.last().unwrap();
+    assert!(
+        last <= paused_at + Duration::from_secs(1),
+        "a tick {:?} after the pause ran",
+        last.duration_since(paused_at).unwrap()
+    );
     for pair in ticks.windows(2) {
         assert_eq!(
             pair[1].duration_since(pair[0]).unwrap(),
@@ -317,4 +325,54 @@ fn to_us(t: SystemTime) -> u64 {
             .as_micros(),
     )
     .unwrap()
+}
+
+#[tokio::test]
+async fn pausing_or_removing_a_schedule_cancels_the_jobs_it_created_ahead() {
+    let (client, _store) = manual();
+    let delayed = |client: Client| async move {
+        client
+            .jobs(
+                "heartbeat",
+                dq::JobState::Delayed,
+                dq::admin::Cursor::START,
+                100,
+            )
+            .await
+            .unwrap()
+            .jobs
+            .len()
+    };
+    client
+        .schedule("every-second")
+        .cron("* * * * * *")
+        .topic("heartbeat")
+        .upsert()
+        .await
+        .unwrap();
+    client.fire_schedules(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(delayed(client.clone()).await, 5);
+    assert!(client.pause_schedule("every-second").await.unwrap());
+    assert_eq!(
+        delayed(client.clone()).await,
+        0,
+        "paused: none of its ticks runs"
+    );
+    assert_eq!(
+        client.fire_schedules(Duration::from_secs(5)).await.unwrap(),
+        0
+    );
+
+    assert!(client.resume_schedule("every-second").await.unwrap());
+    assert_eq!(
+        client.fire_schedules(Duration::from_secs(5)).await.unwrap(),
+        5,
+        "the same ticks again"
+    );
+    assert!(client.unschedule("every-second").await.unwrap());
+    assert_eq!(
+        delayed(client.clone()).await,
+        0,
+        "removed: none of its ticks runs"
+    );
 }

@@ -69,6 +69,33 @@ pub struct Tick {
     pub at: SystemTime,
 }
 
+/// What each tick's job carries when `#[dq::listener(cron = ..)]` declares the schedule: a
+/// [`Tick`] for a listener taking one, `M::default()` for a listener taking a message `M`.
+/// (Used by the macro; you do not implement it.)
+#[doc(hidden)]
+#[diagnostic::on_unimplemented(
+    message = "a listener with `cron` or `every` takes `dq::schedule::Tick` or a message that implements `Default` and `Serialize`, not `{Self}`",
+    label = "each tick's job carries a `Tick`, or this type's `Default` value"
+)]
+pub trait TickPayload {
+    /// `None` for a [`Tick`] (the ticker writes it), else the JSON of the message.
+    fn tick_payload() -> std::result::Result<Option<serde_json::Value>, String>;
+}
+
+impl TickPayload for Tick {
+    fn tick_payload() -> std::result::Result<Option<serde_json::Value>, String> {
+        Ok(None)
+    }
+}
+
+impl<M: Default + Serialize> TickPayload for M {
+    fn tick_payload() -> std::result::Result<Option<serde_json::Value>, String> {
+        serde_json::to_value(M::default())
+            .map(Some)
+            .map_err(|e| format!("its Default value cannot be serialized: {e}"))
+    }
+}
+
 mod epoch_ms {
     use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -9,7 +9,7 @@ use syn::{FnArg, ItemFn, LitInt, LitStr};
 
 use crate::attr;
 
-const KEYS: &str = "topic, concurrency, timeout, retries, backoff, crate";
+const KEYS: &str = "topic, concurrency, timeout, retries, backoff, cron, tz, every, missed, crate";
 
 #[derive(Default)]
 struct Options {
@@ -18,6 +18,10 @@ struct Options {
     timeout: Option<Option<Duration>>,
     retries: Option<u32>,
     backoff: Option<TokenStream>,
+    cron: Option<LitStr>,
+    tz: Option<LitStr>,
+    every: Option<Duration>,
+    missed: Option<TokenStream>,
     krate: Option<LitStr>,
 }
 
@@ -60,6 +64,10 @@ fn parse_options(attr: TokenStream) -> syn::Result<Options> {
                 o.retries = Some(lit.base10_parse()?);
             }
             "backoff" => o.backoff = Some(backoff(&meta.value()?.parse()?)?),
+            "cron" => o.cron = Some(meta.value()?.parse()?),
+            "tz" => o.tz = Some(meta.value()?.parse()?),
+            "every" => o.every = Some(attr::duration(&meta.value()?.parse()?)?),
+            "missed" => o.missed = Some(missed(&meta.value()?.parse()?)?),
             "crate" => o.krate = Some(meta.value()?.parse()?),
             _ => {
                 return Err(meta.error(format!(
@@ -89,6 +97,97 @@ fn backoff(lit: &LitStr) -> syn::Result<TokenStream> {
             lit.span(),
             format!("invalid backoff {value:?}: use \"fixed:5s\", \"exponential:1s\" or \"1s\""),
         )),
+    }
+}
+
+/// `"skip"`, `"run_once"` or `"all:N"` (at most N catch-up jobs).
+fn missed(lit: &LitStr) -> syn::Result<TokenStream> {
+    let value = lit.value();
+    let bad = || {
+        syn::Error::new(
+            lit.span(),
+            format!("invalid missed-tick policy {value:?}: use \"skip\", \"run_once\" or \"all:N\" (at most N catch-up jobs)"),
+        )
+    };
+    match value.trim() {
+        "skip" => Ok(quote!(Skip)),
+        "run_once" => Ok(quote!(RunOnce)),
+        other => {
+            let max: u32 = other
+                .strip_prefix("all:")
+                .and_then(|n| n.trim().parse().ok())
+                .ok_or_else(bad)?;
+            Ok(quote!(All { max: #max }))
+        }
+    }
+}
+
+/// The schedule a listener declares, checked for what can be checked without the zone
+/// database (the expression and the zone are checked by `Runtime::start`).
+fn schedule(options: &Options, krate: &syn::Path, payload: &syn::Type) -> syn::Result<TokenStream> {
+    let some_str = |l: &Option<LitStr>| match l {
+        Some(l) => quote!(::core::option::Option::Some(#l)),
+        None => quote!(::core::option::Option::None),
+    };
+    match (&options.cron, options.every, &options.tz) {
+        (None, None, None) if options.missed.is_none() => {
+            return Ok(quote!(::core::option::Option::None))
+        }
+        (None, None, _) => {
+            return Err(syn::Error::new(
+                Span::call_site(),
+                "`tz` and `missed` go with a schedule: add `cron = \"0 9 * * MON-FRI\"` or `every = \"5m\"`",
+            ))
+        }
+        (Some(c), Some(_), _) => {
+            return Err(syn::Error::new(
+                c.span(),
+                "give either `cron` or `every`, not both",
+            ))
+        }
+        (None, Some(_), Some(tz)) => {
+            return Err(syn::Error::new(
+                tz.span(),
+                "`tz` goes with `cron`: an `every` schedule ticks at multiples of its interval since 1970-01-01 UTC",
+            ))
+        }
+        _ => {}
+    }
+    if options.topic.is_none() && type_name_is(payload, "Tick") {
+        return Err(syn::Error::new(
+            payload.span(),
+            "a `Tick` has no topic of its own: give the listener one, as in `#[dq::listener(topic = \"nightly-report\", cron = \"0 3 * * *\")]`",
+        ));
+    }
+    let cron = some_str(&options.cron);
+    let tz = some_str(&options.tz);
+    let every = match options.every {
+        Some(d) => {
+            let d = attr::duration_tokens(d);
+            quote!(::core::option::Option::Some(#d))
+        }
+        None => quote!(::core::option::Option::None),
+    };
+    let missed = options.missed.clone().unwrap_or(quote!(Skip));
+    // Spanned by the payload type: a type that is neither a Tick nor a Default message is
+    // reported there.
+    let payload_fn =
+        quote_spanned!(payload.span()=> <#payload as #krate::__private::TickPayload>::tick_payload);
+    Ok(quote! {
+        ::core::option::Option::Some(#krate::__private::ListenerSchedule {
+            cron: #cron,
+            every: #every,
+            tz: #tz,
+            missed: #krate::schedule::Missed::#missed,
+            payload: #payload_fn,
+        })
+    })
+}
+
+fn type_name_is(ty: &syn::Type, name: &str) -> bool {
+    match ty {
+        syn::Type::Path(p) => p.path.segments.last().is_some_and(|s| s.ident == name),
+        _ => false,
     }
 }
 
@@ -135,7 +234,8 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenS
         }
     }
 
-    let krate = attr::crate_path(options.krate)?;
+    let krate = attr::crate_path(options.krate.clone())?;
+    let schedule = schedule(&options, &krate, &payload)?;
     let name = &sig.ident;
     let topic = match options.topic {
         Some(t) => quote!(#t),
@@ -209,6 +309,7 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenS
                     call: #call_fn,
                     check: #check_fn,
                     name: ::core::stringify!(#name),
+                    schedule: #schedule,
                     module: ::core::module_path!(),
                     file: ::core::file!(),
                     line: ::core::line!(),

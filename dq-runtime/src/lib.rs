@@ -22,7 +22,7 @@ pub use context::JobContext;
 pub use extract::{erase, extract, FromJob, Handler, State, States};
 pub use listener::{
     decode, ArgumentCheck, ErasedHandler, HandlerFuture, Listener, ListenerRegistration,
-    DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT,
+    ListenerSchedule, DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT,
 };
 pub use outcome::{IntoOutcome, Outcome};
 pub use runtime::{Runtime, RuntimeBuilder, ShutdownHandle};

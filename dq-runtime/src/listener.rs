@@ -8,6 +8,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use dq_core::periodic::Missed;
 use serde::de::DeserializeOwned;
 
 use crate::backoff::Backoff;
@@ -59,6 +60,20 @@ pub struct Listener {
     pub(crate) handler: ErasedHandler,
     pub(crate) check: ArgumentCheck,
     pub(crate) name: String,
+    pub(crate) schedule: Option<ListenerSchedule>,
+}
+
+/// The schedule `#[dq::listener(cron = "..", tz = "..")]` (or `every = ".."`) declares for its
+/// topic; `Runtime::start` stores it under the topic's name.
+#[derive(Clone, Copy, Debug)]
+#[doc(hidden)]
+pub struct ListenerSchedule {
+    pub cron: Option<&'static str>,
+    pub every: Option<Duration>,
+    pub tz: Option<&'static str>,
+    pub missed: Missed,
+    /// What each tick's job carries (`None`: a [`Tick`](dq_core::periodic::Tick)).
+    pub payload: fn() -> Result<Option<serde_json::Value>, String>,
 }
 
 impl fmt::Debug for Listener {
@@ -70,6 +85,7 @@ impl fmt::Debug for Listener {
             .field("timeout", &self.timeout)
             .field("retries", &self.retries)
             .field("backoff", &self.backoff)
+            .field("schedule", &self.schedule)
             .finish_non_exhaustive()
     }
 }
@@ -108,6 +124,7 @@ impl Listener {
             handler,
             check,
             name,
+            schedule: None,
         }
     }
 
@@ -178,6 +195,7 @@ pub struct ListenerRegistration {
     pub call: fn(&[u8], JobContext) -> Result<HandlerFuture, String>,
     pub check: ArgumentCheck,
     pub name: &'static str,
+    pub schedule: Option<ListenerSchedule>,
     pub module: &'static str,
     pub file: &'static str,
     pub line: u32,
@@ -207,6 +225,7 @@ impl ListenerRegistration {
         if let Some(b) = self.backoff {
             l.backoff = b;
         }
+        l.schedule = self.schedule;
         l
     }
 }

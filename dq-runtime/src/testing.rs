@@ -32,7 +32,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use dq_core::store::Admin;
+use dq_core::store::{Admin, Leases};
 use dq_core::{Client, Config, Event, JobId, JobInfo, MemoryStore, Result, Topic};
 
 use crate::listener::Listener;
@@ -47,6 +47,7 @@ pub const IDLE_LIMIT: Duration = Duration::from_secs(30);
 #[must_use]
 pub struct TestRuntimeBuilder {
     runtime: RuntimeBuilder,
+    start: Option<SystemTime>,
 }
 
 impl TestRuntimeBuilder {
@@ -54,6 +55,7 @@ impl TestRuntimeBuilder {
     pub fn state<T: Clone + Send + Sync + 'static>(self, value: T) -> Self {
         TestRuntimeBuilder {
             runtime: self.runtime.state(value),
+            ..self
         }
     }
 
@@ -61,6 +63,7 @@ impl TestRuntimeBuilder {
     pub fn listener(self, listener: Listener) -> Self {
         TestRuntimeBuilder {
             runtime: self.runtime.listener(listener),
+            ..self
         }
     }
 
@@ -68,13 +71,23 @@ impl TestRuntimeBuilder {
     pub fn without_registered_listeners(self) -> Self {
         TestRuntimeBuilder {
             runtime: self.runtime.without_registered_listeners(),
+            ..self
+        }
+    }
+
+    /// Starts the test clock at `time` instead of the current time: for a schedule, say, that
+    /// is to be seen on a given weekday or across a daylight-saving change.
+    pub fn starting_at(self, time: SystemTime) -> Self {
+        TestRuntimeBuilder {
+            start: Some(time),
+            ..self
         }
     }
 
     /// Starts the test runtime; fails as [`RuntimeBuilder::start`] does (a listener asking for
     /// state nobody registered, say).
     pub async fn start(self) -> Result<TestRuntime> {
-        TestRuntime::start_with(self.runtime).await
+        TestRuntime::start_at(self.runtime, self.start.unwrap_or_else(SystemTime::now)).await
     }
 }
 
@@ -98,13 +111,18 @@ impl TestRuntime {
     pub fn builder() -> TestRuntimeBuilder {
         TestRuntimeBuilder {
             runtime: Runtime::builder(),
+            start: None,
         }
     }
 
     /// Runs what `builder` describes (listeners, state, hooks); its store and clock are
     /// replaced.
     pub async fn start_with(builder: RuntimeBuilder) -> Result<TestRuntime> {
-        let store = MemoryStore::with_manual_clock(SystemTime::now());
+        TestRuntime::start_at(builder, SystemTime::now()).await
+    }
+
+    async fn start_at(builder: RuntimeBuilder, start: SystemTime) -> Result<TestRuntime> {
+        let store = MemoryStore::with_manual_clock(start);
         // Timers of the runtime run in real time; leases long enough that a test never sees
         // one expire by accident.
         let config = Config::builder()
@@ -159,11 +177,23 @@ impl TestRuntime {
             };
             self.store.advance_to(at.max(self.store.now_us()));
             self.fire_schedules().await;
+            self.promote().await;
             self.wait_idle().await;
         }
         self.store.advance_to(target);
         self.fire_schedules().await;
+        self.promote().await;
         self.wait_idle().await;
+    }
+
+    /// Makes the jobs due now ready (the runtime's mover does it too, woken by the clock's
+    /// move; doing it here spares a round through its timers at every step).
+    async fn promote(&self) {
+        while let Ok(p) = self.store.promote(0, dq_core::MAX_BATCH).await {
+            if p.moved < dq_core::MAX_BATCH {
+                break;
+            }
+        }
     }
 
     /// Creates the jobs of the schedule ticks due now (the runtime's ticker does it too, every
@@ -184,6 +214,7 @@ impl TestRuntime {
     pub async fn wait_idle(&self) {
         let started = Instant::now();
         let mut quiet = 0;
+        let mut polls = 0u32;
         while quiet < 3 {
             if self.store.is_idle_for(|t| self.topics.contains(t)) {
                 quiet += 1;
@@ -194,7 +225,18 @@ impl TestRuntime {
                 started.elapsed() < IDLE_LIMIT,
                 "the test runtime is still busy after {IDLE_LIMIT:?}: a handler does not return"
             );
-            tokio::time::sleep(Duration::from_millis(1)).await;
+            // The store's state is the whole truth (a job fetched is running until its ack or
+            // retry is applied), so the first polls only let the runtime's tasks run; a
+            // handler that takes real time is then polled every millisecond.
+            polls += 1;
+            if polls < 1_000 {
+                // Give the OS thread up as well: the test's own thread spinning here would
+                // otherwise take a core from the runtime's workers.
+                std::thread::yield_now();
+                tokio::task::yield_now().await;
+            } else {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
         }
     }
 

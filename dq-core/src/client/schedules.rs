@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::{Client, Pushed};
 use crate::error::{Error, Result};
-use crate::job::{from_us, to_us, PushOutcome};
+use crate::job::{from_us, to_us, ChangeOutcome, PushOutcome};
 use crate::message::Message;
 use crate::name::{JobId, Topic};
 use crate::periodic::{Missed, Repeat, ScheduleSpec, Tick};
@@ -234,14 +234,54 @@ impl Client {
             .collect()
     }
 
-    /// Deletes a schedule; false when there was none. Jobs it already made stay.
+    /// Deletes a schedule; false when there was none. The jobs of its ticks still to come
+    /// (created a few seconds ahead) are cancelled; jobs of ticks that came stay.
     pub async fn unschedule(&self, id: &str) -> Result<bool> {
-        self.store.remove_schedule(id).await
+        let before = self.store.schedule(id).await?;
+        let removed = self.store.remove_schedule(id).await?;
+        if let Some(entry) = before.filter(|_| removed) {
+            self.cancel_ahead(id, entry).await?;
+        }
+        Ok(removed)
     }
 
-    /// Stops a schedule from ticking (in every process) until it is resumed.
+    /// Stops a schedule from ticking (in every process) until it is resumed. The jobs of its
+    /// ticks still to come (created a few seconds ahead) are cancelled, so nothing of it runs
+    /// after the pause, save a tick whose job a process was creating at that very instant.
     pub async fn pause_schedule(&self, id: &str) -> Result<bool> {
-        self.store.set_schedule_next(id, None).await
+        let before = self.store.schedule(id).await?;
+        let paused = self.store.set_schedule_next(id, None).await?;
+        if let Some(entry) = before.filter(|_| paused) {
+            self.cancel_ahead(id, entry).await?;
+        }
+        Ok(paused)
+    }
+
+    /// Cancels the jobs already created for the ticks of a schedule after now, up to and
+    /// including the next tick it had stored (`entry`, read before it was paused or removed):
+    /// the ticker creates them up to a few seconds ahead.
+    async fn cancel_ahead(&self, id: &str, entry: ScheduleEntry) -> Result<usize> {
+        let info = ScheduleInfo::from_entry(entry)?;
+        let Some(next) = info.next else {
+            return Ok(0); // paused already: nothing was created ahead since
+        };
+        let now = from_us(self.store.time_us().await?);
+        let mut cancelled = 0;
+        let mut tick = info.spec.repeat.next_after(now);
+        for _ in 0..MAX_TICKS_PER_LOOK {
+            let Some(t) = tick.filter(|t| *t <= next) else {
+                break;
+            };
+            if self
+                .cancel_in(&info.spec.topic, &tick_job_id(id, t))
+                .await?
+                == ChangeOutcome::Done
+            {
+                cancelled += 1;
+            }
+            tick = info.spec.repeat.next_after(t);
+        }
+        Ok(cancelled)
     }
 
     /// Lets a paused schedule tick again, from its next tick after now (the ticks it missed
