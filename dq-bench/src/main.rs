@@ -14,6 +14,7 @@
 
 mod dashboard;
 mod driver;
+mod schedules;
 mod stats;
 mod target;
 mod worker;
@@ -27,8 +28,9 @@ struct Cli {
     #[command(subcommand)]
     role: Option<Role>,
     /// all, burst, steady, sparse, sparse-offset, cross-process, pending, or, not in all:
-    /// ready-changes (the cost of replacing, cancelling and rescheduling ready jobs) and
-    /// dashboard (`dq web`'s page times over --n jobs, default 1,000,000; build dq-cli first).
+    /// ready-changes (the cost of replacing, cancelling and rescheduling ready jobs),
+    /// dashboard (`dq web`'s page times over --n jobs, default 1,000,000; build dq-cli first)
+    /// and schedules (tick lateness of --n one-second schedules, default 100, for 30 s).
     #[arg(long, default_value = "all")]
     workload: String,
     /// Jobs in a burst (default: 100000 and 5000).
@@ -147,6 +149,15 @@ fn main() -> anyhow::Result<()> {
             let target = target::Target::start(cli.cluster, cli.replicas, cli.wait_replicas);
             if !cli.pin_redis.is_empty() {
                 target.pin(&cli.pin_redis)?;
+            }
+            if cli.workload == "schedules" {
+                for rep in 0..cli.reps {
+                    let mut line = rt.block_on(schedules::run(&target, n.unwrap_or(100)))?;
+                    line["rep"] = serde_json::json!(rep);
+                    line["redis_version"] = serde_json::json!(target.version());
+                    println!("{line}");
+                }
+                return Ok(());
             }
             if cli.workload == "dashboard" {
                 for rep in 0..cli.reps {

@@ -46,6 +46,8 @@ pub(crate) struct Harness {
     pub(crate) exit_ms: Vec<u64>,
     /// The proxy between the workers and Redis, when the scenario has one; kept until the end.
     pub(crate) proxy: Option<crate::proxy::Blackhole>,
+    /// Clock offsets injected into the workers, by slot (libfaketime); none past the end.
+    pub(crate) clock_offsets_ms: Vec<i64>,
     started: Instant,
 }
 
@@ -107,6 +109,7 @@ impl Harness {
             ledger: Ledger::default(),
             exit_ms: Vec::new(),
             proxy: None,
+            clock_offsets_ms: Vec::new(),
             started: Instant::now(),
         })
     }
@@ -160,11 +163,31 @@ impl Harness {
         if let Some(hold) = args.hold_ms {
             cmd.args(["--hold-ms", &hold.to_string()]);
         }
+        let offset = self.clock_offsets_ms.get(slot).copied().unwrap_or(0);
+        if offset != 0 {
+            // The process' wall clock is off by `offset` (its monotonic clock is not: tokio's
+            // timers stay sane, as on a host whose NTP is wrong).
+            cmd.env("LD_PRELOAD", faketime_library()?)
+                .env("FAKETIME", format!("{:+}", offset as f64 / 1000.0))
+                .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+                .arg(format!("--clock-offset-ms={offset}"));
+        }
         Ok(cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()?)
+    }
+
+    /// The skew each worker measured between its clock and Redis' (ms), by slot; `None` for a
+    /// worker that has not written it yet.
+    pub(crate) fn measured_skews_ms(&self) -> Vec<Option<i64>> {
+        (0..self.workers.len())
+            .map(|slot| {
+                let path = self.dir.join(format!("worker-{slot}.skew"));
+                std::fs::read_to_string(path).ok()?.trim().parse().ok()
+            })
+            .collect()
     }
 
     pub(crate) fn worker_slots(&self) -> usize {
@@ -969,6 +992,20 @@ fn raw_commands(port: u16, commands: &[&[&str]], timeout: Duration) -> String {
         }
     }
     out
+}
+
+/// libfaketime's preload library (Debian's `faketime` package).
+fn faketime_library() -> anyhow::Result<PathBuf> {
+    let found = std::fs::read_dir("/usr/lib")?
+        .flatten()
+        .map(|arch| arch.path().join("faketime/libfaketime.so.1"))
+        .chain([PathBuf::from("/usr/lib/faketime/libfaketime.so.1")])
+        .find(|p| p.exists());
+    found.ok_or_else(|| {
+        anyhow::anyhow!(
+            "libfaketime is not installed: install it (apt-get install -y faketime); scripts/test does this for you"
+        )
+    })
 }
 
 /// The producer's plan: `n` jobs pushed at an even pace over `window`, each due `delay_ms`

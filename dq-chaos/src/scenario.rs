@@ -26,6 +26,7 @@ pub(crate) const ALL: &[&str] = &[
     "shard-stall",
     "cluster-reshard",
     "cluster-failover-wait",
+    "cron-skew",
 ];
 
 /// The longest acceptable wait, after a silent network is back, for the next job to finish.
@@ -54,6 +55,7 @@ fn worker(full: bool) -> WorkerArgs {
         // The full runs use dq's default lease; the short ones a short lease, to stay short.
         lease_ms: if full { 10_000 } else { 2_000 },
         grace_ms: 5_000,
+        clock_offset_ms: 0,
     }
 }
 
@@ -92,6 +94,7 @@ pub(crate) async fn run(name: &str, full: bool, seed: u64, keep: bool) -> anyhow
         "sabotage" => sabotage(seed).await?,
         "cluster-failover" => cluster_failover(full, seed, false).await?,
         "cluster-failover-wait" => cluster_failover(full, seed, true).await?,
+        "cron-skew" => cron_skew(full, seed).await?,
         other => anyhow::bail!("unknown scenario {other:?}; the scenarios are {ALL:?}"),
     };
     h.stop_workers().await;
@@ -806,4 +809,149 @@ async fn cluster_failover(full: bool, seed: u64, wait: bool) -> anyhow::Result<O
     }
     extra.insert("failures".into(), json!(failures));
     Ok((h, pushes, extra))
+}
+
+/// The schedule of `cron-skew`.
+const SCHEDULE: &str = "chaos-every-second";
+
+/// A 1-second cron schedule fired by five worker processes whose clocks disagree by up to 8 s
+/// (libfaketime offsets of -4, -1.5, 0, +1.5 and +4 s), with a SIGKILL of a random one every
+/// 2-4 s (full: 3-6 s), restarted with the same offset: every tick of the window is exactly one
+/// job (one id, due at its tick), and none starts before its tick.
+async fn cron_skew(full: bool, seed: u64) -> anyhow::Result<Outcome> {
+    let (ticks, every) = if full {
+        (60u64, (3_000, 6_000))
+    } else {
+        (15u64, (2_000, 4_000))
+    };
+    let offsets_ms = vec![-4_000, -1_500, 0, 1_500, 4_000];
+    let mut h = Harness::start("cron-skew", PLAIN, worker(full), seed).await?;
+    h.clock_offsets_ms = offsets_ms.clone();
+    h.spawn_workers(offsets_ms.len()).await?;
+    // Each worker writes the skew it sees once it has started: proof the offset took.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let skews = loop {
+        let skews = h.measured_skews_ms();
+        if skews.iter().all(Option::is_some) || Instant::now() > deadline {
+            break skews;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+
+    let start_us = dq::store::to_us(h.client.store_time().await?);
+    h.client
+        .schedule(SCHEDULE)
+        .cron("* * * * * *")
+        .message_to(
+            crate::TOPIC,
+            &crate::Job {
+                n: 0,
+                pad: String::new(),
+            },
+        )
+        .upsert()
+        .await?;
+    // The window: the `ticks` whole seconds after the schedule was declared.
+    let first_us = (start_us / 1_000_000 + 1) * 1_000_000;
+    let last_us = first_us + (ticks - 1) * 1_000_000;
+    let until = Instant::now() + Duration::from_micros(last_us - start_us) + secs(1.5);
+    while Instant::now() < until {
+        let wait = h.rng.range(every.0, every.1);
+        tokio::time::sleep(Duration::from_millis(wait).min(until - Instant::now())).await;
+        if Instant::now() >= until {
+            break;
+        }
+        let slot = h.rng.range(0, offsets_ms.len() as u64 - 1) as usize;
+        h.kill_and_restart(slot)?;
+    }
+    h.client.unschedule(SCHEDULE).await?;
+    let limit = drain_limit(&h).await;
+    h.drain(&Default::default(), limit).await;
+    let _ = h.ledger.refresh(&h.dir);
+
+    let mut failures: Vec<String> = Vec::new();
+    for (slot, (want, got)) in offsets_ms.iter().zip(&skews).enumerate() {
+        match got {
+            Some(got) if (got - want).abs() <= 500 => {}
+            other => failures.push(format!(
+                "worker {slot} was to run {want} ms off Redis' clock but measured {other:?} (is libfaketime working?)"
+            )),
+        }
+    }
+    // Per tick of the window (read from the job's id, `<schedule>@<tick in ms>`): its runs. A
+    // second job for one tick would have the same id and run again as attempt 1, which the
+    // report counts as `second_jobs` (and fails).
+    let mut by_tick: std::collections::BTreeMap<u64, Vec<&crate::ledger::Run>> = Default::default();
+    let mut foreign = 0;
+    let mut after_window = 0;
+    for run in &h.ledger.runs {
+        let tick_us = run
+            .id
+            .strip_prefix(SCHEDULE)
+            .and_then(|rest| rest.strip_prefix('@'))
+            .and_then(|ms| ms.parse::<u64>().ok())
+            .map(|ms| ms * 1000);
+        match tick_us {
+            None => foreign += 1,
+            Some(t) if t > last_us => after_window += 1,
+            Some(t) if t < first_us => foreign += 1,
+            Some(t) => by_tick.entry(t).or_default().push(run),
+        }
+    }
+    let expected: Vec<u64> = (0..ticks).map(|i| first_us + i * 1_000_000).collect();
+    let missing: Vec<u64> = expected
+        .iter()
+        .copied()
+        .filter(|t| !by_tick.contains_key(t))
+        .collect();
+    let off_tick = by_tick.keys().filter(|t| *t % 1_000_000 != 0).count() + foreign;
+    let two_jobs = by_tick
+        .values()
+        .filter(|runs| runs.iter().filter(|r| r.attempt == 1).count() > 1)
+        .count();
+    let mut wrong_due = 0;
+    let mut early = 0;
+    let mut lateness: Vec<f64> = Vec::new();
+    for (tick, runs) in &by_tick {
+        let Some(first) = runs.iter().min_by_key(|r| r.start_us) else {
+            continue;
+        };
+        if runs.iter().any(|r| r.attempt == 1 && r.due_us != *tick) {
+            wrong_due += 1;
+        }
+        if first.start_us < *tick {
+            early += 1;
+        }
+        lateness.push((first.start_us as f64 - *tick as f64) / 1000.0);
+    }
+    let ran_twice = by_tick.values().filter(|runs| runs.len() > 1).count();
+    let jobs = by_tick.len();
+    if jobs as u64 != ticks || !missing.is_empty() || two_jobs > 0 || off_tick > 0 {
+        failures.push(format!(
+            "{jobs} jobs for {ticks} ticks: {} missing ({missing:?}), {two_jobs} ticks with two jobs, {off_tick} jobs not of a tick",
+            missing.len()
+        ));
+    }
+    if wrong_due > 0 {
+        failures.push(format!("{wrong_due} jobs not due at their tick"));
+    }
+    if early > 0 {
+        failures.push(format!("{early} jobs started before their tick"));
+    }
+    let mut extra = serde_json::Map::new();
+    extra.insert("ticks".into(), json!(ticks));
+    extra.insert("tick_jobs".into(), json!(jobs));
+    extra.insert("ticks_missing".into(), json!(missing.len()));
+    extra.insert("ticks_with_two_jobs".into(), json!(two_jobs));
+    extra.insert("early".into(), json!(early));
+    extra.insert("jobs_after_window".into(), json!(after_window));
+    extra.insert("ticks_run_twice".into(), json!(ran_twice));
+    extra.insert("clock_offsets_ms".into(), json!(offsets_ms));
+    extra.insert("measured_skew_ms".into(), json!(skews));
+    extra.insert(
+        "tick_lateness_ms".into(),
+        crate::harness::summary(&mut lateness),
+    );
+    extra.insert("failures".into(), json!(failures));
+    Ok((h, Pushes::default(), extra))
 }

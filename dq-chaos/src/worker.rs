@@ -32,6 +32,17 @@ pub(crate) struct WorkerArgs {
     pub(crate) lease_ms: u64,
     #[arg(long, default_value_t = 5_000)]
     pub(crate) grace_ms: u64,
+    /// The offset libfaketime gives this process' clock (the harness injects it): the
+    /// ledger's times are written corrected by it, and the skew this process measures
+    /// against Redis' clock is written beside the ledger (`<ledger>.skew`).
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    pub(crate) clock_offset_ms: i64,
+}
+
+/// This process' clock, corrected by the injected offset, in microseconds since the epoch.
+fn true_now_us(offset_ms: i64) -> u64 {
+    let local = dq::store::to_us(std::time::SystemTime::now());
+    local.saturating_add_signed(-offset_ms.saturating_mul(1000))
 }
 
 pub(crate) async fn run(args: WorkerArgs) -> anyhow::Result<()> {
@@ -45,7 +56,7 @@ pub(crate) async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         let file = file.clone();
         let a = a.clone();
         async move {
-            let start = dq::store::to_us(std::time::SystemTime::now());
+            let start = true_now_us(a.clock_offset_ms);
             let ms = match a.hold_ms {
                 Some(hold) => hold,
                 None => {
@@ -56,7 +67,7 @@ pub(crate) async fn run(args: WorkerArgs) -> anyhow::Result<()> {
             if ms > 0 {
                 tokio::time::sleep(Duration::from_millis(ms)).await;
             }
-            let end = dq::store::to_us(std::time::SystemTime::now());
+            let end = true_now_us(a.clock_offset_ms);
             let entry = ledger::line(
                 ctx.id().as_str(),
                 ctx.attempt(),
@@ -94,6 +105,11 @@ pub(crate) async fn run(args: WorkerArgs) -> anyhow::Result<()> {
             }
         }
     };
+    // What dq sees of this host's clock: local time minus Redis' time (the injected skew).
+    let redis_now = dq::store::to_us(rt.client().store_time().await?);
+    let local_now = dq::store::to_us(std::time::SystemTime::now());
+    let skew_ms = (i128::from(local_now) - i128::from(redis_now)) / 1000;
+    std::fs::write(args.ledger.with_extension("skew"), skew_ms.to_string())?;
     println!("ready");
     std::io::stdout().flush()?;
     rt.run_until_shutdown_signal().await?;

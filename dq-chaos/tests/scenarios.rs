@@ -164,3 +164,35 @@ fn a_live_reshard_under_load_loses_nothing_and_never_writes_ahead_on_the_new_mas
     assert_eq!(r["busy_keys"], 0, "{r}");
     assert!(r["slots_moved"].as_u64().unwrap() >= 4, "{r}");
 }
+
+#[test]
+fn a_one_second_cron_on_five_skewed_clocks_with_sigkills_makes_one_job_per_tick_none_early() {
+    let r = run("cron-skew");
+    assert_eq!(r["ok"], true, "cron-skew failed: {}", r["failures"]);
+    assert_eq!(r["tick_jobs"], r["ticks"], "one job per tick");
+    assert_eq!(
+        (
+            r["ticks_missing"].as_u64(),
+            r["ticks_with_two_jobs"].as_u64(),
+            r["early"].as_u64()
+        ),
+        (Some(0), Some(0), Some(0))
+    );
+    assert_eq!(r["second_jobs"], 0);
+    assert!(
+        r["faults"]["worker SIGKILL"].as_u64().unwrap() >= 3,
+        "{}",
+        r["faults"]
+    );
+    // The clocks really disagreed: -4 s to +4 s against Redis'.
+    let skews: Vec<i64> = r["measured_skew_ms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_i64().unwrap())
+        .collect();
+    assert!(
+        skews.iter().max().unwrap() - skews.iter().min().unwrap() >= 7_000,
+        "{skews:?}"
+    );
+}
