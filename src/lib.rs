@@ -32,7 +32,7 @@
 //! The root holds what a program that pushes and handles jobs uses (22 names); the rest is in
 //! modules: [`push`] (the push builder and its outcomes), [`admin`] (counts, listings, workers),
 //! [`limits`] (defaults and bounds), [`runtime`] (the shutdown handle, what a handler may
-//! return), [`config`], [`metric`] (metric names), [`store`] (the store's role traits, the Redis
+//! return), [`schedule`] (periodic schedules), [`config`], [`metric`] (metric names), [`store`] (the store's role traits, the Redis
 //! and memory stores and their records, for tools that work below the client) and [`testing`].
 
 pub use dq_core::{
@@ -126,7 +126,15 @@ pub use dq_macros::Message;
 /// | `timeout = "5s"` | `"60s"` | a run that takes longer is cancelled and counts as failed; `"none"` for no limit |
 /// | `retries = N` | the job's own (2 by default, set at push) | retries after a failed first run |
 /// | `backoff = "..."` | `"exponential:1s"` (capped at 10 min, +/-20 % jitter) | `"fixed:5s"`, `"exponential:2s"` |
+/// | `cron = "..."` | none | a schedule for this topic: five cron fields, or six with seconds first |
+/// | `tz = "..."` | `"UTC"` | the IANA zone `cron` is read in (`"Europe/Paris"`) |
+/// | `every = "5m"` | none | a schedule ticking at multiples of the interval (at least `1s`) |
+/// | `missed = "..."` | `"skip"` | ticks missed while every process was down: `"skip"`, `"run_once"`, `"all:N"` |
 /// | `crate = "..."` | `"dq"` | the path of this crate, for re-exporters |
+///
+/// With `cron` or `every`, the runtime stores the schedule under the topic's name at start (see
+/// [`schedule`] and README "Periodic jobs"); the payload is then a [`schedule::Tick`] (name the
+/// `topic`) or a message implementing `Default`, which each tick's job carries.
 ///
 /// Durations are written as the `DQ_*` variables are (`250ms`, `5s`, `1.5s`, `10m`, `2h`, `1d`;
 /// one parser, `dq::config::parse_duration`, serves both) and must be positive; topics follow

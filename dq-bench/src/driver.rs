@@ -50,10 +50,9 @@ fn payload(i: u64) -> Payload {
 
 pub(crate) use dq_testkit::stats::now_us;
 
+/// [`now_us`] in milliseconds.
 fn now_ms() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+    now_us() as f64 / 1000.0
 }
 
 fn at(ms: f64) -> SystemTime {

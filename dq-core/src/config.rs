@@ -216,11 +216,14 @@ impl Config {
                 "a lease shorter than 100ms would expire while the renewal is in flight",
             ));
         }
-        if self.promote_batch == 0 || self.promote_batch > 10_000 {
+        if self.promote_batch == 0 || self.promote_batch > crate::store::policy::PROMOTE_BATCH {
             return Err(bad(
                 "promote_batch",
                 self.promote_batch.to_string(),
-                "use 1 to 10000 jobs per call",
+                &format!(
+                    "use 1 to {} jobs per call",
+                    crate::store::policy::PROMOTE_BATCH
+                ),
             ));
         }
         if self.safety_tick.is_zero() {

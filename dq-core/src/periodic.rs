@@ -61,12 +61,23 @@ pub enum Missed {
 /// The payload of a tick's job when the schedule gives no message of its own: which schedule
 /// fired, and for which tick.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Tick {
     /// The schedule's id.
     pub schedule: String,
     /// The tick: when the job was meant to run (its due time).
     #[serde(with = "epoch_ms")]
     pub at: SystemTime,
+}
+
+impl Tick {
+    /// The tick of schedule `schedule` at `at` (to call a handler in a unit test).
+    pub fn new(schedule: impl Into<String>, at: SystemTime) -> Tick {
+        Tick {
+            schedule: schedule.into(),
+            at,
+        }
+    }
 }
 
 /// What each tick's job carries when `#[dq::listener(cron = ..)]` declares the schedule: a

@@ -1,5 +1,5 @@
-//! The job store: every state change of a job, behind five role traits ([`Sharded`],
-//! [`Producer`], [`Leases`], [`Admin`], [`Registry`]; [`Store`] is all of them) with two
+//! The job store: every state change of a job, behind six role traits ([`Sharded`],
+//! [`Producer`], [`Leases`], [`Admin`], [`Registry`], [`Schedules`]; [`Store`] is all of them) with two
 //! implementations, Redis ([`RedisStore`]) and in-process memory (the embedded default).
 //!
 //! A job lives in one shard, chosen by a stable hash of its topic and id ([`shard_of`]), and
@@ -10,7 +10,7 @@ mod connection;
 mod hub;
 mod keys;
 mod memory;
-mod policy;
+pub(crate) mod policy;
 mod redis;
 mod scripts;
 mod subscription;

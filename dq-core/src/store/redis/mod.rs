@@ -2,7 +2,8 @@
 //!
 //! One module per role of the store ([`Producer`](super::Producer) in `produce`,
 //! [`Leases`](super::Leases) in `lease`, [`Admin`](super::Admin) and
-//! [`Registry`](super::Registry) in `admin`), the blocking waiters in `waiters`, and the
+//! [`Registry`](super::Registry) in `admin`, [`Schedules`](super::Schedules) in `schedules`),
+//! the blocking waiters in `waiters`, and the
 //! reading of script replies in `reply`.
 
 mod admin;
