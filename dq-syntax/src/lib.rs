@@ -19,7 +19,8 @@ pub const MAX_TOPIC_LEN: usize = 128;
 /// Longest job id accepted, in bytes.
 pub const MAX_JOB_ID_LEN: usize = 256;
 
-/// Why `name` cannot be a topic (1 to 128 ASCII letters, digits, `-`, `_` or `.`), or `None`.
+/// Why `name` cannot be a topic (1 to 128 ASCII letters, digits, `-`, `_` or `.`, not `.` or
+/// `..`), or `None`.
 ///
 /// ```
 /// assert_eq!(dq_syntax::topic_problem("order-cancel"), None);
@@ -37,6 +38,9 @@ pub fn topic_problem(name: &str) -> Option<&'static str> {
         .any(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')))
     {
         return Some("a topic may hold only ASCII letters, digits, '-', '_' and '.'");
+    }
+    if matches!(name, "." | "..") {
+        return Some("a topic must not be '.' or '..' (they read as paths in URLs, the dashboard's included)");
     }
     None
 }
@@ -60,6 +64,9 @@ pub fn id_problem(id: &str) -> Option<&'static str> {
     }
     if id.contains(['{', '}', ':', '*']) {
         return Some("a job id must not contain '{', '}', ':' or '*'");
+    }
+    if matches!(id, "." | "..") {
+        return Some("a job id must not be '.' or '..' (they read as paths in URLs, the dashboard's included)");
     }
     None
 }
@@ -106,6 +113,17 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dot_and_dot_dot_are_neither_topics_nor_ids_but_may_appear_inside_them() {
+        for name in [".", ".."] {
+            assert!(topic_problem(name).is_some(), "{name}");
+            assert!(id_problem(name).is_some(), "{name}");
+        }
+        assert_eq!(topic_problem("orders.v2"), None);
+        assert_eq!(id_problem("..."), None);
+        assert_eq!(id_problem("a/../b"), None);
+    }
 
     #[test]
     fn every_unit_parses_and_zero_is_a_duration() {

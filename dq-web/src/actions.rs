@@ -75,9 +75,9 @@ fn admit(
 /// A redirect (303) to `to` with a note of what was done.
 fn back(to: &str, note: &str) -> Response {
     let mut url = to.to_owned();
-    // One note only: drop the previous one.
-    if let Some(i) = url.find("note=") {
-        url.truncate(i.saturating_sub(1));
+    // One note only: drop the previous one (a `note` parameter, not "note=" inside a job id).
+    if let Some(i) = url.rfind("?note=").or_else(|| url.rfind("&note=")) {
+        url.truncate(i);
     }
     let separator = if url.contains('?') { '&' } else { '?' };
     let note: String = form_urlencoded::byte_serialize(note.as_bytes()).collect();
@@ -98,10 +98,21 @@ fn return_to(viewer: &Viewer, form: &Form, headers: &HeaderMap, fallback: String
             let after_scheme = r.split_once("://")?.1;
             Some(&after_scheme[after_scheme.find('/')?..])
         });
+    // A path under the dashboard's base and nothing a browser could read as another host:
+    // no `//` start, and no backslash, whitespace or control character anywhere (browsers
+    // read `\` as `/` and drop tabs and newlines, so `/\evil.example` is `//evil.example`).
     let ours = |path: &&str| {
-        let rest = path.strip_prefix(viewer.base.as_str()).unwrap_or("//");
+        if path
+            .bytes()
+            .any(|b| b == b'\\' || b.is_ascii_whitespace() || b.is_ascii_control())
+        {
+            return false;
+        }
+        let Some(rest) = path.strip_prefix(viewer.base.as_str()) else {
+            return false;
+        };
         !path.starts_with("//")
-            && (rest.starts_with('/')
+            && ((rest.starts_with('/') && !rest.starts_with("//"))
                 || rest.starts_with('?')
                 || (rest.is_empty() && !path.is_empty()))
     };

@@ -245,3 +245,57 @@ async fn the_schedules_page_lists_them_and_pauses_resumes_and_runs_one() {
     let (status, _) = http(&addr, "POST", "/schedules/nope/pause", &[], &body).await;
     assert_eq!(status, 404);
 }
+
+#[tokio::test]
+async fn after_an_action_the_dashboard_redirects_only_to_its_own_pages() {
+    let client = memory_client().await;
+    let addr = serve(client.clone(), Options::new()).await;
+    let token = csrf(&addr).await;
+    // `return` values and Referers a browser would follow off-site (a backslash or a tab reads
+    // as a slash there), or that are not pages of this dashboard.
+    let hostile = [
+        "//evil.example/",
+        "/\\evil.example/",
+        "/\\/evil.example/",
+        "/\t/evil.example/",
+        "https://evil.example/",
+        "evil.example",
+    ];
+    for to in hostile {
+        let encoded: String = form_urlencoded::byte_serialize(to.as_bytes()).collect();
+        let body = format!("csrf={token}&return={encoded}");
+        let (status, text) = http(&addr, "POST", "/topics/order-cancel/pause", &[], &body).await;
+        assert_eq!(status, 303, "{text}");
+        let location = text
+            .lines()
+            .find_map(|l| l.strip_prefix("location: "))
+            .unwrap_or_default();
+        assert!(
+            location.starts_with("/topics/order-cancel?note="),
+            "return {to:?} redirected to {location:?}"
+        );
+        let referer = format!("Referer: http://{addr}{}", to.replace('\t', "%09"));
+        let (_, text) = http(
+            &addr,
+            "POST",
+            "/topics/order-cancel/resume",
+            &[&referer],
+            &format!("csrf={token}"),
+        )
+        .await;
+        let location = text
+            .lines()
+            .find_map(|l| l.strip_prefix("location: "))
+            .unwrap_or_default();
+        // (A Referer carries the tab percent-encoded: `/%09/evil.example/` is a path here.)
+        let on_site = location.starts_with('/')
+            && !location.starts_with("//")
+            && !location.contains('\\')
+            && !location.contains(char::is_whitespace);
+        assert!(on_site, "Referer {to:?} redirected to {location:?}");
+    }
+    // A page of the dashboard is where it goes back to.
+    let body = format!("csrf={token}&return=%2Fworkers");
+    let (_, text) = http(&addr, "POST", "/topics/order-cancel/pause", &[], &body).await;
+    assert!(text.contains("location: /workers?note="), "{text}");
+}
