@@ -29,18 +29,17 @@
 //!
 //! ## What is where
 //!
-//! The root holds what a program that pushes and handles jobs uses (22 names); the rest is in
+//! The root holds what a program that pushes and handles jobs uses (20 names); the rest is in
 //! modules: [`push`] (the push builder and its outcomes), [`admin`] (counts, listings, workers),
 //! [`limits`] (defaults and bounds), [`runtime`] (the shutdown handle, what a handler may
 //! return), [`schedule`] (periodic schedules), [`config`], [`metric`] (metric names), [`store`] (the store's role traits, the Redis
 //! and memory stores and their records, for tools that work below the client) and [`testing`].
 
 pub use dq_core::{
-    Client, Config, ConfigBuilder, Error, ErrorKind, JobId, JobInfo, JobState, Message, Result,
-    Schedule, Topic,
+    Client, Config, Error, ErrorKind, JobId, JobInfo, JobState, Message, Result, Schedule, Topic,
 };
 pub use dq_runtime::{
-    Backoff, FromJob, JobContext, Listener, Outcome, Runtime, RuntimeBuilder, ShutdownReport, State,
+    Backoff, FromJob, JobContext, Listener, Outcome, Runtime, RuntimeBuilder, State,
 };
 
 pub use dq_core::{metric, store};
@@ -77,12 +76,13 @@ pub mod limits {
 /// what a handler may return, what [`Listener::new`](crate::Listener::new) accepts, and the
 /// registered state a [`FromJob`](crate::FromJob) may check.
 pub mod runtime {
-    pub use dq_runtime::{Handler, IntoOutcome, ShutdownHandle, States};
+    pub use dq_runtime::{Handler, IntoOutcome, ShutdownHandle, ShutdownReport, States};
 }
 
-/// Reading configuration values as the `DQ_*` variables and the macro do.
+/// Configuration: the builder [`Config::builder`] returns, and reading values as the `DQ_*`
+/// variables and the macro do.
 pub mod config {
-    pub use dq_core::{parse_duration, CLUSTER_SHARDS};
+    pub use dq_core::{parse_duration, ConfigBuilder, CLUSTER_SHARDS};
 }
 
 /// Testing handlers without Redis and without waiting; see [`testing::TestRuntime`].

@@ -66,14 +66,14 @@ async fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
     LOCK.lock().await
 }
 
-fn config(redis: &RedisServer) -> dq::ConfigBuilder {
+fn config(redis: &RedisServer) -> dq::config::ConfigBuilder {
     Config::builder()
         .redis_url(redis.url())
         .namespace("rt")
         .safety_tick(Duration::from_secs(3600))
 }
 
-async fn start(config: dq::ConfigBuilder, listeners: Vec<Listener>) -> Runtime {
+async fn start(config: dq::config::ConfigBuilder, listeners: Vec<Listener>) -> Runtime {
     let mut b = Runtime::builder()
         .config(config.build().unwrap())
         .without_registered_listeners();

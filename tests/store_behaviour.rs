@@ -45,7 +45,7 @@ struct Harness {
 impl Harness {
     async fn new(
         kind: Kind,
-        tweak: impl FnOnce(dq::ConfigBuilder) -> dq::ConfigBuilder,
+        tweak: impl FnOnce(dq::config::ConfigBuilder) -> dq::config::ConfigBuilder,
     ) -> Harness {
         match kind {
             Kind::Redis => {

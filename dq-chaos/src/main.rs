@@ -32,7 +32,7 @@ pub(crate) const NAMESPACE: &str = "chaos";
 
 /// A configuration for `url`: `redis://...` for one server, `cluster:redis://a,redis://b`
 /// for a cluster.
-pub(crate) fn config(url: &str) -> anyhow::Result<dq::ConfigBuilder> {
+pub(crate) fn config(url: &str) -> anyhow::Result<dq::config::ConfigBuilder> {
     let b = dq::Config::builder().namespace(NAMESPACE);
     Ok(match url.strip_prefix("cluster:") {
         Some(seeds) => b.redis_cluster(seeds.split(',').map(str::to_owned)),

@@ -272,7 +272,12 @@ impl TestRuntime {
     }
 
     /// Shuts the runtime down.
+    ///
+    /// # Panics
+    /// When the runtime's supervisor failed (it panicked): the test sees it.
     pub async fn shutdown(self) {
-        let _ = self.runtime.shutdown().await;
+        if let Err(e) = self.runtime.shutdown().await {
+            panic!("the test runtime did not shut down cleanly: {e}");
+        }
     }
 }

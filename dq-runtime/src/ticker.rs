@@ -1,12 +1,17 @@
 //! The schedule ticker: every second, each runtime creates the jobs of the schedule ticks due
 //! in the next few seconds (each due exactly at its tick, so the mover starts it as precisely
 //! as any delayed job). Any number of runtimes do this at once; a tick is one job (see
-//! `Client::fire_schedules`).
+//! `Client::fire_schedules`). Also the schedules `#[dq::listener(cron = ..)]` declares, stored
+//! at start.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use dq_core::periodic::Repeat;
+use dq_core::{Client, Result, Topic};
+
 use crate::health::Health;
+use crate::listener::ListenerSchedule;
 use crate::shared::Shared;
 
 /// How often the ticker looks.
@@ -30,5 +35,71 @@ pub(crate) async fn ticker(shared: Arc<Shared>) {
             _ = shared.stop.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}
         }
+    }
+}
+
+/// Whether a listener's schedule can be stored: one of cron and every, a valid expression and
+/// zone, a payload that serializes.
+pub(crate) fn check_schedule(s: &ListenerSchedule) -> std::result::Result<(), String> {
+    match (s.cron, s.every, s.tz) {
+        (Some(expr), None, tz) => Repeat::cron(expr, tz.unwrap_or("UTC"))
+            .map(drop)
+            .map_err(|e| e.to_string())?,
+        (None, Some(every), None) => Repeat::every(every).map(drop).map_err(|e| e.to_string())?,
+        (None, Some(_), Some(_)) => return Err("`tz` goes with `cron`, not `every` (an interval ticks at its multiples since 1970-01-01 UTC)".into()),
+        _ => return Err("give one of `cron` and `every`".into()),
+    }
+    (s.payload)().map(drop)
+}
+
+/// Stores a listener's schedule under its topic's name, sending its jobs to that topic. An
+/// unchanged schedule keeps its place, so every process declaring it at every start neither
+/// skips nor repeats a tick; a paused one stays paused.
+pub(crate) async fn declare_schedule(
+    client: &Client,
+    topic: &Topic,
+    s: &ListenerSchedule,
+) -> Result<()> {
+    let mut b = client.schedule(topic.as_str()).missed(s.missed);
+    if let Some(expr) = s.cron {
+        b = b.cron(expr).tz(s.tz.unwrap_or("UTC"));
+    }
+    if let Some(every) = s.every {
+        b = b.every(every);
+    }
+    b = match (s.payload)() {
+        Ok(Some(message)) => b.message_to(topic.as_str(), &message),
+        Ok(None) | Err(_) => b.topic(topic.as_str()),
+    };
+    b.upsert().await.map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dq_core::periodic::Missed;
+
+    fn tick() -> std::result::Result<Option<serde_json::Value>, String> {
+        Ok(None)
+    }
+
+    fn schedule(cron: Option<&'static str>, tz: Option<&'static str>) -> ListenerSchedule {
+        ListenerSchedule {
+            cron,
+            every: None,
+            tz,
+            missed: Missed::Skip,
+            payload: tick,
+        }
+    }
+
+    #[test]
+    fn a_listener_schedule_with_a_bad_expression_or_zone_is_refused_with_the_reason() {
+        let bad_cron = check_schedule(&schedule(Some("0 25 * * *"), None)).unwrap_err();
+        assert!(bad_cron.contains("0 25 * * *"), "{bad_cron}");
+        let bad_zone =
+            check_schedule(&schedule(Some("0 9 * * *"), Some("Europe/Pariss"))).unwrap_err();
+        assert!(bad_zone.contains("Europe/Pariss"), "{bad_zone}");
+        assert!(check_schedule(&schedule(Some("0 9 * * *"), Some("Europe/Paris"))).is_ok());
     }
 }

@@ -122,6 +122,24 @@ fn return_to(viewer: &Viewer, form: &Form, headers: &HeaderMap, fallback: String
         .map_or(fallback, str::to_owned)
 }
 
+/// [`admit`], then where to go back to afterwards ([`return_to`], else `fallback`).
+fn admit_to(
+    web: &Shared,
+    viewer: &Viewer,
+    headers: &HeaderMap,
+    body: &Bytes,
+    fallback: String,
+) -> Result<(Form, String), Box<Response>> {
+    let form = admit(web, viewer, headers, body)?;
+    let to = return_to(viewer, &form, headers, fallback);
+    Ok((form, to))
+}
+
+/// The page of `topic`.
+fn topic_page(viewer: &Viewer, topic: &str) -> String {
+    format!("{}/topics/{}", viewer.base, seg(topic))
+}
+
 pub(crate) async fn pause(
     State(web): State<Shared>,
     Extension(viewer): Extension<Viewer>,
@@ -150,8 +168,8 @@ async fn set_paused(
     body: Bytes,
     pause: bool,
 ) -> Response {
-    let form = match admit(&web, &viewer, &headers, &body) {
-        Ok(form) => form,
+    let (_, to) = match admit_to(&web, &viewer, &headers, &body, topic_page(&viewer, &topic)) {
+        Ok(admitted) => admitted,
         Err(refused) => return *refused,
     };
     let done = if pause {
@@ -164,12 +182,6 @@ async fn set_paused(
     }
     let verb = if pause { "Paused" } else { "Resumed" };
     tracing::info!(topic, "dq dashboard: {} topic", verb.to_lowercase());
-    let to = return_to(
-        &viewer,
-        &form,
-        &headers,
-        format!("{}/topics/{}", viewer.base, seg(&topic)),
-    );
     back(&to, &format!("{verb} {topic}."))
 }
 
@@ -224,7 +236,7 @@ pub(crate) async fn job(
             tracing::info!(topic, id, action, "dq dashboard: {note}");
             // A deleted job has no page any more: back to its topic.
             let to = if action == "cancel" {
-                format!("{}/topics/{}", viewer.base, seg(&topic))
+                topic_page(&viewer, &topic)
             } else {
                 page
             };
@@ -270,16 +282,10 @@ pub(crate) async fn bulk(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let form = match admit(&web, &viewer, &headers, &body) {
-        Ok(form) => form,
+    let (form, to) = match admit_to(&web, &viewer, &headers, &body, topic_page(&viewer, &topic)) {
+        Ok(admitted) => admitted,
         Err(refused) => return *refused,
     };
-    let to = return_to(
-        &viewer,
-        &form,
-        &headers,
-        format!("{}/topics/{}", viewer.base, seg(&topic)),
-    );
     let ids = form.all("id");
     if ids.is_empty() {
         return back(&to, "Nothing selected.");
@@ -350,16 +356,10 @@ pub(crate) async fn retry_all_dead(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let form = match admit(&web, &viewer, &headers, &body) {
-        Ok(form) => form,
+    let (_, to) = match admit_to(&web, &viewer, &headers, &body, topic_page(&viewer, &topic)) {
+        Ok(admitted) => admitted,
         Err(refused) => return *refused,
     };
-    let to = return_to(
-        &viewer,
-        &form,
-        &headers,
-        format!("{}/topics/{}", viewer.base, seg(&topic)),
-    );
     match web.client.retry_dead(&topic, &[]).await {
         Ok(n) => {
             tracing::info!(topic, n, "dq dashboard: retried every dead letter");
@@ -376,16 +376,10 @@ pub(crate) async fn purge_all_dead(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let form = match admit(&web, &viewer, &headers, &body) {
-        Ok(form) => form,
+    let (_, to) = match admit_to(&web, &viewer, &headers, &body, topic_page(&viewer, &topic)) {
+        Ok(admitted) => admitted,
         Err(refused) => return *refused,
     };
-    let to = return_to(
-        &viewer,
-        &form,
-        &headers,
-        format!("{}/topics/{}", viewer.base, seg(&topic)),
-    );
     match web.client.purge_dead(&topic, Duration::ZERO).await {
         Ok(n) => {
             tracing::info!(topic, n, "dq dashboard: deleted every dead letter");

@@ -52,7 +52,7 @@ pub async fn client(redis: &RedisServer) -> TestClient {
 
 pub async fn client_with(
     redis: &RedisServer,
-    tweak: impl FnOnce(dq::ConfigBuilder) -> dq::ConfigBuilder,
+    tweak: impl FnOnce(dq::config::ConfigBuilder) -> dq::config::ConfigBuilder,
 ) -> TestClient {
     let config = tweak(Config::builder().redis_url(redis.url()).namespace("test"))
         .build()
