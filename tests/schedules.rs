@@ -376,3 +376,127 @@ async fn pausing_or_removing_a_schedule_cancels_the_jobs_it_created_ahead() {
         "removed: none of its ticks runs"
     );
 }
+
+async fn delayed_in(client: &Client, topic: &str) -> usize {
+    client
+        .jobs(topic, dq::JobState::Delayed, dq::admin::Cursor::START, 1000)
+        .await
+        .unwrap()
+        .jobs
+        .len()
+}
+
+#[tokio::test]
+async fn a_schedule_that_cannot_fire_does_not_hold_up_the_others() {
+    let (client, store) = manual();
+    // Declared by a process that allows 10 KB payloads...
+    client
+        .schedule("big")
+        .every(Duration::from_secs(1))
+        .message_to("reports", &"x".repeat(10_000))
+        .upsert()
+        .await
+        .unwrap();
+    client
+        .schedule("small")
+        .every(Duration::from_secs(1))
+        .topic("heartbeat")
+        .upsert()
+        .await
+        .unwrap();
+    // ...fired by one that allows 1 KB: "big" fails (its place is kept), "small" fires.
+    let strict = Client::new(
+        Arc::new(store.clone()),
+        dq::Config::builder()
+            .max_payload_bytes(1024)
+            .build()
+            .unwrap(),
+    );
+    assert_eq!(
+        strict.fire_schedules(Duration::from_secs(5)).await.unwrap(),
+        5
+    );
+    assert_eq!(delayed_in(&client, "heartbeat").await, 5);
+    assert_eq!(delayed_in(&client, "reports").await, 0);
+    // A message over the limit of the process declaring it is refused there.
+    let refused = strict
+        .schedule("big2")
+        .every(Duration::from_secs(1))
+        .message_to("reports", &"x".repeat(10_000))
+        .upsert()
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("payload limit"), "{refused}");
+}
+
+#[tokio::test]
+async fn one_look_fires_every_due_schedule_however_many() {
+    let (client, _store) = manual();
+    for i in 0..150 {
+        client
+            .schedule(&format!("s{i}"))
+            .every(Duration::from_secs(1))
+            .topic("heartbeat")
+            .upsert()
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        client.fire_schedules(Duration::from_secs(5)).await.unwrap(),
+        150 * 5
+    );
+}
+
+#[tokio::test]
+async fn resuming_a_running_schedule_changes_nothing() {
+    let (client, _store) = manual();
+    client
+        .schedule("s")
+        .every(Duration::from_secs(1))
+        .topic("heartbeat")
+        .upsert()
+        .await
+        .unwrap();
+    client.fire_schedules(Duration::from_secs(5)).await.unwrap();
+    let before = client.schedules().await.unwrap()[0].next;
+    assert!(client.resume_schedule("s").await.unwrap());
+    assert_eq!(client.schedules().await.unwrap()[0].next, before);
+    assert_eq!(
+        client.fire_schedules(Duration::from_secs(5)).await.unwrap(),
+        0,
+        "no tick made again"
+    );
+}
+
+#[tokio::test]
+async fn changing_a_schedule_cancels_the_jobs_made_ahead_under_the_old_one() {
+    let (client, _store) = manual();
+    let declare = |topic: &'static str| {
+        client
+            .schedule("s")
+            .every(Duration::from_secs(1))
+            .topic(topic)
+            .upsert()
+    };
+    declare("old-topic").await.unwrap();
+    client.fire_schedules(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(delayed_in(&client, "old-topic").await, 5);
+    declare("new-topic").await.unwrap();
+    assert_eq!(delayed_in(&client, "old-topic").await, 0);
+    client.fire_schedules(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(delayed_in(&client, "new-topic").await, 5);
+}
+
+#[tokio::test]
+async fn a_catch_up_over_a_thousand_jobs_is_refused() {
+    let (client, _store) = manual();
+    let refused = client
+        .schedule("s")
+        .every(Duration::from_secs(1))
+        .topic("t")
+        .missed(Missed::All { max: 1_001 })
+        .upsert()
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("1000"), "{refused}");
+}

@@ -145,6 +145,16 @@ impl ScheduleBuilder {
             ),
         })?;
         Topic::new(topic.as_str())?;
+        if let Missed::All { max } = self.missed {
+            if max > MAX_CATCH_UP {
+                return Err(Error::InvalidPeriodic {
+                    reason: format!(
+                        "schedule {:?}: Missed::All {{ max: {max} }} is over {MAX_CATCH_UP} catch-up jobs",
+                        self.id
+                    ),
+                });
+            }
+        }
         let spec = ScheduleSpec {
             repeat,
             topic,
@@ -156,16 +166,44 @@ impl ScheduleBuilder {
             topic: spec.topic.clone(),
             source,
         })?;
-        let store = &client.store;
-        let next = match store.schedule(&self.id).await? {
-            Some(old) if old.spec_json == json => old.next_us,
-            Some(old) if old.next_us.is_none() => None,
-            _ => {
-                let now = from_us(store.time_us().await?);
-                spec.repeat.next_after(now).map(to_us)
+        if let Some(payload) = &spec.payload {
+            let limit = client.config.max_payload_bytes;
+            if payload.len() > limit {
+                return Err(Error::InvalidPeriodic {
+                    reason: format!(
+                        "schedule {:?}: its message is {} bytes, over the {limit}-byte payload limit",
+                        self.id,
+                        payload.len()
+                    ),
+                });
             }
-        };
-        store.put_schedule(&self.id, &json, next).await?;
+        }
+        let store = &client.store;
+        let now = from_us(store.time_us().await?);
+        if spec.repeat.next_after(now).is_none() {
+            return Err(Error::InvalidPeriodic {
+                reason: format!("schedule {:?} never ticks after now", self.id),
+            });
+        }
+        let old = store.schedule(&self.id).await?;
+        match &old {
+            // Unchanged (declared again at a start): nothing is written, so a pause or a look
+            // moving it on meanwhile is not undone.
+            Some(old) if old.spec_json == json => {}
+            Some(old) => {
+                // Changed: ticks from now, paused if it was; jobs created ahead under the old
+                // spec are cancelled.
+                let next = old
+                    .next_us
+                    .and_then(|_| spec.repeat.next_after(now).map(to_us));
+                store.put_schedule(&self.id, &json, next).await?;
+                client.cancel_ahead(&self.id, old.clone()).await?;
+            }
+            None => {
+                let next = spec.repeat.next_after(now).map(to_us);
+                store.put_schedule(&self.id, &json, next).await?;
+            }
+        }
         let entry = store.schedule(&self.id).await?;
         let entry = entry.ok_or_else(|| Error::Internal {
             what: "schedule upsert",
@@ -261,8 +299,16 @@ impl Client {
     /// including the next tick it had stored (`entry`, read before it was paused or removed):
     /// the ticker creates them up to a few seconds ahead.
     async fn cancel_ahead(&self, id: &str, entry: ScheduleEntry) -> Result<usize> {
+        let last = entry.last_us;
         let info = ScheduleInfo::from_entry(entry)?;
-        let Some(next) = info.next else {
+        // A look may have moved it on between the read of `entry` and the pause: its ticks
+        // reach the one after the last it recorded (pushed before its move failed).
+        let after_last = match self.store.schedule(id).await? {
+            Some(now) => now.last_us.or(last),
+            None => last,
+        }
+        .and_then(|l| info.spec.repeat.next_after(from_us(l)));
+        let Some(next) = info.next.into_iter().chain(after_last).max() else {
             return Ok(0); // paused already: nothing was created ahead since
         };
         let now = from_us(self.store.time_us().await?);
@@ -290,6 +336,9 @@ impl Client {
         let Some(entry) = self.store.schedule(id).await? else {
             return Ok(false);
         };
+        if entry.next_us.is_some() {
+            return Ok(true); // not paused: its place stays as it is
+        }
         let info = ScheduleInfo::from_entry(entry)?;
         let now = from_us(self.store.time_us().await?);
         let next = info.spec.repeat.next_after(now).map(to_us);
@@ -322,8 +371,32 @@ impl Client {
         let now_us = self.store.time_us().await?;
         let until = now_us.saturating_add(u64::try_from(lookahead.as_micros()).unwrap_or(u64::MAX));
         let mut created = 0;
-        for (id, tick_us) in self.store.due_schedules(until, 100).await? {
-            created += self.fire_one(&id, tick_us, now_us, until).await?;
+        let mut looked: std::collections::HashSet<String> = Default::default();
+        // Page through every due schedule, each once: one fired is moved past `until`, so the
+        // next page holds others; one that failed (or another process holds) is passed over.
+        loop {
+            let due = self
+                .store
+                .due_schedules(until, DUE_PAGE + looked.len())
+                .await?;
+            let page: Vec<(String, u64)> = due
+                .into_iter()
+                .filter(|(id, _)| !looked.contains(id))
+                .collect();
+            if page.is_empty() {
+                break;
+            }
+            for (id, tick_us) in page {
+                looked.insert(id.clone());
+                match self.fire_one(&id, tick_us, now_us, until).await {
+                    Ok(n) => created += n,
+                    Err(e) if e.kind() == crate::ErrorKind::Unavailable => return Err(e),
+                    Err(e) => {
+                        // One schedule that cannot fire must not hold up the others.
+                        tracing::error!(schedule = %id, error = %e, "a schedule's tick could not be fired; the others go on, and it is tried again at the next look");
+                    }
+                }
+            }
         }
         Ok(created)
     }
@@ -335,6 +408,9 @@ impl Client {
         let Some(entry) = self.store.schedule(id).await? else {
             return Ok(0);
         };
+        if entry.next_us != Some(tick_us) {
+            return Ok(0); // moved on (or paused) since it was listed as due: not ours to fire
+        }
         let info = match ScheduleInfo::from_entry(entry) {
             Ok(info) => info,
             Err(e) => {
@@ -385,11 +461,24 @@ impl Client {
         // and whoever fires the tick again finds its id taken).
         let mut from = tick_us;
         for _ in 0..MAX_TICKS_PER_LOOK {
-            created += self.fire_tick(id, spec, current, current, now).await?;
+            let made = self.fire_tick(id, spec, current, current, now).await?;
+            created += made;
             let next = spec.repeat.next_after(current);
             let next_us = next.map(to_us);
             if !self.store.advance_schedule(id, from, next_us).await? {
-                break; // another process moved it, or it was paused or changed: theirs now
+                // Another process moved it (theirs now), or it was paused or removed while
+                // this tick's job was being made: then that job goes too.
+                let stopped = self
+                    .store
+                    .schedule(id)
+                    .await?
+                    .is_none_or(|e| e.next_us.is_none());
+                if made == 1 && stopped {
+                    self.cancel_in(&spec.topic, &tick_job_id(id, current))
+                        .await?;
+                    created -= 1;
+                }
+                break;
             }
             match (next, next_us) {
                 (Some(n), Some(n_us)) if n_us <= until_us => {
@@ -447,6 +536,12 @@ impl Client {
 /// A guard on the ticks one look creates for one schedule (the shortest period is a second
 /// and the lookahead a few, so a look needs a handful).
 const MAX_TICKS_PER_LOOK: usize = 100;
+
+/// Due schedules read per call of a look.
+const DUE_PAGE: usize = 100;
+
+/// Most catch-up jobs `Missed::All` may ask for (they are created in one look).
+pub(crate) const MAX_CATCH_UP: u32 = 1_000;
 
 fn job_payload(spec: &ScheduleSpec, id: &str, tick: SystemTime) -> Result<String> {
     match &spec.payload {
