@@ -520,9 +520,10 @@ impl Client {
         due: SystemTime,
     ) -> Result<Pushed> {
         // Long enough that a process firing the same tick later (after a crash between the
-        // push and the schedule's move) finds the id still taken, short enough to stay small.
+        // push and the schedule's move, or a stall of minutes between its check and its push)
+        // finds the id still taken, short enough to stay small (600 ids for a 1 s schedule).
         let period = spec.repeat.period_after(tick);
-        let window = (period * 10).clamp(Duration::from_secs(60), Duration::from_secs(7 * 86_400));
+        let window = (period * 10).clamp(Duration::from_secs(600), Duration::from_secs(7 * 86_400));
         self.push_json(&spec.topic, job_payload(spec, id, tick)?)
             .id(tick_job_id(id, tick))
             .at(due)
