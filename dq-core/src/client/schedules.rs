@@ -425,7 +425,7 @@ impl Client {
         // Walk over the ticks whose successor has come too: they were missed (no process fired
         // them in time). `current` is the latest tick not missed.
         let mut current = from_us(tick_us);
-        let mut missed = Vec::new();
+        let mut missed = std::collections::VecDeque::new();
         let keep = match spec.missed {
             Missed::Skip => 0,
             Missed::RunOnce => 1,
@@ -433,9 +433,9 @@ impl Client {
         };
         let mut steps = 0u32;
         while let Some(next) = spec.repeat.next_after(current).filter(|n| *n <= now) {
-            missed.push(current);
+            missed.push_back(current);
             if missed.len() > keep {
-                missed.remove(0);
+                missed.pop_front();
             }
             current = next;
             steps += 1;
