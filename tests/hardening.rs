@@ -66,6 +66,12 @@ struct Faulty {
     stalled_shard: Option<u16>,
     failing_fetch: Option<(u16, Duration)>,
     fetch_failures: std::sync::atomic::AtomicUsize,
+    /// A push of a job whose id starts with this holds (after `pushing` is notified) until
+    /// the test adds a permit to `push_gate`: a process stalled between its look at a
+    /// schedule and its push of the tick's job.
+    hold_push: Option<String>,
+    pushing: Notify,
+    push_gate: Semaphore,
 }
 
 impl Faulty {
@@ -78,6 +84,9 @@ impl Faulty {
             stalled_shard: None,
             failing_fetch: None,
             fetch_failures: Default::default(),
+            hold_push: None,
+            pushing: Notify::new(),
+            push_gate: Semaphore::new(0),
         }
     }
 
@@ -111,6 +120,14 @@ impl Producer for Faulty {
         jobs: Vec<NewJob>,
         on_conflict: OnConflict,
     ) -> dq::Result<Vec<PushOutcome>> {
+        let held = self.hold_push.as_ref().is_some_and(|prefix| {
+            jobs.iter()
+                .any(|j| j.id.as_str().starts_with(prefix.as_str()))
+        });
+        if held {
+            self.pushing.notify_one();
+            self.push_gate.acquire().await.unwrap().forget();
+        }
         self.inner.push(jobs, on_conflict).await
     }
     async fn cancel(&self, topic: &Topic, id: &JobId) -> dq::Result<ChangeOutcome> {
@@ -255,8 +272,14 @@ impl Schedules for Faulty {
     async fn due_schedules(&self, until_us: u64, limit: usize) -> dq::Result<Vec<(String, u64)>> {
         self.inner.due_schedules(until_us, limit).await
     }
-    async fn advance_schedule(&self, id: &str, from: u64, to: Option<u64>) -> dq::Result<bool> {
-        self.inner.advance_schedule(id, from, to).await
+    async fn advance_schedule(
+        &self,
+        id: &str,
+        generation: u64,
+        from: u64,
+        to: Option<u64>,
+    ) -> dq::Result<bool> {
+        self.inner.advance_schedule(id, generation, from, to).await
     }
     async fn set_schedule_next(&self, id: &str, next: Option<u64>) -> dq::Result<bool> {
         self.inner.set_schedule_next(id, next).await
@@ -636,4 +659,159 @@ async fn a_failing_shard_holds_one_permit_of_its_topic_not_all_of_them() {
         "the first job of the healthy shard started {first:?} after its push"
     );
     rt.shutdown().await.unwrap();
+}
+
+// Issue 19's review: a schedule's tick is made into one job, whatever the interleaving of the
+// processes that fire it.
+
+/// A schedule firing every second, on `topic`, in `redis`; the tick due next (store clock).
+async fn every_second(client: &dq::Client, id: &str, topic: &str) -> SystemTime {
+    let info = client
+        .schedule(id)
+        .every(Duration::from_secs(1))
+        .topic(topic)
+        .upsert()
+        .await
+        .unwrap();
+    info.next.unwrap()
+}
+
+/// Sleeps until `tick` is due by Redis' clock.
+async fn until_due(client: &dq::Client, tick: SystemTime) {
+    loop {
+        let now = client.store_time().await.unwrap();
+        match tick.duration_since(now) {
+            Ok(left) if !left.is_zero() => tokio::time::sleep(left).await,
+            _ => return,
+        }
+    }
+}
+
+/// A process that read a tick as due, then stalled (a paused VM, a stopped container) until
+/// the tick's job had run elsewhere and its reservation had run out, must not create that job
+/// again when it wakes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_stalled_past_a_ticks_reservation_does_not_make_its_job_again() {
+    let redis = RedisServer::start();
+    let config = config(&redis);
+    let mut faulty = Faulty::new(&config).await;
+    faulty.hold_push = Some("beat@".into());
+    let faulty = Arc::new(faulty);
+    let stalled = dq::Client::new(faulty.clone(), config.clone());
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let r = runs.clone();
+    let listener = Listener::new("beats", move |tick: dq::schedule::Tick, _: JobContext| {
+        r.lock().unwrap().push(tick.at);
+        async {}
+    });
+    let rt = start(&redis, listener).await;
+    let client = rt.client().clone();
+    let tick = every_second(&client, "beat", "beats").await;
+    until_due(&client, tick).await;
+    // The stalled process looks at the schedule and holds before its push.
+    let look = tokio::spawn(async move { stalled.fire_schedules(Duration::ZERO).await });
+    faulty.pushing.notified().await;
+    // Another process fires the tick; its job runs.
+    let id = dq::schedule::tick_job_id("beat", tick);
+    client.fire_schedules(Duration::ZERO).await.unwrap();
+    wait_until_done(&client, "beats", &id).await;
+    assert_eq!(runs.lock().unwrap().len(), 1);
+    // Ten minutes later its reservation has run out (the test removes it), and the stalled
+    // process wakes up and pushes.
+    for key in redis.command(&["KEYS", "*unique"]).lines() {
+        redis.command(&["DEL", key]);
+    }
+    faulty.push_gate.add_permits(1);
+    let created = look.await.unwrap().unwrap();
+    assert_eq!(created, 0, "the stalled process made the tick's job again");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let status = client.status_in("beats", &id).await.unwrap();
+    let ran = runs.lock().unwrap().len();
+    assert_eq!(ran, 1, "tick {id} ran twice ({status:?})");
+    rt.shutdown().await.unwrap();
+}
+
+/// A look under way while the schedule is changed (here its message) cannot go on making the
+/// jobs of the coming ticks with the old spec: at most the one it was pushing is left (its tick
+/// is a tick of the new spec too), and the ticks after it carry the new message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_look_under_way_when_a_schedule_changes_makes_no_more_jobs_of_the_old_spec() {
+    let redis = RedisServer::start();
+    let config = config(&redis);
+    let mut faulty = Faulty::new(&config).await;
+    faulty.hold_push = Some("greet@".into());
+    let faulty = Arc::new(faulty);
+    let stalled = dq::Client::new(faulty.clone(), config.clone());
+    let client = dq::Client::connect(config.clone()).await.unwrap();
+    let declare = |word: &'static str| {
+        client
+            .schedule("greet")
+            .every(Duration::from_secs(1))
+            .message_to("greetings", &word)
+            .upsert()
+    };
+    let tick = declare("old").await.unwrap().next.unwrap();
+    // The look fires the coming ticks ahead of time and holds before its first push.
+    let look = tokio::spawn(async move { stalled.fire_schedules(Duration::from_secs(5)).await });
+    faulty.pushing.notified().await;
+    // The schedule changes meanwhile; its next tick stays the same.
+    let changed = declare("new").await.unwrap();
+    assert_eq!(changed.next, Some(tick));
+    faulty.push_gate.add_permits(100);
+    look.await.unwrap().unwrap();
+    // The next look (any process) makes the jobs of the ticks after it with the new message.
+    client.fire_schedules(Duration::from_secs(5)).await.unwrap();
+    let message = |tick: SystemTime| {
+        let id = dq::schedule::tick_job_id("greet", tick);
+        let client = client.clone();
+        async move {
+            let job = client.status_in("greetings", &id).await.unwrap();
+            job.map(|j| String::from_utf8_lossy(&j.payload).into_owned())
+        }
+    };
+    assert!(message(tick).await.is_some(), "the tick has a job");
+    for later in 1..=3 {
+        let t = tick + Duration::from_secs(later);
+        assert_eq!(message(t).await.as_deref(), Some("\"new\""), "tick {t:?}");
+    }
+    client.unschedule("greet").await.unwrap();
+}
+
+/// The same, when the change moves the ticks elsewhere: the job the look was pushing, for a
+/// tick the schedule no longer has, goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_look_under_way_when_a_schedule_changes_leaves_no_job_at_a_tick_it_no_longer_has() {
+    let redis = RedisServer::start();
+    let config = config(&redis);
+    let mut faulty = Faulty::new(&config).await;
+    faulty.hold_push = Some("greet@".into());
+    let faulty = Arc::new(faulty);
+    let stalled = dq::Client::new(faulty.clone(), config.clone());
+    let client = dq::Client::connect(config.clone()).await.unwrap();
+    let declare = |every: u64| {
+        client
+            .schedule("greet")
+            .every(Duration::from_secs(every))
+            .topic("greetings")
+            .upsert()
+    };
+    let mut tick = declare(1).await.unwrap().next.unwrap();
+    while to_secs(tick).is_multiple_of(3600) {
+        // A tick of the hourly schedule too: wait for the next one.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        tick = client.schedules().await.unwrap()[0].next.unwrap();
+    }
+    let look = tokio::spawn(async move { stalled.fire_schedules(Duration::from_secs(5)).await });
+    faulty.pushing.notified().await;
+    declare(3600).await.unwrap();
+    faulty.push_gate.add_permits(100);
+    look.await.unwrap().unwrap();
+    let id = dq::schedule::tick_job_id("greet", tick);
+    let job = client.status_in("greetings", &id).await.unwrap();
+    assert!(job.is_none(), "a job of the old spec was left: {job:?}");
+    client.unschedule("greet").await.unwrap();
+}
+
+fn to_secs(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs()
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 
 use dq::admin::{ChangeOutcome, Cursor};
 use dq::push::{OnConflict, PushOutcome};
-use dq::store::{DeadLetters, MemoryStore};
+use dq::store::{DeadLetters, MemoryStore, NewJob, TickFence};
 use dq::{Error, JobState, Schedule};
 use serde::{Deserialize, Serialize};
 use support::{id, topic, RedisCluster, RedisServer, TestClient};
@@ -146,6 +146,8 @@ on_both_stores!(
     a_replace_without_unique_for_drops_the_reservation_asked_before,
     unique_by_payload_makes_the_same_message_one_job,
     debounce_keeps_the_last_payload_and_moves_the_due_time,
+    a_ticks_job_is_created_once_per_generation_even_after_it_is_gone,
+    a_schedule_moves_on_only_under_the_generation_its_look_read,
 );
 
 async fn pushed_job_is_delayed_with_its_payload_and_due_time(kind: Kind) {
@@ -1573,4 +1575,91 @@ async fn debounce_keeps_the_last_payload_and_moves_the_due_time(kind: Kind) {
         1,
         "one job"
     );
+}
+
+/// The fence behind "one job per tick": a store creates a tick's job only when no later tick
+/// (or later generation) of its schedule was created before it, so a process that pushes a
+/// tick long after it ran (its reservation over) makes nothing.
+async fn a_ticks_job_is_created_once_per_generation_even_after_it_is_gone(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let s = h.client.store();
+    let tick = |n: u64, generation: u64| NewJob {
+        topic: topic("beats"),
+        id: id(&format!("beat@{n}")),
+        schedule: Schedule::After(Duration::from_secs(3600)),
+        max_attempts: 1,
+        unique_for: None,
+        fence: Some(TickFence {
+            schedule: "beat".into(),
+            generation,
+            tick_us: n,
+        }),
+        payload: b"{}".to_vec(),
+    };
+    let push = |job: NewJob| async move { s.push(vec![job], OnConflict::Keep).await.unwrap()[0] };
+    assert_eq!(push(tick(2, 1)).await, PushOutcome::Created);
+    // Gone (cancelled here; run and its reservation over alike): not made again,
+    let cancelled = s.cancel(&topic("beats"), &id("beat@2")).await.unwrap();
+    assert_eq!(cancelled, ChangeOutcome::Done);
+    assert_eq!(push(tick(2, 1)).await, PushOutcome::AlreadyPending);
+    // nor is an earlier tick; a later one is.
+    assert_eq!(push(tick(1, 1)).await, PushOutcome::AlreadyPending);
+    assert_eq!(push(tick(3, 1)).await, PushOutcome::Created);
+    // A new generation (the spec changed, or the schedule was resumed) starts from any tick,
+    // and the old one makes nothing more.
+    assert_eq!(push(tick(1, 2)).await, PushOutcome::Created);
+    assert_eq!(push(tick(4, 1)).await, PushOutcome::AlreadyPending);
+    assert!(s
+        .status(&topic("beats"), &id("beat@4"))
+        .await
+        .unwrap()
+        .is_none());
+    // Jobs without a fence are not held back by it.
+    let plain = h
+        .client
+        .push_to("beats", &0)
+        .id("beat@5")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(plain.outcome, PushOutcome::Created);
+}
+
+/// A schedule's generation grows when its spec changes or it is resumed (not when it is
+/// declared again unchanged or paused), and a look that read an older one cannot move it.
+async fn a_schedule_moves_on_only_under_the_generation_its_look_read(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let (c, s) = (h.client.client(), h.client.store());
+    let declare = |secs: u64| {
+        c.schedule("beat")
+            .every(Duration::from_secs(secs))
+            .topic("beats")
+            .upsert()
+    };
+    let generation = || async { s.schedule("beat").await.unwrap().unwrap().generation };
+    declare(60).await.unwrap();
+    let first = generation().await;
+    declare(60).await.unwrap();
+    assert_eq!(generation().await, first, "declared again unchanged");
+    declare(120).await.unwrap();
+    let changed = generation().await;
+    assert!(changed > first, "changed: {changed} after {first}");
+    assert!(c.pause_schedule("beat").await.unwrap());
+    assert_eq!(generation().await, changed, "paused");
+    assert!(c.resume_schedule("beat").await.unwrap());
+    let resumed = generation().await;
+    assert!(resumed > changed, "resumed: {resumed} after {changed}");
+    let next = s.schedule("beat").await.unwrap().unwrap().next_us.unwrap();
+    assert!(!s
+        .advance_schedule("beat", changed, next, Some(next + 1))
+        .await
+        .unwrap());
+    assert!(s
+        .advance_schedule("beat", resumed, next, Some(next + 1))
+        .await
+        .unwrap());
+    // Removed, it takes nothing along when declared again: a new generation, above the last.
+    assert!(c.unschedule("beat").await.unwrap());
+    declare(60).await.unwrap();
+    assert!(generation().await > resumed);
 }

@@ -2,6 +2,7 @@
 
 mod push;
 mod schedules;
+mod ticks;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -115,6 +116,7 @@ impl Client {
             retries: DEFAULT_RETRIES,
             on_conflict: OnConflict::Keep,
             unique_for: None,
+            fence: None,
             id_from_payload: false,
             payload,
         }

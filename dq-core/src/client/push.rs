@@ -105,6 +105,8 @@ pub struct PushBuilder {
     pub(super) retries: u32,
     pub(super) on_conflict: OnConflict,
     pub(super) unique_for: Option<Duration>,
+    /// Set for the job of a schedule's tick (see `TickFence`).
+    pub(super) fence: Option<crate::store::TickFence>,
     /// The id is the payload's hash (`unique_by_payload`).
     pub(super) id_from_payload: bool,
     pub(super) payload: Result<Vec<u8>>,
@@ -182,6 +184,12 @@ impl PushBuilder {
     /// or [`unique_by_payload`](PushBuilder::unique_by_payload)): a generated id is never pushed twice.
     pub fn unique_for(mut self, window: Duration) -> Self {
         self.unique_for = Some(window);
+        self
+    }
+
+    /// Fenced as the job of a schedule's tick (see `TickFence`).
+    pub(crate) fn fence(mut self, fence: crate::store::TickFence) -> Self {
+        self.fence = Some(fence);
         self
     }
 
@@ -273,6 +281,7 @@ impl PushBuilder {
             schedule: self.schedule,
             max_attempts: self.retries.saturating_add(1),
             unique_for: self.unique_for,
+            fence: self.fence,
             payload,
         })
     }

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::{Client, Pushed};
 use crate::error::{Error, Result};
-use crate::job::{from_us, to_us, ChangeOutcome, PushOutcome};
+use crate::job::{from_us, to_us, ChangeOutcome};
 use crate::message::Message;
 use crate::name::{JobId, Topic};
 use crate::periodic::{Missed, Repeat, ScheduleSpec, Tick};
@@ -31,7 +31,7 @@ pub struct ScheduleInfo {
 }
 
 impl ScheduleInfo {
-    fn from_entry(entry: ScheduleEntry) -> Result<ScheduleInfo> {
+    pub(super) fn from_entry(entry: ScheduleEntry) -> Result<ScheduleInfo> {
         let spec = serde_json::from_str(&entry.spec_json).map_err(|e| Error::Malformed {
             location: format!("schedule {:?}", entry.id),
             reason: format!(
@@ -361,190 +361,17 @@ impl Client {
             .await?;
         Ok(Some(pushed))
     }
-
-    /// Creates the jobs of every schedule tick due within `lookahead` of the store's clock
-    /// (each due at its tick), applies the missed-tick policy to ticks no process fired in
-    /// time, and moves each schedule on. Every runtime calls this every second; any number may
-    /// at once: a tick's job has the same id in every process and is kept reserved for a while
-    /// after it ran, so it is created once. Returns how many jobs it created.
-    pub async fn fire_schedules(&self, lookahead: Duration) -> Result<usize> {
-        let now_us = self.store.time_us().await?;
-        let until = now_us.saturating_add(u64::try_from(lookahead.as_micros()).unwrap_or(u64::MAX));
-        let mut created = 0;
-        let mut looked: std::collections::HashSet<String> = Default::default();
-        // Page through every due schedule, each once: one fired is moved past `until`, so the
-        // next page holds others; one that failed (or another process holds) is passed over.
-        loop {
-            let due = self
-                .store
-                .due_schedules(until, DUE_PAGE + looked.len())
-                .await?;
-            let page: Vec<(String, u64)> = due
-                .into_iter()
-                .filter(|(id, _)| !looked.contains(id))
-                .collect();
-            if page.is_empty() {
-                break;
-            }
-            for (id, tick_us) in page {
-                looked.insert(id.clone());
-                match self.fire_one(&id, tick_us, now_us, until).await {
-                    Ok(n) => created += n,
-                    Err(e) if e.kind() == crate::ErrorKind::Unavailable => return Err(e),
-                    Err(e) => {
-                        // One schedule that cannot fire must not hold up the others.
-                        tracing::error!(schedule = %id, error = %e, "a schedule's tick could not be fired; the others go on, and it is tried again at the next look");
-                    }
-                }
-            }
-        }
-        Ok(created)
-    }
-
-    /// Fires schedule `id` from its stored next tick `tick_us` through every tick up to
-    /// `until_us`, so a schedule shorter than the lookahead (every second) has its jobs in
-    /// place ahead of time too. Stops when another process moved the schedule first.
-    async fn fire_one(&self, id: &str, tick_us: u64, now_us: u64, until_us: u64) -> Result<usize> {
-        let Some(entry) = self.store.schedule(id).await? else {
-            return Ok(0);
-        };
-        if entry.next_us != Some(tick_us) {
-            return Ok(0); // moved on (or paused) since it was listed as due: not ours to fire
-        }
-        let info = match ScheduleInfo::from_entry(entry) {
-            Ok(info) => info,
-            Err(e) => {
-                // Unreadable: pause it rather than meet it again every second.
-                tracing::error!(schedule = id, error = %e, "schedule paused: its spec cannot be read");
-                self.store.set_schedule_next(id, None).await?;
-                return Ok(0);
-            }
-        };
-        let spec = &info.spec;
-        let now = from_us(now_us);
-        // Walk over the ticks whose successor has come too: they were missed (no process fired
-        // them in time). `current` is the latest tick not missed.
-        let mut current = from_us(tick_us);
-        let mut missed = std::collections::VecDeque::new();
-        let keep = match spec.missed {
-            Missed::Skip => 0,
-            Missed::RunOnce => 1,
-            Missed::All { max } => usize::try_from(max).unwrap_or(usize::MAX),
-        };
-        let mut steps = 0u32;
-        while let Some(next) = spec.repeat.next_after(current).filter(|n| *n <= now) {
-            missed.push_back(current);
-            if missed.len() > keep {
-                missed.pop_front();
-            }
-            current = next;
-            steps += 1;
-            if steps == 100_000 {
-                // Down for a very long time: jump to the present.
-                let from = now
-                    - spec
-                        .repeat
-                        .period_after(current)
-                        .min(Duration::from_secs(86_400));
-                current = spec.repeat.next_after(from).unwrap_or(now);
-            }
-        }
-        if steps > 0 {
-            tracing::warn!(schedule = id, missed = steps, policy = ?spec.missed, "schedule ticks were missed (no process ran when they were due)");
-        }
-        let mut created = 0;
-        for tick in missed {
-            created += self.fire_tick(id, spec, tick, now, now).await?;
-        }
-        // The stored tick, then each following one inside the lookahead: create its job, then
-        // move the schedule on by compare-and-set (a crash in between leaves the job in place,
-        // and whoever fires the tick again finds its id taken).
-        let mut from = tick_us;
-        for _ in 0..MAX_TICKS_PER_LOOK {
-            let made = self.fire_tick(id, spec, current, current, now).await?;
-            created += made;
-            let next = spec.repeat.next_after(current);
-            let next_us = next.map(to_us);
-            if !self.store.advance_schedule(id, from, next_us).await? {
-                // Another process moved it (theirs now), or it was paused or removed while
-                // this tick's job was being made: then that job goes too.
-                let stopped = self
-                    .store
-                    .schedule(id)
-                    .await?
-                    .is_none_or(|e| e.next_us.is_none());
-                if made == 1 && stopped {
-                    self.cancel_in(&spec.topic, &tick_job_id(id, current))
-                        .await?;
-                    created -= 1;
-                }
-                break;
-            }
-            match (next, next_us) {
-                (Some(n), Some(n_us)) if n_us <= until_us => {
-                    current = n;
-                    from = n_us;
-                }
-                _ => break,
-            }
-        }
-        Ok(created)
-    }
-
-    /// Creates the job of one tick; 1 when it was created here, 0 when it already existed.
-    async fn fire_tick(
-        &self,
-        id: &str,
-        spec: &ScheduleSpec,
-        tick: SystemTime,
-        due: SystemTime,
-        now: SystemTime,
-    ) -> Result<usize> {
-        let pushed = self.push_tick(id, spec, tick, due).await?;
-        if pushed.outcome != PushOutcome::Created {
-            return Ok(0);
-        }
-        let lateness = now.duration_since(tick).unwrap_or(Duration::ZERO);
-        metrics::counter!(crate::metric::SCHEDULE_FIRED, "schedule" => id.to_owned(), "topic" => spec.topic.clone()).increment(1);
-        metrics::histogram!(crate::metric::SCHEDULE_LATENESS, "schedule" => id.to_owned())
-            .record(lateness.as_secs_f64());
-        Ok(1)
-    }
-
-    /// The job of one tick, due at `due` (the tick itself, or now for a catch-up).
-    async fn push_tick(
-        &self,
-        id: &str,
-        spec: &ScheduleSpec,
-        tick: SystemTime,
-        due: SystemTime,
-    ) -> Result<Pushed> {
-        // Long enough that a process firing the same tick later (after a crash between the
-        // push and the schedule's move, or a stall of minutes between its check and its push)
-        // finds the id still taken, short enough to stay small (600 ids for a 1 s schedule).
-        let period = spec.repeat.period_after(tick);
-        let window = (period * 10).clamp(Duration::from_secs(600), Duration::from_secs(7 * 86_400));
-        self.push_json(&spec.topic, job_payload(spec, id, tick)?)
-            .id(tick_job_id(id, tick))
-            .at(due)
-            .max_retries(spec.max_retries)
-            .unique_for(window)
-            .send()
-            .await
-    }
 }
 
 /// A guard on the ticks one look creates for one schedule (the shortest period is a second
 /// and the lookahead a few, so a look needs a handful).
-const MAX_TICKS_PER_LOOK: usize = 100;
-
-/// Due schedules read per call of a look.
-const DUE_PAGE: usize = 100;
+pub(super) const MAX_TICKS_PER_LOOK: usize = 100;
 
 /// Most catch-up jobs `Missed::All` may ask for (they are created in one look).
 pub(crate) const MAX_CATCH_UP: u32 = 1_000;
 
-fn job_payload(spec: &ScheduleSpec, id: &str, tick: SystemTime) -> Result<String> {
+/// What the job of a tick carries: the schedule's message, or a [`Tick`].
+pub(super) fn job_payload(spec: &ScheduleSpec, id: &str, tick: SystemTime) -> Result<String> {
     match &spec.payload {
         Some(json) => Ok(json.clone()),
         None => serde_json::to_string(&Tick {

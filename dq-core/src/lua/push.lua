@@ -2,13 +2,16 @@
 -- Batched: one HMGET to find existing ids, one HSET, one ZADD, one RPUSH and one HINCRBY per
 -- topic for the whole call; only ids that already exist take the per-job path.
 -- KEYS[1] jobs  KEYS[2] delayed  KEYS[3] topics  KEYS[4] counts  KEYS[5] inflight
--- KEYS[6] unique  KEYS[7] unique_for
--- KEYS[8..] ready:<topic>, dead:<topic> and gen:<topic> of every topic in the call (declared,
+-- KEYS[6] unique  KEYS[7] unique_for  KEYS[8] tick_fence
+-- KEYS[9..] ready:<topic>, dead:<topic> and gen:<topic> of every topic in the call (declared,
 --   not used by position: on a cluster Redis refuses the call while declared keys are split between two
 --   nodes during a reshard, instead of running it where a key reads as missing)
 -- ARGV[1] key prefix  ARGV[2] 'keep' | 'replace'  ARGV[3] n (jobs in this call, at most 1000)
--- then 6 values per job: topic, id, when ('+<us>' after now, or '<us>' since the epoch),
---   max_attempts, unique_for (us the id stays reserved after the job succeeds; 0: none), payload
+-- then 7 values per job: topic, id, when ('+<us>' after now, or '<us>' since the epoch),
+--   max_attempts, unique_for (us the id stays reserved after the job succeeds; 0: none),
+--   fence ('' or '<generation>:<tick us>:<schedule id>' for a schedule's tick: created only
+--   when the schedule's fence in tick_fence is below (generation, tick), and then raised to it;
+--   refused as kept otherwise), payload
 -- Returns {earliest_due_if_it_moved_earlier_or_-1, code_1, ..., code_n}; codes:
 --   0 kept (already pending), 1 created, 2 replaced, 3 running (replace refused: it is running),
 --   '4:<us>' refused: the id is reserved for <us> more (a job with unique_for finished)
@@ -19,7 +22,9 @@
 local jobs, delayed, topics, counts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local prefix, replace, n = ARGV[1], ARGV[2] == 'replace', tonumber(ARGV[3])
 local inflight = KEYS[5] -- only read, in phase 1
-local unique, unique_for = KEYS[6], KEYS[7]
+local unique, unique_for, tick_fence = KEYS[6], KEYS[7], KEYS[8]
+-- The fences this call raises: schedule id -> {generation, tick}.
+local fences = {}
 local now = now_us()
 -- Most pushes meet no reservation at all: one EXISTS instead of a ZSCORE per job.
 local any_reserved = redis.call('EXISTS', unique) == 1
@@ -27,7 +32,7 @@ local reserve, unreserve = {}, {}
 local before = earliest(delayed)
 local out = {-1}
 local members = {}
-for i = 0, n - 1 do members[i + 1] = ARGV[4 + i * 6] .. ':' .. ARGV[5 + i * 6] end
+for i = 0, n - 1 do members[i + 1] = ARGV[4 + i * 7] .. ':' .. ARGV[5 + i * 7] end
 local existing = redis.call('HMGET', jobs, unpack(members))
 -- What this call will write: plan[k] is the job's index in ARGV (false once a later entry for
 -- the same id superseded it). Numbers, not a table per job.
@@ -41,13 +46,30 @@ local dues, due_strs = {}, {}
 local was_delayed, was_ready, revived = {}, {}, {}
 local delayed_left = redis.call('ZCARD', delayed)
 for i = 0, n - 1 do
-  local topic, id, when = ARGV[4 + i * 6], ARGV[5 + i * 6], ARGV[6 + i * 6]
+  local topic, id, when = ARGV[4 + i * 7], ARGV[5 + i * 7], ARGV[6 + i * 7]
   local member = members[i + 1]
   local code = 1
   local earlier = planned[member]
   local reserved = any_reserved and not earlier and not existing[i + 1]
     and tonumber(redis.call('ZSCORE', unique, member) or 0) or 0
-  if reserved > now then
+  local fence = ARGV[9 + i * 7]
+  local fenced, sched, gen, tick = false
+  if fence ~= '' then
+    gen, tick, sched = string.match(fence, '^(%d+):(%d+):(.*)$')
+    gen, tick = tonumber(gen), tonumber(tick)
+    local stored = fences[sched]
+    if not stored then
+      local raw = redis.call('HGET', tick_fence, sched)
+      if raw then
+        local g, t = string.match(raw, '^(%d+):(%d+)$')
+        stored = {tonumber(g), tonumber(t)}
+      end
+    end
+    fenced = stored and (gen < stored[1] or (gen == stored[1] and tick <= stored[2]))
+  end
+  if fenced then
+    code = 0
+  elseif reserved > now then
     code = '4:' .. fmt(reserved - now)
   elseif earlier then
     if replace then
@@ -73,8 +95,11 @@ for i = 0, n - 1 do
       end
     end
   end
+  if sched and not fenced and (code == 1 or code == 2) then
+    fences[sched] = {gen, tick}
+  end
   if code == 1 or code == 2 then
-    local hold = ARGV[8 + i * 6]
+    local hold = ARGV[8 + i * 7]
     if hold ~= '0' then
       reserve[#reserve + 1] = member
       reserve[#reserve + 1] = hold
@@ -97,11 +122,11 @@ local unready, undelay = {}, {}
 local created = ':' .. fmt(now) .. ':'
 for _, i in ipairs(plan) do
   if i then
-    local topic, id, when = ARGV[4 + i * 6], ARGV[5 + i * 6], ARGV[6 + i * 6]
+    local topic, id, when = ARGV[4 + i * 7], ARGV[5 + i * 7], ARGV[6 + i * 7]
     local member = members[i + 1]
     local due_str = due_strs[when]
     writes[#writes + 1] = member
-    writes[#writes + 1] = '2:0:' .. ARGV[7 + i * 6] .. created .. due_str .. ':0:' .. ARGV[9 + i * 6]
+    writes[#writes + 1] = '2:0:' .. ARGV[7 + i * 7] .. created .. due_str .. ':0:' .. ARGV[10 + i * 7]
     if dues[when] <= now then
       local list = ready_by_topic[topic]
       if not list then
@@ -129,6 +154,9 @@ for topic in pairs(ready_by_topic) do redis.call('LLEN', prefix .. 'ready:' .. t
 -- Phase 2: writes.
 if #writes > 0 then redis.call('HSET', jobs, unpack(writes)) end
 if #reserve > 0 then redis.call('HSET', unique_for, unpack(reserve)) end
+for sched, f in pairs(fences) do
+  redis.call('HSET', tick_fence, sched, fmt(f[1]) .. ':' .. fmt(f[2]))
+end
 if #adds > 0 then redis.call('ZADD', delayed, unpack(adds)) end
 -- The replaced ready jobs' entries go stale before their new entries are made.
 for _, old in ipairs(unready) do

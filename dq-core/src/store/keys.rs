@@ -105,6 +105,16 @@ impl ShardKeys {
     pub fn schedule_last(&self) -> String {
         self.key("schedule_last")
     }
+    /// Each schedule's generation (shard 0): id -> a number that grows whenever its spec
+    /// changes or it is resumed (see [`ScheduleEntry::generation`](crate::store::ScheduleEntry)).
+    pub fn schedule_gen(&self) -> String {
+        self.key("schedule_gen")
+    }
+    /// Per schedule, the latest tick whose job was created in this shard and the generation it
+    /// was created under: id -> `<generation>:<tick us>` (see [`TickFence`](crate::store::TickFence)).
+    pub fn tick_fence(&self) -> String {
+        self.key("tick_fence")
+    }
     /// Live workers (kept in shard 0).
     pub fn workers(&self) -> String {
         self.key("workers")

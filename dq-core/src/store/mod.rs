@@ -36,6 +36,31 @@ use crate::job::{
 };
 use crate::name::{JobId, Topic};
 
+/// What makes the job of a schedule's tick a one-time thing: the store creates it only when the
+/// schedule's fence in the job's shard, the latest `(generation, tick)` created there, is below
+/// this one, and then raises the fence to it; otherwise the push is
+/// [`AlreadyPending`](crate::PushOutcome::AlreadyPending) and nothing is stored. Ticks are
+/// created in order, so a process that wakes from a long stall and pushes a tick that was made
+/// (and ran, and whose reservation ran out) minutes ago makes nothing. A new generation (the
+/// spec changed, or the schedule was resumed) starts again from any tick.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TickFence {
+    /// The schedule's id.
+    pub schedule: String,
+    /// Its generation when the tick was fired ([`ScheduleEntry::generation`]).
+    pub generation: u64,
+    /// The tick (us since the epoch).
+    pub tick_us: u64,
+}
+
+impl TickFence {
+    /// Whether a tick under this fence may be created where `stored` is the fence (created
+    /// before it in order, it may not).
+    pub fn passes(&self, stored: Option<(u64, u64)>) -> bool {
+        stored.is_none_or(|s| (self.generation, self.tick_us) > s)
+    }
+}
+
 /// Most jobs a single store call handles; larger batches are split by the store.
 pub const MAX_BATCH: usize = 1000;
 
@@ -247,6 +272,9 @@ pub struct ScheduleEntry {
     pub next_us: Option<u64>,
     /// The last tick that was fired (us since the epoch).
     pub last_us: Option<u64>,
+    /// Grows whenever the schedule is stored with a changed spec or resumed; a look fires
+    /// under the generation it read, and can move the schedule on only while it still holds.
+    pub generation: u64,
 }
 
 impl ScheduleEntry {
@@ -257,7 +285,14 @@ impl ScheduleEntry {
             spec_json,
             next_us,
             last_us,
+            generation: 0,
         }
+    }
+
+    /// The entry with this generation.
+    pub fn with_generation(mut self, generation: u64) -> Self {
+        self.generation = generation;
+        self
     }
 }
 
@@ -266,7 +301,7 @@ impl ScheduleEntry {
 #[async_trait]
 pub trait Schedules: Sharded {
     /// Stores a schedule, replacing one of the same id, ticking next at `next_us` (`None`:
-    /// paused).
+    /// paused), in a new generation (above the old one and the store's clock in us).
     async fn put_schedule(&self, id: &str, spec_json: &str, next_us: Option<u64>) -> Result<()>;
 
     /// Deletes a schedule; false when there was none. Jobs it already made are left alone.
@@ -283,11 +318,19 @@ pub trait Schedules: Sharded {
     async fn due_schedules(&self, until_us: u64, limit: usize) -> Result<Vec<(String, u64)>>;
 
     /// Moves a schedule's next tick from `from_us` to `to_us` (`None`: it has no more) and
-    /// records `from_us` as fired, but only while its next tick is still `from_us`: false when
-    /// another process moved it first (or it was paused, removed or changed meanwhile).
-    async fn advance_schedule(&self, id: &str, from_us: u64, to_us: Option<u64>) -> Result<bool>;
+    /// records `from_us` as fired, but only while its next tick is still `from_us` and its
+    /// generation still `generation`: false when another process moved it first (or it was
+    /// paused, removed, changed or resumed meanwhile).
+    async fn advance_schedule(
+        &self,
+        id: &str,
+        generation: u64,
+        from_us: u64,
+        to_us: Option<u64>,
+    ) -> Result<bool>;
 
-    /// Sets a schedule's next tick (`None`: paused); false when there is no such schedule.
+    /// Sets a schedule's next tick (`None`: paused; `Some`: resumed, in a new generation);
+    /// false when there is no such schedule. Atomic: a schedule removed meanwhile stays gone.
     async fn set_schedule_next(&self, id: &str, next_us: Option<u64>) -> Result<bool>;
 }
 

@@ -32,6 +32,8 @@ pub(crate) struct Scripts {
     pub(crate) purge_dead: Script,
     pub(crate) throughput: Script,
     pub(crate) schedule_advance: Script,
+    pub(crate) schedule_put: Script,
+    pub(crate) schedule_set_next: Script,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -55,6 +57,8 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     purge_dead: script(include_str!("../lua/purge_dead.lua")),
     throughput: script(include_str!("../lua/throughput.lua")),
     schedule_advance: script(include_str!("../lua/schedule_advance.lua")),
+    schedule_put: script(include_str!("../lua/schedule_put.lua")),
+    schedule_set_next: script(include_str!("../lua/schedule_set_next.lua")),
 });
 
 /// Each script's name and SHA1, as `EVALSHA` shows it in `SLOWLOG`, `MONITOR` or
@@ -82,5 +86,10 @@ pub fn script_hashes() -> Vec<(&'static str, String)> {
         ("purge_dead", s.purge_dead.get_hash().to_owned()),
         ("throughput", s.throughput.get_hash().to_owned()),
         ("schedule_advance", s.schedule_advance.get_hash().to_owned()),
+        ("schedule_put", s.schedule_put.get_hash().to_owned()),
+        (
+            "schedule_set_next",
+            s.schedule_set_next.get_hash().to_owned(),
+        ),
     ]
 }

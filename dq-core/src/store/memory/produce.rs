@@ -30,7 +30,13 @@ impl Producer for MemoryStore {
                 let m = (job.topic.clone(), job.id.clone());
                 let mut outcome = PushOutcome::Created;
                 let reserved = s.unique.get(&m).copied().filter(|&until| until > now);
-                if let (Some(until), false) = (reserved, s.jobs.contains_key(&m)) {
+                let fenced = job
+                    .fence
+                    .as_ref()
+                    .is_some_and(|f| !f.passes(s.tick_fence.get(&f.schedule).copied()));
+                if fenced {
+                    outcome = PushOutcome::AlreadyPending;
+                } else if let (Some(until), false) = (reserved, s.jobs.contains_key(&m)) {
                     outcome = PushOutcome::Unique {
                         left: std::time::Duration::from_micros(until - now),
                     };
@@ -53,6 +59,10 @@ impl Producer for MemoryStore {
                     }
                 }
                 if matches!(outcome, PushOutcome::Created | PushOutcome::Replaced) {
+                    if let Some(f) = &job.fence {
+                        s.tick_fence
+                            .insert(f.schedule.clone(), (f.generation, f.tick_us));
+                    }
                     s.unique.remove(&m);
                     match job.unique_for {
                         Some(hold) => {

@@ -16,7 +16,9 @@ impl MemoryStore {
 #[async_trait]
 impl Schedules for MemoryStore {
     async fn put_schedule(&self, id: &str, spec_json: &str, next_us: Option<u64>) -> Result<()> {
+        let now = self.now_us();
         let mut s = lock(&self.state);
+        s.new_generation(id, now);
         s.schedules.insert(id.to_owned(), spec_json.to_owned());
         match next_us {
             Some(next) => s.schedule_next.insert(id.to_owned(), next),
@@ -29,6 +31,8 @@ impl Schedules for MemoryStore {
         let mut s = lock(&self.state);
         s.schedule_next.remove(id);
         s.schedule_last.remove(id);
+        s.schedule_gen.remove(id);
+        s.tick_fence.remove(id);
         Ok(s.schedules.remove(id).is_some())
     }
 
@@ -37,7 +41,8 @@ impl Schedules for MemoryStore {
         Ok(s.schedules.get(id).map(|spec| {
             let next = s.schedule_next.get(id).copied();
             let last = s.schedule_last.get(id).copied();
-            ScheduleEntry::new(id.to_owned(), spec.clone(), next, last)
+            let generation = s.schedule_gen.get(id).copied().unwrap_or(0);
+            ScheduleEntry::new(id.to_owned(), spec.clone(), next, last).with_generation(generation)
         }))
     }
 
@@ -48,7 +53,8 @@ impl Schedules for MemoryStore {
             .map(|(id, spec)| {
                 let next = s.schedule_next.get(id).copied();
                 let last = s.schedule_last.get(id).copied();
-                ScheduleEntry::new(id.clone(), spec.clone(), next, last)
+                let generation = s.schedule_gen.get(id).copied().unwrap_or(0);
+                ScheduleEntry::new(id.clone(), spec.clone(), next, last).with_generation(generation)
             })
             .collect())
     }
@@ -66,9 +72,16 @@ impl Schedules for MemoryStore {
         Ok(due)
     }
 
-    async fn advance_schedule(&self, id: &str, from_us: u64, to_us: Option<u64>) -> Result<bool> {
+    async fn advance_schedule(
+        &self,
+        id: &str,
+        generation: u64,
+        from_us: u64,
+        to_us: Option<u64>,
+    ) -> Result<bool> {
         let mut s = lock(&self.state);
-        if s.schedule_next.get(id) != Some(&from_us) {
+        let same_generation = s.schedule_gen.get(id).copied().unwrap_or(0) == generation;
+        if s.schedule_next.get(id) != Some(&from_us) || !same_generation {
             return Ok(false);
         }
         s.schedule_last.insert(id.to_owned(), from_us);
@@ -80,12 +93,16 @@ impl Schedules for MemoryStore {
     }
 
     async fn set_schedule_next(&self, id: &str, next_us: Option<u64>) -> Result<bool> {
+        let now = self.now_us();
         let mut s = lock(&self.state);
         if !s.schedules.contains_key(id) {
             return Ok(false);
         }
         match next_us {
-            Some(next) => s.schedule_next.insert(id.to_owned(), next),
+            Some(next) => {
+                s.new_generation(id, now);
+                s.schedule_next.insert(id.to_owned(), next)
+            }
             None => s.schedule_next.remove(id),
         };
         Ok(true)

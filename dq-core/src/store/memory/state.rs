@@ -45,6 +45,9 @@ pub(super) struct State {
     pub(super) schedules: std::collections::BTreeMap<String, String>,
     pub(super) schedule_next: HashMap<String, u64>,
     pub(super) schedule_last: HashMap<String, u64>,
+    /// Each schedule's generation, and the latest (generation, tick) whose job was created.
+    pub(super) schedule_gen: HashMap<String, u64>,
+    pub(super) tick_fence: HashMap<String, (u64, u64)>,
 }
 
 /// Which tally of [`State::tally`] a run adds to.
@@ -62,6 +65,14 @@ pub(super) fn due_of(when: Schedule, now: u64) -> u64 {
 }
 
 impl State {
+    /// Starts a schedule's next generation: above its last, and the clock (as the Redis
+    /// store's `schedule_put.lua`).
+    pub(super) fn new_generation(&mut self, id: &str, now: u64) {
+        let old = self.schedule_gen.get(id).copied().unwrap_or(0);
+        self.schedule_gen
+            .insert(id.to_owned(), old.saturating_add(1).max(now));
+    }
+
     /// Counts `n` runs of `topic` that ended at `now` (us) in the minute's slot.
     pub(super) fn tally(&mut self, topic: &Topic, what: Tally, n: u64, now: u64) {
         let minute = now / 60_000_000;

@@ -152,6 +152,7 @@ impl Producer for RedisStore {
                     k.inflight(),
                     k.unique(),
                     k.unique_for(),
+                    k.tick_fence(),
                 ];
                 let topics: std::collections::BTreeSet<&Topic> =
                     chunk.iter().map(|&i| &jobs[i].topic).collect();
@@ -163,21 +164,25 @@ impl Producer for RedisStore {
                 self.learn(topics);
                 // The arguments borrow the payloads: only the numbers are printed here.
                 let count = chunk.len().to_string();
-                let numbers: Vec<(String, String, String)> = chunk
+                let numbers: Vec<[String; 4]> = chunk
                     .iter()
                     .map(|&i| {
                         let j = &jobs[i];
                         let hold = j.unique_for.map_or(0, |d| d.as_micros().max(1));
-                        (
+                        let fence = j.fence.as_ref().map_or(String::new(), |f| {
+                            format!("{}:{}:{}", f.generation, f.tick_us, f.schedule)
+                        });
+                        [
                             when_arg(j.schedule),
                             j.max_attempts.to_string(),
                             hold.to_string(),
-                        )
+                            fence,
+                        ]
                     })
                     .collect();
-                let mut args: Vec<&[u8]> = Vec::with_capacity(3 + 6 * chunk.len());
+                let mut args: Vec<&[u8]> = Vec::with_capacity(3 + 7 * chunk.len());
                 args.extend([k.prefix().as_bytes(), mode.as_bytes(), count.as_bytes()]);
-                for (&i, (when, max, hold)) in chunk.iter().zip(&numbers) {
+                for (&i, [when, max, hold, fence]) in chunk.iter().zip(&numbers) {
                     let j = &jobs[i];
                     args.extend([
                         j.topic.as_str().as_bytes(),
@@ -185,6 +190,7 @@ impl Producer for RedisStore {
                         when.as_bytes(),
                         max.as_bytes(),
                         hold.as_bytes(),
+                        fence.as_bytes(),
                         &j.payload[..],
                     ]);
                 }

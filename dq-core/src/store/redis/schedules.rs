@@ -13,54 +13,64 @@ use crate::store::{ScheduleEntry, Schedules};
 impl Schedules for RedisStore {
     async fn put_schedule(&self, id: &str, spec_json: &str, next_us: Option<u64>) -> Result<()> {
         let k = self.keys(0);
-        let mut pipe = redis::pipe();
-        pipe.atomic().hset(k.schedules(), id, spec_json).ignore();
-        match next_us {
-            Some(next) => pipe.zadd(k.schedule_next(), id, next).ignore(),
-            None => pipe.zrem(k.schedule_next(), id).ignore(),
-        };
-        let mut conn = self.conn.clone();
-        pipe.query_async::<Value>(&mut conn)
-            .await
-            .map(drop)
-            .map_err(Error::redis("put schedule"))
+        let mut inv = SCRIPTS.schedule_put.prepare_invoke();
+        inv.key(k.schedules())
+            .key(k.schedule_next())
+            .key(k.schedule_gen())
+            .arg(id)
+            .arg(spec_json)
+            .arg(next_us.map_or(String::new(), |t| t.to_string()));
+        self.run("put schedule", &inv).await.map(drop)
     }
 
     async fn remove_schedule(&self, id: &str) -> Result<bool> {
         let k = self.keys(0);
         let mut conn = self.conn.clone();
-        let (removed, _, _): (u64, Value, Value) = redis::pipe()
+        let (removed, _, _, _): (u64, Value, Value, Value) = redis::pipe()
             .atomic()
             .hdel(k.schedules(), id)
             .zrem(k.schedule_next(), id)
             .hdel(k.schedule_last(), id)
+            .hdel(k.schedule_gen(), id)
             .query_async(&mut conn)
             .await
             .map_err(Error::redis("remove schedule"))?;
+        // Its tick fences, one per shard its ticks went to. One declared again under this id
+        // starts at a generation above them anyway (Redis' clock), so this only frees memory.
+        for keys in &self.shards {
+            let cmd = redis::cmd("HDEL").arg(keys.tick_fence()).arg(id).clone();
+            self.simple("remove schedule", &cmd).await?;
+        }
         Ok(removed > 0)
     }
 
     async fn schedule(&self, id: &str) -> Result<Option<ScheduleEntry>> {
         let k = self.keys(0);
         let mut conn = self.conn.clone();
-        let (spec, next, last): (Option<String>, Option<String>, Option<String>) = redis::pipe()
+        let (spec, next, last, generation): (
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+        ) = redis::pipe()
             .hget(k.schedules(), id)
             .zscore(k.schedule_next(), id)
             .hget(k.schedule_last(), id)
+            .hget(k.schedule_gen(), id)
             .query_async(&mut conn)
             .await
             .map_err(Error::redis("read schedule"))?;
-        Ok(spec.map(|spec| ScheduleEntry::new(id.to_owned(), spec, us(next), us(last))))
+        Ok(spec.map(|spec| {
+            ScheduleEntry::new(id.to_owned(), spec, us(next), us(last))
+                .with_generation(us(generation).unwrap_or(0))
+        }))
     }
 
     async fn schedules(&self) -> Result<Vec<ScheduleEntry>> {
         let k = self.keys(0);
         let mut conn = self.conn.clone();
-        let (specs, next, last): (
-            Vec<(String, String)>,
-            Vec<(String, String)>,
-            Vec<(String, String)>,
-        ) = redis::pipe()
+        type Pairs = Vec<(String, String)>;
+        let (specs, next, last, gens): (Pairs, Pairs, Pairs, Pairs) = redis::pipe()
             .hgetall(k.schedules())
             .cmd("ZRANGE")
             .arg(k.schedule_next())
@@ -68,16 +78,19 @@ impl Schedules for RedisStore {
             .arg(-1)
             .arg("WITHSCORES")
             .hgetall(k.schedule_last())
+            .hgetall(k.schedule_gen())
             .query_async(&mut conn)
             .await
             .map_err(Error::redis("list schedules"))?;
         let next: std::collections::HashMap<String, String> = next.into_iter().collect();
         let last: std::collections::HashMap<String, String> = last.into_iter().collect();
+        let gens: std::collections::HashMap<String, String> = gens.into_iter().collect();
         let mut all: Vec<ScheduleEntry> = specs
             .into_iter()
             .map(|(id, spec)| {
                 let (n, l) = (next.get(&id).cloned(), last.get(&id).cloned());
-                ScheduleEntry::new(id, spec, us(n), us(l))
+                let g = us(gens.get(&id).cloned()).unwrap_or(0);
+                ScheduleEntry::new(id, spec, us(n), us(l)).with_generation(g)
             })
             .collect();
         all.sort_by(|a, b| a.id.cmp(&b.id));
@@ -104,40 +117,36 @@ impl Schedules for RedisStore {
             .collect())
     }
 
-    async fn advance_schedule(&self, id: &str, from_us: u64, to_us: Option<u64>) -> Result<bool> {
+    async fn advance_schedule(
+        &self,
+        id: &str,
+        generation: u64,
+        from_us: u64,
+        to_us: Option<u64>,
+    ) -> Result<bool> {
         let k = self.keys(0);
         let mut inv = SCRIPTS.schedule_advance.prepare_invoke();
         inv.key(k.schedule_next())
             .key(k.schedule_last())
+            .key(k.schedule_gen())
             .arg(id)
             .arg(from_us)
-            .arg(to_us.map_or(String::new(), |t| t.to_string()));
+            .arg(to_us.map_or(String::new(), |t| t.to_string()))
+            .arg(generation);
         let reply = self.run("advance schedule", &inv).await?;
         Ok(read::<Applied>("advance schedule", reply)?.0)
     }
 
     async fn set_schedule_next(&self, id: &str, next_us: Option<u64>) -> Result<bool> {
         let k = self.keys(0);
-        let mut conn = self.conn.clone();
-        let exists: bool = redis::cmd("HEXISTS")
-            .arg(k.schedules())
+        let mut inv = SCRIPTS.schedule_set_next.prepare_invoke();
+        inv.key(k.schedules())
+            .key(k.schedule_next())
+            .key(k.schedule_gen())
             .arg(id)
-            .query_async(&mut conn)
-            .await
-            .map_err(Error::redis("read schedule"))?;
-        if !exists {
-            return Ok(false);
-        }
-        let cmd = match next_us {
-            Some(next) => redis::cmd("ZADD")
-                .arg(k.schedule_next())
-                .arg(next)
-                .arg(id)
-                .clone(),
-            None => redis::cmd("ZREM").arg(k.schedule_next()).arg(id).clone(),
-        };
-        self.simple("set schedule", &cmd).await?;
-        Ok(true)
+            .arg(next_us.map_or(String::new(), |t| t.to_string()));
+        let reply = self.run("set schedule", &inv).await?;
+        Ok(read::<Applied>("set schedule", reply)?.0)
     }
 }
 

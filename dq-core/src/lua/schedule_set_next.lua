@@ -1,0 +1,15 @@
+-- schedule_set_next: pauses a schedule (no next tick) or resumes it (a next tick, in a new
+-- generation, as schedule_put), if it still exists: checked in the same step, so a schedule
+-- removed meanwhile is not left with a next tick and no spec.
+-- KEYS[1] schedules  KEYS[2] schedule_next  KEYS[3] schedule_gen
+-- ARGV[1] schedule id  ARGV[2] next tick (us), or '' to pause
+-- Returns 1 when set, 0 when there is no such schedule.
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
+if ARGV[2] == '' then
+  redis.call('ZREM', KEYS[2], ARGV[1])
+else
+  local gen = math.max(tonumber(redis.call('HGET', KEYS[3], ARGV[1]) or 0) + 1, now_us())
+  redis.call('HSET', KEYS[3], ARGV[1], fmt(gen))
+  redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+end
+return 1
