@@ -148,14 +148,16 @@ async fn a_graceful_failover_under_load_loses_no_job() {
         .find(|n| n.command(&["INFO", "replication"]).contains("role:slave"))
         .unwrap();
     assert_eq!(replica.command(&["CLUSTER", "FAILOVER"]).trim(), "+OK");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !replica
-        .command(&["INFO", "replication"])
-        .contains("role:master")
-    {
-        assert!(Instant::now() < deadline, "the failover did not happen");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    support::wait_until(
+        Duration::from_secs(20),
+        || {
+            replica
+                .command(&["INFO", "replication"])
+                .contains("role:master")
+        },
+        || "the failover did not happen",
+    )
+    .await;
     let push_errors = pusher.await.unwrap();
     let ids: Vec<String> = (0..n).map(|i| format!("j{i}")).collect();
     wait_all(&seen, &ids, Duration::from_secs(60)).await;
@@ -468,20 +470,23 @@ async fn a_dropped_cluster_store_leaves_no_subscription_behind() {
         .await
         .unwrap();
     let waiter = dq::store::Leases::ready_waiter(&store, 0, &dq::Topic::new("t").unwrap());
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while subscribers(&cluster) == 0 {
-        assert!(Instant::now() < deadline, "the subscription never opened");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    support::wait_until(
+        Duration::from_secs(5),
+        || subscribers(&cluster) != 0,
+        || "the subscription never opened",
+    )
+    .await;
     drop(waiter);
     drop(store);
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while subscribers(&cluster) > 0 {
-        assert!(
-            Instant::now() < deadline,
-            "{} pub/sub connections outlived their store",
-            subscribers(&cluster)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    support::wait_until(
+        Duration::from_secs(15),
+        || subscribers(&cluster) == 0,
+        || {
+            format!(
+                "{} pub/sub connections outlived their store",
+                subscribers(&cluster)
+            )
+        },
+    )
+    .await;
 }

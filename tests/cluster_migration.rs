@@ -10,10 +10,10 @@ mod support;
 use std::collections::HashMap;
 use std::future::IntoFuture;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dq::{Client, JobContext, JobState, Listener, Runtime, Schedule};
-use support::{topic, RedisCluster, RedisServer, TestClient};
+use support::{lease_one, topic, RedisCluster, RedisServer, TestClient};
 
 const LEASE: Duration = Duration::from_secs(30);
 
@@ -88,12 +88,7 @@ async fn an_operation_refused_while_its_slot_migrates_changes_nothing_and_no_job
         .await
         .unwrap();
     c.push_to("run", &0).id("held").await.unwrap();
-    let held = s
-        .fetch(0, &topic("run"), 1, LEASE)
-        .await
-        .unwrap()
-        .jobs
-        .remove(0);
+    let held = lease_one(&s, "run").await;
     let (r, l) = stage(&c, &s).await;
 
     // The slot starts moving to the other master; no key has moved yet, and none of the ready
@@ -210,18 +205,16 @@ async fn run_each_once(cluster: &RedisCluster, topics: &[&str], expected: &[Stri
         }));
     }
     let rt = b.start().await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while expected
-        .iter()
-        .any(|id| !seen.lock().unwrap().contains_key(id))
-    {
-        assert!(
-            Instant::now() < deadline,
-            "jobs lost: only {:?} ran",
-            seen.lock().unwrap()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    support::wait_until(
+        Duration::from_secs(20),
+        || {
+            !(expected
+                .iter()
+                .any(|id| !seen.lock().unwrap().contains_key(id)))
+        },
+        || format!("jobs lost: only {:?} ran", seen.lock().unwrap()),
+    )
+    .await;
     rt.shutdown().await.unwrap();
     let seen = seen.lock().unwrap().clone();
     for id in expected {

@@ -11,7 +11,9 @@ use std::time::{Duration, Instant, SystemTime};
 use async_trait::async_trait;
 use dq::admin::{ChangeOutcome, Cursor, Page, Throughput, TopicCounts, TopicStats, WorkerInfo};
 use dq::push::{OnConflict, PushOutcome};
-use dq::store::{Acked, Fetched, LeaseRef, NewJob, Promoted, Reclaimed, RedisStore, Store};
+use dq::store::{
+    Acked, Fetched, FiredTick, LeaseRef, NewJob, Promoted, Reclaimed, RedisStore, Store,
+};
 use dq::store::{
     Admin, DeadLetters, Leases, Producer, ReadyWaiter, Registry, ScheduleEntry, Schedules, Sharded,
     WakeListener,
@@ -272,14 +274,8 @@ impl Schedules for Faulty {
     async fn due_schedules(&self, until_us: u64, limit: usize) -> dq::Result<Vec<(String, u64)>> {
         self.inner.due_schedules(until_us, limit).await
     }
-    async fn advance_schedule(
-        &self,
-        id: &str,
-        generation: u64,
-        from: u64,
-        to: Option<u64>,
-    ) -> dq::Result<bool> {
-        self.inner.advance_schedule(id, generation, from, to).await
+    async fn advance_schedule(&self, fired: &FiredTick, to: Option<u64>) -> dq::Result<bool> {
+        self.inner.advance_schedule(fired, to).await
     }
     async fn set_schedule_next(&self, id: &str, next: Option<u64>) -> dq::Result<bool> {
         self.inner.set_schedule_next(id, next).await
@@ -363,15 +359,12 @@ async fn a_timed_out_handler_that_blocks_ends_before_its_retry_starts() {
     .backoff(dq::Backoff::Fixed(Duration::from_millis(1)));
     let rt = start(&redis, listener).await;
     rt.client().push_to("t", &1).id("j").await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while runs.lock().unwrap().len() < 2 {
-        assert!(
-            Instant::now() < deadline,
-            "no retry: {:?}",
-            runs.lock().unwrap()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    support::wait_until(
+        Duration::from_secs(10),
+        || runs.lock().unwrap().len() >= 2,
+        || format!("no retry: {:?}", runs.lock().unwrap()),
+    )
+    .await;
     let runs = runs.lock().unwrap().clone();
     let first_ended = runs[0].2.expect("the blocking part ran to its end");
     assert!(
@@ -626,15 +619,17 @@ async fn a_failing_shard_holds_one_permit_of_its_topic_not_all_of_them() {
     })
     .concurrency(4);
     let rt = start_on(config, Some(store.clone() as Arc<dyn Store>), listener).await;
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while store
-        .fetch_failures
-        .load(std::sync::atomic::Ordering::SeqCst)
-        == 0
-    {
-        assert!(Instant::now() < deadline, "the shard-0 fetch never failed");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    support::wait_until(
+        Duration::from_secs(5),
+        || {
+            store
+                .fetch_failures
+                .load(std::sync::atomic::Ordering::SeqCst)
+                != 0
+        },
+        || "the shard-0 fetch never failed",
+    )
+    .await;
     // The consumer of shard 0 is into its next failing fetch now.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let c = rt.client().clone();
@@ -648,11 +643,12 @@ async fn a_failing_shard_holds_one_permit_of_its_topic_not_all_of_them() {
     for id in &ids {
         c.push_to("t", &1).id(id.as_str()).await.unwrap();
     }
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while started.lock().unwrap().len() < ids.len() {
-        assert!(Instant::now() < deadline, "jobs of shard 1 never ran");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    support::wait_until(
+        Duration::from_secs(5),
+        || started.lock().unwrap().len() >= ids.len(),
+        || "jobs of shard 1 never ran",
+    )
+    .await;
     let first = started.lock().unwrap()[0] - pushed;
     assert!(
         first < Duration::from_millis(300),

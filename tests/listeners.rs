@@ -6,7 +6,7 @@
 mod support;
 
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use support::RedisServer;
 
@@ -44,25 +44,19 @@ mod reminders {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listeners_in_other_modules_are_found_and_run() {
     let redis = RedisServer::start();
-    let config = dq::Config::builder()
-        .redis_url(redis.url())
-        .build()
-        .unwrap();
+    let config = support::config(&redis);
     let rt = dq::Runtime::builder().config(config).start().await.unwrap();
     let c = rt.client();
     c.push(orders::handlers::OrderCancel { order_id: 42 })
         .await
         .unwrap();
     c.push_to("ride-reminder", "r-7").await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while HANDLED.lock().unwrap().len() < 2 {
-        assert!(
-            Instant::now() < deadline,
-            "handled only {:?}",
-            HANDLED.lock().unwrap()
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    support::wait_until(
+        Duration::from_secs(5),
+        || HANDLED.lock().unwrap().len() >= 2,
+        || format!("handled only {:?}", HANDLED.lock().unwrap()),
+    )
+    .await;
     let mut handled = HANDLED.lock().unwrap().clone();
     handled.sort();
     assert_eq!(handled, ["order 42", "ride r-7"]);
@@ -72,10 +66,7 @@ async fn listeners_in_other_modules_are_found_and_run() {
 #[tokio::test]
 async fn a_second_listener_for_a_macro_registered_topic_is_refused_with_both_locations() {
     let redis = RedisServer::start();
-    let config = dq::Config::builder()
-        .redis_url(redis.url())
-        .build()
-        .unwrap();
+    let config = support::config(&redis);
     let extra = dq::Listener::new("ride-reminder", |_: String, _: dq::JobContext| async {});
     let err = dq::Runtime::builder()
         .config(config)

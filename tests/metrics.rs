@@ -36,12 +36,7 @@ async fn prometheus_endpoint_shows_lateness_outcomes_and_depth_of_a_running_topi
         }
     });
     let rt = Runtime::builder()
-        .config(
-            dq::Config::builder()
-                .redis_url(redis.url())
-                .build()
-                .unwrap(),
-        )
+        .config(support::config(&redis))
         .without_registered_listeners()
         .listener(listener)
         .metrics_addr(addr)

@@ -75,10 +75,7 @@ async fn three_runtimes_on_redis_make_one_job_per_second_tick_none_early() {
     let seen = Seen::default();
     let mut runtimes = Vec::new();
     for _ in 0..3 {
-        let config = dq::Config::builder()
-            .redis_url(redis.url())
-            .build()
-            .unwrap();
+        let config = support::config(&redis);
         runtimes.push(
             Runtime::builder()
                 .config(config)

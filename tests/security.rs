@@ -6,7 +6,7 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dq::{JobContext, Listener, Runtime};
 use support::RedisServer;
@@ -43,15 +43,12 @@ async fn run_with(config: dq::Config) -> (Runtime, std::sync::Arc<std::sync::Mut
 }
 
 async fn wait_for(seen: &std::sync::Mutex<Vec<u32>>, n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while seen.lock().unwrap().len() < n {
-        assert!(
-            Instant::now() < deadline,
-            "only {:?} ran",
-            seen.lock().unwrap()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    support::wait_until(
+        Duration::from_secs(5),
+        || seen.lock().unwrap().len() >= n,
+        || format!("only {:?} ran", seen.lock().unwrap()),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,7 +8,7 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dq::testing::TestRuntime;
 use dq::{JobContext, Listener, State};
@@ -181,10 +181,7 @@ async fn listeners_get_two_state_types_the_client_and_the_context_on_the_memory_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listeners_get_two_state_types_the_client_and_the_context_on_redis() {
     let redis = RedisServer::start();
-    let config = dq::Config::builder()
-        .redis_url(redis.url())
-        .build()
-        .unwrap();
+    let config = support::config(&redis);
     let (shop, mailer) = (Shop::default(), Mailer::default());
     let rt = dq::Runtime::builder()
         .config(config)
@@ -194,15 +191,12 @@ async fn listeners_get_two_state_types_the_client_and_the_context_on_redis() {
         .await
         .unwrap();
     push_story(rt.client()).await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while mailer.sent().len() < EXPECTED.len() {
-        assert!(
-            Instant::now() < deadline,
-            "sent so far: {:?}",
-            mailer.sent()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    support::wait_until(
+        Duration::from_secs(10),
+        || mailer.sent().len() >= EXPECTED.len(),
+        || format!("sent so far: {:?}", mailer.sent()),
+    )
+    .await;
     assert_story(&shop, &mailer);
     rt.shutdown().await.unwrap();
 }

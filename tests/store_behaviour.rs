@@ -12,21 +12,12 @@ use std::time::{Duration, SystemTime};
 
 use dq::admin::{ChangeOutcome, Cursor};
 use dq::push::{OnConflict, PushOutcome};
-use dq::store::{DeadLetters, MemoryStore, NewJob, TickFence};
+use dq::store::{DeadLetters, FiredTick, MemoryStore, NewJob};
 use dq::{Error, JobState, Schedule};
-use serde::{Deserialize, Serialize};
-use support::{id, topic, RedisCluster, RedisServer, TestClient};
-
-#[derive(Debug, Serialize, Deserialize, PartialEq)]
-struct OrderCancel {
-    order_id: u64,
-}
-
-impl dq::Message for OrderCancel {
-    const TOPIC: &'static str = "order-cancel";
-}
-
-const LEASE: Duration = Duration::from_secs(10);
+use support::{
+    id, lease_one, push_order, state_of, topic, OrderCancel, RedisCluster, RedisServer, TestClient,
+    LEASE,
+};
 
 #[derive(Clone, Copy, Debug)]
 enum Kind {
@@ -192,11 +183,7 @@ async fn push_without_id_generates_unique_ids(kind: Kind) {
 async fn push_of_a_pending_id_keeps_the_first_job_by_default(kind: Kind) {
     let h = Harness::new(kind, |b| b).await;
     let c = &h.client;
-    c.push(OrderCancel { order_id: 1 })
-        .id("x")
-        .delay(Duration::from_secs(60))
-        .await
-        .unwrap();
+    push_order(c, 1, "x", Duration::from_secs(60)).await;
     let again = c
         .push(OrderCancel { order_id: 2 })
         .id("x")
@@ -219,11 +206,7 @@ async fn push_of_a_pending_id_keeps_the_first_job_by_default(kind: Kind) {
 async fn push_with_replace_swaps_payload_and_due_time(kind: Kind) {
     let h = Harness::new(kind, |b| b).await;
     let c = &h.client;
-    c.push(OrderCancel { order_id: 1 })
-        .id("x")
-        .delay(Duration::from_secs(60))
-        .await
-        .unwrap();
+    push_order(c, 1, "x", Duration::from_secs(60)).await;
     let again = c
         .push(OrderCancel { order_id: 2 })
         .id("x")
@@ -285,11 +268,7 @@ async fn push_at_a_past_time_is_ready_at_once(kind: Kind) {
         .await
         .unwrap();
     assert_eq!(
-        c.status_in("order-cancel", "a")
-            .await
-            .unwrap()
-            .unwrap()
-            .state,
+        state_of(c, "order-cancel", "a").await.unwrap(),
         JobState::Ready
     );
 }
@@ -297,11 +276,7 @@ async fn push_at_a_past_time_is_ready_at_once(kind: Kind) {
 async fn cancel_deletes_delayed_and_ready_jobs_but_not_running_ones(kind: Kind) {
     let h = Harness::new(kind, |b| b).await;
     let c = &h.client;
-    c.push(OrderCancel { order_id: 1 })
-        .id("delayed")
-        .delay(Duration::from_secs(60))
-        .await
-        .unwrap();
+    push_order(c, 1, "delayed", Duration::from_secs(60)).await;
     c.push(OrderCancel { order_id: 2 })
         .id("running")
         .await
@@ -348,22 +323,14 @@ async fn cancel_deletes_delayed_and_ready_jobs_but_not_running_ones(kind: Kind) 
 async fn reschedule_moves_a_pending_job_and_refuses_a_running_one(kind: Kind) {
     let h = Harness::new(kind, |b| b).await;
     let c = &h.client;
-    c.push(OrderCancel { order_id: 1 })
-        .id("a")
-        .delay(Duration::from_secs(60))
-        .await
-        .unwrap();
+    push_order(c, 1, "a", Duration::from_secs(60)).await;
     let out = c
         .reschedule_in("order-cancel", "a", Schedule::After(Duration::ZERO))
         .await
         .unwrap();
     assert_eq!(out, ChangeOutcome::Done);
     assert_eq!(
-        c.status_in("order-cancel", "a")
-            .await
-            .unwrap()
-            .unwrap()
-            .state,
+        state_of(c, "order-cancel", "a").await.unwrap(),
         JobState::Ready
     );
     let out = c
@@ -402,16 +369,8 @@ async fn promote_moves_only_due_jobs_and_reports_the_next_due_time(kind: Kind) {
     let h = Harness::new(kind, |b| b).await;
     let c = &h.client;
     let s = c.store();
-    c.push(OrderCancel { order_id: 1 })
-        .id("soon")
-        .delay(Duration::from_millis(30))
-        .await
-        .unwrap();
-    c.push(OrderCancel { order_id: 2 })
-        .id("later")
-        .delay(Duration::from_secs(60))
-        .await
-        .unwrap();
+    push_order(c, 1, "soon", Duration::from_millis(30)).await;
+    push_order(c, 2, "later", Duration::from_secs(60)).await;
     let early = s.promote(0, 1000).await.unwrap();
     assert_eq!(early.moved, 0, "nothing is due yet");
     tokio::time::sleep(Duration::from_millis(40)).await;
@@ -422,11 +381,7 @@ async fn promote_moves_only_due_jobs_and_reports_the_next_due_time(kind: Kind) {
     assert_eq!(p.next_due_us, Some(dq::store::to_us(later.due)));
     assert!(p.next_due_us.unwrap() > p.now_us);
     assert_eq!(
-        c.status_in("order-cancel", "soon")
-            .await
-            .unwrap()
-            .unwrap()
-            .state,
+        state_of(c, "order-cancel", "soon").await.unwrap(),
         JobState::Ready
     );
 }
@@ -824,16 +779,10 @@ async fn a_bad_job_in_a_batch_fails_the_batch_and_stores_nothing(kind: Kind) {
 async fn keep_and_replace_pushes_in_one_batch_each_get_their_mode(kind: Kind) {
     let h = Harness::new(kind, |b| b).await;
     let c = &h.client;
-    c.push_to("t", &1)
-        .id("a")
-        .delay(Duration::from_secs(60))
-        .await
-        .unwrap();
-    c.push_to("t", &1)
-        .id("b")
-        .delay(Duration::from_secs(60))
-        .await
-        .unwrap();
+    for id in ["a", "b"] {
+        let delayed = c.push_to("t", &1).id(id).delay(Duration::from_secs(60));
+        delayed.await.unwrap();
+    }
     let out = c
         .push_batch(vec![
             c.push_to("t", &2).id("a"),
@@ -1116,12 +1065,7 @@ async fn a_retry_delay_over_the_limit_is_refused_and_the_job_stays_leased(kind: 
     let c = &h.client;
     let s = c.store();
     c.push_to("t", &1).id("1").await.unwrap();
-    let job = s
-        .fetch(0, &topic("t"), 1, LEASE)
-        .await
-        .unwrap()
-        .jobs
-        .remove(0);
+    let job = lease_one(s, "t").await;
     for delay in [
         Duration::MAX,
         dq::limits::MAX_DELAY + Duration::from_secs(1),
@@ -1589,7 +1533,7 @@ async fn a_ticks_job_is_created_once_per_generation_even_after_it_is_gone(kind: 
         schedule: Schedule::After(Duration::from_secs(3600)),
         max_attempts: 1,
         unique_for: None,
-        fence: Some(TickFence {
+        fence: Some(FiredTick {
             schedule: "beat".into(),
             generation,
             tick_us: n,
@@ -1650,12 +1594,18 @@ async fn a_schedule_moves_on_only_under_the_generation_its_look_read(kind: Kind)
     let resumed = generation().await;
     assert!(resumed > changed, "resumed: {resumed} after {changed}");
     let next = s.schedule("beat").await.unwrap().unwrap().next_us.unwrap();
-    assert!(!s
-        .advance_schedule("beat", changed, next, Some(next + 1))
-        .await
-        .unwrap());
+    let fired = |generation| FiredTick {
+        schedule: "beat".into(),
+        generation,
+        tick_us: next,
+    };
+    let old = s.advance_schedule(&fired(changed), Some(next + 1)).await;
+    assert!(
+        !old.unwrap(),
+        "moved under the generation before the resume"
+    );
     assert!(s
-        .advance_schedule("beat", resumed, next, Some(next + 1))
+        .advance_schedule(&fired(resumed), Some(next + 1))
         .await
         .unwrap());
     // Removed, it takes nothing along when declared again: a new generation, above the last.

@@ -10,19 +10,7 @@ use std::time::Duration;
 
 use dq::admin::Cursor;
 use dq::Error;
-use serde::{Deserialize, Serialize};
-use support::{client, client_with, topic, RedisServer};
-
-#[derive(Debug, Serialize, Deserialize, PartialEq)]
-struct OrderCancel {
-    order_id: u64,
-}
-
-impl dq::Message for OrderCancel {
-    const TOPIC: &'static str = "order-cancel";
-}
-
-const LEASE: Duration = Duration::from_secs(10);
+use support::{client, client_with, push_order, topic, OrderCancel, RedisServer, LEASE};
 
 #[tokio::test]
 async fn push_announces_a_new_earliest_due_time_on_the_wake_channel() {
@@ -32,21 +20,9 @@ async fn push_announces_a_new_earliest_due_time_on_the_wake_channel() {
     let mut pubsub = rc.get_async_pubsub().await.unwrap();
     pubsub.subscribe("dq:{test:0}:wake").await.unwrap();
     let mut messages = pubsub.into_on_message();
-    c.push(OrderCancel { order_id: 1 })
-        .id("late")
-        .delay(Duration::from_secs(60))
-        .await
-        .unwrap();
-    c.push(OrderCancel { order_id: 2 })
-        .id("later")
-        .delay(Duration::from_secs(120))
-        .await
-        .unwrap();
-    c.push(OrderCancel { order_id: 3 })
-        .id("early")
-        .delay(Duration::from_secs(30))
-        .await
-        .unwrap();
+    push_order(&c, 1, "late", Duration::from_secs(60)).await;
+    push_order(&c, 2, "later", Duration::from_secs(120)).await;
+    push_order(&c, 3, "early", Duration::from_secs(30)).await;
     use futures_util::StreamExt;
     let mut dues = Vec::new();
     for _ in 0..2 {
@@ -149,11 +125,8 @@ async fn malformed_envelope_is_reported_and_dead_lettered_without_touching_other
         .jobs;
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].payload, b"not an envelope", "the raw value is kept");
-    assert!(dead[0]
-        .last_error
-        .as_deref()
-        .unwrap()
-        .contains("malformed envelope"));
+    let error = dead[0].last_error.as_deref().unwrap_or_default();
+    assert!(error.contains("malformed envelope"), "{error}");
 }
 
 #[tokio::test]
@@ -319,11 +292,7 @@ async fn push_with_wait_replicas_returns_once_a_replica_has_the_job() {
     let master = RedisServer::start();
     let replica = replica_of(&master);
     let c = client_with(&master, |b| b.wait_replicas(1, Duration::from_secs(2))).await;
-    c.push(OrderCancel { order_id: 1 })
-        .id("1")
-        .delay(Duration::from_secs(60))
-        .await
-        .unwrap();
+    push_order(&c, 1, "1", Duration::from_secs(60)).await;
     // WAIT returned, so the replica has applied the push already.
     let on_replica = replica.command(&["HEXISTS", "dq:{test:0}:jobs", "order-cancel:1"]);
     assert_eq!(on_replica.trim(), ":1");
@@ -367,9 +336,8 @@ async fn a_worker_silent_for_a_minute_by_redis_clock_is_dropped() {
     let json = serde_json::to_string(&w).unwrap();
     redis.command(&["HSET", "dq:{test:0}:workers", "silent", &json]);
     assert!(c.workers().await.unwrap().is_empty());
-    assert!(redis
-        .command(&["HEXISTS", "dq:{test:0}:workers", "silent"])
-        .starts_with(":0"));
+    let exists = redis.command(&["HEXISTS", "dq:{test:0}:workers", "silent"]);
+    assert_eq!(exists.trim(), ":0", "the silent worker's record is dropped");
 }
 
 /// A job in `jobs` but in no queue (as a script aborted midway by an older build could leave
@@ -448,13 +416,7 @@ async fn stale_ready_entries_leave_nothing_behind_once_fetched() {
     }
     c.cancel_in("t", "a").await.unwrap();
     c.push_to("t", &2).id("b").replace().await.unwrap();
-    let stale: Option<i64> = redis::cmd("HGET")
-        .arg("dq:{test:0}:counts")
-        .arg("t:stale")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    assert_eq!(stale, Some(2), "two entries went stale");
+    assert_eq!(stale_entries(&mut conn).await, 2, "two entries went stale");
     assert_eq!(c.counts("t").await.unwrap().ready, 2);
     let fetched = c
         .store()
@@ -464,13 +426,7 @@ async fn stale_ready_entries_leave_nothing_behind_once_fetched() {
         .jobs;
     let ids: Vec<String> = fetched.iter().map(|j| j.lease.id.to_string()).collect();
     assert_eq!(ids, ["c", "b"]);
-    let stale: Option<i64> = redis::cmd("HGET")
-        .arg("dq:{test:0}:counts")
-        .arg("t:stale")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    assert_eq!(stale.unwrap_or(0), 0);
+    assert_eq!(stale_entries(&mut conn).await, 0);
     let (gens, ready): (u64, u64) = redis::pipe()
         .cmd("EXISTS")
         .arg("dq:{test:0}:gen:t")
@@ -541,4 +497,15 @@ async fn a_malformed_attempt_limit_in_redis_is_ignored() {
         let f = s.fetch(0, &t, 1, LEASE).await.unwrap();
         s.ack(&[f.jobs[0].lease.clone()]).await.unwrap();
     }
+}
+
+/// Topic `t`'s count of stale ready entries.
+async fn stale_entries(conn: &mut redis::aio::MultiplexedConnection) -> i64 {
+    let stale: Option<i64> = redis::cmd("HGET")
+        .arg("dq:{test:0}:counts")
+        .arg("t:stale")
+        .query_async(conn)
+        .await
+        .unwrap();
+    stale.unwrap_or(0)
 }

@@ -209,12 +209,7 @@ async fn fill(client: &Client, store: &RedisStore, n: usize) -> anyhow::Result<F
     for (prefix, count) in [("x", dead), ("r", running)] {
         let ids: Vec<usize> = (0..count).collect();
         for chunk in ids.chunks(1000) {
-            let jobs = chunk.iter().map(|&i| {
-                client
-                    .push_to(TOPIC, &json!({ "order_id": i }))
-                    .id(format!("{prefix}{i}"))
-            });
-            client.push_batch(jobs).await?;
+            push_ready(client, prefix, chunk).await?;
             let leased = store.fetch(0, &topic, chunk.len(), hour).await?;
             if prefix == "x" {
                 let deaths = leased.jobs.iter().map(|j| {
@@ -228,12 +223,7 @@ async fn fill(client: &Client, store: &RedisStore, n: usize) -> anyhow::Result<F
     // Ready: due now, and no worker takes them.
     let ids: Vec<usize> = (0..ready).collect();
     for chunk in ids.chunks(1000) {
-        let jobs = chunk.iter().map(|&i| {
-            client
-                .push_to(TOPIC, &json!({ "order_id": i }))
-                .id(format!("y{i}"))
-        });
-        client.push_batch(jobs).await?;
+        push_ready(client, "y", chunk).await?;
     }
     for t in 1..10 {
         client
@@ -246,4 +236,14 @@ async fn fill(client: &Client, store: &RedisStore, n: usize) -> anyhow::Result<F
         running,
         dead,
     })
+}
+
+/// One ready order per `i`, with id `<prefix><i>`, in one batch.
+async fn push_ready(client: &Client, prefix: &str, ids: &[usize]) -> dq::Result<()> {
+    let jobs = ids.iter().map(|&i| {
+        client
+            .push_to(TOPIC, &json!({ "order_id": i }))
+            .id(format!("{prefix}{i}"))
+    });
+    client.push_batch(jobs).await.map(drop)
 }

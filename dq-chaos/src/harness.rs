@@ -198,11 +198,16 @@ impl Harness {
     pub(crate) fn kill_and_restart(&mut self, slot: usize) -> anyhow::Result<()> {
         let start = now_us();
         self.kill(slot);
+        self.respawn(slot, "worker SIGKILL", start)
+    }
+
+    /// A new worker in `slot`, recording the fault that ended the one before (since `start_us`).
+    fn respawn(&mut self, slot: usize, kind: &str, start_us: u64) -> anyhow::Result<()> {
         let args = self.worker.clone();
         self.workers[slot] = Some(self.spawn_worker(slot, &args)?);
         self.faults.push(Fault {
-            kind: "worker SIGKILL".into(),
-            start_us: start,
+            kind: kind.into(),
+            start_us,
             end_us: now_us(),
         });
         Ok(())
@@ -243,14 +248,7 @@ impl Harness {
         let start = now_us();
         let limit = Duration::from_millis(self.worker.grace_ms) + Duration::from_secs(5);
         self.terminate(slot, limit).await;
-        let args = self.worker.clone();
-        self.workers[slot] = Some(self.spawn_worker(slot, &args)?);
-        self.faults.push(Fault {
-            kind: "worker SIGTERM".into(),
-            start_us: start,
-            end_us: now_us(),
-        });
-        Ok(())
+        self.respawn(slot, "worker SIGTERM", start)
     }
 
     /// Sends a command to Redis on a connection of its own, from a blocking thread (DEBUG

@@ -76,7 +76,7 @@ pub struct NewJob {
     pub unique_for: Option<Duration>,
     /// For the job of a schedule's tick: created only if no later tick (or no later
     /// generation) of the schedule was created before it.
-    pub fence: Option<crate::store::TickFence>,
+    pub fence: Option<crate::store::FiredTick>,
     /// The serialized message.
     pub payload: Vec<u8>,
 }

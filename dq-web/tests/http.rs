@@ -208,9 +208,8 @@ async fn every_page_answers_on_the_in_memory_store() {
 #[tokio::test]
 async fn the_schedules_page_lists_them_and_pauses_resumes_and_runs_one() {
     let client = memory_client().await;
-    client
-        .schedule("nightly")
-        .cron("0 3 * * *")
+    let nightly = client.schedule("nightly").cron("0 3 * * *");
+    nightly
         .tz("Europe/Paris")
         .topic("cleanup")
         .upsert()

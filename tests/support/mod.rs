@@ -69,3 +69,62 @@ pub fn topic(name: &str) -> dq::Topic {
 pub fn id(name: &str) -> dq::JobId {
     dq::JobId::new(name).expect("valid id")
 }
+
+/// The message most store tests push.
+#[derive(Debug, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct OrderCancel {
+    pub order_id: u64,
+}
+
+impl dq::Message for OrderCancel {
+    const TOPIC: &'static str = "order-cancel";
+}
+
+/// The lease store tests take jobs with.
+pub const LEASE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A config for `redis` (default namespace).
+pub fn config(redis: &RedisServer) -> Config {
+    Config::builder()
+        .redis_url(redis.url())
+        .build()
+        .expect("valid test config")
+}
+
+/// Polls `done` every 5 ms until it holds; fails the test with `what()` after `limit`.
+pub async fn wait_until<D: std::fmt::Display>(
+    limit: std::time::Duration,
+    mut done: impl FnMut() -> bool,
+    what: impl Fn() -> D,
+) {
+    let deadline = std::time::Instant::now() + limit;
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "{}", what());
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+/// The state of a job, or `None` when there is no such job.
+pub async fn state_of(client: &Client, topic: &str, id: &str) -> Option<dq::JobState> {
+    let info = client.status_in(topic, id).await.expect("status");
+    info.map(|info| info.state)
+}
+
+/// Pushes `OrderCancel { order_id }` as job `id`, due after `delay`.
+pub async fn push_order(c: &Client, order_id: u64, id: &str, delay: std::time::Duration) {
+    c.push(OrderCancel { order_id })
+        .id(id)
+        .delay(delay)
+        .await
+        .expect("push");
+}
+
+/// Leases the first ready job of `topic` in shard 0 (fails the test when there is none).
+pub async fn lease_one(store: &Arc<dyn Store>, topic_name: &str) -> dq::store::LeasedJob {
+    let mut fetched = store
+        .fetch(0, &topic(topic_name), 1, LEASE)
+        .await
+        .expect("fetch");
+    assert!(!fetched.jobs.is_empty(), "no ready job of {topic_name}");
+    fetched.jobs.remove(0)
+}

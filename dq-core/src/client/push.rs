@@ -105,8 +105,8 @@ pub struct PushBuilder {
     pub(super) retries: u32,
     pub(super) on_conflict: OnConflict,
     pub(super) unique_for: Option<Duration>,
-    /// Set for the job of a schedule's tick (see `TickFence`).
-    pub(super) fence: Option<crate::store::TickFence>,
+    /// Set for the job of a schedule's tick (see `FiredTick`).
+    pub(super) fence: Option<crate::store::FiredTick>,
     /// The id is the payload's hash (`unique_by_payload`).
     pub(super) id_from_payload: bool,
     pub(super) payload: Result<Vec<u8>>,
@@ -187,8 +187,8 @@ impl PushBuilder {
         self
     }
 
-    /// Fenced as the job of a schedule's tick (see `TickFence`).
-    pub(crate) fn fence(mut self, fence: crate::store::TickFence) -> Self {
+    /// Fenced as the job of a schedule's tick (see `FiredTick`).
+    pub(crate) fn fence(mut self, fence: crate::store::FiredTick) -> Self {
         self.fence = Some(fence);
         self
     }

@@ -11,7 +11,7 @@ use super::{Client, Pushed};
 use crate::error::Result;
 use crate::job::{from_us, to_us, PushOutcome};
 use crate::periodic::{Missed, ScheduleSpec};
-use crate::store::{ScheduleEntry, TickFence};
+use crate::store::{FiredTick, ScheduleEntry};
 
 impl Client {
     /// Creates the jobs of every schedule tick due within `lookahead` of the store's clock
@@ -123,11 +123,12 @@ impl Client {
             created += made;
             let next = spec.repeat.next_after(current);
             let next_us = next.map(to_us);
-            let moved = self
-                .store
-                .advance_schedule(id, generation, from, next_us)
-                .await?;
-            if !moved {
+            let fired = FiredTick {
+                schedule: id.to_owned(),
+                generation,
+                tick_us: from,
+            };
+            if !self.store.advance_schedule(&fired, next_us).await? {
                 // Another process moved it (theirs now), or it was paused, removed, changed or
                 // resumed while this tick's job was being made: then that job goes, unless the
                 // schedule as it is now has that tick too (its looks find the job in place).
@@ -192,7 +193,7 @@ impl Client {
             .at(due)
             .max_retries(spec.max_retries)
             .unique_for(window)
-            .fence(TickFence {
+            .fence(FiredTick {
                 schedule: id.to_owned(),
                 generation,
                 tick_us: to_us(tick),

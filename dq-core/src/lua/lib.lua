@@ -193,3 +193,21 @@ local function due_from(when, now)
   return tonumber(when)
 end
 
+
+-- A schedule's next tick in schedule_next: '' removes it (paused, or no tick to come). A ZREM
+-- may delete the key: call this after every other use of it.
+local function set_next(schedule_next, id, tick)
+  if tick == '' then
+    redis.call('ZREM', schedule_next, id)
+  else
+    redis.call('ZADD', schedule_next, tick, id)
+  end
+end
+
+-- Starts a schedule's next generation: above its last, and Redis' clock (us) unless the clock
+-- went back, so one removed and declared again also starts above every generation it had.
+local function new_generation(schedule_gen, id)
+  local gen = math.max(tonumber(redis.call('HGET', schedule_gen, id) or 0) + 1, now_us())
+  redis.call('HSET', schedule_gen, id, fmt(gen))
+  return gen
+end

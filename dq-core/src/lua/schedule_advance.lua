@@ -9,9 +9,5 @@ local next_tick = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not next_tick or tonumber(next_tick) ~= tonumber(ARGV[2]) then return 0 end
 if tonumber(redis.call('HGET', KEYS[3], ARGV[1]) or 0) ~= tonumber(ARGV[4]) then return 0 end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-if ARGV[3] == '' then
-  redis.call('ZREM', KEYS[1], ARGV[1])
-else
-  redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
-end
+set_next(KEYS[1], ARGV[1], ARGV[3])
 return 1

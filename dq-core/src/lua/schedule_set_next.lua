@@ -5,11 +5,6 @@
 -- ARGV[1] schedule id  ARGV[2] next tick (us), or '' to pause
 -- Returns 1 when set, 0 when there is no such schedule.
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
-if ARGV[2] == '' then
-  redis.call('ZREM', KEYS[2], ARGV[1])
-else
-  local gen = math.max(tonumber(redis.call('HGET', KEYS[3], ARGV[1]) or 0) + 1, now_us())
-  redis.call('HSET', KEYS[3], ARGV[1], fmt(gen))
-  redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
-end
+if ARGV[2] ~= '' then new_generation(KEYS[3], ARGV[1]) end
+set_next(KEYS[2], ARGV[1], ARGV[2])
 return 1

@@ -111,7 +111,7 @@ impl ShardKeys {
         self.key("schedule_gen")
     }
     /// Per schedule, the latest tick whose job was created in this shard and the generation it
-    /// was created under: id -> `<generation>:<tick us>` (see [`TickFence`](crate::store::TickFence)).
+    /// was created under: id -> `<generation>:<tick us>` (see [`FiredTick`](crate::store::FiredTick)).
     pub fn tick_fence(&self) -> String {
         self.key("tick_fence")
     }

@@ -36,15 +36,17 @@ use crate::job::{
 };
 use crate::name::{JobId, Topic};
 
-/// What makes the job of a schedule's tick a one-time thing: the store creates it only when the
-/// schedule's fence in the job's shard, the latest `(generation, tick)` created there, is below
-/// this one, and then raises the fence to it; otherwise the push is
+/// A tick of a schedule, as a look fired it: under the schedule's generation it read.
+///
+/// It makes the tick's job a one-time thing ([`NewJob::fence`]): the store creates the job only
+/// when the schedule's fence in the job's shard, the latest `(generation, tick)` created there,
+/// is below this one, and then raises the fence to it; otherwise the push is
 /// [`AlreadyPending`](crate::PushOutcome::AlreadyPending) and nothing is stored. Ticks are
 /// created in order, so a process that wakes from a long stall and pushes a tick that was made
 /// (and ran, and whose reservation ran out) minutes ago makes nothing. A new generation (the
 /// spec changed, or the schedule was resumed) starts again from any tick.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TickFence {
+pub struct FiredTick {
     /// The schedule's id.
     pub schedule: String,
     /// Its generation when the tick was fired ([`ScheduleEntry::generation`]).
@@ -53,10 +55,10 @@ pub struct TickFence {
     pub tick_us: u64,
 }
 
-impl TickFence {
-    /// Whether a tick under this fence may be created where `stored` is the fence (created
-    /// before it in order, it may not).
-    pub fn passes(&self, stored: Option<(u64, u64)>) -> bool {
+impl FiredTick {
+    /// Whether this tick's job may be created where `stored` is the schedule's fence, the
+    /// `(generation, tick)` created last (a tick at or before it may not).
+    pub fn is_after(&self, stored: Option<(u64, u64)>) -> bool {
         stored.is_none_or(|s| (self.generation, self.tick_us) > s)
     }
 }
@@ -317,17 +319,11 @@ pub trait Schedules: Sharded {
     /// with that tick.
     async fn due_schedules(&self, until_us: u64, limit: usize) -> Result<Vec<(String, u64)>>;
 
-    /// Moves a schedule's next tick from `from_us` to `to_us` (`None`: it has no more) and
-    /// records `from_us` as fired, but only while its next tick is still `from_us` and its
-    /// generation still `generation`: false when another process moved it first (or it was
+    /// Moves the schedule of `fired` from its tick to `to_us` (`None`: it has no more) and
+    /// records that tick as fired, but only while its next tick is still that one and its
+    /// generation still the one fired under: false when another process moved it first (or it was
     /// paused, removed, changed or resumed meanwhile).
-    async fn advance_schedule(
-        &self,
-        id: &str,
-        generation: u64,
-        from_us: u64,
-        to_us: Option<u64>,
-    ) -> Result<bool>;
+    async fn advance_schedule(&self, fired: &FiredTick, to_us: Option<u64>) -> Result<bool>;
 
     /// Sets a schedule's next tick (`None`: paused; `Some`: resumed, in a new generation);
     /// false when there is no such schedule. Atomic: a schedule removed meanwhile stays gone.

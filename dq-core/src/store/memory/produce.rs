@@ -33,7 +33,7 @@ impl Producer for MemoryStore {
                 let fenced = job
                     .fence
                     .as_ref()
-                    .is_some_and(|f| !f.passes(s.tick_fence.get(&f.schedule).copied()));
+                    .is_some_and(|f| !f.is_after(s.tick_fence.get(&f.schedule).copied()));
                 if fenced {
                     outcome = PushOutcome::AlreadyPending;
                 } else if let (Some(until), false) = (reserved, s.jobs.contains_key(&m)) {

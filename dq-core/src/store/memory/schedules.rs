@@ -4,7 +4,7 @@ use async_trait::async_trait;
 
 use super::{lock, MemoryStore};
 use crate::error::Result;
-use crate::store::{ScheduleEntry, Schedules};
+use crate::store::{FiredTick, ScheduleEntry, Schedules};
 
 impl MemoryStore {
     /// The earliest next tick of any schedule (us), for `dq::testing` to stop at.
@@ -72,19 +72,14 @@ impl Schedules for MemoryStore {
         Ok(due)
     }
 
-    async fn advance_schedule(
-        &self,
-        id: &str,
-        generation: u64,
-        from_us: u64,
-        to_us: Option<u64>,
-    ) -> Result<bool> {
+    async fn advance_schedule(&self, fired: &FiredTick, to_us: Option<u64>) -> Result<bool> {
         let mut s = lock(&self.state);
-        let same_generation = s.schedule_gen.get(id).copied().unwrap_or(0) == generation;
-        if s.schedule_next.get(id) != Some(&from_us) || !same_generation {
+        let id = fired.schedule.as_str();
+        let same_generation = s.schedule_gen.get(id).copied().unwrap_or(0) == fired.generation;
+        if s.schedule_next.get(id) != Some(&fired.tick_us) || !same_generation {
             return Ok(false);
         }
-        s.schedule_last.insert(id.to_owned(), from_us);
+        s.schedule_last.insert(id.to_owned(), fired.tick_us);
         match to_us {
             Some(next) => s.schedule_next.insert(id.to_owned(), next),
             None => s.schedule_next.remove(id),

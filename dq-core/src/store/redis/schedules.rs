@@ -7,20 +7,15 @@ use super::reply::{read, Applied};
 use super::RedisStore;
 use crate::error::{Error, Result};
 use crate::store::scripts::SCRIPTS;
-use crate::store::{ScheduleEntry, Schedules};
+use crate::store::{FiredTick, ScheduleEntry, Schedules};
 
 #[async_trait]
 impl Schedules for RedisStore {
     async fn put_schedule(&self, id: &str, spec_json: &str, next_us: Option<u64>) -> Result<()> {
-        let k = self.keys(0);
-        let mut inv = SCRIPTS.schedule_put.prepare_invoke();
-        inv.key(k.schedules())
-            .key(k.schedule_next())
-            .key(k.schedule_gen())
-            .arg(id)
-            .arg(spec_json)
-            .arg(next_us.map_or(String::new(), |t| t.to_string()));
-        self.run("put schedule", &inv).await.map(drop)
+        let args = [id, spec_json, &tick_arg(next_us)];
+        self.schedule_script(&SCRIPTS.schedule_put, "put schedule", args)
+            .await
+            .map(drop)
     }
 
     async fn remove_schedule(&self, id: &str) -> Result<bool> {
@@ -117,37 +112,55 @@ impl Schedules for RedisStore {
             .collect())
     }
 
-    async fn advance_schedule(
-        &self,
-        id: &str,
-        generation: u64,
-        from_us: u64,
-        to_us: Option<u64>,
-    ) -> Result<bool> {
+    async fn advance_schedule(&self, fired: &FiredTick, to_us: Option<u64>) -> Result<bool> {
         let k = self.keys(0);
         let mut inv = SCRIPTS.schedule_advance.prepare_invoke();
         inv.key(k.schedule_next())
             .key(k.schedule_last())
             .key(k.schedule_gen())
-            .arg(id)
-            .arg(from_us)
-            .arg(to_us.map_or(String::new(), |t| t.to_string()))
-            .arg(generation);
+            .arg(&fired.schedule)
+            .arg(fired.tick_us)
+            .arg(tick_arg(to_us))
+            .arg(fired.generation);
         let reply = self.run("advance schedule", &inv).await?;
         Ok(read::<Applied>("advance schedule", reply)?.0)
     }
 
     async fn set_schedule_next(&self, id: &str, next_us: Option<u64>) -> Result<bool> {
-        let k = self.keys(0);
-        let mut inv = SCRIPTS.schedule_set_next.prepare_invoke();
-        inv.key(k.schedules())
-            .key(k.schedule_next())
-            .key(k.schedule_gen())
-            .arg(id)
-            .arg(next_us.map_or(String::new(), |t| t.to_string()));
-        let reply = self.run("set schedule", &inv).await?;
+        let reply = self
+            .schedule_script(
+                &SCRIPTS.schedule_set_next,
+                "set schedule",
+                [id, &tick_arg(next_us)],
+            )
+            .await?;
         Ok(read::<Applied>("set schedule", reply)?.0)
     }
+}
+
+impl RedisStore {
+    /// Runs a script over a schedule's spec, next tick and generation (shard 0) with `args`.
+    async fn schedule_script<const N: usize>(
+        &self,
+        script: &redis::Script,
+        op: &'static str,
+        args: [&str; N],
+    ) -> Result<Value> {
+        let k = self.keys(0);
+        let mut inv = script.prepare_invoke();
+        inv.key(k.schedules())
+            .key(k.schedule_next())
+            .key(k.schedule_gen());
+        for arg in args {
+            inv.arg(arg);
+        }
+        self.run(op, &inv).await
+    }
+}
+
+/// A tick as a script argument: its microseconds, or '' for none.
+fn tick_arg(tick_us: Option<u64>) -> String {
+    tick_us.map_or(String::new(), |t| t.to_string())
 }
 
 /// A score or stored number as microseconds (Redis prints large scores as `1.7e+15`).
