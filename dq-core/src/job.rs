@@ -74,8 +74,7 @@ pub struct NewJob {
     pub max_attempts: u32,
     /// How long its id stays reserved after it succeeds (`None`: not at all).
     pub unique_for: Option<Duration>,
-    /// For the job of a schedule's tick: created only if no later tick (or no later
-    /// generation) of the schedule was created before it.
+    /// For the job of a schedule's tick: created only after the ticks created before it.
     pub fence: Option<crate::store::FiredTick>,
     /// The serialized message.
     pub payload: Vec<u8>,

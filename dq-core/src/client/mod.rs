@@ -60,6 +60,10 @@ impl std::fmt::Debug for Client {
 impl Client {
     /// A client on an existing store. The client does not hand its store back out: a tool that
     /// works below the client (on leases, say) keeps its own `Arc` of the store.
+    ///
+    /// `config` is taken as it is: the store was built from a checked one (`RedisStore::connect`
+    /// checks its config), and of the rest the client reads only `max_payload_bytes`. A
+    /// config from [`Config::builder`] or serde is checked already.
     pub fn new(store: Arc<dyn Store>, config: Config) -> Client {
         Client {
             store,

@@ -56,8 +56,8 @@ impl ReadyHub {
             *running = true;
             let channels: HashMap<String, u16> = shards
                 .iter()
-                .enumerate()
-                .map(|(s, k)| (k.ready_channel(), s as u16))
+                .zip(0u16..)
+                .map(|(k, s)| (k.ready_channel(), s))
                 .collect();
             tokio::spawn(subscribe(
                 Arc::downgrade(self),

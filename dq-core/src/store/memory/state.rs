@@ -223,6 +223,41 @@ mod tests {
     }
 
     #[test]
+    fn a_schedules_generation_grows_past_its_last_and_the_clock() {
+        let mut s = State::default();
+        s.new_generation("beat", 1_000);
+        assert_eq!(s.schedule_gen["beat"], 1_000, "from the clock");
+        s.new_generation("beat", 1_000);
+        assert_eq!(
+            s.schedule_gen["beat"], 1_001,
+            "past the last when the clock stands"
+        );
+        s.new_generation("beat", 500);
+        assert_eq!(
+            s.schedule_gen["beat"], 1_002,
+            "past the last when the clock went back"
+        );
+    }
+
+    #[test]
+    fn a_tick_is_after_the_fence_only_in_a_later_tick_or_generation() {
+        let tick = |generation, tick_us| crate::store::FiredTick {
+            schedule: "beat".into(),
+            generation,
+            tick_us,
+        };
+        assert!(tick(1, 10).is_after(None), "nothing created yet");
+        assert!(tick(1, 11).is_after(Some((1, 10))));
+        assert!(!tick(1, 10).is_after(Some((1, 10))), "the same tick");
+        assert!(!tick(1, 9).is_after(Some((1, 10))), "an earlier tick");
+        assert!(
+            tick(2, 1).is_after(Some((1, 10))),
+            "a new generation, any tick"
+        );
+        assert!(!tick(1, 99).is_after(Some((2, 1))), "an old generation");
+    }
+
+    #[test]
     fn a_due_job_is_placed_in_ready_and_a_later_one_in_delayed() {
         let (s, m) = with_job("now", 100);
         assert_eq!(s.counts(&m.0).ready, 1);

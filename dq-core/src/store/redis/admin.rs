@@ -298,7 +298,8 @@ impl Registry for RedisStore {
 // A Redis store's cursor holds the shard in its top 16 bits and the position within the
 // shard's list or set below.
 fn shard_and_position(at: Cursor) -> (u16, u64) {
-    ((at.raw() >> 48) as u16, at.raw() & ((1 << 48) - 1))
+    let shard = u16::try_from(at.raw() >> 48).unwrap_or(u16::MAX); // 16 bits: always fits
+    (shard, at.raw() & ((1 << 48) - 1))
 }
 
 fn cursor(shard: u16, position: u64) -> Cursor {

@@ -342,8 +342,8 @@ impl Leases for RedisStore {
         let channels = self
             .shards
             .iter()
-            .enumerate()
-            .map(|(shard, k)| (k.wake(), shard as u16))
+            .zip(0u16..)
+            .map(|(k, shard)| (k.wake(), shard))
             .collect();
         let subscription =
             ShardSubscription::open("wake subscription", &self.server, &self.conn, channels)

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use redis::Value;
 
-use super::reply::{job_info, malformed_reply, read, Count, Unsigned};
+use super::reply::{job_info, malformed_reply, read, Count, StatusReply};
 use super::RedisStore;
 use crate::envelope::Envelope;
 use crate::error::{Error, Result};
@@ -63,7 +63,8 @@ impl RedisStore {
         for arg in args {
             pipe.arg(*arg);
         }
-        pipe.cmd("WAIT").arg(wanted).arg(timeout.as_millis() as u64);
+        let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        pipe.cmd("WAIT").arg(wanted).arg(timeout_ms);
         let mut replies = None;
         for _ in 0..2 {
             let sent: redis::RedisResult<Vec<Value>> = match &self.conn {
@@ -240,20 +241,12 @@ impl Producer for RedisStore {
             .key(k.inflight())
             .key(k.dead(topic))
             .arg(&m);
-        let reply: Vec<Value> = self.call("status", &inv).await?;
-        let [state, raw, score] = match <[Value; 3]>::try_from(reply) {
-            Ok(parts) => parts,
-            Err(parts) if parts.is_empty() => return Ok(None),
-            Err(parts) => return Err(malformed_reply("status", &Value::Array(parts))),
-        };
-        let state: JobState = read("status", state)?;
-        let Value::BulkString(raw) = raw else {
-            return Err(malformed_reply("status", &raw));
+        let StatusReply(found) = self.call("status", &inv).await?;
+        let Some((state, raw, score)) = found else {
+            return Ok(None);
         };
         let env = Envelope::decode(&raw, &format!("{} field {m}", k.jobs()))?;
-        let score = read::<Unsigned>("status", score)?
-            .0
-            .filter(|_| state != JobState::Delayed);
+        let score = score.filter(|_| state != JobState::Delayed);
         Ok(Some(job_info(topic.clone(), id.clone(), state, env, score)))
     }
 }

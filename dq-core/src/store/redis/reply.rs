@@ -272,6 +272,27 @@ pub(super) fn decode_jobs(
     out
 }
 
+/// status.lua's reply: nothing (no such job), or the job's state, its raw envelope and the
+/// score of its state (when it is due, or when it died or its lease ends).
+pub(super) struct StatusReply(pub(super) Option<(JobState, Vec<u8>, Option<u64>)>);
+
+reader!(StatusReply, |v| {
+    let parts = items(v)?;
+    if parts.is_empty() {
+        return Ok(StatusReply(None));
+    }
+    if parts.len() != 3 {
+        return Err(unexpected(
+            "nothing, or a state, an envelope and a score",
+            v,
+        ));
+    }
+    let state: JobState = item(parts, 0)?;
+    let raw: Vec<u8> = item(parts, 1)?;
+    let Unsigned(score) = item(parts, 2)?;
+    Ok(StatusReply(Some((state, raw, score))))
+});
+
 /// A stored job as seen from outside: a running job is on the run after the ones its envelope
 /// counts.
 pub(super) fn job_info(
