@@ -811,3 +811,34 @@ async fn a_look_under_way_when_a_schedule_changes_leaves_no_job_at_a_tick_it_no_
 fn to_secs(t: SystemTime) -> u64 {
     t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs()
 }
+
+/// A look under way when the schedule is paused (or removed) leaves no job of it behind: the
+/// pause cancels what was made ahead, and the look, whose move then fails, removes the job it
+/// was pushing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_look_under_way_when_a_schedule_is_paused_or_removed_leaves_no_job_of_it() {
+    let redis = RedisServer::start();
+    let config = config(&redis);
+    let client = dq::Client::connect(config.clone()).await.unwrap();
+    for remove in [false, true] {
+        let mut faulty = Faulty::new(&config).await;
+        faulty.hold_push = Some("nap@".into());
+        let faulty = Arc::new(faulty);
+        let stalled = dq::Client::new(faulty.clone(), config.clone());
+        let tick = every_second(&client, "nap", "naps").await;
+        let look =
+            tokio::spawn(async move { stalled.fire_schedules(Duration::from_secs(5)).await });
+        faulty.pushing.notified().await;
+        if remove {
+            assert!(client.unschedule("nap").await.unwrap());
+        } else {
+            assert!(client.pause_schedule("nap").await.unwrap());
+        }
+        faulty.push_gate.add_permits(100);
+        look.await.unwrap().unwrap();
+        let id = dq::schedule::tick_job_id("nap", tick);
+        let job = client.status_in("naps", &id).await.unwrap();
+        assert!(job.is_none(), "removed {remove}: a job was left: {job:?}");
+        client.unschedule("nap").await.unwrap();
+    }
+}

@@ -497,3 +497,27 @@ async fn a_catch_up_over_a_thousand_jobs_is_refused() {
         .unwrap_err();
     assert!(refused.to_string().contains("1000"), "{refused}");
 }
+
+/// A resume racing a removal leaves no next tick behind without its schedule (the resume was
+/// a check then a write, two commands, and a removal between them left an orphan tick that
+/// every look met again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_racing_a_removal_leaves_no_tick_without_its_schedule() {
+    let redis = RedisServer::start();
+    let (a, b) = (support::client(&redis).await, support::client(&redis).await);
+    for i in 0..300 {
+        let id = format!("s{i}");
+        a.schedule(&id)
+            .every(Duration::from_secs(60))
+            .topic("t")
+            .upsert()
+            .await
+            .unwrap();
+        a.pause_schedule(&id).await.unwrap();
+        let (resumed, removed) = tokio::join!(a.resume_schedule(&id), b.unschedule(&id));
+        assert!(removed.unwrap(), "{id} was removed");
+        resumed.unwrap();
+    }
+    let left = redis.command(&["ZCARD", "dq:{test:0}:schedule_next"]);
+    assert_eq!(left.trim(), ":0", "next ticks left without a schedule");
+}
