@@ -58,6 +58,111 @@ async fn errors_say_their_kind() {
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
 }
 
+/// Issue 30 finding 7: push options that mean nothing are refused with the reason, before
+/// anything is stored; at the limits, and with a delay of zero (due now), a push goes through.
+#[tokio::test]
+async fn push_options_that_mean_nothing_are_refused_with_the_reason() {
+    let client = Client::new(
+        Arc::new(MemoryStore::new()),
+        Config::builder().build().unwrap(),
+    );
+    let refused = |err: dq::Error, says: &str| {
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+        assert!(matches!(err, dq::Error::InvalidPush { .. }), "{err}");
+        assert!(
+            err.to_string().contains(says),
+            "{err} does not say {says:?}"
+        );
+    };
+    let quiet = Duration::from_secs(2);
+    refused(
+        client
+            .push_to("doc-save", &1)
+            .debounce(quiet)
+            .await
+            .unwrap_err(),
+        "debounce needs an id",
+    );
+    refused(
+        client
+            .push_to("doc-save", &1)
+            .id("d")
+            .debounce(Duration::ZERO)
+            .await
+            .unwrap_err(),
+        "debounce of 0s",
+    );
+    refused(
+        client
+            .push_to("report", &1)
+            .id("r")
+            .unique_for(Duration::ZERO)
+            .await
+            .unwrap_err(),
+        "unique_for of 0s",
+    );
+    refused(
+        client
+            .push_to("report", &1)
+            .id("r")
+            .max_retries(100_000)
+            .await
+            .unwrap_err(),
+        "100000 retries is over the limit of 1000",
+    );
+    // One such push fails its whole batch.
+    let batch = vec![
+        client.push_to("t", &1).id("ok"),
+        client
+            .push_to("t", &2)
+            .id("x")
+            .max_retries(dq::limits::MAX_RETRIES + 1),
+    ];
+    refused(client.push_batch(batch).await.unwrap_err(), "MAX_RETRIES");
+    assert!(
+        client.topics().await.unwrap().is_empty(),
+        "nothing was stored"
+    );
+    client
+        .push_to("t", &1)
+        .id("a")
+        .max_retries(dq::limits::MAX_RETRIES)
+        .delay(Duration::ZERO)
+        .await
+        .unwrap();
+    let a = client.status_in("t", "a").await.unwrap().unwrap();
+    assert_eq!((a.state, a.max_attempts), (dq::JobState::Ready, 1001));
+    client
+        .push_to("t", &2)
+        .id("b")
+        .debounce(quiet)
+        .await
+        .unwrap();
+    client
+        .push_to("t", &3)
+        .unique_by_payload()
+        .debounce(quiet)
+        .await
+        .unwrap();
+    assert_eq!(client.counts("t").await.unwrap().delayed, 2);
+}
+
+/// A listener asking for more retries than a push may is refused at start, by name.
+#[tokio::test]
+async fn a_listener_with_more_retries_than_the_limit_is_refused_at_start() {
+    let listener = dq::Listener::new("t", |_: u32, _: dq::JobContext| async {})
+        .retries(dq::limits::MAX_RETRIES + 1);
+    let err = Runtime::builder()
+        .store(Arc::new(MemoryStore::new()))
+        .without_registered_listeners()
+        .listener(listener)
+        .start()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, dq::Error::InvalidListener { .. }), "{err}");
+    assert!(err.to_string().contains("MAX_RETRIES"), "{err}");
+}
+
 /// A shutdown hook that panics is reported as failed; the hooks after it still run, and
 /// `shutdown` returns the report instead of an empty one.
 #[tokio::test]

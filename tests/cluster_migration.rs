@@ -328,3 +328,48 @@ async fn an_operation_whose_keys_are_split_between_two_nodes_is_refused_and_the_
     expected.extend(TOPICS.iter().map(|t| format!("{t}-waiting")));
     run_each_once(&cluster, &TOPICS, &expected).await;
 }
+
+/// Issue 30, finding 3: the documented ACL user through a reshard. While dq's slot is moving
+/// and its keys are on the new node, the old node answers ASK and the cluster client follows it
+/// with ASKING, which the documented rules lacked: every call was refused until the slot moved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_acl_user_follows_a_reshard() {
+    let cluster = RedisCluster::start(3, 0);
+    for node in cluster.nodes() {
+        let mut args = vec!["ACL", "SETUSER", "dqapp", "on", ">s3cret"];
+        args.extend(dq::store::ACL_RULES.split_whitespace());
+        assert_eq!(node.command(&args).trim(), "+OK");
+    }
+    let urls: Vec<String> = cluster
+        .urls()
+        .iter()
+        .map(|u| u.replacen("redis://", "redis://dqapp:s3cret@", 1))
+        .collect();
+    let acl = dq::Config::builder()
+        .redis_cluster(urls)
+        .shards(1)
+        .namespace("mig")
+        .build()
+        .unwrap();
+    let c = TestClient::connect(acl).await.unwrap();
+    c.schedule("nightly")
+        .cron("0 3 * * *")
+        .topic("cleanup")
+        .upsert()
+        .await
+        .unwrap();
+    c.push_to("t", &1).id("before").await.unwrap();
+    let (source, target, slot) = shard_zero_and_another_master(&cluster);
+    let dst_id = begin_migration(source, target, &slot);
+    migrate(source, target, &keys_except(source, &slot, &[]));
+    // Every key is on the new node, the slot still the old one's: a read is sent there by ASK
+    // (the cluster client follows it with ASKING).
+    c.workers().await.expect("workers read through ASK");
+    for node in cluster.masters() {
+        assert!(node
+            .command(&["CLUSTER", "SETSLOT", &slot, "NODE", &dst_id])
+            .starts_with("+OK"));
+    }
+    c.push_to("t", &2).id("after").await.unwrap();
+    run_each_once(&cluster, &["t"], &["before".into(), "after".into()]).await;
+}

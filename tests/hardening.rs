@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use dq::admin::{ChangeOutcome, Cursor, Page, Throughput, TopicCounts, TopicStats, WorkerInfo};
 use dq::push::{OnConflict, PushOutcome};
 use dq::store::{
-    Acked, Fetched, FiredTick, LeaseRef, NewJob, Promoted, Reclaimed, RedisStore, Store,
+    Acked, Fetched, Fetcher, FiredTick, LeaseRef, NewJob, Promoted, Reclaimed, RedisStore, Store,
 };
 use dq::store::{
     Admin, DeadLetters, Leases, Producer, ReadyWaiter, Registry, ScheduleEntry, Schedules, Sharded,
@@ -74,6 +74,15 @@ struct Faulty {
     hold_push: Option<String>,
     pushing: Notify,
     push_gate: Semaphore,
+    /// A schedule's store (`put_schedule`) is written, then the call holds (after `put_done`
+    /// is notified) until the test adds a permit to `put_gate`: a process paused between
+    /// storing a changed schedule and what it does next.
+    hold_put: bool,
+    put_done: Notify,
+    put_gate: Semaphore,
+    /// The next fetch that leases jobs runs in Redis, then fails as if its reply was lost (a
+    /// timeout while Redis was stalled with the request in its buffer).
+    lose_fetch_reply: std::sync::atomic::AtomicBool,
 }
 
 impl Faulty {
@@ -89,6 +98,10 @@ impl Faulty {
             hold_push: None,
             pushing: Notify::new(),
             push_gate: Semaphore::new(0),
+            hold_put: false,
+            put_done: Notify::new(),
+            put_gate: Semaphore::new(0),
+            lose_fetch_reply: Default::default(),
         }
     }
 
@@ -160,13 +173,34 @@ impl Leases for Faulty {
         max: usize,
         lease: Duration,
     ) -> dq::Result<Fetched> {
+        self.fetch_for(shard, topic, max, lease, &Fetcher::default())
+            .await
+    }
+    async fn fetch_for(
+        &self,
+        shard: u16,
+        topic: &Topic,
+        max: usize,
+        lease: Duration,
+        fetcher: &Fetcher,
+    ) -> dq::Result<Fetched> {
         if let Some((failing, after)) = self.failing_fetch.filter(|(s, _)| *s == shard) {
             tokio::time::sleep(after).await;
             self.fetch_failures
                 .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             return Err(Topic::new(format!("shard {failing} timed out")).unwrap_err());
         }
-        let fetched = self.inner.fetch(shard, topic, max, lease).await?;
+        let fetched = self
+            .inner
+            .fetch_for(shard, topic, max, lease, fetcher)
+            .await?;
+        if !fetched.jobs.is_empty()
+            && self
+                .lose_fetch_reply
+                .swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
+            return Err(Topic::new("the fetch reply was lost").unwrap_err());
+        }
         if self.hold_fetch && !fetched.jobs.is_empty() {
             self.leased.notify_one();
             let _ = self.gate.acquire().await.unwrap();
@@ -239,6 +273,9 @@ impl Admin for Faulty {
     async fn purge_dead(&self, t: &Topic, before: SystemTime, n: usize) -> dq::Result<usize> {
         self.inner.purge_dead(t, before, n).await
     }
+    async fn delete_dead(&self, t: &Topic, ids: &[JobId]) -> dq::Result<usize> {
+        self.inner.delete_dead(t, ids).await
+    }
 }
 
 #[async_trait]
@@ -255,12 +292,20 @@ impl Registry for Faulty {
     async fn workers(&self) -> dq::Result<Vec<WorkerInfo>> {
         self.inner.workers().await
     }
+    async fn namespace_epoch(&self) -> dq::Result<String> {
+        self.inner.namespace_epoch().await
+    }
 }
 
 #[async_trait]
 impl Schedules for Faulty {
     async fn put_schedule(&self, id: &str, spec: &str, next: Option<u64>) -> dq::Result<()> {
-        self.inner.put_schedule(id, spec, next).await
+        self.inner.put_schedule(id, spec, next).await?;
+        if self.hold_put {
+            self.put_done.notify_one();
+            self.put_gate.acquire().await.unwrap().forget();
+        }
+        Ok(())
     }
     async fn remove_schedule(&self, id: &str) -> dq::Result<bool> {
         self.inner.remove_schedule(id).await
@@ -279,6 +324,9 @@ impl Schedules for Faulty {
     }
     async fn set_schedule_next(&self, id: &str, next: Option<u64>) -> dq::Result<bool> {
         self.inner.set_schedule_next(id, next).await
+    }
+    async fn raise_schedule_generation(&self, id: &str, above: u64) -> dq::Result<Option<u64>> {
+        self.inner.raise_schedule_generation(id, above).await
     }
 }
 
@@ -660,6 +708,16 @@ async fn a_failing_shard_holds_one_permit_of_its_topic_not_all_of_them() {
 // Issue 19's review: a schedule's tick is made into one job, whatever the interleaving of the
 // processes that fire it.
 
+/// A client whose pushes of jobs with ids starting `prefix` hold until the test lets them go
+/// (`push_gate`), and the store that holds them.
+async fn holding_pushes(config: &Config, prefix: &str) -> (Arc<Faulty>, dq::Client) {
+    let mut faulty = Faulty::new(config).await;
+    faulty.hold_push = Some(prefix.into());
+    let faulty = Arc::new(faulty);
+    let client = dq::Client::new(faulty.clone(), config.clone());
+    (faulty, client)
+}
+
 /// A schedule firing every second, on `topic`, in `redis`; the tick due next (store clock).
 async fn every_second(client: &dq::Client, id: &str, topic: &str) -> SystemTime {
     let info = client
@@ -690,10 +748,7 @@ async fn until_due(client: &dq::Client, tick: SystemTime) {
 async fn a_process_stalled_past_a_ticks_reservation_does_not_make_its_job_again() {
     let redis = RedisServer::start();
     let config = config(&redis);
-    let mut faulty = Faulty::new(&config).await;
-    faulty.hold_push = Some("beat@".into());
-    let faulty = Arc::new(faulty);
-    let stalled = dq::Client::new(faulty.clone(), config.clone());
+    let (faulty, stalled) = holding_pushes(&config, "beat@").await;
     let runs = Arc::new(Mutex::new(Vec::new()));
     let r = runs.clone();
     let listener = Listener::new("beats", move |tick: dq::schedule::Tick, _: JobContext| {
@@ -734,10 +789,7 @@ async fn a_process_stalled_past_a_ticks_reservation_does_not_make_its_job_again(
 async fn a_look_under_way_when_a_schedule_changes_makes_no_more_jobs_of_the_old_spec() {
     let redis = RedisServer::start();
     let config = config(&redis);
-    let mut faulty = Faulty::new(&config).await;
-    faulty.hold_push = Some("greet@".into());
-    let faulty = Arc::new(faulty);
-    let stalled = dq::Client::new(faulty.clone(), config.clone());
+    let (faulty, stalled) = holding_pushes(&config, "greet@").await;
     let client = dq::Client::connect(config.clone()).await.unwrap();
     let declare = |word: &'static str| {
         client
@@ -779,10 +831,7 @@ async fn a_look_under_way_when_a_schedule_changes_makes_no_more_jobs_of_the_old_
 async fn a_look_under_way_when_a_schedule_changes_leaves_no_job_at_a_tick_it_no_longer_has() {
     let redis = RedisServer::start();
     let config = config(&redis);
-    let mut faulty = Faulty::new(&config).await;
-    faulty.hold_push = Some("greet@".into());
-    let faulty = Arc::new(faulty);
-    let stalled = dq::Client::new(faulty.clone(), config.clone());
+    let (faulty, stalled) = holding_pushes(&config, "greet@").await;
     let client = dq::Client::connect(config.clone()).await.unwrap();
     let declare = |every: u64| {
         client
@@ -821,10 +870,7 @@ async fn a_look_under_way_when_a_schedule_is_paused_or_removed_leaves_no_job_of_
     let config = config(&redis);
     let client = dq::Client::connect(config.clone()).await.unwrap();
     for remove in [false, true] {
-        let mut faulty = Faulty::new(&config).await;
-        faulty.hold_push = Some("nap@".into());
-        let faulty = Arc::new(faulty);
-        let stalled = dq::Client::new(faulty.clone(), config.clone());
+        let (faulty, stalled) = holding_pushes(&config, "nap@").await;
         let tick = every_second(&client, "nap", "naps").await;
         let look =
             tokio::spawn(async move { stalled.fire_schedules(Duration::from_secs(5)).await });
@@ -841,4 +887,184 @@ async fn a_look_under_way_when_a_schedule_is_paused_or_removed_leaves_no_job_of_
         assert!(job.is_none(), "removed {remove}: a job was left: {job:?}");
         client.unschedule("nap").await.unwrap();
     }
+}
+
+/// Issue 29, finding 2: a changed schedule was stored, then the jobs made ahead under the old
+/// spec were cancelled; a look by another process in between made (or took over) the coming
+/// ticks' jobs under the new spec, and the cancel then removed them: up to a lookahead of
+/// ticks lost. Every tick after the change keeps its job, with the new message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_look_right_after_a_schedule_changes_keeps_the_ticks_it_made() {
+    let redis = RedisServer::start();
+    let config = config(&redis);
+    let mut faulty = Faulty::new(&config).await;
+    faulty.hold_put = true;
+    let faulty = Arc::new(faulty);
+    let changer = dq::Client::new(faulty.clone(), config.clone());
+    let client = dq::Client::connect(config.clone()).await.unwrap();
+    client
+        .schedule("greet")
+        .every(Duration::from_secs(1))
+        .message_to("greetings", &"old")
+        .upsert()
+        .await
+        .unwrap();
+    client.fire_schedules(Duration::from_secs(5)).await.unwrap();
+    let change = tokio::spawn(async move {
+        changer
+            .schedule("greet")
+            .every(Duration::from_secs(1))
+            .message_to("greetings", &"new")
+            .upsert()
+            .await
+    });
+    tokio::time::timeout(Duration::from_secs(5), faulty.put_done.notified())
+        .await
+        .expect("the change was stored");
+    let stored = client.store_time().await.unwrap();
+    // Another process looks right after the new spec is stored.
+    client.fire_schedules(Duration::from_secs(5)).await.unwrap();
+    faulty.put_gate.add_permits(1);
+    change.await.unwrap().unwrap();
+    let first = dq::store::from_us((dq::store::to_us(stored) / 1_000_000 + 2) * 1_000_000);
+    for later in 0..3 {
+        let tick = first + Duration::from_secs(later);
+        let id = dq::schedule::tick_job_id("greet", tick);
+        let job = client.status_in("greetings", &id).await.unwrap();
+        let message = job.map(|j| String::from_utf8_lossy(&j.payload).into_owned());
+        assert_eq!(message.as_deref(), Some("\"new\""), "tick {id}");
+    }
+    client.unschedule("greet").await.unwrap();
+}
+
+/// What this thread logs, for tests that count log lines (a current-thread runtime runs every
+/// task of the test on it).
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    fn capture() -> (Logs, tracing::subscriber::DefaultGuard) {
+        let logs = Logs::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        (logs, tracing::subscriber::set_default(subscriber))
+    }
+
+    fn count(&self, needle: &str) -> usize {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .matches(needle)
+            .count()
+    }
+}
+
+/// Issue 29, finding 10: a lease lost while the handler runs (Redis restarted from a dump
+/// with the job back in ready) was logged every heartbeat for as long as the handler ran, the
+/// handler was not told, and `dq workers` went on counting it. Now: said once, the handler
+/// sees it through its `JobContext`, and the worker counts it no more.
+#[tokio::test]
+async fn a_lease_lost_while_the_handler_runs_is_said_once_and_the_handler_is_told() {
+    let (logs, _guard) = Logs::capture();
+    let redis = RedisServer::start();
+    let config = Config::builder()
+        .redis_url(redis.url())
+        .namespace("hard")
+        .lease(Duration::from_millis(600))
+        .build()
+        .unwrap();
+    let told = Arc::new(Notify::new());
+    let t = told.clone();
+    let listener = Listener::new("long", move |_: u32, ctx: JobContext| {
+        let t = t.clone();
+        async move {
+            tokio::select! {
+                () = ctx.lease_lost() => t.notify_one(),
+                () = tokio::time::sleep(Duration::from_secs(30)) => {}
+            }
+            // Cleaning up takes a while more: the loss is not said again meanwhile.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+    })
+    .retries(0);
+    let rt = start_on(config, None, listener).await;
+    let client = rt.client().clone();
+    client.push_to("long", &1).id("j").await.unwrap();
+    let running = || async {
+        let workers = client.workers().await.unwrap();
+        workers.iter().map(|w| w.running).sum::<usize>()
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while running().await == 0 {
+        assert!(Instant::now() < deadline, "the job never showed as running");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Redis loses the lease, as after a restart from a dump taken before the fetch.
+    let leases = redis.command(&["KEYS", "*leases"]);
+    let key = leases.lines().find(|l| l.contains("leases")).unwrap();
+    redis.command(&["HDEL", key, "long:j"]);
+    tokio::time::timeout(Duration::from_secs(3), told.notified())
+        .await
+        .expect("the handler was told its lease was lost");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(running().await, 0, "still shown as running");
+    assert_eq!(logs.count("lease lost while the job runs"), 1);
+    rt.shutdown().await.unwrap();
+    assert_eq!(logs.count("lease lost while the job runs"), 1);
+    assert_eq!(
+        logs.count("ack refused"),
+        0,
+        "the refused ack was already said"
+    );
+}
+
+/// Issue 29, finding 7: a fetch whose reply was lost (Redis stalled with the request in its
+/// buffer, the client gave up and Redis ran it later) leased jobs to nobody. They ran a lease
+/// later as attempt 2 and counted as failed, or, with no retries, were dead-lettered "the
+/// worker died" without ever running. The consumer's next fetch takes them back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_fetch_reply_was_lost_runs_at_once_with_no_attempt_spent() {
+    let redis = RedisServer::start();
+    let faulty = Faulty::new(&config(&redis)).await;
+    faulty
+        .lose_fetch_reply
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let store = Arc::new(faulty);
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let r = runs.clone();
+    let listener = Listener::new("t", move |_: u32, ctx: JobContext| {
+        r.lock().unwrap().push((ctx.attempt(), Instant::now()));
+        async {}
+    })
+    .retries(0);
+    let rt = start_on(config(&redis), Some(store.clone()), listener).await;
+    let pushed = Instant::now();
+    rt.client().push_to("t", &1).id("j").await.unwrap();
+    support::wait_until(
+        Duration::from_secs(5),
+        || runs.lock().unwrap().len() == 1,
+        || "the job whose fetch reply was lost never ran",
+    )
+    .await;
+    let (attempt, at) = runs.lock().unwrap()[0];
+    assert_eq!(attempt, 1, "no attempt spent on the lost fetch");
+    assert!(
+        at - pushed < Duration::from_secs(3),
+        "ran {:?} after its push: it waited for its lease",
+        at - pushed
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(rt.client().throughput("t").await.unwrap().failed(), 0);
+    rt.shutdown().await.unwrap();
 }

@@ -521,3 +521,125 @@ async fn a_resume_racing_a_removal_leaves_no_tick_without_its_schedule() {
     let left = redis.command(&["ZCARD", "dq:{test:0}:schedule_next"]);
     assert_eq!(left.trim(), ":0", "next ticks left without a schedule");
 }
+
+/// Issue 29, finding 5: every process down for 28 hours, a 1-second schedule with
+/// `Missed::RunOnce`: the catch-up is the latest missed tick (a second ago), not a tick about
+/// 100,000 periods into the outage.
+#[tokio::test]
+async fn a_catch_up_after_a_day_down_runs_the_latest_missed_tick() {
+    let (client, store) = manual();
+    client
+        .schedule("s")
+        .every(Duration::from_secs(1))
+        .topic("t")
+        .missed(Missed::RunOnce)
+        .upsert()
+        .await
+        .unwrap();
+    store.advance_to(store.now_us() + 28 * 3_600_000_000 + 500_000);
+    let now_ms = store.now_us() / 1000;
+    client.fire_schedules(Duration::ZERO).await.unwrap();
+    let ready = client
+        .jobs("t", dq::JobState::Ready, dq::admin::Cursor::START, 100)
+        .await
+        .unwrap();
+    let mut ticks: Vec<u64> = ready
+        .jobs
+        .iter()
+        .map(|j| j.id.as_str().trim_start_matches("s@").parse().unwrap())
+        .collect();
+    ticks.sort();
+    let ages: Vec<u64> = ticks.iter().map(|t| now_ms - t).collect();
+    assert_eq!(
+        ages,
+        [1500, 500],
+        "the latest missed tick, then the current one"
+    );
+}
+
+/// Issue 29, finding 3: a spec written by a newer version (a variant this one does not know)
+/// is left to the processes that can read it: not paused, not in the way of the others, and
+/// listing, pausing and removing still work.
+#[tokio::test]
+async fn a_schedule_this_version_cannot_read_is_left_to_the_processes_that_can() {
+    use dq::store::Schedules;
+    let (client, store) = manual();
+    client
+        .schedule("small")
+        .every(Duration::from_secs(1))
+        .topic("heartbeat")
+        .upsert()
+        .await
+        .unwrap();
+    let next = store.now_us() + 1_000_000;
+    let newer = r#"{"repeat":{"lunar":{"phase":"full"}},"topic":"t","payload":null,"missed":"skip","max_retries":2}"#;
+    store
+        .put_schedule("future", newer, Some(next))
+        .await
+        .unwrap();
+    store.advance_to(next + 1);
+    client.fire_schedules(Duration::ZERO).await.unwrap();
+    let kept = store.schedule("future").await.unwrap().unwrap();
+    assert_eq!(kept.next_us, Some(next), "not paused, not moved");
+    assert_eq!(
+        delayed_in(&client, "heartbeat").await + ready_in(&client, "heartbeat").await,
+        1
+    );
+    let listed = client.schedules().await.unwrap();
+    assert_eq!(
+        listed.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(),
+        ["small"]
+    );
+    assert!(client.pause_schedule("future").await.unwrap());
+    assert!(client.unschedule("future").await.unwrap());
+    assert!(store.schedule("future").await.unwrap().is_none());
+}
+
+async fn ready_in(client: &Client, topic: &str) -> usize {
+    client
+        .jobs(topic, dq::JobState::Ready, dq::admin::Cursor::START, 100)
+        .await
+        .unwrap()
+        .jobs
+        .len()
+}
+
+/// Issue 29, finding 4: a schedule's generation went back in shard 0 (a failover lost the
+/// write of its latest resume or change, or Redis' clock stepped back). The fence its ticks
+/// left in the jobs' shards then refused every tick as "already there", and the schedule moved
+/// on without a job: silently, for good. Now the look raises the generation and the next one
+/// makes the ticks.
+#[tokio::test]
+async fn a_schedule_whose_generation_went_back_ticks_again() {
+    let redis = RedisServer::start();
+    let client = support::client(&redis).await;
+    client
+        .schedule("s")
+        .every(Duration::from_secs(1))
+        .topic("t")
+        .upsert()
+        .await
+        .unwrap();
+    assert_eq!(
+        client.fire_schedules(Duration::from_secs(5)).await.unwrap(),
+        5
+    );
+    let generation = redis.command(&["HGET", "dq:{test:0}:schedule_gen", "s"]);
+    let generation: u64 = generation.lines().nth(1).unwrap().parse().unwrap();
+    let older = (generation - 60_000_000).to_string();
+    redis.command(&["HSET", "dq:{test:0}:schedule_gen", "s", &older]);
+    client
+        .fire_schedules(Duration::from_secs(10))
+        .await
+        .unwrap();
+    client
+        .fire_schedules(Duration::from_secs(10))
+        .await
+        .unwrap();
+    let made = delayed_in(&client, "t").await + ready_in(&client, "t").await;
+    assert!(
+        made >= 9,
+        "the ticks after the fence have no job: {made} jobs"
+    );
+    client.unschedule("s").await.unwrap();
+}

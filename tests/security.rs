@@ -190,3 +190,146 @@ async fn a_redis_that_requires_client_certificates_accepts_the_configured_one() 
     assert_eq!(*seen.lock().unwrap(), vec![8]);
     rt.shutdown().await.unwrap();
 }
+
+/// Sets up `dqapp` with the documented rules on `redis`; its URL.
+fn acl_user(redis: &RedisServer) -> String {
+    let mut args = vec!["ACL", "SETUSER", "dqapp", "on", ">s3cret"];
+    args.extend(dq::store::ACL_RULES.split_whitespace());
+    assert_eq!(redis.command(&args).trim(), "+OK");
+    format!("redis://dqapp:s3cret@127.0.0.1:{}/", redis.port())
+}
+
+/// Issue 30, finding 3: the documented ACL lacked `multi`/`exec` (removing a schedule),
+/// `wait` (`DQ_WAIT_REPLICAS`) and `asking` (reshards). Every operation of the client's API,
+/// with the runtime running jobs, failing them into dead letters and firing a schedule, and
+/// pushes that wait for a replica, as the documented user: nothing is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_acl_user_is_refused_no_documented_operation() {
+    use dq::admin::Cursor;
+    use dq::JobState;
+    let redis = RedisServer::start();
+    let replica = RedisServer::start_with(&[
+        "--save",
+        "",
+        "--replicaof",
+        "127.0.0.1",
+        &redis.port().to_string(),
+    ]);
+    support::wait_until(
+        Duration::from_secs(10),
+        || {
+            replica
+                .command(&["INFO", "replication"])
+                .contains("master_link_status:up")
+        },
+        || "the replica never synced",
+    )
+    .await;
+    let url = acl_user(&redis);
+    let config = dq::Config::builder()
+        .redis_url(url)
+        .namespace("acl")
+        .shards(2)
+        .wait_replicas(1, Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let ok = Listener::new("t", move |n: u32, _: JobContext| {
+        let s = s.clone();
+        async move { s.lock().unwrap().push(n) }
+    });
+    let failing = Listener::new("fails", |_: u32, _: JobContext| async {
+        Err::<(), _>("no".to_owned())
+    })
+    .retries(0);
+    let rt = Runtime::builder()
+        .config(config)
+        .without_registered_listeners()
+        .listener(ok)
+        .listener(failing)
+        .start()
+        .await
+        .unwrap();
+    let c = rt.client().clone();
+    // Pushing, in every form.
+    c.push_to("t", &1u32).await.unwrap();
+    c.push_to("t", &2u32)
+        .id("later")
+        .delay(Duration::from_secs(600))
+        .await
+        .unwrap();
+    c.push_to("t", &3u32)
+        .id("unique")
+        .unique_for(Duration::from_secs(60))
+        .await
+        .unwrap();
+    c.push_to("t", &4u32)
+        .id("debounced")
+        .debounce(Duration::from_millis(50))
+        .await
+        .unwrap();
+    c.push_batch((5..8u32).map(|n| c.push_to("t", &n)))
+        .await
+        .unwrap();
+    c.push_to("fails", &0u32).id("doomed").await.unwrap();
+    wait_for(&seen, 6).await;
+    // Looking and changing.
+    c.reschedule_in("t", "later", dq::Schedule::After(Duration::from_secs(900)))
+        .await
+        .unwrap();
+    assert!(c.status_in("t", "later").await.unwrap().is_some());
+    for state in [
+        JobState::Delayed,
+        JobState::Ready,
+        JobState::Running,
+        JobState::Dead,
+    ] {
+        c.jobs("t", state, Cursor::START, 10).await.unwrap();
+    }
+    c.counts("t").await.unwrap();
+    c.stats("t").await.unwrap();
+    c.throughput("t").await.unwrap();
+    c.topics().await.unwrap();
+    c.workers().await.unwrap();
+    c.cancel_in("t", "later").await.unwrap();
+    c.pause("t").await.unwrap();
+    c.resume("t").await.unwrap();
+    // Dead letters.
+    let mut dead = 0;
+    for _ in 0..100 {
+        dead = c.counts("fails").await.unwrap().dead;
+        if dead == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(dead, 1);
+    c.jobs("fails", JobState::Dead, Cursor::START, 10)
+        .await
+        .unwrap();
+    assert_eq!(c.retry_dead("fails", &["doomed"]).await.unwrap(), 1);
+    for _ in 0..100 {
+        if c.counts("fails").await.unwrap().dead == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(c.delete_dead("fails", &["doomed"]).await.unwrap(), 1);
+    c.purge_dead("fails", Duration::ZERO).await.unwrap();
+    c.retry_all_dead().await.unwrap();
+    // Schedules: declared, fired by the runtime, paused, resumed, run now, removed (MULTI).
+    c.schedule("beat")
+        .every(Duration::from_secs(1))
+        .message_to("t", &100u32)
+        .upsert()
+        .await
+        .unwrap();
+    wait_for(&seen, 7).await;
+    c.schedules().await.unwrap();
+    assert!(c.pause_schedule("beat").await.unwrap());
+    assert!(c.resume_schedule("beat").await.unwrap());
+    c.run_schedule_now("beat").await.unwrap();
+    assert!(c.unschedule("beat").await.unwrap());
+    rt.shutdown().await.unwrap();
+}

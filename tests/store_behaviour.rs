@@ -114,6 +114,7 @@ on_both_stores!(
     dead_letters_keep_the_error_and_can_be_listed_requeued_and_purged,
     requeue_without_ids_takes_the_oldest_dead_letters_up_to_the_limit,
     a_dead_job_does_not_block_its_id,
+    deleting_a_dead_letter_leaves_a_job_pushed_again_under_its_id_alone,
     reclaim_requeues_expired_leases_and_dead_letters_the_last_attempt,
     extend_keeps_a_running_job_leased,
     release_puts_jobs_back_first_in_line_without_spending_an_attempt,
@@ -139,6 +140,8 @@ on_both_stores!(
     debounce_keeps_the_last_payload_and_moves_the_due_time,
     a_ticks_job_is_created_once_per_generation_even_after_it_is_gone,
     a_schedule_moves_on_only_under_the_generation_its_look_read,
+    a_uniqueness_window_over_the_limit_is_refused_and_one_at_the_limit_holds,
+    a_topic_paused_before_its_first_push_is_listed_as_paused,
 );
 
 async fn pushed_job_is_delayed_with_its_payload_and_due_time(kind: Kind) {
@@ -578,6 +581,61 @@ async fn a_dead_job_does_not_block_its_id(kind: Kind) {
     let info = c.status_in("order-cancel", "a").await.unwrap().unwrap();
     assert_eq!((info.state, info.last_error), (JobState::Ready, None));
     assert_eq!(c.counts("order-cancel").await.unwrap().dead, 0);
+}
+
+async fn deleting_a_dead_letter_leaves_a_job_pushed_again_under_its_id_alone(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let s = c.store();
+    let t = topic("order-cancel");
+    c.push_batch((0..3).map(|i| c.push(OrderCancel { order_id: i }).id(i.to_string())))
+        .await
+        .unwrap();
+    for j in s.fetch(0, &t, 3, LEASE).await.unwrap().jobs {
+        assert!(s.dead_letter(&j.lease, "boom").await.unwrap());
+    }
+    // Meanwhile "1" is pushed again (a new job under the dead letter's id, pending now) and
+    // "2" is retried: neither is a dead letter any more.
+    let again = c
+        .push(OrderCancel { order_id: 42 })
+        .id("1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.outcome, PushOutcome::Created);
+    assert_eq!(
+        s.requeue_dead(&t, DeadLetters::Ids(&[id("2")]), 3)
+            .await
+            .unwrap(),
+        1
+    );
+    // A delete of what the dead-letter page showed (one id twice, one never pushed).
+    let shown = [id("0"), id("1"), id("0"), id("2"), id("nope")];
+    assert_eq!(s.delete_dead(&t, &shown).await.unwrap(), 1, "only 0");
+    assert!(c.status_in("order-cancel", "0").await.unwrap().is_none());
+    let new = c.status_in("order-cancel", "1").await.unwrap().unwrap();
+    assert_eq!(
+        (new.state, new.attempt, new.last_error),
+        (JobState::Ready, 0, None)
+    );
+    assert_eq!(new.payload, br#"{"order_id":42}"#);
+    let retried = c.status_in("order-cancel", "2").await.unwrap().unwrap();
+    assert_eq!(retried.state, JobState::Ready);
+    let counts = c.counts("order-cancel").await.unwrap();
+    assert_eq!((counts.ready, counts.dead), (2, 0));
+    // Through the client: nothing is a dead letter now, nothing is deleted.
+    assert_eq!(
+        c.delete_dead("order-cancel", &["0", "1", "2"])
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(c.delete_dead("order-cancel", &[]).await.unwrap(), 0);
+    // Both run, once each.
+    let f = s.fetch(0, &t, 10, LEASE).await.unwrap();
+    let mut ran: Vec<&str> = f.jobs.iter().map(|j| j.lease.id.as_str()).collect();
+    ran.sort_unstable();
+    assert_eq!(ran, ["1", "2"]);
 }
 
 async fn reclaim_requeues_expired_leases_and_dead_letters_the_last_attempt(kind: Kind) {
@@ -1387,6 +1445,80 @@ async fn unique_for_reserves_the_id_after_the_job_succeeds_until_the_window_ends
     );
 }
 
+/// Issue 29 finding 9: `unique_for(Duration::MAX)` turned uniqueness off on Redis (Lua's
+/// `string.format('%d', 1.8e25)` gives -2^63: the id was free again) while the memory store
+/// kept it for ever. A window is bounded as a delay is, in every store.
+async fn a_uniqueness_window_over_the_limit_is_refused_and_one_at_the_limit_holds(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let limit = dq::limits::MAX_DELAY;
+    for window in [Duration::MAX, limit + Duration::from_secs(1)] {
+        let err = c
+            .push_to("report", &1)
+            .unique_key("account-42")
+            .unique_for(window)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::InvalidPush { .. }), "{err}");
+        assert_eq!(err.kind(), dq::ErrorKind::InvalidInput);
+        assert!(
+            err.to_string().contains("200 years") && err.to_string().contains("MAX_DELAY"),
+            "{err}"
+        );
+    }
+    assert!(
+        c.store().topics().await.unwrap().is_empty(),
+        "nothing was written"
+    );
+    let push = || {
+        c.push_to("report", &1)
+            .unique_key("account-42")
+            .unique_for(limit)
+            .send()
+    };
+    assert_eq!(push().await.unwrap().outcome, PushOutcome::Created);
+    run_ready(c, "report").await;
+    let again = push().await.unwrap();
+    let PushOutcome::Unique { left } = again.outcome else {
+        panic!("the id is reserved for 200 years after success: {again:?}");
+    };
+    assert!(
+        left > limit - Duration::from_secs(3600) && left <= limit,
+        "time left {left:?}"
+    );
+}
+
+/// Issue 30 finding 7: a topic paused before its first push (its jobs wait from the start) is
+/// listed, as paused, where it used to show nowhere; one resumed again leaves no trace.
+async fn a_topic_paused_before_its_first_push_is_listed_as_paused(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    c.pause("later").await.unwrap();
+    assert_eq!(c.topics().await.unwrap(), vec![topic("later")]);
+    assert!(c.stats("later").await.unwrap().paused);
+    c.push_to("later", &1).id("a").await.unwrap();
+    let f = c
+        .store()
+        .fetch(0, &topic("later"), 10, LEASE)
+        .await
+        .unwrap();
+    assert!(f.paused && f.jobs.is_empty(), "its jobs wait");
+    c.resume("later").await.unwrap();
+    assert_eq!(
+        c.topics().await.unwrap(),
+        vec![topic("later")],
+        "listed once"
+    );
+    c.pause("never").await.unwrap();
+    assert!(c.stats("never").await.unwrap().paused);
+    c.resume("never").await.unwrap();
+    assert_eq!(
+        c.topics().await.unwrap(),
+        vec![topic("later")],
+        "a topic nobody pushed to leaves no trace once resumed"
+    );
+}
+
 async fn unique_for_reserves_nothing_when_the_job_dies_or_is_cancelled(kind: Kind) {
     let h = Harness::new(kind, |b| b).await;
     let c = &h.client;
@@ -1550,9 +1682,12 @@ async fn a_ticks_job_is_created_once_per_generation_even_after_it_is_gone(kind: 
     assert_eq!(push(tick(1, 1)).await, PushOutcome::AlreadyPending);
     assert_eq!(push(tick(3, 1)).await, PushOutcome::Created);
     // A new generation (the spec changed, or the schedule was resumed) starts from any tick,
-    // and the old one makes nothing more.
+    // and the old one makes nothing more: it is told which generation superseded it.
     assert_eq!(push(tick(1, 2)).await, PushOutcome::Created);
-    assert_eq!(push(tick(4, 1)).await, PushOutcome::AlreadyPending);
+    assert_eq!(
+        push(tick(4, 1)).await,
+        PushOutcome::Superseded { generation: 2 }
+    );
     assert!(s
         .status(&topic("beats"), &id("beat@4"))
         .await

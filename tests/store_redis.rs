@@ -509,3 +509,121 @@ async fn stale_entries(conn: &mut redis::aio::MultiplexedConnection) -> i64 {
         .unwrap();
     stale.unwrap_or(0)
 }
+
+/// Issue 29, finding 8: a Redis at `maxmemory` refuses a script whose first write may grow
+/// memory. What keeps running jobs safe (renewals, acks, also of `unique_for` jobs, retries,
+/// dead letters, reclaims, promotions, releases) must go through while it is full; only new
+/// jobs are refused.
+#[tokio::test]
+async fn a_full_redis_still_renews_settles_and_moves_the_jobs_it_holds() {
+    let redis = RedisServer::start_with(&["--save", "", "--maxmemory-policy", "noeviction"]);
+    let c = client(&redis).await;
+    let store = c.store().clone();
+    for i in 0..6 {
+        c.push(OrderCancel { order_id: i })
+            .id(format!("job-{i}"))
+            .unique_for(Duration::from_secs(600))
+            .await
+            .unwrap();
+    }
+    push_order(&c, 9, "later", Duration::from_millis(300)).await;
+    let held = store
+        .fetch(0, &topic("order-cancel"), 6, Duration::from_millis(400))
+        .await
+        .unwrap()
+        .jobs;
+    assert_eq!(held.len(), 6);
+    // Full from here on: every write that may grow memory is refused.
+    redis.command(&["CONFIG", "SET", "maxmemory", "1"]);
+    let refused = c.push(OrderCancel { order_id: 7 }).id("new").await;
+    assert_eq!(refused.unwrap_err().kind(), dq::ErrorKind::Full);
+
+    let leases: Vec<_> = held.iter().map(|j| j.lease.clone()).collect();
+    let lost = store
+        .extend(&leases, LEASE)
+        .await
+        .expect("renewal when full");
+    assert!(lost.is_empty(), "{lost:?}");
+    let acked = store
+        .ack(&leases[..2])
+        .await
+        .expect("ack of unique jobs when full");
+    assert_eq!(acked.acked, 2);
+    assert!(store
+        .retry(&leases[2], Duration::from_millis(100), "boom")
+        .await
+        .expect("retry when full"));
+    assert!(store
+        .dead_letter(&leases[3], "gave up")
+        .await
+        .expect("dead letter when full"));
+    assert_eq!(
+        store
+            .release(&leases[4..5])
+            .await
+            .expect("release when full"),
+        1
+    );
+    // The last lease runs out; the reclaimer takes it back.
+    store
+        .extend(&leases[5..], Duration::from_millis(1))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let reclaimed = store.reclaim(0, 100).await.expect("reclaim when full");
+    assert_eq!(reclaimed.requeued, 1);
+    let promoted = store.promote(0, 100).await.expect("promote when full");
+    assert_eq!(promoted.moved, 2, "the retried job and `later` came due");
+
+    redis.command(&["CONFIG", "SET", "maxmemory", "0"]);
+    let counts = c.counts("order-cancel").await.unwrap();
+    assert_eq!((counts.ready, counts.running, counts.dead), (4, 0, 1));
+    // The acked unique jobs keep their ids reserved.
+    let again = c
+        .push(OrderCancel { order_id: 0 })
+        .id("job-0")
+        .unique_for(Duration::from_secs(600))
+        .send()
+        .await
+        .unwrap()
+        .outcome;
+    assert!(
+        matches!(again, dq::push::PushOutcome::Unique { .. }),
+        "{again:?}"
+    );
+}
+
+/// Issue 30, finding 1: the shard count lived in no key, so a producer with 4 shards and
+/// workers with 1 stranded 30 of 40 jobs, and a CLI without `DQ_SHARDS` counted only shard 0.
+/// Now the first process records it; one left at the default uses it, one configured
+/// otherwise is refused with what to set.
+#[tokio::test]
+async fn every_process_of_a_namespace_hashes_with_the_shard_count_recorded_in_redis() {
+    let redis = RedisServer::start();
+    let four = client_with(&redis, |b| b.shards(4)).await;
+    assert_eq!(four.store().shards(), 4);
+    // A process left at the default (a CLI, a dashboard) uses the namespace's four shards.
+    let plain = client(&redis).await;
+    assert_eq!(plain.store().shards(), 4);
+    for i in 0..40 {
+        push_order(&plain, i, &format!("o{i}"), Duration::from_secs(60)).await;
+    }
+    assert_eq!(four.counts("order-cancel").await.unwrap().delayed, 40);
+    // One configured with another count is refused, saying what to set.
+    let config = dq::Config::builder()
+        .redis_url(redis.url())
+        .namespace("test")
+        .shards(2)
+        .build()
+        .unwrap();
+    let refused = support::TestClient::connect(config)
+        .await
+        .err()
+        .expect("refused");
+    assert_eq!(refused.kind(), dq::ErrorKind::Config, "{refused}");
+    let text = refused.to_string();
+    assert!(
+        text.contains("DQ_SHARDS=4") && text.contains("4 shards"),
+        "{text}"
+    );
+}

@@ -14,6 +14,7 @@
 
 mod dashboard;
 mod driver;
+mod embedded;
 mod schedules;
 mod stats;
 mod target;
@@ -30,7 +31,9 @@ struct Cli {
     /// all, burst, steady, sparse, sparse-offset, cross-process, pending, or, not in all:
     /// ready-changes (the cost of replacing, cancelling and rescheduling ready jobs),
     /// dashboard (`dq web`'s page times over --n jobs, default 1,000,000; build dq-cli first)
-    /// and schedules (tick lateness of --n one-second schedules, default 100, for 30 s).
+    /// schedules (tick lateness of --n one-second schedules, default 100, for 30 s) and
+    /// embedded-memory (RSS of the embedded runtime after a tenth of --n tiny jobs and after
+    /// all of them, default 2,000,000; no Redis).
     #[arg(long, default_value = "all")]
     workload: String,
     /// Jobs in a burst (default: 100000 and 5000).
@@ -146,6 +149,14 @@ fn main() -> anyhow::Result<()> {
                 ("steady", None) => Some(cli.rate * 15),
                 (_, n) => n,
             };
+            if cli.workload == "embedded-memory" {
+                for rep in 0..cli.reps {
+                    let mut line = rt.block_on(embedded::run(n.unwrap_or(2_000_000)))?;
+                    line["rep"] = serde_json::json!(rep);
+                    println!("{line}");
+                }
+                return Ok(());
+            }
             let target = target::Target::start(cli.cluster, cli.replicas, cli.wait_replicas);
             if !cli.pin_redis.is_empty() {
                 target.pin(&cli.pin_redis)?;

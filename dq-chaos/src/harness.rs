@@ -163,6 +163,9 @@ impl Harness {
         if let Some(hold) = args.hold_ms {
             cmd.args(["--hold-ms", &hold.to_string()]);
         }
+        if args.beat {
+            cmd.arg("--beat");
+        }
         let offset = self.clock_offsets_ms.get(slot).copied().unwrap_or(0);
         if offset != 0 {
             // The process' wall clock is off by `offset` (its monotonic clock is not: tokio's
@@ -903,7 +906,7 @@ pub(crate) fn summary(xs: &mut [f64]) -> Value {
     json!({"n": xs.len(), "p50": r(at(0.5)), "p99": r(at(0.99)), "max": r(at(1.0))})
 }
 
-/// An error's kind for the tally: connection, timeout, oom, loading, script or other, from
+/// An error's kind for the tally: connection, timeout, oom, loading, readonly, script or other, from
 /// [`dq::Error::kind`] and the Redis error code (worker logs, which are text, go through
 /// `kind_of_text`).
 pub(crate) fn kind_of(e: &dq::Error) -> &'static str {
@@ -921,7 +924,8 @@ pub(crate) fn kind_of(e: &dq::Error) -> &'static str {
         (_, Some("NOSCRIPT")) => "script",
         (dq::ErrorKind::Unavailable, _) if is_timeout(e) => "timeout",
         (dq::ErrorKind::Unavailable, _) => "connection",
-        (dq::ErrorKind::Other, _) => "script",
+        (dq::ErrorKind::ReadOnly, _) => "readonly",
+        (dq::ErrorKind::Script | dq::ErrorKind::Other, _) => "script",
         _ => "other",
     }
 }
@@ -939,6 +943,8 @@ fn kind_of_text(text: &str) -> &'static str {
     let lower = text.to_lowercase();
     if text.contains("OOM") {
         "oom"
+    } else if text.contains("READONLY") || lower.contains("read-only replica") {
+        "readonly"
     } else if text.contains("LOADING") || lower.contains("loading the dataset") {
         "loading"
     } else if lower.contains("timed out") || lower.contains("timeout") {

@@ -16,6 +16,7 @@
 //! cargo run --release -p dq-chaos -- --scenario worker-kill,sigterm --full
 //! ```
 
+mod bad_states;
 mod harness;
 mod ledger;
 mod proxy;

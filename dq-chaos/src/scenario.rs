@@ -27,12 +27,16 @@ pub(crate) const ALL: &[&str] = &[
     "cluster-reshard",
     "cluster-failover-wait",
     "cron-skew",
+    "redis-empty-restart",
+    "redis-stall",
+    "maxmemory-long",
+    "replica-demote",
 ];
 
 /// The longest acceptable wait, after a silent network is back, for the next job to finish.
 const BLACKHOLE_RECOVERY_MS: f64 = 20_000.0;
 
-const PLAIN: &[&str] = &["--save", "", "--appendonly", "no"];
+pub(crate) const PLAIN: &[&str] = &["--save", "", "--appendonly", "no"];
 const SLOWLOG: &[&str] = &[
     "--save",
     "",
@@ -44,7 +48,7 @@ const SLOWLOG: &[&str] = &[
     "1000000",
 ];
 
-fn worker(full: bool) -> WorkerArgs {
+pub(crate) fn worker(full: bool) -> WorkerArgs {
     WorkerArgs {
         url: String::new(),
         ledger: Default::default(),
@@ -56,10 +60,11 @@ fn worker(full: bool) -> WorkerArgs {
         lease_ms: if full { 10_000 } else { 2_000 },
         grace_ms: 5_000,
         clock_offset_ms: 0,
+        beat: false,
     }
 }
 
-fn plan(n: usize, window: Duration) -> PushPlan {
+pub(crate) fn plan(n: usize, window: Duration) -> PushPlan {
     PushPlan {
         n,
         window,
@@ -70,7 +75,7 @@ fn plan(n: usize, window: Duration) -> PushPlan {
     }
 }
 
-fn secs(s: f64) -> Duration {
+pub(crate) fn secs(s: f64) -> Duration {
     Duration::from_secs_f64(s)
 }
 
@@ -95,6 +100,10 @@ pub(crate) async fn run(name: &str, full: bool, seed: u64, keep: bool) -> anyhow
         "cluster-failover" => cluster_failover(full, seed, false).await?,
         "cluster-failover-wait" => cluster_failover(full, seed, true).await?,
         "cron-skew" => cron_skew(full, seed).await?,
+        "redis-empty-restart" => crate::bad_states::redis_empty_restart(full, seed).await?,
+        "redis-stall" => crate::bad_states::redis_stall(full, seed).await?,
+        "maxmemory-long" => crate::bad_states::maxmemory_long(full, seed).await?,
+        "replica-demote" => crate::bad_states::replica_demote(full, seed).await?,
         other => anyhow::bail!("unknown scenario {other:?}; the scenarios are {ALL:?}"),
     };
     h.stop_workers().await;
@@ -140,6 +149,15 @@ pub(crate) async fn run(name: &str, full: bool, seed: u64, keep: bool) -> anyhow
         }
         extra.insert("exit_ms_max".into(), json!(h.exit_ms.iter().max()));
     }
+    if name == "replica-demote" {
+        // Once a master again, the workers must run jobs within seconds.
+        match report["recovery_ms"].as_f64() {
+            Some(ms) if ms <= 10_000.0 => {}
+            other => failures.push(format!(
+                "no job finished within 10 s of the promotion (recovery_ms {other:?})"
+            )),
+        }
+    }
     if name == "blackhole" {
         // After the network is back, the workers must notice their silent connections by
         // their own time limits and run jobs again within seconds, not hours.
@@ -178,11 +196,11 @@ pub(crate) async fn run(name: &str, full: bool, seed: u64, keep: bool) -> anyhow
     Ok(report)
 }
 
-type Outcome = (Harness, Pushes, serde_json::Map<String, Value>);
+pub(crate) type Outcome = (Harness, Pushes, serde_json::Map<String, Value>);
 
 /// Waits for the producer while running `fault` at random intervals in `every_ms`, `count`
 /// times (or until the producer is done when `count` is `None`).
-async fn drain_limit(h: &Harness) -> Duration {
+pub(crate) async fn drain_limit(h: &Harness) -> Duration {
     // A job of a killed worker waits for its lease to expire and the next reclaim (every
     // half lease): allow three leases and a minute more for the backlog.
     Duration::from_millis(h.worker.lease_ms * 3) + Duration::from_secs(60)

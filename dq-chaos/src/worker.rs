@@ -37,6 +37,44 @@ pub(crate) struct WorkerArgs {
     /// against Redis' clock is written beside the ledger (`<ledger>.skew`).
     #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
     pub(crate) clock_offset_ms: i64,
+    /// Also runs the `beat` listener, whose schedule (every second) and retries this worker
+    /// declares itself (`redis-empty-restart`).
+    #[arg(long)]
+    pub(crate) beat: bool,
+}
+
+/// The topic (and schedule) of the `beat` listener.
+pub(crate) const BEAT: &str = "chaos-beat";
+
+/// Where `beat` writes its runs: the worker's ledger.
+#[derive(Clone)]
+struct BeatLedger {
+    file: Arc<Mutex<std::fs::File>>,
+    offset_ms: i64,
+}
+
+/// A schedule declared by the worker's listener, not by the harness: after Redis comes back
+/// empty, only the workers can declare it again.
+#[dq::listener(topic = "chaos-beat", every = "1s", retries = 3)]
+async fn beat(
+    _tick: dq::schedule::Tick,
+    ctx: dq::JobContext,
+    ledger: dq::State<BeatLedger>,
+) -> Result<(), String> {
+    let now = true_now_us(ledger.offset_ms);
+    let entry = ledger::line(
+        ctx.id().as_str(),
+        ctx.attempt(),
+        now,
+        now,
+        dq::store::to_us(ctx.due()),
+    );
+    let mut f = ledger
+        .file
+        .lock()
+        .map_err(|_| "ledger lock poisoned".to_owned())?;
+    f.write_all(entry.as_bytes())
+        .map_err(|e| format!("writing the ledger: {e}"))
 }
 
 /// This process' clock, corrected by the injected offset, in microseconds since the epoch.
@@ -51,6 +89,10 @@ pub(crate) async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         .append(true)
         .open(&args.ledger)?;
     let file = Arc::new(Mutex::new(file));
+    let beat_ledger = BeatLedger {
+        file: file.clone(),
+        offset_ms: args.clock_offset_ms,
+    };
     let a = args.clone();
     let listener = dq::Listener::new(TOPIC, move |_: Job, ctx: dq::JobContext| {
         let file = file.clone();
@@ -91,13 +133,15 @@ pub(crate) async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         .build()?;
     // Redis may be down or paused when a worker (re)starts: keep trying, as a supervisor would.
     let rt = loop {
-        match dq::Runtime::builder()
+        let mut builder = dq::Runtime::builder()
             .config(config.clone())
-            .without_registered_listeners()
-            .listener(listener.clone())
-            .start()
-            .await
-        {
+            .listener(listener.clone());
+        builder = if args.beat {
+            builder.state(beat_ledger.clone())
+        } else {
+            builder.without_registered_listeners()
+        };
+        match builder.start().await {
             Ok(rt) => break rt,
             Err(e) => {
                 tracing::warn!("worker start failed, retrying in 200ms: {e}");

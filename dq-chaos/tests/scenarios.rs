@@ -194,3 +194,36 @@ fn a_one_second_cron_on_five_skewed_clocks_with_sigkills_makes_one_job_per_tick_
         "{skews:?}"
     );
 }
+
+/// Issue 29, finding 1: Redis restarted empty; every worker declares its listener's schedule
+/// and retries again, and the schedule ticks within 5 s of Redis' return.
+#[test]
+fn a_redis_restarted_empty_gets_the_workers_schedules_back_within_seconds() {
+    let r = run("redis-empty-restart");
+    assert_eq!(r["ok"], true, "{}", r["failures"]);
+}
+
+/// Issue 29, finding 7: fetches Redis ran after a stall longer than the reply limit are taken
+/// back; no attempt is charged to a job whose handler did not start; nothing is lost.
+#[test]
+fn a_stalled_redis_charges_no_attempt_to_a_job_that_did_not_start() {
+    let r = assert_ok("redis-stall");
+    assert_zero(&r, &["lost", "charged_without_run"]);
+}
+
+/// Issue 29, finding 8: handlers longer than the lease while Redis is full for three leases:
+/// nothing runs twice, nothing is lost, acks of unique jobs go through.
+#[test]
+fn a_full_redis_lets_long_jobs_finish_once() {
+    let r = assert_ok("maxmemory-long");
+    assert_zero(&r, &["lost", "ran_twice", "duplicated"]);
+}
+
+/// Issue 30, finding 2: the workers' Redis demoted to a replica with their sockets open, then
+/// promoted again: READONLY said for what it is, jobs run again within seconds, nothing lost.
+#[test]
+fn a_redis_demoted_to_a_replica_and_promoted_again_loses_nothing() {
+    let r = assert_ok("replica-demote");
+    assert_eq!(r["lost"], 0);
+    assert!(r["readonly_logged"].as_u64() > Some(0), "{r}");
+}

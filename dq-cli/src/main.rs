@@ -6,7 +6,7 @@
 //! dq jobs order-cancel --state delayed       # a page of jobs (--limit, --cursor)
 //! dq show order-cancel 42                    # one job: state, attempts, last error, payload
 //! dq dead retry order-cancel --all           # run dead letters again
-//! dq pause order-cancel; dq resume order-cancel
+//! dq pause order-cancel; dq resume order-cancel  # --force: a topic not pushed to yet
 //! dq watch                                   # a live view, refreshed every second
 //! dq schedules; dq schedules pause <id>       # periodic schedules: list, pause, resume, remove, run
 //! dq web --listen 127.0.0.1:8080             # the web dashboard (DQ_WEB_TOKEN to require a token)
@@ -93,15 +93,22 @@ enum Command {
         payload: String,
         #[arg(long)]
         id: Option<String>,
-        /// Due this long from now (default: now).
+        /// Due this long from now: 30s, 10m, 2h, 1d (default, as 0s: now; at most 200 years).
         #[arg(long = "in", value_parser = duration)]
         delay: Option<Duration>,
-        #[arg(long, default_value_t = dq::limits::DEFAULT_RETRIES)]
+        /// Retries after a failed first run before the job is dead-lettered (at most 1000).
+        #[arg(
+            long,
+            default_value_t = dq::limits::DEFAULT_RETRIES,
+            value_parser = clap::value_parser!(u32).range(0..=i64::from(dq::limits::MAX_RETRIES))
+        )]
         retries: u32,
-        /// Keep the id reserved this long after the job succeeds (give --id).
+        /// Keep the id reserved this long after the job succeeds (give --id; more than 0s, at
+        /// most 200 years).
         #[arg(long, value_parser = duration, requires = "id")]
         unique_for: Option<Duration>,
-        /// Replace a pending job of this id and make it due this long from now (give --id).
+        /// Replace a pending job of this id and make it due this long from now (give --id;
+        /// more than 0s).
         #[arg(long, value_parser = duration, requires = "id", conflicts_with = "delay")]
         debounce: Option<Duration>,
     },
@@ -111,7 +118,13 @@ enum Command {
         command: DeadCommand,
     },
     /// Stop workers from fetching a topic (running jobs finish); survives restarts.
-    Pause { topic: String },
+    Pause {
+        topic: String,
+        /// Pause a topic nothing was pushed to yet (it is then listed by `dq stats` as paused).
+        /// Without it, an unknown topic is refused: more often a typo than a plan.
+        #[arg(long)]
+        force: bool,
+    },
     /// Let workers fetch a paused topic again.
     Resume { topic: String },
     /// Worker processes heard from in the last minute.
@@ -139,6 +152,11 @@ enum Command {
         /// password of the browser's login prompt).
         #[arg(long, env = "DQ_WEB_TOKEN", hide_env_values = true)]
         token: Option<String>,
+        /// A host name the dashboard answers to besides localhost and IP addresses (its name
+        /// in the browser's address bar, e.g. behind a proxy); repeat it or separate names with
+        /// commas. Other names get 421, against DNS rebinding.
+        #[arg(long = "allowed-host", value_name = "HOST", value_delimiter = ',')]
+        allowed_hosts: Vec<String>,
     },
 }
 
@@ -466,7 +484,18 @@ async fn run(cli: Cli) -> Result<(), Exit> {
                 );
             }
         },
-        Command::Pause { topic } => {
+        Command::Pause { topic, force } => {
+            if !force {
+                known_topic(&client, &topic)
+                    .await
+                    .map_err(|Exit(code, said)| match code {
+                        3 => Exit(
+                            code,
+                            format!("{said}; to pause it before its first push, pass --force"),
+                        ),
+                        _ => Exit(code, said),
+                    })?;
+            }
             client.pause(&topic).await?;
             let said =
                 format!("{topic} paused: workers finish what they run and fetch nothing more");
@@ -482,7 +511,8 @@ async fn run(cli: Cli) -> Result<(), Exit> {
             listen,
             read_only,
             token,
-        } => web(client, listen, read_only, token).await?,
+            allowed_hosts,
+        } => web(client, listen, read_only, token, allowed_hosts).await?,
         Command::Workers => {
             let workers = client.workers().await?;
             if json {
@@ -594,8 +624,11 @@ async fn web(
     listen: std::net::SocketAddr,
     read_only: bool,
     token: Option<String>,
+    allowed_hosts: Vec<String>,
 ) -> Result<(), Exit> {
-    let mut options = dq::web::Options::new().read_only(read_only);
+    let mut options = dq::web::Options::new()
+        .read_only(read_only)
+        .allowed_hosts(allowed_hosts);
     let protected = token.as_ref().is_some_and(|t| !t.is_empty());
     if let Some(token) = token {
         options = options.token(token);

@@ -263,6 +263,77 @@ async fn pause_and_resume_show_in_stats() {
     assert!(!c.stats("t").await.unwrap().paused);
 }
 
+/// Issue 30 finding 7: `dq pause` of a topic nobody pushed to (a typo, most often) is refused
+/// with the known topics unless `--force`, and a forced pause shows in `dq stats`.
+#[tokio::test]
+async fn pause_of_an_unknown_topic_asks_for_force_and_then_shows_in_stats() {
+    let redis = RedisServer::start();
+    client(&redis)
+        .await
+        .push_json("orders", "{}")
+        .await
+        .unwrap();
+    let out = dq(&redis, &["pause", "ordres"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{said}");
+    assert!(
+        said.contains("unknown topic \"ordres\"")
+            && said.contains("known topics: orders")
+            && said.contains("--force"),
+        "{said}"
+    );
+    assert!(
+        !ok(&dq(&redis, &["stats"])).contains("ordres"),
+        "nothing was paused"
+    );
+    ok(&dq(&redis, &["pause", "later", "--force"]));
+    assert!(ok(&dq(&redis, &["stats"])).contains("later (paused)"));
+    let stats = json(&dq(&redis, &["stats", "--json"]));
+    let later = stats
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["topic"] == "later")
+        .unwrap();
+    assert_eq!(
+        (later["paused"].as_bool(), later["ready"].as_u64()),
+        (Some(true), Some(0))
+    );
+}
+
+/// Issue 30 finding 7: push options that mean nothing are refused, with the reason, and store
+/// nothing; `--in 0s` is due now, as its help says.
+#[tokio::test]
+async fn push_options_that_mean_nothing_are_refused() {
+    let redis = RedisServer::start();
+    let refused = |extra: &[&str], code: i32, says: &str| {
+        let mut args = vec!["push", "t", "{}", "--id", "a"];
+        args.extend_from_slice(extra);
+        let out = dq(&redis, &args);
+        let said = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(code), "{extra:?}: {said}");
+        assert!(said.contains(says), "{extra:?}: {said}");
+    };
+    refused(&["--unique-for", "0s"], 1, "unique_for of 0s");
+    refused(
+        &["--unique-for", "100000d"],
+        1,
+        "over the limit of 200 years",
+    );
+    refused(&["--debounce", "0s"], 1, "debounce of 0s");
+    refused(&["--retries", "100000"], 2, "100000 is not in 0..=1000");
+    let c = client(&redis).await;
+    assert!(c.topics().await.unwrap().is_empty(), "nothing was stored");
+    let now = json(&dq(
+        &redis,
+        &["push", "t", "{}", "--id", "now", "--in", "0s", "--json"],
+    ));
+    assert_eq!(now["outcome"], "Created");
+    let job = c.status_in("t", "now").await.unwrap().unwrap();
+    assert_eq!(job.state, dq::JobState::Ready);
+    ok(&dq(&redis, &["push", "t", "{}", "--retries", "1000"]));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_lists_a_running_runtime() {
     let redis = RedisServer::start();
@@ -361,6 +432,7 @@ async fn web_serves_the_dashboard_and_asks_for_its_token() {
         .unwrap();
     let mut web = Command::new(env!("CARGO_BIN_EXE_dq"))
         .args(["web", "--listen", "127.0.0.1:0"])
+        .args(["--allowed-host", "dq.internal.example"])
         .env("DQ_REDIS_URL", redis.url())
         .env("DQ_WEB_TOKEN", "s3cret")
         .env_remove("DQ_NAMESPACE")
@@ -376,19 +448,26 @@ async fn web_serves_the_dashboard_and_asks_for_its_token() {
         .and_then(|a| a.strip_suffix('/'))
         .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
         .to_owned();
-    let get = |auth: &str| {
+    let get_from = |host: &str, auth: &str| {
         let mut s = std::net::TcpStream::connect(&addr).unwrap();
-        let request = format!("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{auth}\r\n");
+        let request = format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{auth}\r\n");
         s.write_all(request.as_bytes()).unwrap();
         let mut text = String::new();
         s.read_to_string(&mut text).unwrap();
         text
     };
+    let get = |auth: &str| get_from(addr.as_str(), auth);
     // The server is another process: blocking reads here hold up nothing.
     assert!(get("").starts_with("HTTP/1.1 401"));
     let page = get("Authorization: Bearer s3cret\r\n");
     assert!(page.starts_with("HTTP/1.1 200"), "{page}");
     assert!(page.contains("data-topic=\"order-cancel\""), "{page}");
+    // Host names: localhost, IP addresses, and those given with --allowed-host (DNS rebinding).
+    let auth = "Authorization: Bearer s3cret\r\n";
+    let page = get_from("dq.internal.example", auth);
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    let page = get_from("evil.example", auth);
+    assert!(page.starts_with("HTTP/1.1 421"), "{page}");
     dq_testkit::process::terminate(web.id()).unwrap();
     let status = web.wait().unwrap();
     assert!(status.success(), "stops cleanly on SIGTERM: {status}");
@@ -482,4 +561,68 @@ async fn schedules_are_listed_paused_resumed_run_and_removed() {
     let gone = dq(&redis, &["schedules", "pause", "nightly"]);
     assert_eq!(gone.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&gone.stderr).contains("no schedule \"nightly\""));
+}
+
+/// Issue 30, finding 3: every command of `dq` as the documented least-rights ACL user
+/// (`dq::store::ACL_RULES`): nothing refused. `schedules remove` runs an atomic pipeline
+/// (MULTI/EXEC), which the documented rules lacked.
+#[tokio::test]
+async fn every_command_works_as_the_documented_acl_user() {
+    let redis = RedisServer::start();
+    let mut args = vec!["ACL", "SETUSER", "dqcli", "on", ">s3cret"];
+    args.extend(dq::store::ACL_RULES.split_whitespace());
+    assert_eq!(redis.command(&args).trim(), "+OK");
+    let url = format!("redis://dqcli:s3cret@127.0.0.1:{}/", redis.port());
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_dq"))
+            .args(args)
+            .env("DQ_REDIS_URL", &url)
+            .env_remove("DQ_NAMESPACE")
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "dq {args:?}: {text}");
+        assert!(!text.contains("NOPERM"), "dq {args:?}: {text}");
+        text
+    };
+    let (c, store) = client_and_store(&redis).await;
+    c.schedule("nightly")
+        .cron("0 3 * * *")
+        .topic("cleanup")
+        .upsert()
+        .await
+        .unwrap();
+    run(&["push", "t", "{}", "--id", "a", "--in", "10m"]);
+    run(&["push", "t", "{}", "--id", "b"]);
+    run(&["push", "t", "{}", "--id", "u", "--unique-for", "1m"]);
+    run(&["stats"]);
+    run(&["jobs", "t", "--state", "delayed"]);
+    run(&["show", "t", "a"]);
+    run(&["reschedule", "t", "a", "--in", "1h"]);
+    run(&["cancel", "t", "a"]);
+    run(&["pause", "t"]);
+    run(&["resume", "t"]);
+    run(&["workers"]);
+    // A dead letter, as a worker leaves it.
+    let leased = store
+        .fetch(0, &dq::Topic::new("t").unwrap(), 1, Duration::from_secs(30))
+        .await
+        .unwrap();
+    store
+        .dead_letter(&leased.jobs[0].lease, "boom")
+        .await
+        .unwrap();
+    run(&["dead", "list", "t"]);
+    run(&["dead", "retry", "t", "--all"]);
+    run(&["dead", "purge", "t", "--older-than", "1d"]);
+    run(&["schedules"]);
+    run(&["schedules", "pause", "nightly"]);
+    run(&["schedules", "resume", "nightly"]);
+    run(&["schedules", "run", "nightly"]);
+    run(&["schedules", "remove", "nightly"]);
+    assert!(c.schedules().await.unwrap().is_empty());
 }

@@ -8,6 +8,12 @@ use crate::name::{JobId, Topic};
 /// Default retries after the first attempt (the seed's default): three runs in all.
 pub const DEFAULT_RETRIES: u32 = 2;
 
+/// The most retries a push (or a listener) may ask for: 1,000 runs after the first. With the
+/// default backoff (doubling from 1 s, capped at 10 minutes) that is about a week of retrying;
+/// a job that failed a thousand times needs a person, not a thousand more runs. More is refused
+/// ([`Error::InvalidPush`](crate::Error::InvalidPush)) rather than stored.
+pub const MAX_RETRIES: u32 = 1000;
+
 /// When a job becomes due.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -58,6 +64,15 @@ pub enum PushOutcome {
     Unique {
         /// Until the id may be pushed again.
         left: Duration,
+    },
+    /// The job of a schedule's tick ([`NewJob::fence`]), refused: the schedule's ticks in the
+    /// job's shard were made under `generation`, a later generation than the push's. Either the
+    /// push comes from a look that read the schedule before it changed, or the schedule's
+    /// generation went back (a failover lost its latest change, Redis' clock stepped back);
+    /// the ticker tells them apart and raises the generation in the second case.
+    Superseded {
+        /// The generation the shard's ticks were made under.
+        generation: u64,
     },
 }
 
@@ -238,6 +253,9 @@ pub struct Fetched {
     pub now_us: u64,
     /// The topic is paused: nothing was fetched.
     pub paused: bool,
+    /// How many of `jobs` were taken back from earlier fetches of the same consumer whose reply
+    /// was lost ([`Fetcher::lost`](crate::store::Fetcher)): leased again, no run counted.
+    pub taken_back: usize,
 }
 
 /// A topic as an operator sees it: counts, how far behind the workers are, what comes next.

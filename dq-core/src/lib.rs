@@ -23,7 +23,7 @@ pub use error::{Error, ErrorKind, Result};
 pub use job::{
     from_us, to_us, Acked, ChangeOutcome, Cursor, Fetched, JobInfo, JobState, LeaseRef, LeasedJob,
     MinuteTally, NewJob, OnConflict, Page, Promoted, PushOutcome, Reclaimed, Schedule, Throughput,
-    TopicCounts, TopicStats, WorkerInfo, DEFAULT_RETRIES, MAX_DELAY,
+    TopicCounts, TopicStats, WorkerInfo, DEFAULT_RETRIES, MAX_DELAY, MAX_RETRIES,
 };
 pub use message::Message;
 pub use name::{JobId, Topic, MAX_JOB_ID_LEN, MAX_TOPIC_LEN};

@@ -31,7 +31,17 @@ pub(crate) struct ConsumerLoop {
     pub(crate) topic: Topic,
     pub(crate) shard: u16,
     pub(crate) permits: Arc<Semaphore>,
+    /// Names this loop's fetches in the store (this process and topic; the store's key is per
+    /// shard), so that a later fetch takes back the jobs of one whose reply was lost.
+    pub(crate) consumer: String,
 }
+
+/// How many successful fetches go on asking for a lost fetch's jobs: Redis may run the lost
+/// request (still in its buffer on the old connection) after the first fetch on a new one.
+const LOOK_FOR_LOST: u8 = 3;
+
+/// Most lost fetches asked for at once.
+const MAX_LOST: usize = 8;
 
 impl ConsumerLoop {
     pub(crate) async fn run(self) {
@@ -44,6 +54,10 @@ impl ConsumerLoop {
         // by its consumers on every shard, and a fetch from a stalled master holds what it took
         // until the client's reply limit (10 s) ends it.
         let mut failing = false;
+        // This loop's fetches by number, and those whose reply did not arrive, with how many
+        // more fetches look for their jobs.
+        let mut nonce = 0u64;
+        let mut lost: Vec<(u64, u8)> = Vec::new();
         loop {
             let first = tokio::select! {
                 _ = shared.stop.cancelled() => return,
@@ -62,9 +76,16 @@ impl ConsumerLoop {
             // A resume announced from now on wakes the wait below, even one announced before
             // the wait begins.
             resumed.borrow_and_update();
-            let fetch = shared
-                .store
-                .fetch(self.shard, &self.topic, permits.len(), lease);
+            nonce += 1;
+            let fetcher = dq_core::store::Fetcher::new(
+                self.consumer.as_str(),
+                nonce,
+                lost.iter().map(|(n, _)| *n).collect(),
+            );
+            let fetch =
+                shared
+                    .store
+                    .fetch_for(self.shard, &self.topic, permits.len(), lease, &fetcher);
             tokio::pin!(fetch);
             let fetched = tokio::select! {
                 biased;
@@ -85,11 +106,23 @@ impl ConsumerLoop {
                 Ok(f) => {
                     health.ok();
                     failing = false;
+                    for (_, left) in &mut lost {
+                        *left = left.saturating_sub(1);
+                    }
+                    lost.retain(|(_, left)| *left > 0);
+                    if f.taken_back > 0 {
+                        tracing::info!(topic = %self.topic, shard = self.shard, jobs = f.taken_back, "took back jobs leased by a fetch whose reply was lost; they run now, no run counted");
+                    }
                     f
                 }
                 Err(e) => {
                     drop(permits);
                     failing = true;
+                    // Redis may have run it (and leased jobs to nobody): later fetches look.
+                    lost.push((nonce, LOOK_FOR_LOST));
+                    if lost.len() > MAX_LOST {
+                        lost.remove(0);
+                    }
                     let delay = health.failed(&e);
                     tokio::select! {
                         _ = shared.stop.cancelled() => return,
@@ -205,6 +238,7 @@ async fn run_job(
         max_attempts, lateness_ms
     );
     async move {
+        let lease_lost = tokio_util::sync::CancellationToken::new();
         let ctx = JobContext {
             topic: lease.topic.clone(),
             id: lease.id.clone(),
@@ -214,6 +248,7 @@ async fn run_job(
             enqueued: from_us(envelope.created_us),
             last_error: envelope.last_error.clone(),
             shutdown: shared.stop.child_token(),
+            lease_lost: lease_lost.clone(),
             payload: payload.clone(),
             states: shared.states.clone(),
             client: shared.client.clone(),
@@ -242,7 +277,7 @@ async fn run_job(
                 );
                 // The lease stays in the renewed set until the job's fate is written (the
                 // acker removes it after the ack), so a slow ack cannot let the lease expire.
-                shared.start_running(&lease);
+                shared.start_running(&lease, lease_lost);
                 let outcome = supervise(&shared, &listener, future).await;
                 drop(permit);
                 outcome

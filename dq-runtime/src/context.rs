@@ -21,6 +21,7 @@ pub struct JobContext {
     pub(crate) enqueued: SystemTime,
     pub(crate) last_error: Option<String>,
     pub(crate) shutdown: CancellationToken,
+    pub(crate) lease_lost: CancellationToken,
     pub(crate) payload: Arc<Vec<u8>>,
     pub(crate) states: Arc<States>,
     pub(crate) client: Client,
@@ -42,6 +43,7 @@ impl JobContext {
             enqueued: now,
             last_error: None,
             shutdown: CancellationToken::new(),
+            lease_lost: CancellationToken::new(),
             payload: Arc::new(Vec::new()),
             states: Arc::new(States::default()),
             client,
@@ -126,5 +128,31 @@ impl JobContext {
     /// return an error (it is retried) or finish within the grace period.
     pub async fn shutdown_requested(&self) {
         self.shutdown.cancelled().await
+    }
+
+    /// Resolves when this run's lease is found lost: it expired before a renewal got through
+    /// (Redis stalled or full for longer than the lease, this process paused), or Redis lost
+    /// it (restarted from an older dump, failed over). The job may then run elsewhere too, and
+    /// this run's outcome will be refused: a long handler should stop here, and leave its side
+    /// effects to the other run. The runtime logs it once, stops renewing the lease and no
+    /// longer counts the job as running in `dq workers`.
+    ///
+    /// ```no_run
+    /// # async fn long_work() {}
+    /// # use dq_runtime::{JobContext, Outcome};
+    /// # async fn handler(ctx: JobContext) -> Outcome {
+    /// tokio::select! {
+    ///     () = long_work() => Outcome::Done,
+    ///     () = ctx.lease_lost() => Outcome::Error("lease lost: left to the other run".into()),
+    /// }
+    /// # }
+    /// ```
+    pub async fn lease_lost(&self) {
+        self.lease_lost.cancelled().await
+    }
+
+    /// True once this run's lease was found lost (see [`lease_lost`](JobContext::lease_lost)).
+    pub fn is_lease_lost(&self) -> bool {
+        self.lease_lost.is_cancelled()
     }
 }

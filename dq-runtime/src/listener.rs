@@ -149,7 +149,8 @@ impl Listener {
     /// Retries after a failed first run, overriding the count stored with each job at push.
     /// It also bounds runs lost with their worker: the runtime records it in the store at start,
     /// and whichever process reclaims a job whose worker died dead-letters it once these runs
-    /// are spent (`retries(0)`: such a job is dead-lettered, not run again).
+    /// are spent (`retries(0)`: such a job is dead-lettered, not run again). At most
+    /// `dq::limits::MAX_RETRIES` (1,000): more fails the runtime's start.
     pub fn retries(mut self, retries: u32) -> Self {
         self.retries = Some(retries);
         self

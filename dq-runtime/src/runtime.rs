@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dq_core::{Client, Config, Error, MemoryStore, RedisStore, Result, Store, Topic};
+use dq_core::{Client, Config, Error, ErrorKind, MemoryStore, RedisStore, Result, Store, Topic};
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -18,13 +18,14 @@ use crate::listener::{self, Listener};
 use crate::mover::{self, Mover};
 use crate::shared::Shared;
 use crate::shutdown::{ShutdownReport, Supervisor};
-use crate::ticker::{check_schedule, declare_schedule};
+use crate::ticker::{check_schedule, Declared};
 use crate::upkeep;
 
 pub(crate) type Hook = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
 
-/// How long `start` tries to record its listeners' retries in the store (all of them).
-const ATTEMPT_LIMIT_WRITE: Duration = Duration::from_secs(5);
+/// How long `start` tries to declare its listeners' schedules and retries in the store (all of
+/// them) before it starts anyway and leaves them to the ticker.
+const DECLARE_AT_START: Duration = Duration::from_secs(5);
 
 /// Runs the listeners of this program against the store.
 ///
@@ -318,13 +319,21 @@ impl RuntimeBuilder {
             }
         };
         let client = Client::new(store.clone(), config.clone());
-        for (topic, l) in &listeners {
-            if let Some(schedule) = &l.schedule {
-                declare_schedule(&client, topic, schedule)
-                    .await
-                    .inspect_err(|e| {
-                        tracing::error!(listener = %l.name, schedule = %topic, error = %e, "could not store the listener's schedule; the runtime does not start");
-                    })?;
+        let mut declared = declarations(&listeners);
+        // Declared now when the store answers; else the ticker declares it as soon as it does:
+        // a master down or a full Redis must not keep workers from starting. Bounded as a
+        // whole, so that a stalled Redis does not delay the start either.
+        match tokio::time::timeout(DECLARE_AT_START, declared.keep(&client, store.as_ref())).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) if e.kind() == ErrorKind::InvalidInput => {
+                tracing::error!(error = %e, "a listener's schedule cannot be stored; the runtime does not start");
+                return Err(e);
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "could not declare the listeners' schedules and retries in the store yet; the runtime starts anyway and declares them as soon as the store answers (until then a job of theirs whose worker dies is judged by the retries given at push, and their schedules do not tick unless another process declared them)");
+            }
+            Err(_) => {
+                tracing::warn!(after = ?DECLARE_AT_START, "the store did not answer while the listeners' schedules and retries were declared; the runtime starts anyway and declares them as soon as it does");
             }
         }
         let (ack_tx, ack_rx) = mpsc::unbounded_channel();
@@ -339,27 +348,6 @@ impl RuntimeBuilder {
             token: CancellationToken::new(),
         };
 
-        // A job whose worker died is judged by its listener's `retries` in whichever process
-        // reclaims it (the last runtime to start decides, should two disagree). Best effort,
-        // and bounded as a whole: a Redis that is full or has a master down must not keep
-        // workers from starting, nor delay them once per listener.
-        let mut unrecorded: Vec<&Topic> = listeners.iter().map(|(t, _)| t).collect();
-        let recording = async {
-            for (topic, l) in &listeners {
-                let max_attempts = l.retries.map(|r| r.saturating_add(1));
-                store.set_attempt_limit(topic, max_attempts).await?;
-                unrecorded.retain(|t| *t != topic);
-            }
-            Ok::<(), Error>(())
-        };
-        let error = match tokio::time::timeout(ATTEMPT_LIMIT_WRITE, recording).await {
-            Ok(Ok(())) => None,
-            Ok(Err(e)) => Some(e.to_string()),
-            Err(_) => Some(format!("no answer within {ATTEMPT_LIMIT_WRITE:?}")),
-        };
-        if let Some(error) = error {
-            tracing::warn!(topics = ?unrecorded, error = %error, "could not record the listeners' retries in the store: until a runtime starts with them recorded, a job of these topics whose worker dies is judged by the retries given at push");
-        }
         let mut chores = Vec::new();
         let shards = store.shards();
         let mut wake_senders = Vec::new();
@@ -376,7 +364,10 @@ impl RuntimeBuilder {
             ));
             chores.push(tokio::spawn(upkeep::reclaimer(shared.clone(), shard)));
         }
-        chores.push(tokio::spawn(crate::ticker::ticker(shared.clone())));
+        chores.push(tokio::spawn(crate::ticker::ticker(
+            shared.clone(),
+            declared,
+        )));
         chores.push(tokio::spawn(mover::route_wakeups(
             shared.clone(),
             wake_senders,
@@ -386,6 +377,9 @@ impl RuntimeBuilder {
             shared.clone(),
             topics.clone(),
         )));
+        let me = dq_core::WorkerInfo::for_this_process(
+            topics.iter().map(|t| t.as_str().to_owned()).collect(),
+        );
         for (topic, listener) in &listeners {
             let permits = Arc::new(Semaphore::new(listener.concurrency));
             let listener = Arc::new(listener.clone());
@@ -397,15 +391,13 @@ impl RuntimeBuilder {
                         topic: topic.clone(),
                         shard,
                         permits: permits.clone(),
+                        consumer: format!("{}:{topic}", me.id),
                     }
                     .run(),
                 ));
             }
         }
         let heartbeat_done = CancellationToken::new();
-        let me = dq_core::WorkerInfo::for_this_process(
-            topics.iter().map(|t| t.as_str().to_owned()).collect(),
-        );
         let heartbeat = tokio::spawn(upkeep::heartbeat(
             shared.clone(),
             heartbeat_done.clone(),
@@ -442,9 +434,23 @@ impl RuntimeBuilder {
     }
 }
 
+/// What the runtime declares for its listeners: their schedules, and the most runs each allows
+/// a job whose worker died (the last runtime to declare decides, should two disagree).
+fn declarations(listeners: &[(Topic, Listener)]) -> Declared {
+    let schedules = listeners
+        .iter()
+        .filter_map(|(t, l)| l.schedule.map(|s| (t.clone(), s)))
+        .collect();
+    let limits = listeners
+        .iter()
+        .map(|(t, l)| (t.clone(), l.retries.map(|r| r.saturating_add(1))))
+        .collect();
+    Declared::new(schedules, limits)
+}
+
 /// This runtime's listeners, each with its topic checked once here; refused with an error naming
-/// the listener when a topic is invalid, taken twice, a concurrency is zero, or an argument
-/// cannot be provided (a `State<T>` nobody registered).
+/// the listener when a topic is invalid, taken twice, a concurrency is zero, its retries are
+/// over `MAX_RETRIES`, or an argument cannot be provided (a `State<T>` nobody registered).
 fn collect_listeners(
     registered: bool,
     extra: Vec<Listener>,
@@ -465,6 +471,16 @@ fn collect_listeners(
                 topic: l.topic.clone(),
                 name: l.name.clone(),
                 reason: "concurrency must be at least 1".into(),
+            });
+        }
+        if let Some(retries) = l.retries.filter(|r| *r > dq_core::MAX_RETRIES) {
+            return Err(Error::InvalidListener {
+                topic: l.topic.clone(),
+                name: l.name.clone(),
+                reason: format!(
+                    "retries = {retries} is over the limit of {} (dq::limits::MAX_RETRIES); a job that failed that often needs a person (or a longer backoff between runs)",
+                    dq_core::MAX_RETRIES
+                ),
             });
         }
         if let Err(reason) = (l.check)(states) {

@@ -21,9 +21,9 @@ pub(crate) struct Shared {
     pub(crate) abort: CancellationToken,
     /// The job tasks, waited for at shutdown.
     pub(crate) jobs: TaskTracker,
-    /// Leases of running jobs, renewed by the heartbeat; `true` once the handler has returned
-    /// and the job waits for its ack, retry or dead letter to be written.
-    running: Mutex<HashMap<LeaseRef, bool>>,
+    /// Leases of this process's jobs, from the start of the handler until the job's fate is
+    /// written: renewed by the heartbeat, counted in the worker record.
+    running: Mutex<HashMap<LeaseRef, Running>>,
     /// Leases of jobs cancelled at shutdown, released back to ready.
     interrupted: Mutex<Vec<LeaseRef>>,
     /// Finished jobs waiting to be acked in a batch.
@@ -35,6 +35,27 @@ pub(crate) struct Shared {
     /// What listeners are handed: the runtime's client and the registered state.
     pub(crate) client: Client,
     pub(crate) states: Arc<States>,
+}
+
+/// Where a job of [`Shared::running`] stands.
+#[derive(Debug)]
+struct Running {
+    stage: Stage,
+    /// Cancelled when the lease is lost while the handler runs ([`JobContext::lease_lost`]).
+    ///
+    /// [`JobContext::lease_lost`]: crate::JobContext::lease_lost
+    lost: CancellationToken,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    /// The handler runs.
+    Handler,
+    /// The handler returned; the job waits for its ack, retry or dead letter to be written.
+    Settling,
+    /// The lease was found lost while the handler ran (it expired, or Redis lost it): it is
+    /// no longer renewed nor counted as running here, and its outcome will be refused.
+    Lost,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -67,28 +88,54 @@ impl Shared {
         }
     }
 
-    pub(crate) fn start_running(&self, lease: &LeaseRef) {
-        lock(&self.running).insert(lease.clone(), false);
+    /// The handler starts; `lost` is cancelled if its lease is lost meanwhile.
+    pub(crate) fn start_running(&self, lease: &LeaseRef, lost: CancellationToken) {
+        let running = Running {
+            stage: Stage::Handler,
+            lost,
+        };
+        lock(&self.running).insert(lease.clone(), running);
     }
 
     /// The handler returned; the lease is renewed until the outcome is written.
     pub(crate) fn settling(&self, lease: &LeaseRef) {
-        if let Some(settling) = lock(&self.running).get_mut(lease) {
-            *settling = true;
+        if let Some(r) = lock(&self.running).get_mut(lease) {
+            if r.stage == Stage::Handler {
+                r.stage = Stage::Settling;
+            }
         }
     }
 
-    /// True while the job's handler runs (not once it returned).
-    pub(crate) fn handler_running(&self, lease: &LeaseRef) -> bool {
-        lock(&self.running).get(lease) == Some(&false)
+    /// The heartbeat found `lease` no longer held. True when that is news: its handler still
+    /// runs and was not told yet (it is told now, through its [`JobContext`]).
+    ///
+    /// [`JobContext`]: crate::JobContext
+    pub(crate) fn lease_lost(&self, lease: &LeaseRef) -> bool {
+        let mut running = lock(&self.running);
+        match running.get_mut(lease) {
+            Some(r) if r.stage == Stage::Handler => {
+                r.stage = Stage::Lost;
+                r.lost.cancel();
+                true
+            }
+            _ => false,
+        }
     }
 
-    pub(crate) fn stop_running(&self, lease: &LeaseRef) {
-        lock(&self.running).remove(lease);
+    /// The job's fate is written (or given up); true when its lease had been found lost.
+    pub(crate) fn stop_running(&self, lease: &LeaseRef) -> bool {
+        lock(&self.running)
+            .remove(lease)
+            .is_some_and(|r| r.stage == Stage::Lost)
     }
 
+    /// The leases to renew: every job of this process that runs or settles, not those lost.
     pub(crate) fn running(&self) -> Vec<LeaseRef> {
-        lock(&self.running).keys().cloned().collect()
+        lock(&self.running)
+            .iter()
+            .filter(|(_, r)| r.stage != Stage::Lost)
+            .map(|(l, _)| l.clone())
+            .collect()
     }
 
     /// A job's retry or dead letter could not be written before shutdown gave up.
@@ -99,7 +146,11 @@ impl Shared {
     /// Finished jobs whose outcome was not written: those still waiting for their ack, and
     /// those whose retry or dead letter was given up.
     pub(crate) fn unsettled(&self) -> usize {
-        let waiting = lock(&self.running).values().filter(|&&s| s).count();
+        let running = lock(&self.running);
+        let waiting = running
+            .values()
+            .filter(|r| r.stage == Stage::Settling)
+            .count();
         waiting + self.gave_up.load(Ordering::Relaxed)
     }
 

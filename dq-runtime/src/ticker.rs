@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dq_core::periodic::Repeat;
-use dq_core::{Client, Result, Topic};
+use dq_core::{Client, Result, Store, Topic};
 
 use crate::health::Health;
 use crate::listener::ListenerSchedule;
@@ -20,21 +20,90 @@ pub(crate) const EVERY: Duration = Duration::from_secs(1);
 /// tick has left the job in place already, and the others have several looks to do it.
 pub(crate) const LOOKAHEAD: Duration = Duration::from_secs(5);
 
-pub(crate) async fn ticker(shared: Arc<Shared>) {
+/// Longest wait between two looks after failures: when Redis comes back, the schedules tick
+/// (and what Redis lost is declared again) within this.
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+pub(crate) async fn ticker(shared: Arc<Shared>, mut declared: Declared) {
     let mut health = Health::new("schedule ticker".to_owned());
     loop {
+        let look = async {
+            declared.keep(&shared.client, shared.store.as_ref()).await?;
+            shared.client.fire_schedules(LOOKAHEAD).await
+        };
         // After a failure, the backoff Health chose (it says so in the log).
-        let wait = match shared.client.fire_schedules(LOOKAHEAD).await {
+        let wait = match look.await {
             Ok(_) => {
                 health.ok();
                 EVERY
             }
-            Err(e) => health.failed(&e).max(EVERY),
+            Err(e) => health.failed(&e).clamp(EVERY, MAX_BACKOFF),
         };
         tokio::select! {
             _ = shared.stop.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}
         }
+    }
+}
+
+/// What a runtime declares in the store for its listeners, and keeps declared: their
+/// schedules (`cron`, `every`) and retries (the most runs the reclaimer allows a job of theirs
+/// whose worker died).
+///
+/// Declared at start when the store answers, else as soon as it does (a master down or a full
+/// Redis does not keep workers from starting). Then checked at every look of the ticker: when
+/// the namespace's epoch changed, the store lost what was declared (Redis restarted without
+/// persistence, `FLUSHALL`, a failover to a replica that never had it), and it is declared
+/// again, in every process, within a couple of looks. A schedule an operator removed while the
+/// store kept the rest stays removed until a runtime with that listener starts again.
+#[derive(Debug)]
+pub(crate) struct Declared {
+    schedules: Vec<(Topic, ListenerSchedule)>,
+    limits: Vec<(Topic, Option<u32>)>,
+    /// The namespace's epoch when everything was last declared; `None` until it was.
+    epoch: Option<String>,
+}
+
+impl Declared {
+    pub(crate) fn new(
+        schedules: Vec<(Topic, ListenerSchedule)>,
+        limits: Vec<(Topic, Option<u32>)>,
+    ) -> Declared {
+        Declared {
+            schedules,
+            limits,
+            epoch: None,
+        }
+    }
+
+    /// Declares everything unless the store still holds it (the epoch is the one declared
+    /// under). Errors of input (a schedule that never ticks again) are returned at once; a
+    /// store that fails leaves it to the next call.
+    pub(crate) async fn keep(&mut self, client: &Client, store: &dyn Store) -> Result<()> {
+        // Read before declaring: a loss between the two shows as a new epoch next time.
+        let epoch = store.namespace_epoch().await?;
+        if self.epoch.as_ref() == Some(&epoch) {
+            return Ok(());
+        }
+        let again = self.epoch.is_some();
+        if again {
+            tracing::warn!(
+                schedules = ?self.schedules.iter().map(|(t, _)| t.as_str()).collect::<Vec<_>>(),
+                retries = ?self.limits.iter().map(|(t, _)| t.as_str()).collect::<Vec<_>>(),
+                "Redis no longer holds what this runtime declared (it restarted without persistence, was flushed, or failed over to a replica that never had it); declaring the listeners' schedules and retries again. Jobs pushed before the loss are gone with it unless Redis persisted them"
+            );
+        }
+        for (topic, schedule) in &self.schedules {
+            declare_schedule(client, topic, schedule).await?;
+        }
+        for (topic, max_attempts) in &self.limits {
+            store.set_attempt_limit(topic, *max_attempts).await?;
+        }
+        if again {
+            tracing::info!("the listeners' schedules and retries are declared again");
+        }
+        self.epoch = Some(epoch);
+        Ok(())
     }
 }
 

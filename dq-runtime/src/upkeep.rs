@@ -68,10 +68,13 @@ async fn ack_lane(shared: Arc<Shared>, shard: u16, mut rx: mpsc::UnboundedReceiv
             match shared.store.ack(&batch).await {
                 Ok(acked) => {
                     health.ok();
+                    let mut told = std::collections::HashSet::new();
                     for lease in &batch {
-                        shared.stop_running(lease);
+                        if shared.stop_running(lease) {
+                            told.insert(lease);
+                        }
                     }
-                    for stale in &acked.stale {
+                    for stale in acked.stale.iter().filter(|l| !told.contains(l)) {
                         tracing::warn!(topic = %stale.topic, id = %stale.id, "ack refused: the lease was taken over (it expired while the job ran), so the job may run again");
                     }
                     break;
@@ -167,8 +170,9 @@ pub(crate) async fn heartbeat(
                     // A job whose handler returned may have been acked since the snapshot:
                     // only a running handler's lost lease is news (a refused ack is logged by
                     // the acker).
-                    for l in lost.iter().filter(|l| shared.handler_running(l)) {
-                        tracing::warn!(topic = %l.topic, id = %l.id, "lease lost while the job runs (it expired before renewal); another worker may run it too");
+                    // Said once per job: it is renewed no more, and its handler is told.
+                    for l in lost.iter().filter(|l| shared.lease_lost(l)) {
+                        tracing::warn!(topic = %l.topic, id = %l.id, "lease lost while the job runs (it expired before a renewal got through, or Redis lost it in a restart or failover): another worker may run it too, and this run's outcome will be refused; the handler sees it in JobContext::lease_lost");
                     }
                 }
                 Err(e) => {

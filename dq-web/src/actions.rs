@@ -1,17 +1,19 @@
-//! The actions: every one a POST with the CSRF token, refused in read-only mode, answered with
-//! a redirect back to the page it came from and a note of what was done.
+//! The actions: every one a POST with the CSRF token (and, when the browser sends one, an
+//! `Origin` of the dashboard's own: `guard` checks it), refused in read-only mode, answered
+//! with a redirect back to the page it came from and a note of what was done (kept by the
+//! router; the redirect carries its key).
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
-use dq_core::{ChangeOutcome, Schedule};
+use dq_core::{ChangeOutcome, JobState, Schedule};
 
 use crate::pages::store_error;
-use crate::view::{self, parse_utc, seg};
+use crate::view::{self, parse_utc, seg, utc};
 use crate::{constant_time_eq, Shared, Viewer};
 
 /// Most jobs one bulk action takes (a filtered page shows at most 500).
@@ -72,20 +74,19 @@ fn admit(
     Ok(form)
 }
 
-/// A redirect (303) to `to` with a note of what was done.
-fn back(to: &str, note: &str) -> Response {
+/// A redirect (303) to `to` with a note of what was done: the note is kept by the router and
+/// the URL carries only its key, so that no link can put text of its own on a page.
+fn back(web: &Shared, to: &str, note: &str) -> Response {
     let mut url = to.to_owned();
     // One note only: drop the previous one (a `note` parameter, not "note=" inside a job id).
     if let Some(i) = url.rfind("?note=").or_else(|| url.rfind("&note=")) {
         url.truncate(i);
     }
-    let separator = if url.contains('?') { '&' } else { '?' };
-    let note: String = form_urlencoded::byte_serialize(note.as_bytes()).collect();
-    (
-        StatusCode::SEE_OTHER,
-        [(header::LOCATION, format!("{url}{separator}note={note}"))],
-    )
-        .into_response()
+    if let Some(key) = web.notes.put(note.to_owned()) {
+        let separator = if url.contains('?') { '&' } else { '?' };
+        url = format!("{url}{separator}note={key}");
+    }
+    (StatusCode::SEE_OTHER, [(header::LOCATION, url)]).into_response()
 }
 
 /// Where to go back to: the form's `return`, else the referring page, when either is a page of
@@ -182,7 +183,7 @@ async fn set_paused(
     }
     let verb = if pause { "Paused" } else { "Resumed" };
     tracing::info!(topic, "dq dashboard: {} topic", verb.to_lowercase());
-    back(&to, &format!("{verb} {topic}."))
+    back(&web, &to, &format!("{verb} {topic}."))
 }
 
 pub(crate) async fn job(
@@ -198,24 +199,39 @@ pub(crate) async fn job(
     };
     let client = &web.client;
     let page = format!("{}/topics/{}/jobs/{}", viewer.base, seg(&topic), seg(&id));
-    let done = match action.as_str() {
-        "run" => client
-            .reschedule_in(&topic, &id, Schedule::After(Duration::ZERO))
-            .await
-            .map(|o| describe(o, &id, "is due now")),
+    // What was done, and whether the job is gone (then back to its topic, not its page).
+    let done: dq_core::Result<(String, bool)> = match action.as_str() {
+        "run" => run_now(&web, &topic, &id).await.map(|note| (note, false)),
         "cancel" => client
             .cancel_in(&topic, &id)
             .await
-            .map(|o| describe(o, &id, "was deleted")),
-        "retry" => client.retry_dead(&topic, &[&id]).await.map(|n| {
+            .map(|o| (describe(o, &id, "was deleted"), true)),
+        // A dead letter's Delete: only while it is one. An id pushed again since it died is a
+        // new job, pending now, which a cancel would delete.
+        "delete" => client.delete_dead(&topic, &[&id]).await.map(|n| {
             if n == 1 {
+                (format!("Dead letter {id} was deleted."), true)
+            } else {
+                let note = format!(
+                    "{id} is not a dead letter any more (it was pushed again, retried or deleted meanwhile): nothing was deleted."
+                );
+                (note, false)
+            }
+        }),
+        "retry" => client.retry_dead(&topic, &[&id]).await.map(|n| {
+            let note = if n == 1 {
                 format!("{id} runs again with fresh attempts.")
             } else {
                 format!("{id} is not a dead letter (any more): nothing was retried.")
-            }
+            };
+            (note, false)
         }),
         "reschedule" => {
-            let when = match when(&form) {
+            let now = match client.store_time().await {
+                Ok(now) => now,
+                Err(e) => return store_error(&viewer, "read the store's clock", &e),
+            };
+            let when = match when(&form, now) {
                 Ok(when) => when,
                 Err(message) => {
                     return view::error(StatusCode::BAD_REQUEST, Some(&viewer), &message)
@@ -224,26 +240,45 @@ pub(crate) async fn job(
             client
                 .reschedule_in(&topic, &id, when)
                 .await
-                .map(|o| describe(o, &id, "was rescheduled"))
+                .map(|o| (describe(o, &id, "was rescheduled"), false))
         }
         other => {
-            let message = format!("No action {other:?}: run, cancel, retry or reschedule.");
+            let message =
+                format!("No action {other:?}: run, cancel, delete, retry or reschedule.");
             return view::error(StatusCode::NOT_FOUND, Some(&viewer), &message);
         }
     };
     match done {
-        Ok(note) => {
+        Ok((note, gone)) => {
             tracing::info!(topic, id, action, "dq dashboard: {note}");
-            // A deleted job has no page any more: back to its topic.
-            let to = if action == "cancel" {
-                topic_page(&viewer, &topic)
-            } else {
-                page
+            let to = match (gone, action.as_str()) {
+                (true, "delete") => format!("{}?state=dead", topic_page(&viewer, &topic)),
+                (true, _) => topic_page(&viewer, &topic),
+                (false, _) => page,
             };
-            back(&to, &note)
+            back(&web, &to, &note)
         }
         Err(e) => store_error(&viewer, &format!("{action} job {id:?} of {topic:?}"), &e),
     }
+}
+
+/// Run now: a delayed job is made due now (BullMQ's `promote`). A ready job keeps its place in
+/// line: made due again it would go to the back, behind every job queued before it.
+async fn run_now(web: &Shared, topic: &str, id: &str) -> dq_core::Result<String> {
+    let client = &web.client;
+    if let Some(job) = client.status_in(topic, id).await? {
+        if job.state == JobState::Ready {
+            return Ok(format!(
+                "{id} is already ready: it runs in turn, after the jobs queued before it. Run now moves delayed jobs only; nothing was changed."
+            ));
+        }
+    }
+    // (A delayed job made ready by the mover between the two calls goes to the back of the
+    // line here, as the mover had just put it: only jobs queued in that instant pass it.)
+    client
+        .reschedule_in(topic, id, Schedule::After(Duration::ZERO))
+        .await
+        .map(|o| describe(o, id, "is due now"))
 }
 
 /// "1 dead letter", "3 dead letters".
@@ -260,15 +295,27 @@ fn describe(outcome: ChangeOutcome, id: &str, done: &str) -> String {
     }
 }
 
-/// The reschedule form's time: `delay` (`10m`) or `at` (UTC).
-fn when(form: &Form) -> Result<Schedule, String> {
+/// How far before the store's clock a reschedule time may be: a time typed a few seconds ago
+/// is "now"; one earlier than this is a mistake (a wrong year, a date written the other way).
+const PAST_TOLERANCE: Duration = Duration::from_secs(60);
+
+/// The reschedule form's time: `delay` (`10m`) or `at` (UTC), not more than a minute before
+/// `now` (the store's clock).
+fn when(form: &Form, now: SystemTime) -> Result<Schedule, String> {
     match (form.get("delay"), form.get("at")) {
         (Some(delay), None) => dq_core::parse_duration(delay)
             .map(Schedule::After)
             .map_err(|e| format!("{delay:?} is no delay: {e}")),
-        (None, Some(at)) => parse_utc(at)
-            .map(Schedule::At)
-            .ok_or_else(|| format!("{at:?} is no time: write it as 2026-11-24 18:00 (UTC)")),
+        (None, Some(at)) => {
+            let t = parse_utc(at)?;
+            if t + PAST_TOLERANCE < now {
+                return Err(format!(
+                    "{at} UTC is in the past (the store's clock says {} UTC): a time more than a minute ago is refused. To run the job at once, use Run now.",
+                    utc(now)
+                ));
+            }
+            Ok(Schedule::At(t))
+        }
         _ => {
             Err("Give either a delay (10m, 2h) or a time (2026-11-24 18:00 UTC), not both.".into())
         }
@@ -288,7 +335,7 @@ pub(crate) async fn bulk(
     };
     let ids = form.all("id");
     if ids.is_empty() {
-        return back(&to, "Nothing selected.");
+        return back(&web, &to, "Nothing selected.");
     }
     if ids.len() > MAX_BULK {
         let message = format!(
@@ -300,19 +347,30 @@ pub(crate) async fn bulk(
     let client = &web.client;
     let action = form.get("action").unwrap_or("");
     let mut changed = 0;
+    // Ready jobs a bulk Run now left in their place.
+    let mut in_turn = 0;
     let result: dq_core::Result<()> = async {
         match action {
             "retry" => changed = client.retry_dead(&topic, &ids).await?,
-            "run" | "cancel" | "delete" => {
+            // Dead letters only: an id pushed again since the page was shown is left alone.
+            "delete" => changed = client.delete_dead(&topic, &ids).await?,
+            "run" => {
                 for id in &ids {
-                    let outcome = if action == "run" {
-                        client
-                            .reschedule_in(&topic, id, Schedule::After(Duration::ZERO))
-                            .await?
-                    } else {
-                        client.cancel_in(&topic, id).await?
-                    };
-                    if outcome == ChangeOutcome::Done {
+                    match client.status_in(&topic, id).await?.map(|j| j.state) {
+                        Some(JobState::Ready) => in_turn += 1,
+                        Some(JobState::Delayed) => {
+                            let now = Schedule::After(Duration::ZERO);
+                            if client.reschedule_in(&topic, id, now).await? == ChangeOutcome::Done {
+                                changed += 1;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            "cancel" => {
+                for id in &ids {
+                    if client.cancel_in(&topic, id).await? == ChangeOutcome::Done {
                         changed += 1;
                     }
                 }
@@ -339,14 +397,21 @@ pub(crate) async fn bulk(
         }
     };
     tracing::info!(topic, action, changed, "dq dashboard: bulk action");
-    let skipped = ids.len() - changed;
+    let skipped = ids.len().saturating_sub(changed + in_turn);
     let mut note = format!("{changed} of {} selected jobs {verb}.", ids.len());
-    if skipped > 0 {
+    if in_turn > 0 {
         note.push_str(&format!(
-            " {skipped} had already moved on (ran, started or were deleted)."
+            " {in_turn} were ready already and keep their place in line."
         ));
     }
-    back(&to, &note)
+    if skipped > 0 {
+        let why = match action {
+            "delete" | "retry" => "were no longer dead letters (pushed again, retried or deleted meanwhile) and were left alone",
+            _ => "had already moved on (ran, started or were deleted)",
+        };
+        note.push_str(&format!(" {skipped} {why}."));
+    }
+    back(&web, &to, &note)
 }
 
 pub(crate) async fn retry_all_dead(
@@ -363,7 +428,7 @@ pub(crate) async fn retry_all_dead(
     match web.client.retry_dead(&topic, &[]).await {
         Ok(n) => {
             tracing::info!(topic, n, "dq dashboard: retried every dead letter");
-            back(&to, &format!("{} run again.", dead_letters(n)))
+            back(&web, &to, &format!("{} run again.", dead_letters(n)))
         }
         Err(e) => store_error(&viewer, &format!("retry the dead letters of {topic:?}"), &e),
     }
@@ -383,7 +448,7 @@ pub(crate) async fn purge_all_dead(
     match web.client.purge_dead(&topic, Duration::ZERO).await {
         Ok(n) => {
             tracing::info!(topic, n, "dq dashboard: deleted every dead letter");
-            back(&to, &format!("{} deleted.", dead_letters(n)))
+            back(&web, &to, &format!("{} deleted.", dead_letters(n)))
         }
         Err(e) => store_error(
             &viewer,
@@ -417,15 +482,21 @@ pub(crate) async fn schedule(
             .run_schedule_now(&id)
             .await
             .map(|pushed| pushed.map(|p| format!("{id}: job {} created.", p.id))),
+        // As `dq schedules remove`: the jobs of its coming ticks go too.
+        "remove" => client.unschedule(&id).await.map(|found| {
+            found.then(|| {
+                format!("{id} removed: the jobs of its coming ticks were cancelled; jobs of ticks that came stay.")
+            })
+        }),
         other => {
-            let message = format!("No schedule action {other:?}: pause, resume or run.");
+            let message = format!("No schedule action {other:?}: pause, resume, run or remove.");
             return view::error(StatusCode::NOT_FOUND, Some(&viewer), &message);
         }
     };
     match done {
         Ok(Some(note)) => {
             tracing::info!(schedule = id, action, "dq dashboard: {note}");
-            back(&format!("{}/schedules", viewer.base), &note)
+            back(&web, &format!("{}/schedules", viewer.base), &note)
         }
         Ok(None) => view::error(
             StatusCode::NOT_FOUND,

@@ -31,6 +31,20 @@
 //!
 //! - Every action is a `POST` carrying a CSRF token (random per router, compared in constant
 //!   time); a cross-site `POST` is refused whatever it carries.
+//! - A `POST` whose `Origin` header names another site is refused with `403`, token or not.
+//!   The dashboard's own origin is the host and port the request was addressed to (its `Host`
+//!   header: the scheme is not compared, as TLS usually ends at a proxy in front), or one of
+//!   [`Options::allowed_hosts`] (for a proxy that passes another `Host` on). `Origin: null` is
+//!   refused; a request without `Origin` (curl, scripts) is judged by the token alone.
+//! - The dashboard answers only requests addressed to one of its names, against DNS rebinding
+//!   (a page of another site whose name is pointed at 127.0.0.1 would otherwise read and act on
+//!   a dashboard without a token): by default `localhost` (and `*.localhost`) and any IP
+//!   address, on any port; an IP address cannot be rebound, so the address the dashboard is
+//!   bound to and every loopback address are in. Other names answer `421 Misdirected Request`
+//!   until [`Options::allowed_hosts`] (`dq web --allowed-host`) lists them.
+//! - The note a page shows after an action ("o1 was deleted.") is kept by the router and the
+//!   redirect carries only a random key to it (`?note=<key>`, the last 256 notes are kept): a
+//!   link made elsewhere cannot put text of its own on a page.
 //! - [`Options::read_only`] hides every action and refuses them with `403`.
 //! - [`Options::authorize`] decides, per request, between [`Access::Full`],
 //!   [`Access::ReadOnly`] and [`Access::Denied`]; [`Options::token`] asks for a bearer token
@@ -39,17 +53,33 @@
 //! - Every page does bounded work on Redis whatever the queue size: counts are kept by the
 //!   scripts, listings are pages of at most 50 jobs (filters look at 500), and throughput is a
 //!   ring of 60 one-minute slots.
+//!
+//! # What the actions do
+//!
+//! - **Run now** is shown for delayed jobs and makes one due now (BullMQ's `promote`). A job
+//!   that is already ready keeps its place in line: the action says so and changes nothing
+//!   (moving it would put it behind every job queued before it).
+//! - **Reschedule** takes a delay (`10m`) or a UTC time; an impossible date
+//!   (`2026-02-31 10:00`) is refused, not rolled over, and so is a time more than a minute
+//!   before the store's clock (use Run now to run it at once).
+//! - **Delete** on a dead letter deletes it only while it is a dead letter
+//!   ([`dq_core::Client::delete_dead`]): if its id was pushed again or retried meanwhile, the
+//!   new job is left alone and the page says so.
+//! - A topic page for a name never pushed to (not among the topics, nothing counted, not
+//!   paused) is `404`.
+//! - Schedules can be paused, resumed, run now and removed (`dq schedules remove`; asks first).
 
 mod actions;
 mod pages;
 mod view;
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use axum::extract::{OriginalUri, Request, State};
 use axum::http::request::Parts;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -69,13 +99,15 @@ pub enum Access {
 
 type Authorize = dyn Fn(&Parts) -> Access + Send + Sync;
 
-/// How the dashboard behaves: read-only mode, authorization, refresh period.
+/// How the dashboard behaves: read-only mode, authorization, refresh period, the host names it
+/// answers to.
 #[derive(Clone)]
 pub struct Options {
     read_only: bool,
     authorize: Option<Arc<Authorize>>,
     token: Option<String>,
     refresh: Duration,
+    allowed_hosts: Vec<String>,
 }
 
 impl std::fmt::Debug for Options {
@@ -85,6 +117,7 @@ impl std::fmt::Debug for Options {
             .field("authorize", &self.authorize.is_some())
             .field("token", &self.token.as_ref().map(|_| "(set)"))
             .field("refresh", &self.refresh)
+            .field("allowed_hosts", &self.allowed_hosts)
             .finish()
     }
 }
@@ -96,13 +129,15 @@ impl Default for Options {
 }
 
 impl Options {
-    /// Every action allowed to whoever reaches the router, numbers refreshed every 2 s.
+    /// Every action allowed to whoever reaches the router, numbers refreshed every 2 s,
+    /// answering to `localhost` and IP addresses.
     pub fn new() -> Options {
         Options {
             read_only: false,
             authorize: None,
             token: None,
             refresh: Duration::from_secs(2),
+            allowed_hosts: Vec::new(),
         }
     }
 
@@ -134,6 +169,74 @@ impl Options {
         self.refresh = every;
         self
     }
+
+    /// Host names the dashboard answers to besides `localhost` and IP addresses (which it
+    /// always answers to), e.g. `["dq.internal.example"]`: the names in its URL when it is
+    /// reached through DNS or a proxy. Any port; case does not matter; `.example.com` takes
+    /// `example.com` and every name under it. A port or scheme given with a name is ignored
+    /// (`https://dq.example:8443` is `dq.example`). Calls add up.
+    ///
+    /// A request whose `Host` is none of these is answered `421 Misdirected Request`: this
+    /// keeps a page of another site from reaching the dashboard by pointing its own name at
+    /// this machine (DNS rebinding). A `POST` whose `Origin` names one of these hosts is taken
+    /// as coming from the dashboard's own pages (for a proxy that passes another `Host` on).
+    pub fn allowed_hosts<I, S>(mut self, hosts: I) -> Options
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        for host in hosts {
+            let host: String = host.into();
+            let bare = host
+                .split_once("://")
+                .map_or(host.as_str(), |(_, rest)| rest);
+            let bare = bare.split('/').next().unwrap_or("");
+            let name = match bare.strip_prefix('.') {
+                // A domain and its subdomains: keep the leading dot.
+                Some(domain) => split_host(domain).map(|(h, _)| format!(".{h}")),
+                None => split_host(bare).map(|(h, _)| h),
+            };
+            if let Some(name) = name.filter(|n| !n.is_empty() && n != ".") {
+                self.allowed_hosts.push(name);
+            }
+        }
+        self
+    }
+}
+
+/// The notes of the last actions, for the page each redirects to: the redirect carries a
+/// random key (`?note=<key>`), never the text, so a link made elsewhere shows nothing.
+#[derive(Default)]
+struct Notes {
+    recent: Mutex<VecDeque<(String, String)>>,
+}
+
+/// How many notes are kept (the oldest goes first): a note is read right after its action.
+const KEPT_NOTES: usize = 256;
+
+impl Notes {
+    /// Keeps `text`; returns its key, or `None` when the system gave no random bytes (the page
+    /// then shows no note).
+    fn put(&self, text: String) -> Option<String> {
+        let mut bytes = [0u8; 16];
+        getrandom::fill(&mut bytes).ok()?;
+        let key: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        if recent.len() >= KEPT_NOTES {
+            recent.pop_front();
+        }
+        recent.push_back((key.clone(), text));
+        Some(key)
+    }
+
+    /// The note kept under `key`, if it is one of the last ones.
+    fn get(&self, key: &str) -> Option<String> {
+        let recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        recent
+            .iter()
+            .find(|(k, _)| constant_time_eq(k.as_bytes(), key.as_bytes()))
+            .map(|(_, text)| text.clone())
+    }
 }
 
 /// What every handler shares.
@@ -142,6 +245,8 @@ struct Web {
     options: Options,
     /// The CSRF token every form carries.
     csrf: String,
+    /// What the last actions did.
+    notes: Notes,
 }
 
 type Shared = Arc<Web>;
@@ -161,6 +266,7 @@ pub fn router(client: Client, options: Options) -> Router {
         client,
         options,
         csrf: random_token(),
+        notes: Notes::default(),
     });
     Router::new()
         .route("/", get(pages::overview))
@@ -182,36 +288,14 @@ pub fn router(client: Client, options: Options) -> Router {
         .with_state(web)
 }
 
-/// Authenticates and authorizes every request, and tells the handlers where they are mounted.
+/// Checks the host, authenticates and authorizes every request, refuses actions from other
+/// origins, and tells the handlers where they are mounted.
 async fn guard(State(web): State<Shared>, request: Request, next: Next) -> Response {
-    let (mut parts, body) = request.into_parts();
-    if let Some(token) = &web.options.token {
-        if !token_matches(&parts, token) {
-            return (
-                StatusCode::UNAUTHORIZED,
-                [(header::WWW_AUTHENTICATE, r#"Basic realm="dq""#)],
-                "401: this dashboard asks for its token (Authorization: Bearer <token>, or the token as the password)\n",
-            )
-                .into_response();
-        }
-    }
-    let access = match &web.options.authorize {
-        Some(authorize) => authorize(&parts),
-        None => Access::Full,
+    let (parts, body) = request.into_parts();
+    let mut response = match admit_request(&web, parts) {
+        Ok(parts) => next.run(Request::from_parts(parts, body)).await,
+        Err(refused) => *refused,
     };
-    if access == Access::Denied {
-        return (
-            StatusCode::FORBIDDEN,
-            "403: not allowed by the dashboard's authorize hook\n",
-        )
-            .into_response();
-    }
-    let viewer = Viewer {
-        base: mount_point(&parts),
-        can_act: access == Access::Full && !web.options.read_only,
-    };
-    parts.extensions.insert(viewer);
-    let mut response = next.run(Request::from_parts(parts, body)).await;
     let headers = response.headers_mut();
     // No framing by other sites (clickjacking), no sniffing, nothing cached by proxies.
     headers.insert("x-frame-options", HeaderValue::from_static("DENY"));
@@ -229,6 +313,171 @@ async fn guard(State(web): State<Shared>, request: Request, next: Next) -> Respo
         .entry(header::CACHE_CONTROL)
         .or_insert(HeaderValue::from_static("no-store"));
     response
+}
+
+/// The checks of [`guard`], in order: host, token, authorize hook, origin of an action.
+fn admit_request(web: &Shared, mut parts: Parts) -> Result<Parts, Box<Response>> {
+    let host = request_host(&parts);
+    let host_ok = host
+        .as_deref()
+        .and_then(split_host)
+        .is_some_and(|(name, _)| host_allowed(&name, &web.options.allowed_hosts));
+    if !host_ok {
+        let shown = host.as_deref().unwrap_or("(none)");
+        let name = host
+            .as_deref()
+            .and_then(split_host)
+            .map_or_else(|| "dq.example.com".to_owned(), |(name, _)| name);
+        let message = format!(
+            "421: this dashboard does not answer to the host {shown:?}. It answers to localhost, IP addresses and the names it is given, so that a page of another site cannot reach it by pointing its own name at this machine (DNS rebinding). If {name:?} is the dashboard's own name, allow it: Options::allowed_hosts([{name:?}]) where the router is built, or `dq web --allowed-host {name}`.\n"
+        );
+        return Err(Box::new(
+            (StatusCode::MISDIRECTED_REQUEST, message).into_response(),
+        ));
+    }
+    if let Some(token) = &web.options.token {
+        if !token_matches(&parts, token) {
+            return Err(Box::new(
+                (
+                    StatusCode::UNAUTHORIZED,
+                    [(header::WWW_AUTHENTICATE, r#"Basic realm="dq""#)],
+                    "401: this dashboard asks for its token (Authorization: Bearer <token>, or the token as the password)\n",
+                )
+                    .into_response(),
+            ));
+        }
+    }
+    let access = match &web.options.authorize {
+        Some(authorize) => authorize(&parts),
+        None => Access::Full,
+    };
+    if access == Access::Denied {
+        return Err(Box::new(
+            (
+                StatusCode::FORBIDDEN,
+                "403: not allowed by the dashboard's authorize hook\n",
+            )
+                .into_response(),
+        ));
+    }
+    let viewer = Viewer {
+        base: mount_point(&parts),
+        can_act: access == Access::Full && !web.options.read_only,
+    };
+    if parts.method != Method::GET && parts.method != Method::HEAD {
+        if let Some(origin) = parts.headers.get(header::ORIGIN) {
+            let origin = String::from_utf8_lossy(origin.as_bytes()).into_owned();
+            if !origin_allowed(&origin, host.as_deref(), &web.options.allowed_hosts) {
+                let message = format!(
+                    "The action was refused: it was sent by a page of {origin:?} (its Origin header), not by a page of this dashboard ({}). If the dashboard is reached under that name through a proxy, allow it: Options::allowed_hosts where the router is built, or `dq web --allowed-host`.",
+                    host.as_deref().unwrap_or("?")
+                );
+                return Err(Box::new(view::error(
+                    StatusCode::FORBIDDEN,
+                    Some(&viewer),
+                    &message,
+                )));
+            }
+        }
+    }
+    parts.extensions.insert(viewer);
+    Ok(parts)
+}
+
+/// The host and port the request was addressed to: the request target's authority (HTTP/2,
+/// or an absolute URI), else the `Host` header.
+fn request_host(parts: &Parts) -> Option<String> {
+    if let Some(authority) = parts.uri.authority() {
+        return Some(authority.as_str().to_owned());
+    }
+    parts
+        .headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+/// `host[:port]` (`[v6]:port` for IPv6) as the lower-case host and the port, if any; `None`
+/// when it is no host.
+fn split_host(authority: &str) -> Option<(String, Option<u16>)> {
+    let authority = authority.trim();
+    // Userinfo never belongs in a Host header; refuse rather than guess.
+    if authority.is_empty() || authority.contains(['@', '/', '\\', ' ']) {
+        return None;
+    }
+    let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
+        let (inside, after) = rest.split_once(']')?;
+        let port = match after {
+            "" => None,
+            p => Some(p.strip_prefix(':')?),
+        };
+        (format!("[{inside}]"), port)
+    } else {
+        match authority.rsplit_once(':') {
+            Some((h, p)) => (h.to_owned(), Some(p)),
+            None => (authority.to_owned(), None),
+        }
+    };
+    let port = match port {
+        Some(p) => Some(p.parse::<u16>().ok()?),
+        None => None,
+    };
+    let mut host = host.to_ascii_lowercase();
+    // `localhost.` is `localhost`.
+    if host.ends_with('.') && host.len() > 1 {
+        host.pop();
+    }
+    if host.is_empty() || (host.contains(':') && !host.starts_with('[')) {
+        return None;
+    }
+    Some((host, port))
+}
+
+/// Whether the dashboard answers to `host` (lower case, no port): localhost, an IP address,
+/// or a configured name.
+fn host_allowed(host: &str, allowed: &[String]) -> bool {
+    let ip = host.parse::<std::net::Ipv4Addr>().is_ok()
+        || host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .is_some_and(|h| h.parse::<std::net::Ipv6Addr>().is_ok());
+    ip || host == "localhost" || host.ends_with(".localhost") || configured(host, allowed)
+}
+
+/// Whether `host` is one of [`Options::allowed_hosts`] (`.example.com`: it or a name under it).
+fn configured(host: &str, allowed: &[String]) -> bool {
+    allowed.iter().any(|a| match a.strip_prefix('.') {
+        Some(domain) => host == domain || host.ends_with(a.as_str()),
+        None => host == a,
+    })
+}
+
+/// Whether an action's `Origin` is the dashboard itself: the host and port the request was
+/// addressed to (a port left out is the scheme's default), or a configured host.
+fn origin_allowed(origin: &str, own: Option<&str>, allowed: &[String]) -> bool {
+    let Some((scheme, authority)) = origin.trim().split_once("://") else {
+        return false; // `null` (a sandboxed page, a redirect from elsewhere) or garbage
+    };
+    let Some((host, port)) = split_host(authority) else {
+        return false;
+    };
+    if configured(&host, allowed) {
+        return true;
+    }
+    let Some((own_host, own_port)) = own.and_then(split_host) else {
+        return false;
+    };
+    let default = match scheme.to_ascii_lowercase().as_str() {
+        "http" => Some(80),
+        "https" => Some(443),
+        _ => None,
+    };
+    let same_port = match (own_port, port) {
+        (Some(a), Some(b)) => a == b,
+        (Some(a), None) | (None, Some(a)) => Some(a) == default,
+        (None, None) => true,
+    };
+    host == own_host && same_port
 }
 
 /// The path prefix the router is mounted under: the original path less the path the router
@@ -328,6 +577,103 @@ mod tests {
         assert!(constant_time_eq(b"abc", b"abc"));
         assert!(!constant_time_eq(b"abc", b"abd"));
         assert!(!constant_time_eq(b"abc", b"abcd"));
+    }
+
+    #[test]
+    fn hosts_split_into_name_and_port() {
+        let split = |a: &str| split_host(a);
+        let host = |h: &str, port: Option<u16>| Some((h.to_owned(), port));
+        assert_eq!(split("LocalHost:8080"), host("localhost", Some(8080)));
+        assert_eq!(split("[::1]:80"), host("[::1]", Some(80)));
+        assert_eq!(split("[::1]"), host("[::1]", None));
+        assert_eq!(split("dq.example."), host("dq.example", None));
+        assert_eq!(split("a:b:c"), None);
+        assert_eq!(split("evil.example:99999"), None);
+        assert_eq!(split("user@evil.example"), None);
+        assert_eq!(split(""), None);
+    }
+
+    #[test]
+    fn only_loopback_names_ip_addresses_and_configured_hosts_are_answered() {
+        let none: &[String] = &[];
+        for ok in [
+            "localhost",
+            "app.localhost",
+            "127.0.0.1",
+            "10.1.2.3",
+            "[::1]",
+            "[fe80::1]",
+        ] {
+            assert!(host_allowed(ok, none), "{ok}");
+        }
+        for refused in [
+            "evil.example",
+            "localhost.evil.example",
+            "127.0.0.1.nip.io",
+            "[evil]",
+        ] {
+            assert!(!host_allowed(refused, none), "{refused}");
+        }
+        let options = Options::new().allowed_hosts(["DQ.Internal.Example:8443", ".corp.example"]);
+        let allowed = &options.allowed_hosts;
+        assert!(host_allowed("dq.internal.example", allowed));
+        assert!(host_allowed("corp.example", allowed));
+        assert!(host_allowed("dq.eu.corp.example", allowed));
+        assert!(!host_allowed("evilcorp.example", allowed));
+    }
+
+    #[test]
+    fn an_origin_must_be_the_host_the_request_was_sent_to() {
+        let none: &[String] = &[];
+        assert!(origin_allowed(
+            "http://127.0.0.1:8080",
+            Some("127.0.0.1:8080"),
+            none
+        ));
+        assert!(origin_allowed(
+            "https://dq.example",
+            Some("dq.example"),
+            none
+        ));
+        assert!(origin_allowed(
+            "http://dq.example",
+            Some("dq.example:80"),
+            none
+        ));
+        assert!(!origin_allowed(
+            "http://127.0.0.1:3000",
+            Some("127.0.0.1:8080"),
+            none
+        ));
+        assert!(!origin_allowed(
+            "http://evil.example",
+            Some("127.0.0.1:8080"),
+            none
+        ));
+        assert!(!origin_allowed("null", Some("127.0.0.1:8080"), none));
+        assert!(!origin_allowed(
+            "https://dq.example:8443",
+            Some("dq.example"),
+            none
+        ));
+        let behind_proxy = Options::new().allowed_hosts(["dq.example"]).allowed_hosts;
+        assert!(origin_allowed(
+            "https://dq.example",
+            Some("127.0.0.1:8080"),
+            &behind_proxy
+        ));
+    }
+
+    #[test]
+    fn notes_are_found_by_their_key_only() {
+        let notes = Notes::default();
+        let key = notes.put("o1 was deleted.".into()).unwrap();
+        assert_eq!(notes.get(&key).as_deref(), Some("o1 was deleted."));
+        assert_eq!(notes.get("Session expired"), None);
+        for i in 0..KEPT_NOTES {
+            notes.put(format!("note {i}"));
+        }
+        assert_eq!(notes.get(&key), None, "the oldest goes first");
     }
 
     #[test]

@@ -28,6 +28,12 @@ pub(crate) fn query(uri: &Uri) -> HashMap<String, String> {
         .collect()
 }
 
+/// The note of the action that redirected here: the text the router kept under the URL's
+/// `note` key, never text from the URL itself.
+pub(crate) fn note(web: &Shared, q: &HashMap<String, String>) -> Option<String> {
+    q.get("note").and_then(|key| web.notes.get(key))
+}
+
 /// What the person on call reads when the store does not answer.
 pub(crate) fn store_error(viewer: &Viewer, what: &str, e: &Error) -> Response {
     let status = match e.kind() {
@@ -144,7 +150,7 @@ pub(crate) async fn overview(
         &viewer,
         "Topics",
         web.options.refresh,
-        q.get("note").map(String::as_str),
+        note(&web, &q).as_deref(),
         body,
     )
     .into_response()
@@ -209,6 +215,19 @@ pub(crate) async fn topic(
         Err(e) => return store_error(&viewer, &format!("read topic {topic:?}"), &e),
     };
     let c = stats.counts;
+    if c.delayed == 0 && c.ready == 0 && c.running == 0 && c.dead == 0 && !stats.paused {
+        // Nothing counted: a topic whose jobs all ran, or a name nothing was ever pushed to.
+        match client.topics().await {
+            Ok(all) if !all.iter().any(|t| t.as_str() == topic) => {
+                let message = format!(
+                    "No topic {topic:?}: nothing was ever pushed to it in this namespace. The overview lists every topic."
+                );
+                return view::error(StatusCode::NOT_FOUND, Some(&viewer), &message);
+            }
+            Ok(_) => {}
+            Err(e) => return store_error(&viewer, &format!("read topic {topic:?}"), &e),
+        }
+    }
     let default_state = [
         (JobState::Ready, c.ready),
         (JobState::Delayed, c.delayed),
@@ -218,10 +237,9 @@ pub(crate) async fn topic(
     .into_iter()
     .find(|(_, n)| *n > 0)
     .map_or(JobState::Delayed, |(s, _)| s);
-    let time_filter = |key: &str| q.get(key).map(|t| parse_utc(t).ok_or(t));
+    let time_filter = |key: &str| q.get(key).map(|t| parse_utc(t));
     let (due_after, due_before) = match (time_filter("due_after"), time_filter("due_before")) {
-        (Some(Err(t)), _) | (_, Some(Err(t))) => {
-            let message = format!("{t:?} is no time: write it as 2026-11-24 09:30 (UTC)");
+        (Some(Err(message)), _) | (_, Some(Err(message))) => {
             return view::error(StatusCode::BAD_REQUEST, Some(&viewer), &message);
         }
         (a, b) => (a.and_then(Result::ok), b.and_then(Result::ok)),
@@ -264,7 +282,7 @@ pub(crate) async fn topic(
         &viewer,
         &topic,
         web.options.refresh,
-        q.get("note").map(String::as_str),
+        note(&web, &q).as_deref(),
         body,
     )
     .into_response()
@@ -350,9 +368,13 @@ fn topic_body(
             div.actions {
                 "Selected: "
                 @match state {
-                    JobState::Delayed | JobState::Ready => {
+                    JobState::Delayed => {
                         button type="submit" name="action" value="run" { "Run now" } " "
                         button.danger type="submit" name="action" value="cancel" { "Cancel" }
+                    }
+                    JobState::Ready => {
+                        button.danger type="submit" name="action" value="cancel" { "Cancel" }
+                        span.hint { " Ready jobs run in turn, in the order they became ready." }
                     }
                     JobState::Dead => {
                         button type="submit" name="action" value="retry" { "Retry" } " "
@@ -475,22 +497,33 @@ pub(crate) async fn job(
             @match job.state {
                 JobState::Delayed | JobState::Ready => {
                     div.actions {
-                        (button(&format!("{link}/run"), &web.csrf, "Run now", ""))
-                        " "
+                        @if job.state == JobState::Delayed {
+                            (button(&format!("{link}/run"), &web.csrf, "Run now", ""))
+                            " "
+                        }
                         (button(&format!("{link}/cancel"), &web.csrf, "Cancel", "danger"))
+                        @if job.state == JobState::Ready {
+                            span.hint { " Ready: it runs in turn, after the jobs queued before it." }
+                        }
                     }
                     form.reschedule method="post" action={ (link) "/reschedule" } {
                         input type="hidden" name="csrf" value=(web.csrf);
                         label { "Reschedule: in " input type="text" name="delay" placeholder="10m"; }
                         label { " or at " input type="text" name="at" placeholder="2026-11-24 18:00"; " UTC" }
                         " " button type="submit" { "Reschedule" }
+                        span.hint { " A time more than a minute ago is refused." }
                     }
                 }
                 JobState::Dead => {
                     div.actions {
                         (button(&format!("{link}/retry"), &web.csrf, "Retry", ""))
                         " "
-                        (button(&format!("{link}/cancel"), &web.csrf, "Delete", "danger"))
+                        (view::confirm_button(
+                            &format!("{link}/delete"),
+                            &web.csrf,
+                            "Delete",
+                            &format!("Delete dead letter {id}? This cannot be undone."),
+                        ))
                     }
                 }
                 _ => {
@@ -503,7 +536,7 @@ pub(crate) async fn job(
         &viewer,
         &format!("{topic} / {id}"),
         Duration::ZERO,
-        q.get("note").map(String::as_str),
+        note(&web, &q).as_deref(),
         body,
     )
     .into_response()
@@ -584,6 +617,13 @@ pub(crate) async fn schedules(
                                 }
                                 " "
                                 (button(&format!("{link}/run"), &web.csrf, "Run now", "small"))
+                                " "
+                                (view::confirm_button(
+                                    &format!("{link}/remove"),
+                                    &web.csrf,
+                                    "Remove",
+                                    &format!("Remove schedule {}? Its coming ticks' jobs are cancelled; jobs it made before stay.", s.id),
+                                ))
                             }
                         }
                     }
@@ -599,7 +639,7 @@ pub(crate) async fn schedules(
         &viewer,
         "Schedules",
         Duration::ZERO,
-        q.get("note").map(String::as_str),
+        note(&web, &q).as_deref(),
         body,
     )
     .into_response()

@@ -173,30 +173,76 @@ fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
-/// Reads a UTC time typed into a filter: `2026-11-24`, `2026-11-24 09:30`,
-/// `2026-11-24T09:30:05` (what a `datetime-local` input sends).
-pub(crate) fn parse_utc(text: &str) -> Option<SystemTime> {
-    let text = text.trim();
-    let (date, time) = match text.split_once(['T', ' ']) {
-        Some((d, t)) => (d, t),
-        None => (text, "00:00"),
-    };
+/// Reads a UTC time typed into a form: `2026-11-24`, `2026-11-24 09:30`,
+/// `2026-11-24T09:30:05` (what a `datetime-local` input sends). A date that does not exist
+/// (`2026-02-31`) is refused, not rolled over into the next month; the error says why.
+pub(crate) fn parse_utc(text: &str) -> Result<SystemTime, String> {
+    let shape = || format!("{text:?} is no time: write it as 2026-11-24 18:00 (UTC)");
+    let trimmed = text.trim();
+    let (date, time) = trimmed.split_once(['T', ' ']).unwrap_or((trimmed, "00:00"));
     let mut ymd = date.splitn(3, '-');
-    let y: i64 = ymd.next()?.parse().ok()?;
-    let m: u32 = ymd.next()?.parse().ok()?;
-    let d: u32 = ymd.next()?.parse().ok()?;
-    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || !(1970..=9999).contains(&y) {
-        return None;
+    let (Some(y), Some(m), Some(d)) = (digits(ymd.next()), digits(ymd.next()), digits(ymd.next()))
+    else {
+        return Err(shape());
+    };
+    let mut hms = time.trim().splitn(3, ':');
+    let h = digits(hms.next()).ok_or_else(shape)?;
+    let min = hms
+        .next()
+        .map_or(Some(0), |p| digits(Some(p)))
+        .ok_or_else(shape)?;
+    let sec = hms
+        .next()
+        .map_or(Some(0), |p| digits(Some(p)))
+        .ok_or_else(shape)?;
+    if !(1970..=9999).contains(&y) || !(1..=12).contains(&m) || h > 23 || min > 59 || sec > 59 {
+        return Err(shape());
     }
-    let mut hms = time.splitn(3, ':');
-    let h: u64 = hms.next()?.parse().ok()?;
-    let min: u64 = hms.next().unwrap_or("0").parse().ok()?;
-    let s: u64 = hms.next().unwrap_or("0").parse().ok()?;
-    if h > 23 || min > 59 || s > 59 {
-        return None;
+    let last_day = days_in_month(y, m);
+    if !(1..=last_day).contains(&d) {
+        let month = MONTHS[usize::try_from(m - 1).unwrap_or(0)];
+        return Err(format!(
+            "{text:?} is no date: {month} {y} has {last_day} days"
+        ));
     }
-    let days = u64::try_from(days_from_civil(y, m, d)).ok()?;
-    Some(UNIX_EPOCH + Duration::from_secs(days * 86_400 + h * 3600 + min * 60 + s))
+    let civil = (i64::try_from(y), u32::try_from(m), u32::try_from(d));
+    let (Ok(y), Ok(m), Ok(d)) = civil else {
+        return Err(shape());
+    };
+    let days = u64::try_from(days_from_civil(y, m, d)).map_err(|_| shape())?;
+    Ok(UNIX_EPOCH + Duration::from_secs(days * 86_400 + h * 3600 + min * 60 + sec))
+}
+
+const MONTHS: [&str; 12] = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+];
+
+/// A field of a date or a time: digits only (no sign, no space).
+fn digits(part: Option<&str>) -> Option<u64> {
+    part.filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))?
+        .parse()
+        .ok()
+}
+
+/// How many days month `m` (1-12) of year `y` has, in the Gregorian calendar.
+fn days_in_month(y: u64, m: u64) -> u64 {
+    match m {
+        2 if y.is_multiple_of(4) && (!y.is_multiple_of(100) || y.is_multiple_of(400)) => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
 }
 
 /// "in 9m 59s", "3s ago", relative to `now` (the store's clock).
@@ -292,19 +338,39 @@ mod tests {
     fn utc_times_print_and_parse_back() {
         let t = UNIX_EPOCH + Duration::from_secs(1_795_512_605); // 2026-11-24 09:30:05
         assert_eq!(utc(t), "2026-11-24 09:30:05");
-        assert_eq!(parse_utc("2026-11-24T09:30:05"), Some(t));
-        assert_eq!(parse_utc("2026-11-24 09:30:05"), Some(t));
+        assert_eq!(parse_utc("2026-11-24T09:30:05"), Ok(t));
+        assert_eq!(parse_utc("2026-11-24 09:30:05"), Ok(t));
         assert_eq!(
             parse_utc("2026-11-24"),
-            Some(t - Duration::from_secs(9 * 3600 + 30 * 60 + 5))
+            Ok(t - Duration::from_secs(9 * 3600 + 30 * 60 + 5))
         );
         assert_eq!(utc(UNIX_EPOCH), "1970-01-01 00:00:00");
         assert_eq!(
             utc(parse_utc("2024-02-29 23:59").unwrap()),
             "2024-02-29 23:59:00"
         );
-        assert!(parse_utc("2026-13-01").is_none());
-        assert!(parse_utc("yesterday").is_none());
+        assert!(parse_utc("2026-13-01").is_err());
+        assert!(parse_utc("yesterday").is_err());
+        assert!(parse_utc("2026-11-24 +9:30").is_err());
+    }
+
+    #[test]
+    fn a_date_that_does_not_exist_is_refused_not_rolled_over() {
+        assert_eq!(
+            parse_utc("2026-02-31 10:00"),
+            Err(r#""2026-02-31 10:00" is no date: February 2026 has 28 days"#.to_owned())
+        );
+        assert!(parse_utc("2026-04-31").is_err());
+        assert!(parse_utc("2026-01-00").is_err());
+        assert!(parse_utc("2100-02-29").is_err(), "not a leap year");
+        assert_eq!(
+            utc(parse_utc("2000-02-29 12:00").unwrap()),
+            "2000-02-29 12:00:00"
+        );
+        assert_eq!(
+            utc(parse_utc("2026-12-31 23:59:59").unwrap()),
+            "2026-12-31 23:59:59"
+        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! The dashboard's safety rules over plain HTTP (no browser needed): CSRF, cross-site posts, the
-//! token, a store that does not answer, and the in-memory store.
+//! The dashboard's safety rules over plain HTTP (no browser needed): CSRF, cross-site posts,
+//! the Origin and Host checks, notes, the token, a store that does not answer, the in-memory
+//! store, and actions that do exactly what they say (issue 30, findings 5 and 6).
 
 #![allow(clippy::unwrap_used, missing_docs)] // test code: a panic is the failure report
 
@@ -7,8 +8,8 @@ use std::io::{Read, Write};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dq_core::store::MemoryStore;
-use dq_core::{Client, Config, JobState};
+use dq_core::store::{Leases, MemoryStore};
+use dq_core::{Client, Config, Cursor, JobState, Topic};
 use dq_testkit::RedisServer;
 use dq_web::Options;
 
@@ -21,9 +22,16 @@ async fn serve(client: Client, options: Options) -> String {
     addr.to_string()
 }
 
-/// One HTTP/1.1 request; returns the status and the whole response text.
+/// One HTTP/1.1 request to `addr`, with `Host: <addr>` unless `headers` give a `Host`;
+/// returns the status and the whole response text.
 async fn http(addr: &str, method: &str, path: &str, headers: &[&str], body: &str) -> (u16, String) {
-    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    let mut request = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+    if !headers
+        .iter()
+        .any(|h| h.to_ascii_lowercase().starts_with("host:"))
+    {
+        request.push_str(&format!("Host: {addr}\r\n"));
+    }
     for h in headers {
         request.push_str(h);
         request.push_str("\r\n");
@@ -46,17 +54,51 @@ async fn http(addr: &str, method: &str, path: &str, headers: &[&str], body: &str
 }
 
 async fn memory_client() -> Client {
-    let client = Client::new(
-        Arc::new(MemoryStore::new()),
-        Config::builder().build().unwrap(),
-    );
+    memory_client_and_store().await.0
+}
+
+/// A client on an in-memory store holding job `o1`, delayed ten minutes, and the store (to
+/// lease and dead-letter jobs as a worker would).
+async fn memory_client_and_store() -> (Client, Arc<MemoryStore>) {
+    let store = Arc::new(MemoryStore::new());
+    let client = Client::new(store.clone(), Config::builder().build().unwrap());
     client
         .push_to("order-cancel", &serde_json::json!({ "order_id": 1 }))
         .id("o1")
         .delay(Duration::from_secs(600))
         .await
         .unwrap();
-    client
+    (client, store)
+}
+
+/// Where a redirect goes (its `location`).
+fn location(response: &str) -> String {
+    response
+        .lines()
+        .find_map(|l| l.strip_prefix("location: "))
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Follows a redirect: the page it leads to.
+async fn follow(addr: &str, response: &str) -> (u16, String) {
+    let to = location(response);
+    assert!(to.starts_with('/'), "no redirect: {response}");
+    http(addr, "GET", &to, &[], "").await
+}
+
+/// The ids of a topic's ready jobs, in the order they run.
+async fn ready_ids(client: &Client, topic: &str) -> Vec<String> {
+    let page = client
+        .jobs(topic, JobState::Ready, Cursor::START, 50)
+        .await
+        .unwrap();
+    page.jobs.iter().map(|j| j.id.as_str().to_owned()).collect()
+}
+
+/// A form value, URL-encoded.
+fn encode(value: &str) -> String {
+    form_urlencoded::byte_serialize(value.as_bytes()).collect()
 }
 
 /// The CSRF token the dashboard's forms carry.
@@ -124,9 +166,11 @@ async fn a_cross_site_post_is_refused_even_with_the_token() {
     .await;
     assert_eq!(status, 303, "{text}");
     assert!(
-        text.contains("location: /topics/order-cancel?note=o1+was+deleted."),
+        location(&text).starts_with("/topics/order-cancel?note="),
         "{text}"
     );
+    let (_, page) = follow(&addr, &text).await;
+    assert!(page.contains("o1 was deleted."), "{page}");
     assert!(client
         .status_in("order-cancel", "o1")
         .await
@@ -297,4 +341,532 @@ async fn after_an_action_the_dashboard_redirects_only_to_its_own_pages() {
     let body = format!("csrf={token}&return=%2Fworkers");
     let (_, text) = http(&addr, "POST", "/topics/order-cancel/pause", &[], &body).await;
     assert!(text.contains("location: /workers?note="), "{text}");
+}
+
+#[tokio::test]
+async fn a_post_from_another_origin_is_refused_even_with_the_token() {
+    let client = memory_client().await;
+    let addr = serve(client.clone(), Options::new()).await;
+    let token = csrf(&addr).await;
+    let body = format!("csrf={token}");
+    let port = addr.rsplit_once(':').unwrap().1;
+    let other_port = if port == "1" { "2" } else { "1" };
+    for origin in [
+        "http://evil.example".to_owned(),
+        "null".to_owned(),
+        format!("http://127.0.0.1:{other_port}"),
+        format!("http://localhost:{port}"),
+    ] {
+        let header = format!("Origin: {origin}");
+        let (status, text) = http(
+            &addr,
+            "POST",
+            "/topics/order-cancel/pause",
+            &[&header],
+            &body,
+        )
+        .await;
+        assert_eq!(status, 403, "{origin}: {text}");
+        assert!(text.contains("Origin header"), "{text}");
+        assert!(
+            !client.stats("order-cancel").await.unwrap().paused,
+            "paused from {origin}"
+        );
+    }
+    // From the dashboard's own page (the Origin a browser sends with its form): done.
+    let own = format!("Origin: http://{addr}");
+    let (status, text) = http(&addr, "POST", "/topics/order-cancel/pause", &[&own], &body).await;
+    assert_eq!(status, 303, "{text}");
+    assert!(client.stats("order-cancel").await.unwrap().paused);
+    // Behind a proxy that passes its own Host on, the public name is allowed by the option.
+    let proxied = serve(
+        client.clone(),
+        Options::new().allowed_hosts(["dq.internal.example"]),
+    )
+    .await;
+    let body = format!("csrf={}", csrf(&proxied).await);
+    let (status, text) = http(
+        &proxied,
+        "POST",
+        "/topics/order-cancel/resume",
+        &["Origin: https://dq.internal.example"],
+        &body,
+    )
+    .await;
+    assert_eq!(status, 303, "{text}");
+    assert!(!client.stats("order-cancel").await.unwrap().paused);
+}
+
+#[tokio::test]
+async fn a_request_for_another_host_is_refused() {
+    let client = memory_client().await;
+    let addr = serve(client.clone(), Options::new()).await;
+    let port = addr.rsplit_once(':').unwrap().1;
+    // A page of evil.example whose name now points at 127.0.0.1 (DNS rebinding) reads nothing.
+    for host in ["evil.example".to_owned(), format!("evil.example:{port}")] {
+        let header = format!("Host: {host}");
+        let (status, text) =
+            http(&addr, "GET", "/topics/order-cancel/jobs/o1", &[&header], "").await;
+        assert_eq!(status, 421, "{host}: {text}");
+        assert!(text.contains("Options::allowed_hosts"), "{text}");
+        assert!(text.contains("--allowed-host"), "{text}");
+        assert!(!text.contains("order_id"), "the payload leaked: {text}");
+        assert!(!text.contains("name=\"csrf\""), "the token leaked: {text}");
+    }
+    // Nor acts, even with the token.
+    let body = format!("csrf={}", csrf(&addr).await);
+    let (status, _) = http(
+        &addr,
+        "POST",
+        "/topics/order-cancel/pause",
+        &["Host: evil.example"],
+        &body,
+    )
+    .await;
+    assert_eq!(status, 421);
+    assert!(!client.stats("order-cancel").await.unwrap().paused);
+    // Loopback names and addresses, any port, answer.
+    for host in [
+        format!("localhost:{port}"),
+        "LocalHost".to_owned(),
+        format!("127.0.0.1:{port}"),
+        format!("[::1]:{port}"),
+    ] {
+        let header = format!("Host: {host}");
+        let (status, text) = http(&addr, "GET", "/", &[&header], "").await;
+        assert_eq!(status, 200, "{host}: {text}");
+    }
+    // A name of the dashboard's own, given to the option, answers; others still do not.
+    let named = serve(
+        client,
+        Options::new().allowed_hosts(["dq.internal.example"]),
+    )
+    .await;
+    for (host, expected) in [
+        ("dq.internal.example", 200),
+        ("DQ.Internal.Example:8443", 200),
+        ("evil.example", 421),
+        ("dq.internal.example.evil.example", 421),
+    ] {
+        let header = format!("Host: {host}");
+        let (status, text) = http(&named, "GET", "/", &[&header], "").await;
+        assert_eq!(status, expected, "{host}: {text}");
+    }
+}
+
+#[tokio::test]
+async fn a_note_in_the_url_is_not_shown_as_a_banner() {
+    let client = memory_client().await;
+    let addr = serve(client, Options::new()).await;
+    let crafted = "note=Session+expired%3A+log+in+again+at+https%3A%2F%2Fevil.example";
+    for path in [
+        "/",
+        "/topics/order-cancel",
+        "/topics/order-cancel/jobs/o1",
+        "/schedules",
+    ] {
+        let sep = if path.contains('?') { '&' } else { '?' };
+        let (status, page) = http(&addr, "GET", &format!("{path}{sep}{crafted}"), &[], "").await;
+        assert_eq!(status, 200, "{path}: {page}");
+        assert!(!page.contains("Session expired"), "{path}: {page}");
+        assert!(!page.contains("class=\"note\""), "{path}: {page}");
+    }
+    // The note of a real action is shown on the page it goes back to.
+    let body = format!("csrf={}", csrf(&addr).await);
+    let (status, text) = http(&addr, "POST", "/topics/order-cancel/pause", &[], &body).await;
+    assert_eq!(status, 303, "{text}");
+    assert!(
+        !location(&text).contains("Paused"),
+        "the text is not in the URL: {text}"
+    );
+    let (_, page) = follow(&addr, &text).await;
+    assert!(page.contains("Paused order-cancel."), "{page}");
+}
+
+#[tokio::test]
+async fn deleting_a_dead_letter_leaves_a_job_pushed_again_alone() {
+    let (client, store) = memory_client_and_store().await;
+    for (id, order) in [("d1", 2), ("d2", 3), ("d3", 4)] {
+        client
+            .push_to("order-cancel", &serde_json::json!({ "order_id": order }))
+            .id(id)
+            .await
+            .unwrap();
+    }
+    let topic = Topic::new("order-cancel").unwrap();
+    let leased = store
+        .fetch(0, &topic, 3, Duration::from_secs(60))
+        .await
+        .unwrap();
+    for job in &leased.jobs {
+        assert!(store.dead_letter(&job.lease, "boom").await.unwrap());
+    }
+    let addr = serve(client.clone(), Options::new()).await;
+    let body = format!("csrf={}", csrf(&addr).await);
+    // The dead letter's page offers Delete, which asks first.
+    let (status, page) = http(&addr, "GET", "/topics/order-cancel/jobs/d1", &[], "").await;
+    assert_eq!(status, 200);
+    assert!(
+        page.contains(r#"action="/topics/order-cancel/jobs/d1/delete" data-confirm="#),
+        "{page}"
+    );
+    // While the page is open, d1 and d3 are pushed again: new jobs under the same ids.
+    for id in ["d1", "d3"] {
+        client
+            .push_to("order-cancel", &serde_json::json!({ "order_id": 42 }))
+            .id(id)
+            .await
+            .unwrap();
+    }
+    let (status, text) = http(
+        &addr,
+        "POST",
+        "/topics/order-cancel/jobs/d1/delete",
+        &[],
+        &body,
+    )
+    .await;
+    assert_eq!(status, 303, "{text}");
+    let (_, page) = follow(&addr, &text).await;
+    assert!(page.contains("nothing was deleted"), "{page}");
+    // The bulk Delete of the dead-letter tab, the same.
+    let (status, text) = http(
+        &addr,
+        "POST",
+        "/topics/order-cancel/bulk",
+        &[],
+        &format!("{body}&action=delete&id=d3&id=d2"),
+    )
+    .await;
+    assert_eq!(status, 303, "{text}");
+    let (_, page) = follow(&addr, &text).await;
+    assert!(page.contains("1 of 2 selected jobs deleted."), "{page}");
+    assert!(page.contains("1 were no longer dead letters"), "{page}");
+    for id in ["d1", "d3"] {
+        let job = client.status_in("order-cancel", id).await.unwrap().unwrap();
+        assert_eq!(job.state, JobState::Ready, "{id}");
+        assert_eq!(job.payload, br#"{"order_id":42}"#, "{id}");
+    }
+    assert!(client
+        .status_in("order-cancel", "d2")
+        .await
+        .unwrap()
+        .is_none());
+    // A dead letter that still is one is deleted, and the page goes back to the dead letters.
+    client
+        .push_to("order-cancel", &serde_json::json!({ "order_id": 5 }))
+        .id("d4")
+        .await
+        .unwrap();
+    let leased = store
+        .fetch(0, &topic, 10, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let d4 = leased
+        .jobs
+        .iter()
+        .find(|j| j.lease.id.as_str() == "d4")
+        .unwrap();
+    assert!(store.dead_letter(&d4.lease, "boom").await.unwrap());
+    let (status, text) = http(
+        &addr,
+        "POST",
+        "/topics/order-cancel/jobs/d4/delete",
+        &[],
+        &body,
+    )
+    .await;
+    assert_eq!(status, 303, "{text}");
+    assert!(
+        location(&text).starts_with("/topics/order-cancel?state=dead&note="),
+        "{text}"
+    );
+    assert!(client
+        .status_in("order-cancel", "d4")
+        .await
+        .unwrap()
+        .is_none());
+}
+
+#[tokio::test]
+async fn run_now_on_a_ready_job_keeps_its_place() {
+    let client = memory_client().await;
+    for id in ["r1", "r2", "r3"] {
+        client
+            .push_to("order-cancel", &serde_json::json!({ "id": id }))
+            .id(id)
+            .await
+            .unwrap();
+    }
+    let addr = serve(client.clone(), Options::new()).await;
+    let body = format!("csrf={}", csrf(&addr).await);
+    // A ready job's page offers no Run now (BullMQ promotes delayed jobs only).
+    let (_, page) = http(&addr, "GET", "/topics/order-cancel/jobs/r1", &[], "").await;
+    assert!(!page.contains("/jobs/r1/run"), "{page}");
+    assert!(page.contains("/jobs/r1/cancel"), "{page}");
+    // Posted anyway (from a page loaded while it was delayed): it keeps its place in line.
+    let (status, text) = http(
+        &addr,
+        "POST",
+        "/topics/order-cancel/jobs/r1/run",
+        &[],
+        &body,
+    )
+    .await;
+    assert_eq!(status, 303, "{text}");
+    let (_, page) = follow(&addr, &text).await;
+    assert!(page.contains("r1 is already ready"), "{page}");
+    assert_eq!(ready_ids(&client, "order-cancel").await, ["r1", "r2", "r3"]);
+    // In bulk: the delayed job is made due, the ready one stays where it is.
+    let (status, text) = http(
+        &addr,
+        "POST",
+        "/topics/order-cancel/bulk",
+        &[],
+        &format!("{body}&action=run&id=r1&id=o1"),
+    )
+    .await;
+    assert_eq!(status, 303, "{text}");
+    let (_, page) = follow(&addr, &text).await;
+    assert!(
+        page.contains("1 of 2 selected jobs made due now."),
+        "{page}"
+    );
+    assert!(page.contains("1 were ready already"), "{page}");
+    assert_eq!(
+        ready_ids(&client, "order-cancel").await,
+        ["r1", "r2", "r3", "o1"]
+    );
+}
+
+#[tokio::test]
+async fn an_impossible_date_is_refused() {
+    let client = memory_client().await;
+    let due = client
+        .status_in("order-cancel", "o1")
+        .await
+        .unwrap()
+        .unwrap()
+        .due;
+    let addr = serve(client.clone(), Options::new()).await;
+    let token = csrf(&addr).await;
+    for (at, why) in [
+        ("2026-02-31 10:00", "February 2026 has 28 days"),
+        ("2099-02-31 10:00", "February 2099 has 28 days"),
+        ("2099-02-29 10:00", "February 2099 has 28 days"),
+        ("2099-04-31", "April 2099 has 30 days"),
+    ] {
+        let body = format!("csrf={token}&at={}", encode(at));
+        let (status, text) = http(
+            &addr,
+            "POST",
+            "/topics/order-cancel/jobs/o1/reschedule",
+            &[],
+            &body,
+        )
+        .await;
+        assert_eq!(status, 400, "{at}: {text}");
+        assert!(text.contains(&format!("is no date: {why}")), "{at}: {text}");
+    }
+    let job = client
+        .status_in("order-cancel", "o1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(job.due, due, "left as it was");
+    // The filters read dates the same way.
+    let (status, text) = http(
+        &addr,
+        "GET",
+        "/topics/order-cancel?due_after=2099-02-31",
+        &[],
+        "",
+    )
+    .await;
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("is no date"), "{text}");
+    // A date that exists is taken.
+    let body = format!("csrf={token}&at={}", encode("2099-03-01 10:00"));
+    let (status, text) = http(
+        &addr,
+        "POST",
+        "/topics/order-cancel/jobs/o1/reschedule",
+        &[],
+        &body,
+    )
+    .await;
+    assert_eq!(status, 303, "{text}");
+    let job = client
+        .status_in("order-cancel", "o1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        job.due,
+        std::time::UNIX_EPOCH + Duration::from_secs(4_076_042_400),
+        "2099-03-01 10:00 UTC"
+    );
+}
+
+#[tokio::test]
+async fn a_reschedule_into_the_past_is_refused() {
+    let client = memory_client().await;
+    let due = client
+        .status_in("order-cancel", "o1")
+        .await
+        .unwrap()
+        .unwrap()
+        .due;
+    let addr = serve(client.clone(), Options::new()).await;
+    let token = csrf(&addr).await;
+    let body = format!("csrf={token}&at={}", encode("2020-01-01 00:00"));
+    let (status, text) = http(
+        &addr,
+        "POST",
+        "/topics/order-cancel/jobs/o1/reschedule",
+        &[],
+        &body,
+    )
+    .await;
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("is in the past"), "{text}");
+    assert!(text.contains("more than a minute ago is refused"), "{text}");
+    let job = client
+        .status_in("order-cancel", "o1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (job.state, job.due),
+        (JobState::Delayed, due),
+        "left as it was"
+    );
+    // The page says the rule where the time is typed.
+    let (_, page) = http(&addr, "GET", "/topics/order-cancel/jobs/o1", &[], "").await;
+    assert!(
+        page.contains("A time more than a minute ago is refused."),
+        "{page}"
+    );
+    // A delay is never in the past.
+    let body = format!("csrf={token}&delay=20m");
+    let (status, text) = http(
+        &addr,
+        "POST",
+        "/topics/order-cancel/jobs/o1/reschedule",
+        &[],
+        &body,
+    )
+    .await;
+    assert_eq!(status, 303, "{text}");
+    let job = client
+        .status_in("order-cancel", "o1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(job.due > due, "moved on by ten minutes");
+}
+
+#[tokio::test]
+async fn an_unknown_topic_is_not_found() {
+    let client = memory_client().await;
+    // A topic whose jobs have all gone is still a topic.
+    client.push_to("emptied", &1).id("e1").await.unwrap();
+    client.cancel_in("emptied", "e1").await.unwrap();
+    let addr = serve(client, Options::new()).await;
+    let (status, page) = http(&addr, "GET", "/topics/never-pushed", &[], "").await;
+    assert_eq!(status, 404, "{page}");
+    assert!(page.contains("No topic"), "{page}");
+    assert!(!page.contains("/pause"), "no Pause button: {page}");
+    for known in ["/topics/order-cancel", "/topics/emptied"] {
+        let (status, page) = http(&addr, "GET", known, &[], "").await;
+        assert_eq!(status, 200, "{known}: {page}");
+    }
+}
+
+#[tokio::test]
+async fn a_schedule_can_be_removed_from_its_page() {
+    let client = memory_client().await;
+    client
+        .schedule("nightly")
+        .cron("0 3 * * *")
+        .topic("cleanup")
+        .upsert()
+        .await
+        .unwrap();
+    let addr = serve(client.clone(), Options::new()).await;
+    let (status, page) = http(&addr, "GET", "/schedules", &[], "").await;
+    assert_eq!(status, 200);
+    assert!(
+        page.contains(r#"action="/schedules/nightly/remove" data-confirm="#),
+        "Remove, asking first: {page}"
+    );
+    let body = format!("csrf={}", csrf(&addr).await);
+    // Like every action: not without the token.
+    let (status, _) = http(&addr, "POST", "/schedules/nightly/remove", &[], "csrf=x").await;
+    assert_eq!(status, 403);
+    assert_eq!(client.schedules().await.unwrap().len(), 1);
+    let (status, text) = http(&addr, "POST", "/schedules/nightly/remove", &[], &body).await;
+    assert_eq!(status, 303, "{text}");
+    assert!(client.schedules().await.unwrap().is_empty());
+    let (_, page) = follow(&addr, &text).await;
+    assert!(page.contains("nightly removed"), "{page}");
+    let (status, _) = http(&addr, "POST", "/schedules/nightly/remove", &[], &body).await;
+    assert_eq!(status, 404, "gone already");
+}
+
+/// Issue 30, finding 3: the dashboard as the documented least-rights ACL user: every page and
+/// the actions of a topic, a job and a schedule go through.
+#[tokio::test]
+async fn the_dashboard_works_as_the_documented_acl_user() {
+    let redis = RedisServer::start();
+    let mut args = vec!["ACL", "SETUSER", "dqweb", "on", ">s3cret"];
+    args.extend(dq_core::store::ACL_RULES.split_whitespace());
+    assert_eq!(redis.command(&args).trim(), "+OK");
+    let url = format!("redis://dqweb:s3cret@127.0.0.1:{}/", redis.port());
+    let client = Client::connect(Config::builder().redis_url(url).build().unwrap())
+        .await
+        .unwrap();
+    client
+        .push_to("order-cancel", &serde_json::json!({ "order_id": 1 }))
+        .id("o1")
+        .delay(Duration::from_secs(600))
+        .await
+        .unwrap();
+    client
+        .schedule("nightly")
+        .cron("0 3 * * *")
+        .topic("cleanup")
+        .upsert()
+        .await
+        .unwrap();
+    let addr = serve(client.clone(), Options::new()).await;
+    for page in [
+        "/",
+        "/fragments/topics",
+        "/workers",
+        "/schedules",
+        "/topics/order-cancel",
+        "/topics/order-cancel/jobs/o1",
+    ] {
+        let (status, text) = http(&addr, "GET", page, &[], "").await;
+        assert_eq!(status, 200, "{page}: {text}");
+    }
+    let token = csrf(&addr).await;
+    let body = format!("csrf={token}");
+    for action in [
+        "/topics/order-cancel/pause",
+        "/topics/order-cancel/resume",
+        "/topics/order-cancel/jobs/o1/run",
+        "/schedules/nightly/pause",
+        "/schedules/nightly/resume",
+        "/schedules/nightly/run",
+        "/schedules/nightly/remove",
+    ] {
+        let (status, text) = http(&addr, "POST", action, &[], &body).await;
+        assert_eq!(status, 303, "{action}: {text}");
+        let (_, page) = follow(&addr, &text).await;
+        assert!(!page.to_lowercase().contains("noperm"), "{action}: {page}");
+    }
+    assert_eq!(ready_ids(&client, "order-cancel").await, ["o1"]);
+    assert!(client.schedules().await.unwrap().is_empty());
 }

@@ -44,6 +44,8 @@ pub struct Client {
     store: Arc<dyn Store>,
     config: Arc<Config>,
     coalescer: Arc<Coalescer>,
+    /// Schedules this process cannot read, already reported (see `ticks.rs`).
+    unreadable: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
 
 type Waiter = tokio::sync::oneshot::Sender<Result<PushOutcome>>;
@@ -69,6 +71,7 @@ impl Client {
             store,
             config: Arc::new(config),
             coalescer: Arc::default(),
+            unreadable: Arc::default(),
         }
     }
 
@@ -120,6 +123,7 @@ impl Client {
             retries: DEFAULT_RETRIES,
             on_conflict: OnConflict::Keep,
             unique_for: None,
+            debounce: None,
             fence: None,
             id_from_payload: false,
             payload,
@@ -243,7 +247,7 @@ impl Client {
 
     // ---- Administration: what the `dq` command-line tool is built on. ----
 
-    /// Every topic ever pushed to.
+    /// Every topic ever pushed to, and every paused one (even before its first push).
     pub async fn topics(&self) -> Result<Vec<Topic>> {
         self.store.topics().await
     }
@@ -357,7 +361,30 @@ impl Client {
         }
     }
 
+    /// Deletes the given dead letters of a topic; returns how many. Only dead letters are
+    /// deleted: an id that was pushed again since it died (a new job, pending now), retried, or
+    /// is gone is skipped and nothing of it is touched, where [`Client::cancel_in`] would
+    /// delete the new job. With `ids` empty nothing is deleted ([`Client::purge_dead`] takes
+    /// them all).
+    pub async fn delete_dead(&self, topic: &str, ids: &[&str]) -> Result<usize> {
+        let topic = Topic::new(topic)?;
+        let ids = ids
+            .iter()
+            .map(|i| JobId::new(*i))
+            .collect::<Result<Vec<_>>>()?;
+        let mut n = 0;
+        for chunk in ids.chunks(crate::store::MAX_BATCH) {
+            n += self.store.delete_dead(&topic, chunk).await?;
+        }
+        Ok(n)
+    }
+
     /// Stops every worker from fetching the topic (running jobs finish); survives restarts.
+    ///
+    /// A topic may be paused before its first push (so that its jobs wait from the start): it
+    /// is then listed by [`Client::topics`] (and `dq stats`, the dashboard) as paused until it
+    /// is resumed. `dq pause` asks for `--force` for a topic nobody pushed to, which is more
+    /// often a typo.
     pub async fn pause(&self, topic: &str) -> Result<()> {
         self.store.pause(&Topic::new(topic)?).await
     }

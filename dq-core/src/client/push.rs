@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use super::{check_schedule, Client, Waiter};
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::job::{NewJob, OnConflict, PushOutcome, Schedule};
+use crate::job::{NewJob, OnConflict, PushOutcome, Schedule, MAX_DELAY, MAX_RETRIES};
 use crate::name::{JobId, Topic};
 use crate::store::Store;
 
@@ -105,6 +105,8 @@ pub struct PushBuilder {
     pub(super) retries: u32,
     pub(super) on_conflict: OnConflict,
     pub(super) unique_for: Option<Duration>,
+    /// The quiet time of [`PushBuilder::debounce`], checked when the push is sent.
+    pub(super) debounce: Option<Duration>,
     /// Set for the job of a schedule's tick (see `FiredTick`).
     pub(super) fence: Option<crate::store::FiredTick>,
     /// The id is the payload's hash (`unique_by_payload`).
@@ -121,12 +123,14 @@ impl std::fmt::Debug for PushBuilder {
             .field("retries", &self.retries)
             .field("on_conflict", &self.on_conflict)
             .field("unique_for", &self.unique_for)
+            .field("debounce", &self.debounce)
             .finish_non_exhaustive()
     }
 }
 
 impl PushBuilder {
-    /// Due this long after the store receives the push (measured by the store's clock).
+    /// Due this long after the store receives the push (measured by the store's clock). Zero,
+    /// the default, is due now; at most [`MAX_DELAY`](crate::MAX_DELAY) (200 years).
     pub fn delay(mut self, delay: Duration) -> Self {
         self.schedule = Schedule::After(delay);
         self
@@ -145,7 +149,8 @@ impl PushBuilder {
         self
     }
 
-    /// Retries after a failed first run before the job is dead-lettered (default 2).
+    /// Retries after a failed first run before the job is dead-lettered (default 2, at most
+    /// [`MAX_RETRIES`](crate::MAX_RETRIES): more is refused when the push is sent).
     pub fn max_retries(mut self, retries: u32) -> Self {
         self.retries = retries;
         self
@@ -182,6 +187,10 @@ impl PushBuilder {
     /// [`debounce`](PushBuilder::debounce)) of a pending job takes the new push's window. Use it
     /// with an id of your choosing ([`id`](PushBuilder::id), [`unique_key`](PushBuilder::unique_key)
     /// or [`unique_by_payload`](PushBuilder::unique_by_payload)): a generated id is never pushed twice.
+    ///
+    /// The window is more than zero and at most [`MAX_DELAY`](crate::MAX_DELAY) (200 years, as
+    /// for a delay); the push is refused otherwise ([`Error::InvalidPush`]), with nothing
+    /// stored.
     pub fn unique_for(mut self, window: Duration) -> Self {
         self.unique_for = Some(window);
         self
@@ -211,7 +220,13 @@ impl PushBuilder {
     /// ("save the document 2 s after the last keystroke"). The same as
     /// `.delay(quiet).replace()`. A job that is already running is left alone
     /// ([`PushOutcome::Running`]): push again when it has finished if its result may be stale.
-    pub fn debounce(self, quiet: Duration) -> Self {
+    ///
+    /// It needs an id ([`id`](PushBuilder::id), [`unique_key`](PushBuilder::unique_key) or
+    /// [`unique_by_payload`](PushBuilder::unique_by_payload)), by which the pending job is
+    /// found, and a quiet time over zero; the push is refused otherwise
+    /// ([`Error::InvalidPush`]), with nothing stored.
+    pub fn debounce(mut self, quiet: Duration) -> Self {
+        self.debounce = Some(quiet);
         self.delay(quiet).replace()
     }
 
@@ -269,17 +284,57 @@ impl PushBuilder {
                 limit: config.max_payload_bytes,
             });
         }
+        // An id of the caller's (or the payload's), by which a debounce finds its pending job.
+        let chosen_id = self.id.is_some() || self.id_from_payload;
         let id = match (self.id, self.id_from_payload) {
             (_, true) => payload_id(&payload),
             (Some(id), false) => JobId::new(id)?,
             (None, false) => generated_id(),
         };
         check_schedule(topic.as_str(), id.as_str(), self.schedule)?;
+        let invalid = |reason: String| Error::InvalidPush {
+            topic: topic.to_string(),
+            reason,
+        };
+        if let Some(quiet) = self.debounce {
+            if !chosen_id {
+                return Err(invalid(
+                    "debounce needs an id (.id(..) or .unique_key(..)): the pending job it replaces is found by its id, and a generated id matches none".into(),
+                ));
+            }
+            if quiet.is_zero() {
+                return Err(invalid(format!(
+                    "job {id}: debounce of 0s waits for no quiet time; give the time to wait after the last push (or use .replace() to replace a pending job and run it now)"
+                )));
+            }
+        }
+        if let Some(window) = self.unique_for {
+            if window.is_zero() {
+                return Err(invalid(format!(
+                    "job {id}: unique_for of 0s reserves the id for no time; leave it out, or give the window"
+                )));
+            }
+            if window > MAX_DELAY {
+                return Err(invalid(format!(
+                    "job {id}: unique_for of {window:?} is over the limit of 200 years (dq::limits::MAX_DELAY), as for a delay"
+                )));
+            }
+        }
+        let retries = match self.retries {
+            // The job of a schedule's tick: a schedule stored with more retries keeps firing.
+            n if n > MAX_RETRIES && self.fence.is_some() => MAX_RETRIES,
+            n if n > MAX_RETRIES => {
+                return Err(invalid(format!(
+                    "job {id}: {n} retries is over the limit of {MAX_RETRIES} (dq::limits::MAX_RETRIES); a job that failed that often needs a person (or a longer backoff between runs)"
+                )))
+            }
+            n => n,
+        };
         Ok(NewJob {
             topic,
             id,
             schedule: self.schedule,
-            max_attempts: self.retries.saturating_add(1),
+            max_attempts: retries.saturating_add(1),
             unique_for: self.unique_for,
             fence: self.fence,
             payload,

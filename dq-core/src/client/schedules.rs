@@ -191,13 +191,19 @@ impl ScheduleBuilder {
             // moving it on meanwhile is not undone.
             Some(old) if old.spec_json == json => {}
             Some(old) => {
-                // Changed: ticks from now, paused if it was; jobs created ahead under the old
-                // spec are cancelled.
+                // Changed: ticks from now, paused if it was. The jobs made ahead under the old
+                // spec are cancelled before the new one is stored: once it is, looks make the
+                // coming ticks' jobs under it, and a cancel would take those. What a look
+                // under the old spec made in between is cancelled after, at the ticks the new
+                // spec does not have (at one it has, the job stays: it is that tick's job).
+                client.cancel_ahead(&self.id, old.clone(), None).await?;
                 let next = old
                     .next_us
                     .and_then(|_| spec.repeat.next_after(now).map(to_us));
                 store.put_schedule(&self.id, &json, next).await?;
-                client.cancel_ahead(&self.id, old.clone()).await?;
+                client
+                    .cancel_ahead(&self.id, old.clone(), Some(&spec))
+                    .await?;
             }
             None => {
                 let next = spec.repeat.next_after(now).map(to_us);
@@ -262,14 +268,18 @@ impl Client {
         }
     }
 
-    /// Every schedule, by id.
+    /// Every schedule this version of dq can read, by id. One it cannot (declared by a newer
+    /// version during a rolling upgrade, or damaged) is left out and named in a warning.
     pub async fn schedules(&self) -> Result<Vec<ScheduleInfo>> {
-        self.store
-            .schedules()
-            .await?
-            .into_iter()
-            .map(ScheduleInfo::from_entry)
-            .collect()
+        let mut infos = Vec::new();
+        for entry in self.store.schedules().await? {
+            let id = entry.id.clone();
+            match ScheduleInfo::from_entry(entry) {
+                Ok(info) => infos.push(info),
+                Err(e) => self.unreadable_schedule(&id, &e),
+            }
+        }
+        Ok(infos)
     }
 
     /// Deletes a schedule; false when there was none. The jobs of its ticks still to come
@@ -278,7 +288,7 @@ impl Client {
         let before = self.store.schedule(id).await?;
         let removed = self.store.remove_schedule(id).await?;
         if let Some(entry) = before.filter(|_| removed) {
-            self.cancel_ahead(id, entry).await?;
+            self.cancel_ahead(id, entry, None).await?;
         }
         Ok(removed)
     }
@@ -290,17 +300,37 @@ impl Client {
         let before = self.store.schedule(id).await?;
         let paused = self.store.set_schedule_next(id, None).await?;
         if let Some(entry) = before.filter(|_| paused) {
-            self.cancel_ahead(id, entry).await?;
+            self.cancel_ahead(id, entry, None).await?;
         }
         Ok(paused)
     }
 
     /// Cancels the jobs already created for the ticks of a schedule after now, up to and
-    /// including the next tick it had stored (`entry`, read before it was paused or removed):
-    /// the ticker creates them up to a few seconds ahead.
-    async fn cancel_ahead(&self, id: &str, entry: ScheduleEntry) -> Result<usize> {
+    /// including the next tick it had stored (`entry`, read before it was paused, removed or
+    /// changed): the ticker creates them up to a few seconds ahead. Ticks that `spare` (the
+    /// schedule's new spec) has too, in the same topic, are left alone.
+    async fn cancel_ahead(
+        &self,
+        id: &str,
+        entry: ScheduleEntry,
+        spare: Option<&ScheduleSpec>,
+    ) -> Result<usize> {
         let last = entry.last_us;
-        let info = ScheduleInfo::from_entry(entry)?;
+        let info = match ScheduleInfo::from_entry(entry) {
+            Ok(info) => info,
+            Err(e) => {
+                // Its ticks cannot be worked out here; the processes that read it made them.
+                self.unreadable_schedule(id, &e);
+                return Ok(0);
+            }
+        };
+        let spared = |t: SystemTime| {
+            spare.is_some_and(|new| {
+                let before = t.checked_sub(Duration::from_micros(1));
+                new.topic == info.spec.topic
+                    && before.and_then(|b| new.repeat.next_after(b)) == Some(t)
+            })
+        };
         // A look may have moved it on between the read of `entry` and the pause: its ticks
         // reach the one after the last it recorded (pushed before its move failed).
         let after_last = match self.store.schedule(id).await? {
@@ -318,10 +348,11 @@ impl Client {
             let Some(t) = tick.filter(|t| *t <= next) else {
                 break;
             };
-            if self
-                .cancel_in(&info.spec.topic, &tick_job_id(id, t))
-                .await?
-                == ChangeOutcome::Done
+            if !spared(t)
+                && self
+                    .cancel_in(&info.spec.topic, &tick_job_id(id, t))
+                    .await?
+                    == ChangeOutcome::Done
             {
                 cancelled += 1;
             }

@@ -67,9 +67,10 @@ impl Client {
         let info = match ScheduleInfo::from_entry(entry) {
             Ok(info) => info,
             Err(e) => {
-                // Unreadable: pause it rather than meet it again every second.
-                tracing::error!(schedule = id, error = %e, "schedule paused: its spec cannot be read");
-                self.store.set_schedule_next(id, None).await?;
+                // Written by a newer version (a kind of repeat or missed-tick policy this one
+                // does not know, during a rolling upgrade), or damaged. Left as it is for the
+                // processes that can read it; said once per process.
+                self.unreadable_schedule(id, &e);
                 return Ok(0);
             }
         };
@@ -84,7 +85,8 @@ impl Client {
             Missed::RunOnce => 1,
             Missed::All { max } => usize::try_from(max).unwrap_or(usize::MAX),
         };
-        let mut steps = 0u32;
+        let mut steps = 0u64;
+        let mut jumped = false;
         while let Some(next) = spec.repeat.next_after(current).filter(|n| *n <= now) {
             missed.push_back(current);
             if missed.len() > keep {
@@ -92,18 +94,28 @@ impl Client {
             }
             current = next;
             steps += 1;
-            if steps == 100_000 {
-                // Down for a very long time: jump to the present.
-                let from = now
-                    - spec
-                        .repeat
-                        .period_after(current)
-                        .min(Duration::from_secs(86_400));
-                current = spec.repeat.next_after(from).unwrap_or(now);
+            if steps.is_multiple_of(CATCH_UP_WALK) {
+                // Down for a very long time: go on from just far enough before the present for
+                // the policy's last `keep` missed ticks (those walked so far are older).
+                let period = spec.repeat.period_after(current);
+                let span = period.saturating_mul(u32::try_from(keep + 2).unwrap_or(u32::MAX));
+                let from = now.checked_sub(span).unwrap_or(now).max(current);
+                if let Some(near) = spec.repeat.next_after(from).filter(|n| *n <= now) {
+                    missed.clear();
+                    current = near;
+                    jumped = true;
+                }
             }
         }
         if steps > 0 {
-            tracing::warn!(schedule = id, missed = steps, policy = ?spec.missed, "schedule ticks were missed (no process ran when they were due)");
+            let late = now.duration_since(from_us(tick_us)).unwrap_or_default();
+            tracing::warn!(
+                schedule = id,
+                missed = %if jumped { format!("over {steps}") } else { steps.to_string() },
+                first_missed_ago = ?late,
+                policy = ?spec.missed,
+                "schedule ticks were missed: their time came and went before a look of this process or any other fired them (every process was down, stalled or cut off from Redis, or this schedule's next tick was behind); the policy decides what runs now"
+            );
         }
         let fire = Firing {
             id,
@@ -112,14 +124,19 @@ impl Client {
         };
         let mut created = 0;
         for tick in missed {
-            created += self.fire_tick(&fire, tick, now, now).await?;
+            match self.fire_tick(&fire, tick, now, now).await? {
+                Some(made) => created += made,
+                None => return Ok(created),
+            }
         }
         // The stored tick, then each following one inside the lookahead: create its job, then
         // move the schedule on by compare-and-set (a crash in between leaves the job in place,
         // and whoever fires the tick again finds its id taken).
         let mut from = tick_us;
         for _ in 0..MAX_TICKS_PER_LOOK {
-            let made = self.fire_tick(&fire, current, current, now).await?;
+            let Some(made) = self.fire_tick(&fire, current, current, now).await? else {
+                break; // refused by a later generation's fence: not moved on
+            };
             created += made;
             let next = spec.repeat.next_after(current);
             let next_us = next.map(to_us);
@@ -151,24 +168,67 @@ impl Client {
         Ok(created)
     }
 
-    /// Creates the job of one tick; 1 when it was created here, 0 when it already existed.
+    /// Says once per process that schedule `id` cannot be read here, and what to do.
+    pub(super) fn unreadable_schedule(&self, id: &str, error: &crate::Error) {
+        let mut reported = self
+            .unreadable
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if reported.insert(id.to_owned()) {
+            tracing::warn!(schedule = id, error = %error, "this process cannot read schedule {id:?} and leaves its ticks to the processes that can (declared by a newer version of dq during a rolling upgrade?); if no process fires it, upgrade them or `dq schedules remove {id}` and declare it again");
+        }
+    }
+
+    /// Creates the job of one tick; 1 when it was created here, 0 when it already existed,
+    /// `None` when a later generation's fence refused it (see `superseded`).
     async fn fire_tick(
         &self,
         fire: &Firing<'_>,
         tick: SystemTime,
         due: SystemTime,
         now: SystemTime,
-    ) -> Result<usize> {
+    ) -> Result<Option<usize>> {
         let Firing { id, spec, .. } = *fire;
         let pushed = self.push_tick(fire, tick, due).await?;
+        if let PushOutcome::Superseded { generation } = pushed.outcome {
+            self.superseded(fire, generation).await?;
+            return Ok(None);
+        }
         if pushed.outcome != PushOutcome::Created {
-            return Ok(0);
+            return Ok(Some(0));
         }
         let lateness = now.duration_since(tick).unwrap_or(Duration::ZERO);
         metrics::counter!(crate::metric::SCHEDULE_FIRED, "schedule" => id.to_owned(), "topic" => spec.topic.clone()).increment(1);
         metrics::histogram!(crate::metric::SCHEDULE_LATENESS, "schedule" => id.to_owned())
             .record(lateness.as_secs_f64());
-        Ok(1)
+        Ok(Some(1))
+    }
+
+    /// A tick's push was refused: the schedule's ticks in the job's shard were made under
+    /// `theirs`, a later generation than this look's. When the schedule as stored now is still
+    /// below it, its generation went back (a failover lost its latest change, Redis' clock
+    /// stepped back), and that fence would refuse its ticks for good: raise it, so that the
+    /// next look makes them again (ticks already made keep their ids, pending or reserved, so
+    /// none runs twice). Otherwise this look read the schedule before a change, and stops.
+    async fn superseded(&self, fire: &Firing<'_>, theirs: u64) -> Result<()> {
+        let Some(entry) = self.store.schedule(fire.id).await? else {
+            return Ok(());
+        };
+        if entry.generation >= theirs {
+            return Ok(());
+        }
+        let raised = self
+            .store
+            .raise_schedule_generation(fire.id, theirs)
+            .await?;
+        tracing::warn!(
+            schedule = fire.id,
+            stored_generation = entry.generation,
+            ticks_made_under = theirs,
+            raised_to = ?raised,
+            "a schedule's generation went back below the one its ticks were made under (a Redis failover lost its latest change, or Redis' clock stepped back): raised above it; its ticks are made again from the next look"
+        );
+        Ok(())
     }
 
     /// The job of one tick, due at `due` (the tick itself, or now for a catch-up).
@@ -233,3 +293,6 @@ fn still_wanted(now: Option<ScheduleEntry>, generation: u64, tick: SystemTime) -
 
 /// Due schedules read per call of a look.
 const DUE_PAGE: usize = 100;
+
+/// Ticks a catch-up walks one by one before it jumps to just before the present.
+const CATCH_UP_WALK: u64 = 100_000;

@@ -26,6 +26,7 @@ for i, member in ipairs(members) do
 end
 local now = #done > 0 and now_us()
 local holds = #done > 0 and redis.call('EXISTS', KEYS[6]) == 1 and redis.call('HMGET', KEYS[6], unpack(done))
+if #done > 0 then proceed_when_full(leases) end -- an ack must go through when Redis is full
 local reserved, released = {}, {}
 if holds then
   for i, hold in ipairs(holds) do

@@ -17,6 +17,7 @@ else
   return 0
 end
 e.err = err
+proceed_when_full(leases) -- a dead letter must go through when Redis is full
 redis.call('HSET', jobs, member, encode(e))
 end_leases(inflight, leases, {member})
 local topic = split_member(member)

@@ -18,5 +18,8 @@ for i, member in ipairs(members) do
     lost[#lost + 1] = member
   end
 end
-if #renew > 0 then redis.call('ZADD', inflight, 'XX', unpack(renew)) end
+if #renew > 0 then
+  proceed_when_full(leases) -- a renewal must go through when Redis is full
+  redis.call('ZADD', inflight, 'XX', unpack(renew))
+end
 return lost

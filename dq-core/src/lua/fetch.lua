@@ -5,17 +5,49 @@
 -- reclaimed; an envelope the caller cannot read, it dead-letters with the dead script).
 -- Batched: one HMGET, one HSET and one ZADD for the whole batch.
 -- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] ready:<topic>  KEYS[4] counts  KEYS[5] paused
--- KEYS[6] leases  KEYS[7] gen:<topic>  KEYS[8] delayed
+-- KEYS[6] leases  KEYS[7] gen:<topic>  KEYS[8] delayed  KEYS[9] fetched:<consumer>
 -- ARGV[1] topic  ARGV[2] most jobs (at most 1000)  ARGV[3] lease length (us)
--- Returns {now_us, token, id_1, envelope_1, ...}, or {'paused'} when the topic is paused.
+-- ARGV[4] this fetch's nonce ('': not recorded)  ARGV[5] nonces of the consumer's earlier
+--   fetches whose reply did not arrive, comma-separated
+-- Returns {now_us, token, taken_back, id_1, envelope_1, ...}, or {'paused'} when the topic is
+-- paused.
+-- Taking back: a fetch whose reply was lost (a timeout, a dropped connection, Redis stalled
+-- with the request in its buffer) leased jobs that nobody runs. Each recorded fetch of a
+-- consumer leaves `<nonce>:<token>:<deadline>` in its fetched:<consumer> key (the last four,
+-- expiring after three leases); a later fetch of that consumer naming the nonce as lost finds
+-- those jobs (inflight at that deadline, still under that token) and leases them again to
+-- itself, first, with no run counted: their handlers never started.
 -- Stale entries (lib.lua) are dropped on the way; when a whole batch was stale, the next one
 -- is looked at, up to 10 batches, and a topic left with entries is announced again on the
 -- `ready` channel so that its consumers come back at once.
 local jobs, inflight, ready, counts, leases, gen = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7]
 local topic, n, lease_us = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local nonce, record_key = ARGV[4], KEYS[9]
 if redis.call('SISMEMBER', KEYS[5], topic) == 1 then return {'paused'} end
+-- The consumer's recorded fetches, and the jobs of those whose reply was lost.
+local kept, back = {}, {}
+if nonce ~= '' then
+  local lost = {}
+  for l in string.gmatch(ARGV[5], '[^,]+') do lost[l] = true end
+  for r in string.gmatch(redis.call('GET', record_key) or '', '[^|]+') do
+    local rn, rt, rd = string.match(r, '^([^:]+):(%d+):(%d+)$')
+    if rn and lost[rn] then
+      local found = redis.call('ZRANGEBYSCORE', inflight, rd, rd, 'LIMIT', 0, n)
+      if #found > 0 then
+        local tokens = redis.call('HMGET', leases, unpack(found))
+        for i, m in ipairs(found) do
+          if tokens[i] == rt and #back < n then back[#back + 1] = m end
+        end
+      end
+      if #found == n then kept[#kept + 1] = r end -- maybe more: look again next time
+    elseif rn then
+      kept[#kept + 1] = r
+    end
+  end
+end
 local ids, stale = {}, 0
-for _ = 1, 10 do
+n = n - #back
+for _ = 1, n > 0 and 10 or 0 do
   local entries = redis.call('LRANGE', ready, 0, n - 1)
   if #entries == 0 then break end
   redis.call('LTRIM', ready, #entries, -1)
@@ -44,7 +76,8 @@ if stale > 0 then
     ring(string.sub(ready, 1, #ready - #topic - 6), topic)
   end
 end
-if #ids == 0 then return {fmt(now_us()), '0'} end
+if #ids == 0 and #back == 0 then return {fmt(now_us()), '0', 0} end
+proceed_when_full(leases) -- leasing moves jobs (ready to inflight): allowed when Redis is full
 local now = now_us()
 -- ':next' cannot be a member: every member has a topic before its colon. A token is never
 -- below the shard's clock: a failover that rolls the counter back (the replica had not
@@ -52,12 +85,27 @@ local now = now_us()
 -- master's clock is not behind the old one's by more than the failover took.
 local token = fmt(math.max(tonumber(redis.call('HGET', leases, ':next') or '0') + 1, now))
 redis.call('HSET', leases, ':next', token)
-local out = {fmt(now), token}
+local out = {fmt(now), token, #back}
+local deadline = fmt(now + lease_us)
+local held, deadlines = {}, {}
+if #back > 0 then
+  -- Taken back from a lost fetch: leased again to this one, first in line; no run counted.
+  local raws = redis.call('HMGET', jobs, unpack(back))
+  for i, member in ipairs(back) do
+    if raws[i] then
+      held[#held + 1] = member
+      held[#held + 1] = token
+      deadlines[#deadlines + 1] = deadline
+      deadlines[#deadlines + 1] = member
+      out[#out + 1] = string.sub(member, #topic + 2)
+      out[#out + 1] = raws[i]
+    end
+  end
+end
+local fresh = #held / 2
 local members = {}
 for i, id in ipairs(ids) do members[i] = topic .. ':' .. id end
-local raws = redis.call('HMGET', jobs, unpack(members))
-local held, deadlines = {}, {}
-local deadline = fmt(now + lease_us)
+local raws = #members > 0 and redis.call('HMGET', jobs, unpack(members)) or {}
 for i, id in ipairs(ids) do
   local raw = raws[i]
   -- An id without an envelope was cancelled while it waited: nothing to run.
@@ -73,6 +121,11 @@ end
 if #held > 0 then
   redis.call('HSET', leases, unpack(held))
   redis.call('ZADD', inflight, unpack(deadlines))
-  bump(counts, topic, 'inflight', #held / 2)
+  bump(counts, topic, 'inflight', #held / 2 - fresh) -- the taken back ones were counted
+end
+if nonce ~= '' then
+  local record = nonce .. ':' .. token .. ':' .. deadline
+  for i = 1, math.min(#kept, 3) do record = record .. '|' .. kept[i] end
+  redis.call('SET', record_key, record, 'PX', math.floor(lease_us * 3 / 1000))
 end
 return out

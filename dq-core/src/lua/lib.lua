@@ -8,6 +8,16 @@
 -- go to ZADD as strings on the hot paths: Redis prints a Lua number argument with %.17g, exact but
 -- slow.
 
+-- Redis at maxmemory (noeviction) refuses a script whose first write may grow memory (ZADD, HSET,
+-- RPUSH, HINCRBY...), and lets a script that has written go on. The scripts that keep the jobs
+-- Redis holds moving while it is full (renewals, acks, retries, dead letters, reclaims,
+-- promotions, releases: they move or free memory and add no job) call this right before their
+-- first write: a write that changes nothing, cannot grow memory, and is not replicated. Pushes
+-- stay refused. Its field is never a member (members are topic:id).
+local function proceed_when_full(key)
+  redis.call('HDEL', key, '')
+end
+
 local function now_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])

@@ -56,6 +56,7 @@ else
 end
 for _, topic in ipairs(unknown) do out[#out + 1] = topic end
 if #gone == 0 then return out end
+proceed_when_full(counts) -- due jobs move to ready when Redis is full too
 for _, topic in ipairs(order) do
   push_all('RPUSH', prefix .. 'ready:' .. topic, entries_for(prefix .. 'gen:' .. topic, by_topic[topic]))
   ring(prefix, topic)

@@ -15,6 +15,8 @@
 -- Returns {earliest_due_if_it_moved_earlier_or_-1, code_1, ..., code_n}; codes:
 --   0 kept (already pending), 1 created, 2 replaced, 3 running (replace refused: it is running),
 --   '4:<us>' refused: the id is reserved for <us> more (a job with unique_for finished)
+--   '5:<generation>' refused: the schedule's ticks in this shard were made under <generation>,
+--     a later one than this push's (the schedule's generation went back in shard 0)
 -- Phase 1 only reads (and touches every ready list it will write); phase 2 writes, and the
 -- writes that may delete a key (ZREM of delayed or dead, LREM) come after every other use of
 -- that key: on a cluster whose slot is migrating a missing key aborts the script where it
@@ -53,11 +55,11 @@ for i = 0, n - 1 do
   local reserved = any_reserved and not earlier and not existing[i + 1]
     and tonumber(redis.call('ZSCORE', unique, member) or 0) or 0
   local fence = ARGV[9 + i * 7]
-  local fenced, sched, gen, tick = false
+  local fenced, sched, gen, tick, stored = false
   if fence ~= '' then
     gen, tick, sched = string.match(fence, '^(%d+):(%d+):(.*)$')
     gen, tick = tonumber(gen), tonumber(tick)
-    local stored = fences[sched]
+    stored = fences[sched]
     if not stored then
       local raw = redis.call('HGET', tick_fence, sched)
       if raw then
@@ -67,7 +69,9 @@ for i = 0, n - 1 do
     end
     fenced = stored and (gen < stored[1] or (gen == stored[1] and tick <= stored[2]))
   end
-  if fenced then
+  if fenced and gen < stored[1] then
+    code = '5:' .. fmt(stored[1])
+  elseif fenced then
     code = 0
   elseif reserved > now then
     code = '4:' .. fmt(reserved - now)

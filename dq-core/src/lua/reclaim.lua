@@ -95,6 +95,7 @@ for i = #expired, 1, -1 do
     requeued = requeued + 1
   end
 end
+proceed_when_full(leases) -- taking back expired leases must go through when Redis is full
 if #writes > 0 then redis.call('HSET', jobs, unpack(writes)) end
 for topic, entries in pairs(dead_by) do
   redis.call('ZADD', prefix .. 'dead:' .. topic, unpack(entries))

@@ -28,6 +28,7 @@ for k, member in ipairs(members) do
   end
 end
 if #held == 0 then return 0 end
+proceed_when_full(leases) -- a release must go through when Redis is full
 for _, topic in ipairs(order) do
   -- One LPUSH of a, b, c leaves c first, as one LPUSH each in turn did.
   push_all('LPUSH', prefix .. 'ready:' .. topic, entries_for(prefix .. 'gen:' .. topic, by_topic[topic]))

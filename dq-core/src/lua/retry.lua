@@ -15,6 +15,7 @@ if not e then return 0 end
 local now = now_us()
 local before = earliest(delayed)
 local topic, id = split_member(member)
+proceed_when_full(leases) -- a retry must go through when Redis is full
 if ARGV[6] ~= '0' then
   e.attempt = e.attempt + 1
   e.err = err

@@ -5,6 +5,7 @@
 -- ARGV[1] schedule id  ARGV[2] next tick (us), or '' to pause
 -- Returns 1 when set, 0 when there is no such schedule.
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
+redis.call('ZSCORE', KEYS[2], ARGV[1]) -- read before the first write, as every script
 if ARGV[2] ~= '' then new_generation(KEYS[3], ARGV[1]) end
 set_next(KEYS[2], ARGV[1], ARGV[2])
 return 1

@@ -78,8 +78,9 @@ impl SingleConn {
             .clone()
     }
 
-    /// Opens a new connection in place of generation `seen`, unless that was done already.
-    fn replace(&self, seen: u64, error: &redis::RedisError) {
+    /// Opens a new connection in place of generation `seen`, unless that was done already;
+    /// `why` is logged.
+    fn replace(&self, seen: u64, error: &redis::RedisError, why: &str) {
         let mut current = self.inner.current.lock().unwrap_or_else(|p| p.into_inner());
         if current.0 != seen {
             return;
@@ -89,7 +90,7 @@ impl SingleConn {
             self.inner.config.clone(),
         ) {
             Ok(manager) => {
-                tracing::warn!(server = %self.inner.client.get_connection_info().addr(), %error, "Redis did not answer in time: the connection is dropped and the next command opens a new one");
+                tracing::warn!(server = %self.inner.client.get_connection_info().addr(), %error, "{why}");
                 *current = (seen + 1, manager);
                 self.inner.generation.send_replace(seen + 1);
             }
@@ -101,6 +102,11 @@ impl SingleConn {
 
     /// Runs `send` on the current connection: a timeout replaces the connection, and a
     /// replacement (by this command or another) ends the wait at once with an error.
+    ///
+    /// A `READONLY` reply replaces it too: the server is a replica now (a failover demoted it),
+    /// and a new connection to the same address reaches the new master when the address follows
+    /// failovers (a DNS name or a virtual IP moved to it). The manager would keep the old
+    /// connection for ever: the reply is not a connection error.
     async fn send<'a, T, F>(&self, send: F) -> redis::RedisResult<T>
     where
         F: FnOnce(ConnectionManager) -> RedisFuture<'a, T>,
@@ -117,7 +123,9 @@ impl SingleConn {
         };
         if let Err(e) = &result {
             if e.is_timeout() {
-                self.replace(seen, e);
+                self.replace(seen, e, "Redis did not answer in time: the connection is dropped and the next command opens a new one");
+            } else if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly) {
+                self.replace(seen, e, "Redis answered READONLY (it is a replica now: a failover demoted it, or the URL names a replica): the connection is dropped and the next command opens a new one, to the master if the address leads there now");
             }
         }
         result

@@ -12,6 +12,8 @@
 //! | `delayed` | ZSET | `topic:id` scored by due time (us) |
 //! | `ready:<topic>` | LIST | ids due and waiting for a worker, oldest first |
 //! | `inflight` | ZSET | `topic:id` scored by lease deadline (us) |
+//! | `meta` | HASH | shard 0 only: `epoch` -> when dq first used the namespace (us), gone when Redis loses its data; `shards` -> the namespace's shard count, recorded by the first process |
+//! | `fetched:<consumer>` | STRING | the last fetches of a consumer (process, topic), `<nonce>:<token>:<deadline>` joined by `\|`, expiring after three leases |
 //! | `leases` | HASH | `topic:id` -> lease token of each running job; `:next` -> the last token given (never below the shard's clock in us) |
 //! | `dead:<topic>` | ZSET | `topic:id` scored by time of death (us); envelope stays in `jobs` |
 //! | `counts` | HASH | `<topic>:delayed`, `<topic>:inflight` -> counts, kept by the scripts; `<topic>:minute@<s>`, `<topic>:done@<s>`, `<topic>:failed@<s>` for 60 one-minute slots `s`: runs done and failed in the last hour |
@@ -114,6 +116,17 @@ impl ShardKeys {
     /// was created under: id -> `<generation>:<tick us>` (see [`FiredTick`](crate::store::FiredTick)).
     pub fn tick_fence(&self) -> String {
         self.key("tick_fence")
+    }
+    /// The namespace's record of itself (kept in shard 0): `epoch` -> what
+    /// [`Registry::namespace_epoch`](crate::store::Registry::namespace_epoch) answers;
+    /// `shards` -> the shard count every process must use.
+    pub fn meta(&self) -> String {
+        self.key("meta")
+    }
+    /// The last fetches of a consumer (`<nonce>:<token>:<deadline>|...`, expiring after three
+    /// leases), for its later fetches to take back the jobs of one whose reply was lost.
+    pub fn fetched(&self, consumer: &str) -> String {
+        format!("{}fetched:{consumer}", self.prefix)
     }
     /// Live workers (kept in shard 0).
     pub fn workers(&self) -> String {

@@ -63,6 +63,37 @@ impl FiredTick {
     }
 }
 
+/// Who is fetching, so that the jobs of a fetch whose reply was lost are taken back.
+///
+/// A fetch whose reply does not arrive (a timeout, a dropped connection, Redis stalled with
+/// the request in its buffer and running it later) leased jobs that nobody runs: they would
+/// wait for their lease to run out and be counted as a failed run (dead-lettered "the worker
+/// died" on their last attempt) though their handler never started. The store records each
+/// fetch of a consumer under its nonce; a later fetch of the same consumer that names the nonce
+/// in `lost` takes those jobs back, first, with no run counted.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Fetcher {
+    /// Names the consumer: one per process, topic and shard, unique among processes. Empty:
+    /// the fetch is not recorded (a plain [`Leases::fetch`]).
+    pub consumer: String,
+    /// This fetch's number, different for each fetch of the consumer.
+    pub nonce: u64,
+    /// The numbers of the consumer's earlier fetches whose reply did not arrive.
+    pub lost: Vec<u64>,
+}
+
+impl Fetcher {
+    /// The fetcher `consumer` at its fetch `nonce`, taking back the fetches in `lost`.
+    pub fn new(consumer: impl Into<String>, nonce: u64, lost: Vec<u64>) -> Fetcher {
+        Fetcher {
+            consumer: consumer.into(),
+            nonce,
+            lost,
+        }
+    }
+}
+
 /// Most jobs a single store call handles; larger batches are split by the store.
 pub const MAX_BATCH: usize = 1000;
 
@@ -142,6 +173,21 @@ pub trait Leases: Sharded {
     /// Leases up to `max` ready jobs of a topic in a shard for `ttl` (the lease time, renewed by [`Leases::extend`]).
     async fn fetch(&self, shard: u16, topic: &Topic, max: usize, ttl: Duration) -> Result<Fetched>;
 
+    /// [`Leases::fetch`] by `fetcher`, which also takes back the jobs of its fetches whose
+    /// reply was lost (see [`Fetcher`]). A store whose replies cannot be lost (the memory
+    /// store) keeps this default, a plain fetch.
+    async fn fetch_for(
+        &self,
+        shard: u16,
+        topic: &Topic,
+        max: usize,
+        ttl: Duration,
+        fetcher: &Fetcher,
+    ) -> Result<Fetched> {
+        let _ = fetcher;
+        self.fetch(shard, topic, max, ttl).await
+    }
+
     /// Completes jobs (any shards); stale leases are refused and reported.
     async fn ack(&self, leases: &[LeaseRef]) -> Result<Acked>;
 
@@ -205,7 +251,8 @@ pub trait Admin: Sharded {
     /// Lets workers fetch the topic again.
     async fn resume(&self, topic: &Topic) -> Result<()>;
 
-    /// Every topic that was ever pushed to.
+    /// Every topic that was ever pushed to, and every paused one (a topic may be paused before
+    /// its first push), sorted.
     async fn topics(&self) -> Result<Vec<Topic>>;
 
     /// A page of at most `limit` (at most [`MAX_BATCH`]) of a topic's dead letters, shard by
@@ -219,6 +266,12 @@ pub trait Admin: Sharded {
 
     /// Deletes up to `limit` dead letters of a topic that died before `before`.
     async fn purge_dead(&self, topic: &Topic, before: SystemTime, limit: usize) -> Result<usize>;
+
+    /// Deletes those of `ids` (the first [`MAX_BATCH`] of them) that are dead letters of
+    /// `topic` now, atomically per shard; returns how many. An id that is not a dead letter is
+    /// skipped and nothing of it is touched: in particular an id pushed again since it died
+    /// (its new job is pending) or retried. [`Producer::cancel`] would delete that new job.
+    async fn delete_dead(&self, topic: &Topic, ids: &[JobId]) -> Result<usize>;
 }
 
 /// Which dead letters [`Admin::requeue_dead`] takes.
@@ -260,6 +313,13 @@ pub trait Registry: Sharded {
 
     /// The workers seen in the last minute (older entries are dropped).
     async fn workers(&self) -> Result<Vec<WorkerInfo>>;
+
+    /// A value that names what the store holds of this namespace: made when first asked, the
+    /// same from then on, and different once the store has lost it (on Redis: restarted
+    /// without persistence, `FLUSHALL`, failed over to a replica that never had it). Runtimes
+    /// compare it with the one they saw when they declared their listeners' schedules and
+    /// retries, and declare them again when it changed.
+    async fn namespace_epoch(&self) -> Result<String>;
 }
 
 /// A periodic schedule as the store keeps it, with where it stands.
@@ -328,6 +388,12 @@ pub trait Schedules: Sharded {
     /// Sets a schedule's next tick (`None`: paused; `Some`: resumed, in a new generation);
     /// false when there is no such schedule. Atomic: a schedule removed meanwhile stays gone.
     async fn set_schedule_next(&self, id: &str, next_us: Option<u64>) -> Result<bool>;
+
+    /// Moves a schedule to a new generation above `above` (and its last, and the store's clock
+    /// in us); `None` when there is no such schedule. For a generation that went back below
+    /// the one its ticks were made under in some shard (a failover lost its latest change, the
+    /// clock stepped back): that shard's fence would refuse every tick of it.
+    async fn raise_schedule_generation(&self, id: &str, above: u64) -> Result<Option<u64>>;
 }
 
 /// Every role of a store: what the runtime and the client hold (`Arc<dyn Store>`), and what

@@ -30,10 +30,14 @@ pub(crate) struct Scripts {
     pub(crate) dead_list: Script,
     pub(crate) requeue_dead: Script,
     pub(crate) purge_dead: Script,
+    pub(crate) delete_dead: Script,
     pub(crate) throughput: Script,
     pub(crate) schedule_advance: Script,
     pub(crate) schedule_put: Script,
     pub(crate) schedule_set_next: Script,
+    pub(crate) epoch: Script,
+    pub(crate) schedule_raise: Script,
+    pub(crate) shard_count: Script,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -55,10 +59,14 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     dead_list: script(include_str!("../lua/dead_list.lua")),
     requeue_dead: script(include_str!("../lua/requeue_dead.lua")),
     purge_dead: script(include_str!("../lua/purge_dead.lua")),
+    delete_dead: script(include_str!("../lua/delete_dead.lua")),
     throughput: script(include_str!("../lua/throughput.lua")),
     schedule_advance: script(include_str!("../lua/schedule_advance.lua")),
     schedule_put: script(include_str!("../lua/schedule_put.lua")),
     schedule_set_next: script(include_str!("../lua/schedule_set_next.lua")),
+    epoch: script(include_str!("../lua/epoch.lua")),
+    schedule_raise: script(include_str!("../lua/schedule_raise.lua")),
+    shard_count: script(include_str!("../lua/shard_count.lua")),
 });
 
 /// Each script's name and SHA1, as `EVALSHA` shows it in `SLOWLOG`, `MONITOR` or
@@ -84,6 +92,7 @@ pub fn script_hashes() -> Vec<(&'static str, String)> {
         ("dead_list", s.dead_list.get_hash().to_owned()),
         ("requeue_dead", s.requeue_dead.get_hash().to_owned()),
         ("purge_dead", s.purge_dead.get_hash().to_owned()),
+        ("delete_dead", s.delete_dead.get_hash().to_owned()),
         ("throughput", s.throughput.get_hash().to_owned()),
         ("schedule_advance", s.schedule_advance.get_hash().to_owned()),
         ("schedule_put", s.schedule_put.get_hash().to_owned()),
@@ -91,5 +100,8 @@ pub fn script_hashes() -> Vec<(&'static str, String)> {
             "schedule_set_next",
             s.schedule_set_next.get_hash().to_owned(),
         ),
+        ("epoch", s.epoch.get_hash().to_owned()),
+        ("schedule_raise", s.schedule_raise.get_hash().to_owned()),
+        ("shard_count", s.shard_count.get_hash().to_owned()),
     ]
 }

@@ -94,7 +94,10 @@ impl Admin for MemoryStore {
     }
 
     async fn topics(&self) -> Result<Vec<Topic>> {
-        Ok(lock(&self.state).topics.iter().cloned().collect())
+        let s = lock(&self.state);
+        // The topics pushed to, and those paused (perhaps before their first push).
+        let topics: Vec<Topic> = s.topics.union(&s.paused).cloned().collect();
+        Ok(topics)
     }
 
     async fn dead_jobs(&self, topic: &Topic, at: Cursor, limit: usize) -> Result<Page> {
@@ -183,6 +186,25 @@ impl Admin for MemoryStore {
         }
         Ok(old.len())
     }
+
+    async fn delete_dead(&self, topic: &Topic, ids: &[JobId]) -> Result<usize> {
+        let mut s = lock(&self.state);
+        let mut n = 0;
+        for id in ids.iter().take(MAX_BATCH) {
+            let m = (topic.clone(), id.clone());
+            // Only a dead letter: an id pushed again (pending) or retried is not in `died_at`.
+            let Some(died) = s.died_at.remove(&m) else {
+                continue;
+            };
+            if let Some(d) = s.dead.get_mut(topic) {
+                d.remove(&(died, id.clone()));
+            }
+            s.unique_for.remove(&m);
+            s.jobs.remove(&m);
+            n += 1;
+        }
+        Ok(n)
+    }
 }
 
 #[async_trait]
@@ -207,6 +229,11 @@ impl Registry for MemoryStore {
         let mut all: Vec<WorkerInfo> = s.workers.values().cloned().collect();
         all.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(all)
+    }
+
+    async fn namespace_epoch(&self) -> Result<String> {
+        // Memory is lost only with the process, and the runtime with it.
+        Ok(self.epoch.clone())
     }
 }
 

@@ -41,7 +41,7 @@ impl MemoryStore {
             if error.is_some() {
                 s.tally(&m.0, Tally::Failed, 1, now);
             }
-            s.history.push(match error {
+            s.record(match error {
                 Some(error) => Event::Retried {
                     topic: m.0.clone(),
                     id: m.1.clone(),
@@ -173,7 +173,7 @@ impl Leases for MemoryStore {
                         s.unique.insert(m.clone(), now.saturating_add(hold));
                     }
                     let attempt = s.jobs.remove(&m).map_or(0, |e| e.attempt.saturating_add(1));
-                    s.history.push(Event::Acked {
+                    s.record(Event::Acked {
                         topic: m.0,
                         id: m.1,
                         attempt,

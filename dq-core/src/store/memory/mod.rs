@@ -2,7 +2,8 @@
 //! backend whose clock a test can move. Same semantics as the Redis store (the behaviour suite
 //! in `tests/store_behaviour.rs` runs against both); not durable: jobs live as long as the
 //! process. One shard; a timer-ordered set for delayed jobs and leases, a queue per topic, so
-//! no operation scans, and memory is bounded by what is pending.
+//! no operation scans, and memory is bounded by what is pending (plus the per-topic tallies and
+//! the ids reserved by `unique_for`); the history of events is kept only where a test asks.
 //!
 //! `state` holds the jobs and every change to them as plain synchronous code; the role traits
 //! are implemented over it in `produce`, `lease` and `admin`, the waits in `waiters`.
@@ -28,7 +29,8 @@ use crate::error::Result;
 use crate::job::to_us;
 use crate::name::{JobId, Topic};
 
-/// What happened to a job in a [`MemoryStore`], in order (kept for tests to inspect).
+/// What happened to a job in a [`MemoryStore`], in order (kept for tests to inspect, by the
+/// stores that keep a history: [`MemoryStore::with_history`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Event {
@@ -93,6 +95,9 @@ pub struct MemoryStore {
     clock: Clock,
     ready_signal: Arc<Mutex<HashMap<Topic, watch::Sender<u64>>>>,
     wake: broadcast::Sender<Wake>,
+    /// What [`Registry::namespace_epoch`](super::Registry::namespace_epoch) answers: when the
+    /// store was made (us), for as long as it lives.
+    epoch: String,
 }
 
 impl std::fmt::Debug for MemoryStore {
@@ -115,20 +120,33 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl MemoryStore {
-    /// A store on the system clock.
+    /// A store on the system clock, as the embedded runtime uses: it keeps no
+    /// [`history`](MemoryStore::history), so its memory is bounded by the jobs pending,
+    /// however many have run.
     pub fn new() -> MemoryStore {
         MemoryStore::with_clock(Clock::System)
     }
 
     /// A store whose clock starts at `start` and moves only with [`MemoryStore::advance`]:
-    /// tests move time instead of sleeping.
+    /// tests move time instead of sleeping. It keeps the [`history`](MemoryStore::history)
+    /// of what happened to its jobs (`dq::testing` reads it).
     pub fn with_manual_clock(start: SystemTime) -> MemoryStore {
         MemoryStore::with_clock(Clock::Manual(Arc::new(AtomicU64::new(to_us(start)))))
+            .with_history()
+    }
+
+    /// The same store, keeping the [`history`](MemoryStore::history) of every event from
+    /// now on: one entry per push, ack, retry, postponement and dead letter, never trimmed,
+    /// so for tests, not for a long-running process.
+    pub fn with_history(self) -> MemoryStore {
+        lock(&self.state).keep_history = true;
+        self
     }
 
     fn with_clock(clock: Clock) -> MemoryStore {
         MemoryStore {
             state: Arc::default(),
+            epoch: to_us(SystemTime::now()).to_string(),
             clock,
             ready_signal: Arc::default(),
             wake: broadcast::channel(1024).0,
@@ -175,7 +193,9 @@ impl MemoryStore {
         lock(&self.state).earliest()
     }
 
-    /// Everything that happened to jobs so far, in order.
+    /// Everything that happened to jobs so far, in order; empty unless the store keeps its
+    /// history ([`with_manual_clock`](MemoryStore::with_manual_clock),
+    /// [`with_history`](MemoryStore::with_history)).
     pub fn history(&self) -> Vec<Event> {
         lock(&self.state).history.clone()
     }

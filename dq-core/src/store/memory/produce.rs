@@ -30,12 +30,17 @@ impl Producer for MemoryStore {
                 let m = (job.topic.clone(), job.id.clone());
                 let mut outcome = PushOutcome::Created;
                 let reserved = s.unique.get(&m).copied().filter(|&until| until > now);
-                let fenced = job
+                let stored = job
                     .fence
                     .as_ref()
-                    .is_some_and(|f| !f.is_after(s.tick_fence.get(&f.schedule).copied()));
-                if fenced {
-                    outcome = PushOutcome::AlreadyPending;
+                    .and_then(|f| s.tick_fence.get(&f.schedule).copied());
+                let fenced = job.fence.as_ref().filter(|f| !f.is_after(stored));
+                if let (Some(f), Some((generation, _))) = (fenced, stored) {
+                    outcome = if f.generation < generation {
+                        PushOutcome::Superseded { generation }
+                    } else {
+                        PushOutcome::AlreadyPending
+                    };
                 } else if let (Some(until), false) = (reserved, s.jobs.contains_key(&m)) {
                     outcome = PushOutcome::Unique {
                         left: std::time::Duration::from_micros(until - now),
@@ -84,7 +89,7 @@ impl Producer for MemoryStore {
                         },
                     );
                     s.topics.insert(m.0.clone());
-                    s.history.push(Event::Pushed {
+                    s.record(Event::Pushed {
                         topic: m.0.clone(),
                         id: m.1.clone(),
                     });

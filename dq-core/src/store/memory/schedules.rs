@@ -102,4 +102,14 @@ impl Schedules for MemoryStore {
         };
         Ok(true)
     }
+
+    async fn raise_schedule_generation(&self, id: &str, above: u64) -> Result<Option<u64>> {
+        let now = self.now_us();
+        let mut s = lock(&self.state);
+        if !s.schedules.contains_key(id) {
+            return Ok(None);
+        }
+        s.new_generation(id, now.max(above.saturating_add(1)));
+        Ok(s.schedule_gen.get(id).copied())
+    }
 }

@@ -32,7 +32,10 @@ pub(super) struct State {
     /// The most runs each topic's listeners allow (the reclaimer's limit).
     pub(super) attempt_limits: HashMap<Topic, u32>,
     pub(super) workers: HashMap<String, WorkerInfo>,
+    /// What happened to jobs, in order: kept only when `keep_history` (tests ask for it; the
+    /// embedded default keeps none, so its memory stays bounded by what is pending).
     pub(super) history: Vec<Event>,
+    pub(super) keep_history: bool,
     /// Per topic, a ring of 60 one-minute slots: (minute since the epoch, done, failed), as the
     /// Redis scripts keep them (lib.lua's `tally`).
     pub(super) throughput: HashMap<Topic, [(u64, u64, u64); 60]>,
@@ -65,6 +68,13 @@ pub(super) fn due_of(when: Schedule, now: u64) -> u64 {
 }
 
 impl State {
+    /// Adds to the history, when it is kept.
+    pub(super) fn record(&mut self, event: Event) {
+        if self.keep_history {
+            self.history.push(event);
+        }
+    }
+
     /// Starts a schedule's next generation: above its last, and the clock (as the Redis
     /// store's `schedule_put.lua`).
     pub(super) fn new_generation(&mut self, id: &str, now: u64) {
@@ -162,7 +172,7 @@ impl State {
             .or_default()
             .insert((now, m.1.clone()));
         self.died_at.insert(m.clone(), now);
-        self.history.push(Event::DeadLettered {
+        self.record(Event::DeadLettered {
             topic: m.0,
             id: m.1,
             error,
@@ -205,7 +215,10 @@ mod tests {
 
     /// A state holding one stored job `id` due at `due`, placed as of time 100.
     fn with_job(id: &str, due: u64) -> (State, Member) {
-        let mut s = State::default();
+        let mut s = State {
+            keep_history: true,
+            ..State::default()
+        };
         let m = member(id);
         s.jobs.insert(
             m.clone(),
@@ -300,6 +313,16 @@ mod tests {
         s.end_lease(&m);
         assert!(s.inflight.is_empty());
         assert_eq!(s.counts(&m.0).running, 0);
+    }
+
+    #[test]
+    fn no_history_is_kept_unless_asked_for() {
+        let mut s = State::default();
+        s.record(Event::Pushed {
+            topic: member("j").0,
+            id: member("j").1,
+        });
+        assert!(s.history.is_empty());
     }
 
     #[test]

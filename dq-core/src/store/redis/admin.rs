@@ -157,13 +157,16 @@ impl Admin for RedisStore {
     async fn topics(&self) -> Result<Vec<Topic>> {
         let mut all = std::collections::BTreeSet::new();
         for k in &self.shards {
-            let mut conn = self.conn.clone();
-            let names: Vec<String> = redis::cmd("SMEMBERS")
-                .arg(k.topics())
-                .query_async(&mut conn)
-                .await
-                .map_err(Error::redis("topics"))?;
-            all.extend(names.into_iter().filter_map(|n| Topic::new(n).ok()));
+            // The topics pushed to, and those paused (perhaps before their first push).
+            for key in [k.topics(), k.paused()] {
+                let mut conn = self.conn.clone();
+                let names: Vec<String> = redis::cmd("SMEMBERS")
+                    .arg(key)
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(Error::redis("topics"))?;
+                all.extend(names.into_iter().filter_map(|n| Topic::new(n).ok()));
+            }
         }
         Ok(all.into_iter().collect())
     }
@@ -244,6 +247,31 @@ impl Admin for RedisStore {
         }
         Ok(total)
     }
+
+    async fn delete_dead(&self, topic: &Topic, ids: &[JobId]) -> Result<usize> {
+        // At most a batch (<= 1,000) per call, so each shard takes one script call.
+        let mut by_shard: BTreeMap<u16, Vec<&JobId>> = BTreeMap::new();
+        for id in ids.iter().take(batch_limit(ids.len())) {
+            by_shard
+                .entry(shard_of(topic, id, self.shards()))
+                .or_default()
+                .push(id);
+        }
+        let mut total = 0;
+        for (shard, shard_ids) in by_shard {
+            let k = self.keys(shard);
+            let mut inv = SCRIPTS.delete_dead.prepare_invoke();
+            inv.key(k.jobs())
+                .key(k.dead(topic))
+                .key(k.unique_for())
+                .arg(topic.as_str());
+            for id in shard_ids {
+                inv.arg(id.as_str());
+            }
+            total += self.call::<Count>("delete_dead", &inv).await?.0;
+        }
+        Ok(total)
+    }
 }
 
 #[async_trait]
@@ -292,6 +320,13 @@ impl Registry for RedisStore {
         }
         live.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(live)
+    }
+
+    async fn namespace_epoch(&self) -> Result<String> {
+        let mut inv = SCRIPTS.epoch.prepare_invoke();
+        inv.key(self.keys(0).meta());
+        self.call::<String>("read the namespace's epoch", &inv)
+            .await
     }
 }
 

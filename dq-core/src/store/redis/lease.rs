@@ -20,7 +20,7 @@ use crate::store::keys::member;
 use crate::store::policy::{batch_limit, promote_limit};
 use crate::store::scripts::SCRIPTS;
 use crate::store::subscription::ShardSubscription;
-use crate::store::{Leases, ReadyWaiter, Sharded, WakeListener, MAX_BATCH};
+use crate::store::{Fetcher, Leases, ReadyWaiter, Sharded, WakeListener, MAX_BATCH};
 
 impl RedisStore {
     /// A failed run to retry (`counted`) or a postponed one, after `delay`.
@@ -100,8 +100,22 @@ impl Leases for RedisStore {
     }
 
     async fn fetch(&self, shard: u16, topic: &Topic, max: usize, ttl: Duration) -> Result<Fetched> {
+        self.fetch_for(shard, topic, max, ttl, &Fetcher::default())
+            .await
+    }
+
+    async fn fetch_for(
+        &self,
+        shard: u16,
+        topic: &Topic,
+        max: usize,
+        ttl: Duration,
+        fetcher: &Fetcher,
+    ) -> Result<Fetched> {
         self.learn([topic]);
         let k = self.keys(shard);
+        let recorded = !fetcher.consumer.is_empty();
+        let lost: Vec<String> = fetcher.lost.iter().map(u64::to_string).collect();
         let mut inv = SCRIPTS.fetch.prepare_invoke();
         inv.key(k.jobs())
             .key(k.inflight())
@@ -111,9 +125,16 @@ impl Leases for RedisStore {
             .key(k.leases())
             .key(k.ready_gen(topic))
             .key(k.delayed())
+            .key(k.fetched(&fetcher.consumer))
             .arg(topic.as_str())
             .arg(batch_limit(max))
-            .arg(micros(ttl));
+            .arg(micros(ttl))
+            .arg(if recorded {
+                fetcher.nonce.to_string()
+            } else {
+                String::new()
+            })
+            .arg(lost.join(","));
         let reply: Vec<Value> = self.call("fetch", &inv).await?;
         let head =
             |i: usize| read::<Unsigned>("fetch", reply.get(i).cloned().unwrap_or(Value::Nil));
@@ -123,14 +144,17 @@ impl Leases for RedisStore {
                 ..Fetched::default()
             });
         }
-        let (Unsigned(Some(now_us)), Unsigned(Some(token))) = (head(0)?, head(1)?) else {
+        let (Unsigned(Some(now_us)), Unsigned(Some(token)), Unsigned(Some(taken_back))) =
+            (head(0)?, head(1)?, head(2)?)
+        else {
             return Err(malformed_reply("fetch", &Value::Array(reply)));
         };
         let mut out = Fetched {
             now_us,
+            taken_back: usize::try_from(taken_back).unwrap_or(usize::MAX),
             ..Fetched::default()
         };
-        for pair in reply.get(2..).unwrap_or_default().chunks(2) {
+        for pair in reply.get(3..).unwrap_or_default().chunks(2) {
             let (Some(Value::BulkString(id)), Some(Value::BulkString(raw))) =
                 (pair.first(), pair.get(1))
             else {

@@ -28,6 +28,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::job::LeaseRef;
 use crate::name::{JobId, Topic};
+use crate::store::scripts::SCRIPTS;
 
 /// The smallest Redis ACL dq needs, as `ACL SETUSER <name> on ><password> <these rules>`: its own
 /// keys (`dq:*`) and pub/sub channels, the commands it sends, and the commands its scripts call.
@@ -36,7 +37,7 @@ pub const ACL_RULES: &str = "resetkeys ~dq:* resetchannels &dq:* -@all \
 +hset +hdel +hgetall +sadd +srem +smembers +config|get \
 +time +hget +hmget +hexists +hincrby +zadd +zrem +zscore +zrange +zrangebyscore \
 +zrevrange +zremrangebyrank +zcard +rpush +lpush +lrange +ltrim +lrem +llen +lindex +lpos +sismember \
-+publish +cluster|slots +exists";
++publish +cluster|slots +exists +get +set +multi +exec +wait +asking";
 
 /// Jobs in Redis, shared by every process that uses the same namespace.
 ///
@@ -74,17 +75,70 @@ impl RedisStore {
         // Its fields are public: a config changed after it was built is checked again here.
         let config = &config.clone().validate()?;
         let (server, conn) = connection::connect(config).await?;
-        let shards = (0..config.shards)
-            .map(|s| ShardKeys::new(&config.namespace, s))
-            .collect();
-        Ok(RedisStore {
+        let mut store = RedisStore {
             server,
             conn,
-            shards,
+            shards: Vec::new(),
             hub: Arc::default(),
             wait: (config.wait_replicas, config.wait_timeout),
             known: Arc::default(),
-        })
+        };
+        let count = match store.shard_count(config).await {
+            Ok(count) => count,
+            Err(e @ Error::Config { .. }) => return Err(e),
+            // Full, read-only, a cluster node named as one Redis: say it, and go on with the
+            // configured count (the next process to connect records it).
+            Err(e) => {
+                tracing::warn!(error = %e, shards = config.shards, "could not read or record the namespace's shard count in Redis; using this process's own");
+                config.shards
+            }
+        };
+        store.shards = (0..count)
+            .map(|s| ShardKeys::new(&config.namespace, s))
+            .collect();
+        Ok(store)
+    }
+
+    /// The namespace's shard count as recorded in Redis (by the first process that used it;
+    /// this one's when there is none). A process left at the default count uses the recorded
+    /// one (a CLI or dashboard without `DQ_SHARDS`); one configured with another count is
+    /// refused: it would push jobs to shards no worker looks at, or miss some.
+    async fn shard_count(&self, config: &Config) -> Result<u16> {
+        let meta = ShardKeys::new(&config.namespace, 0).meta();
+        let mut inv = SCRIPTS.shard_count.prepare_invoke();
+        inv.key(&meta).arg(config.shards);
+        let op = "read the namespace's shard count";
+        let recorded: u64 = self.call(op, &inv).await?;
+        let recorded = u16::try_from(recorded)
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| Error::Malformed {
+                location: format!("{meta} field shards"),
+                reason: format!("{recorded} is not a shard count from 1 to 65535"),
+            })?;
+        let default = if config.redis_cluster.is_empty() {
+            1
+        } else {
+            crate::config::CLUSTER_SHARDS
+        };
+        if recorded == config.shards {
+            Ok(recorded)
+        } else if config.shards == default {
+            tracing::info!(
+                namespace = %config.namespace, shards = recorded,
+                "using the namespace's shard count recorded in Redis (DQ_SHARDS is not set here)"
+            );
+            Ok(recorded)
+        } else {
+            Err(Error::Config {
+                key: "DQ_SHARDS",
+                value: config.shards.to_string(),
+                reason: format!(
+                    "namespace {:?} spreads its jobs over {recorded} shards (recorded in Redis at {meta} by the first process that used it), and every process must hash with the same count or jobs are stranded: set DQ_SHARDS={recorded} (or leave it unset), or move to another count as OPERATIONS.md says",
+                    config.namespace
+                ),
+            })
+        }
     }
 
     /// What in the server's settings can lose jobs, each as a sentence for the log: an evicting

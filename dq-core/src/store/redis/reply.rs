@@ -130,6 +130,13 @@ reader!(PushOutcome, |v| {
                 left: std::time::Duration::from_micros(us),
             });
         }
+        if let Some(generation) = b.strip_prefix(b"5:") {
+            let generation: u64 = std::str::from_utf8(generation)
+                .ok()
+                .and_then(|t| t.parse().ok())
+                .ok_or_else(|| unexpected("a schedule's generation", v))?;
+            return Ok(PushOutcome::Superseded { generation });
+        }
     }
     match whole(v)? {
         0 => Ok(PushOutcome::AlreadyPending),

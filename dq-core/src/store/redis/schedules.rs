@@ -136,6 +136,16 @@ impl Schedules for RedisStore {
             .await?;
         Ok(read::<Applied>("set schedule", reply)?.0)
     }
+
+    async fn raise_schedule_generation(&self, id: &str, above: u64) -> Result<Option<u64>> {
+        let op = "raise schedule generation";
+        let above = above.to_string();
+        let reply = self
+            .schedule_script(&SCRIPTS.schedule_raise, op, [id, &above])
+            .await?;
+        let generation: u64 = read(op, reply)?;
+        Ok((generation > 0).then_some(generation))
+    }
 }
 
 impl RedisStore {

@@ -1,0 +1,383 @@
+//! Scenarios of Redis in bad states (issue 29): restarted empty, stalled, full. Each returns
+//! what `scenario::run` reports, with its own figures and failures in `extra`.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::harness::{now_us, produce, Harness, Pushes};
+use crate::scenario::{drain_limit, plan, secs, worker, Outcome, PLAIN};
+use crate::worker::BEAT;
+
+/// The longest acceptable wait, after Redis is back empty, for the workers' schedule to tick.
+const REDECLARED_WITHIN_MS: f64 = 5_000.0;
+
+/// redis-server killed and started again empty (no persistence) while the workers run a
+/// listener whose schedule (every second) and retries they declared themselves: each worker
+/// must notice and declare them again, and the schedule tick again within 5 s of Redis' return.
+pub(crate) async fn redis_empty_restart(full: bool, seed: u64) -> anyhow::Result<Outcome> {
+    let (workers, between, restarts) = if full { (4, 10.0, 3) } else { (3, 5.0, 1) };
+    let mut w = worker(full);
+    w.beat = true;
+    let mut h = Harness::start("redis-empty-restart", PLAIN, w, seed).await?;
+    h.spawn_workers(workers).await?;
+    let mut back_at = Vec::new();
+    for _ in 0..restarts {
+        tokio::time::sleep(secs(between)).await;
+        h.kill_redis(Duration::from_secs(1)).await;
+        back_at.push(now_us());
+    }
+    tokio::time::sleep(secs(between)).await;
+    let mut conn = h.redis_conn().await?;
+    let limit: Option<String> = redis::cmd("HGET")
+        .arg("dq:{chaos:0}:attempts")
+        .arg(BEAT)
+        .query_async(&mut conn)
+        .await?;
+    // The harness' own connection broke with the restarts: its first calls may fail.
+    let mut tries = 0;
+    while let Err(e) = h.client.unschedule(BEAT).await {
+        tries += 1;
+        anyhow::ensure!(tries < 50, "could not remove the schedule: {e}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let limit_after = drain_limit(&h).await;
+    h.drain(&HashMap::new(), limit_after).await;
+    let _ = h.ledger.refresh(&h.dir);
+
+    let mut failures: Vec<String> = Vec::new();
+    // For each return: how long until the first tick due after it ran.
+    let mut first_tick_ms = Vec::new();
+    for &back in &back_at {
+        let first = h
+            .ledger
+            .runs
+            .iter()
+            .filter(|r| r.id.starts_with(BEAT) && r.due_us >= back)
+            .map(|r| r.start_us)
+            .min();
+        let ms = first.map(|s| s.saturating_sub(back) as f64 / 1000.0);
+        match ms {
+            Some(ms) if ms <= REDECLARED_WITHIN_MS => {}
+            other => failures.push(format!(
+                "the schedule did not tick within {REDECLARED_WITHIN_MS} ms of Redis' return (first tick after {other:?} ms)"
+            )),
+        }
+        first_tick_ms.push(ms);
+    }
+    // Every worker said it declared again, once per restart.
+    let said: Vec<usize> = (0..h.worker_slots())
+        .map(|slot| {
+            let log = std::fs::read_to_string(h.dir.join(format!("worker-{slot}.log")));
+            log.unwrap_or_default()
+                .matches("declaring the listeners' schedules and retries again")
+                .count()
+        })
+        .collect();
+    if said.iter().any(|&n| n < restarts) {
+        failures.push(format!(
+            "not every worker declared again after each of the {restarts} restarts: {said:?}"
+        ));
+    }
+    if limit.as_deref() != Some("4") {
+        failures.push(format!(
+            "the listener's retries (3: 4 runs) are not recorded again: {limit:?}"
+        ));
+    }
+    let mut extra = serde_json::Map::new();
+    extra.insert("restarts".into(), json!(restarts));
+    extra.insert("first_tick_after_return_ms".into(), json!(first_tick_ms));
+    extra.insert("declared_again_by_worker".into(), json!(said));
+    extra.insert("attempt_limit_after".into(), json!(limit));
+    extra.insert(
+        "tick_runs".into(),
+        json!(h
+            .ledger
+            .runs
+            .iter()
+            .filter(|r| r.id.starts_with(BEAT))
+            .count()),
+    );
+    extra.insert("failures".into(), json!(failures));
+    Ok((h, Pushes::default(), extra))
+}
+
+/// redis-server stopped (SIGSTOP) for longer than both the lease and the client's reply limit
+/// while workers fetch, then let go (SIGCONT): it runs the fetches still in its buffers, whose
+/// clients gave up. Their jobs are taken back by the consumers' next fetches: no attempt is
+/// charged to a job whose handler did not start, and nothing is lost.
+pub(crate) async fn redis_stall(full: bool, seed: u64) -> anyhow::Result<Outcome> {
+    let w = worker(full);
+    let (n, at, stall_ms) = if full {
+        (20_000, 10.0, 25_000)
+    } else {
+        (2_000, 2.0, 12_000)
+    };
+    let window = secs(at + stall_ms as f64 / 1000.0 + 4.0);
+    let mut h = Harness::start("redis-stall", PLAIN, w, seed).await?;
+    h.spawn_workers(3).await?;
+    let t0 = Instant::now();
+    let producer = tokio::spawn(produce(h.client.clone(), plan(n, window), seed));
+    tokio::time::sleep_until((t0 + secs(at)).into()).await;
+    let pid = h.single().lock().map(|r| r.pid()).unwrap_or(0);
+    anyhow::ensure!(pid > 0, "no redis-server pid");
+    let start = now_us();
+    signal(pid, "-STOP")?;
+    tokio::time::sleep(Duration::from_millis(stall_ms)).await;
+    signal(pid, "-CONT")?;
+    h.record(&format!("redis SIGSTOP {stall_ms} ms"), start, now_us());
+    let pushes = producer.await?;
+    let limit = drain_limit(&h).await;
+    h.drain(&pushes.acked, limit).await;
+    let _ = h.ledger.refresh(&h.dir);
+
+    // A run on attempt k > 1 needs a run of attempt k - 1 of the same job in the ledger: an
+    // attempt charged otherwise went to a lease whose handler never started.
+    let mut attempts: HashMap<&str, HashSet<u32>> = HashMap::new();
+    for r in &h.ledger.runs {
+        attempts.entry(r.id.as_str()).or_default().insert(r.attempt);
+    }
+    let charged_without_run = attempts
+        .values()
+        .filter(|seen| seen.iter().any(|&a| a > 1 && !seen.contains(&(a - 1))))
+        .count();
+    let taken_back = log_count(&h, "took back jobs leased by a fetch whose reply was lost");
+    let mut failures = Vec::new();
+    if charged_without_run > 0 {
+        failures.push(json!(format!(
+            "{charged_without_run} jobs were charged an attempt whose handler never started"
+        )));
+    }
+    let mut extra = serde_json::Map::new();
+    extra.insert("stall_ms".into(), json!(stall_ms));
+    extra.insert("charged_without_run".into(), json!(charged_without_run));
+    extra.insert("take_backs_logged".into(), json!(taken_back));
+    extra.insert("failures".into(), json!(failures));
+    Ok((h, pushes, extra))
+}
+
+/// Handlers two to three leases long while Redis is at `maxmemory` (noeviction) for three
+/// leases: renewals and acks, also of `unique_for` jobs, go through, so no job runs twice and
+/// none is lost.
+pub(crate) async fn maxmemory_long(full: bool, seed: u64) -> anyhow::Result<Outcome> {
+    let mut w = worker(full);
+    (w.work_min_ms, w.work_max_ms, w.concurrency) = (w.lease_ms * 2, w.lease_ms * 3, 64);
+    let n: u64 = if full { 600 } else { 240 };
+    let args = [PLAIN, &["--maxmemory-policy", "noeviction"]].concat();
+    let mut h = Harness::start("maxmemory-long", &args, w, seed).await?;
+    h.spawn_workers(3).await?;
+    let jobs = (0..n).map(|i| {
+        h.client
+            .push_to(
+                crate::TOPIC,
+                &crate::Job {
+                    n: i,
+                    pad: String::new(),
+                },
+            )
+            .id(format!("u{i}"))
+            .unique_for(Duration::from_secs(3600))
+    });
+    let pushed = h.client.push_batch(jobs).await?;
+    let acked_at = now_us();
+    let pushes = Pushes {
+        planned: n as usize,
+        acked: pushed
+            .iter()
+            .map(|p| (p.id.to_string(), acked_at))
+            .collect(),
+        ..Pushes::default()
+    };
+    // Full once the first handlers run, for three leases.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while h.client.counts(crate::TOPIC).await?.running == 0 {
+        anyhow::ensure!(Instant::now() < deadline, "no job started within 30 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let full_ms = h.worker.lease_ms * 3;
+    let start = now_us();
+    h.redis_fault("CONFIG SET maxmemory", &["CONFIG", "SET", "maxmemory", "1"])
+        .await;
+    h.faults.pop();
+    let refused = h.client.push_to(crate::TOPIC, &0).id("while-full").await;
+    tokio::time::sleep(Duration::from_millis(full_ms)).await;
+    h.redis_fault("CONFIG SET maxmemory", &["CONFIG", "SET", "maxmemory", "0"])
+        .await;
+    h.faults.pop();
+    h.record(
+        &format!("maxmemory reached for {full_ms} ms"),
+        start,
+        now_us(),
+    );
+    let limit = drain_limit(&h).await;
+    h.drain(&pushes.acked, limit).await;
+    let mut conn = h.redis_conn().await?;
+    let reserved: u64 = redis::cmd("ZCARD")
+        .arg("dq:{chaos:0}:unique")
+        .query_async(&mut conn)
+        .await?;
+    let _ = h.ledger.refresh(&h.dir);
+    let mut runs: HashMap<&str, usize> = HashMap::new();
+    for r in &h.ledger.runs {
+        *runs.entry(r.id.as_str()).or_default() += 1;
+    }
+    let ran_twice = runs.values().filter(|&&k| k > 1).count();
+    let mut failures = Vec::new();
+    if ran_twice > 0 {
+        failures.push(json!(format!(
+            "{ran_twice} jobs ran twice while Redis was full"
+        )));
+    }
+    if reserved != n {
+        failures.push(json!(format!(
+            "{reserved} of {n} unique jobs keep their id reserved: acks did not go through"
+        )));
+    }
+    if refused.is_ok() {
+        failures.push(json!("a push went through while Redis was full"));
+    }
+    let mut extra = serde_json::Map::new();
+    extra.insert("full_ms".into(), json!(full_ms));
+    extra.insert("ran_twice".into(), json!(ran_twice));
+    extra.insert("unique_reserved".into(), json!(reserved));
+    extra.insert(
+        "push_while_full".into(),
+        json!(refused.map_or_else(|e| e.to_string(), |id| id.to_string())),
+    );
+    extra.insert("failures".into(), json!(failures));
+    Ok((h, pushes, extra))
+}
+
+/// Sends `sig` (`-STOP`, `-CONT`) to `pid`, a redis-server this harness started.
+fn signal(pid: u32, sig: &str) -> anyhow::Result<()> {
+    let status = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()?;
+    anyhow::ensure!(status.success(), "kill {sig} {pid} failed: {status}");
+    Ok(())
+}
+
+/// Lines of every worker's log that contain `needle`.
+fn log_count(h: &Harness, needle: &str) -> usize {
+    (0..h.worker_slots())
+        .map(|slot| {
+            std::fs::read_to_string(h.dir.join(format!("worker-{slot}.log")))
+                .unwrap_or_default()
+                .matches(needle)
+                .count()
+        })
+        .sum()
+}
+
+/// The longest acceptable wait, after the demoted Redis is a master again, for the next job to
+/// finish.
+const PROMOTED_RECOVERY_MS: f64 = 10_000.0;
+
+/// The Redis the workers use becomes, with their sockets open, the replica of a second Redis
+/// that holds the same data (a managed failover behind one address), then a master again
+/// (issue 30, finding 2). The workers must say READONLY for what it is, keep trying, and run
+/// jobs again within seconds of the promotion; nothing is lost. Runs repeated because a lease
+/// lapsed while Redis refused writes are counted (`duplicated`).
+pub(crate) async fn replica_demote(full: bool, seed: u64) -> anyhow::Result<Outcome> {
+    let w = worker(full);
+    let (n, at, demoted_ms) = if full {
+        (20_000, 10.0, 15_000)
+    } else {
+        (2_000, 2.0, 4_000)
+    };
+    let window = secs(at + demoted_ms as f64 / 1000.0 + 4.0);
+    let mut h = Harness::start("replica-demote", PLAIN, w, seed).await?;
+    let second = tokio::task::spawn_blocking(|| dq_testkit::RedisServer::start_with(PLAIN)).await?;
+    let second = std::sync::Arc::new(second);
+    h.spawn_workers(3).await?;
+    let t0 = Instant::now();
+    let producer = tokio::spawn(produce(h.client.clone(), plan(n, window), seed));
+    tokio::time::sleep_until((t0 + secs(at)).into()).await;
+    let start = now_us();
+    let (first, other) = (h.single(), second.clone());
+    tokio::task::spawn_blocking(move || demote(&first, &other)).await??;
+    tokio::time::sleep(Duration::from_millis(demoted_ms)).await;
+    let first = h.single();
+    let reply = tokio::task::spawn_blocking(move || {
+        first
+            .lock()
+            .map(|r| r.command(&["REPLICAOF", "NO", "ONE"]))
+            .unwrap_or_default()
+    })
+    .await?;
+    anyhow::ensure!(reply.starts_with("+OK"), "REPLICAOF NO ONE: {reply:?}");
+    h.record(
+        &format!("demoted to a replica for {demoted_ms} ms"),
+        start,
+        now_us(),
+    );
+    let pushes = producer.await?;
+    let limit = drain_limit(&h).await;
+    h.drain(&pushes.acked, limit).await;
+    // Said for what it is: a read-only replica, not an unreachable Redis.
+    let readonly = log_count(&h, "read-only replica");
+    let mut failures = Vec::new();
+    if readonly == 0 {
+        failures.push(json!(
+            "the workers never said Redis was a read-only replica"
+        ));
+    }
+    let mut extra = serde_json::Map::new();
+    extra.insert("demoted_ms".into(), json!(demoted_ms));
+    extra.insert("readonly_logged".into(), json!(readonly));
+    extra.insert("recovery_limit_ms".into(), json!(PROMOTED_RECOVERY_MS));
+    extra.insert("failures".into(), json!(failures));
+    drop(second);
+    Ok((h, pushes, extra))
+}
+
+/// Makes `second` a copy of `first`, then swaps their roles: `first`'s writes paused until
+/// `second` has every one of them, `second` promoted, `first` made its replica (its clients'
+/// sockets stay open, and their writes are now answered READONLY).
+fn demote(
+    first: &std::sync::Mutex<dq_testkit::RedisServer>,
+    second: &dq_testkit::RedisServer,
+) -> anyhow::Result<()> {
+    let first = first
+        .lock()
+        .map_err(|_| anyhow::anyhow!("redis lock poisoned"))?;
+    let (first_port, second_port) = (first.port().to_string(), second.port().to_string());
+    second.command(&["REPLICAOF", "127.0.0.1", &first_port]);
+    let field = |info: &str, name: &str| -> Option<u64> {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !second
+        .command(&["INFO", "replication"])
+        .contains("master_link_status:up")
+    {
+        anyhow::ensure!(Instant::now() < deadline, "the second Redis never synced");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    first.command(&["CLIENT", "PAUSE", "10000", "WRITE"]);
+    loop {
+        let sent = field(
+            &first.command(&["INFO", "replication"]),
+            "master_repl_offset:",
+        );
+        let got = field(
+            &second.command(&["INFO", "replication"]),
+            "slave_repl_offset:",
+        );
+        if sent.is_some() && got >= sent {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the second Redis never caught up"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    second.command(&["REPLICAOF", "NO", "ONE"]);
+    first.command(&["REPLICAOF", "127.0.0.1", &second_port]);
+    first.command(&["CLIENT", "UNPAUSE"]);
+    Ok(())
+}
