@@ -627,3 +627,43 @@ async fn every_process_of_a_namespace_hashes_with_the_shard_count_recorded_in_re
         "{text}"
     );
 }
+
+/// Review of the take-back (issue 29, finding 7): a fetch resent with the same nonce (a cluster
+/// client's retry after a dropped connection: the first copy ran, its reply was lost) takes back
+/// what the first copy leased; and the jobs of a lost fetch go back to the front of the ready
+/// list, no run counted, when the topic was paused before the next fetch (the consumer could
+/// not ask for them until the resume, and their lease would run out).
+#[tokio::test]
+async fn a_lost_fetchs_jobs_come_back_when_it_is_resent_or_the_topic_is_paused() {
+    use dq::store::Fetcher;
+    let redis = RedisServer::start();
+    let c = client(&redis).await;
+    let s = c.store().clone();
+    push_order(&c, 1, "a", Duration::ZERO).await;
+    let t = topic("order-cancel");
+    let me = "w:order-cancel:1";
+    let first = s
+        .fetch_for(0, &t, 10, LEASE, &Fetcher::new(me, 1, vec![]))
+        .await
+        .unwrap();
+    assert_eq!(first.jobs.len(), 1, "leased, and its reply lost");
+    let resent = s
+        .fetch_for(0, &t, 10, LEASE, &Fetcher::new(me, 1, vec![]))
+        .await
+        .unwrap();
+    assert_eq!((resent.jobs.len(), resent.taken_back), (1, 1));
+    assert_eq!(resent.jobs[0].envelope.attempt, 1);
+    // That reply is lost too, and the topic is paused before the next fetch.
+    c.pause("order-cancel").await.unwrap();
+    let paused = s
+        .fetch_for(0, &t, 10, LEASE, &Fetcher::new(me, 2, vec![1]))
+        .await
+        .unwrap();
+    assert!(paused.paused);
+    let counts = c.counts("order-cancel").await.unwrap();
+    assert_eq!((counts.ready, counts.running), (1, 0), "back in ready");
+    c.resume("order-cancel").await.unwrap();
+    let after = s.fetch(0, &t, 10, LEASE).await.unwrap();
+    assert_eq!(after.jobs.len(), 1);
+    assert_eq!(after.jobs[0].envelope.attempt, 1, "no run counted");
+}

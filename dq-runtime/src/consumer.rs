@@ -36,12 +36,21 @@ pub(crate) struct ConsumerLoop {
     pub(crate) consumer: String,
 }
 
-/// How many successful fetches go on asking for a lost fetch's jobs: Redis may run the lost
-/// request (still in its buffer on the old connection) after the first fetch on a new one.
-const LOOK_FOR_LOST: u8 = 3;
+/// Most lost fetches asked for at once (a fetch that failed is looked for until its jobs'
+/// leases would have run out anyway: two leases, and the time a request may sit in a
+/// socket buffer).
+const MAX_LOST: usize = 64;
 
-/// Most lost fetches asked for at once.
-const MAX_LOST: usize = 8;
+/// A consumer's name in the store: this process's worker id and topic, and 64 random bits, so
+/// that no two consumer loops share one (two runtimes in one process, containers that share a
+/// hostname and pid).
+pub(crate) fn consumer_name(worker: &str, topic: &Topic) -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write(worker.as_bytes());
+    h.write(topic.as_str().as_bytes());
+    format!("{worker}:{topic}:{:016x}", h.finish())
+}
 
 impl ConsumerLoop {
     pub(crate) async fn run(self) {
@@ -54,10 +63,11 @@ impl ConsumerLoop {
         // by its consumers on every shard, and a fetch from a stalled master holds what it took
         // until the client's reply limit (10 s) ends it.
         let mut failing = false;
-        // This loop's fetches by number, and those whose reply did not arrive, with how many
-        // more fetches look for their jobs.
+        // This loop's fetches by number, and those whose reply did not arrive, each looked for
+        // until its jobs' leases would have run out anyway.
         let mut nonce = 0u64;
-        let mut lost: Vec<(u64, u8)> = Vec::new();
+        let mut lost: Vec<(u64, std::time::Instant)> = Vec::new();
+        let look_for = lease * 2 + Duration::from_secs(20);
         loop {
             let first = tokio::select! {
                 _ = shared.stop.cancelled() => return,
@@ -77,6 +87,8 @@ impl ConsumerLoop {
             // the wait begins.
             resumed.borrow_and_update();
             nonce += 1;
+            let now = std::time::Instant::now();
+            lost.retain(|(_, until)| *until > now);
             let fetcher = dq_core::store::Fetcher::new(
                 self.consumer.as_str(),
                 nonce,
@@ -106,10 +118,6 @@ impl ConsumerLoop {
                 Ok(f) => {
                     health.ok();
                     failing = false;
-                    for (_, left) in &mut lost {
-                        *left = left.saturating_sub(1);
-                    }
-                    lost.retain(|(_, left)| *left > 0);
                     if f.taken_back > 0 {
                         tracing::info!(topic = %self.topic, shard = self.shard, jobs = f.taken_back, "took back jobs leased by a fetch whose reply was lost; they run now, no run counted");
                     }
@@ -119,7 +127,7 @@ impl ConsumerLoop {
                     drop(permits);
                     failing = true;
                     // Redis may have run it (and leased jobs to nobody): later fetches look.
-                    lost.push((nonce, LOOK_FOR_LOST));
+                    lost.push((nonce, now + look_for));
                     if lost.len() > MAX_LOST {
                         lost.remove(0);
                     }

@@ -391,7 +391,7 @@ impl RuntimeBuilder {
                         topic: topic.clone(),
                         shard,
                         permits: permits.clone(),
-                        consumer: format!("{}:{topic}", me.id),
+                        consumer: crate::consumer::consumer_name(&me.id, topic),
                     }
                     .run(),
                 ));

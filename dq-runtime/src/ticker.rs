@@ -27,9 +27,11 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 pub(crate) async fn ticker(shared: Arc<Shared>, mut declared: Declared) {
     let mut health = Health::new("schedule ticker".to_owned());
     loop {
+        // Each on its own: a shard that refuses the retries must not stop the schedules.
         let look = async {
-            declared.keep(&shared.client, shared.store.as_ref()).await?;
-            shared.client.fire_schedules(LOOKAHEAD).await
+            let kept = declared.keep(&shared.client, shared.store.as_ref()).await;
+            let fired = shared.client.fire_schedules(LOOKAHEAD).await;
+            kept.and(fired)
         };
         // After a failure, the backoff Health chose (it says so in the log).
         let wait = match look.await {

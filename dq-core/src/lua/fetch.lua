@@ -10,10 +10,10 @@
 -- ARGV[4] this fetch's nonce ('': not recorded)  ARGV[5] nonces of the consumer's earlier
 --   fetches whose reply did not arrive, comma-separated
 -- Returns {now_us, token, taken_back, id_1, envelope_1, ...}, or {'paused'} when the topic is
--- paused.
+-- paused (a lost fetch's jobs then go back to the front of the ready list).
 -- Taking back: a fetch whose reply was lost (a timeout, a dropped connection, Redis stalled
 -- with the request in its buffer) leased jobs that nobody runs. Each recorded fetch of a
--- consumer leaves `<nonce>:<token>:<deadline>` in its fetched:<consumer> key (the last four,
+-- consumer leaves `<nonce>:<token>:<deadline>` in its fetched:<consumer> key (the last eight,
 -- expiring after three leases); a later fetch of that consumer naming the nonce as lost finds
 -- those jobs (inflight at that deadline, still under that token) and leases them again to
 -- itself, first, with no run counted: their handlers never started.
@@ -23,27 +23,47 @@
 local jobs, inflight, ready, counts, leases, gen = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7]
 local topic, n, lease_us = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local nonce, record_key = ARGV[4], KEYS[9]
-if redis.call('SISMEMBER', KEYS[5], topic) == 1 then return {'paused'} end
--- The consumer's recorded fetches, and the jobs of those whose reply was lost.
+local paused = redis.call('SISMEMBER', KEYS[5], topic) == 1
+-- The consumer's recorded fetches, and the jobs of those whose reply was lost: those named in
+-- ARGV[5], and this very nonce (a cluster client resends a request after a dropped connection:
+-- the first copy ran, and its reply is what was lost).
 local kept, back = {}, {}
 if nonce ~= '' then
-  local lost = {}
+  local lost = {[nonce] = true}
   for l in string.gmatch(ARGV[5], '[^,]+') do lost[l] = true end
   for r in string.gmatch(redis.call('GET', record_key) or '', '[^|]+') do
     local rn, rt, rd = string.match(r, '^([^:]+):(%d+):(%d+)$')
     if rn and lost[rn] then
-      local found = redis.call('ZRANGEBYSCORE', inflight, rd, rd, 'LIMIT', 0, n)
+      local found = redis.call('ZRANGEBYSCORE', inflight, rd, rd, 'LIMIT', 0, n + 1)
+      local more = #found > n
       if #found > 0 then
         local tokens = redis.call('HMGET', leases, unpack(found))
         for i, m in ipairs(found) do
-          if tokens[i] == rt and #back < n then back[#back + 1] = m end
+          if tokens[i] == rt then
+            if #back < n then back[#back + 1] = m else more = true end
+          end
         end
       end
-      if #found == n then kept[#kept + 1] = r end -- maybe more: look again next time
+      if more then kept[#kept + 1] = r end -- more than this call takes: look again next time
     elseif rn then
       kept[#kept + 1] = r
     end
   end
+end
+if paused then
+  -- Nothing of the topic runs while it is paused: what a lost fetch leased goes back to the
+  -- front of the ready list, no run counted (as a release does), for the first fetch after
+  -- the resume.
+  if #back > 0 then
+    redis.call('LLEN', ready) -- touch before the first write
+    proceed_when_full(leases)
+    local ids = {}
+    for i, member in ipairs(back) do ids[i] = string.sub(member, #topic + 2) end
+    push_all('LPUSH', ready, entries_for(gen, ids))
+    bump(counts, topic, 'inflight', -#back)
+    end_leases(inflight, leases, back)
+  end
+  return {'paused'}
 end
 local ids, stale = {}, 0
 n = n - #back
@@ -125,7 +145,7 @@ if #held > 0 then
 end
 if nonce ~= '' then
   local record = nonce .. ':' .. token .. ':' .. deadline
-  for i = 1, math.min(#kept, 3) do record = record .. '|' .. kept[i] end
+  for i = 1, math.min(#kept, 7) do record = record .. '|' .. kept[i] end
   redis.call('SET', record_key, record, 'PX', math.floor(lease_us * 3 / 1000))
 end
 return out

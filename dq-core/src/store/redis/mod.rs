@@ -30,6 +30,10 @@ use crate::job::LeaseRef;
 use crate::name::{JobId, Topic};
 use crate::store::scripts::SCRIPTS;
 
+/// How long connecting waits for a Redis that is loading or not answering to tell the
+/// namespace's shard count.
+const SHARD_COUNT_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The smallest Redis ACL dq needs, as `ACL SETUSER <name> on ><password> <these rules>`: its own
 /// keys (`dq:*`) and pub/sub channels, the commands it sends, and the commands its scripts call.
 pub const ACL_RULES: &str = "resetkeys ~dq:* resetchannels &dq:* -@all \
@@ -83,16 +87,7 @@ impl RedisStore {
             wait: (config.wait_replicas, config.wait_timeout),
             known: Arc::default(),
         };
-        let count = match store.shard_count(config).await {
-            Ok(count) => count,
-            Err(e @ Error::Config { .. }) => return Err(e),
-            // Full, read-only, a cluster node named as one Redis: say it, and go on with the
-            // configured count (the next process to connect records it).
-            Err(e) => {
-                tracing::warn!(error = %e, shards = config.shards, "could not read or record the namespace's shard count in Redis; using this process's own");
-                config.shards
-            }
-        };
+        let count = store.shard_count(config).await?;
         store.shards = (0..count)
             .map(|s| ShardKeys::new(&config.namespace, s))
             .collect();
@@ -105,10 +100,42 @@ impl RedisStore {
     /// refused: it would push jobs to shards no worker looks at, or miss some.
     async fn shard_count(&self, config: &Config) -> Result<u16> {
         let meta = ShardKeys::new(&config.namespace, 0).meta();
-        let mut inv = SCRIPTS.shard_count.prepare_invoke();
-        inv.key(&meta).arg(config.shards);
         let op = "read the namespace's shard count";
-        let recorded: u64 = self.call(op, &inv).await?;
+        // Read first: a replica or a full Redis answers reads. A Redis still loading after a
+        // restart, or not answering yet, gets a few seconds: guessing would strand jobs.
+        let deadline = std::time::Instant::now() + SHARD_COUNT_WAIT;
+        let read = loop {
+            let mut cmd = redis::cmd("HGET");
+            cmd.arg(&meta).arg("shards");
+            let read: Result<Option<String>> = connection::on_owner_of(&self.conn, &meta, cmd)
+                .await
+                .map_err(Error::redis(op));
+            match read {
+                Err(e) if e.is_connection() && std::time::Instant::now() < deadline => {
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                }
+                other => break other,
+            }
+        };
+        let recorded = match read {
+            Ok(Some(text)) => text.parse::<u64>().unwrap_or(0),
+            // A cluster node named as one Redis: every call says so (ErrorKind::Moved).
+            Err(e) if e.kind() == crate::ErrorKind::Moved => return Ok(config.shards),
+            Err(e) => return Err(e),
+            Ok(None) => {
+                // Nothing recorded yet: this process's count becomes the namespace's (should
+                // another record first, the script keeps theirs and answers it).
+                let mut inv = SCRIPTS.shard_count.prepare_invoke();
+                inv.key(&meta).arg(config.shards);
+                match self.call::<u64>(op, &inv).await {
+                    Ok(n) => n,
+                    Err(e) => {
+                        tracing::warn!(error = %e, shards = config.shards, "could not record the namespace's shard count in Redis (full or read-only?); using this process's own, unrecorded");
+                        return Ok(config.shards);
+                    }
+                }
+            }
+        };
         let recorded = u16::try_from(recorded)
             .ok()
             .filter(|&n| n > 0)
@@ -134,7 +161,7 @@ impl RedisStore {
                 key: "DQ_SHARDS",
                 value: config.shards.to_string(),
                 reason: format!(
-                    "namespace {:?} spreads its jobs over {recorded} shards (recorded in Redis at {meta} by the first process that used it), and every process must hash with the same count or jobs are stranded: set DQ_SHARDS={recorded} (or leave it unset), or move to another count as OPERATIONS.md says",
+                    "namespace {:?} spreads its jobs over {recorded} shards (recorded in Redis at {meta} by the first process that used it), and every process must hash with the same count or jobs are stranded: set DQ_SHARDS={recorded} (or leave it unset), or move to another count as OPERATIONS.md says (if the namespace holds no job yet and the count was recorded by mistake, by a `dq` command run before the workers say, `HDEL {meta} shards` lets the next process record its own)",
                     config.namespace
                 ),
             })
