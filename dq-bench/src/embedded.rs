@@ -31,6 +31,7 @@ pub(crate) async fn run(n: usize) -> anyhow::Result<serde_json::Value> {
     let started = Instant::now();
     let tenth = (n / 10).max(1);
     let (mut pushed, mut rss_tenth) = (0, None);
+    let mut by_tenth = Vec::new();
     let rss_start = rss_mib()?;
     while pushed < n {
         let wave = WAVE.min(n - pushed);
@@ -40,8 +41,10 @@ pub(crate) async fn run(n: usize) -> anyhow::Result<serde_json::Value> {
         while done.load(Ordering::Relaxed) < pushed {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        if rss_tenth.is_none() && pushed >= tenth {
-            rss_tenth = Some(rss_mib()?);
+        if pushed >= tenth * (by_tenth.len() + 1) {
+            let rss = rss_mib()?;
+            rss_tenth.get_or_insert(rss);
+            by_tenth.push(rss);
         }
     }
     let rss_end = rss_mib()?;
@@ -55,6 +58,7 @@ pub(crate) async fn run(n: usize) -> anyhow::Result<serde_json::Value> {
         "rss_after_tenth_mib": rss_tenth,
         "rss_after_all_mib": rss_end,
         "growth_mib": rss_end - rss_tenth,
+        "rss_by_tenth_mib": by_tenth,
         "jobs_per_s": (n as f64 / elapsed).round(),
     }))
 }
