@@ -9,13 +9,24 @@ use dq_core::{Error, ErrorKind};
 pub(crate) struct Health {
     what: String,
     failures: u32,
+    /// The kind of failure last said in the log, and when: a loop whose calls fail and succeed
+    /// by turns the same way (a replica answers the calls that write nothing) says it again
+    /// after `SAY_AGAIN`, not at every first failure.
+    said: Option<(ErrorKind, std::time::Instant)>,
+    /// Whether this run of failures was said (so that its end is said too).
+    streak_said: bool,
 }
+
+/// How long a failure of the same kind, once said, goes to the debug log only.
+const SAY_AGAIN: Duration = Duration::from_secs(60);
 
 impl Health {
     pub(crate) fn new(what: impl Into<String>) -> Health {
         Health {
             what: what.into(),
             failures: 0,
+            said: None,
+            streak_said: false,
         }
     }
 
@@ -28,8 +39,14 @@ impl Health {
         let delay = Duration::from_millis(100)
             .saturating_mul(2u32.saturating_pow(self.failures.min(16) - 1))
             .min(Duration::from_secs(5));
-        if self.failures == 1 || self.failures.is_multiple_of(20) {
-            let (needs_someone, said) = advice(error.kind());
+        let kind = error.kind();
+        let said_lately = self
+            .said
+            .is_some_and(|(k, at)| k == kind && at.elapsed() < SAY_AGAIN);
+        if (self.failures == 1 && !said_lately) || self.failures.is_multiple_of(20) {
+            self.said = Some((kind, std::time::Instant::now()));
+            self.streak_said = true;
+            let (needs_someone, said) = advice(kind);
             if needs_someone {
                 tracing::error!(
                     task = %self.what, failures = self.failures, retry_in = ?delay, error = %error,
@@ -49,8 +66,13 @@ impl Health {
 
     pub(crate) fn ok(&mut self) {
         if self.failures > 0 {
-            tracing::info!(task = %self.what, failures = self.failures, "store reachable again; resuming");
+            if self.streak_said {
+                tracing::info!(task = %self.what, failures = self.failures, "store reachable again; resuming");
+            } else {
+                tracing::debug!(task = %self.what, failures = self.failures, "store call works again");
+            }
             self.failures = 0;
+            self.streak_said = false;
         }
     }
 }
@@ -73,6 +95,27 @@ fn advice(kind: ErrorKind) -> (bool, &'static str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failure_that_comes_back_between_successes_is_said_once_a_minute() {
+        let mut health = Health::new("consumer");
+        let readonly = Error::Timeout {
+            op: "fetch",
+            after: Duration::from_secs(1),
+        };
+        health.failed(&readonly);
+        assert!(health.streak_said, "the first failure is said");
+        for _ in 0..10 {
+            health.ok();
+            health.failed(&readonly);
+            assert!(!health.streak_said, "said again within a minute");
+        }
+        let a_minute_ago = std::time::Instant::now().checked_sub(SAY_AGAIN).unwrap();
+        health.said = Some((readonly.kind(), a_minute_ago));
+        health.ok();
+        health.failed(&readonly);
+        assert!(health.streak_said, "said again after a minute");
+    }
 
     #[test]
     fn only_an_unreachable_redis_is_told_to_be_checked_for_reachability() {
