@@ -39,6 +39,19 @@ async fn within<F: std::future::Future<Output = bool>>(
     }
 }
 
+/// Waits until `client` lists the listener's schedule.
+async fn declared(client: &dq::Client, what: &str) {
+    within(Duration::from_secs(5), what, || async {
+        client
+            .schedules()
+            .await
+            .unwrap()
+            .iter()
+            .any(|s| s.id == "beat")
+    })
+    .await;
+}
+
 fn attempt_limit(redis: &RedisServer) -> String {
     redis
         .command(&["HGET", "dq:{redeclare:0}:attempts", "beat"])
@@ -73,19 +86,7 @@ async fn a_redis_that_comes_back_empty_gets_the_listeners_schedules_and_retries_
     redis.command(&["FLUSHALL"]);
     let lost_at = Instant::now();
     let client = a.client().clone();
-    within(
-        Duration::from_secs(5),
-        "the schedule is declared again",
-        || async {
-            client
-                .schedules()
-                .await
-                .unwrap()
-                .iter()
-                .any(|s| s.id == "beat")
-        },
-    )
-    .await;
+    declared(&client, "the schedule is declared again").await;
     let after = BEATS.load(Ordering::SeqCst);
     within(Duration::from_secs(4), "it ticks again", || async {
         BEATS.load(Ordering::SeqCst) > after
@@ -119,18 +120,6 @@ async fn a_runtime_starts_on_a_full_redis_and_declares_its_schedule_when_it_can(
         "Redis refused it"
     );
     redis.command(&["CONFIG", "SET", "maxmemory", "0"]);
-    within(
-        Duration::from_secs(5),
-        "the schedule is declared",
-        || async {
-            client
-                .schedules()
-                .await
-                .unwrap()
-                .iter()
-                .any(|s| s.id == "beat")
-        },
-    )
-    .await;
+    declared(&client, "the schedule is declared").await;
     rt.shutdown().await.unwrap();
 }

@@ -7,10 +7,8 @@
 
 mod support;
 
-use std::time::Duration;
-
 use dq::ErrorKind;
-use support::{client, RedisCluster, RedisServer, TestClient};
+use support::{client, replica_of, RedisCluster, RedisServer, TestClient};
 
 /// Creates the user `dqapp` (password `s3cret`) with dq's ACL rules but `without` these, and
 /// returns the URL that logs in as it.
@@ -96,32 +94,6 @@ async fn a_full_redis_says_it_is_full_and_what_to_do() {
         2,
         "the refused push wrote nothing"
     );
-}
-
-/// A replica of `master`, caught up.
-fn replica_of(master: &RedisServer) -> RedisServer {
-    let port = master.port().to_string();
-    let replica = RedisServer::start_with(&[
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--replicaof",
-        "127.0.0.1",
-        &port,
-    ]);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !replica
-        .command(&["INFO", "replication"])
-        .contains("master_link_status:up")
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the replica never synced"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    replica
 }
 
 #[tokio::test]

@@ -208,23 +208,7 @@ async fn the_documented_acl_user_is_refused_no_documented_operation() {
     use dq::admin::Cursor;
     use dq::JobState;
     let redis = RedisServer::start();
-    let replica = RedisServer::start_with(&[
-        "--save",
-        "",
-        "--replicaof",
-        "127.0.0.1",
-        &redis.port().to_string(),
-    ]);
-    support::wait_until(
-        Duration::from_secs(10),
-        || {
-            replica
-                .command(&["INFO", "replication"])
-                .contains("master_link_status:up")
-        },
-        || "the replica never synced",
-    )
-    .await;
+    let _replica = support::replica_of(&redis);
     let url = acl_user(&redis);
     let config = dq::Config::builder()
         .redis_url(url)

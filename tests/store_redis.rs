@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use dq::admin::Cursor;
 use dq::Error;
-use support::{client, client_with, push_order, topic, OrderCancel, RedisServer, LEASE};
+use support::{
+    client, client_with, push_order, replica_of, topic, OrderCancel, RedisServer, LEASE,
+};
 
 #[tokio::test]
 async fn push_announces_a_new_earliest_due_time_on_the_wake_channel() {
@@ -259,32 +261,6 @@ async fn a_full_redis_refuses_pushes_loudly_and_keeps_what_it_acknowledged() {
         acknowledged,
         "every acknowledged push kept, nothing half-written"
     );
-}
-
-/// A replica of `master`, caught up.
-fn replica_of(master: &RedisServer) -> RedisServer {
-    let port = master.port().to_string();
-    let replica = RedisServer::start_with(&[
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--replicaof",
-        "127.0.0.1",
-        &port,
-    ]);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !replica
-        .command(&["INFO", "replication"])
-        .contains("master_link_status:up")
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the replica never synced"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    replica
 }
 
 #[tokio::test]

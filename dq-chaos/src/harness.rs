@@ -286,6 +286,32 @@ impl Harness {
         });
     }
 
+    /// Pushes `n` jobs of the scenario's topic in one batch, job `i` shaped by `shape` (its
+    /// id, due time, options); what was acknowledged, as `produce` reports it.
+    pub(crate) async fn push_batch(
+        &self,
+        n: u64,
+        shape: impl Fn(dq::push::PushBuilder, u64) -> dq::push::PushBuilder,
+    ) -> anyhow::Result<Pushes> {
+        let jobs = (0..n).map(|i| {
+            let job = crate::Job {
+                n: i,
+                pad: String::new(),
+            };
+            shape(self.client.push_to(crate::TOPIC, &job), i)
+        });
+        let pushed = self.client.push_batch(jobs).await?;
+        let acked_at = now_us();
+        Ok(Pushes {
+            planned: usize::try_from(n)?,
+            acked: pushed
+                .iter()
+                .map(|p| (p.id.to_string(), acked_at))
+                .collect(),
+            ..Pushes::default()
+        })
+    }
+
     /// SIGKILL of redis-server; it stays down for `down`, then starts again on the same port
     /// and directory (its AOF is loaded).
     pub(crate) async fn kill_redis(&mut self, down: Duration) -> u64 {

@@ -449,28 +449,9 @@ async fn same_ms(_full: bool, seed: u64) -> anyhow::Result<Outcome> {
     let mut h = Harness::start("same-ms", SLOWLOG, w, seed).await?;
     h.spawn_workers(2).await?;
     let due = std::time::SystemTime::now() + Duration::from_secs(3);
-    let jobs = (0..n).map(|i| {
-        h.client
-            .push_to(
-                crate::TOPIC,
-                &crate::Job {
-                    n: i,
-                    pad: String::new(),
-                },
-            )
-            .id(format!("j{i}"))
-            .at(due)
-    });
-    let pushed = h.client.push_batch(jobs).await?;
-    let acked_at = now_us();
-    let pushes = Pushes {
-        planned: n as usize,
-        acked: pushed
-            .iter()
-            .map(|p| (p.id.to_string(), acked_at))
-            .collect(),
-        ..Pushes::default()
-    };
+    let pushes = h
+        .push_batch(n, |job, i| job.id(format!("j{i}")).at(due))
+        .await?;
     h.drain(&pushes.acked, Duration::from_secs(120)).await;
     let mut extra = serde_json::Map::new();
     extra.insert("script_us".into(), h.script_latency().await?);
@@ -491,27 +472,7 @@ async fn inflight_kill(_full: bool, seed: u64) -> anyhow::Result<Outcome> {
         ..w
     };
     let slot = h.spawn_extra(&holder)?;
-    let jobs = (0..n).map(|i| {
-        h.client
-            .push_to(
-                crate::TOPIC,
-                &crate::Job {
-                    n: i,
-                    pad: String::new(),
-                },
-            )
-            .id(format!("j{i}"))
-    });
-    let pushed = h.client.push_batch(jobs).await?;
-    let acked_at = now_us();
-    let pushes = Pushes {
-        planned: n as usize,
-        acked: pushed
-            .iter()
-            .map(|p| (p.id.to_string(), acked_at))
-            .collect(),
-        ..Pushes::default()
-    };
+    let pushes = h.push_batch(n, |job, i| job.id(format!("j{i}"))).await?;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let running = h.client.counts(crate::TOPIC).await?.running;

@@ -17,6 +17,12 @@ pub const JOBS_RETRIED: &str = "dq_jobs_retried_total";
 pub const JOBS_POSTPONED: &str = "dq_jobs_postponed_total";
 /// Counter, label `topic`: jobs moved to the dead letters.
 pub const JOBS_DEAD_LETTERED: &str = "dq_jobs_dead_lettered_total";
+/// Counter, label `topic`: jobs of a fetch whose reply was lost, taken back by a later fetch of
+/// the same consumer (no run counted).
+pub const JOBS_TAKEN_BACK: &str = "dq_jobs_taken_back_total";
+/// Counter, label `topic`: runs whose lease was found lost while the handler ran (the job may
+/// run elsewhere too; its outcome will be refused).
+pub const LEASES_LOST: &str = "dq_leases_lost_total";
 /// Histogram, label `topic`: start of a run minus the job's due time, in seconds.
 pub const JOB_LATENESS: &str = "dq_job_lateness_seconds";
 /// Histogram, label `topic`: how long handlers ran, in seconds.

@@ -119,6 +119,8 @@ impl ConsumerLoop {
                     health.ok();
                     failing = false;
                     if f.taken_back > 0 {
+                        let topic = self.topic.as_str();
+                        crate::metrics::count_n(metric::JOBS_TAKEN_BACK, topic, f.taken_back);
                         tracing::info!(topic = %self.topic, shard = self.shard, jobs = f.taken_back, "took back jobs leased by a fetch whose reply was lost; they run now, no run counted");
                     }
                     f

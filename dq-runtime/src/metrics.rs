@@ -11,6 +11,8 @@
 //! | `dq_jobs_retried_total` | counter | topic | failed jobs scheduled to run again |
 //! | `dq_jobs_postponed_total` | counter | topic | jobs whose handler asked to run again later (`Outcome::RetryAfter`; no attempt spent) |
 //! | `dq_jobs_dead_lettered_total` | counter | topic | jobs moved to the dead letters (poison included) |
+//! | `dq_jobs_taken_back_total` | counter | topic | jobs of a fetch whose reply was lost, taken back by the consumer's next fetch (no run counted) |
+//! | `dq_leases_lost_total` | counter | topic | runs whose lease was found lost while the handler ran (the job may run elsewhere too) |
 //! | `dq_job_lateness_seconds` | histogram | topic | start of a run minus the job's due time |
 //! | `dq_job_duration_seconds` | histogram | topic | how long handlers ran |
 //! | `dq_queue_jobs` | gauge | topic, state | jobs delayed, ready, running, dead (every 5 s) |
@@ -41,7 +43,12 @@ pub(crate) fn finished(topic: &str, took: Duration) {
 }
 
 pub(crate) fn count(name: &'static str, topic: &str) {
-    metrics::counter!(name, "topic" => topic.to_owned()).increment(1);
+    count_n(name, topic, 1);
+}
+
+pub(crate) fn count_n(name: &'static str, topic: &str, n: usize) {
+    let n = u64::try_from(n).unwrap_or(u64::MAX);
+    metrics::counter!(name, "topic" => topic.to_owned()).increment(n);
 }
 
 /// Publishes the depth of each topic's queue every 5 s until shutdown.

@@ -172,6 +172,7 @@ pub(crate) async fn heartbeat(
                     // the acker).
                     // Said once per job: it is renewed no more, and its handler is told.
                     for l in lost.iter().filter(|l| shared.lease_lost(l)) {
+                        crate::metrics::count(dq_core::metric::LEASES_LOST, l.topic.as_str());
                         tracing::warn!(topic = %l.topic, id = %l.id, "lease lost while the job runs (it expired before a renewal got through, or Redis lost it in a restart or failover): another worker may run it too, and this run's outcome will be refused; the handler sees it in JobContext::lease_lost");
                     }
                 }

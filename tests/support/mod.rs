@@ -128,3 +128,29 @@ pub async fn lease_one(store: &Arc<dyn Store>, topic_name: &str) -> dq::store::L
     assert!(!fetched.jobs.is_empty(), "no ready job of {topic_name}");
     fetched.jobs.remove(0)
 }
+
+/// A replica of `master` (no persistence), caught up.
+pub fn replica_of(master: &RedisServer) -> RedisServer {
+    let port = master.port().to_string();
+    let replica = RedisServer::start_with(&[
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--replicaof",
+        "127.0.0.1",
+        &port,
+    ]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !replica
+        .command(&["INFO", "replication"])
+        .contains("master_link_status:up")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replica never synced"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    replica
+}

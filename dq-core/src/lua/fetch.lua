@@ -55,16 +55,19 @@ if paused then
   -- front of the ready list, no run counted (as a release does), for the first fetch after
   -- the resume.
   if #back > 0 then
-    redis.call('LLEN', ready) -- touch before the first write
-    proceed_when_full(leases)
     local ids = {}
     for i, member in ipairs(back) do ids[i] = string.sub(member, #topic + 2) end
-    push_all('LPUSH', ready, entries_for(gen, ids))
+    local entries = entries_for(gen, ids)
+    redis.call('LLEN', ready) -- every key read before the first write
+    proceed_when_full(leases)
+    push_all('LPUSH', ready, entries)
     bump(counts, topic, 'inflight', -#back)
     end_leases(inflight, leases, back)
   end
   return {'paused'}
 end
+-- The envelopes of the jobs taken back, read before anything is written.
+local back_raws = #back > 0 and redis.call('HMGET', jobs, unpack(back)) or {}
 local ids, stale = {}, 0
 n = n - #back
 for _ = 1, n > 0 and 10 or 0 do
@@ -105,24 +108,22 @@ local now = now_us()
 -- master's clock is not behind the old one's by more than the failover took.
 local token = fmt(math.max(tonumber(redis.call('HGET', leases, ':next') or '0') + 1, now))
 redis.call('HSET', leases, ':next', token)
-local out = {fmt(now), token, #back}
+local out = {fmt(now), token, 0}
 local deadline = fmt(now + lease_us)
 local held, deadlines = {}, {}
-if #back > 0 then
-  -- Taken back from a lost fetch: leased again to this one, first in line; no run counted.
-  local raws = redis.call('HMGET', jobs, unpack(back))
-  for i, member in ipairs(back) do
-    if raws[i] then
-      held[#held + 1] = member
-      held[#held + 1] = token
-      deadlines[#deadlines + 1] = deadline
-      deadlines[#deadlines + 1] = member
-      out[#out + 1] = string.sub(member, #topic + 2)
-      out[#out + 1] = raws[i]
-    end
+-- Taken back from a lost fetch: leased again to this one, first in line; no run counted.
+for i, member in ipairs(back) do
+  if back_raws[i] then
+    held[#held + 1] = member
+    held[#held + 1] = token
+    deadlines[#deadlines + 1] = deadline
+    deadlines[#deadlines + 1] = member
+    out[#out + 1] = string.sub(member, #topic + 2)
+    out[#out + 1] = back_raws[i]
   end
 end
-local fresh = #held / 2
+local taken = #held / 2
+out[3] = taken
 local members = {}
 for i, id in ipairs(ids) do members[i] = topic .. ':' .. id end
 local raws = #members > 0 and redis.call('HMGET', jobs, unpack(members)) or {}
@@ -141,7 +142,7 @@ end
 if #held > 0 then
   redis.call('HSET', leases, unpack(held))
   redis.call('ZADD', inflight, unpack(deadlines))
-  bump(counts, topic, 'inflight', #held / 2 - fresh) -- the taken back ones were counted
+  bump(counts, topic, 'inflight', #held / 2 - taken) -- the taken back ones were counted
 end
 if nonce ~= '' then
   local record = nonce .. ':' .. token .. ':' .. deadline

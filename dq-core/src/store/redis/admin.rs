@@ -1,7 +1,6 @@
 //! What operators look at and do (counts, listings, pauses, dead letters), and the registry of
 //! live workers.
 
-use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 use async_trait::async_trait;
@@ -16,7 +15,6 @@ use crate::job::{
     from_us, to_us, Cursor, JobState, Page, Throughput, TopicCounts, TopicStats, WorkerInfo,
 };
 use crate::name::{JobId, Topic};
-use crate::store::keys::shard_of;
 use crate::store::policy::{batch_limit, WORKER_EXPIRY_MS};
 use crate::store::scripts::SCRIPTS;
 use crate::store::{Admin, DeadLetters, Registry, Sharded};
@@ -200,15 +198,9 @@ impl Admin for RedisStore {
     async fn requeue_dead(&self, topic: &Topic, which: DeadLetters<'_>, max: u32) -> Result<usize> {
         // At most `limit` (<= 1,000) jobs per call, so each shard takes one script call.
         let (ids, limit, died_before_us) = which.parts();
-        let mut by_shard: BTreeMap<u16, Vec<&JobId>> = BTreeMap::new();
+        let mut by_shard = self.ids_by_shard(topic, ids.iter().take(limit));
         if let DeadLetters::DiedBy { .. } = which {
             by_shard.extend((0..self.shards()).map(|s| (s, Vec::new())));
-        }
-        for id in ids.iter().take(limit) {
-            by_shard
-                .entry(shard_of(topic, id, self.shards()))
-                .or_default()
-                .push(id);
         }
         let mut total = 0;
         for (shard, shard_ids) in by_shard {
@@ -250,13 +242,7 @@ impl Admin for RedisStore {
 
     async fn delete_dead(&self, topic: &Topic, ids: &[JobId]) -> Result<usize> {
         // At most a batch (<= 1,000) per call, so each shard takes one script call.
-        let mut by_shard: BTreeMap<u16, Vec<&JobId>> = BTreeMap::new();
-        for id in ids.iter().take(batch_limit(ids.len())) {
-            by_shard
-                .entry(shard_of(topic, id, self.shards()))
-                .or_default()
-                .push(id);
-        }
+        let by_shard = self.ids_by_shard(topic, ids.iter().take(batch_limit(ids.len())));
         let mut total = 0;
         for (shard, shard_ids) in by_shard {
             let k = self.keys(shard);

@@ -255,7 +255,7 @@ impl RedisStore {
         out
     }
 
-    /// Groups leases by shard and runs `script` on chunks of them.
+    /// Groups leases by the shard each lives in.
     pub(super) fn by_shard<'a>(&self, leases: &'a [LeaseRef]) -> BTreeMap<u16, Vec<&'a LeaseRef>> {
         let mut groups: BTreeMap<u16, Vec<&LeaseRef>> = BTreeMap::new();
         for l in leases {
@@ -263,6 +263,22 @@ impl RedisStore {
                 .entry(shard_of(&l.topic, &l.id, self.shards()))
                 .or_default()
                 .push(l);
+        }
+        groups
+    }
+
+    /// Groups `ids` of `topic` by the shard each lives in.
+    pub(super) fn ids_by_shard<'a>(
+        &self,
+        topic: &Topic,
+        ids: impl Iterator<Item = &'a JobId>,
+    ) -> BTreeMap<u16, Vec<&'a JobId>> {
+        let mut groups: BTreeMap<u16, Vec<&JobId>> = BTreeMap::new();
+        for id in ids {
+            groups
+                .entry(shard_of(topic, id, self.shards()))
+                .or_default()
+                .push(id);
         }
         groups
     }
