@@ -42,7 +42,18 @@ pub use dq_runtime::{
     Backoff, FromJob, JobContext, Listener, Outcome, Runtime, RuntimeBuilder, State,
 };
 
-pub use dq_core::{metric, store};
+pub use dq_core::metric;
+
+/// The store below the client: its role traits and records, the Redis store ([`RedisStore`],
+/// what [`Client::connect`] opens) and the in-memory one, for tools that work below the
+/// client.
+pub mod store {
+    pub use dq_core::store::*;
+    pub use dq_redis::{RedisStore, ACL_RULES};
+
+    #[doc(hidden)]
+    pub use dq_redis::internals::{script_hashes, ShardKeys};
+}
 
 /// Periodic jobs: [`Client::schedule`] declares one (cron in a time zone, or an interval), and
 /// each tick is one job, however many processes run. See README's "Periodic jobs".

@@ -938,7 +938,7 @@ pub(crate) fn summary(xs: &mut [f64]) -> Value {
 pub(crate) fn kind_of(e: &dq::Error) -> &'static str {
     fn code(e: &dq::Error) -> Option<&str> {
         match e {
-            dq::Error::Redis { source, .. } => source.code(),
+            dq::Error::Redis { source, .. } => redis_error(source.as_ref())?.code(),
             dq::Error::Batch(inner) => code(inner),
             _ => None,
         }
@@ -959,10 +959,19 @@ pub(crate) fn kind_of(e: &dq::Error) -> &'static str {
 fn is_timeout(e: &dq::Error) -> bool {
     match e {
         dq::Error::Timeout { .. } => true,
-        dq::Error::Redis { source, .. } => source.is_timeout(),
+        dq::Error::Redis { source, .. } => {
+            redis_error(source.as_ref()).is_some_and(|r| r.is_timeout())
+        }
         dq::Error::Batch(inner) => is_timeout(inner),
         _ => false,
     }
+}
+
+/// The redis-rs error behind a [`dq::Error::Redis`].
+fn redis_error<'a>(
+    source: &'a (dyn std::error::Error + Send + Sync + 'static),
+) -> Option<&'a redis::RedisError> {
+    source.downcast_ref::<redis::RedisError>()
 }
 
 fn kind_of_text(text: &str) -> &'static str {

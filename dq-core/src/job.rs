@@ -14,9 +14,9 @@ pub const DEFAULT_RETRIES: u32 = 2;
 /// ([`Error::InvalidPush`](crate::Error::InvalidPush)) rather than stored.
 pub const MAX_RETRIES: u32 = 1000;
 
-/// When a job becomes due.
+/// When a job becomes due: a time relative to the store's clock, or an instant. These two are
+/// all there is (the enum is exhaustive, so stores can match on it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum Schedule {
     /// This long after the store receives the push, by the store's clock (Redis `TIME`), so a
     /// producer with a skewed clock cannot make a job early or late.
@@ -174,7 +174,9 @@ pub struct JobInfo {
 }
 
 impl JobInfo {
-    pub(crate) fn from_envelope(
+    /// The record of a job a store read: its state, its envelope, and the score of its state
+    /// (when it is due, or when it died or its lease ends; us).
+    pub fn from_envelope(
         topic: Topic,
         id: JobId,
         state: JobState,
@@ -211,7 +213,7 @@ pub struct LeasedJob {
 pub const MAX_DELAY: Duration = Duration::from_secs(200 * 365 * 86_400);
 
 /// Refuses a retry delay over [`MAX_DELAY`] (both stores call it before writing anything).
-pub(crate) fn check_retry_delay(lease: &LeaseRef, delay: Duration) -> crate::Result<()> {
+pub fn check_retry_delay(lease: &LeaseRef, delay: Duration) -> crate::Result<()> {
     if delay > MAX_DELAY {
         return Err(crate::Error::InvalidSchedule {
             topic: lease.topic.to_string(),
@@ -437,7 +439,7 @@ pub struct TopicCounts {
 
 impl TopicCounts {
     /// Adds another shard's counts.
-    pub(crate) fn add(&mut self, other: &TopicCounts) {
+    pub fn add(&mut self, other: &TopicCounts) {
         self.delayed += other.delayed;
         self.ready += other.ready;
         self.running += other.running;

@@ -1,5 +1,6 @@
-//! dq's core: the data model (topics, job ids, messages, envelopes, configuration, errors) and
-//! the job stores. Application code uses it through the `dq` crate.
+//! dq's core: the data model (topics, job ids, messages, envelopes, configuration, errors),
+//! the client, the store's role traits and the in-memory store. The Redis store is the crate
+//! `dq-redis`. Application code uses both through the `dq` crate.
 
 mod client;
 mod config;
@@ -27,6 +28,4 @@ pub use job::{
 };
 pub use message::Message;
 pub use name::{JobId, Topic, MAX_JOB_ID_LEN, MAX_TOPIC_LEN};
-pub use store::{
-    Event, MemoryStore, ReadyWaiter, RedisStore, Store, Wake, WakeListener, MAX_BATCH,
-};
+pub use store::{Event, MemoryStore, ReadyWaiter, Store, Wake, WakeListener, MAX_BATCH};

@@ -7,7 +7,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dq_core::{Client, Config, Error, ErrorKind, MemoryStore, RedisStore, Result, Store, Topic};
+use dq_core::{Client, Config, Error, ErrorKind, MemoryStore, Result, Store, Topic};
+use dq_redis::RedisStore;
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;

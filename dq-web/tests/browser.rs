@@ -10,8 +10,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dq_core::store::{Leases, RedisStore, Registry};
+use dq_core::store::{Leases, Registry};
 use dq_core::{Client, Config, JobState, Topic};
+use dq_redis::RedisStore;
 use dq_testkit::RedisServer;
 use dq_web::{Access, Options};
 use fantoccini::{ClientBuilder, Locator};

@@ -820,7 +820,7 @@ async fn a_schedule_can_be_removed_from_its_page() {
 async fn the_dashboard_works_as_the_documented_acl_user() {
     let redis = RedisServer::start();
     let mut args = vec!["ACL", "SETUSER", "dqweb", "on", ">s3cret"];
-    args.extend(dq_core::store::ACL_RULES.split_whitespace());
+    args.extend(dq_redis::ACL_RULES.split_whitespace());
     assert_eq!(redis.command(&args).trim(), "+OK");
     let url = format!("redis://dqweb:s3cret@127.0.0.1:{}/", redis.port());
     let client = Client::connect(Config::builder().redis_url(url).build().unwrap())

@@ -17,7 +17,7 @@ use crate::job::{
 };
 use crate::message::Message;
 use crate::name::{JobId, Topic};
-use crate::store::{DeadLetters, RedisStore, Store};
+use crate::store::{DeadLetters, Store};
 
 use self::push::Coalescer;
 pub use self::push::{PushBuilder, Pushed};
@@ -63,8 +63,8 @@ impl Client {
     /// A client on an existing store. The client does not hand its store back out: a tool that
     /// works below the client (on leases, say) keeps its own `Arc` of the store.
     ///
-    /// `config` is taken as it is: the store was built from a checked one (`RedisStore::connect`
-    /// checks its config), and of the rest the client reads only `max_payload_bytes`. A
+    /// `config` is taken as it is: the store was built from a checked one (the Redis store
+    /// checks its config when it connects), and of the rest the client reads only `max_payload_bytes`. A
     /// config from [`Config::builder`] or serde is checked already.
     pub fn new(store: Arc<dyn Store>, config: Config) -> Client {
         Client {
@@ -75,10 +75,11 @@ impl Client {
         }
     }
 
-    /// Connects to the Redis named by `config.redis_url`.
+    /// Connects to the Redis named by `config.redis_url` (or the cluster of
+    /// `config.redis_cluster`), through the store the `dq` crate links ([`store::open`](crate::store::open)).
     pub async fn connect(config: Config) -> Result<Client> {
-        let store = RedisStore::connect(&config).await?;
-        Ok(Client::new(Arc::new(store), config))
+        let store = crate::store::open(&config).await?;
+        Ok(Client::new(store, config))
     }
 
     /// The store's clock: Redis' `TIME` (on a cluster, that of the master holding shard 0),

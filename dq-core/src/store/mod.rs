@@ -1,30 +1,26 @@
 //! The job store: every state change of a job, behind six role traits ([`Sharded`],
 //! [`Producer`], [`Leases`], [`Admin`], [`Registry`], [`Schedules`]; [`Store`] is all of them) with two
-//! implementations, Redis ([`RedisStore`]) and in-process memory (the embedded default).
+//! implementations, Redis (`RedisStore`, in the crate `dq-redis`; `dq::store::RedisStore`) and
+//! in-process memory ([`MemoryStore`], the embedded default).
 //!
 //! A job lives in one shard, chosen by a stable hash of its topic and id ([`shard_of`]), and
 //! every operation on it is one atomic step in that shard, so any number of processes may
 //! push, move and run jobs at once.
 
-mod connection;
-mod hub;
-mod keys;
+mod backend;
 mod memory;
-pub(crate) mod policy;
-mod redis;
-mod scripts;
-mod subscription;
-mod url;
+pub mod policy;
+mod shard;
 
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 
-pub use self::keys::{shard_of, ShardKeys};
+pub use self::backend::{open, Backend, Opening};
 pub use self::memory::{Event, MemoryStore};
-pub use self::redis::{RedisStore, ACL_RULES};
-pub use self::scripts::script_hashes;
+pub use self::shard::shard_of;
 pub use crate::envelope::{Envelope, ENVELOPE_VERSION};
+pub use crate::job::check_retry_delay;
 pub use crate::job::{
     from_us, to_us, Acked, Fetched, LeaseRef, LeasedJob, NewJob, Promoted, Reclaimed,
 };
@@ -292,7 +288,7 @@ pub enum DeadLetters<'a> {
 
 impl DeadLetters<'_> {
     /// The ids asked for (none for `DiedBy`), at most this many jobs, and the cutoff.
-    pub(crate) fn parts(&self) -> (&[JobId], usize, u64) {
+    pub fn parts(&self) -> (&[JobId], usize, u64) {
         match *self {
             DeadLetters::Ids(ids) => (ids, policy::batch_limit(ids.len()), u64::MAX),
             DeadLetters::DiedBy { before_us, limit } => {
@@ -397,7 +393,7 @@ pub trait Schedules: Sharded {
 }
 
 /// Every role of a store: what the runtime and the client hold (`Arc<dyn Store>`), and what
-/// [`RedisStore`] and [`MemoryStore`] are. Implement the six role traits; this one follows.
+/// `RedisStore` and [`MemoryStore`] are. Implement the six role traits; this one follows.
 pub trait Store: Producer + Leases + Admin + Registry + Schedules {}
 
 impl<T: Producer + Leases + Admin + Registry + Schedules> Store for T {}

@@ -1,8 +1,8 @@
-//! The Redis store: the key layout of [`keys`](super::keys), one Lua script per operation.
+//! The Redis store: the key layout of [`keys`](crate::keys), one Lua script per operation.
 //!
-//! One module per role of the store ([`Producer`](super::Producer) in `produce`,
-//! [`Leases`](super::Leases) in `lease`, [`Admin`](super::Admin) and
-//! [`Registry`](super::Registry) in `admin`, [`Schedules`](super::Schedules) in `schedules`),
+//! One module per role of the store ([`Producer`](dq_core::store::Producer) in `produce`,
+//! [`Leases`](dq_core::store::Leases) in `lease`, [`Admin`](dq_core::store::Admin) and
+//! [`Registry`](dq_core::store::Registry) in `admin`, [`Schedules`](dq_core::store::Schedules) in `schedules`),
 //! the blocking waiters in `waiters`, and the
 //! reading of script replies in `reply`.
 
@@ -20,15 +20,16 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis::Value;
 
-use super::connection::{self, Conn, Server};
-use super::hub::ReadyHub;
-use super::keys::{shard_of, ShardKeys};
-use super::Sharded;
-use crate::config::Config;
-use crate::error::{Error, Result};
-use crate::job::LeaseRef;
-use crate::name::{JobId, Topic};
-use crate::store::scripts::SCRIPTS;
+use crate::connection::{self, Conn, Server};
+use crate::hub::ReadyHub;
+use crate::keys::ShardKeys;
+use crate::scripts::SCRIPTS;
+use dq_core::store::shard_of;
+use dq_core::store::Sharded;
+use dq_core::Config;
+use dq_core::LeaseRef;
+use dq_core::{Error, Result};
+use dq_core::{JobId, Topic};
 
 /// How long connecting waits for a Redis that is loading or not answering to tell the
 /// namespace's shard count.
@@ -109,7 +110,7 @@ impl RedisStore {
             cmd.arg(&meta).arg("shards");
             let read: Result<Option<String>> = connection::on_owner_of(&self.conn, &meta, cmd)
                 .await
-                .map_err(Error::redis(op));
+                .map_err(crate::error::redis(op));
             match read {
                 Err(e) if e.is_connection() && std::time::Instant::now() < deadline => {
                     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
@@ -120,7 +121,7 @@ impl RedisStore {
         let recorded = match read {
             Ok(Some(text)) => text.parse::<u64>().unwrap_or(0),
             // A cluster node named as one Redis: every call says so (ErrorKind::Moved).
-            Err(e) if e.kind() == crate::ErrorKind::Moved => return Ok(config.shards),
+            Err(e) if e.kind() == dq_core::ErrorKind::Moved => return Ok(config.shards),
             Err(e) => return Err(e),
             Ok(None) => {
                 // Nothing recorded yet: this process's count becomes the namespace's (should
@@ -146,7 +147,7 @@ impl RedisStore {
         let default = if config.redis_cluster.is_empty() {
             1
         } else {
-            crate::config::CLUSTER_SHARDS
+            dq_core::CLUSTER_SHARDS
         };
         if recorded == config.shards {
             Ok(recorded)
@@ -175,7 +176,7 @@ impl RedisStore {
         info_cmd.arg("memory");
         let info: String = connection::on_any_node(&self.conn, info_cmd)
             .await
-            .map_err(Error::redis("read server settings"))?;
+            .map_err(crate::error::redis("read server settings"))?;
         let policy = info
             .lines()
             .find_map(|l| l.strip_prefix("maxmemory_policy:"))
@@ -204,7 +205,7 @@ impl RedisStore {
         cmd.query_async::<Value>(&mut conn)
             .await
             .map(drop)
-            .map_err(Error::redis(op))
+            .map_err(crate::error::redis(op))
     }
 
     pub(super) async fn run(
@@ -213,7 +214,9 @@ impl RedisStore {
         inv: &redis::ScriptInvocation<'_>,
     ) -> Result<Value> {
         let mut conn = self.conn.clone();
-        inv.invoke_async(&mut conn).await.map_err(Error::redis(op))
+        inv.invoke_async(&mut conn)
+            .await
+            .map_err(crate::error::redis(op))
     }
 
     /// Runs a script and reads its reply as `T` (see `reply`).
@@ -297,7 +300,7 @@ impl Sharded for RedisStore {
         let (secs, micros): (u64, u64) =
             connection::on_owner_of(&self.conn, &registry, redis::cmd("TIME").to_owned())
                 .await
-                .map_err(Error::redis("read the time"))?;
+                .map_err(crate::error::redis("read the time"))?;
         Ok(secs * 1_000_000 + micros)
     }
 }

@@ -11,9 +11,9 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, ConnectionAddr, ConnectionInfo, Pipeline, RedisFuture, Value};
 
-use super::url::{open_client, redact_url};
-use crate::config::Config;
-use crate::error::{Error, Result};
+use crate::url::{open_client, redact_url, tcp_settings};
+use dq_core::Config;
+use dq_core::{Error, Result};
 
 /// Where the jobs are: one Redis, or a cluster reached through its seed nodes.
 #[derive(Clone)]
@@ -193,36 +193,6 @@ pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest wait for the reply to a command that does not block on purpose.
 pub(crate) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The socket options of every connection dq opens: no Nagle delay (a wake-up or a fetch is one
-/// small packet that must leave at once), and a peer that vanished without closing the
-/// connection (power loss, a partition, a firewall dropping the flow) is noticed within about
-/// 20 s by the kernel, whatever the command waits for: keepalive probes every 5 s after 10 s
-/// of silence, and unacknowledged data gives up after 20 s (`TCP_USER_TIMEOUT`).
-pub(crate) fn tcp_settings() -> redis::io::tcp::TcpSettings {
-    use redis::io::tcp::{socket2::TcpKeepalive, TcpSettings};
-    let keepalive = TcpKeepalive::new()
-        .with_time(Duration::from_secs(10))
-        .with_interval(Duration::from_secs(5))
-        .with_retries(2);
-    let settings = TcpSettings::default()
-        .set_nodelay(true)
-        .set_keepalive(keepalive);
-    #[cfg(any(target_os = "android", target_os = "fuchsia", target_os = "linux"))]
-    let settings = settings.set_user_timeout(Duration::from_secs(20));
-    settings
-}
-
-/// The client with dq's socket options ([`tcp_settings`]).
-pub(super) fn with_tcp_settings(client: redis::Client) -> Result<redis::Client> {
-    redis::Client::open(
-        client
-            .get_connection_info()
-            .clone()
-            .set_tcp_settings(tcp_settings()),
-    )
-    .map_err(Error::redis("configure the connection"))
-}
-
 /// Connects as `config` says: `redis_cluster` seeds, or `redis_url`.
 pub(crate) async fn connect(config: &Config) -> Result<(Server, Conn)> {
     if !config.redis_cluster.is_empty() {
@@ -256,7 +226,7 @@ pub(crate) async fn connect(config: &Config) -> Result<(Server, Conn)> {
         let conn = client
             .get_async_connection()
             .await
-            .map_err(Error::redis("connect to the cluster"))?;
+            .map_err(crate::error::redis("connect to the cluster"))?;
         return Ok((
             Server::Cluster {
                 seed: seeds[0].clone(),
@@ -280,14 +250,14 @@ pub(crate) async fn connect(config: &Config) -> Result<(Server, Conn)> {
                 .set_response_timeout(Some(RESPONSE_TIMEOUT)),
         )
         .await
-        .map_err(Error::redis("connect"))?;
+        .map_err(crate::error::redis("connect"))?;
     let manager = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(CONNECT_TIMEOUT))
         .set_response_timeout(Some(RESPONSE_TIMEOUT))
         .set_max_delay(Duration::from_secs(2));
     let conn = ConnectionManager::new_with_config(client.clone(), manager.clone())
         .await
-        .map_err(Error::redis("connect"))?;
+        .map_err(crate::error::redis("connect"))?;
     Ok((
         Server::Single(client.clone()),
         Conn::Single(SingleConn::new(client, manager, conn)),
@@ -320,7 +290,7 @@ impl Server {
                 })?;
                 let mut by_node: Vec<((String, u16), Vec<String>)> = Vec::new();
                 for channel in channels {
-                    let slot = super::keys::slot(channel);
+                    let slot = crate::keys::slot(channel);
                     let (_, _, node) = ranges
                         .iter()
                         .find(|(start, end, _)| (*start..=*end).contains(&slot))
@@ -388,7 +358,7 @@ pub(crate) async fn on_owner_of<T: redis::FromRedisValue>(
     match conn {
         Conn::Single(c) => cmd.query_async(&mut c.clone()).await,
         Conn::Cluster(c) => {
-            let route = Route::new(super::keys::slot(key), SlotAddr::Master);
+            let route = Route::new(crate::keys::slot(key), SlotAddr::Master);
             let value = c
                 .clone()
                 .route_command(
@@ -407,7 +377,7 @@ async fn masters(cluster: &mut ClusterConnection) -> Result<Vec<(u16, u16, (Stri
         .arg("SLOTS")
         .query_async(cluster)
         .await
-        .map_err(Error::redis("read the cluster's slots"))?;
+        .map_err(crate::error::redis("read the cluster's slots"))?;
     let mut out = Vec::new();
     for range in ranges {
         let parsed = (|| {
@@ -455,5 +425,5 @@ fn node_client(seed: &ConnectionInfo, host: String, port: u16) -> Result<redis::
         }
     }
     redis::Client::open(seed.clone().set_addr(addr).set_tcp_settings(tcp_settings()))
-        .map_err(Error::redis("connect to a cluster node"))
+        .map_err(crate::error::redis("connect to a cluster node"))
 }

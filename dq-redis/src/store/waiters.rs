@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::error::{Error, Result};
-use crate::name::Topic;
-use crate::store::subscription::{Delivery, ShardSubscription};
-use crate::store::{ReadyWaiter, Wake, WakeListener};
+use crate::subscription::{Delivery, ShardSubscription};
+use dq_core::store::{ReadyWaiter, Wake, WakeListener};
+use dq_core::Topic;
+use dq_core::{Error, Result};
 
 /// The prefix of a `wake` message announcing that a topic was resumed (due times are numbers).
 pub(super) const RESUMED: &str = "resumed ";
@@ -57,7 +57,7 @@ impl ReadyWaiter for RedisReadyWaiter {
                     .client
                     .get_multiplexed_async_connection_with_config(&config)
                     .await
-                    .map_err(Error::redis("wait for ready jobs"))?;
+                    .map_err(crate::error::redis("wait for ready jobs"))?;
                 self.conn.insert(conn)
             }
         };
@@ -73,10 +73,7 @@ impl ReadyWaiter for RedisReadyWaiter {
             .arg(timeout.as_secs_f64().max(0.01));
         let blmove = cmd.query_async::<Option<Vec<u8>>>(conn);
         let reply = match tokio::time::timeout(timeout + WAIT_MARGIN, blmove).await {
-            Ok(reply) => reply.map_err(|source| Error::Redis {
-                op: "wait for ready jobs",
-                source,
-            }),
+            Ok(reply) => reply.map_err(crate::error::redis("wait for ready jobs")),
             Err(_) => Err(Error::Timeout {
                 op: "wait for ready jobs (no reply from Redis: the connection is replaced)",
                 after: timeout + WAIT_MARGIN,

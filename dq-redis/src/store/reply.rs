@@ -4,10 +4,10 @@
 
 use redis::{FromRedisValue, ParsingError, Value};
 
-use crate::envelope::Envelope;
-use crate::error::{Error, Result};
-use crate::job::{ChangeOutcome, JobInfo, JobState, PushOutcome, TopicCounts};
-use crate::name::{JobId, Topic};
+use dq_core::Envelope;
+use dq_core::{ChangeOutcome, JobInfo, JobState, PushOutcome, TopicCounts};
+use dq_core::{Error, Result};
+use dq_core::{JobId, Topic};
 
 pub(super) fn malformed_reply(op: &str, value: &Value) -> Error {
     Error::Malformed {
@@ -109,16 +109,20 @@ reader!(Applied, |v| {
     }
 });
 
-reader!(ChangeOutcome, |v| {
+/// A record of dq-core read from a reply (the wrapper lets this crate implement
+/// `FromRedisValue` for it).
+pub(super) struct Reply<T>(pub(super) T);
+
+reader!(Reply<ChangeOutcome>, |v| {
     match whole(v)? {
-        1 => Ok(ChangeOutcome::Done),
-        0 => Ok(ChangeOutcome::NotFound),
-        2 => Ok(ChangeOutcome::Running),
+        1 => Ok(Reply(ChangeOutcome::Done)),
+        0 => Ok(Reply(ChangeOutcome::NotFound)),
+        2 => Ok(Reply(ChangeOutcome::Running)),
         _ => Err(unexpected("0, 1 or 2", v)),
     }
 });
 
-reader!(PushOutcome, |v| {
+reader!(Reply<PushOutcome>, |v| {
     // '4:<us>': the id is reserved for <us> more.
     if let Value::BulkString(b) = v {
         if let Some(left) = b.strip_prefix(b"4:") {
@@ -126,45 +130,47 @@ reader!(PushOutcome, |v| {
                 .ok()
                 .and_then(|t| t.parse().ok())
                 .ok_or_else(|| unexpected("a reservation's time left", v))?;
-            return Ok(PushOutcome::Unique {
+            return Ok(Reply(PushOutcome::Unique {
                 left: std::time::Duration::from_micros(us),
-            });
+            }));
         }
         if let Some(generation) = b.strip_prefix(b"5:") {
             let generation: u64 = std::str::from_utf8(generation)
                 .ok()
                 .and_then(|t| t.parse().ok())
                 .ok_or_else(|| unexpected("a schedule's generation", v))?;
-            return Ok(PushOutcome::Superseded { generation });
+            return Ok(Reply(PushOutcome::Superseded { generation }));
         }
     }
-    match whole(v)? {
-        0 => Ok(PushOutcome::AlreadyPending),
-        1 => Ok(PushOutcome::Created),
-        2 => Ok(PushOutcome::Replaced),
-        3 => Ok(PushOutcome::Running),
-        _ => Err(unexpected("a push code from 0 to 3", v)),
-    }
+    let outcome = match whole(v)? {
+        0 => PushOutcome::AlreadyPending,
+        1 => PushOutcome::Created,
+        2 => PushOutcome::Replaced,
+        3 => PushOutcome::Running,
+        _ => return Err(unexpected("a push code from 0 to 3", v)),
+    };
+    Ok(Reply(outcome))
 });
 
-reader!(JobState, |v| {
+reader!(Reply<JobState>, |v| {
     String::from_redis_value_ref(v)?
         .parse()
+        .map(Reply)
         .map_err(|e: String| e.into())
 });
 
 // counts.lua, and the head of stats.lua: delayed, ready, running, dead.
-reader!(TopicCounts, |v| {
+reader!(Reply<TopicCounts>, |v| {
     let items = items(v)?;
     // Kept by the scripts' counters: one that drifted below zero reads as none, as listings
     // and admin calls must go on answering.
     let n = |i| item::<i64>(items, i).map(|c| u64::try_from(c).unwrap_or(0));
-    Ok(TopicCounts {
-        delayed: n(0)?,
-        ready: n(1)?,
-        running: n(2)?,
-        dead: n(3)?,
-    })
+    let mut counts = TopicCounts::default();
+    counts.delayed = n(0)?;
+    counts.ready = n(1)?;
+    counts.running = n(2)?;
+    counts.dead = n(3)?;
+    Ok(Reply(counts))
 });
 
 /// stats.lua: the counts, the due time of the oldest ready job, the next due time, paused.
@@ -178,7 +184,7 @@ pub(super) struct ShardStats {
 reader!(ShardStats, |v| {
     let items = items(v)?;
     Ok(ShardStats {
-        counts: TopicCounts::from_redis_value_ref(v)?,
+        counts: Reply::<TopicCounts>::from_redis_value_ref(v)?.0,
         oldest_ready_due_us: item::<Unsigned>(items, 4)?.0,
         next_due_us: item::<Unsigned>(items, 5)?.0,
         paused: item::<Applied>(items, 6)?.0,
@@ -294,7 +300,7 @@ reader!(StatusReply, |v| {
             v,
         ));
     }
-    let state: JobState = item(parts, 0)?;
+    let Reply(state) = item(parts, 0)?;
     let raw: Vec<u8> = item(parts, 1)?;
     let Unsigned(score) = item(parts, 2)?;
     Ok(StatusReply(Some((state, raw, score))))
@@ -337,7 +343,7 @@ mod tests {
         );
         for bad in [Value::Int(-1), text("many"), text("1.5"), Value::Nil] {
             let err = read::<Count>("release", bad).map(|c| c.0).unwrap_err();
-            assert_eq!(err.kind(), crate::ErrorKind::Malformed);
+            assert_eq!(err.kind(), dq_core::ErrorKind::Malformed);
             assert!(err.to_string().contains("the reply to release"), "{err}");
         }
     }
@@ -345,7 +351,7 @@ mod tests {
     #[test]
     fn a_counter_that_drifted_below_zero_counts_none() {
         let drifted = vec![Value::Int(-2), Value::Int(2), Value::Int(0), Value::Int(1)];
-        let c: TopicCounts = read("counts", Value::Array(drifted)).unwrap();
+        let Reply(c) = read::<Reply<TopicCounts>>("counts", Value::Array(drifted)).unwrap();
         assert_eq!((c.delayed, c.ready, c.running, c.dead), (0, 2, 0, 1));
     }
 
@@ -357,10 +363,10 @@ mod tests {
             Value::Int(3),
             Value::Int(4),
         ]);
-        let c: TopicCounts = read("counts", four).unwrap();
+        let Reply(c) = read::<Reply<TopicCounts>>("counts", four).unwrap();
         assert_eq!((c.delayed, c.ready, c.running, c.dead), (1, 2, 3, 4));
         let three = Value::Array(vec![Value::Int(1), Value::Int(2), Value::Int(3)]);
-        assert!(read::<TopicCounts>("counts", three).is_err());
+        assert!(read::<Reply<TopicCounts>>("counts", three).is_err());
     }
 
     #[test]
@@ -393,15 +399,15 @@ mod tests {
     #[test]
     fn push_codes_and_change_outcomes_outside_their_range_are_malformed() {
         assert!(matches!(
-            read("push", Value::Int(2)),
-            Ok(PushOutcome::Replaced)
+            read::<Reply<PushOutcome>>("push", Value::Int(2)),
+            Ok(Reply(PushOutcome::Replaced))
         ));
-        assert!(read::<PushOutcome>("push", Value::Int(7)).is_err());
+        assert!(read::<Reply<PushOutcome>>("push", Value::Int(7)).is_err());
         assert!(matches!(
-            read("cancel", Value::Int(2)),
-            Ok(ChangeOutcome::Running)
+            read::<Reply<ChangeOutcome>>("cancel", Value::Int(2)),
+            Ok(Reply(ChangeOutcome::Running))
         ));
-        assert!(read::<ChangeOutcome>("cancel", Value::Int(-1)).is_err());
+        assert!(read::<Reply<ChangeOutcome>>("cancel", Value::Int(-1)).is_err());
     }
 }
 

@@ -4,7 +4,7 @@
 -- ARGV[1] topic  then the ids (at most 1000)
 -- Returns the number deleted.
 -- Every key is read before the first write, and the writes that may delete a key come after
--- every other use of it (DESIGN.md: a redirect mid-script on a cluster must find nothing
+-- every other use of it (lib.lua's rule: a redirect mid-script on a cluster must find nothing
 -- changed).
 local jobs, dead, unique_for = KEYS[1], KEYS[2], KEYS[3]
 local topic = ARGV[1]

@@ -4,7 +4,7 @@
 -- ARGV[4] most jobs (at most 1000)  ARGV[5] died at or before (us; used without ids)
 -- then the ids to requeue (none: the oldest dead letters that died by ARGV[5])
 -- Returns the number requeued.
--- Every read comes before the first write (see DESIGN.md: a redirect mid-script on a cluster
+-- Every read comes before the first write (see lib.lua's rule: a redirect mid-script on a cluster
 -- must find nothing changed).
 local jobs, dead, ready = KEYS[1], KEYS[2], KEYS[3]
 local prefix, topic = ARGV[1], ARGV[2]

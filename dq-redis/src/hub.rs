@@ -17,12 +17,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::Notify;
 
-use super::connection::{Conn, Server};
-use super::keys::ShardKeys;
-use super::subscription::{Delivery, ShardSubscription, PING_EVERY};
-use super::ReadyWaiter;
-use crate::error::Result;
-use crate::name::Topic;
+use crate::connection::{Conn, Server};
+use crate::keys::ShardKeys;
+use crate::subscription::{Delivery, ShardSubscription, PING_EVERY};
+use dq_core::store::ReadyWaiter;
+use dq_core::Result;
+use dq_core::Topic;
 
 /// Longest an idle consumer waits for its bell before it looks anyway. The bell is reliable
 /// (above), so this only bounds the cost of a bug: 320 idle loops fetch about 11 times a

@@ -6,18 +6,17 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use redis::Value;
 
-use super::reply::{job_info, malformed_reply, read, Count, StatusReply};
+use super::reply::{job_info, malformed_reply, read, Count, Reply, StatusReply};
 use super::RedisStore;
-use crate::envelope::Envelope;
-use crate::error::{Error, Result};
-use crate::job::{
-    to_us, ChangeOutcome, JobInfo, JobState, NewJob, OnConflict, PushOutcome, Schedule,
-};
-use crate::name::{JobId, Topic};
-use crate::store::connection::Conn;
-use crate::store::keys::{member, shard_of};
-use crate::store::scripts::SCRIPTS;
-use crate::store::{Producer, Sharded, MAX_BATCH};
+use crate::connection::Conn;
+use crate::keys::member;
+use crate::scripts::SCRIPTS;
+use dq_core::store::shard_of;
+use dq_core::store::{Producer, Sharded, MAX_BATCH};
+use dq_core::Envelope;
+use dq_core::{to_us, ChangeOutcome, JobInfo, JobState, NewJob, OnConflict, PushOutcome, Schedule};
+use dq_core::{Error, Result};
+use dq_core::{JobId, Topic};
 
 impl RedisStore {
     /// A cancel or reschedule of one job that has not started: the keys both scripts declare
@@ -71,7 +70,7 @@ impl RedisStore {
                 Conn::Single(c) => pipe.query_async(&mut c.clone()).await,
                 Conn::Cluster(c) => {
                     use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
-                    let slot = crate::store::keys::slot(&self.keys(shard).jobs());
+                    let slot = crate::keys::slot(&self.keys(shard).jobs());
                     let route =
                         SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
                     c.clone().route_pipeline(pipe.clone(), 0, 2, route).await
@@ -93,10 +92,10 @@ impl RedisStore {
                         .push
                         .load_async(&mut conn)
                         .await
-                        .map_err(Error::redis("push"))?;
+                        .map_err(crate::error::redis("push"))?;
                 }
                 other => {
-                    replies = Some(other.map_err(Error::redis("push"))?);
+                    replies = Some(other.map_err(crate::error::redis("push"))?);
                     break;
                 }
             }
@@ -214,7 +213,7 @@ impl Producer for RedisStore {
                     });
                 }
                 for (&i, code) in chunk.iter().zip(&reply[1..]) {
-                    outcomes[i] = read("push", code.clone())?;
+                    outcomes[i] = read::<Reply<PushOutcome>>("push", code.clone())?.0;
                 }
             }
         }
@@ -223,13 +222,16 @@ impl Producer for RedisStore {
 
     async fn cancel(&self, topic: &Topic, id: &JobId) -> Result<ChangeOutcome> {
         let inv = self.change_invocation(&SCRIPTS.cancel, topic, id);
-        self.call("cancel", &inv).await
+        Ok(self.call::<Reply<ChangeOutcome>>("cancel", &inv).await?.0)
     }
 
     async fn reschedule(&self, topic: &Topic, id: &JobId, when: Schedule) -> Result<ChangeOutcome> {
         let mut inv = self.change_invocation(&SCRIPTS.reschedule, topic, id);
         inv.arg(when_arg(when));
-        self.call("reschedule", &inv).await
+        Ok(self
+            .call::<Reply<ChangeOutcome>>("reschedule", &inv)
+            .await?
+            .0)
     }
 
     async fn status(&self, topic: &Topic, id: &JobId) -> Result<Option<JobInfo>> {

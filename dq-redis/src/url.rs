@@ -1,9 +1,10 @@
 //! Opening a redis-rs client for a URL: TLS with the configured certificate files, and URLs
 //! with their password hidden in errors and logs.
 
-use super::connection::with_tcp_settings;
-use crate::config::Config;
-use crate::error::{Error, Result};
+use std::time::Duration;
+
+use dq_core::Config;
+use dq_core::{Error, Result};
 
 /// The URL with its password replaced by `***`, for errors and logs.
 pub(crate) fn redact_url(url: &str) -> String {
@@ -107,6 +108,36 @@ fn tls_certificates(
 #[cfg(not(any(feature = "tls", feature = "rustls")))]
 fn tls_client(_url: &str, _config: &Config) -> std::result::Result<redis::Client, String> {
     Err(NO_TLS.into())
+}
+
+/// The socket options of every connection dq opens: no Nagle delay (a wake-up or a fetch is one
+/// small packet that must leave at once), and a peer that vanished without closing the
+/// connection (power loss, a partition, a firewall dropping the flow) is noticed within about
+/// 20 s by the kernel, whatever the command waits for: keepalive probes every 5 s after 10 s
+/// of silence, and unacknowledged data gives up after 20 s (`TCP_USER_TIMEOUT`).
+pub(crate) fn tcp_settings() -> redis::io::tcp::TcpSettings {
+    use redis::io::tcp::{socket2::TcpKeepalive, TcpSettings};
+    let keepalive = TcpKeepalive::new()
+        .with_time(Duration::from_secs(10))
+        .with_interval(Duration::from_secs(5))
+        .with_retries(2);
+    let settings = TcpSettings::default()
+        .set_nodelay(true)
+        .set_keepalive(keepalive);
+    #[cfg(any(target_os = "android", target_os = "fuchsia", target_os = "linux"))]
+    let settings = settings.set_user_timeout(Duration::from_secs(20));
+    settings
+}
+
+/// The client with dq's socket options ([`tcp_settings`]).
+fn with_tcp_settings(client: redis::Client) -> Result<redis::Client> {
+    redis::Client::open(
+        client
+            .get_connection_info()
+            .clone()
+            .set_tcp_settings(tcp_settings()),
+    )
+    .map_err(crate::error::redis("configure the connection"))
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 -- Redis checks the declared keys before the script runs and refuses it (TRYAGAIN, or ASK to
 -- the new node) while they are split between the nodes; a key the script used without
 -- declaring it would be read and written on whichever node the script ran, creating a second
--- list there (DESIGN.md). Due jobs of undeclared topics stay due, and their topics are
+-- list there. Due jobs of undeclared topics stay due, and their topics are
 -- returned for the caller to declare in its next call.
 -- Every key is also read (touched) before the first write, and none is read after a write
 -- that may have deleted it.

@@ -1,4 +1,9 @@
--- Helpers prepended to every dq script (see store/redis/scripts.rs).
+-- Helpers prepended to every dq script (see dq-redis/src/scripts.rs).
+-- The rule every script keeps: it reads (touches) each key it will write before its first write,
+-- and never uses a key after a write that may have deleted it. On a cluster whose slot is
+-- migrating, Redis aborts a script at the first key the node no longer holds, keeping what the
+-- script wrote until then; a script that aborts before its first write changed nothing, and dq
+-- retries it once the slot has moved (RELIABILITY.md, review findings of issue 15, finding 1).
 -- Envelope format 2 (envelope.rs has the same parser):
 --   2:<attempt>:<max_attempts>:<created_us>:<due_us>:<err_len>:<err><payload>
 -- attempt counts runs that ended without success; a running job is on run attempt + 1. A fetch

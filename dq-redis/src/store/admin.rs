@@ -7,17 +7,17 @@ use async_trait::async_trait;
 
 use redis::Value;
 
-use super::reply::{decode_jobs, read, Count, ShardStats, ShardThroughput, Unsigned};
+use super::reply::{decode_jobs, read, Count, Reply, ShardStats, ShardThroughput, Unsigned};
 use super::waiters::RESUMED;
 use super::RedisStore;
-use crate::error::{Error, Result};
-use crate::job::{
+use crate::scripts::SCRIPTS;
+use dq_core::store::policy::{batch_limit, WORKER_EXPIRY_MS};
+use dq_core::store::{Admin, DeadLetters, Registry, Sharded};
+use dq_core::{
     from_us, to_us, Cursor, JobState, Page, Throughput, TopicCounts, TopicStats, WorkerInfo,
 };
-use crate::name::{JobId, Topic};
-use crate::store::policy::{batch_limit, WORKER_EXPIRY_MS};
-use crate::store::scripts::SCRIPTS;
-use crate::store::{Admin, DeadLetters, Registry, Sharded};
+use dq_core::{Error, Result};
+use dq_core::{JobId, Topic};
 
 impl RedisStore {
     /// Adds (SADD) or removes (SREM) a topic in every shard's paused set.
@@ -40,7 +40,7 @@ impl Admin for RedisStore {
                 .key(k.ready(topic))
                 .key(k.dead(topic))
                 .arg(topic.as_str());
-            let shard: TopicCounts = self.call("counts", &inv).await?;
+            let Reply(shard) = self.call::<Reply<TopicCounts>>("counts", &inv).await?;
             total.add(&shard);
         }
         Ok(total)
@@ -162,7 +162,7 @@ impl Admin for RedisStore {
                     .arg(key)
                     .query_async(&mut conn)
                     .await
-                    .map_err(Error::redis("topics"))?;
+                    .map_err(crate::error::redis("topics"))?;
                 all.extend(names.into_iter().filter_map(|n| Topic::new(n).ok()));
             }
         }
@@ -292,7 +292,7 @@ impl Registry for RedisStore {
             .arg(self.keys(0).workers())
             .query_async(&mut conn)
             .await
-            .map_err(Error::redis("workers"))?;
+            .map_err(crate::error::redis("workers"))?;
         let now_ms = self.time_us().await? / 1000;
         let mut live = Vec::new();
         for (id, json) in all {

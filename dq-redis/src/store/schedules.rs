@@ -5,9 +5,9 @@ use redis::Value;
 
 use super::reply::{read, Applied};
 use super::RedisStore;
-use crate::error::{Error, Result};
-use crate::store::scripts::SCRIPTS;
-use crate::store::{FiredTick, ScheduleEntry, Schedules};
+use crate::scripts::SCRIPTS;
+use dq_core::store::{FiredTick, ScheduleEntry, Schedules};
+use dq_core::Result;
 
 #[async_trait]
 impl Schedules for RedisStore {
@@ -29,7 +29,7 @@ impl Schedules for RedisStore {
             .hdel(k.schedule_gen(), id)
             .query_async(&mut conn)
             .await
-            .map_err(Error::redis("remove schedule"))?;
+            .map_err(crate::error::redis("remove schedule"))?;
         // Its tick fences, one per shard its ticks went to. One declared again under this id
         // starts at a generation above them anyway (Redis' clock), so this only frees memory.
         for keys in &self.shards {
@@ -54,7 +54,7 @@ impl Schedules for RedisStore {
             .hget(k.schedule_gen(), id)
             .query_async(&mut conn)
             .await
-            .map_err(Error::redis("read schedule"))?;
+            .map_err(crate::error::redis("read schedule"))?;
         Ok(spec.map(|spec| {
             ScheduleEntry::new(id.to_owned(), spec, us(next), us(last))
                 .with_generation(us(generation).unwrap_or(0))
@@ -76,7 +76,7 @@ impl Schedules for RedisStore {
             .hgetall(k.schedule_gen())
             .query_async(&mut conn)
             .await
-            .map_err(Error::redis("list schedules"))?;
+            .map_err(crate::error::redis("list schedules"))?;
         let next: std::collections::HashMap<String, String> = next.into_iter().collect();
         let last: std::collections::HashMap<String, String> = last.into_iter().collect();
         let gens: std::collections::HashMap<String, String> = gens.into_iter().collect();
@@ -105,7 +105,7 @@ impl Schedules for RedisStore {
             .arg("WITHSCORES")
             .query_async(&mut conn)
             .await
-            .map_err(Error::redis("due schedules"))?;
+            .map_err(crate::error::redis("due schedules"))?;
         Ok(due
             .into_iter()
             .filter_map(|(id, tick)| Some((id, us(Some(tick))?)))

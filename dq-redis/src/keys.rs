@@ -8,7 +8,7 @@
 //!
 //! | key | type | content |
 //! | --- | --- | --- |
-//! | `jobs` | HASH | `topic:id` -> envelope (see [`Envelope`](crate::Envelope)) |
+//! | `jobs` | HASH | `topic:id` -> envelope (see [`Envelope`](dq_core::Envelope)) |
 //! | `delayed` | ZSET | `topic:id` scored by due time (us) |
 //! | `ready:<topic>` | LIST | ids due and waiting for a worker, oldest first |
 //! | `inflight` | ZSET | `topic:id` scored by lease deadline (us) |
@@ -28,7 +28,7 @@
 //! | `workers` | HASH | (shard 0 only) worker id -> JSON: host, pid, topics, last heartbeat |
 //! | `wake` | pub/sub channel | the new earliest due time, when a push makes one |
 
-use crate::name::{JobId, Topic};
+use dq_core::{JobId, Topic};
 
 /// The keys of one shard of one namespace.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -108,17 +108,17 @@ impl ShardKeys {
         self.key("schedule_last")
     }
     /// Each schedule's generation (shard 0): id -> a number that grows whenever its spec
-    /// changes or it is resumed (see [`ScheduleEntry::generation`](crate::store::ScheduleEntry)).
+    /// changes or it is resumed (see [`ScheduleEntry::generation`](dq_core::store::ScheduleEntry)).
     pub fn schedule_gen(&self) -> String {
         self.key("schedule_gen")
     }
     /// Per schedule, the latest tick whose job was created in this shard and the generation it
-    /// was created under: id -> `<generation>:<tick us>` (see [`FiredTick`](crate::store::FiredTick)).
+    /// was created under: id -> `<generation>:<tick us>` (see [`FiredTick`](dq_core::store::FiredTick)).
     pub fn tick_fence(&self) -> String {
         self.key("tick_fence")
     }
     /// The namespace's record of itself (kept in shard 0): `epoch` -> what
-    /// [`Registry::namespace_epoch`](crate::store::Registry::namespace_epoch) answers;
+    /// [`Registry::namespace_epoch`](dq_core::store::Registry::namespace_epoch) answers;
     /// `shards` -> the shard count every process must use.
     pub fn meta(&self) -> String {
         self.key("meta")
@@ -199,25 +199,6 @@ pub(crate) fn member(topic: &Topic, id: &JobId) -> String {
     format!("{topic}:{id}")
 }
 
-/// The shard of a job: FNV-1a of `topic:id`, modulo the shard count. Stable across releases
-/// and platforms, because changing it would strand every pending job.
-pub fn shard_of(topic: &Topic, id: &JobId, shards: u16) -> u16 {
-    if shards <= 1 {
-        return 0;
-    }
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in topic
-        .as_str()
-        .bytes()
-        .chain(std::iter::once(b':'))
-        .chain(id.as_str().bytes())
-    {
-        hash ^= u64::from(b);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    u16::try_from(hash % u64::from(shards)).unwrap_or(0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -274,17 +255,5 @@ mod tests {
             assert!(key.starts_with(k.prefix()), "{key}");
             assert_eq!(slot(&key), slot(&k.jobs()), "{key}");
         }
-    }
-
-    #[test]
-    fn shard_of_is_stable_and_spreads() {
-        let t = Topic::new("t").unwrap();
-        let id = JobId::new("42").unwrap();
-        assert_eq!(shard_of(&t, &id, 16), shard_of(&t, &id, 16));
-        let mut seen = std::collections::HashSet::new();
-        for i in 0..1000 {
-            seen.insert(shard_of(&t, &JobId::new(i.to_string()).unwrap(), 16));
-        }
-        assert_eq!(seen.len(), 16);
     }
 }

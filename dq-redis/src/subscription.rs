@@ -24,8 +24,8 @@ use futures_util::StreamExt;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use super::connection::{Conn, Server, RESPONSE_TIMEOUT};
-use crate::error::{Error, Result};
+use crate::connection::{Conn, Server, RESPONSE_TIMEOUT};
+use dq_core::{Error, Result};
 
 /// How often each connection is pinged (and how long a pong may take), and how often a
 /// cluster's slot map is read again.
@@ -129,12 +129,12 @@ impl ShardSubscription {
             let pubsub = tokio::time::timeout(RESPONSE_TIMEOUT, client.get_async_pubsub())
                 .await
                 .map_err(bounded)?
-                .map_err(Error::redis(op))?;
+                .map_err(crate::error::redis(op))?;
             let (mut sink, stream) = pubsub.split();
             tokio::time::timeout(RESPONSE_TIMEOUT, sink.subscribe(&list))
                 .await
                 .map_err(bounded)?
-                .map_err(Error::redis(op))?;
+                .map_err(crate::error::redis(op))?;
             tasks.spawn(forward(op, sink, stream, self.channels.clone(), tx.clone()));
             for channel in list {
                 layout.insert(channel, node.clone());
@@ -173,7 +173,7 @@ async fn forward(
             // In subscribed mode Redis answers PING with ["pong", ""], not +PONG.
             match tokio::time::timeout(PING_EVERY, sink.ping::<redis::Value>()).await {
                 Ok(Ok(_)) => {}
-                Ok(Err(e)) => return Error::redis(op)(e),
+                Ok(Err(e)) => return crate::error::redis(op)(e),
                 Err(_) => return closed(op),
             }
         }
@@ -228,11 +228,11 @@ async fn watch_slots(
 }
 
 fn closed(op: &'static str) -> Error {
-    Error::Redis {
+    crate::error::from_redis(
         op,
-        source: redis::RedisError::from(std::io::Error::new(
+        redis::RedisError::from(std::io::Error::new(
             std::io::ErrorKind::ConnectionAborted,
             "the pub/sub connection closed or stopped answering",
         )),
-    }
+    )
 }

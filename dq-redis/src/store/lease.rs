@@ -11,16 +11,16 @@ use super::reply::{
 };
 use super::waiters::{RedisReadyWaiter, RedisWakeListener};
 use super::RedisStore;
-use crate::envelope::Envelope;
-use crate::error::Result;
-use crate::job::{Acked, Fetched, LeaseRef, LeasedJob, Promoted, Reclaimed};
-use crate::name::{JobId, Topic};
-use crate::store::connection::Server;
-use crate::store::keys::member;
-use crate::store::policy::{batch_limit, promote_limit};
-use crate::store::scripts::SCRIPTS;
-use crate::store::subscription::ShardSubscription;
-use crate::store::{Fetcher, Leases, ReadyWaiter, Sharded, WakeListener, MAX_BATCH};
+use crate::connection::Server;
+use crate::keys::member;
+use crate::scripts::SCRIPTS;
+use crate::subscription::ShardSubscription;
+use dq_core::store::policy::{batch_limit, promote_limit};
+use dq_core::store::{Fetcher, Leases, ReadyWaiter, Sharded, WakeListener, MAX_BATCH};
+use dq_core::Envelope;
+use dq_core::Result;
+use dq_core::{Acked, Fetched, LeaseRef, LeasedJob, Promoted, Reclaimed};
+use dq_core::{JobId, Topic};
 
 impl RedisStore {
     /// A failed run to retry (`counted`) or a postponed one, after `delay`.
@@ -31,7 +31,7 @@ impl RedisStore {
         error: &str,
         counted: bool,
     ) -> Result<bool> {
-        crate::job::check_retry_delay(lease, delay)?;
+        dq_core::store::check_retry_delay(lease, delay)?;
         let k = self.keys_of(&lease.topic, &lease.id);
         let mut inv = SCRIPTS.retry.prepare_invoke();
         inv.key(k.jobs())
@@ -139,21 +139,18 @@ impl Leases for RedisStore {
         let head =
             |i: usize| read::<Unsigned>("fetch", reply.get(i).cloned().unwrap_or(Value::Nil));
         if matches!(reply.first(), Some(Value::BulkString(b)) if b == b"paused") {
-            return Ok(Fetched {
-                paused: true,
-                ..Fetched::default()
-            });
+            let mut paused = Fetched::default();
+            paused.paused = true;
+            return Ok(paused);
         }
         let (Unsigned(Some(now_us)), Unsigned(Some(token)), Unsigned(Some(taken_back))) =
             (head(0)?, head(1)?, head(2)?)
         else {
             return Err(malformed_reply("fetch", &Value::Array(reply)));
         };
-        let mut out = Fetched {
-            now_us,
-            taken_back: usize::try_from(taken_back).unwrap_or(usize::MAX),
-            ..Fetched::default()
-        };
+        let mut out = Fetched::default();
+        out.now_us = now_us;
+        out.taken_back = usize::try_from(taken_back).unwrap_or(usize::MAX);
         for pair in reply.get(3..).unwrap_or_default().chunks(2) {
             let (Some(Value::BulkString(id)), Some(Value::BulkString(raw))) =
                 (pair.first(), pair.get(1))

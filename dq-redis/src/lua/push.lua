@@ -20,7 +20,7 @@
 -- Phase 1 only reads (and touches every ready list it will write); phase 2 writes, and the
 -- writes that may delete a key (ZREM of delayed or dead, LREM) come after every other use of
 -- that key: on a cluster whose slot is migrating a missing key aborts the script where it
--- stands, so it must abort before the first write (DESIGN.md).
+-- stands, so it must abort before the first write (lib.lua's rule).
 local jobs, delayed, topics, counts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local prefix, replace, n = ARGV[1], ARGV[2] == 'replace', tonumber(ARGV[3])
 local inflight = KEYS[5] -- only read, in phase 1
