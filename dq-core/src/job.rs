@@ -238,6 +238,9 @@ pub struct LeaseRef {
     pub id: JobId,
     /// The token given by the fetch.
     pub token: u64,
+    /// The shard the job lives in (where the fetch leased it): renewals and acks go there
+    /// without hashing the job again.
+    pub shard: u16,
 }
 
 /// What one fetch call returned.

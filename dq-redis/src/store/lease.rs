@@ -174,6 +174,7 @@ impl Leases for RedisStore {
                 topic: topic.clone(),
                 id,
                 token,
+                shard,
             };
             match decoded {
                 Ok(mut envelope) => {

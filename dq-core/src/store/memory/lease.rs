@@ -114,7 +114,7 @@ impl Leases for MemoryStore {
 
     async fn fetch(
         &self,
-        _shard: u16,
+        shard: u16,
         topic: &Topic,
         max: usize,
         ttl: Duration,
@@ -153,6 +153,7 @@ impl Leases for MemoryStore {
                     topic: topic.clone(),
                     id,
                     token,
+                    shard,
                 },
                 envelope,
             });

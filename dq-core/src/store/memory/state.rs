@@ -303,6 +303,7 @@ mod tests {
             topic: m.0.clone(),
             id: m.1.clone(),
             token: 7,
+            shard: 0,
         };
         assert_eq!(s.holds(&lease), Some(m.clone()));
         assert_eq!(
