@@ -26,6 +26,15 @@ pub(crate) fn print_page(
     }
 }
 
+/// What a command did: `value` with `--json`, else `text`.
+pub(crate) fn report(json: bool, value: Value, text: &str) {
+    if json {
+        println!("{value}");
+    } else {
+        println!("{text}");
+    }
+}
+
 /// Prints rows under headers, each column as wide as its widest cell.
 pub(crate) fn print_table(headers: &[&str], rows: Vec<Vec<String>>) {
     let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();

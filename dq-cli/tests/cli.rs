@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -625,4 +625,89 @@ async fn every_command_works_as_the_documented_acl_user() {
     run(&["schedules", "run", "nightly"]);
     run(&["schedules", "remove", "nightly"]);
     assert!(c.schedules().await.unwrap().is_empty());
+}
+
+/// Issue 31: `dq push -` reads the payload from stdin and `dq push @path` from a file, both past
+/// the ~128 KiB one command-line argument holds on Linux, and the job stores it byte for byte;
+/// a file that cannot be read is named, on one line.
+#[tokio::test]
+async fn push_reads_a_large_payload_from_stdin_or_a_file() {
+    use std::io::Write;
+    let redis = RedisServer::start();
+    let big = |fill: &str| format!(r#"{{"blob":"{}"}}"#, fill.repeat(250 * 1024));
+    let from_file = big("f");
+    let path = redis.dir().join("payload.json");
+    std::fs::write(&path, &from_file).unwrap();
+    let arg = format!("@{}", path.display());
+    let pushed = json(&dq(
+        &redis,
+        &["push", "t", &arg, "--id", "file", "--json"],
+    ));
+    assert_eq!(pushed["outcome"], "Created");
+
+    let from_stdin = big("s");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dq"))
+        .args(["push", "t", "-", "--id", "stdin", "--json"])
+        .env("DQ_REDIS_URL", redis.url())
+        .env_remove("DQ_NAMESPACE")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let written = from_stdin.clone();
+    // From another thread: a pipe holds less than the payload, and the output is read meanwhile.
+    // The end of the closure closes the pipe, which ends the payload.
+    let writer = std::thread::spawn(move || stdin.write_all(written.as_bytes()));
+    let out = child.wait_with_output().unwrap();
+    // The outcome first: if dq failed without reading, its stderr says more than a broken pipe.
+    assert_eq!(json(&out)["outcome"], "Created");
+    writer.join().unwrap().unwrap();
+
+    let c = client(&redis).await;
+    for (id, sent) in [("file", &from_file), ("stdin", &from_stdin)] {
+        let job = c.status_in("t", id).await.unwrap().unwrap();
+        // The lengths, then a bare comparison: assert_eq! of the payloads would print 250 KiB.
+        assert_eq!(job.payload.len(), sent.len(), "{id}");
+        assert!(
+            job.payload == sent.as_bytes(),
+            "{id}: the stored payload differs"
+        );
+    }
+
+    let missing = redis.dir().join("no-such.json");
+    let out = dq(&redis, &["push", "t", &format!("@{}", missing.display())]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("cannot read the payload file") && said.contains("no-such.json"),
+        "{said}"
+    );
+    assert_eq!(said.lines().count(), 1, "one line: {said}");
+    // `output()` gives the child an empty stdin: said as such, not as a JSON parse error.
+    let out = dq(&redis, &["push", "t", "-"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("read from stdin is not JSON: it is empty"),
+        "{said}"
+    );
+}
+
+/// Issue 31: a subcommand's help lists its own options first, the connection ones apart after.
+#[test]
+fn push_help_lists_its_own_options_before_the_connection_ones() {
+    let out = Command::new(env!("CARGO_BIN_EXE_dq"))
+        .args(["push", "--help"])
+        .output()
+        .unwrap();
+    let help = ok(&out);
+    let at = |text: &str| {
+        help.find(text)
+            .unwrap_or_else(|| panic!("no {text:?} in {help}"))
+    };
+    assert!(at("--debounce") < at("Connection:"), "{help}");
+    assert!(at("Connection:") < at("--redis-url"), "{help}");
+    assert!(help.contains("@FILE"), "{help}");
 }

@@ -1,0 +1,303 @@
+//! The command line: every subcommand and option of `dq`. Their `///` comments are the text of
+//! `--help`; clap appends `[default: ...]`, `[env: ...]` and `[possible values: ...]` itself, so
+//! the comments only name a default that clap cannot show.
+//!
+//! The structs that hold a subcommand's options carry `//` comments, not `///`: clap would take
+//! a `///` there as the subcommand's description, over the one written on its variant.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::builder::TypedValueParser as _;
+use clap::{Args, Parser, Subcommand};
+use dq::admin::Cursor;
+use dq::JobState;
+
+/// The help heading of the options every subcommand takes, listed after its own.
+const CONNECTION: &str = "Connection";
+/// The help heading of `--json`, which every subcommand takes too.
+const OUTPUT: &str = "Output";
+
+/// See and steer dq's queues in Redis.
+#[derive(Debug, Parser)]
+#[command(version, about, long_about = None)]
+pub(crate) struct Cli {
+    #[command(flatten)]
+    pub(crate) connection: Connection,
+    /// Print JSON instead of tables, for scripts.
+    #[arg(long, global = true, help_heading = OUTPUT)]
+    pub(crate) json: bool,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+// Which Redis and which queues in it. Global, so they may come before or after the subcommand,
+// and under their own heading, so that `dq push --help` shows push's options first.
+#[derive(Debug, Args)]
+#[group(skip)]
+pub(crate) struct Connection {
+    /// Redis to connect to: redis://[user:password@]host:6379/[db], rediss:// for TLS.
+    #[arg(
+        long,
+        env = "DQ_REDIS_URL",
+        global = true,
+        hide_env_values = true,
+        help_heading = CONNECTION
+    )]
+    pub(crate) redis_url: Option<String>,
+    /// Redis Cluster seed nodes, comma-separated, instead of --redis-url.
+    #[arg(
+        long,
+        env = "DQ_REDIS_CLUSTER",
+        global = true,
+        hide_env_values = true,
+        value_delimiter = ',',
+        help_heading = CONNECTION
+    )]
+    pub(crate) redis_cluster: Vec<String>,
+    /// Namespace of the queues: the same as the workers' DQ_NAMESPACE.
+    #[arg(
+        long,
+        env = "DQ_NAMESPACE",
+        default_value = "dq",
+        global = true,
+        help_heading = CONNECTION
+    )]
+    pub(crate) namespace: String,
+    /// Shards of the namespace, as the workers' DQ_SHARDS (default: the count recorded in
+    /// Redis, else 1, or 16 on a cluster).
+    #[arg(long, env = "DQ_SHARDS", global = true, help_heading = CONNECTION)]
+    pub(crate) shards: Option<u16>,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Counts per topic, the age of the oldest ready job (how far behind the workers are) and
+    /// the next due time.
+    Stats,
+    /// A page of one topic's jobs in one state.
+    Jobs(JobsArgs),
+    /// One job: state, attempts, times, last error, payload.
+    Show {
+        /// The job's topic.
+        topic: String,
+        /// The job's id.
+        id: String,
+    },
+    /// Delete a job that has not started (or a dead letter).
+    Cancel {
+        /// The job's topic.
+        topic: String,
+        /// The job's id.
+        id: String,
+    },
+    /// Move a job that has not started to a new due time.
+    Reschedule(RescheduleArgs),
+    /// Push a job with a JSON payload.
+    Push(PushArgs),
+    /// Dead letters: list, retry, purge.
+    Dead {
+        #[command(subcommand)]
+        command: DeadCommand,
+    },
+    /// Stop workers from fetching a topic (running jobs finish); survives restarts.
+    Pause {
+        /// The topic to pause.
+        topic: String,
+        /// Pause a topic nothing was pushed to yet (it is then listed by `dq stats` as paused).
+        /// Without it, an unknown topic is refused: more often a typo than a plan.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Let workers fetch a paused topic again.
+    Resume {
+        /// The topic to resume.
+        topic: String,
+    },
+    /// Worker processes heard from in the last minute.
+    Workers,
+    /// `dq stats`, refreshed every second until Ctrl-C.
+    Watch {
+        /// Stop after this many refreshes (default: never).
+        #[arg(long)]
+        iterations: Option<u64>,
+    },
+    /// Periodic schedules: list them (the default), pause, resume, remove or run one now.
+    Schedules {
+        #[command(subcommand)]
+        command: Option<ScheduleCommand>,
+    },
+    /// Serve the web dashboard (every topic and job, live, with actions) until Ctrl-C.
+    Web(WebArgs),
+}
+
+impl Command {
+    /// The topic a command reads, which must exist (push, pause and resume may name a new one).
+    pub(crate) fn reads_topic(&self) -> Option<&str> {
+        match self {
+            Command::Jobs(JobsArgs { topic, .. })
+            | Command::Show { topic, .. }
+            | Command::Cancel { topic, .. }
+            | Command::Reschedule(RescheduleArgs { topic, .. }) => Some(topic),
+            Command::Dead { command } => match command {
+                DeadCommand::List { topic, .. } | DeadCommand::Purge { topic, .. } => Some(topic),
+                DeadCommand::Retry { topic, .. } => topic.as_deref(),
+            },
+            _ => None,
+        }
+    }
+}
+
+// `dq jobs`.
+#[derive(Debug, Args)]
+pub(crate) struct JobsArgs {
+    /// The topic whose jobs to list.
+    pub(crate) topic: String,
+    /// The state of the jobs to list.
+    #[arg(long, default_value = "delayed", value_parser = job_state())]
+    pub(crate) state: JobState,
+    /// Most jobs on the page (at most 1000).
+    #[arg(long, default_value_t = 20)]
+    pub(crate) limit: usize,
+    /// The `next` cursor printed with the previous page (default: the first page).
+    #[arg(long, default_value_t = Cursor::START)]
+    pub(crate) cursor: Cursor,
+}
+
+// `dq reschedule`.
+#[derive(Debug, Args)]
+pub(crate) struct RescheduleArgs {
+    /// The job's topic.
+    pub(crate) topic: String,
+    /// The job's id.
+    pub(crate) id: String,
+    /// Due this long from now: 30s, 10m, 2h, 1d.
+    #[arg(long = "in", value_parser = duration)]
+    pub(crate) delay: Duration,
+}
+
+// `dq push`.
+#[derive(Debug, Args)]
+pub(crate) struct PushArgs {
+    /// The topic to push to (it need not exist yet).
+    pub(crate) topic: String,
+    /// The payload: JSON, `-` to read it from stdin, or `@FILE` from a file, for those over the
+    /// ~128 KiB one argument holds (no JSON starts with `@`: nothing to escape; at most 1 MiB).
+    #[arg(value_name = "JSON|-|@FILE")]
+    pub(crate) payload: String,
+    /// The job's id; a push with the id of a pending job stores nothing (default: a new id).
+    #[arg(long)]
+    pub(crate) id: Option<String>,
+    /// Due this long from now: 30s, 10m, 2h, 1d (default, as 0s: now; at most 200 years).
+    #[arg(long = "in", value_parser = duration)]
+    pub(crate) delay: Option<Duration>,
+    /// Retries after a failed first run before the job is dead-lettered (at most 1000).
+    #[arg(
+        long,
+        default_value_t = dq::limits::DEFAULT_RETRIES,
+        value_parser = clap::value_parser!(u32).range(0..=i64::from(dq::limits::MAX_RETRIES))
+    )]
+    pub(crate) retries: u32,
+    /// Keep the id reserved this long after the job succeeds (give --id; more than 0s, at
+    /// most 200 years; default: not kept).
+    #[arg(long, value_parser = duration, requires = "id")]
+    pub(crate) unique_for: Option<Duration>,
+    /// Replace a pending job of this id and make it due this long from now (give --id;
+    /// more than 0s; default: a pending job of this id is kept as it is).
+    #[arg(long, value_parser = duration, requires = "id", conflicts_with = "delay")]
+    pub(crate) debounce: Option<Duration>,
+}
+
+// `dq web`.
+#[derive(Debug, Args)]
+pub(crate) struct WebArgs {
+    /// Address to listen on. Keep it on loopback or behind your proxy unless a token is set.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub(crate) listen: SocketAddr,
+    /// Show everything, allow no action.
+    #[arg(long)]
+    pub(crate) read_only: bool,
+    /// Ask every request for this token (`Authorization: Bearer <token>`, or as the
+    /// password of the browser's login prompt; default: no token).
+    #[arg(long, env = "DQ_WEB_TOKEN", hide_env_values = true)]
+    pub(crate) token: Option<String>,
+    /// A host name the dashboard answers to besides localhost and IP addresses (its name
+    /// in the browser's address bar, e.g. behind a proxy); repeat it or separate names with
+    /// commas. Other names get 421, against DNS rebinding.
+    #[arg(long = "allowed-host", value_name = "HOST", value_delimiter = ',')]
+    pub(crate) allowed_hosts: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ScheduleCommand {
+    /// Every schedule: how it repeats, its topic, next and last tick.
+    List,
+    /// Stop a schedule from ticking, in every process, until it is resumed.
+    Pause {
+        /// The schedule's id.
+        id: String,
+    },
+    /// Let a paused schedule tick again from its next tick (missed ones are not made up).
+    Resume {
+        /// The schedule's id.
+        id: String,
+    },
+    /// Delete a schedule (the jobs it made stay).
+    Remove {
+        /// The schedule's id.
+        id: String,
+    },
+    /// Create one job of the schedule now, outside its ticks.
+    Run {
+        /// The schedule's id.
+        id: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum DeadCommand {
+    /// A page of a topic's dead letters, newest first, with their errors.
+    List {
+        /// The topic whose dead letters to list.
+        topic: String,
+        /// Most dead letters on the page (at most 1000).
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        /// The `next` cursor printed with the previous page (`--offset` is its old name;
+        /// default: the first page).
+        #[arg(long, alias = "offset", default_value_t = Cursor::START)]
+        cursor: Cursor,
+    },
+    /// Run dead letters again with fresh attempts: some ids, a whole topic, or every topic.
+    Retry {
+        /// The topic of the dead letters (not with --all-topics).
+        #[arg(required_unless_present = "all_topics")]
+        topic: Option<String>,
+        /// The ids to retry.
+        ids: Vec<String>,
+        /// Retry every dead letter of the topic.
+        #[arg(long, conflicts_with = "ids")]
+        all: bool,
+        /// Retry every dead letter of every topic.
+        #[arg(long, conflicts_with_all = ["topic", "ids", "all"])]
+        all_topics: bool,
+    },
+    /// Delete dead letters older than a duration.
+    Purge {
+        /// The topic whose dead letters to delete.
+        topic: String,
+        /// Delete those that died longer ago than this: 30s, 10m, 2h, 7d.
+        #[arg(long, value_parser = duration)]
+        older_than: Duration,
+    },
+}
+
+/// `--state`: the states `JobState` reads, listed in `--help` and completions.
+fn job_state() -> impl clap::builder::TypedValueParser<Value = JobState> {
+    clap::builder::PossibleValuesParser::new(["delayed", "ready", "running", "dead"])
+        .try_map(|s| s.parse::<JobState>())
+}
+
+fn duration(text: &str) -> Result<Duration, String> {
+    dq::config::parse_duration(text)
+}

@@ -1,0 +1,118 @@
+//! One topic's jobs: a page of them (`dq jobs`), one of them (`dq show`), and the changes to a
+//! job that has not started (`dq cancel`, `dq reschedule`).
+
+use dq::admin::ChangeOutcome;
+use dq::{Client, JobInfo, Schedule};
+use serde_json::json;
+
+use crate::args::{JobsArgs, RescheduleArgs};
+use crate::output::{ago, job_json, print_page, print_table, report, until};
+use crate::Exit;
+
+/// `dq jobs`: a page, then the command that prints the next one.
+pub(crate) async fn list(client: &Client, args: JobsArgs, json: bool) -> Result<(), Exit> {
+    let JobsArgs {
+        topic,
+        state,
+        limit,
+        cursor,
+    } = args;
+    let page = client.jobs(&topic, state, cursor, limit).await?;
+    let row = |j: &JobInfo| {
+        vec![
+            j.id.to_string(),
+            j.state.as_str().to_owned(),
+            format!("{}/{}", j.attempt, j.max_attempts),
+            until(j.due),
+            j.last_error.clone().unwrap_or_default(),
+        ]
+    };
+    let next = format!("dq jobs {topic} --state {state} --limit {limit} --cursor");
+    let headers = ["ID", "STATE", "ATTEMPT", "DUE", "LAST ERROR"];
+    print_page(json, &page, &headers, row, &next);
+    Ok(())
+}
+
+/// `dq show`: every field of one job; exit 3 when there is no such job.
+pub(crate) async fn show(client: &Client, topic: &str, id: &str, json: bool) -> Result<(), Exit> {
+    let Some(job) = client.status_in(topic, id).await? else {
+        return Err(Exit(
+            3,
+            format!("no job {id:?} in topic {topic:?} (finished, cancelled, or never pushed)"),
+        ));
+    };
+    if json {
+        println!("{}", job_json(&job));
+    } else {
+        print_table(&["FIELD", "VALUE"], job_fields(&job));
+    }
+    Ok(())
+}
+
+/// The rows of `dq show`'s table.
+fn job_fields(job: &JobInfo) -> Vec<Vec<String>> {
+    vec![
+        vec!["topic".into(), job.topic.to_string()],
+        vec!["id".into(), job.id.to_string()],
+        vec!["state".into(), job.state.as_str().into()],
+        vec![
+            "attempt".into(),
+            format!("{} of {}", job.attempt, job.max_attempts),
+        ],
+        vec!["due".into(), until(job.due)],
+        vec!["pushed".into(), ago(job.created)],
+        vec![
+            "last error".into(),
+            job.last_error.clone().unwrap_or_else(|| "-".into()),
+        ],
+        vec![
+            "payload".into(),
+            String::from_utf8_lossy(&job.payload).into_owned(),
+        ],
+    ]
+}
+
+/// `dq cancel`.
+pub(crate) async fn cancel(client: &Client, topic: &str, id: &str, json: bool) -> Result<(), Exit> {
+    let outcome = client.cancel_in(topic, id).await?;
+    change(outcome, "cancelled", topic, id, json)
+}
+
+/// `dq reschedule`.
+pub(crate) async fn reschedule(
+    client: &Client,
+    args: RescheduleArgs,
+    json: bool,
+) -> Result<(), Exit> {
+    let RescheduleArgs { topic, id, delay } = args;
+    let outcome = client
+        .reschedule_in(&topic, &id, Schedule::After(delay))
+        .await?;
+    change(outcome, "rescheduled", &topic, &id, json)
+}
+
+/// Says what a cancel or reschedule did: exit 4 when the job is running (it was left alone), 3
+/// when there is no such pending job.
+fn change(
+    outcome: ChangeOutcome,
+    done: &str,
+    topic: &str,
+    id: &str,
+    json: bool,
+) -> Result<(), Exit> {
+    match outcome {
+        ChangeOutcome::Done => {
+            report(
+                json,
+                json!({ "id": id, "result": done }),
+                &format!("{topic}:{id} {done}"),
+            );
+            Ok(())
+        }
+        ChangeOutcome::Running => Err(Exit(
+            4,
+            format!("{topic}:{id} is running; it was left alone"),
+        )),
+        _ => Err(Exit(3, format!("no pending job {id:?} in topic {topic:?}"))),
+    }
+}

@@ -1,0 +1,136 @@
+//! Topics as a whole: their counts (`dq stats`, `dq watch`), pausing and resuming them.
+
+use std::time::{Duration, SystemTime};
+
+use dq::admin::{Throughput, TopicStats};
+use dq::Client;
+use serde_json::json;
+
+use crate::output::{print_table, report, stats_json, until};
+use crate::Exit;
+
+/// Refuses a topic nothing was ever pushed to (exit 3), naming the known ones: a typo, most
+/// often, which would otherwise read as an empty queue.
+pub(crate) async fn known_topic(client: &Client, topic: &str) -> Result<(), Exit> {
+    dq::Topic::new(topic)?;
+    let topics = client.topics().await?;
+    if topics.iter().any(|t| t.as_str() == topic) {
+        return Ok(());
+    }
+    let names: Vec<&str> = topics.iter().map(|t| t.as_str()).collect();
+    Err(Exit(
+        3,
+        format!(
+            "unknown topic {topic:?}: nothing was ever pushed to it in this namespace (known topics: {})",
+            if names.is_empty() { "none".to_owned() } else { names.join(", ") }
+        ),
+    ))
+}
+
+/// `dq stats`: one row per topic.
+pub(crate) async fn stats(client: &Client, json: bool) -> Result<(), Exit> {
+    let topics = client.topics().await?;
+    let mut all = Vec::new();
+    for t in &topics {
+        let (stats, hour) =
+            tokio::try_join!(client.stats(t.as_str()), client.throughput(t.as_str()))?;
+        all.push((t.to_string(), stats, hour));
+    }
+    if json {
+        let list: Vec<_> = all.iter().map(|(t, s, h)| stats_json(t, s, h)).collect();
+        println!("{}", serde_json::Value::Array(list));
+        return Ok(());
+    }
+    // Lag by the store's clock, as the due times were stamped (this host's may be off).
+    let now = client.store_time().await?;
+    let rows = all
+        .iter()
+        .map(|(t, s, hour)| stats_row(t, s, hour, now))
+        .collect();
+    print_table(
+        &[
+            "TOPIC",
+            "DELAYED",
+            "READY",
+            "RUNNING",
+            "DEAD",
+            "LAG",
+            "NEXT DUE",
+            "DONE 1H",
+            "FAILED 1H",
+        ],
+        rows,
+    );
+    Ok(())
+}
+
+/// One topic's row of `dq stats`; `now` is the store's time.
+fn stats_row(topic: &str, s: &TopicStats, hour: &Throughput, now: SystemTime) -> Vec<String> {
+    vec![
+        format!("{topic}{}", if s.paused { " (paused)" } else { "" }),
+        s.counts.delayed.to_string(),
+        s.counts.ready.to_string(),
+        s.counts.running.to_string(),
+        s.counts.dead.to_string(),
+        s.oldest_ready_due
+            .and_then(|d| now.duration_since(d).ok())
+            .map_or("-".into(), |d| format!("{:.1}s", d.as_secs_f64())),
+        s.next_due.map_or("-".into(), until),
+        hour.done().to_string(),
+        hour.failed().to_string(),
+    ]
+}
+
+/// `dq watch`: `dq stats` on a cleared screen every second, until Ctrl-C or `iterations`.
+pub(crate) async fn watch(
+    client: &Client,
+    namespace: &str,
+    iterations: Option<u64>,
+    json: bool,
+) -> Result<(), Exit> {
+    let mut n = 0;
+    loop {
+        if !json {
+            print!("\x1b[2J\x1b[H");
+            println!("dq watch: {namespace} (Ctrl-C to stop)\n");
+        }
+        stats(client, json).await?;
+        n += 1;
+        if iterations.is_some_and(|max| n >= max) {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// `dq pause`: an unknown topic is refused unless `force`, since it is most often a typo.
+pub(crate) async fn pause(
+    client: &Client,
+    topic: &str,
+    force: bool,
+    json: bool,
+) -> Result<(), Exit> {
+    if !force {
+        known_topic(client, topic)
+            .await
+            .map_err(|Exit(code, said)| match code {
+                3 => Exit(
+                    code,
+                    format!("{said}; to pause it before its first push, pass --force"),
+                ),
+                _ => Exit(code, said),
+            })?;
+    }
+    client.pause(topic).await?;
+    let said = format!("{topic} paused: workers finish what they run and fetch nothing more");
+    report(json, json!({ "paused": topic }), &said);
+    Ok(())
+}
+
+/// `dq resume`.
+pub(crate) async fn resume(client: &Client, topic: &str, json: bool) -> Result<(), Exit> {
+    client.resume(topic).await?;
+    let said = format!("{topic} resumed");
+    report(json, json!({ "resumed": topic }), &said);
+    Ok(())
+}
