@@ -1,6 +1,6 @@
 //! The page frame, the formatting every page shares, and the compiled-in assets.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use axum::http::{header, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
@@ -134,136 +134,13 @@ pub(crate) fn confirm_button(action: &str, csrf: &str, label: &str, question: &s
     }
 }
 
-/// UTC time as `2026-11-24 09:30:05`.
-pub(crate) fn utc(t: SystemTime) -> String {
-    let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let (days, rest) = (secs / 86_400, secs % 86_400);
-    let (y, m, d) = civil_from_days(i64::try_from(days).unwrap_or(0));
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
-        rest / 3600,
-        rest / 60 % 60,
-        rest % 60
-    )
-}
-
-/// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar
-/// (Howard Hinnant's `civil_from_days`).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = u32::try_from(doy - (153 * mp + 2) / 5 + 1).unwrap_or(1);
-    let m = u32::try_from(if mp < 10 { mp + 3 } else { mp - 9 }).unwrap_or(1);
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
-
-/// (year, month, day) to days since 1970-01-01 (Hinnant's `days_from_civil`).
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let m = i64::from(m);
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// Reads a UTC time typed into a form: `2026-11-24`, `2026-11-24 09:30`,
-/// `2026-11-24T09:30:05` (what a `datetime-local` input sends). A date that does not exist
-/// (`2026-02-31`) is refused, not rolled over into the next month; the error says why.
-pub(crate) fn parse_utc(text: &str) -> Result<SystemTime, String> {
-    let shape = || format!("{text:?} is no time: write it as 2026-11-24 18:00 (UTC)");
-    let trimmed = text.trim();
-    let (date, time) = trimmed.split_once(['T', ' ']).unwrap_or((trimmed, "00:00"));
-    let mut ymd = date.splitn(3, '-');
-    let (Some(y), Some(m), Some(d)) = (digits(ymd.next()), digits(ymd.next()), digits(ymd.next()))
-    else {
-        return Err(shape());
-    };
-    let mut hms = time.trim().splitn(3, ':');
-    let h = digits(hms.next()).ok_or_else(shape)?;
-    let min = hms
-        .next()
-        .map_or(Some(0), |p| digits(Some(p)))
-        .ok_or_else(shape)?;
-    let sec = hms
-        .next()
-        .map_or(Some(0), |p| digits(Some(p)))
-        .ok_or_else(shape)?;
-    if !(1970..=9999).contains(&y) || !(1..=12).contains(&m) || h > 23 || min > 59 || sec > 59 {
-        return Err(shape());
-    }
-    let last_day = days_in_month(y, m);
-    if !(1..=last_day).contains(&d) {
-        let month = MONTHS[usize::try_from(m - 1).unwrap_or(0)];
-        return Err(format!(
-            "{text:?} is no date: {month} {y} has {last_day} days"
-        ));
-    }
-    let civil = (i64::try_from(y), u32::try_from(m), u32::try_from(d));
-    let (Ok(y), Ok(m), Ok(d)) = civil else {
-        return Err(shape());
-    };
-    let days = u64::try_from(days_from_civil(y, m, d)).map_err(|_| shape())?;
-    Ok(UNIX_EPOCH + Duration::from_secs(days * 86_400 + h * 3600 + min * 60 + sec))
-}
-
-const MONTHS: [&str; 12] = [
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-];
-
-/// A field of a date or a time: digits only (no sign, no space).
-fn digits(part: Option<&str>) -> Option<u64> {
-    part.filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))?
-        .parse()
-        .ok()
-}
-
-/// How many days month `m` (1-12) of year `y` has, in the Gregorian calendar.
-fn days_in_month(y: u64, m: u64) -> u64 {
-    match m {
-        2 if y.is_multiple_of(4) && (!y.is_multiple_of(100) || y.is_multiple_of(400)) => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
-/// "in 9m 59s", "3s ago", relative to `now` (the store's clock).
-pub(crate) fn relative(t: SystemTime, now: SystemTime) -> String {
-    match t.duration_since(now) {
-        Ok(ahead) if ahead >= Duration::from_secs(1) => format!("in {}", span(ahead)),
-        Ok(_) => "now".to_owned(),
-        Err(e) if e.duration() < Duration::from_secs(1) => "now".to_owned(),
-        Err(e) => format!("{} ago", span(e.duration())),
-    }
-}
-
-/// A duration in its two largest units: `2d 3h`, `9m 59s`, `850ms`.
-pub(crate) fn span(d: Duration) -> String {
-    let s = d.as_secs();
-    match s {
-        0 => format!("{}ms", d.as_millis()),
-        1..=59 => format!("{s}s"),
-        60..=3599 => format!("{}m {}s", s / 60, s % 60),
-        3600..=86_399 => format!("{}h {}m", s / 3600, s / 60 % 60),
-        _ => format!("{}d {}h", s / 86_400, s / 3600 % 24),
+/// Resume when paused, else Pause: the small button of a topic's or a schedule's row (`link`
+/// is its address; the action is `link/pause` or `link/resume`).
+pub(crate) fn pause_or_resume(link: &str, paused: bool, csrf: &str) -> Markup {
+    if paused {
+        button(&format!("{link}/resume"), csrf, "Resume", "small")
+    } else {
+        button(&format!("{link}/pause"), csrf, "Pause", "small")
     }
 }
 
@@ -333,52 +210,6 @@ pub(crate) fn chart(hour: &Throughput) -> Markup {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-
-    #[test]
-    fn utc_times_print_and_parse_back() {
-        let t = UNIX_EPOCH + Duration::from_secs(1_795_512_605); // 2026-11-24 09:30:05
-        assert_eq!(utc(t), "2026-11-24 09:30:05");
-        assert_eq!(parse_utc("2026-11-24T09:30:05"), Ok(t));
-        assert_eq!(parse_utc("2026-11-24 09:30:05"), Ok(t));
-        assert_eq!(
-            parse_utc("2026-11-24"),
-            Ok(t - Duration::from_secs(9 * 3600 + 30 * 60 + 5))
-        );
-        assert_eq!(utc(UNIX_EPOCH), "1970-01-01 00:00:00");
-        assert_eq!(
-            utc(parse_utc("2024-02-29 23:59").unwrap()),
-            "2024-02-29 23:59:00"
-        );
-        assert!(parse_utc("2026-13-01").is_err());
-        assert!(parse_utc("yesterday").is_err());
-        assert!(parse_utc("2026-11-24 +9:30").is_err());
-    }
-
-    #[test]
-    fn a_date_that_does_not_exist_is_refused_not_rolled_over() {
-        assert_eq!(
-            parse_utc("2026-02-31 10:00"),
-            Err(r#""2026-02-31 10:00" is no date: February 2026 has 28 days"#.to_owned())
-        );
-        assert!(parse_utc("2026-04-31").is_err());
-        assert!(parse_utc("2026-01-00").is_err());
-        assert!(parse_utc("2100-02-29").is_err(), "not a leap year");
-        assert_eq!(
-            utc(parse_utc("2000-02-29 12:00").unwrap()),
-            "2000-02-29 12:00:00"
-        );
-        assert_eq!(
-            utc(parse_utc("2026-12-31 23:59:59").unwrap()),
-            "2026-12-31 23:59:59"
-        );
-    }
-
-    #[test]
-    fn durations_read_in_two_units() {
-        assert_eq!(span(Duration::from_millis(850)), "850ms");
-        assert_eq!(span(Duration::from_secs(599)), "9m 59s");
-        assert_eq!(span(Duration::from_secs(3 * 86_400 + 7200)), "3d 2h");
-    }
 
     #[test]
     fn ids_are_one_path_segment() {

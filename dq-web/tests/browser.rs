@@ -214,6 +214,24 @@ impl Browser {
         }
     }
 
+    /// Loads `url` (a page of the dashboard: `dash.url` and a path).
+    async fn open(&self, url: &str) {
+        self.web
+            .goto(url)
+            .await
+            .unwrap_or_else(|e| panic!("cannot load {url}: {e}"));
+    }
+
+    /// The note of the action just taken, once the page it went back to has loaded.
+    async fn note(&self) -> String {
+        let web = &self.web;
+        eventually("the note says what was done", || async move {
+            web.find(Locator::Css("p.note")).await.is_ok()
+        })
+        .await;
+        self.text("p.note").await
+    }
+
     async fn click(&self, css: &str) {
         self.web
             .find(Locator::Css(css))
@@ -267,7 +285,7 @@ async fn every_page_shows_the_right_counts_and_is_saved_as_a_screenshot() {
     let dash = Dashboard::start(Options::new()).await;
     let b = Browser::start().await;
 
-    b.web.goto(&dash.url).await.unwrap();
+    b.open(&dash.url).await;
     let row = format!("tr[data-topic='{TOPIC}']");
     let count = |state: &str| format!("{row} td[data-count='{state}']");
     assert_eq!(b.text(&count("delayed")).await, "2");
@@ -290,20 +308,14 @@ async fn every_page_shows_the_right_counts_and_is_saved_as_a_screenshot() {
     );
     b.screenshot("overview").await;
 
-    b.web
-        .goto(&format!("{}/topics/{TOPIC}?state=dead", dash.url))
-        .await
-        .unwrap();
+    b.open(&format!("{}/topics/{TOPIC}?state=dead", dash.url)).await;
     assert_eq!(
         b.text("tr[data-id='dead'] td.error").await,
         "payment service answered 503"
     );
     b.screenshot("topic-dead").await;
 
-    b.web
-        .goto(&format!("{}/topics/{TOPIC}?state=delayed", dash.url))
-        .await
-        .unwrap();
+    b.open(&format!("{}/topics/{TOPIC}?state=delayed", dash.url)).await;
     let ids: Vec<String> = futures_ids(&b).await;
     assert_eq!(ids, ["later-1", "xss"]);
     b.screenshot("topic-delayed").await;
@@ -325,15 +337,12 @@ async fn every_page_shows_the_right_counts_and_is_saved_as_a_screenshot() {
         .upsert()
         .await
         .unwrap();
-    b.web
-        .goto(&format!("{}/schedules", dash.url))
-        .await
-        .unwrap();
+    b.open(&format!("{}/schedules", dash.url)).await;
     let row = "tr[data-schedule='weekday-report']";
     assert!(b.text(row).await.contains("Europe/Paris"));
     b.screenshot("schedules").await;
 
-    b.web.goto(&format!("{}/workers", dash.url)).await.unwrap();
+    b.open(&format!("{}/workers", dash.url)).await;
     let worker = "table.workers tbody tr[data-worker]";
     assert!(b.text(worker).await.contains(TOPIC), "its topics");
     assert_eq!(
@@ -374,7 +383,7 @@ async fn a_payload_holding_a_script_is_shown_as_text_and_never_runs() {
         format!("{}/topics/{TOPIC}?state=delayed", dash.url),
         format!("{}/topics/{TOPIC}/jobs/xss", dash.url),
     ] {
-        b.web.goto(&page).await.unwrap();
+        b.open(&page).await;
         let ran = b
             .web
             .execute(
@@ -403,17 +412,10 @@ async fn a_payload_holding_a_script_is_shown_as_text_and_never_runs() {
 async fn run_now_on_the_job_page_makes_a_delayed_job_ready_in_redis() {
     let dash = Dashboard::start(Options::new()).await;
     let b = Browser::start().await;
-    b.web
-        .goto(&format!("{}/topics/{TOPIC}/jobs/later-1", dash.url))
-        .await
-        .unwrap();
+    b.open(&format!("{}/topics/{TOPIC}/jobs/later-1", dash.url)).await;
     assert_eq!(dash.state_of("later-1").await, Some(JobState::Delayed));
     b.click("form[action$='/later-1/run'] button").await;
-    eventually("the note says what was done", || async {
-        b.web.find(Locator::Css("p.note")).await.is_ok()
-    })
-    .await;
-    assert_eq!(b.text("p.note").await, "later-1 is due now.");
+    assert_eq!(b.note().await, "later-1 is due now.");
     // Due now: the next promotion makes it ready; in the store it is due, not ten minutes out.
     let job = dash
         .client
@@ -433,17 +435,10 @@ async fn run_now_on_the_job_page_makes_a_delayed_job_ready_in_redis() {
 async fn cancel_of_the_selected_jobs_on_the_topic_page_deletes_them() {
     let dash = Dashboard::start(Options::new()).await;
     let b = Browser::start().await;
-    b.web
-        .goto(&format!("{}/topics/{TOPIC}?state=delayed", dash.url))
-        .await
-        .unwrap();
+    b.open(&format!("{}/topics/{TOPIC}?state=delayed", dash.url)).await;
     b.click("input[data-select-all]").await;
     b.click("button[name='action'][value='cancel']").await;
-    eventually("the note says what was done", || async {
-        b.web.find(Locator::Css("p.note")).await.is_ok()
-    })
-    .await;
-    assert_eq!(b.text("p.note").await, "2 of 2 selected jobs cancelled.");
+    assert_eq!(b.note().await, "2 of 2 selected jobs cancelled.");
     assert_eq!(dash.state_of("later-1").await, None);
     assert_eq!(dash.state_of("xss").await, None);
     assert_eq!(
@@ -458,10 +453,7 @@ async fn cancel_of_the_selected_jobs_on_the_topic_page_deletes_them() {
 async fn retry_of_a_dead_letter_makes_it_ready_with_fresh_attempts() {
     let dash = Dashboard::start(Options::new()).await;
     let b = Browser::start().await;
-    b.web
-        .goto(&format!("{}/topics/{TOPIC}/jobs/dead", dash.url))
-        .await
-        .unwrap();
+    b.open(&format!("{}/topics/{TOPIC}/jobs/dead", dash.url)).await;
     assert_eq!(b.text("h1 .badge").await, "dead");
     b.click("form[action$='/dead/retry'] button").await;
     eventually("the job page shows it ready", || async {
@@ -480,15 +472,12 @@ async fn retry_of_a_dead_letter_makes_it_ready_with_fresh_attempts() {
 async fn pause_on_the_overview_pauses_the_topic_for_every_worker() {
     let dash = Dashboard::start(Options::new()).await;
     let b = Browser::start().await;
-    b.web.goto(&dash.url).await.unwrap();
+    b.open(&dash.url).await;
     b.click(&format!(
         "tr[data-topic='{TOPIC}'] form[action$='/pause'] button"
     ))
     .await;
-    eventually("the note says what was done", || async {
-        b.web.find(Locator::Css("p.note")).await.is_ok()
-    })
-    .await;
+    b.note().await;
     assert!(dash.client.stats(TOPIC).await.unwrap().paused);
     assert_eq!(
         b.text(&format!("tr[data-topic='{TOPIC}'] .badge.paused"))
@@ -507,7 +496,7 @@ async fn read_only_mode_shows_no_action_and_refuses_a_posted_one() {
         format!("/topics/{TOPIC}?state=delayed"),
         format!("/topics/{TOPIC}/jobs/later-1"),
     ] {
-        b.web.goto(&format!("{}{page}", dash.url)).await.unwrap();
+        b.open(&format!("{}{page}", dash.url)).await;
         assert!(
             b.web
                 .find_all(Locator::Css("form[method='post']"))
@@ -533,7 +522,7 @@ async fn read_only_mode_shows_no_action_and_refuses_a_posted_one() {
 async fn the_numbers_update_live_without_a_reload() {
     let dash = Dashboard::start(Options::new().refresh(Duration::from_millis(300))).await;
     let b = Browser::start().await;
-    b.web.goto(&dash.url).await.unwrap();
+    b.open(&dash.url).await;
     let cell = format!("tr[data-topic='{TOPIC}'] td[data-count='delayed']");
     assert_eq!(b.text(&cell).await, "2");
     dash.client
@@ -559,20 +548,11 @@ async fn the_authorize_hook_decides_per_request() {
     )
     .await;
     let b = Browser::start().await;
-    b.web
-        .goto(&format!("{}?who=nobody", dash.url))
-        .await
-        .unwrap();
+    b.open(&format!("{}?who=nobody", dash.url)).await;
     assert!(b.web.source().await.unwrap().contains("403"));
-    b.web
-        .goto(&format!("{}?who=viewer", dash.url))
-        .await
-        .unwrap();
+    b.open(&format!("{}?who=viewer", dash.url)).await;
     assert_eq!(b.text("header .badge.readonly").await, "read-only");
-    b.web
-        .goto(&format!("{}?who=admin", dash.url))
-        .await
-        .unwrap();
+    b.open(&format!("{}?who=admin", dash.url)).await;
     assert!(!b
         .web
         .find_all(Locator::Css("form[method='post']"))
@@ -586,10 +566,7 @@ async fn the_authorize_hook_decides_per_request() {
 async fn delete_every_dead_letter_asks_first_and_deletes_only_when_confirmed() {
     let dash = Dashboard::start(Options::new()).await;
     let b = Browser::start().await;
-    b.web
-        .goto(&format!("{}/topics/{TOPIC}?state=dead", dash.url))
-        .await
-        .unwrap();
+    b.open(&format!("{}/topics/{TOPIC}?state=dead", dash.url)).await;
     let purge = "form[action$='/dead/purge'] button";
     b.click(purge).await;
     b.web.dismiss_alert().await.unwrap();
@@ -600,11 +577,7 @@ async fn delete_every_dead_letter_asks_first_and_deletes_only_when_confirmed() {
     );
     b.click(purge).await;
     b.web.accept_alert().await.unwrap();
-    eventually("the note says what was done", || async {
-        b.web.find(Locator::Css("p.note")).await.is_ok()
-    })
-    .await;
-    assert_eq!(b.text("p.note").await, "1 dead letter deleted.");
+    assert_eq!(b.note().await, "1 dead letter deleted.");
     assert_eq!(dash.state_of("dead").await, None);
     b.close().await;
 }

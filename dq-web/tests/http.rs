@@ -9,9 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dq_core::store::{Leases, MemoryStore};
-use dq_core::{Client, Config, Cursor, JobState, Topic};
+use dq_core::{Client, Config, Cursor, JobInfo, JobState, ScheduleBuilder, Topic};
 use dq_testkit::RedisServer;
 use dq_web::Options;
+
+/// The topic every test's jobs are in.
+const TOPIC: &str = "order-cancel";
 
 /// The dashboard at the root of a server on a loopback port.
 async fn serve(client: Client, options: Options) -> String {
@@ -20,6 +23,13 @@ async fn serve(client: Client, options: Options) -> String {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     addr.to_string()
+}
+
+/// The dashboard with its default options, and the CSRF token its forms carry.
+async fn dashboard(client: &Client) -> (String, String) {
+    let addr = serve(client.clone(), Options::new()).await;
+    let token = csrf(&addr).await;
+    (addr, token)
 }
 
 /// One HTTP/1.1 request to `addr`, with `Host: <addr>` unless `headers` give a `Host`;
@@ -53,6 +63,36 @@ async fn http(addr: &str, method: &str, path: &str, headers: &[&str], body: &str
     .unwrap()
 }
 
+/// A plain GET of `path`.
+async fn get(addr: &str, path: &str) -> (u16, String) {
+    http(addr, "GET", path, &[], "").await
+}
+
+/// Asserts that each of `paths` answers `200`.
+async fn all_answer(addr: &str, paths: &[&str]) {
+    for path in paths {
+        let (status, text) = get(addr, path).await;
+        assert_eq!(status, 200, "{path}: {text}");
+    }
+}
+
+/// A GET of `path` with `headers`: its status alone.
+async fn status_of(addr: &str, path: &str, headers: &[&str]) -> u16 {
+    http(addr, "GET", path, headers, "").await.0
+}
+
+/// A form posted to `path`, as curl would send it (no `Origin`, no `Referer`).
+async fn post(addr: &str, path: &str, body: &str) -> (u16, String) {
+    http(addr, "POST", path, &[], body).await
+}
+
+/// A form posted to `path` that must go through: the redirect (`303`) it is answered with.
+async fn act(addr: &str, path: &str, body: &str) -> String {
+    let (status, text) = post(addr, path, body).await;
+    assert_eq!(status, 303, "{path}: {text}");
+    text
+}
+
 async fn memory_client() -> Client {
     memory_client_and_store().await.0
 }
@@ -62,13 +102,69 @@ async fn memory_client() -> Client {
 async fn memory_client_and_store() -> (Client, Arc<MemoryStore>) {
     let store = Arc::new(MemoryStore::new());
     let client = Client::new(store.clone(), Config::builder().build().unwrap());
+    push_o1(&client).await;
+    (client, store)
+}
+
+/// Job `o1` of [`TOPIC`], delayed ten minutes.
+async fn push_o1(client: &Client) {
     client
-        .push_to("order-cancel", &serde_json::json!({ "order_id": 1 }))
+        .push_to(TOPIC, &serde_json::json!({ "order_id": 1 }))
         .id("o1")
         .delay(Duration::from_secs(600))
         .await
         .unwrap();
-    (client, store)
+}
+
+/// Job `id` of [`TOPIC`] carrying `{"order_id": order}`, ready now.
+async fn push(client: &Client, id: &str, order: u32) {
+    client
+        .push_to(TOPIC, &serde_json::json!({ "order_id": order }))
+        .id(id)
+        .await
+        .unwrap();
+}
+
+/// Leases up to `max` ready jobs of [`TOPIC`] as a worker would, and makes dead letters of
+/// those named in `ids` (each must be among them).
+async fn dead_letter(store: &MemoryStore, max: usize, ids: &[&str]) {
+    let topic = Topic::new(TOPIC).unwrap();
+    let leased = store
+        .fetch(0, &topic, max, Duration::from_secs(60))
+        .await
+        .unwrap();
+    for id in ids {
+        let job = leased.jobs.iter().find(|j| j.lease.id.as_str() == *id);
+        let job = job.unwrap_or_else(|| panic!("{id} was not leased"));
+        assert!(store.dead_letter(&job.lease, "boom").await.unwrap(), "{id}");
+    }
+}
+
+/// Schedule `nightly`: at 3:00 every day, to topic `cleanup`.
+fn nightly(client: &Client) -> ScheduleBuilder {
+    client.schedule("nightly").cron("0 3 * * *").topic("cleanup")
+}
+
+/// Job `id` of [`TOPIC`], which must exist.
+async fn job(client: &Client, id: &str) -> JobInfo {
+    let found = client.status_in(TOPIC, id).await.unwrap();
+    found.unwrap_or_else(|| panic!("no job {id}"))
+}
+
+/// Whether [`TOPIC`] holds job `id`.
+async fn has(client: &Client, id: &str) -> bool {
+    client.status_in(TOPIC, id).await.unwrap().is_some()
+}
+
+/// Whether [`TOPIC`] is paused.
+async fn paused(client: &Client) -> bool {
+    client.stats(TOPIC).await.unwrap().paused
+}
+
+/// Posts job `o1`'s reschedule form with `field` (`at=...` or `delay=...`).
+async fn reschedule_o1(addr: &str, token: &str, field: &str) -> (u16, String) {
+    let body = format!("csrf={token}&{field}");
+    post(addr, "/topics/order-cancel/jobs/o1/reschedule", &body).await
 }
 
 /// Where a redirect goes (its `location`).
@@ -84,7 +180,7 @@ fn location(response: &str) -> String {
 async fn follow(addr: &str, response: &str) -> (u16, String) {
     let to = location(response);
     assert!(to.starts_with('/'), "no redirect: {response}");
-    http(addr, "GET", &to, &[], "").await
+    get(addr, &to).await
 }
 
 /// The ids of a topic's ready jobs, in the order they run.
@@ -103,7 +199,7 @@ fn encode(value: &str) -> String {
 
 /// The CSRF token the dashboard's forms carry.
 async fn csrf(addr: &str) -> String {
-    let (_, page) = http(addr, "GET", "/topics/order-cancel/jobs/o1", &[], "").await;
+    let (_, page) = get(addr, "/topics/order-cancel/jobs/o1").await;
     let at = page.find(r#"name="csrf" value=""#).unwrap() + r#"name="csrf" value=""#.len();
     page[at..at + 32].to_owned()
 }
@@ -113,57 +209,28 @@ async fn an_action_without_the_csrf_token_is_refused_and_changes_nothing() {
     let client = memory_client().await;
     let addr = serve(client.clone(), Options::new()).await;
     for body in ["", "csrf=00000000000000000000000000000000"] {
-        let (status, text) = http(
-            &addr,
-            "POST",
-            "/topics/order-cancel/jobs/o1/cancel",
-            &[],
-            body,
-        )
-        .await;
+        let (status, text) = post(&addr, "/topics/order-cancel/jobs/o1/cancel", body).await;
         assert_eq!(status, 403, "{text}");
         assert!(
             text.contains("did not come from a page of this dashboard"),
             "{text}"
         );
     }
-    let job = client
-        .status_in("order-cancel", "o1")
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(job.state, JobState::Delayed);
+    assert_eq!(job(&client, "o1").await.state, JobState::Delayed);
 }
 
 #[tokio::test]
 async fn a_cross_site_post_is_refused_even_with_the_token() {
     let client = memory_client().await;
-    let addr = serve(client.clone(), Options::new()).await;
-    let token = csrf(&addr).await;
+    let (addr, token) = dashboard(&client).await;
     let body = format!("csrf={token}");
-    let (status, _) = http(
-        &addr,
-        "POST",
-        "/topics/order-cancel/jobs/o1/cancel",
-        &["Sec-Fetch-Site: cross-site"],
-        &body,
-    )
-    .await;
+    let cancel = "/topics/order-cancel/jobs/o1/cancel";
+    let (status, _) = http(&addr, "POST", cancel, &["Sec-Fetch-Site: cross-site"], &body).await;
     assert_eq!(status, 403);
-    assert!(client
-        .status_in("order-cancel", "o1")
-        .await
-        .unwrap()
-        .is_some());
+    assert!(has(&client, "o1").await);
     // The same form from the dashboard's own page goes through.
-    let (status, text) = http(
-        &addr,
-        "POST",
-        "/topics/order-cancel/jobs/o1/cancel",
-        &["Sec-Fetch-Site: same-origin"],
-        &body,
-    )
-    .await;
+    let same_origin = ["Sec-Fetch-Site: same-origin"];
+    let (status, text) = http(&addr, "POST", cancel, &same_origin, &body).await;
     assert_eq!(status, 303, "{text}");
     assert!(
         location(&text).starts_with("/topics/order-cancel?note="),
@@ -171,47 +238,25 @@ async fn a_cross_site_post_is_refused_even_with_the_token() {
     );
     let (_, page) = follow(&addr, &text).await;
     assert!(page.contains("o1 was deleted."), "{page}");
-    assert!(client
-        .status_in("order-cancel", "o1")
-        .await
-        .unwrap()
-        .is_none());
+    assert!(!has(&client, "o1").await);
 }
 
 #[tokio::test]
 async fn the_token_is_asked_for_as_bearer_or_basic_and_browsers_get_a_login_prompt() {
     let addr = serve(memory_client().await, Options::new().token("s3cret")).await;
-    let (status, text) = http(&addr, "GET", "/", &[], "").await;
+    let (status, text) = get(&addr, "/").await;
     assert_eq!(status, 401);
     assert!(
         text.contains(r#"www-authenticate: Basic realm="dq""#),
         "{text}"
     );
-    assert_eq!(
-        http(&addr, "GET", "/", &["Authorization: Bearer wrong"], "")
-            .await
-            .0,
-        401
-    );
-    assert_eq!(
-        http(&addr, "GET", "/", &["Authorization: Bearer s3cret"], "")
-            .await
-            .0,
-        200
-    );
+    let wrong = ["Authorization: Bearer wrong"];
+    assert_eq!(status_of(&addr, "/", &wrong).await, 401);
+    let bearer = ["Authorization: Bearer s3cret"];
+    assert_eq!(status_of(&addr, "/", &bearer).await, 200);
     // "dq:s3cret" in base64: a browser's login prompt with any user name.
-    assert_eq!(
-        http(
-            &addr,
-            "GET",
-            "/",
-            &["Authorization: Basic ZHE6czNjcmV0"],
-            ""
-        )
-        .await
-        .0,
-        200
-    );
+    let basic = ["Authorization: Basic ZHE6czNjcmV0"];
+    assert_eq!(status_of(&addr, "/", &basic).await, 200);
 }
 
 #[tokio::test]
@@ -221,7 +266,7 @@ async fn a_store_that_does_not_answer_gives_a_503_page_saying_so() {
     let client = Client::connect(config).await.unwrap();
     let addr = serve(client, Options::new()).await;
     redis.kill();
-    let (status, text) = http(&addr, "GET", "/", &[], "").await;
+    let (status, text) = get(&addr, "/").await;
     assert_eq!(status, 503, "{text}");
     assert!(text.contains("Could not read the topics"), "{text}");
     assert!(text.contains("works again once it answers"), "{text}");
@@ -230,7 +275,7 @@ async fn a_store_that_does_not_answer_gives_a_503_page_saying_so() {
 #[tokio::test]
 async fn every_page_answers_on_the_in_memory_store() {
     let addr = serve(memory_client().await, Options::new()).await;
-    for path in [
+    let pages = [
         "/",
         "/fragments/topics",
         "/workers",
@@ -238,29 +283,21 @@ async fn every_page_answers_on_the_in_memory_store() {
         "/topics/order-cancel/jobs/o1",
         "/assets/dq.css",
         "/assets/dq.js",
-    ] {
-        let (status, text) = http(&addr, "GET", path, &[], "").await;
-        assert_eq!(status, 200, "{path}: {text}");
-    }
-    let (status, text) = http(&addr, "GET", "/topics/order-cancel/jobs/nope", &[], "").await;
+    ];
+    all_answer(&addr, &pages).await;
+    let (status, text) = get(&addr, "/topics/order-cancel/jobs/nope").await;
     assert_eq!(status, 404);
     assert!(text.contains("dq keeps no finished jobs"), "{text}");
-    let (status, _) = http(&addr, "GET", "/topics/bad%20topic", &[], "").await;
+    let (status, _) = get(&addr, "/topics/bad%20topic").await;
     assert_eq!(status, 400, "an invalid topic name is the caller's mistake");
 }
 
 #[tokio::test]
 async fn the_schedules_page_lists_them_and_pauses_resumes_and_runs_one() {
     let client = memory_client().await;
-    let nightly = client.schedule("nightly").cron("0 3 * * *");
-    nightly
-        .tz("Europe/Paris")
-        .topic("cleanup")
-        .upsert()
-        .await
-        .unwrap();
-    let addr = serve(client.clone(), Options::new()).await;
-    let (status, page) = http(&addr, "GET", "/schedules", &[], "").await;
+    nightly(&client).tz("Europe/Paris").upsert().await.unwrap();
+    let (addr, token) = dashboard(&client).await;
+    let (status, page) = get(&addr, "/schedules").await;
     assert_eq!(status, 200);
     assert!(page.contains("data-schedule=\"nightly\""), "{page}");
     assert!(
@@ -268,32 +305,28 @@ async fn the_schedules_page_lists_them_and_pauses_resumes_and_runs_one() {
             || page.contains("cron \"0 3 * * *\" in Europe/Paris"),
         "{page}"
     );
-    let token = csrf(&addr).await;
     let body = format!("csrf={token}");
-    let (status, text) = http(&addr, "POST", "/schedules/nightly/pause", &[], &body).await;
-    assert_eq!(status, 303, "{text}");
+    act(&addr, "/schedules/nightly/pause", &body).await;
     assert_eq!(client.schedules().await.unwrap()[0].next, None, "paused");
-    http(&addr, "POST", "/schedules/nightly/resume", &[], &body).await;
+    act(&addr, "/schedules/nightly/resume", &body).await;
     assert!(
         client.schedules().await.unwrap()[0].next.is_some(),
         "ticking again"
     );
-    let (status, text) = http(&addr, "POST", "/schedules/nightly/run", &[], &body).await;
-    assert_eq!(status, 303, "{text}");
+    act(&addr, "/schedules/nightly/run", &body).await;
     assert_eq!(
         client.counts("cleanup").await.unwrap().ready,
         1,
         "one job now"
     );
-    let (status, _) = http(&addr, "POST", "/schedules/nope/pause", &[], &body).await;
+    let (status, _) = post(&addr, "/schedules/nope/pause", &body).await;
     assert_eq!(status, 404);
 }
 
 #[tokio::test]
 async fn after_an_action_the_dashboard_redirects_only_to_its_own_pages() {
     let client = memory_client().await;
-    let addr = serve(client.clone(), Options::new()).await;
-    let token = csrf(&addr).await;
+    let (addr, token) = dashboard(&client).await;
     // `return` values and Referers a browser would follow off-site (a backslash or a tab reads
     // as a slash there), or that are not pages of this dashboard.
     let hostile = [
@@ -305,50 +338,37 @@ async fn after_an_action_the_dashboard_redirects_only_to_its_own_pages() {
         "evil.example",
     ];
     for to in hostile {
-        let encoded: String = form_urlencoded::byte_serialize(to.as_bytes()).collect();
-        let body = format!("csrf={token}&return={encoded}");
-        let (status, text) = http(&addr, "POST", "/topics/order-cancel/pause", &[], &body).await;
-        assert_eq!(status, 303, "{text}");
-        let location = text
-            .lines()
-            .find_map(|l| l.strip_prefix("location: "))
-            .unwrap_or_default();
+        let body = format!("csrf={token}&return={}", encode(to));
+        let text = act(&addr, "/topics/order-cancel/pause", &body).await;
+        let went = location(&text);
         assert!(
-            location.starts_with("/topics/order-cancel?note="),
-            "return {to:?} redirected to {location:?}"
+            went.starts_with("/topics/order-cancel?note="),
+            "return {to:?} redirected to {went:?}"
         );
         let referer = format!("Referer: http://{addr}{}", to.replace('\t', "%09"));
-        let (_, text) = http(
-            &addr,
-            "POST",
-            "/topics/order-cancel/resume",
-            &[&referer],
-            &format!("csrf={token}"),
-        )
-        .await;
-        let location = text
-            .lines()
-            .find_map(|l| l.strip_prefix("location: "))
-            .unwrap_or_default();
+        let body = format!("csrf={token}");
+        let resume = "/topics/order-cancel/resume";
+        let (_, text) = http(&addr, "POST", resume, &[&referer], &body).await;
+        let went = location(&text);
         // (A Referer carries the tab percent-encoded: `/%09/evil.example/` is a path here.)
-        let on_site = location.starts_with('/')
-            && !location.starts_with("//")
-            && !location.contains('\\')
-            && !location.contains(char::is_whitespace);
-        assert!(on_site, "Referer {to:?} redirected to {location:?}");
+        let on_site = went.starts_with('/')
+            && !went.starts_with("//")
+            && !went.contains('\\')
+            && !went.contains(char::is_whitespace);
+        assert!(on_site, "Referer {to:?} redirected to {went:?}");
     }
     // A page of the dashboard is where it goes back to.
     let body = format!("csrf={token}&return=%2Fworkers");
-    let (_, text) = http(&addr, "POST", "/topics/order-cancel/pause", &[], &body).await;
+    let (_, text) = post(&addr, "/topics/order-cancel/pause", &body).await;
     assert!(text.contains("location: /workers?note="), "{text}");
 }
 
 #[tokio::test]
 async fn a_post_from_another_origin_is_refused_even_with_the_token() {
     let client = memory_client().await;
-    let addr = serve(client.clone(), Options::new()).await;
-    let token = csrf(&addr).await;
+    let (addr, token) = dashboard(&client).await;
     let body = format!("csrf={token}");
+    let pause = "/topics/order-cancel/pause";
     let port = addr.rsplit_once(':').unwrap().1;
     let other_port = if port == "1" { "2" } else { "1" };
     for origin in [
@@ -358,26 +378,16 @@ async fn a_post_from_another_origin_is_refused_even_with_the_token() {
         format!("http://localhost:{port}"),
     ] {
         let header = format!("Origin: {origin}");
-        let (status, text) = http(
-            &addr,
-            "POST",
-            "/topics/order-cancel/pause",
-            &[&header],
-            &body,
-        )
-        .await;
+        let (status, text) = http(&addr, "POST", pause, &[&header], &body).await;
         assert_eq!(status, 403, "{origin}: {text}");
         assert!(text.contains("Origin header"), "{text}");
-        assert!(
-            !client.stats("order-cancel").await.unwrap().paused,
-            "paused from {origin}"
-        );
+        assert!(!paused(&client).await, "paused from {origin}");
     }
     // From the dashboard's own page (the Origin a browser sends with its form): done.
     let own = format!("Origin: http://{addr}");
-    let (status, text) = http(&addr, "POST", "/topics/order-cancel/pause", &[&own], &body).await;
+    let (status, text) = http(&addr, "POST", pause, &[&own], &body).await;
     assert_eq!(status, 303, "{text}");
-    assert!(client.stats("order-cancel").await.unwrap().paused);
+    assert!(paused(&client).await);
     // Behind a proxy that passes its own Host on, the public name is allowed by the option.
     let proxied = serve(
         client.clone(),
@@ -385,16 +395,11 @@ async fn a_post_from_another_origin_is_refused_even_with_the_token() {
     )
     .await;
     let body = format!("csrf={}", csrf(&proxied).await);
-    let (status, text) = http(
-        &proxied,
-        "POST",
-        "/topics/order-cancel/resume",
-        &["Origin: https://dq.internal.example"],
-        &body,
-    )
-    .await;
+    let public = ["Origin: https://dq.internal.example"];
+    let resume = "/topics/order-cancel/resume";
+    let (status, text) = http(&proxied, "POST", resume, &public, &body).await;
     assert_eq!(status, 303, "{text}");
-    assert!(!client.stats("order-cancel").await.unwrap().paused);
+    assert!(!paused(&client).await);
 }
 
 #[tokio::test]
@@ -405,8 +410,8 @@ async fn a_request_for_another_host_is_refused() {
     // A page of evil.example whose name now points at 127.0.0.1 (DNS rebinding) reads nothing.
     for host in ["evil.example".to_owned(), format!("evil.example:{port}")] {
         let header = format!("Host: {host}");
-        let (status, text) =
-            http(&addr, "GET", "/topics/order-cancel/jobs/o1", &[&header], "").await;
+        let o1 = "/topics/order-cancel/jobs/o1";
+        let (status, text) = http(&addr, "GET", o1, &[&header], "").await;
         assert_eq!(status, 421, "{host}: {text}");
         assert!(text.contains("Options::allowed_hosts"), "{text}");
         assert!(text.contains("--allowed-host"), "{text}");
@@ -415,16 +420,10 @@ async fn a_request_for_another_host_is_refused() {
     }
     // Nor acts, even with the token.
     let body = format!("csrf={}", csrf(&addr).await);
-    let (status, _) = http(
-        &addr,
-        "POST",
-        "/topics/order-cancel/pause",
-        &["Host: evil.example"],
-        &body,
-    )
-    .await;
+    let evil = ["Host: evil.example"];
+    let (status, _) = http(&addr, "POST", "/topics/order-cancel/pause", &evil, &body).await;
     assert_eq!(status, 421);
-    assert!(!client.stats("order-cancel").await.unwrap().paused);
+    assert!(!paused(&client).await);
     // Loopback names and addresses, any port, answer.
     for host in [
         format!("localhost:{port}"),
@@ -466,15 +465,14 @@ async fn a_note_in_the_url_is_not_shown_as_a_banner() {
         "/schedules",
     ] {
         let sep = if path.contains('?') { '&' } else { '?' };
-        let (status, page) = http(&addr, "GET", &format!("{path}{sep}{crafted}"), &[], "").await;
+        let (status, page) = get(&addr, &format!("{path}{sep}{crafted}")).await;
         assert_eq!(status, 200, "{path}: {page}");
         assert!(!page.contains("Session expired"), "{path}: {page}");
         assert!(!page.contains("class=\"note\""), "{path}: {page}");
     }
     // The note of a real action is shown on the page it goes back to.
     let body = format!("csrf={}", csrf(&addr).await);
-    let (status, text) = http(&addr, "POST", "/topics/order-cancel/pause", &[], &body).await;
-    assert_eq!(status, 303, "{text}");
+    let text = act(&addr, "/topics/order-cancel/pause", &body).await;
     assert!(
         !location(&text).contains("Paused"),
         "the text is not in the URL: {text}"
@@ -487,24 +485,13 @@ async fn a_note_in_the_url_is_not_shown_as_a_banner() {
 async fn deleting_a_dead_letter_leaves_a_job_pushed_again_alone() {
     let (client, store) = memory_client_and_store().await;
     for (id, order) in [("d1", 2), ("d2", 3), ("d3", 4)] {
-        client
-            .push_to("order-cancel", &serde_json::json!({ "order_id": order }))
-            .id(id)
-            .await
-            .unwrap();
+        push(&client, id, order).await;
     }
-    let topic = Topic::new("order-cancel").unwrap();
-    let leased = store
-        .fetch(0, &topic, 3, Duration::from_secs(60))
-        .await
-        .unwrap();
-    for job in &leased.jobs {
-        assert!(store.dead_letter(&job.lease, "boom").await.unwrap());
-    }
-    let addr = serve(client.clone(), Options::new()).await;
-    let body = format!("csrf={}", csrf(&addr).await);
+    dead_letter(&store, 3, &["d1", "d2", "d3"]).await;
+    let (addr, token) = dashboard(&client).await;
+    let body = format!("csrf={token}");
     // The dead letter's page offers Delete, which asks first.
-    let (status, page) = http(&addr, "GET", "/topics/order-cancel/jobs/d1", &[], "").await;
+    let (status, page) = get(&addr, "/topics/order-cancel/jobs/d1").await;
     assert_eq!(status, 200);
     assert!(
         page.contains(r#"action="/topics/order-cancel/jobs/d1/delete" data-confirm="#),
@@ -512,80 +499,32 @@ async fn deleting_a_dead_letter_leaves_a_job_pushed_again_alone() {
     );
     // While the page is open, d1 and d3 are pushed again: new jobs under the same ids.
     for id in ["d1", "d3"] {
-        client
-            .push_to("order-cancel", &serde_json::json!({ "order_id": 42 }))
-            .id(id)
-            .await
-            .unwrap();
+        push(&client, id, 42).await;
     }
-    let (status, text) = http(
-        &addr,
-        "POST",
-        "/topics/order-cancel/jobs/d1/delete",
-        &[],
-        &body,
-    )
-    .await;
-    assert_eq!(status, 303, "{text}");
+    let text = act(&addr, "/topics/order-cancel/jobs/d1/delete", &body).await;
     let (_, page) = follow(&addr, &text).await;
     assert!(page.contains("nothing was deleted"), "{page}");
     // The bulk Delete of the dead-letter tab, the same.
-    let (status, text) = http(
-        &addr,
-        "POST",
-        "/topics/order-cancel/bulk",
-        &[],
-        &format!("{body}&action=delete&id=d3&id=d2"),
-    )
-    .await;
-    assert_eq!(status, 303, "{text}");
+    let bulk = format!("{body}&action=delete&id=d3&id=d2");
+    let text = act(&addr, "/topics/order-cancel/bulk", &bulk).await;
     let (_, page) = follow(&addr, &text).await;
     assert!(page.contains("1 of 2 selected jobs deleted."), "{page}");
     assert!(page.contains("1 were no longer dead letters"), "{page}");
     for id in ["d1", "d3"] {
-        let job = client.status_in("order-cancel", id).await.unwrap().unwrap();
+        let job = job(&client, id).await;
         assert_eq!(job.state, JobState::Ready, "{id}");
         assert_eq!(job.payload, br#"{"order_id":42}"#, "{id}");
     }
-    assert!(client
-        .status_in("order-cancel", "d2")
-        .await
-        .unwrap()
-        .is_none());
+    assert!(!has(&client, "d2").await);
     // A dead letter that still is one is deleted, and the page goes back to the dead letters.
-    client
-        .push_to("order-cancel", &serde_json::json!({ "order_id": 5 }))
-        .id("d4")
-        .await
-        .unwrap();
-    let leased = store
-        .fetch(0, &topic, 10, Duration::from_secs(60))
-        .await
-        .unwrap();
-    let d4 = leased
-        .jobs
-        .iter()
-        .find(|j| j.lease.id.as_str() == "d4")
-        .unwrap();
-    assert!(store.dead_letter(&d4.lease, "boom").await.unwrap());
-    let (status, text) = http(
-        &addr,
-        "POST",
-        "/topics/order-cancel/jobs/d4/delete",
-        &[],
-        &body,
-    )
-    .await;
-    assert_eq!(status, 303, "{text}");
+    push(&client, "d4", 5).await;
+    dead_letter(&store, 10, &["d4"]).await;
+    let text = act(&addr, "/topics/order-cancel/jobs/d4/delete", &body).await;
     assert!(
         location(&text).starts_with("/topics/order-cancel?state=dead&note="),
         "{text}"
     );
-    assert!(client
-        .status_in("order-cancel", "d4")
-        .await
-        .unwrap()
-        .is_none());
+    assert!(!has(&client, "d4").await);
 }
 
 #[tokio::test]
@@ -593,116 +532,60 @@ async fn run_now_on_a_ready_job_keeps_its_place() {
     let client = memory_client().await;
     for id in ["r1", "r2", "r3"] {
         client
-            .push_to("order-cancel", &serde_json::json!({ "id": id }))
+            .push_to(TOPIC, &serde_json::json!({ "id": id }))
             .id(id)
             .await
             .unwrap();
     }
-    let addr = serve(client.clone(), Options::new()).await;
-    let body = format!("csrf={}", csrf(&addr).await);
+    let (addr, token) = dashboard(&client).await;
+    let body = format!("csrf={token}");
     // A ready job's page offers no Run now (BullMQ promotes delayed jobs only).
-    let (_, page) = http(&addr, "GET", "/topics/order-cancel/jobs/r1", &[], "").await;
+    let (_, page) = get(&addr, "/topics/order-cancel/jobs/r1").await;
     assert!(!page.contains("/jobs/r1/run"), "{page}");
     assert!(page.contains("/jobs/r1/cancel"), "{page}");
     // Posted anyway (from a page loaded while it was delayed): it keeps its place in line.
-    let (status, text) = http(
-        &addr,
-        "POST",
-        "/topics/order-cancel/jobs/r1/run",
-        &[],
-        &body,
-    )
-    .await;
-    assert_eq!(status, 303, "{text}");
+    let text = act(&addr, "/topics/order-cancel/jobs/r1/run", &body).await;
     let (_, page) = follow(&addr, &text).await;
     assert!(page.contains("r1 is already ready"), "{page}");
-    assert_eq!(ready_ids(&client, "order-cancel").await, ["r1", "r2", "r3"]);
+    assert_eq!(ready_ids(&client, TOPIC).await, ["r1", "r2", "r3"]);
     // In bulk: the delayed job is made due, the ready one stays where it is.
-    let (status, text) = http(
-        &addr,
-        "POST",
-        "/topics/order-cancel/bulk",
-        &[],
-        &format!("{body}&action=run&id=r1&id=o1"),
-    )
-    .await;
-    assert_eq!(status, 303, "{text}");
+    let bulk = format!("{body}&action=run&id=r1&id=o1");
+    let text = act(&addr, "/topics/order-cancel/bulk", &bulk).await;
     let (_, page) = follow(&addr, &text).await;
     assert!(
         page.contains("1 of 2 selected jobs made due now."),
         "{page}"
     );
     assert!(page.contains("1 were ready already"), "{page}");
-    assert_eq!(
-        ready_ids(&client, "order-cancel").await,
-        ["r1", "r2", "r3", "o1"]
-    );
+    assert_eq!(ready_ids(&client, TOPIC).await, ["r1", "r2", "r3", "o1"]);
 }
 
 #[tokio::test]
 async fn an_impossible_date_is_refused() {
     let client = memory_client().await;
-    let due = client
-        .status_in("order-cancel", "o1")
-        .await
-        .unwrap()
-        .unwrap()
-        .due;
-    let addr = serve(client.clone(), Options::new()).await;
-    let token = csrf(&addr).await;
+    let due = job(&client, "o1").await.due;
+    let (addr, token) = dashboard(&client).await;
     for (at, why) in [
         ("2026-02-31 10:00", "February 2026 has 28 days"),
         ("2099-02-31 10:00", "February 2099 has 28 days"),
         ("2099-02-29 10:00", "February 2099 has 28 days"),
         ("2099-04-31", "April 2099 has 30 days"),
     ] {
-        let body = format!("csrf={token}&at={}", encode(at));
-        let (status, text) = http(
-            &addr,
-            "POST",
-            "/topics/order-cancel/jobs/o1/reschedule",
-            &[],
-            &body,
-        )
-        .await;
+        let (status, text) = reschedule_o1(&addr, &token, &format!("at={}", encode(at))).await;
         assert_eq!(status, 400, "{at}: {text}");
         assert!(text.contains(&format!("is no date: {why}")), "{at}: {text}");
     }
-    let job = client
-        .status_in("order-cancel", "o1")
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(job.due, due, "left as it was");
+    assert_eq!(job(&client, "o1").await.due, due, "left as it was");
     // The filters read dates the same way.
-    let (status, text) = http(
-        &addr,
-        "GET",
-        "/topics/order-cancel?due_after=2099-02-31",
-        &[],
-        "",
-    )
-    .await;
+    let (status, text) = get(&addr, "/topics/order-cancel?due_after=2099-02-31").await;
     assert_eq!(status, 400, "{text}");
     assert!(text.contains("is no date"), "{text}");
     // A date that exists is taken.
-    let body = format!("csrf={token}&at={}", encode("2099-03-01 10:00"));
-    let (status, text) = http(
-        &addr,
-        "POST",
-        "/topics/order-cancel/jobs/o1/reschedule",
-        &[],
-        &body,
-    )
-    .await;
+    let at = format!("at={}", encode("2099-03-01 10:00"));
+    let (status, text) = reschedule_o1(&addr, &token, &at).await;
     assert_eq!(status, 303, "{text}");
-    let job = client
-        .status_in("order-cancel", "o1")
-        .await
-        .unwrap()
-        .unwrap();
     assert_eq!(
-        job.due,
+        job(&client, "o1").await.due,
         std::time::UNIX_EPOCH + Duration::from_secs(4_076_042_400),
         "2099-03-01 10:00 UTC"
     );
@@ -711,59 +594,29 @@ async fn an_impossible_date_is_refused() {
 #[tokio::test]
 async fn a_reschedule_into_the_past_is_refused() {
     let client = memory_client().await;
-    let due = client
-        .status_in("order-cancel", "o1")
-        .await
-        .unwrap()
-        .unwrap()
-        .due;
-    let addr = serve(client.clone(), Options::new()).await;
-    let token = csrf(&addr).await;
-    let body = format!("csrf={token}&at={}", encode("2020-01-01 00:00"));
-    let (status, text) = http(
-        &addr,
-        "POST",
-        "/topics/order-cancel/jobs/o1/reschedule",
-        &[],
-        &body,
-    )
-    .await;
+    let due = job(&client, "o1").await.due;
+    let (addr, token) = dashboard(&client).await;
+    let at = format!("at={}", encode("2020-01-01 00:00"));
+    let (status, text) = reschedule_o1(&addr, &token, &at).await;
     assert_eq!(status, 400, "{text}");
     assert!(text.contains("is in the past"), "{text}");
     assert!(text.contains("more than a minute ago is refused"), "{text}");
-    let job = client
-        .status_in("order-cancel", "o1")
-        .await
-        .unwrap()
-        .unwrap();
+    let job_now = job(&client, "o1").await;
     assert_eq!(
-        (job.state, job.due),
+        (job_now.state, job_now.due),
         (JobState::Delayed, due),
         "left as it was"
     );
     // The page says the rule where the time is typed.
-    let (_, page) = http(&addr, "GET", "/topics/order-cancel/jobs/o1", &[], "").await;
+    let (_, page) = get(&addr, "/topics/order-cancel/jobs/o1").await;
     assert!(
         page.contains("A time more than a minute ago is refused."),
         "{page}"
     );
     // A delay is never in the past.
-    let body = format!("csrf={token}&delay=20m");
-    let (status, text) = http(
-        &addr,
-        "POST",
-        "/topics/order-cancel/jobs/o1/reschedule",
-        &[],
-        &body,
-    )
-    .await;
+    let (status, text) = reschedule_o1(&addr, &token, "delay=20m").await;
     assert_eq!(status, 303, "{text}");
-    let job = client
-        .status_in("order-cancel", "o1")
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(job.due > due, "moved on by ten minutes");
+    assert!(job(&client, "o1").await.due > due, "moved on by ten minutes");
 }
 
 #[tokio::test]
@@ -773,44 +626,34 @@ async fn an_unknown_topic_is_not_found() {
     client.push_to("emptied", &1).id("e1").await.unwrap();
     client.cancel_in("emptied", "e1").await.unwrap();
     let addr = serve(client, Options::new()).await;
-    let (status, page) = http(&addr, "GET", "/topics/never-pushed", &[], "").await;
+    let (status, page) = get(&addr, "/topics/never-pushed").await;
     assert_eq!(status, 404, "{page}");
     assert!(page.contains("No topic"), "{page}");
     assert!(!page.contains("/pause"), "no Pause button: {page}");
-    for known in ["/topics/order-cancel", "/topics/emptied"] {
-        let (status, page) = http(&addr, "GET", known, &[], "").await;
-        assert_eq!(status, 200, "{known}: {page}");
-    }
+    all_answer(&addr, &["/topics/order-cancel", "/topics/emptied"]).await;
 }
 
 #[tokio::test]
 async fn a_schedule_can_be_removed_from_its_page() {
     let client = memory_client().await;
-    client
-        .schedule("nightly")
-        .cron("0 3 * * *")
-        .topic("cleanup")
-        .upsert()
-        .await
-        .unwrap();
-    let addr = serve(client.clone(), Options::new()).await;
-    let (status, page) = http(&addr, "GET", "/schedules", &[], "").await;
+    nightly(&client).upsert().await.unwrap();
+    let (addr, token) = dashboard(&client).await;
+    let (status, page) = get(&addr, "/schedules").await;
     assert_eq!(status, 200);
     assert!(
         page.contains(r#"action="/schedules/nightly/remove" data-confirm="#),
         "Remove, asking first: {page}"
     );
-    let body = format!("csrf={}", csrf(&addr).await);
+    let body = format!("csrf={token}");
     // Like every action: not without the token.
-    let (status, _) = http(&addr, "POST", "/schedules/nightly/remove", &[], "csrf=x").await;
+    let (status, _) = post(&addr, "/schedules/nightly/remove", "csrf=x").await;
     assert_eq!(status, 403);
     assert_eq!(client.schedules().await.unwrap().len(), 1);
-    let (status, text) = http(&addr, "POST", "/schedules/nightly/remove", &[], &body).await;
-    assert_eq!(status, 303, "{text}");
+    let text = act(&addr, "/schedules/nightly/remove", &body).await;
     assert!(client.schedules().await.unwrap().is_empty());
     let (_, page) = follow(&addr, &text).await;
     assert!(page.contains("nightly removed"), "{page}");
-    let (status, _) = http(&addr, "POST", "/schedules/nightly/remove", &[], &body).await;
+    let (status, _) = post(&addr, "/schedules/nightly/remove", &body).await;
     assert_eq!(status, 404, "gone already");
 }
 
@@ -826,33 +669,19 @@ async fn the_dashboard_works_as_the_documented_acl_user() {
     let client = Client::connect(Config::builder().redis_url(url).build().unwrap())
         .await
         .unwrap();
-    client
-        .push_to("order-cancel", &serde_json::json!({ "order_id": 1 }))
-        .id("o1")
-        .delay(Duration::from_secs(600))
-        .await
-        .unwrap();
-    client
-        .schedule("nightly")
-        .cron("0 3 * * *")
-        .topic("cleanup")
-        .upsert()
-        .await
-        .unwrap();
+    push_o1(&client).await;
+    nightly(&client).upsert().await.unwrap();
     let addr = serve(client.clone(), Options::new()).await;
-    for page in [
+    let pages = [
         "/",
         "/fragments/topics",
         "/workers",
         "/schedules",
         "/topics/order-cancel",
         "/topics/order-cancel/jobs/o1",
-    ] {
-        let (status, text) = http(&addr, "GET", page, &[], "").await;
-        assert_eq!(status, 200, "{page}: {text}");
-    }
-    let token = csrf(&addr).await;
-    let body = format!("csrf={token}");
+    ];
+    all_answer(&addr, &pages).await;
+    let body = format!("csrf={}", csrf(&addr).await);
     for action in [
         "/topics/order-cancel/pause",
         "/topics/order-cancel/resume",
@@ -862,11 +691,10 @@ async fn the_dashboard_works_as_the_documented_acl_user() {
         "/schedules/nightly/run",
         "/schedules/nightly/remove",
     ] {
-        let (status, text) = http(&addr, "POST", action, &[], &body).await;
-        assert_eq!(status, 303, "{action}: {text}");
+        let text = act(&addr, action, &body).await;
         let (_, page) = follow(&addr, &text).await;
         assert!(!page.to_lowercase().contains("noperm"), "{action}: {page}");
     }
-    assert_eq!(ready_ids(&client, "order-cancel").await, ["o1"]);
+    assert_eq!(ready_ids(&client, TOPIC).await, ["o1"]);
     assert!(client.schedules().await.unwrap().is_empty());
 }

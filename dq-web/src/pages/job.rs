@@ -1,0 +1,112 @@
+//! One job's page: its fields, its payload, and what can be done to it in its state.
+
+use std::time::{Duration, SystemTime};
+
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, Uri};
+use axum::response::Response;
+use axum::Extension;
+use dq_core::{JobInfo, JobState};
+use maud::{html, Markup};
+
+use super::{query, store_error, with_note};
+use crate::clock::{relative, utc};
+use crate::view::{self, button, confirm_button, pretty_payload, seg};
+use crate::{Shared, Viewer};
+
+pub(crate) async fn job(
+    State(web): State<Shared>,
+    Extension(viewer): Extension<Viewer>,
+    Path((topic, id)): Path<(String, String)>,
+    uri: Uri,
+) -> Response {
+    let q = query(&uri);
+    let client = &web.client;
+    let (info, now) = match tokio::try_join!(client.status_in(&topic, &id), client.store_time()) {
+        Ok(found) => found,
+        Err(e) => return store_error(&viewer, &format!("read job {id:?} of {topic:?}"), &e),
+    };
+    let base = &viewer.base;
+    let link = format!("{base}/topics/{}/jobs/{}", seg(&topic), seg(&id));
+    let Some(job) = info else {
+        let message = format!(
+            "No job {id:?} in topic {topic:?}: it finished, was cancelled or deleted, or never existed (dq keeps no finished jobs)."
+        );
+        return view::error(StatusCode::NOT_FOUND, Some(&viewer), &message);
+    };
+    let body = html! {
+        p.crumbs { a href={ (base) "/topics/" (seg(&topic)) } { (topic) } " / " code { (id) } }
+        h1 { "Job " code { (id) } " " span class={ "badge " (job.state.as_str()) } data-state=(job.state.as_str()) { (job.state.as_str()) } }
+        (fields(&job, now))
+        h2 { "Payload" }
+        pre.payload { (pretty_payload(&job.payload)) }
+        @if viewer.can_act {
+            h2 { "Actions" }
+            (actions(&job, &id, &link, &web.csrf))
+        }
+    };
+    let title = format!("{topic} / {id}");
+    with_note(&web, &viewer, &q, &title, Duration::ZERO, body)
+}
+
+/// The job's state, attempts, times (UTC and relative to the store's clock) and last error.
+fn fields(job: &JobInfo, now: SystemTime) -> Markup {
+    html! {
+        table.fields {
+            tr { th { "State" } td { (job.state.as_str()) } }
+            tr { th { "Attempts" } td { (job.attempt) " of " (job.max_attempts) } }
+            tr { th { "Due" } td { (utc(job.due)) " UTC (" (relative(job.due, now)) ")" } }
+            tr { th { "Enqueued" } td { (utc(job.created)) " UTC (" (relative(job.created, now)) ")" } }
+            @if let Some(t) = job.state_since_or_until {
+                tr {
+                    th { @if job.state == JobState::Dead { "Died" } @else { "Lease until" } }
+                    td { (utc(t)) " UTC (" (relative(t, now)) ")" }
+                }
+            }
+            tr { th { "Last error" } td.error { pre { (job.last_error.as_deref().unwrap_or("-")) } } }
+        }
+    }
+}
+
+/// What can be done to job `id` in its state (`link` is its page's address): a pending job is
+/// run now (delayed only), cancelled or rescheduled; a dead letter retried or deleted.
+fn actions(job: &JobInfo, id: &str, link: &str, csrf: &str) -> Markup {
+    html! {
+        @match job.state {
+            JobState::Delayed | JobState::Ready => {
+                div.actions {
+                    @if job.state == JobState::Delayed {
+                        (button(&format!("{link}/run"), csrf, "Run now", ""))
+                        " "
+                    }
+                    (button(&format!("{link}/cancel"), csrf, "Cancel", "danger"))
+                    @if job.state == JobState::Ready {
+                        span.hint { " Ready: it runs in turn, after the jobs queued before it." }
+                    }
+                }
+                form.reschedule method="post" action={ (link) "/reschedule" } {
+                    input type="hidden" name="csrf" value=(csrf);
+                    label { "Reschedule: in " input type="text" name="delay" placeholder="10m"; }
+                    label { " or at " input type="text" name="at" placeholder="2026-11-24 18:00"; " UTC" }
+                    " " button type="submit" { "Reschedule" }
+                    span.hint { " A time more than a minute ago is refused." }
+                }
+            }
+            JobState::Dead => {
+                div.actions {
+                    (button(&format!("{link}/retry"), csrf, "Retry", ""))
+                    " "
+                    (confirm_button(
+                        &format!("{link}/delete"),
+                        csrf,
+                        "Delete",
+                        &format!("Delete dead letter {id}? This cannot be undone."),
+                    ))
+                }
+            }
+            _ => {
+                p.hint { "A running job cannot be changed until its run ends." }
+            }
+        }
+    }
+}

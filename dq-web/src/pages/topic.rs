@@ -1,0 +1,217 @@
+//! A topic's page: its jobs in one state, a page at a time, with filters; what is read from
+//! the store and the query string. [`topic_body`](super::topic_body) renders it.
+
+use std::time::SystemTime;
+
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, Uri};
+use axum::response::Response;
+use axum::Extension;
+use dq_core::{Cursor, JobInfo, JobState, TopicCounts, TopicStats};
+
+use super::topic_body::topic_body;
+use super::{query, store_error, with_note, Query};
+use crate::clock::parse_utc;
+use crate::view::{self, seg};
+use crate::{Shared, Viewer};
+
+/// Jobs per page of a listing.
+const PAGE: usize = 50;
+/// Jobs a filtered listing looks at per page (the matches among them are shown).
+const FILTER_WINDOW: usize = 500;
+
+/// What a topic page lists: a state, a cursor and the filters.
+pub(super) struct Listing {
+    pub(super) state: JobState,
+    pub(super) at: Cursor,
+    id_prefix: Option<String>,
+    due_after: Option<SystemTime>,
+    due_before: Option<SystemTime>,
+    error: Option<String>,
+}
+
+impl Listing {
+    /// The listing the query string asks for (`state`, `cursor`, `id`, `due_after`,
+    /// `due_before`, `error`); the error says which time is no time.
+    fn from_query(q: &Query, default_state: JobState) -> Result<Listing, String> {
+        let time_filter = |key: &str| q.get(key).map(|t| parse_utc(t));
+        let (due_after, due_before) = match (time_filter("due_after"), time_filter("due_before"))
+        {
+            (Some(Err(message)), _) | (_, Some(Err(message))) => return Err(message),
+            (a, b) => (a.and_then(Result::ok), b.and_then(Result::ok)),
+        };
+        Ok(Listing {
+            state: q
+                .get("state")
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(default_state),
+            at: q
+                .get("cursor")
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(Cursor::START),
+            id_prefix: q.get("id").cloned(),
+            due_after,
+            due_before,
+            error: q.get("error").cloned(),
+        })
+    }
+
+    pub(super) fn filtered(&self) -> bool {
+        self.id_prefix.is_some()
+            || self.due_after.is_some()
+            || self.due_before.is_some()
+            || self.error.is_some()
+    }
+
+    fn matches(&self, job: &JobInfo) -> bool {
+        self.id_prefix
+            .as_ref()
+            .is_none_or(|p| job.id.as_str().starts_with(p.as_str()))
+            && self.due_after.is_none_or(|t| job.due >= t)
+            && self.due_before.is_none_or(|t| job.due < t)
+            && self.error.as_ref().is_none_or(|text| {
+                job.last_error
+                    .as_ref()
+                    .is_some_and(|e| e.to_lowercase().contains(&text.to_lowercase()))
+            })
+    }
+}
+
+/// What the topic page shows.
+pub(super) struct TopicView<'a> {
+    pub(super) topic: &'a str,
+    /// The topic page's address (`/dq/topics/order-cancel`).
+    pub(super) link: String,
+    /// This very page, query string and all: where the bulk form goes back to.
+    pub(super) here: String,
+    pub(super) viewer: &'a Viewer,
+    /// The CSRF token the forms carry.
+    pub(super) csrf: &'a str,
+    pub(super) stats: &'a TopicStats,
+    /// The store's clock.
+    pub(super) now: SystemTime,
+    pub(super) listing: Listing,
+    /// The query string, to show the filters as they were typed.
+    pub(super) query: &'a Query,
+    /// How many jobs were looked at (a page, or a filter's window).
+    pub(super) looked_at: usize,
+    /// The jobs looked at that match the filters.
+    pub(super) jobs: Vec<&'a JobInfo>,
+    /// The next page's address, when there is one.
+    pub(super) next: Option<String>,
+}
+
+pub(crate) async fn topic(
+    State(web): State<Shared>,
+    Extension(viewer): Extension<Viewer>,
+    Path(topic): Path<String>,
+    uri: Uri,
+) -> Response {
+    let q = query(&uri);
+    let client = &web.client;
+    let (stats, now) = match tokio::try_join!(client.stats(&topic), client.store_time()) {
+        Ok(found) => found,
+        Err(e) => return store_error(&viewer, &format!("read topic {topic:?}"), &e),
+    };
+    if let Err(refused) = known(&web, &viewer, &topic, &stats).await {
+        return *refused;
+    }
+    let listing = match Listing::from_query(&q, default_state(&stats.counts)) {
+        Ok(listing) => listing,
+        Err(message) => return view::error(StatusCode::BAD_REQUEST, Some(&viewer), &message),
+    };
+    let limit = if listing.filtered() {
+        FILTER_WINDOW
+    } else {
+        PAGE
+    };
+    let found = match client.jobs(&topic, listing.state, listing.at, limit).await {
+        Ok(p) => p,
+        Err(e) => return store_error(&viewer, &format!("list topic {topic:?}"), &e),
+    };
+    let link = format!("{}/topics/{}", viewer.base, seg(&topic));
+    let shown = TopicView {
+        topic: &topic,
+        here: match uri.query() {
+            Some(query) => format!("{link}?{query}"),
+            None => link.clone(),
+        },
+        next: found
+            .next
+            .map(|cursor| next_page(&link, &q, listing.state, cursor)),
+        link,
+        viewer: &viewer,
+        csrf: &web.csrf,
+        stats: &stats,
+        now,
+        query: &q,
+        looked_at: found.jobs.len(),
+        jobs: found.jobs.iter().filter(|j| listing.matches(j)).collect(),
+        listing,
+    };
+    let body = topic_body(&shown);
+    with_note(&web, &viewer, &q, &topic, web.options.refresh, body)
+}
+
+/// `404` for a name nothing was ever pushed to. Only asked when nothing is counted: a topic
+/// whose jobs all ran is still a topic.
+async fn known(
+    web: &Shared,
+    viewer: &Viewer,
+    topic: &str,
+    stats: &TopicStats,
+) -> Result<(), Box<Response>> {
+    let c = stats.counts;
+    if c.delayed > 0 || c.ready > 0 || c.running > 0 || c.dead > 0 || stats.paused {
+        return Ok(());
+    }
+    match web.client.topics().await {
+        Ok(all) if !all.iter().any(|t| t.as_str() == topic) => {
+            let message = format!(
+                "No topic {topic:?}: nothing was ever pushed to it in this namespace. The overview lists every topic."
+            );
+            Err(Box::new(view::error(
+                StatusCode::NOT_FOUND,
+                Some(viewer),
+                &message,
+            )))
+        }
+        Ok(_) => Ok(()),
+        Err(e) => Err(Box::new(store_error(
+            viewer,
+            &format!("read topic {topic:?}"),
+            &e,
+        ))),
+    }
+}
+
+/// The state a topic page opens on: the first of ready, delayed, running and dead that has
+/// jobs (delayed when none has).
+fn default_state(c: &TopicCounts) -> JobState {
+    [
+        (JobState::Ready, c.ready),
+        (JobState::Delayed, c.delayed),
+        (JobState::Running, c.running),
+        (JobState::Dead, c.dead),
+    ]
+    .into_iter()
+    .find(|(_, n)| *n > 0)
+    .map_or(JobState::Delayed, |(s, _)| s)
+}
+
+/// The next page's address: the same state and filters, from `cursor` (and no note).
+fn next_page(link: &str, q: &Query, state: JobState, cursor: Cursor) -> String {
+    let mut params: Vec<(String, String)> = q
+        .iter()
+        .filter(|(k, _)| k.as_str() != "cursor" && k.as_str() != "note")
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    params.push(("state".into(), state.as_str().into()));
+    params.push(("cursor".into(), cursor.to_string()));
+    params.sort();
+    params.dedup_by(|a, b| a.0 == b.0);
+    let encoded: String = form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(params)
+        .finish();
+    format!("{link}?{encoded}")
+}

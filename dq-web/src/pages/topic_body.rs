@@ -1,0 +1,203 @@
+//! The topic page's markup, part by part: the summary, the state tabs, the filters, the
+//! dead-letter actions, the jobs (in the bulk form when the viewer may act) and the pager.
+
+use dq_core::{Cursor, JobInfo, JobState};
+use maud::{html, Markup};
+
+use super::lag;
+use super::topic::TopicView;
+use crate::clock::{relative, utc};
+use crate::view::{button, clip, confirm_button, pause_or_resume, seg, state_name};
+
+/// The topic page's body.
+pub(super) fn topic_body(v: &TopicView<'_>) -> Markup {
+    html! {
+        h1 { "Topic " code { (v.topic) } }
+        (summary(v))
+        (tabs(v))
+        (filters(v))
+        (dead_letter_actions(v))
+        @if v.viewer.can_act {
+            form #jobs method="post" action={ (v.link) "/bulk" } {
+                input type="hidden" name="csrf" value=(v.csrf);
+                input type="hidden" name="return" value=(v.here);
+                (jobs_table(v))
+            }
+        } @else {
+            (jobs_table(v))
+        }
+        (pager(v))
+    }
+}
+
+/// Paused or not, the lag and the next due time, and Pause or Resume.
+fn summary(v: &TopicView<'_>) -> Markup {
+    let (stats, now) = (v.stats, v.now);
+    html! {
+        div.summary {
+            @if stats.paused { span.badge.paused { "paused" } " " }
+            "Lag " strong { (lag(stats, now)) } " · next due "
+            strong { @if let Some(t) = stats.next_due { (relative(t, now)) } @else { "-" } }
+            @if v.viewer.can_act {
+                " "
+                (pause_or_resume(&v.link, stats.paused, v.csrf))
+            }
+        }
+    }
+}
+
+/// One tab per state, with its count; the listed state's is the current one.
+fn tabs(v: &TopicView<'_>) -> Markup {
+    let c = v.stats.counts;
+    let tab = |s: JobState, n: u64| {
+        html! {
+            a.tab.current[s == v.listing.state] href={ (v.link) "?state=" (s.as_str()) } data-state=(s.as_str()) {
+                (state_name(s)) " " span.count { (n) }
+            }
+        }
+    };
+    html! {
+        nav.tabs {
+            (tab(JobState::Delayed, c.delayed)) (tab(JobState::Ready, c.ready))
+            (tab(JobState::Running, c.running)) (tab(JobState::Dead, c.dead))
+        }
+    }
+}
+
+/// The filters, as typed (times in UTC), and Clear when any is set.
+fn filters(v: &TopicView<'_>) -> Markup {
+    let (q, state) = (v.query, v.listing.state);
+    html! {
+        form.filters method="get" action=(v.link) {
+            input type="hidden" name="state" value=(state.as_str());
+            label { "Id starts with " input type="text" name="id" value=[q.get("id")]; }
+            label { "Due from " input type="text" name="due_after" placeholder="2026-11-24 09:00" value=[q.get("due_after")]; }
+            label { "to " input type="text" name="due_before" placeholder="2026-11-24 18:00" value=[q.get("due_before")]; }
+            label { "Error contains " input type="text" name="error" value=[q.get("error")]; }
+            button type="submit" { "Filter" }
+            @if v.listing.filtered() { " " a href={ (v.link) "?state=" (state.as_str()) } { "Clear" } }
+            span.hint { " Times in UTC." }
+        }
+    }
+}
+
+/// On the dead letters' tab: retry them all, or delete them all (asking first).
+fn dead_letter_actions(v: &TopicView<'_>) -> Markup {
+    let (link, dead) = (&v.link, v.stats.counts.dead);
+    html! {
+        @if v.listing.state == JobState::Dead && v.viewer.can_act && dead > 0 {
+            div.actions {
+                (button(&format!("{link}/dead/retry"), v.csrf, "Retry every dead letter", ""))
+                " "
+                (confirm_button(
+                    &format!("{link}/dead/purge"),
+                    v.csrf,
+                    "Delete every dead letter",
+                    &format!("Delete all {dead} dead letters of {}? This cannot be undone.", v.topic),
+                ))
+            }
+        }
+    }
+}
+
+/// Whether the jobs of the listed state can be selected (running ones cannot be changed).
+fn selectable(v: &TopicView<'_>) -> bool {
+    v.viewer.can_act && v.listing.state != JobState::Running
+}
+
+/// The jobs looked at that match, then the actions on the selected ones.
+fn jobs_table(v: &TopicView<'_>) -> Markup {
+    let state = v.listing.state;
+    html! {
+        table.jobs {
+            thead { tr {
+                @if selectable(v) {
+                    th { input type="checkbox" data-select-all title="Select all on this page"; }
+                }
+                th { "Id" } th { "Due" } th.num { "Attempts" }
+                @match state {
+                    JobState::Running => { th { "Lease until" } }
+                    JobState::Dead => { th { "Died" } }
+                    _ => {}
+                }
+                th { "Last error" } th { "Payload" }
+            } }
+            tbody {
+                @for job in &v.jobs {
+                    (job_row(v, job))
+                }
+                @if v.jobs.is_empty() {
+                    tr { td colspan="7" {
+                        @if v.listing.filtered() { "No job on this page matches the filters." }
+                        @else { "No " (state.as_str()) " jobs." }
+                    } }
+                }
+            }
+        }
+        @if v.viewer.can_act && !v.jobs.is_empty() {
+            (bulk_buttons(state))
+        }
+    }
+}
+
+/// One job's row: its id (a link to its page), due time, attempts, lease or death, last
+/// error and payload, clipped.
+fn job_row(v: &TopicView<'_>, job: &JobInfo) -> Markup {
+    let (state, now) = (v.listing.state, v.now);
+    html! {
+        tr data-id=(job.id.as_str()) {
+            @if selectable(v) {
+                td { input type="checkbox" name="id" value=(job.id.as_str()); }
+            }
+            td { a href={ (v.link) "/jobs/" (seg(job.id.as_str())) } { code { (job.id.as_str()) } } }
+            td title=(utc(job.due)) { (relative(job.due, now)) }
+            td.num { (job.attempt) " / " (job.max_attempts) }
+            @match (state, job.state_since_or_until) {
+                (JobState::Running | JobState::Dead, Some(t)) => { td title=(utc(t)) { (relative(t, now)) } }
+                (JobState::Running | JobState::Dead, None) => { td { "-" } }
+                _ => {}
+            }
+            td.error { (clip(job.last_error.as_deref().unwrap_or(""), 80)) }
+            td.payload { code { (clip(&String::from_utf8_lossy(&job.payload), 60)) } }
+        }
+    }
+}
+
+/// What can be done to the selected jobs of `state`.
+fn bulk_buttons(state: JobState) -> Markup {
+    html! {
+        div.actions {
+            "Selected: "
+            @match state {
+                JobState::Delayed => {
+                    button type="submit" name="action" value="run" { "Run now" } " "
+                    button.danger type="submit" name="action" value="cancel" { "Cancel" }
+                }
+                JobState::Ready => {
+                    button.danger type="submit" name="action" value="cancel" { "Cancel" }
+                    span.hint { " Ready jobs run in turn, in the order they became ready." }
+                }
+                JobState::Dead => {
+                    button type="submit" name="action" value="retry" { "Retry" } " "
+                    button.danger type="submit" name="action" value="delete" { "Delete" }
+                }
+                _ => { "running jobs cannot be changed until they end" }
+            }
+        }
+    }
+}
+
+/// How many jobs a filter looked at, the first page and the next one.
+fn pager(v: &TopicView<'_>) -> Markup {
+    html! {
+        p.pager {
+            @if v.listing.filtered() {
+                "Looked at " (v.looked_at) " jobs, " (v.jobs.len()) " match. "
+            }
+            @if v.listing.at != Cursor::START {
+                a href={ (v.link) "?state=" (v.listing.state.as_str()) } { "First page" } " "
+            }
+            @if let Some(next) = &v.next { a.next href=(next) { "Next page →" } }
+        }
+    }
+}
