@@ -40,6 +40,13 @@ impl Backoff {
 
     /// The delay after failed attempt number `attempt` (from 1), with +/-20 % jitter.
     pub fn delay(&self, attempt: u32) -> Duration {
+        self.delay_at(attempt, unit_random())
+    }
+
+    /// [`delay`](Backoff::delay) with the jitter drawn by the caller: `unit` in [0, 1) scales
+    /// the plain delay by 0.8 to 1.2 (0.5: the plain delay). Pure, so that what becomes of a
+    /// failed job can be decided (and tested) without randomness.
+    pub(crate) fn delay_at(&self, attempt: u32, unit: f64) -> Duration {
         let plain = match *self {
             Backoff::Fixed(d) => d,
             Backoff::Exponential { base, max } => {
@@ -47,7 +54,7 @@ impl Backoff {
                 base.saturating_mul(factor).min(max)
             }
         };
-        plain.mul_f64(0.8 + 0.4 * unit_random())
+        plain.mul_f64(0.8 + 0.4 * unit)
     }
 }
 
@@ -77,5 +84,15 @@ mod tests {
                 "attempt {attempt}: {d}"
             );
         }
+    }
+
+    #[test]
+    fn the_jitter_scales_the_plain_delay_by_four_fifths_to_six_fifths() {
+        let b = Backoff::Fixed(Duration::from_secs(10));
+        assert_eq!(b.delay_at(1, 0.5), Duration::from_secs(10));
+        let low = b.delay_at(1, 0.0).as_secs_f64();
+        let high = b.delay_at(1, 0.999_999).as_secs_f64();
+        assert!((low - 8.0).abs() < 1e-6, "{low}");
+        assert!((high - 12.0).abs() < 1e-4, "{high}");
     }
 }

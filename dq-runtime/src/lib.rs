@@ -2,17 +2,23 @@
 //! Application code uses it through the `dq` crate.
 
 mod backoff;
+mod chores;
 mod consumer;
 mod context;
 mod extract;
+mod fate;
 mod health;
+mod job;
 mod listener;
 pub mod metrics;
 mod mover;
 mod outcome;
+mod running;
 mod runtime;
+mod settle;
 mod shared;
 mod shutdown;
+mod start;
 pub mod testing;
 mod ticker;
 mod upkeep;

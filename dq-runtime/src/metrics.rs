@@ -22,8 +22,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dq_core::metric;
-
-use crate::shared::Shared;
+use dq_core::store::Admin;
+use tokio_util::sync::CancellationToken;
 
 /// Buckets for the two histograms, in seconds: lateness matters at the millisecond.
 pub const SECONDS_BUCKETS: &[f64] = &[
@@ -51,13 +51,18 @@ pub(crate) fn count_n(name: &'static str, topic: &str, n: usize) {
     metrics::counter!(name, "topic" => topic.to_owned()).increment(n);
 }
 
-/// Publishes the depth of each topic's queue every 5 s until shutdown.
-pub(crate) async fn queue_gauges(shared: Arc<Shared>, topics: Vec<dq_core::Topic>) {
+/// Publishes the depth of each topic's queue every 5 s until `stop` (shutdown), read through
+/// the store's admin role.
+pub(crate) async fn queue_gauges(
+    admin: Arc<dyn Admin>,
+    stop: CancellationToken,
+    topics: Vec<dq_core::Topic>,
+) {
     loop {
         // Lag by the store's clock, as due times are stamped (this host's clock may be off).
-        let now = shared.store.time_us().await.map(dq_core::from_us);
+        let now = admin.time_us().await.map(dq_core::from_us);
         for topic in &topics {
-            if let (Ok(s), Ok(now)) = (shared.store.stats(topic).await, &now) {
+            if let (Ok(s), Ok(now)) = (admin.stats(topic).await, &now) {
                 let t = topic.to_string();
                 for (state, n) in [
                     ("delayed", s.counts.delayed),
@@ -76,7 +81,7 @@ pub(crate) async fn queue_gauges(shared: Arc<Shared>, topics: Vec<dq_core::Topic
             }
         }
         tokio::select! {
-            _ = shared.stop.cancelled() => return,
+            _ = stop.cancelled() => return,
             _ = tokio::time::sleep(Duration::from_secs(5)) => {}
         }
     }

@@ -12,6 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use dq_core::store::Leases;
 use dq_core::Wake;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -24,13 +25,14 @@ const FIRST_BATCH: usize = 128;
 
 pub(crate) struct Mover {
     pub(crate) shared: Arc<Shared>,
+    /// The store's lease role, whose `promote` makes due jobs ready.
+    pub(crate) leases: Arc<dyn Leases>,
     pub(crate) shard: u16,
     pub(crate) wake: mpsc::Receiver<u64>,
 }
 
 impl Mover {
     pub(crate) async fn run(mut self) {
-        let store = self.shared.store.clone();
         let full = self.shared.config.promote_batch;
         // After a sleep the first call moves a small batch, so the first due jobs reach the
         // workers while the rest are still being moved; then full batches while more are due.
@@ -42,7 +44,7 @@ impl Mover {
             let sent = Instant::now();
             let promoted = tokio::select! {
                 _ = self.shared.stop.cancelled() => return,
-                r = store.promote(self.shard, batch) => r,
+                r = self.leases.promote(self.shard, batch) => r,
             };
             let p = match promoted {
                 Ok(p) => {
@@ -111,12 +113,16 @@ async fn sleep_until_precisely(deadline: Instant) {
 /// when the subscription breaks. After every subscription, the first one included, it wakes every
 /// mover: a push announced before the subscription was in place (right after start-up, or while
 /// it was broken) reached nobody.
-pub(crate) async fn route_wakeups(shared: Arc<Shared>, movers: Vec<mpsc::Sender<u64>>) {
+pub(crate) async fn route_wakeups(
+    shared: Arc<Shared>,
+    leases: Arc<dyn Leases>,
+    movers: Vec<mpsc::Sender<u64>>,
+) {
     let mut health = Health::new("wake subscription");
     loop {
         let listener = tokio::select! {
             _ = shared.stop.cancelled() => return,
-            l = shared.store.wake_listener() => l,
+            l = leases.wake_listener() => l,
         };
         let mut listener = match listener {
             Ok(l) => {

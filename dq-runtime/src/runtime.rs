@@ -1,32 +1,20 @@
 //! [`Runtime`]: starts the movers, consumer loops and chores for every listener, and shuts
 //! them down gracefully.
 
-use std::collections::HashMap;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
-use dq_core::{Client, Config, Error, ErrorKind, MemoryStore, Result, Store, Topic};
-use dq_redis::RedisStore;
-use tokio::sync::{mpsc, Semaphore};
+use dq_core::{Client, Config, Error, Result, Store, Topic, WorkerInfo};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::consumer::ConsumerLoop;
+use crate::chores;
 use crate::extract::States;
-use crate::listener::{self, Listener};
-use crate::mover::{self, Mover};
+use crate::listener::Listener;
 use crate::shared::Shared;
-use crate::shutdown::{ShutdownReport, Supervisor};
-use crate::ticker::{check_schedule, Declared};
-use crate::upkeep;
-
-pub(crate) type Hook = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
-
-/// How long `start` tries to declare its listeners' schedules and retries in the store (all of
-/// them) before it starts anyway and leaves them to the ticker.
-const DECLARE_AT_START: Duration = Duration::from_secs(5);
+use crate::shutdown::{Hook, ShutdownReport, Supervisor};
+use crate::start;
 
 /// Runs the listeners of this program against the store.
 ///
@@ -283,229 +271,60 @@ impl RuntimeBuilder {
 
     /// Connects and starts every loop.
     pub async fn start(self) -> Result<Runtime> {
-        let config = match self.config {
-            Some(c) => c.validate()?,
-            None => Config::from_env()?,
-        };
-        if let Some(name) = self.twice.first() {
-            return Err(Error::Config {
-                key: "state",
-                value: (*name).to_owned(),
-                reason: format!("`{name}` is registered twice with `Runtime::builder().state(..)`: one value per type; wrap the second in a type of its own (`struct ReadReplica(Pool)`) and ask for `State<ReadReplica>`"),
-            });
-        }
-        let listeners = collect_listeners(self.registered, self.listeners, &self.states)?;
+        let config = start::config(self.config, &self.twice)?;
+        let listeners = start::collect_listeners(self.registered, self.listeners, &self.states)?;
         #[cfg(feature = "prometheus")]
         if let Some(addr) = self.metrics_addr {
             crate::metrics::install_prometheus(addr)?;
             tracing::info!(%addr, "serving Prometheus metrics");
         }
-        let store: Arc<dyn Store> = match self.store {
-            Some(s) => s,
-            None if config.redis_url.is_some() || !config.redis_cluster.is_empty() => {
-                let redis = RedisStore::connect(&config).await?;
-                match redis.server_warnings().await {
-                    Ok(warnings) => {
-                        for w in warnings {
-                            tracing::warn!("{w}");
-                        }
-                    }
-                    Err(e) => tracing::warn!(error = %e, "could not read Redis' settings"),
-                }
-                Arc::new(redis)
-            }
-            None => {
-                tracing::warn!("DQ_REDIS_URL is not set: running on the in-memory store, inside this process only; jobs will not survive a restart (set DQ_REDIS_URL=redis://host:6379/ to use Redis)");
-                Arc::new(MemoryStore::new())
-            }
-        };
+        let store = start::open_store(&config, self.store).await?;
         let client = Client::new(store.clone(), config.clone());
-        let mut declared = declarations(&listeners);
-        // Declared now when the store answers; else the ticker declares it as soon as it does:
-        // a master down or a full Redis must not keep workers from starting. Bounded as a
-        // whole, so that a stalled Redis does not delay the start either.
-        match tokio::time::timeout(DECLARE_AT_START, declared.keep(&client, store.as_ref())).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) if e.kind() == ErrorKind::InvalidInput => {
-                tracing::error!(error = %e, "a listener's schedule cannot be stored; the runtime does not start");
-                return Err(e);
-            }
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "could not declare the listeners' schedules and retries in the store yet; the runtime starts anyway and declares them as soon as the store answers (until then a job of theirs whose worker dies is judged by the retries given at push, and their schedules do not tick unless another process declared them)");
-            }
-            Err(_) => {
-                tracing::warn!(after = ?DECLARE_AT_START, "the store did not answer while the listeners' schedules and retries were declared; the runtime starts anyway and declares them as soon as it does");
-            }
-        }
-        let (ack_tx, ack_rx) = mpsc::unbounded_channel();
-        let shared = Arc::new(Shared::new(
-            store.clone(),
-            config.clone(),
-            ack_tx,
-            client.clone(),
-            Arc::new(self.states),
-        ));
-        let handle = ShutdownHandle {
-            token: CancellationToken::new(),
-        };
-
-        let mut chores = Vec::new();
-        let shards = store.shards();
-        let mut wake_senders = Vec::new();
-        for shard in 0..shards {
-            let (tx, rx) = mpsc::channel(1024);
-            wake_senders.push(tx);
-            chores.push(tokio::spawn(
-                Mover {
-                    shared: shared.clone(),
-                    shard,
-                    wake: rx,
-                }
-                .run(),
-            ));
-            chores.push(tokio::spawn(upkeep::reclaimer(shared.clone(), shard)));
-        }
-        chores.push(tokio::spawn(crate::ticker::ticker(
-            shared.clone(),
-            declared,
-        )));
-        chores.push(tokio::spawn(mover::route_wakeups(
-            shared.clone(),
-            wake_senders,
-        )));
+        let mut declared = start::declarations(&listeners);
+        start::declare(&mut declared, &client, &store).await?;
+        let (acks, acks_rx) = mpsc::unbounded_channel();
+        let states = Arc::new(self.states);
+        let shared = Arc::new(Shared::new(config, acks, client.clone(), states));
         let topics: Vec<Topic> = listeners.iter().map(|(t, _)| t.clone()).collect();
-        chores.push(tokio::spawn(crate::metrics::queue_gauges(
-            shared.clone(),
-            topics.clone(),
-        )));
-        let me = dq_core::WorkerInfo::for_this_process(
-            topics.iter().map(|t| t.as_str().to_owned()).collect(),
-        );
-        for (topic, listener) in &listeners {
-            let permits = Arc::new(Semaphore::new(listener.concurrency));
-            let listener = Arc::new(listener.clone());
-            for shard in 0..shards {
-                chores.push(tokio::spawn(
-                    ConsumerLoop {
-                        shared: shared.clone(),
-                        listener: listener.clone(),
-                        topic: topic.clone(),
-                        shard,
-                        permits: permits.clone(),
-                        consumer: crate::consumer::consumer_name(&me.id, topic),
-                    }
-                    .run(),
-                ));
-            }
-        }
-        let heartbeat_done = CancellationToken::new();
-        let heartbeat = tokio::spawn(upkeep::heartbeat(
-            shared.clone(),
-            heartbeat_done.clone(),
+        let me =
+            WorkerInfo::for_this_process(topics.iter().map(|t| t.as_str().to_owned()).collect());
+        let plan = chores::Plan {
+            store: &store,
+            listeners: &listeners,
+            declared,
             me,
-        ));
-        let acker_done = CancellationToken::new();
-        let acker = tokio::spawn(upkeep::acker(shared.clone(), ack_rx, acker_done.clone()));
-
+            acks: acks_rx,
+        };
+        let tasks = chores::spawn(&shared, plan);
         tracing::info!(
-            store = ?store, shards, topics = ?topics.iter().map(Topic::as_str).collect::<Vec<_>>(),
+            store = ?store, shards = store.shards(),
+            topics = ?topics.iter().map(Topic::as_str).collect::<Vec<_>>(),
             "dq runtime started"
         );
         let supervisor = Supervisor {
             shared,
-            chores,
-            heartbeat,
-            heartbeat_done,
-            acker,
-            acker_done,
+            leases: store,
+            chores: tasks,
             hooks: self.hooks,
         };
-        let token = handle.token.clone();
-        let task = tokio::spawn(async move {
-            token.cancelled().await;
-            supervisor.shut_down().await
-        });
+        let handle = ShutdownHandle {
+            token: CancellationToken::new(),
+        };
         Ok(Runtime {
             client,
             topics,
+            task: supervise(&handle, supervisor),
             handle,
-            task,
             exit_on_second_signal: self.exit_on_second_signal,
         })
     }
 }
 
-/// What the runtime declares for its listeners: their schedules, and the most runs each allows
-/// a job whose worker died (the last runtime to declare decides, should two disagree).
-fn declarations(listeners: &[(Topic, Listener)]) -> Declared {
-    let schedules = listeners
-        .iter()
-        .filter_map(|(t, l)| l.schedule.map(|s| (t.clone(), s)))
-        .collect();
-    let limits = listeners
-        .iter()
-        .map(|(t, l)| (t.clone(), l.retries.map(|r| r.saturating_add(1))))
-        .collect();
-    Declared::new(schedules, limits)
-}
-
-/// This runtime's listeners, each with its topic checked once here; refused with an error naming
-/// the listener when a topic is invalid, taken twice, a concurrency is zero, its retries are
-/// over `MAX_RETRIES`, or an argument cannot be provided (a `State<T>` nobody registered).
-fn collect_listeners(
-    registered: bool,
-    extra: Vec<Listener>,
-    states: &States,
-) -> Result<Vec<(Topic, Listener)>> {
-    let mut all = if registered {
-        listener::registered()
-    } else {
-        Vec::new()
-    };
-    all.extend(extra);
-    let mut seen: HashMap<String, String> = HashMap::new();
-    let mut checked = Vec::with_capacity(all.len());
-    for l in all {
-        let topic = Topic::new(l.topic.clone())?;
-        if l.concurrency == 0 {
-            return Err(Error::InvalidListener {
-                topic: l.topic.clone(),
-                name: l.name.clone(),
-                reason: "concurrency must be at least 1".into(),
-            });
-        }
-        if let Some(retries) = l.retries.filter(|r| *r > dq_core::MAX_RETRIES) {
-            return Err(Error::InvalidListener {
-                topic: l.topic.clone(),
-                name: l.name.clone(),
-                reason: format!(
-                    "retries = {retries} is over the limit of {} (dq::limits::MAX_RETRIES); a job that failed that often needs a person (or a longer backoff between runs)",
-                    dq_core::MAX_RETRIES
-                ),
-            });
-        }
-        if let Err(reason) = (l.check)(states) {
-            return Err(Error::InvalidListener {
-                topic: l.topic.clone(),
-                name: l.name.clone(),
-                reason,
-            });
-        }
-        if let Some(schedule) = &l.schedule {
-            check_schedule(schedule).map_err(|reason| Error::InvalidListener {
-                topic: l.topic.clone(),
-                name: l.name.clone(),
-                reason,
-            })?;
-        }
-        if let Some(first) = seen.insert(l.topic.clone(), l.name.clone()) {
-            return Err(Error::DuplicateListener {
-                topic: l.topic.clone(),
-                first,
-                second: l.name.clone(),
-            });
-        }
-        checked.push((topic, l));
-    }
-    Ok(checked)
+/// The supervisor's task: it shuts the runtime down once the handle asks for it.
+fn supervise(handle: &ShutdownHandle, supervisor: Supervisor) -> JoinHandle<ShutdownReport> {
+    let token = handle.token.clone();
+    tokio::spawn(async move {
+        token.cancelled().await;
+        supervisor.shut_down().await
+    })
 }

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dq_core::periodic::Repeat;
-use dq_core::{Client, Result, Store, Topic};
+use dq_core::store::{Leases, Registry};
+use dq_core::{Client, Result, Topic};
 
 use crate::health::Health;
 use crate::listener::ListenerSchedule;
@@ -24,12 +25,22 @@ pub(crate) const LOOKAHEAD: Duration = Duration::from_secs(5);
 /// (and what Redis lost is declared again) within this.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
-pub(crate) async fn ticker(shared: Arc<Shared>, mut declared: Declared) {
+/// Fires the schedules through the runtime's client every [`EVERY`], and keeps the listeners'
+/// declarations (the namespace's epoch read from the registry, the retries written with the
+/// lease role) until shutdown.
+pub(crate) async fn ticker(
+    shared: Arc<Shared>,
+    registry: Arc<dyn Registry>,
+    leases: Arc<dyn Leases>,
+    mut declared: Declared,
+) {
     let mut health = Health::new("schedule ticker".to_owned());
     loop {
         // Each on its own: a shard that refuses the retries must not stop the schedules.
         let look = async {
-            let kept = declared.keep(&shared.client, shared.store.as_ref()).await;
+            let kept = declared
+                .keep(&shared.client, registry.as_ref(), leases.as_ref())
+                .await;
             let fired = shared.client.fire_schedules(LOOKAHEAD).await;
             kept.and(fired)
         };
@@ -80,10 +91,16 @@ impl Declared {
 
     /// Declares everything unless the store still holds it (the epoch is the one declared
     /// under). Errors of input (a schedule that never ticks again) are returned at once; a
-    /// store that fails leaves it to the next call.
-    pub(crate) async fn keep(&mut self, client: &Client, store: &dyn Store) -> Result<()> {
+    /// store that fails leaves it to the next call. The epoch is the registry's; the retries
+    /// are written through the lease role, which the reclaimer judges by.
+    pub(crate) async fn keep(
+        &mut self,
+        client: &Client,
+        registry: &dyn Registry,
+        leases: &dyn Leases,
+    ) -> Result<()> {
         // Read before declaring: a loss between the two shows as a new epoch next time.
-        let epoch = store.namespace_epoch().await?;
+        let epoch = registry.namespace_epoch().await?;
         if self.epoch.as_ref() == Some(&epoch) {
             return Ok(());
         }
@@ -99,7 +116,7 @@ impl Declared {
             declare_schedule(client, topic, schedule).await?;
         }
         for (topic, max_attempts) in &self.limits {
-            store.set_attempt_limit(topic, *max_attempts).await?;
+            leases.set_attempt_limit(topic, *max_attempts).await?;
         }
         if again {
             tracing::info!("the listeners' schedules and retries are declared again");

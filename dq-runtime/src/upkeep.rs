@@ -4,16 +4,31 @@
 //! process's running jobs), so a slow but alive worker keeps its jobs and a dead one (kill -9)
 //! gives them up within about one lease; the reclaimer then puts them back to ready. Every job
 //! therefore runs at least once.
+//!
+//! A lease names the shard the store leased its job from (`LeaseRef::shard`): acks and
+//! renewals go to that shard without recomputing it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use dq_core::{LeaseRef, MAX_BATCH};
+use dq_core::store::{Leases, Registry};
+use dq_core::{Acked, LeaseRef, WorkerInfo, MAX_BATCH};
 use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 
 use crate::health::Health;
 use crate::shared::Shared;
+
+/// Longest wait, at shutdown, to remove this worker's record.
+pub(crate) const UNREGISTER_LIMIT: Duration = Duration::from_secs(2);
+
+/// How long one shard's renewal (or the worker record) may take: under a third of the lease,
+/// so that a stalled master cannot hold up the next heartbeat.
+pub(crate) fn renewal_limit(lease: Duration) -> Duration {
+    lease / 4
+}
 
 /// Acks finished jobs in batches, one lane per shard: whatever has queued up for a shard while
 /// its previous call was in flight goes in the next one, so acks cost one round trip per batch
@@ -23,13 +38,13 @@ use crate::shared::Shared;
 /// job tasks finished) it acks what is left and ends.
 pub(crate) async fn acker(
     shared: Arc<Shared>,
+    leases: Arc<dyn Leases>,
     mut rx: mpsc::UnboundedReceiver<LeaseRef>,
-    done: tokio_util::sync::CancellationToken,
+    done: CancellationToken,
 ) {
-    let shards = shared.store.shards();
     let mut lanes: HashMap<u16, mpsc::UnboundedSender<LeaseRef>> = HashMap::new();
     // Dropping the set (the acker aborted at the end of shutdown) aborts the lanes too.
-    let mut lane_tasks = tokio::task::JoinSet::new();
+    let mut lane_tasks = JoinSet::new();
     loop {
         let next = tokio::select! {
             biased;
@@ -40,10 +55,10 @@ pub(crate) async fn acker(
             }
         };
         let Some(lease) = next else { break };
-        let shard = dq_core::store::shard_of(&lease.topic, &lease.id, shards);
+        let shard = lease.shard;
         let lane = lanes.entry(shard).or_insert_with(|| {
             let (tx, lane_rx) = mpsc::unbounded_channel();
-            lane_tasks.spawn(ack_lane(shared.clone(), shard, lane_rx));
+            lane_tasks.spawn(ack_lane(shared.clone(), leases.clone(), shard, lane_rx));
             tx
         });
         let _ = lane.send(lease);
@@ -53,7 +68,12 @@ pub(crate) async fn acker(
 }
 
 /// Acks one shard's finished jobs until its sender is gone and its queue is empty.
-async fn ack_lane(shared: Arc<Shared>, shard: u16, mut rx: mpsc::UnboundedReceiver<LeaseRef>) {
+async fn ack_lane(
+    shared: Arc<Shared>,
+    leases: Arc<dyn Leases>,
+    shard: u16,
+    mut rx: mpsc::UnboundedReceiver<LeaseRef>,
+) {
     let mut health = Health::new(format!("acker of shard {shard}"));
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while let Some(first) = rx.recv().await {
@@ -65,18 +85,10 @@ async fn ack_lane(shared: Arc<Shared>, shard: u16, mut rx: mpsc::UnboundedReceiv
             }
         }
         loop {
-            match shared.store.ack(&batch).await {
+            match leases.ack(&batch).await {
                 Ok(acked) => {
                     health.ok();
-                    let mut told = std::collections::HashSet::new();
-                    for lease in &batch {
-                        if shared.stop_running(lease) {
-                            told.insert(lease);
-                        }
-                    }
-                    for stale in acked.stale.iter().filter(|l| !told.contains(l)) {
-                        tracing::warn!(topic = %stale.topic, id = %stale.id, "ack refused: the lease was taken over (it expired while the job ran), so the job may run again");
-                    }
+                    acked_batch(&shared, &batch, &acked);
                     break;
                 }
                 Err(e) => {
@@ -90,6 +102,20 @@ async fn ack_lane(shared: Arc<Shared>, shard: u16, mut rx: mpsc::UnboundedReceiv
     }
 }
 
+/// The batch is acked: its jobs stop running here. A refused ack is news only when the
+/// heartbeat did not already say the lease was lost.
+fn acked_batch(shared: &Shared, batch: &[LeaseRef], acked: &Acked) {
+    let mut told = HashSet::new();
+    for lease in batch {
+        if shared.running.stop(lease) {
+            told.insert(lease);
+        }
+    }
+    for stale in acked.stale.iter().filter(|l| !told.contains(l)) {
+        tracing::warn!(topic = %stale.topic, id = %stale.id, "ack refused: the lease was taken over (it expired while the job ran), so the job may run again");
+    }
+}
+
 /// Renews the leases of this process's running jobs every third of the lease, and records the
 /// worker as alive (for `dq workers`); removes that record when it ends.
 ///
@@ -97,109 +123,137 @@ async fn ack_lane(shared: Arc<Shared>, shard: u16, mut rx: mpsc::UnboundedReceiv
 /// and the worker record is written beside the renewals rather than before them: a master that
 /// stalls (a long command, a failover in progress) delays only the renewal of its own jobs, so
 /// jobs on healthy masters never lose their lease and run a second time elsewhere.
-pub(crate) async fn heartbeat(
-    shared: Arc<Shared>,
-    done: tokio_util::sync::CancellationToken,
-    mut me: dq_core::WorkerInfo,
-) {
-    let lease = shared.config.lease;
-    let limit = renewal_limit(lease);
-    let mut health: HashMap<u16, Health> = HashMap::new();
-    let mut tick = tokio::time::interval(lease / 3);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = done.cancelled() => {
-                // Bounded: with Redis unreachable the record expires by itself in a minute.
-                let _ = tokio::time::timeout(
-                    UNREGISTER_LIMIT,
-                    shared.store.unregister_worker(&me.id),
-                )
-                .await;
-                return;
+pub(crate) struct Heartbeat {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) leases: Arc<dyn Leases>,
+    /// Where this worker's record is kept.
+    pub(crate) registry: Arc<dyn Registry>,
+    pub(crate) me: WorkerInfo,
+}
+
+/// What one call of a beat did: `None` for the worker record (its failures go to the debug
+/// log only), else a shard's renewal: the shard, how many jobs, and the leases found lost.
+type Renewal = Option<(u16, usize, dq_core::Result<Vec<LeaseRef>>)>;
+
+impl Heartbeat {
+    pub(crate) async fn run(mut self, done: CancellationToken) {
+        let mut health: HashMap<u16, Health> = HashMap::new();
+        let mut tick = tokio::time::interval(self.shared.config.lease / 3);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = done.cancelled() => return self.unregister().await,
+                _ = tick.tick() => {}
             }
-            _ = tick.tick() => {}
+            let mut calls = self.beat();
+            while let Some(joined) = calls.join_next().await {
+                let Ok(Some((shard, jobs, renewed))) = joined else {
+                    continue;
+                };
+                let health = health
+                    .entry(shard)
+                    .or_insert_with(|| Health::new(format!("lease renewal on shard {shard}")));
+                self.renewed(shard, jobs, renewed, health);
+            }
         }
-        let running = shared.running();
-        me.running = running.len();
-        me.last_seen_ms = dq_core::to_us(std::time::SystemTime::now()) / 1000;
-        let mut calls = tokio::task::JoinSet::new();
-        let (store, record) = (shared.store.clone(), me.clone());
+    }
+
+    /// Bounded: with Redis unreachable the record expires by itself in a minute.
+    async fn unregister(&self) {
+        let unregister = self.registry.unregister_worker(&self.me.id);
+        let _ = tokio::time::timeout(UNREGISTER_LIMIT, unregister).await;
+    }
+
+    /// Starts this beat's calls, each in a task of its own: the worker record, and the renewal
+    /// of each shard's leases.
+    fn beat(&mut self) -> JoinSet<Renewal> {
+        let lease = self.shared.config.lease;
+        let limit = renewal_limit(lease);
+        let running = self.shared.running.to_renew();
+        self.me.running = running.len();
+        self.me.last_seen_ms = dq_core::to_us(SystemTime::now()) / 1000;
+        let mut calls = JoinSet::new();
+        let (registry, record) = (self.registry.clone(), self.me.clone());
         calls.spawn(async move {
-            match tokio::time::timeout(limit, store.register_worker(&record)).await {
-                Ok(Err(e)) => {
-                    tracing::debug!(error = %e, "could not record this worker's heartbeat")
-                }
-                Err(_) => tracing::debug!(?limit, "recording this worker's heartbeat timed out"),
-                Ok(Ok(())) => {}
-            }
+            record_worker(registry.as_ref(), &record, limit).await;
             None
         });
-        let shards = shared.store.shards();
-        let mut by_shard: HashMap<u16, Vec<LeaseRef>> = HashMap::new();
-        for l in running {
-            by_shard
-                .entry(dq_core::store::shard_of(&l.topic, &l.id, shards))
-                .or_default()
-                .push(l);
-        }
-        for (shard, leases) in by_shard {
-            let store = shared.store.clone();
+        for (shard, leases) in by_shard(running) {
+            let store = self.leases.clone();
             calls.spawn(async move {
-                let renewed = match tokio::time::timeout(limit, store.extend(&leases, lease)).await
-                {
-                    Ok(r) => r,
-                    Err(_) => Err(dq_core::Error::Timeout {
-                        op: "renew leases",
-                        after: limit,
-                    }),
-                };
+                let renewed = renew(store.as_ref(), &leases, lease, limit).await;
                 Some((shard, leases.len(), renewed))
             });
         }
-        while let Some(joined) = calls.join_next().await {
-            let Ok(Some((shard, jobs, renewed))) = joined else {
-                continue;
-            };
-            let health = health
-                .entry(shard)
-                .or_insert_with(|| Health::new(format!("lease renewal on shard {shard}")));
-            match renewed {
-                Ok(lost) => {
-                    health.ok();
-                    // A job whose handler returned may have been acked since the snapshot:
-                    // only a running handler's lost lease is news (a refused ack is logged by
-                    // the acker).
-                    // Said once per job: it is renewed no more, and its handler is told.
-                    for l in lost.iter().filter(|l| shared.lease_lost(l)) {
-                        crate::metrics::count(dq_core::metric::LEASES_LOST, l.topic.as_str());
-                        tracing::warn!(topic = %l.topic, id = %l.id, "lease lost while the job runs (it expired before a renewal got through, or Redis lost it in a restart or failover): another worker may run it too, and this run's outcome will be refused; the handler sees it in JobContext::lease_lost");
-                    }
+        calls
+    }
+
+    /// What a shard's renewal says: lost leases are told to their handlers, once each.
+    fn renewed(
+        &self,
+        shard: u16,
+        jobs: usize,
+        renewed: dq_core::Result<Vec<LeaseRef>>,
+        health: &mut Health,
+    ) {
+        match renewed {
+            Ok(lost) => {
+                health.ok();
+                // A job whose handler returned may have been acked since the snapshot: only a
+                // running handler's lost lease is news (a refused ack is logged by the acker).
+                // Said once per job: it is renewed no more, and its handler is told.
+                for l in lost.iter().filter(|l| self.shared.running.lost(l)) {
+                    crate::metrics::count(dq_core::metric::LEASES_LOST, l.topic.as_str());
+                    tracing::warn!(topic = %l.topic, id = %l.id, "lease lost while the job runs (it expired before a renewal got through, or Redis lost it in a restart or failover): another worker may run it too, and this run's outcome will be refused; the handler sees it in JobContext::lease_lost");
                 }
-                Err(e) => {
-                    tracing::debug!(
-                        shard,
-                        jobs,
-                        "lease renewal failed on this shard; the next heartbeat tries again"
-                    );
-                    health.failed(&e);
-                }
+            }
+            Err(e) => {
+                tracing::debug!(
+                    shard,
+                    jobs,
+                    "lease renewal failed on this shard; the next heartbeat tries again"
+                );
+                health.failed(&e);
             }
         }
     }
 }
 
-/// Longest wait, at shutdown, to remove this worker's record.
-pub(crate) const UNREGISTER_LIMIT: Duration = Duration::from_secs(2);
+/// The leases to renew, by the shard the store leased each from.
+fn by_shard(running: Vec<LeaseRef>) -> HashMap<u16, Vec<LeaseRef>> {
+    let mut by_shard: HashMap<u16, Vec<LeaseRef>> = HashMap::new();
+    for l in running {
+        by_shard.entry(l.shard).or_default().push(l);
+    }
+    by_shard
+}
 
-/// How long one shard's renewal (or the worker record) may take: under a third of the lease,
-/// so that a stalled master cannot hold up the next heartbeat.
-pub(crate) fn renewal_limit(lease: Duration) -> Duration {
-    lease / 4
+async fn record_worker(registry: &dyn Registry, record: &WorkerInfo, limit: Duration) {
+    match tokio::time::timeout(limit, registry.register_worker(record)).await {
+        Ok(Err(e)) => tracing::debug!(error = %e, "could not record this worker's heartbeat"),
+        Err(_) => tracing::debug!(?limit, "recording this worker's heartbeat timed out"),
+        Ok(Ok(())) => {}
+    }
+}
+
+/// Renews one shard's `leases` for another `lease`, within `limit`; returns those lost.
+async fn renew(
+    store: &dyn Leases,
+    leases: &[LeaseRef],
+    lease: Duration,
+    limit: Duration,
+) -> dq_core::Result<Vec<LeaseRef>> {
+    match tokio::time::timeout(limit, store.extend(leases, lease)).await {
+        Ok(renewed) => renewed,
+        Err(_) => Err(dq_core::Error::Timeout {
+            op: "renew leases",
+            after: limit,
+        }),
+    }
 }
 
 /// Puts back jobs whose lease expired, in one shard, every half lease.
-pub(crate) async fn reclaimer(shared: Arc<Shared>, shard: u16) {
+pub(crate) async fn reclaimer(shared: Arc<Shared>, leases: Arc<dyn Leases>, shard: u16) {
     let every = (shared.config.lease / 2).max(Duration::from_millis(50));
     let mut health = Health::new(format!("reclaimer of shard {shard}"));
     loop {
@@ -208,7 +262,7 @@ pub(crate) async fn reclaimer(shared: Arc<Shared>, shard: u16) {
             _ = tokio::time::sleep(every) => {}
         }
         loop {
-            match shared.store.reclaim(shard, MAX_BATCH).await {
+            match leases.reclaim(shard, MAX_BATCH).await {
                 Ok(r) => {
                     health.ok();
                     if r.requeued + r.dead > 0 {

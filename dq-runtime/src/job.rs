@@ -1,0 +1,219 @@
+//! One leased job's run: its [`JobContext`], the handler under its timeout and the shutdown,
+//! the run's metrics; then its fate is decided ([`crate::fate`]) and written
+//! ([`crate::settle`]).
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dq_core::store::{Envelope, Leases};
+use dq_core::{from_us, metric, LeaseRef, LeasedJob};
+use tokio::sync::OwnedSemaphorePermit;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::backoff::unit_random;
+use crate::context::JobContext;
+use crate::fate::{self, Ended};
+use crate::listener::{HandlerFuture, Listener};
+use crate::outcome::Outcome;
+use crate::settle::settle;
+use crate::shared::Shared;
+
+/// Longest wait for a cancelled handler to stop (see `supervise`).
+const ABORTED_LIMIT: Duration = Duration::from_secs(10);
+
+/// What a job's task needs: the runtime's shared state, the store's lease role (to write the
+/// job's fate) and the job's listener.
+pub(crate) struct Runner {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) leases: Arc<dyn Leases>,
+    pub(crate) listener: Arc<Listener>,
+}
+
+/// How a handler's run ended.
+struct Ran {
+    outcome: Outcome,
+    /// Cancelled by the listener's timeout (its outcome is the timeout's error).
+    timed_out: bool,
+}
+
+impl Runner {
+    /// Runs one leased job to its end: decode, call under the timeout, then ack, retry or
+    /// dead-letter. Holds its permit until the handler returns.
+    pub(crate) async fn run(
+        self,
+        job: LeasedJob,
+        permit: OwnedSemaphorePermit,
+        fetched_at_us: u64,
+    ) {
+        let LeasedJob { lease, envelope } = job;
+        let max_attempts = fate::max_attempts(self.listener.retries, envelope.max_attempts);
+        let lateness_ms = (fetched_at_us as f64 - envelope.due_us as f64) / 1000.0;
+        let span = tracing::info_span!(
+            "job", topic = %lease.topic, id = %lease.id, attempt = envelope.attempt,
+            max_attempts, lateness_ms
+        );
+        async move {
+            let attempt = envelope.attempt;
+            let ended = self
+                .call(&lease, envelope, max_attempts, permit, fetched_at_us)
+                .await;
+            let backoff = &self.listener.backoff;
+            let fate = fate::fate(ended, attempt, max_attempts, backoff, unit_random());
+            settle(&self.shared, self.leases.as_ref(), lease, fate).await;
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Decodes the payload and runs the handler until it returns, times out, or shutdown
+    /// cancels it. Holds `permit` until then; the job is in the running set from the start of
+    /// the handler (so that its lease is renewed).
+    async fn call(
+        &self,
+        lease: &LeaseRef,
+        envelope: Envelope,
+        max_attempts: u32,
+        permit: OwnedSemaphorePermit,
+        fetched_at_us: u64,
+    ) -> Ended {
+        let due_us = envelope.due_us;
+        let lease_lost = CancellationToken::new();
+        let (ctx, payload) = self.context(lease, envelope, max_attempts, lease_lost.clone());
+        let started = Instant::now();
+        let future = match self.decode(&payload, ctx) {
+            Ok(future) => future,
+            Err(poison) => {
+                drop(permit);
+                return Ended::Poison(poison);
+            }
+        };
+        let lateness = Duration::from_micros(fetched_at_us.saturating_sub(due_us));
+        crate::metrics::started(lease.topic.as_str(), lateness);
+        // The lease stays in the running set until the job's fate is written (the acker removes
+        // it after the ack), so a slow ack cannot let the lease expire.
+        self.shared.running.start(lease, lease_lost);
+        let ran = supervise(&self.shared, &self.listener, future).await;
+        drop(permit);
+        let Some(ran) = ran else {
+            return Ended::Cancelled;
+        };
+        self.shared.running.settling(lease);
+        record(lease.topic.as_str(), started.elapsed(), &ran);
+        Ended::Returned(ran.outcome)
+    }
+
+    /// The handler's view of the job, and its payload.
+    fn context(
+        &self,
+        lease: &LeaseRef,
+        envelope: Envelope,
+        max_attempts: u32,
+        lease_lost: CancellationToken,
+    ) -> (JobContext, Arc<Vec<u8>>) {
+        let payload = Arc::new(envelope.payload);
+        let ctx = JobContext {
+            topic: lease.topic.clone(),
+            id: lease.id.clone(),
+            attempt: envelope.attempt,
+            max_attempts,
+            due: from_us(envelope.due_us),
+            enqueued: from_us(envelope.created_us),
+            last_error: envelope.last_error,
+            shutdown: self.shared.stop.child_token(),
+            lease_lost,
+            payload: payload.clone(),
+            states: self.shared.states.clone(),
+            client: self.shared.client.clone(),
+        };
+        (ctx, payload)
+    }
+
+    /// Decodes the payload and runs the argument extractors, here, before the handler's own
+    /// task: a panic in one of them (a user's `FromJob`) is a failed run, retried and
+    /// dead-lettered as any. `Err`: the payload cannot be decoded (a poison message).
+    fn decode(&self, payload: &[u8], ctx: JobContext) -> Result<HandlerFuture, String> {
+        let called = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            (self.listener.handler)(payload, ctx)
+        }));
+        called.unwrap_or_else(|panic| {
+            let outcome = fate::extractor_panicked(&panic_message(panic));
+            Ok(Box::pin(std::future::ready(outcome)))
+        })
+    }
+}
+
+/// Counts a run that returned, and says a success in the debug log.
+fn record(topic: &str, took: Duration, ran: &Ran) {
+    crate::metrics::finished(topic, took);
+    match &ran.outcome {
+        Outcome::Error(_) => {
+            crate::metrics::count(metric::JOBS_FAILED, topic);
+            if ran.timed_out {
+                crate::metrics::count(metric::JOBS_TIMED_OUT, topic);
+            }
+        }
+        Outcome::Done => {
+            tracing::debug!(took_ms = took.as_secs_f64() * 1000.0, "job done");
+            crate::metrics::count(metric::JOBS_SUCCEEDED, topic);
+        }
+        Outcome::RetryAfter(_) | Outcome::DeadLetter(_) => {}
+    }
+}
+
+/// Runs the handler in a task of its own (so a panic is caught and a timeout can cancel it),
+/// until it ends, times out, or the shutdown grace period runs out (`None`).
+async fn supervise(shared: &Shared, listener: &Listener, future: HandlerFuture) -> Option<Ran> {
+    let mut task = tokio::spawn(future);
+    let timeout = async {
+        match listener.timeout {
+            Some(t) => tokio::time::sleep(t).await,
+            None => std::future::pending().await,
+        }
+    };
+    // Biased: a handler that finished as its timeout fired (or as the grace period ended) has
+    // finished, and is acked rather than retried and run again.
+    let ran = tokio::select! {
+        biased;
+        joined = &mut task => Some(Ran {
+            outcome: match joined {
+                Ok(outcome) => outcome,
+                Err(e) if e.is_panic() => fate::panicked(&panic_message(e.into_panic())),
+                Err(e) => fate::task_failed(e),
+            },
+            timed_out: false,
+        }),
+        _ = timeout => {
+            task.abort();
+            Some(Ran {
+                outcome: fate::timed_out(listener.timeout.unwrap_or_default()),
+                timed_out: true,
+            })
+        }
+        _ = shared.abort.cancelled() => {
+            task.abort();
+            None
+        }
+    };
+    if !task.is_finished() {
+        // An aborted handler stops at its next `.await`; code that blocks between two awaits
+        // keeps running until then. Wait for it (its lease is renewed meanwhile), so that the
+        // retry (or the release at shutdown) does not start a second run beside it; but not
+        // forever: a handler stuck for good must not hold its job and its permit for good.
+        if tokio::time::timeout(ABORTED_LIMIT, task).await.is_err() {
+            tracing::error!(limit = ?ABORTED_LIMIT, "the handler did not stop after it was cancelled (it blocks between awaits, e.g. on a std Mutex or blocking I/O); the job goes on to its retry or release while that code may still run");
+        }
+    }
+    ran
+}
+
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a non-text panic payload".to_owned()
+    }
+}

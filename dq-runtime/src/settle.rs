@@ -1,0 +1,109 @@
+//! Writes a job's [`Fate`] to the store: the ack goes to the acker's batches, a retry,
+//! postponement or dead letter is written here (again with backoff while the store fails), a
+//! release is left to shutdown. Each is logged for the person on call and counted.
+
+use std::time::Duration;
+
+use dq_core::store::Leases;
+use dq_core::{metric, LeaseRef};
+
+use crate::fate::{Fate, Why};
+use crate::health::Health;
+use crate::shared::Shared;
+
+/// Writes `fate` for the run of `lease` (in the job's span), then takes the lease out of the
+/// running set; a job to ack leaves it when the acker has acked it, so that a slow ack cannot
+/// let its lease expire.
+pub(crate) async fn settle(shared: &Shared, leases: &dyn Leases, lease: LeaseRef, fate: Fate) {
+    match fate {
+        Fate::Ack => {
+            let _ = shared.acks.send(lease);
+            return;
+        }
+        Fate::Release => {
+            tracing::info!("handler cancelled by shutdown; the job goes back to ready");
+            shared.running.interrupted(lease);
+            return;
+        }
+        Fate::Retry { delay, error } => {
+            tracing::warn!(error = %error, retry_in = ?delay, "job failed; it will be retried");
+            write_retry(shared, leases, &lease, delay, Some(&error)).await;
+        }
+        Fate::Postpone { delay } => {
+            tracing::info!(retry_in = ?delay, "handler asked to run the job again later");
+            write_retry(shared, leases, &lease, delay, None).await;
+        }
+        Fate::DeadLetter { reason, why } => {
+            log_dead_letter(&reason, &why);
+            write_dead_letter(shared, leases, &lease, &reason).await;
+        }
+    }
+    shared.running.stop(&lease);
+}
+
+fn log_dead_letter(reason: &str, why: &Why) {
+    match why {
+        Why::Poison => tracing::error!(error = %reason, "poison message: dead-lettered on its first attempt, never retried (fix the producer or the payload type, then requeue it)"),
+        Why::Handler => tracing::warn!(reason = %reason, "handler dead-lettered the job"),
+        Why::LastAttempt { error } => {
+            tracing::error!(error = %error, "job failed on its last attempt; dead-lettered")
+        }
+        Why::DelayOutOfRange => tracing::error!(reason = %reason, "retry delay out of range"),
+    }
+}
+
+/// Writes a finished run's outcome with `write`, again with backoff until it succeeds or
+/// shutdown aborts; if it never does, the lease expires and the job runs again (at least once,
+/// never lost). `write` returning false means the lease was taken over: `taken_over` is logged.
+async fn keep_writing<F, Fut>(shared: &Shared, what: String, taken_over: &str, mut write: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = dq_core::Result<bool>>,
+{
+    let mut health = Health::new(what);
+    loop {
+        match write().await {
+            Ok(true) => return health.ok(),
+            Ok(false) => return tracing::warn!("{taken_over}"),
+            Err(e) => {
+                let d = health.failed(&e);
+                tokio::select! {
+                    _ = shared.abort.cancelled() => return shared.running.gave_up(),
+                    _ = tokio::time::sleep(d) => {}
+                }
+            }
+        }
+    }
+}
+
+/// Schedules the job again after `delay`. `error` is the failed run's, or `None` for a run the
+/// handler postponed (`RetryAfter`), which does not spend an attempt.
+async fn write_retry(
+    shared: &Shared,
+    leases: &dyn Leases,
+    lease: &LeaseRef,
+    delay: Duration,
+    error: Option<&str>,
+) {
+    let metric = match error {
+        Some(_) => metric::JOBS_RETRIED,
+        None => metric::JOBS_POSTPONED,
+    };
+    crate::metrics::count(metric, lease.topic.as_str());
+    let what = format!("retry of {}:{}", lease.topic, lease.id);
+    let taken_over = "the lease was taken over while the job ran (the lease expired: the worker stalled or Redis was unreachable); the other run decides the job's fate";
+    keep_writing(shared, what, taken_over, || async move {
+        match error {
+            Some(error) => leases.retry(lease, delay, error).await,
+            None => leases.postpone(lease, delay).await,
+        }
+    })
+    .await;
+}
+
+async fn write_dead_letter(shared: &Shared, leases: &dyn Leases, lease: &LeaseRef, error: &str) {
+    crate::metrics::count(metric::JOBS_DEAD_LETTERED, lease.topic.as_str());
+    let what = format!("dead-letter of {}:{}", lease.topic, lease.id);
+    let taken_over = "the lease was taken over while the job ran; not dead-lettered here";
+    keep_writing(shared, what, taken_over, || leases.dead_letter(lease, error)).await;
+}
