@@ -80,6 +80,5 @@ fn read_file(path: &str) -> Result<Vec<u8>, Exit> {
             "no file after `@`: write the payload's file as @path/to/payload.json".into(),
         ));
     }
-    std::fs::read(path)
-        .map_err(|e| Exit(1, format!("cannot read the payload file {path:?}: {e}")))
+    std::fs::read(path).map_err(|e| Exit(1, format!("cannot read the payload file {path:?}: {e}")))
 }

@@ -639,10 +639,7 @@ async fn push_reads_a_large_payload_from_stdin_or_a_file() {
     let path = redis.dir().join("payload.json");
     std::fs::write(&path, &from_file).unwrap();
     let arg = format!("@{}", path.display());
-    let pushed = json(&dq(
-        &redis,
-        &["push", "t", &arg, "--id", "file", "--json"],
-    ));
+    let pushed = json(&dq(&redis, &["push", "t", &arg, "--id", "file", "--json"]));
     assert_eq!(pushed["outcome"], "Created");
 
     let from_stdin = big("s");

@@ -75,11 +75,21 @@ pub(crate) fn spawn(shared: &Arc<Shared>, plan: Plan<'_>) -> Chores {
     let admin: Arc<dyn Admin> = plan.store.clone();
     let topics: Vec<Topic> = plan.listeners.iter().map(|(t, _)| t.clone()).collect();
     let mut loops = spawn_movers(shared, &leases);
-    let schedules = ticker(shared.clone(), registry.clone(), leases.clone(), plan.declared);
+    let schedules = ticker(
+        shared.clone(),
+        registry.clone(),
+        leases.clone(),
+        plan.declared,
+    );
     loops.push(tokio::spawn(schedules));
     let gauges = crate::metrics::queue_gauges(admin, shared.stop.clone(), topics);
     loops.push(tokio::spawn(gauges));
-    loops.extend(spawn_consumers(shared, &leases, plan.listeners, &plan.me.id));
+    loops.extend(spawn_consumers(
+        shared,
+        &leases,
+        plan.listeners,
+        &plan.me.id,
+    ));
     let heartbeat = Heartbeat {
         shared: shared.clone(),
         leases: leases.clone(),
@@ -109,7 +119,11 @@ fn spawn_movers(shared: &Arc<Shared>, leases: &Arc<dyn Leases>) -> Vec<JoinHandl
             wake: rx,
         };
         tasks.push(tokio::spawn(mover.run()));
-        tasks.push(tokio::spawn(reclaimer(shared.clone(), leases.clone(), shard)));
+        tasks.push(tokio::spawn(reclaimer(
+            shared.clone(),
+            leases.clone(),
+            shard,
+        )));
     }
     let router = route_wakeups(shared.clone(), leases.clone(), wake_senders);
     tasks.push(tokio::spawn(router));

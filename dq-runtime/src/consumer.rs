@@ -89,7 +89,11 @@ impl Fetches {
         self.sent = Instant::now();
         let now = self.sent;
         self.lost.retain(|(_, until)| *until > now);
-        Fetcher::new(consumer, self.nonce, self.lost.iter().map(|(n, _)| *n).collect())
+        Fetcher::new(
+            consumer,
+            self.nonce,
+            self.lost.iter().map(|(n, _)| *n).collect(),
+        )
     }
 
     fn worked(&mut self) {

@@ -267,12 +267,18 @@ mod tests {
 
     #[test]
     fn a_failed_first_attempt_is_retried_after_the_exponential_base() {
-        assert_eq!(failed("boom", FIRST, &exponential()), retry(secs(1), "boom"));
+        assert_eq!(
+            failed("boom", FIRST, &exponential()),
+            retry(secs(1), "boom")
+        );
     }
 
     #[test]
     fn a_failed_middle_attempt_is_retried_after_twice_the_exponential_base() {
-        assert_eq!(failed("boom", MIDDLE, &exponential()), retry(secs(2), "boom"));
+        assert_eq!(
+            failed("boom", MIDDLE, &exponential()),
+            retry(secs(2), "boom")
+        );
     }
 
     #[test]
@@ -289,8 +295,14 @@ mod tests {
     fn a_failed_first_or_middle_attempt_whose_fixed_delay_is_over_max_delay_is_dead_lettered_for_it(
     ) {
         let delay = MAX_DELAY + secs(1);
-        assert_eq!(failed("boom", FIRST, &fixed_over_limit()), dead_for_delay(delay));
-        assert_eq!(failed("boom", MIDDLE, &fixed_over_limit()), dead_for_delay(delay));
+        assert_eq!(
+            failed("boom", FIRST, &fixed_over_limit()),
+            dead_for_delay(delay)
+        );
+        assert_eq!(
+            failed("boom", MIDDLE, &fixed_over_limit()),
+            dead_for_delay(delay)
+        );
     }
 
     #[test]
@@ -300,8 +312,8 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_middle_attempt_whose_exponential_delay_grew_over_max_delay_is_dead_lettered_for_it(
-    ) {
+    fn a_failed_middle_attempt_whose_exponential_delay_grew_over_max_delay_is_dead_lettered_for_it()
+    {
         let got = failed("boom", MIDDLE, &exponential_to_limit());
         assert_eq!(got, dead_for_delay(MAX_DELAY * 2));
     }
@@ -412,7 +424,11 @@ mod tests {
         for backoff in every_backoff() {
             for attempt in ATTEMPTS {
                 let got = returned(Outcome::RetryAfter(secs(60)), attempt, &backoff);
-                assert_eq!(got, Fate::Postpone { delay: secs(60) }, "{attempt} {backoff:?}");
+                assert_eq!(
+                    got,
+                    Fate::Postpone { delay: secs(60) },
+                    "{attempt} {backoff:?}"
+                );
             }
         }
     }
@@ -451,7 +467,13 @@ mod tests {
     fn an_undecodable_payload_is_dead_lettered_at_once_even_with_attempts_left() {
         for backoff in every_backoff() {
             for attempt in ATTEMPTS {
-                let got = fate(Ended::Poison("bad json".into()), attempt, MAX, &backoff, PLAIN);
+                let got = fate(
+                    Ended::Poison("bad json".into()),
+                    attempt,
+                    MAX,
+                    &backoff,
+                    PLAIN,
+                );
                 let expected = Fate::DeadLetter {
                     reason: "bad json".to_owned(),
                     why: Why::Poison,

@@ -134,9 +134,8 @@ impl Runner {
     /// task: a panic in one of them (a user's `FromJob`) is a failed run, retried and
     /// dead-lettered as any. `Err`: the payload cannot be decoded (a poison message).
     fn decode(&self, payload: &[u8], ctx: JobContext) -> Result<HandlerFuture, String> {
-        let called = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            (self.listener.handler)(payload, ctx)
-        }));
+        let called =
+            std::panic::catch_unwind(AssertUnwindSafe(|| (self.listener.handler)(payload, ctx)));
         called.unwrap_or_else(|panic| {
             let outcome = fate::extractor_panicked(&panic_message(panic));
             Ok(Box::pin(std::future::ready(outcome)))

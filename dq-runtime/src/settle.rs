@@ -43,7 +43,9 @@ pub(crate) async fn settle(shared: &Shared, leases: &dyn Leases, lease: LeaseRef
 
 fn log_dead_letter(reason: &str, why: &Why) {
     match why {
-        Why::Poison => tracing::error!(error = %reason, "poison message: dead-lettered on its first attempt, never retried (fix the producer or the payload type, then requeue it)"),
+        Why::Poison => {
+            tracing::error!(error = %reason, "poison message: dead-lettered on its first attempt, never retried (fix the producer or the payload type, then requeue it)")
+        }
         Why::Handler => tracing::warn!(reason = %reason, "handler dead-lettered the job"),
         Why::LastAttempt { error } => {
             tracing::error!(error = %error, "job failed on its last attempt; dead-lettered")
@@ -105,5 +107,8 @@ async fn write_dead_letter(shared: &Shared, leases: &dyn Leases, lease: &LeaseRe
     crate::metrics::count(metric::JOBS_DEAD_LETTERED, lease.topic.as_str());
     let what = format!("dead-letter of {}:{}", lease.topic, lease.id);
     let taken_over = "the lease was taken over while the job ran; not dead-lettered here";
-    keep_writing(shared, what, taken_over, || leases.dead_letter(lease, error)).await;
+    keep_writing(shared, what, taken_over, || {
+        leases.dead_letter(lease, error)
+    })
+    .await;
 }

@@ -109,7 +109,10 @@ impl Supervisor {
 async fn wait_for_handlers(shared: &Shared) {
     shared.jobs.close();
     let grace = shared.config.shutdown_grace;
-    if tokio::time::timeout(grace, shared.jobs.wait()).await.is_ok() {
+    if tokio::time::timeout(grace, shared.jobs.wait())
+        .await
+        .is_ok()
+    {
         return;
     }
     tracing::warn!("grace period over: cancelling the handlers still running");

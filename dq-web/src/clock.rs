@@ -44,8 +44,8 @@ pub(crate) fn parse_utc(text: &str) -> Result<SystemTime, String> {
     }
     let date = Date::new(y, m, d).map_err(|_| no_such_day(text, y, m).unwrap_or_else(shape))?;
     let (h, min, sec) = (fields.hour(), fields.minute(), fields.second());
-    let time = Time::new(h.unwrap_or(0), min.unwrap_or(0), sec.unwrap_or(0), 0)
-        .map_err(|_| shape())?;
+    let time =
+        Time::new(h.unwrap_or(0), min.unwrap_or(0), sec.unwrap_or(0), 0).map_err(|_| shape())?;
     let t = Offset::UTC
         .to_timestamp(date.to_datetime(time))
         .map_err(|_| shape())?;

@@ -308,14 +308,16 @@ async fn every_page_shows_the_right_counts_and_is_saved_as_a_screenshot() {
     );
     b.screenshot("overview").await;
 
-    b.open(&format!("{}/topics/{TOPIC}?state=dead", dash.url)).await;
+    b.open(&format!("{}/topics/{TOPIC}?state=dead", dash.url))
+        .await;
     assert_eq!(
         b.text("tr[data-id='dead'] td.error").await,
         "payment service answered 503"
     );
     b.screenshot("topic-dead").await;
 
-    b.open(&format!("{}/topics/{TOPIC}?state=delayed", dash.url)).await;
+    b.open(&format!("{}/topics/{TOPIC}?state=delayed", dash.url))
+        .await;
     let ids: Vec<String> = futures_ids(&b).await;
     assert_eq!(ids, ["later-1", "xss"]);
     b.screenshot("topic-delayed").await;
@@ -412,7 +414,8 @@ async fn a_payload_holding_a_script_is_shown_as_text_and_never_runs() {
 async fn run_now_on_the_job_page_makes_a_delayed_job_ready_in_redis() {
     let dash = Dashboard::start(Options::new()).await;
     let b = Browser::start().await;
-    b.open(&format!("{}/topics/{TOPIC}/jobs/later-1", dash.url)).await;
+    b.open(&format!("{}/topics/{TOPIC}/jobs/later-1", dash.url))
+        .await;
     assert_eq!(dash.state_of("later-1").await, Some(JobState::Delayed));
     b.click("form[action$='/later-1/run'] button").await;
     assert_eq!(b.note().await, "later-1 is due now.");
@@ -435,7 +438,8 @@ async fn run_now_on_the_job_page_makes_a_delayed_job_ready_in_redis() {
 async fn cancel_of_the_selected_jobs_on_the_topic_page_deletes_them() {
     let dash = Dashboard::start(Options::new()).await;
     let b = Browser::start().await;
-    b.open(&format!("{}/topics/{TOPIC}?state=delayed", dash.url)).await;
+    b.open(&format!("{}/topics/{TOPIC}?state=delayed", dash.url))
+        .await;
     b.click("input[data-select-all]").await;
     b.click("button[name='action'][value='cancel']").await;
     assert_eq!(b.note().await, "2 of 2 selected jobs cancelled.");
@@ -453,7 +457,8 @@ async fn cancel_of_the_selected_jobs_on_the_topic_page_deletes_them() {
 async fn retry_of_a_dead_letter_makes_it_ready_with_fresh_attempts() {
     let dash = Dashboard::start(Options::new()).await;
     let b = Browser::start().await;
-    b.open(&format!("{}/topics/{TOPIC}/jobs/dead", dash.url)).await;
+    b.open(&format!("{}/topics/{TOPIC}/jobs/dead", dash.url))
+        .await;
     assert_eq!(b.text("h1 .badge").await, "dead");
     b.click("form[action$='/dead/retry'] button").await;
     eventually("the job page shows it ready", || async {
@@ -566,7 +571,8 @@ async fn the_authorize_hook_decides_per_request() {
 async fn delete_every_dead_letter_asks_first_and_deletes_only_when_confirmed() {
     let dash = Dashboard::start(Options::new()).await;
     let b = Browser::start().await;
-    b.open(&format!("{}/topics/{TOPIC}?state=dead", dash.url)).await;
+    b.open(&format!("{}/topics/{TOPIC}?state=dead", dash.url))
+        .await;
     let purge = "form[action$='/dead/purge'] button";
     b.click(purge).await;
     b.web.dismiss_alert().await.unwrap();

@@ -142,7 +142,10 @@ async fn dead_letter(store: &MemoryStore, max: usize, ids: &[&str]) {
 
 /// Schedule `nightly`: at 3:00 every day, to topic `cleanup`.
 fn nightly(client: &Client) -> ScheduleBuilder {
-    client.schedule("nightly").cron("0 3 * * *").topic("cleanup")
+    client
+        .schedule("nightly")
+        .cron("0 3 * * *")
+        .topic("cleanup")
 }
 
 /// Job `id` of [`TOPIC`], which must exist.
@@ -225,7 +228,14 @@ async fn a_cross_site_post_is_refused_even_with_the_token() {
     let (addr, token) = dashboard(&client).await;
     let body = format!("csrf={token}");
     let cancel = "/topics/order-cancel/jobs/o1/cancel";
-    let (status, _) = http(&addr, "POST", cancel, &["Sec-Fetch-Site: cross-site"], &body).await;
+    let (status, _) = http(
+        &addr,
+        "POST",
+        cancel,
+        &["Sec-Fetch-Site: cross-site"],
+        &body,
+    )
+    .await;
     assert_eq!(status, 403);
     assert!(has(&client, "o1").await);
     // The same form from the dashboard's own page goes through.
@@ -616,7 +626,10 @@ async fn a_reschedule_into_the_past_is_refused() {
     // A delay is never in the past.
     let (status, text) = reschedule_o1(&addr, &token, "delay=20m").await;
     assert_eq!(status, 303, "{text}");
-    assert!(job(&client, "o1").await.due > due, "moved on by ten minutes");
+    assert!(
+        job(&client, "o1").await.due > due,
+        "moved on by ten minutes"
+    );
 }
 
 #[tokio::test]

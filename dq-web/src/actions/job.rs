@@ -41,8 +41,7 @@ pub(crate) async fn job(
             Err(refused) => return *refused,
         },
         other => {
-            let message =
-                format!("No action {other:?}: run, cancel, delete, retry or reschedule.");
+            let message = format!("No action {other:?}: run, cancel, delete, retry or reschedule.");
             return post.error(StatusCode::NOT_FOUND, &message);
         }
     };

@@ -6,10 +6,7 @@ use axum::response::Response;
 
 use super::post::Post;
 
-pub(crate) async fn schedule(
-    Path((id, action)): Path<(String, String)>,
-    post: Post,
-) -> Response {
+pub(crate) async fn schedule(Path((id, action)): Path<(String, String)>, post: Post) -> Response {
     let client = &post.web.client;
     // The note of what was done, `None` when there is no such schedule.
     let done = match action.as_str() {

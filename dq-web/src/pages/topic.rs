@@ -35,8 +35,7 @@ impl Listing {
     /// `due_before`, `error`); the error says which time is no time.
     fn from_query(q: &Query, default_state: JobState) -> Result<Listing, String> {
         let time_filter = |key: &str| q.get(key).map(|t| parse_utc(t));
-        let (due_after, due_before) = match (time_filter("due_after"), time_filter("due_before"))
-        {
+        let (due_after, due_before) = match (time_filter("due_after"), time_filter("due_before")) {
             (Some(Err(message)), _) | (_, Some(Err(message))) => return Err(message),
             (a, b) => (a.and_then(Result::ok), b.and_then(Result::ok)),
         };

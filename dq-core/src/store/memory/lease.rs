@@ -112,13 +112,7 @@ impl Leases for MemoryStore {
         })
     }
 
-    async fn fetch(
-        &self,
-        shard: u16,
-        topic: &Topic,
-        max: usize,
-        ttl: Duration,
-    ) -> Result<Fetched> {
+    async fn fetch(&self, shard: u16, topic: &Topic, max: usize, ttl: Duration) -> Result<Fetched> {
         let max = batch_limit(max);
         let now = self.now_us();
         let deadline = now.saturating_add(u64::try_from(ttl.as_micros()).unwrap_or(u64::MAX));
