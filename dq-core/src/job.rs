@@ -1,4 +1,6 @@
-//! The shapes that go in and out of a store: new jobs, leased jobs, states and counts.
+//! A job as it goes into a store and comes out of it: when it is due, what a push does and
+//! reports, its state and what an operator sees of it. Leases are in `lease`, the records
+//! operators read in `admin`.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -90,9 +92,36 @@ pub struct NewJob {
     /// How long its id stays reserved after it succeeds (`None`: not at all).
     pub unique_for: Option<Duration>,
     /// For the job of a schedule's tick: created only after the ticks created before it.
-    pub fence: Option<crate::store::FiredTick>,
+    pub fence: Option<FiredTick>,
     /// The serialized message.
     pub payload: Vec<u8>,
+}
+
+/// A tick of a schedule, as a look fired it: under the schedule's generation it read.
+///
+/// It makes the tick's job a one-time thing ([`NewJob::fence`]): the store creates the job only
+/// when the schedule's fence in the job's shard, the latest `(generation, tick)` created there,
+/// is below this one, and then raises the fence to it; otherwise the push is
+/// [`AlreadyPending`](crate::PushOutcome::AlreadyPending) and nothing is stored. Ticks are
+/// created in order, so a process that wakes from a long stall and pushes a tick that was made
+/// (and ran, and whose reservation ran out) minutes ago makes nothing. A new generation (the
+/// spec changed, or the schedule was resumed) starts again from any tick.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FiredTick {
+    /// The schedule's id.
+    pub schedule: String,
+    /// Its generation when the tick was fired ([`ScheduleEntry::generation`](crate::store::ScheduleEntry::generation)).
+    pub generation: u64,
+    /// The tick (us since the epoch).
+    pub tick_us: u64,
+}
+
+impl FiredTick {
+    /// Whether this tick's job may be created where `stored` is the schedule's fence, the
+    /// `(generation, tick)` created last (a tick at or before it may not).
+    pub fn is_after(&self, stored: Option<(u64, u64)>) -> bool {
+        stored.is_none_or(|s| (self.generation, self.tick_us) > s)
+    }
 }
 
 /// Where a job is in its life.
@@ -198,318 +227,10 @@ impl JobInfo {
     }
 }
 
-/// A job leased to this worker by a fetch. Its [`LeaseRef`] acks, retries or dead-letters it.
-#[derive(Clone, Debug)]
-pub struct LeasedJob {
-    /// The lease to hand back.
-    pub lease: LeaseRef,
-    /// The stored job, with `attempt` counting this run.
-    pub envelope: Envelope,
-}
-
 /// The longest delay of a push or a retry, and the farthest ahead a due time may be: 200
 /// years. Microseconds in a Lua double are exact up to 2^53, about the year 2255; a longer delay
 /// would be stored wrong or wrap around to a short one.
 pub const MAX_DELAY: Duration = Duration::from_secs(200 * 365 * 86_400);
-
-/// Refuses a retry delay over [`MAX_DELAY`] (both stores call it before writing anything).
-pub fn check_retry_delay(lease: &LeaseRef, delay: Duration) -> crate::Result<()> {
-    if delay > MAX_DELAY {
-        return Err(crate::Error::InvalidSchedule {
-            topic: lease.topic.to_string(),
-            id: lease.id.to_string(),
-            reason: "a retry delay is at most 200 years",
-        });
-    }
-    Ok(())
-}
-
-/// Names one lease on one job: the fencing token that refuses writes from a worker whose
-/// lease was taken over.
-///
-/// `LeaseRef`, [`LeasedJob`], [`NewJob`] and [`Envelope`](crate::Envelope) are the records
-/// stores exchange, and stay exhaustive so that a store of your own can build them: a field
-/// added to one is a change of the stored format, made in a major version.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct LeaseRef {
-    /// The job's topic.
-    pub topic: Topic,
-    /// The job's id.
-    pub id: JobId,
-    /// The token given by the fetch.
-    pub token: u64,
-    /// The shard the job lives in (where the fetch leased it): renewals and acks go there
-    /// without hashing the job again.
-    pub shard: u16,
-}
-
-/// What one fetch call returned.
-///
-/// A store of your own starts from `default()` and sets the fields (more may come).
-#[derive(Clone, Debug, Default)]
-#[non_exhaustive]
-pub struct Fetched {
-    /// The jobs now leased to the caller.
-    pub jobs: Vec<LeasedJob>,
-    /// Jobs whose stored envelope could not be read: dead-lettered at once with the reason,
-    /// raw value kept; `(id, reason)`.
-    pub malformed: Vec<(JobId, String)>,
-    /// The store's clock when the jobs were leased, in microseconds since the epoch.
-    pub now_us: u64,
-    /// The topic is paused: nothing was fetched.
-    pub paused: bool,
-    /// How many of `jobs` were taken back from earlier fetches of the same consumer whose reply
-    /// was lost ([`Fetcher::lost`](crate::store::Fetcher)): leased again, no run counted.
-    pub taken_back: usize,
-}
-
-/// A topic as an operator sees it: counts, how far behind the workers are, what comes next.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
-#[non_exhaustive]
-pub struct TopicStats {
-    /// Jobs in each state.
-    pub counts: TopicCounts,
-    /// Due time of the oldest job waiting for a worker: `now - this` is how far behind the
-    /// workers are.
-    pub oldest_ready_due: Option<SystemTime>,
-    /// The topic's earliest delayed job (looked for among each shard's first 1,000 delayed
-    /// jobs; `None` also when it is further back).
-    pub next_due: Option<SystemTime>,
-    /// True when workers do not fetch this topic.
-    pub paused: bool,
-}
-
-/// One page of a listing; pass `next` back to get the following page.
-#[derive(Clone, Debug, Default)]
-#[non_exhaustive]
-pub struct Page {
-    /// The jobs of this page.
-    pub jobs: Vec<JobInfo>,
-    /// Where the next page starts, `None` at the end.
-    pub next: Option<Cursor>,
-}
-
-/// Where a listing carries on: [`Cursor::START`] for the first page, then the page's `next`.
-///
-/// Opaque: what it holds (a shard and a position in it) is the store's business and may change
-/// between releases. It prints and parses as a number so that a command line or a URL can
-/// carry it (`dq jobs t --cursor 281474976710656`), and serializes as that number.
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
-)]
-#[serde(transparent)]
-pub struct Cursor(u64);
-
-impl Cursor {
-    /// The first page.
-    pub const START: Cursor = Cursor(0);
-
-    /// For implementations of [`Admin`](crate::store::Admin): the cursor with this value.
-    pub fn from_raw(raw: u64) -> Cursor {
-        Cursor(raw)
-    }
-
-    /// For implementations of [`Admin`](crate::store::Admin): the value given to
-    /// [`Cursor::from_raw`].
-    pub fn raw(self) -> u64 {
-        self.0
-    }
-}
-
-impl std::fmt::Display for Cursor {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-impl std::str::FromStr for Cursor {
-    type Err = std::num::ParseIntError;
-
-    fn from_str(s: &str) -> Result<Cursor, Self::Err> {
-        s.parse().map(Cursor)
-    }
-}
-
-/// A running worker process, as it registers itself at every heartbeat.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[non_exhaustive]
-pub struct WorkerInfo {
-    /// Unique per process: host, pid and a random suffix.
-    pub id: String,
-    /// Host name.
-    pub host: String,
-    /// Process id.
-    pub pid: u32,
-    /// Topics it runs.
-    pub topics: Vec<String>,
-    /// Jobs running at the last heartbeat.
-    pub running: usize,
-    /// When it started, in milliseconds since the epoch.
-    pub started_ms: u64,
-    /// Its last heartbeat, in milliseconds since the epoch, by the store's clock (the store
-    /// stamps it when the heartbeat is recorded).
-    pub last_seen_ms: u64,
-}
-
-impl WorkerInfo {
-    /// Describes this process.
-    pub fn for_this_process(topics: Vec<String>) -> WorkerInfo {
-        let host = std::fs::read_to_string("/etc/hostname")
-            .ok()
-            .map(|h| h.trim().to_owned())
-            .filter(|h| !h.is_empty())
-            .or_else(|| std::env::var("HOSTNAME").ok())
-            .unwrap_or_else(|| "unknown-host".to_owned());
-        let pid = std::process::id();
-        let now = to_us(SystemTime::now()) / 1000;
-        WorkerInfo {
-            id: format!("{host}-{pid}-{:x}", now % 0x10000),
-            host,
-            pid,
-            topics,
-            running: 0,
-            started_ms: now,
-            last_seen_ms: now,
-        }
-    }
-}
-
-/// What one promotion call did.
-///
-/// A store of your own starts from `default()` and sets the fields (more may come).
-#[derive(Clone, Debug, Default)]
-#[non_exhaustive]
-pub struct Promoted {
-    /// Jobs moved from delayed to ready.
-    pub moved: usize,
-    /// How many of them per topic.
-    pub topics: Vec<(Topic, usize)>,
-    /// The due time of the earliest job still delayed, in microseconds since the epoch.
-    pub next_due_us: Option<u64>,
-    /// The store's clock when the call ran, in microseconds since the epoch.
-    pub now_us: u64,
-}
-
-/// What an ack call did.
-///
-/// A store of your own starts from `default()` and sets the fields (more may come).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Acked {
-    /// Jobs completed.
-    pub acked: usize,
-    /// Leases that were no longer held (taken over after expiry, or cancelled): not acked.
-    pub stale: Vec<LeaseRef>,
-}
-
-/// What a reclaim call did.
-///
-/// A store of your own starts from `default()` and sets the fields (more may come).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Reclaimed {
-    /// Jobs whose lease had expired, put back to ready.
-    pub requeued: usize,
-    /// Jobs whose lease expired on their last attempt, dead-lettered.
-    pub dead: usize,
-}
-
-/// What a cancel or reschedule found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ChangeOutcome {
-    /// Done.
-    Done,
-    /// No pending job with that id.
-    NotFound,
-    /// The job is running; it was left alone.
-    Running,
-}
-
-/// How many jobs of one topic are in each state.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-#[non_exhaustive]
-pub struct TopicCounts {
-    /// Waiting for their due time.
-    pub delayed: u64,
-    /// Due and waiting for a worker.
-    pub ready: u64,
-    /// Leased to workers.
-    pub running: u64,
-    /// Dead letters.
-    pub dead: u64,
-}
-
-impl TopicCounts {
-    /// Adds another shard's counts.
-    pub fn add(&mut self, other: &TopicCounts) {
-        self.delayed += other.delayed;
-        self.ready += other.ready;
-        self.running += other.running;
-        self.dead += other.dead;
-    }
-}
-
-/// How many runs of a topic ended done or failed in each of the last 60 minutes, by the
-/// store's clock. A failed run is one whose handler failed (retried or dead-lettered) or whose
-/// worker died holding it (its lease expired); a postponed run ([`Outcome::RetryAfter`]) is
-/// neither. Kept in the store as a ring of 60 one-minute slots per topic, so its size is bounded
-/// whatever the traffic.
-///
-/// [`Outcome::RetryAfter`]: https://docs.rs/dq/latest/dq/enum.Outcome.html
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
-#[non_exhaustive]
-pub struct Throughput {
-    /// The 60 minutes up to and including the current one, oldest first.
-    pub minutes: Vec<MinuteTally>,
-}
-
-impl Throughput {
-    /// The last hour's minutes from the tallies found, oldest first (minutes without runs
-    /// count zero). `now_minute` and each tally's minute count minutes since the epoch.
-    pub fn from_tallies(now_minute: u64, found: impl IntoIterator<Item = (u64, u64, u64)>) -> Self {
-        let first = now_minute.saturating_sub(59);
-        let mut minutes: Vec<MinuteTally> = (first..=now_minute)
-            .map(|m| MinuteTally {
-                minute: UNIX_EPOCH + Duration::from_secs(m * 60),
-                done: 0,
-                failed: 0,
-            })
-            .collect();
-        for (minute, done, failed) in found {
-            if let Some(slot) = minute
-                .checked_sub(first)
-                .and_then(|i| minutes.get_mut(usize::try_from(i).ok()?))
-            {
-                slot.done += done;
-                slot.failed += failed;
-            }
-        }
-        Throughput { minutes }
-    }
-
-    /// Runs done over the hour.
-    pub fn done(&self) -> u64 {
-        self.minutes.iter().map(|m| m.done).sum()
-    }
-
-    /// Runs failed over the hour.
-    pub fn failed(&self) -> u64 {
-        self.minutes.iter().map(|m| m.failed).sum()
-    }
-}
-
-/// One minute of [`Throughput`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[non_exhaustive]
-pub struct MinuteTally {
-    /// The minute's start.
-    pub minute: SystemTime,
-    /// Runs that succeeded in it.
-    pub done: u64,
-    /// Runs that failed in it.
-    pub failed: u64,
-}
 
 /// Converts a wall-clock time to microseconds since the epoch (0 before 1970).
 pub fn to_us(t: SystemTime) -> u64 {

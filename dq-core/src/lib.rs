@@ -2,17 +2,27 @@
 //! the client, the store's role traits and the in-memory store. The Redis store is the crate
 //! `dq-redis`. Application code uses both through the `dq` crate.
 
+mod admin;
 mod client;
 mod config;
 mod envelope;
 mod error;
 mod job;
+mod lease;
 mod message;
 pub mod metric;
 mod name;
 pub mod periodic;
 pub mod store;
 
+pub use crate::admin::{
+    ChangeOutcome, Cursor, MinuteTally, Page, Throughput, TopicCounts, TopicStats, WorkerInfo,
+};
+pub use crate::job::{
+    from_us, to_us, JobInfo, JobState, NewJob, OnConflict, PushOutcome, Schedule, DEFAULT_RETRIES,
+    MAX_DELAY, MAX_RETRIES,
+};
+pub use crate::lease::{Acked, Fetched, LeaseRef, LeasedJob, Promoted, Reclaimed};
 pub use client::{
     tick_job_id, Client, PushBuilder, Pushed, ScheduleBuilder, ScheduleInfo, MAX_SCHEDULE_ID_LEN,
 };
@@ -21,11 +31,6 @@ pub use config::{
 };
 pub use envelope::{Envelope, ENVELOPE_VERSION};
 pub use error::{Error, ErrorKind, Result};
-pub use job::{
-    from_us, to_us, Acked, ChangeOutcome, Cursor, Fetched, JobInfo, JobState, LeaseRef, LeasedJob,
-    MinuteTally, NewJob, OnConflict, Page, Promoted, PushOutcome, Reclaimed, Schedule, Throughput,
-    TopicCounts, TopicStats, WorkerInfo, DEFAULT_RETRIES, MAX_DELAY, MAX_RETRIES,
-};
 pub use message::Message;
 pub use name::{JobId, Topic, MAX_JOB_ID_LEN, MAX_TOPIC_LEN};
 pub use store::{Event, MemoryStore, ReadyWaiter, Store, Wake, WakeListener, MAX_BATCH};

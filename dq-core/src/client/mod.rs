@@ -9,12 +9,10 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
+use crate::admin::{ChangeOutcome, Cursor, Page, Throughput, TopicCounts, TopicStats, WorkerInfo};
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::job::{
-    ChangeOutcome, Cursor, JobInfo, JobState, NewJob, OnConflict, Page, PushOutcome, Schedule,
-    Throughput, TopicCounts, TopicStats, WorkerInfo, DEFAULT_RETRIES,
-};
+use crate::job::{JobInfo, JobState, NewJob, OnConflict, PushOutcome, Schedule, DEFAULT_RETRIES};
 use crate::message::Message;
 use crate::name::{JobId, Topic};
 use crate::store::{DeadLetters, Store};

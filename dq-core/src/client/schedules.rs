@@ -6,8 +6,9 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 
 use super::{Client, Pushed};
+use crate::admin::ChangeOutcome;
 use crate::error::{Error, Result};
-use crate::job::{from_us, to_us, ChangeOutcome};
+use crate::job::{from_us, to_us};
 use crate::message::Message;
 use crate::name::{JobId, Topic};
 use crate::periodic::{Missed, Repeat, ScheduleSpec, Tick};

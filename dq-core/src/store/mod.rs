@@ -20,44 +20,14 @@ pub use self::backend::{open, Backend, Opening};
 pub use self::memory::{Event, MemoryStore};
 pub use self::shard::shard_of;
 pub use crate::envelope::{Envelope, ENVELOPE_VERSION};
-pub use crate::job::check_retry_delay;
-pub use crate::job::{
-    from_us, to_us, Acked, Fetched, LeaseRef, LeasedJob, NewJob, Promoted, Reclaimed,
-};
+pub use crate::job::{from_us, to_us, FiredTick, NewJob};
+pub use crate::lease::check_retry_delay;
+pub use crate::lease::{Acked, Fetched, LeaseRef, LeasedJob, Promoted, Reclaimed};
 
+use crate::admin::{ChangeOutcome, Cursor, Page, Throughput, TopicCounts, TopicStats, WorkerInfo};
 use crate::error::Result;
-use crate::job::{
-    ChangeOutcome, Cursor, JobInfo, JobState, OnConflict, Page, PushOutcome, Schedule, Throughput,
-    TopicCounts, TopicStats, WorkerInfo,
-};
+use crate::job::{JobInfo, JobState, OnConflict, PushOutcome, Schedule};
 use crate::name::{JobId, Topic};
-
-/// A tick of a schedule, as a look fired it: under the schedule's generation it read.
-///
-/// It makes the tick's job a one-time thing ([`NewJob::fence`]): the store creates the job only
-/// when the schedule's fence in the job's shard, the latest `(generation, tick)` created there,
-/// is below this one, and then raises the fence to it; otherwise the push is
-/// [`AlreadyPending`](crate::PushOutcome::AlreadyPending) and nothing is stored. Ticks are
-/// created in order, so a process that wakes from a long stall and pushes a tick that was made
-/// (and ran, and whose reservation ran out) minutes ago makes nothing. A new generation (the
-/// spec changed, or the schedule was resumed) starts again from any tick.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FiredTick {
-    /// The schedule's id.
-    pub schedule: String,
-    /// Its generation when the tick was fired ([`ScheduleEntry::generation`]).
-    pub generation: u64,
-    /// The tick (us since the epoch).
-    pub tick_us: u64,
-}
-
-impl FiredTick {
-    /// Whether this tick's job may be created where `stored` is the schedule's fence, the
-    /// `(generation, tick)` created last (a tick at or before it may not).
-    pub fn is_after(&self, stored: Option<(u64, u64)>) -> bool {
-        stored.is_none_or(|s| (self.generation, self.tick_us) > s)
-    }
-}
 
 /// Who is fetching, so that the jobs of a fetch whose reply was lost are taken back.
 ///

@@ -7,11 +7,9 @@ use async_trait::async_trait;
 
 use super::state::Member;
 use super::{lock, MemoryStore};
+use crate::admin::{Cursor, Page, Throughput, TopicCounts, TopicStats, WorkerInfo};
 use crate::error::Result;
-use crate::job::{
-    from_us, to_us, Cursor, JobInfo, JobState, Page, Throughput, TopicCounts, TopicStats,
-    WorkerInfo,
-};
+use crate::job::{from_us, to_us, JobInfo, JobState};
 use crate::name::{JobId, Topic};
 use crate::store::policy::{batch_limit, WORKER_EXPIRY_MS};
 use crate::store::{Admin, DeadLetters, Registry, Wake, MAX_BATCH};

@@ -9,7 +9,8 @@ use super::state::{due_of, State, Tally};
 use super::waiters::{MemoryReadyWaiter, MemoryWakeListener};
 use super::{lock, Event, MemoryStore};
 use crate::error::Result;
-use crate::job::{Acked, Fetched, LeaseRef, LeasedJob, Promoted, Reclaimed, Schedule};
+use crate::job::Schedule;
+use crate::lease::{Acked, Fetched, LeaseRef, LeasedJob, Promoted, Reclaimed};
 use crate::name::Topic;
 use crate::store::policy::{batch_limit, lease_expired, promote_limit};
 use crate::store::{Leases, ReadyWaiter, Wake, WakeListener};
@@ -18,7 +19,7 @@ impl MemoryStore {
     /// A failed run to retry (with its `error`), or a postponed one (`None`: the run does not
     /// count, the last error stays).
     fn retry_job(&self, lease: &LeaseRef, delay: Duration, error: Option<&str>) -> Result<bool> {
-        crate::job::check_retry_delay(lease, delay)?;
+        crate::lease::check_retry_delay(lease, delay)?;
         let now = self.now_us();
         let (ready, announce) = {
             let mut s = lock(&self.state);

@@ -6,9 +6,10 @@ use std::collections::BTreeSet;
 
 use super::state::due_of;
 use super::{lock, Event, MemoryStore};
+use crate::admin::ChangeOutcome;
 use crate::envelope::Envelope;
 use crate::error::Result;
-use crate::job::{ChangeOutcome, JobInfo, NewJob, OnConflict, PushOutcome, Schedule};
+use crate::job::{JobInfo, NewJob, OnConflict, PushOutcome, Schedule};
 use crate::name::{JobId, Topic};
 use crate::store::{Producer, Wake};
 

@@ -4,10 +4,10 @@
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use super::Event;
+use crate::admin::{Throughput, TopicCounts, WorkerInfo};
 use crate::envelope::Envelope;
-use crate::job::{
-    to_us, JobInfo, JobState, LeaseRef, Schedule, Throughput, TopicCounts, WorkerInfo,
-};
+use crate::job::{to_us, JobInfo, JobState, Schedule};
+use crate::lease::LeaseRef;
 use crate::name::{JobId, Topic};
 
 /// A job's place in the store: its topic and id.

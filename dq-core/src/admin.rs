@@ -1,0 +1,214 @@
+//! What operators read: counts, stats and throughput of a topic, pages of jobs, workers, and
+//! what a cancel or reschedule did.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::job::{to_us, JobInfo};
+
+/// A topic as an operator sees it: counts, how far behind the workers are, what comes next.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct TopicStats {
+    /// Jobs in each state.
+    pub counts: TopicCounts,
+    /// Due time of the oldest job waiting for a worker: `now - this` is how far behind the
+    /// workers are.
+    pub oldest_ready_due: Option<SystemTime>,
+    /// The topic's earliest delayed job (looked for among each shard's first 1,000 delayed
+    /// jobs; `None` also when it is further back).
+    pub next_due: Option<SystemTime>,
+    /// True when workers do not fetch this topic.
+    pub paused: bool,
+}
+
+/// One page of a listing; pass `next` back to get the following page.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct Page {
+    /// The jobs of this page.
+    pub jobs: Vec<JobInfo>,
+    /// Where the next page starts, `None` at the end.
+    pub next: Option<Cursor>,
+}
+
+/// Where a listing carries on: [`Cursor::START`] for the first page, then the page's `next`.
+///
+/// Opaque: what it holds (a shard and a position in it) is the store's business and may change
+/// between releases. It prints and parses as a number so that a command line or a URL can
+/// carry it (`dq jobs t --cursor 281474976710656`), and serializes as that number.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(transparent)]
+pub struct Cursor(u64);
+
+impl Cursor {
+    /// The first page.
+    pub const START: Cursor = Cursor(0);
+
+    /// For implementations of [`Admin`](crate::store::Admin): the cursor with this value.
+    pub fn from_raw(raw: u64) -> Cursor {
+        Cursor(raw)
+    }
+
+    /// For implementations of [`Admin`](crate::store::Admin): the value given to
+    /// [`Cursor::from_raw`].
+    pub fn raw(self) -> u64 {
+        self.0
+    }
+}
+
+impl std::fmt::Display for Cursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::str::FromStr for Cursor {
+    type Err = std::num::ParseIntError;
+
+    fn from_str(s: &str) -> Result<Cursor, Self::Err> {
+        s.parse().map(Cursor)
+    }
+}
+
+/// A running worker process, as it registers itself at every heartbeat.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub struct WorkerInfo {
+    /// Unique per process: host, pid and a random suffix.
+    pub id: String,
+    /// Host name.
+    pub host: String,
+    /// Process id.
+    pub pid: u32,
+    /// Topics it runs.
+    pub topics: Vec<String>,
+    /// Jobs running at the last heartbeat.
+    pub running: usize,
+    /// When it started, in milliseconds since the epoch.
+    pub started_ms: u64,
+    /// Its last heartbeat, in milliseconds since the epoch, by the store's clock (the store
+    /// stamps it when the heartbeat is recorded).
+    pub last_seen_ms: u64,
+}
+
+impl WorkerInfo {
+    /// Describes this process.
+    pub fn for_this_process(topics: Vec<String>) -> WorkerInfo {
+        let host = std::fs::read_to_string("/etc/hostname")
+            .ok()
+            .map(|h| h.trim().to_owned())
+            .filter(|h| !h.is_empty())
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .unwrap_or_else(|| "unknown-host".to_owned());
+        let pid = std::process::id();
+        let now = to_us(SystemTime::now()) / 1000;
+        WorkerInfo {
+            id: format!("{host}-{pid}-{:x}", now % 0x10000),
+            host,
+            pid,
+            topics,
+            running: 0,
+            started_ms: now,
+            last_seen_ms: now,
+        }
+    }
+}
+
+/// What a cancel or reschedule found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ChangeOutcome {
+    /// Done.
+    Done,
+    /// No pending job with that id.
+    NotFound,
+    /// The job is running; it was left alone.
+    Running,
+}
+
+/// How many jobs of one topic are in each state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct TopicCounts {
+    /// Waiting for their due time.
+    pub delayed: u64,
+    /// Due and waiting for a worker.
+    pub ready: u64,
+    /// Leased to workers.
+    pub running: u64,
+    /// Dead letters.
+    pub dead: u64,
+}
+
+impl TopicCounts {
+    /// Adds another shard's counts.
+    pub fn add(&mut self, other: &TopicCounts) {
+        self.delayed += other.delayed;
+        self.ready += other.ready;
+        self.running += other.running;
+        self.dead += other.dead;
+    }
+}
+
+/// How many runs of a topic ended done or failed in each of the last 60 minutes, by the
+/// store's clock. A failed run is one whose handler failed (retried or dead-lettered) or whose
+/// worker died holding it (its lease expired); a postponed run ([`Outcome::RetryAfter`]) is
+/// neither. Kept in the store as a ring of 60 one-minute slots per topic, so its size is bounded
+/// whatever the traffic.
+///
+/// [`Outcome::RetryAfter`]: https://docs.rs/dq/latest/dq/enum.Outcome.html
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct Throughput {
+    /// The 60 minutes up to and including the current one, oldest first.
+    pub minutes: Vec<MinuteTally>,
+}
+
+impl Throughput {
+    /// The last hour's minutes from the tallies found, oldest first (minutes without runs
+    /// count zero). `now_minute` and each tally's minute count minutes since the epoch.
+    pub fn from_tallies(now_minute: u64, found: impl IntoIterator<Item = (u64, u64, u64)>) -> Self {
+        let first = now_minute.saturating_sub(59);
+        let mut minutes: Vec<MinuteTally> = (first..=now_minute)
+            .map(|m| MinuteTally {
+                minute: UNIX_EPOCH + Duration::from_secs(m * 60),
+                done: 0,
+                failed: 0,
+            })
+            .collect();
+        for (minute, done, failed) in found {
+            if let Some(slot) = minute
+                .checked_sub(first)
+                .and_then(|i| minutes.get_mut(usize::try_from(i).ok()?))
+            {
+                slot.done += done;
+                slot.failed += failed;
+            }
+        }
+        Throughput { minutes }
+    }
+
+    /// Runs done over the hour.
+    pub fn done(&self) -> u64 {
+        self.minutes.iter().map(|m| m.done).sum()
+    }
+
+    /// Runs failed over the hour.
+    pub fn failed(&self) -> u64 {
+        self.minutes.iter().map(|m| m.failed).sum()
+    }
+}
+
+/// One minute of [`Throughput`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct MinuteTally {
+    /// The minute's start.
+    pub minute: SystemTime,
+    /// Runs that succeeded in it.
+    pub done: u64,
+    /// Runs that failed in it.
+    pub failed: u64,
+}

@@ -1,0 +1,108 @@
+//! A running job's side of the store: the lease a fetch gives, what a fetch, a promotion, an
+//! ack and a reclaim report.
+
+use std::time::Duration;
+
+use crate::envelope::Envelope;
+use crate::job::MAX_DELAY;
+use crate::name::{JobId, Topic};
+
+/// A job leased to this worker by a fetch. Its [`LeaseRef`] acks, retries or dead-letters it.
+#[derive(Clone, Debug)]
+pub struct LeasedJob {
+    /// The lease to hand back.
+    pub lease: LeaseRef,
+    /// The stored job, with `attempt` counting this run.
+    pub envelope: Envelope,
+}
+
+/// Refuses a retry delay over [`MAX_DELAY`] (both stores call it before writing anything).
+pub fn check_retry_delay(lease: &LeaseRef, delay: Duration) -> crate::Result<()> {
+    if delay > MAX_DELAY {
+        return Err(crate::Error::InvalidSchedule {
+            topic: lease.topic.to_string(),
+            id: lease.id.to_string(),
+            reason: "a retry delay is at most 200 years",
+        });
+    }
+    Ok(())
+}
+
+/// Names one lease on one job: the fencing token that refuses writes from a worker whose
+/// lease was taken over.
+///
+/// `LeaseRef`, [`LeasedJob`], [`NewJob`] and [`Envelope`](crate::Envelope) are the records
+/// stores exchange, and stay exhaustive so that a store of your own can build them: a field
+/// added to one is a change of the stored format, made in a major version.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LeaseRef {
+    /// The job's topic.
+    pub topic: Topic,
+    /// The job's id.
+    pub id: JobId,
+    /// The token given by the fetch.
+    pub token: u64,
+    /// The shard the job lives in (where the fetch leased it): renewals and acks go there
+    /// without hashing the job again.
+    pub shard: u16,
+}
+
+/// What one fetch call returned.
+///
+/// A store of your own starts from `default()` and sets the fields (more may come).
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct Fetched {
+    /// The jobs now leased to the caller.
+    pub jobs: Vec<LeasedJob>,
+    /// Jobs whose stored envelope could not be read: dead-lettered at once with the reason,
+    /// raw value kept; `(id, reason)`.
+    pub malformed: Vec<(JobId, String)>,
+    /// The store's clock when the jobs were leased, in microseconds since the epoch.
+    pub now_us: u64,
+    /// The topic is paused: nothing was fetched.
+    pub paused: bool,
+    /// How many of `jobs` were taken back from earlier fetches of the same consumer whose reply
+    /// was lost ([`Fetcher::lost`](crate::store::Fetcher)): leased again, no run counted.
+    pub taken_back: usize,
+}
+
+/// What one promotion call did.
+///
+/// A store of your own starts from `default()` and sets the fields (more may come).
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct Promoted {
+    /// Jobs moved from delayed to ready.
+    pub moved: usize,
+    /// How many of them per topic.
+    pub topics: Vec<(Topic, usize)>,
+    /// The due time of the earliest job still delayed, in microseconds since the epoch.
+    pub next_due_us: Option<u64>,
+    /// The store's clock when the call ran, in microseconds since the epoch.
+    pub now_us: u64,
+}
+
+/// What an ack call did.
+///
+/// A store of your own starts from `default()` and sets the fields (more may come).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Acked {
+    /// Jobs completed.
+    pub acked: usize,
+    /// Leases that were no longer held (taken over after expiry, or cancelled): not acked.
+    pub stale: Vec<LeaseRef>,
+}
+
+/// What a reclaim call did.
+///
+/// A store of your own starts from `default()` and sets the fields (more may come).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Reclaimed {
+    /// Jobs whose lease had expired, put back to ready.
+    pub requeued: usize,
+    /// Jobs whose lease expired on their last attempt, dead-lettered.
+    pub dead: usize,
+}
