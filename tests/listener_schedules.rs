@@ -1,13 +1,15 @@
 //! Schedules declared on listeners: `#[dq::listener(cron = "..", tz = "..")]` and
-//! `#[dq::listener(every = "..")]`, stored at start and fired with the virtual clock.
+//! `#[dq::listener(every = "..")]`, or `Listener::new(..).cron(..).tz(..)` and `.every(..)`,
+//! stored at start and fired with the virtual clock.
 
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use dq::schedule::Tick;
 use dq::testing::TestRuntime;
+use dq::{JobContext, Listener};
 use serde::{Deserialize, Serialize};
 
 static DIGESTS: Mutex<Vec<SystemTime>> = Mutex::new(Vec::new());
@@ -50,28 +52,12 @@ fn at(secs: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(secs)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn listener_schedules_are_stored_at_start_and_fire_on_their_ticks_across_a_dst_change() {
-    // Monday 2026-03-23 06:00 UTC; Paris moves from UTC+1 to UTC+2 on Sunday the 29th.
-    let rt = TestRuntime::builder()
-        .starting_at(at(1_774_245_600))
-        .start()
-        .await
-        .unwrap();
-    let ids: Vec<String> = rt
-        .client()
-        .schedules()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|s| s.id)
-        .collect();
-    assert_eq!(ids, ["digest", "sweep"]);
+/// Monday 2026-03-23 06:00 UTC; Paris moves from UTC+1 to UTC+2 on Sunday the 29th.
+const MONDAY: u64 = 1_774_245_600;
 
-    rt.advance(Duration::from_secs(14 * 86_400)).await;
-
-    // Ten weekdays at 9:00 Paris: 08:00 UTC the first week, 07:00 UTC the second.
-    let expected: Vec<SystemTime> = [
+/// Ten weekdays at 9:00 Paris from `MONDAY`: 08:00 UTC the first week, 07:00 UTC the second.
+fn weekdays_at_nine_in_paris() -> Vec<SystemTime> {
+    [
         1_774_252_800,
         1_774_339_200,
         1_774_425_600,
@@ -84,10 +70,11 @@ async fn listener_schedules_are_stored_at_start_and_fire_on_their_ticks_across_a
         1_775_199_600,
     ]
     .map(at)
-    .to_vec();
-    assert_eq!(*DIGESTS.lock().unwrap(), expected);
+    .to_vec()
+}
 
-    let sweeps = SWEEPS.lock().unwrap().clone();
+/// One job an hour for two weeks, each carrying `Sweep::default()`, none skipped.
+fn assert_hourly_defaults(sweeps: &[(u32, SystemTime)]) {
     assert_eq!(sweeps.len(), 14 * 24, "one job an hour");
     assert!(
         sweeps.iter().all(|(days, _)| *days == 30),
@@ -99,5 +86,99 @@ async fn listener_schedules_are_stored_at_start_and_fire_on_their_ticks_across_a
             .all(|w| w[1].1.duration_since(w[0].1).unwrap() == Duration::from_secs(3600)),
         "on the hour, none skipped"
     );
+}
+
+async fn schedule_ids(rt: &TestRuntime) -> Vec<String> {
+    let mut ids: Vec<String> = rt
+        .client()
+        .schedules()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    ids.sort();
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listener_schedules_are_stored_at_start_and_fire_on_their_ticks_across_a_dst_change() {
+    let rt = TestRuntime::builder()
+        .starting_at(at(MONDAY))
+        .start()
+        .await
+        .unwrap();
+    assert_eq!(schedule_ids(&rt).await, ["digest", "sweep"]);
+
+    rt.advance(Duration::from_secs(14 * 86_400)).await;
+
+    assert_eq!(*DIGESTS.lock().unwrap(), weekdays_at_nine_in_paris());
+    assert_hourly_defaults(&SWEEPS.lock().unwrap().clone());
     rt.shutdown().await;
+}
+
+/// The same two schedules as the macro's above, declared with the builder: the same ticks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_built_by_hand_declares_its_schedule_as_the_macro_does() {
+    let digests = Arc::new(Mutex::new(Vec::new()));
+    let sweeps = Arc::new(Mutex::new(Vec::new()));
+    let seen = digests.clone();
+    let hand_digest = Listener::new("hand-digest", move |tick: Tick| {
+        let seen = seen.clone();
+        async move {
+            assert_eq!(tick.schedule, "hand-digest");
+            seen.lock().unwrap().push(tick.at);
+        }
+    })
+    .cron("0 9 * * MON-FRI")
+    .tz("Europe/Paris");
+    let seen = sweeps.clone();
+    let hand_sweep = Listener::new("hand-sweep", move |msg: Sweep, ctx: JobContext| {
+        let seen = seen.clone();
+        async move { seen.lock().unwrap().push((msg.older_than_days, ctx.due())) }
+    })
+    .every(Duration::from_secs(3600))
+    .ticks_carry_default::<Sweep>();
+    let rt = TestRuntime::builder()
+        .without_registered_listeners()
+        .listener(hand_digest)
+        .listener(hand_sweep)
+        .starting_at(at(MONDAY))
+        .start()
+        .await
+        .unwrap();
+    assert_eq!(schedule_ids(&rt).await, ["hand-digest", "hand-sweep"]);
+
+    rt.advance(Duration::from_secs(14 * 86_400)).await;
+
+    assert_eq!(*digests.lock().unwrap(), weekdays_at_nine_in_paris());
+    assert_hourly_defaults(&sweeps.lock().unwrap().clone());
+    rt.shutdown().await;
+}
+
+/// What each tick carries must be said for a message: otherwise every tick would be a poison
+/// message, so the start fails, naming what to call.
+#[tokio::test]
+async fn a_scheduled_listener_built_by_hand_on_a_message_says_what_its_ticks_carry() {
+    let untold = Listener::new("hand-sweep", |_msg: Sweep| async {}).every(Duration::from_secs(60));
+    let err = TestRuntime::builder()
+        .without_registered_listeners()
+        .listener(untold)
+        .start()
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains(".ticks_carry_default::<"), "{text}");
+    assert!(text.contains("Sweep"), "{text}");
+
+    let wrong = Listener::new("hand-sweep", |_msg: Sweep| async {})
+        .every(Duration::from_secs(60))
+        .ticks_carry_default::<u32>();
+    let err = TestRuntime::builder()
+        .without_registered_listeners()
+        .listener(wrong)
+        .start()
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("another type"), "{err}");
 }

@@ -7,6 +7,7 @@ use proc_macro::TokenStream;
 mod attr;
 mod listener;
 mod message;
+mod options;
 
 /// Registers an async fn as the handler of a topic. See `dq::listener` for the options.
 #[proc_macro_attribute]
@@ -30,12 +31,11 @@ fn listener_or_error(
     }
 }
 
-/// Binds a payload type to its topic: `#[message(topic = "order-cancel")]`.
+/// Binds a payload type to its topic: `#[message(topic = "order-cancel")]`. A mistake is an
+/// error beside an impl with an empty topic, so code using the type adds no error of its own.
 #[proc_macro_derive(Message, attributes(message))]
 pub fn derive_message(item: TokenStream) -> TokenStream {
-    message::expand(item.into())
-        .unwrap_or_else(syn::Error::into_compile_error)
-        .into()
+    message::expand(item.into()).into()
 }
 
 #[cfg(test)]
@@ -53,5 +53,72 @@ mod tests {
         .to_string();
         assert!(out.contains("compile_error"), "{out}");
         assert!(out.contains("async fn handler"), "{out}");
+    }
+
+    /// The expansion with its spaces removed, to look for code in it.
+    fn expanded(attr: proc_macro2::TokenStream, item: proc_macro2::TokenStream) -> String {
+        listener_or_error(attr, item).to_string().replace(' ', "")
+    }
+
+    #[test]
+    fn a_listener_is_built_by_listener_new_and_the_builder() {
+        let out = expanded(
+            quote::quote!(topic = "t", concurrency = 4, timeout = "none", every = "1h"),
+            quote::quote!(
+                async fn handler(_n: u64, _ctx: dq::JobContext) {}
+            ),
+        );
+        assert!(
+            out.contains("::dq::Listener::new::<u64,(__DqArg0,),__DqFn>(topic,handler)"),
+            "{out}"
+        );
+        assert!(
+            out.contains("__dq_handler::<dq::JobContext,(),_,_>(\"t\",handler)"),
+            "{out}"
+        );
+        for call in [".concurrency(4usize)", ".no_timeout()", ".every(", ".with_tick_payload("] {
+            assert!(out.contains(call), "{call} in {out}");
+        }
+        assert!(!out.contains("compile_error"), "{out}");
+    }
+
+    #[test]
+    fn a_listener_taking_an_extractor_first_is_told_that_the_payload_comes_first() {
+        for payload in [
+            quote::quote!(JobContext),
+            quote::quote!(dq::JobContext),
+            quote::quote!(State<Shop>),
+            quote::quote!(dq::Client),
+        ] {
+            let out = expanded(
+                quote::quote!(topic = "t"),
+                quote::quote!(
+                    async fn handler(_first: #payload) {}
+                ),
+            );
+            assert!(out.contains("thefirstargumentofalisteneristhepayload"), "{out}");
+        }
+        // The application's own messages may have these names.
+        for payload in [quote::quote!(Client), quote::quote!(State), quote::quote!(app::State<u8>)] {
+            let out = expanded(
+                quote::quote!(topic = "t"),
+                quote::quote!(
+                    async fn handler(_first: #payload) {}
+                ),
+            );
+            assert!(!out.contains("compile_error"), "{out}");
+        }
+    }
+
+    #[test]
+    fn a_message_with_a_bad_topic_is_one_error_beside_its_impl() {
+        let out = message::expand(quote::quote!(
+            #[message(topic = "order cancel")]
+            struct OrderCancel;
+        ))
+        .to_string()
+        .replace(' ', "");
+        assert!(out.contains("compile_error"), "{out}");
+        assert!(out.contains("impl::dq::MessageforOrderCancel"), "{out}");
     }
 }

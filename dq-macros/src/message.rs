@@ -6,19 +6,49 @@ use syn::{DeriveInput, LitStr};
 
 use crate::attr;
 
-pub(crate) fn expand(item: TokenStream) -> syn::Result<TokenStream> {
-    let input: DeriveInput = syn::parse2(item)?;
-    let mut topic: Option<LitStr> = None;
-    let mut krate: Option<LitStr> = None;
+/// What `#[message(...)]` says, before its topic is checked.
+#[derive(Default)]
+struct Attributes {
+    topic: Option<LitStr>,
+    krate: Option<LitStr>,
+}
+
+pub(crate) fn expand(item: TokenStream) -> TokenStream {
+    let input: DeriveInput = match syn::parse2(item) {
+        Ok(input) => input,
+        Err(e) => return e.into_compile_error(),
+    };
+    let attributes = match attributes(&input) {
+        Ok(attributes) => attributes,
+        Err(e) => return e.into_compile_error(),
+    };
+    let krate = match attr::crate_path(attributes.krate.clone()) {
+        Ok(krate) => krate,
+        Err(e) => return e.into_compile_error(),
+    };
+    match checked_topic(&input, attributes.topic) {
+        Ok(topic) => message_impl(&input, &krate, &topic),
+        Err(e) => {
+            // The impl still, with an empty topic: a listener taking this type, or a push of
+            // it, then adds no error of its own to the one that says what to fix.
+            let error = e.into_compile_error();
+            let placeholder = message_impl(&input, &krate, &LitStr::new("", input.ident.span()));
+            quote!(#error #placeholder)
+        }
+    }
+}
+
+fn attributes(input: &DeriveInput) -> syn::Result<Attributes> {
+    let mut found = Attributes::default();
     for a in input.attrs.iter().filter(|a| a.path().is_ident("message")) {
         a.parse_nested_meta(|meta| {
             if meta.path.is_ident("topic") {
-                if topic.is_some() {
+                if found.topic.is_some() {
                     return Err(meta.error("`topic` is given twice"));
                 }
-                topic = Some(attr::topic(&meta.value()?.parse()?)?);
+                found.topic = Some(meta.value()?.parse()?);
             } else if meta.path.is_ident("crate") {
-                krate = Some(meta.value()?.parse()?);
+                found.krate = Some(meta.value()?.parse()?);
             } else {
                 return Err(meta.error(
                     "unknown message option; expected `topic = \"...\"` or `crate = \"...\"`",
@@ -27,18 +57,27 @@ pub(crate) fn expand(item: TokenStream) -> syn::Result<TokenStream> {
             Ok(())
         })?;
     }
+    Ok(found)
+}
+
+/// The topic, present and valid (with the rules of `dq::Topic`, so a bad topic fails the
+/// build).
+fn checked_topic(input: &DeriveInput, topic: Option<LitStr>) -> syn::Result<LitStr> {
     let Some(topic) = topic else {
         return Err(syn::Error::new_spanned(
             &input.ident,
             "#[derive(Message)] needs the topic: add #[message(topic = \"order-cancel\")]",
         ));
     };
-    let krate = attr::crate_path(krate)?;
+    attr::topic(&topic)
+}
+
+fn message_impl(input: &DeriveInput, krate: &syn::Path, topic: &LitStr) -> TokenStream {
     let name = &input.ident;
     let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
-    Ok(quote! {
+    quote! {
         impl #impl_generics #krate::Message for #name #ty_generics #where_clause {
             const TOPIC: &'static str = #topic;
         }
-    })
+    }
 }

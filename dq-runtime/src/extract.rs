@@ -236,7 +236,8 @@ impl States {
 
 /// Functions and closures [`Listener::new`](crate::Listener::new) accepts: the payload `M`,
 /// then up to eight [`FromJob`] arguments `Args`, returning a future whose output is
-/// [`IntoOutcome`].
+/// [`IntoOutcome`]. `#[dq::listener]` builds its listener with `Listener::new` too, so a
+/// handler's arguments are extracted here, however it was declared.
 #[diagnostic::on_unimplemented(
     message = "this cannot be the handler of a dq listener",
     label = "not a handler",

@@ -1,15 +1,17 @@
-//! Listeners: a topic, its handler and the handler's settings. Registered by
-//! `#[dq::listener]` through `inventory`, or built by hand with [`Listener::new`] (the seed's
-//! `MessageListener`).
+//! Listeners: a topic, its handler and the handler's settings. Built with [`Listener::new`],
+//! by hand (the seed's `MessageListener`) or by `#[dq::listener]`, which registers the one it
+//! builds through `inventory`.
 
+use std::any::TypeId;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dq_core::periodic::Missed;
+use dq_core::periodic::{Missed, Tick, TickPayload};
 use serde::de::DeserializeOwned;
+use serde::Serialize;
 
 use crate::backoff::Backoff;
 use crate::context::JobContext;
@@ -26,6 +28,10 @@ pub type ErasedHandler =
 
 /// Checks at start that a handler's arguments can be provided (see [`crate::FromJob::check`]).
 pub type ArgumentCheck = fn(&States) -> Result<(), String>;
+
+/// What each tick's job of a listener's schedule carries: `None` for a [`Tick`], else the JSON
+/// of the message; `Err` says why there is none (and fails the start).
+type TickPayloadFn = fn() -> Result<Option<serde_json::Value>, String>;
 
 /// Concurrency of a listener that does not set one.
 pub const DEFAULT_CONCURRENCY: usize = 16;
@@ -49,6 +55,9 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// .timeout(std::time::Duration::from_secs(5))
 /// .retries(2);
 /// ```
+///
+/// It may declare a schedule for its topic as `#[dq::listener(cron = .., every = ..)]` does:
+/// see [`cron`](Listener::cron) and [`every`](Listener::every).
 #[derive(Clone)]
 #[must_use]
 pub struct Listener {
@@ -61,10 +70,15 @@ pub struct Listener {
     pub(crate) check: ArgumentCheck,
     pub(crate) name: String,
     pub(crate) schedule: Option<ListenerSchedule>,
+    /// What the ticks of a schedule set later carry.
+    tick_payload: TickPayloadFn,
+    /// The handler's payload type, when known (not for an erased handler).
+    payload_type: Option<TypeId>,
 }
 
-/// The schedule `#[dq::listener(cron = "..", tz = "..")]` (or `every = ".."`) declares for its
-/// topic; `Runtime::start` stores it under the topic's name.
+/// The schedule a listener declares for its topic ([`Listener::cron`], [`Listener::every`],
+/// or `#[dq::listener(cron = "..", every = "..")]`); `Runtime::start` stores it under the
+/// topic's name.
 #[derive(Clone, Copy, Debug)]
 #[doc(hidden)]
 pub struct ListenerSchedule {
@@ -99,16 +113,19 @@ impl Listener {
         H: Handler<M, Args>,
     {
         let location = std::panic::Location::caller();
-        Listener::from_erased(
+        let mut listener = Listener::from_erased(
             topic,
             format!("closure at {}:{}", location.file(), location.line()),
             Arc::new(move |payload, ctx| Ok(handler.call(decode::<M>(payload)?, &ctx))),
             <H as Handler<M, Args>>::check,
-        )
+        );
+        listener.tick_payload = ticks_of::<M>;
+        listener.payload_type = Some(TypeId::of::<M>());
+        listener
     }
 
-    /// A listener from an erased handler and the check of its arguments (what the macro
-    /// registers).
+    /// A listener from an erased handler and the check of its arguments. The ticks of a
+    /// schedule it declares carry a [`Tick`].
     pub fn from_erased(
         topic: &str,
         name: String,
@@ -125,6 +142,8 @@ impl Listener {
             check,
             name,
             schedule: None,
+            tick_payload: <Tick as TickPayload>::tick_payload,
+            payload_type: None,
         }
     }
 
@@ -162,6 +181,120 @@ impl Listener {
         self
     }
 
+    /// Declares a schedule for this listener's topic, as `#[dq::listener(cron = "..")]` does:
+    /// five cron fields (minute first) or six (second first), read in UTC unless
+    /// [`tz`](Listener::tz) says otherwise. `Runtime::start` stores it under the topic's name
+    /// (a bad expression fails the start, naming the listener), and each tick is one job of the
+    /// topic, however many processes run it.
+    ///
+    /// The handler takes a [`Tick`] (which schedule fired, and when), or a message whose
+    /// `Default` value each tick carries: say so with
+    /// [`ticks_carry_default`](Listener::ticks_carry_default).
+    ///
+    /// A `&'static str`, as the macro's literal: an expression read at run time can be leaked
+    /// once at start (`Box::leak(expr.into_boxed_str())`).
+    ///
+    /// ```
+    /// use dq_core::periodic::Tick;
+    /// use dq_runtime::Listener;
+    ///
+    /// // 9:00 in Paris on weekdays, whatever the offset from UTC that day.
+    /// let report = Listener::new("daily-report", |tick: Tick| async move {
+    ///     println!("the report of {:?}", tick.at);
+    /// })
+    /// .cron("0 9 * * MON-FRI")
+    /// .tz("Europe/Paris");
+    /// ```
+    pub fn cron(mut self, expr: &'static str) -> Self {
+        self.schedule_mut().cron = Some(expr);
+        self
+    }
+
+    /// The IANA time zone the [`cron`](Listener::cron) expression is read in (default `UTC`),
+    /// as `#[dq::listener(tz = "..")]`. It goes with `cron` only: with `every`, or without a
+    /// schedule, `Runtime::start` fails.
+    pub fn tz(mut self, zone: &'static str) -> Self {
+        self.schedule_mut().tz = Some(zone);
+        self
+    }
+
+    /// Declares a schedule ticking at the multiples of `interval` since 1970-01-01 UTC (at
+    /// least one second), as `#[dq::listener(every = "5m")]` does; see
+    /// [`cron`](Listener::cron) for what is stored and what the handler takes. Give one of
+    /// `cron` and `every`: both fail the start.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use dq_core::periodic::Missed;
+    /// use dq_runtime::Listener;
+    ///
+    /// /// What each tick's job carries: `Sweep::default()`.
+    /// #[derive(Default, serde::Serialize, serde::Deserialize)]
+    /// struct Sweep { older_than_days: u32 }
+    ///
+    /// let sweep = Listener::new("sweep", |msg: Sweep| async move {
+    ///     println!("sweeping what is older than {} days", msg.older_than_days);
+    /// })
+    /// .every(Duration::from_secs(300))
+    /// .missed(Missed::RunOnce)
+    /// .ticks_carry_default::<Sweep>();
+    /// ```
+    pub fn every(mut self, interval: Duration) -> Self {
+        self.schedule_mut().every = Some(interval);
+        self
+    }
+
+    /// What happens to the ticks missed while every process was down (default
+    /// [`Missed::Skip`]), as `#[dq::listener(missed = "run_once")]`. It goes with a schedule:
+    /// alone, it fails the start.
+    pub fn missed(mut self, policy: Missed) -> Self {
+        self.schedule_mut().missed = policy;
+        self
+    }
+
+    /// Each tick's job of this listener's schedule carries `M::default()`, `M` being the
+    /// handler's payload: for a message rather than a [`Tick`] (`#[dq::listener]` does this by
+    /// itself). Without it, the schedule of a listener whose payload is not a `Tick` fails the
+    /// start, and so does an `M` that is not the handler's payload.
+    pub fn ticks_carry_default<M: Default + Serialize + 'static>(self) -> Self {
+        let is_payload = self
+            .payload_type
+            .is_none_or(|payload| payload == TypeId::of::<M>());
+        let ticks: TickPayloadFn = if is_payload {
+            <M as TickPayload>::tick_payload
+        } else {
+            not_the_payload::<M>
+        };
+        self.with_tick_payload(ticks)
+    }
+
+    /// Sets what each tick's job carries (what `#[dq::listener]` passes: the payload type's
+    /// `TickPayload`, checked where the macro can point at the type).
+    #[doc(hidden)]
+    pub fn with_tick_payload(
+        mut self,
+        payload: fn() -> Result<Option<serde_json::Value>, String>,
+    ) -> Self {
+        self.tick_payload = payload;
+        if let Some(schedule) = &mut self.schedule {
+            schedule.payload = payload;
+        }
+        self
+    }
+
+    /// The schedule the builder's calls fill, made at the first of them; what it lacks (no
+    /// `cron` nor `every`, or both) is refused by `Runtime::start` with the listener's name.
+    fn schedule_mut(&mut self) -> &mut ListenerSchedule {
+        let payload = self.tick_payload;
+        self.schedule.get_or_insert(ListenerSchedule {
+            cron: None,
+            every: None,
+            tz: None,
+            missed: Missed::default(),
+            payload,
+        })
+    }
+
     /// The topic.
     pub fn topic(&self) -> &str {
         &self.topic
@@ -171,6 +304,31 @@ impl Listener {
     pub fn name(&self) -> &str {
         &self.name
     }
+}
+
+/// What the ticks of a listener built with [`Listener::new`] carry until told otherwise: a
+/// [`Tick`] when the handler takes one. `new` cannot make any other `M` (the macro can: it
+/// requires `Default`), so it says what to call instead.
+fn ticks_of<M: 'static>() -> Result<Option<serde_json::Value>, String> {
+    if TypeId::of::<M>() == TypeId::of::<Tick>() {
+        return Ok(None);
+    }
+    let name = std::any::type_name::<M>();
+    Err(format!(
+        "each tick's job would carry a `{name}`, and `Listener::new` cannot make one: call \
+         `.ticks_carry_default::<{name}>()` to send `{name}::default()` (what \
+         `#[dq::listener]` does), or take a `dq::schedule::Tick`"
+    ))
+}
+
+/// The ticks of a listener whose `ticks_carry_default::<M>()` names another type than its
+/// payload: every tick would be a poison message, so the start fails instead.
+fn not_the_payload<M>() -> Result<Option<serde_json::Value>, String> {
+    Err(format!(
+        "`.ticks_carry_default::<{}>()` names another type than the handler's payload: \
+         each tick would be a poison message",
+        std::any::type_name::<M>()
+    ))
 }
 
 /// The payload decoded as `M`, or why it is a poison message.
@@ -188,15 +346,9 @@ pub fn decode<M: DeserializeOwned>(payload: &[u8]) -> Result<M, String> {
 #[derive(Debug)]
 #[doc(hidden)]
 pub struct ListenerRegistration {
-    pub topic: &'static str,
-    pub concurrency: Option<usize>,
-    pub timeout: Option<Option<Duration>>,
-    pub retries: Option<u32>,
-    pub backoff: Option<Backoff>,
-    pub call: fn(&[u8], JobContext) -> Result<HandlerFuture, String>,
-    pub check: ArgumentCheck,
+    /// Builds the listener: `Listener::new(topic, the_fn)` and the attribute's options.
+    pub listener: fn() -> Listener,
     pub name: &'static str,
-    pub schedule: Option<ListenerSchedule>,
     pub module: &'static str,
     pub file: &'static str,
     pub line: u32,
@@ -205,29 +357,14 @@ pub struct ListenerRegistration {
 inventory::collect!(ListenerRegistration);
 
 impl ListenerRegistration {
+    /// The listener, named after its function and where it is defined.
     pub(crate) fn listener(&self) -> Listener {
-        let call = self.call;
-        let mut l = Listener::from_erased(
-            self.topic,
-            format!(
-                "{}::{} ({}:{})",
-                self.module, self.name, self.file, self.line
-            ),
-            Arc::new(call),
-            self.check,
+        let mut listener = (self.listener)();
+        listener.name = format!(
+            "{}::{} ({}:{})",
+            self.module, self.name, self.file, self.line
         );
-        if let Some(n) = self.concurrency {
-            l.concurrency = n;
-        }
-        if let Some(t) = self.timeout {
-            l.timeout = t;
-        }
-        l.retries = self.retries;
-        if let Some(b) = self.backoff {
-            l.backoff = b;
-        }
-        l.schedule = self.schedule;
-        l
+        listener
     }
 }
 

@@ -1,0 +1,226 @@
+//! The options of `#[listener(...)]`: parsed, checked, and turned into the calls of
+//! `Listener`'s builder that a listener written by hand would make.
+
+use std::time::Duration;
+
+use proc_macro2::{Span, TokenStream};
+use quote::{quote, quote_spanned};
+use syn::meta::ParseNestedMeta;
+use syn::spanned::Spanned;
+use syn::{LitInt, LitStr, Type};
+
+use crate::attr;
+
+const KEYS: &str = "topic, concurrency, timeout, retries, backoff, cron, tz, every, missed, crate";
+
+#[derive(Default)]
+pub(crate) struct Options {
+    pub(crate) topic: Option<LitStr>,
+    concurrency: Option<usize>,
+    timeout: Option<Option<Duration>>,
+    retries: Option<u32>,
+    backoff: Option<TokenStream>,
+    cron: Option<LitStr>,
+    tz: Option<LitStr>,
+    every: Option<Duration>,
+    missed: Option<TokenStream>,
+    pub(crate) krate: Option<LitStr>,
+}
+
+pub(crate) fn parse(attr: TokenStream) -> syn::Result<Options> {
+    let mut o = Options::default();
+    let mut seen: Vec<String> = Vec::new();
+    let parser = syn::meta::parser(|meta| {
+        let key = meta
+            .path
+            .get_ident()
+            .map(|i| i.to_string())
+            .unwrap_or_default();
+        if seen.contains(&key) {
+            return Err(meta.error(format!("`{key}` is given twice")));
+        }
+        seen.push(key.clone());
+        set(&mut o, &key, &meta)
+    });
+    syn::parse::Parser::parse2(parser, attr)?;
+    Ok(o)
+}
+
+/// Reads the value of option `key` into `o`.
+fn set(o: &mut Options, key: &str, meta: &ParseNestedMeta<'_>) -> syn::Result<()> {
+    match key {
+        "topic" => o.topic = Some(attr::topic(&meta.value()?.parse()?)?),
+        "concurrency" => o.concurrency = Some(concurrency(&meta.value()?.parse()?)?),
+        "timeout" => o.timeout = Some(timeout(&meta.value()?.parse()?)?),
+        "retries" => o.retries = Some(meta.value()?.parse::<LitInt>()?.base10_parse()?),
+        "backoff" => o.backoff = Some(backoff(&meta.value()?.parse()?)?),
+        "cron" => o.cron = Some(meta.value()?.parse()?),
+        "tz" => o.tz = Some(meta.value()?.parse()?),
+        "every" => o.every = Some(attr::duration(&meta.value()?.parse()?)?),
+        "missed" => o.missed = Some(missed(&meta.value()?.parse()?)?),
+        "crate" => o.krate = Some(meta.value()?.parse()?),
+        _ => {
+            return Err(meta.error(format!(
+                "unknown listener option `{}`; expected one of: {KEYS}",
+                quote::ToTokens::to_token_stream(&meta.path)
+            )))
+        }
+    }
+    Ok(())
+}
+
+fn concurrency(lit: &LitInt) -> syn::Result<usize> {
+    let n: usize = lit.base10_parse()?;
+    if n == 0 {
+        return Err(syn::Error::new(
+            lit.span(),
+            "concurrency must be at least 1",
+        ));
+    }
+    Ok(n)
+}
+
+/// A duration, or `None` for `"none"` (no limit).
+fn timeout(lit: &LitStr) -> syn::Result<Option<Duration>> {
+    if lit.value() == "none" {
+        return Ok(None);
+    }
+    attr::duration(lit).map(Some)
+}
+
+/// `"fixed:5s"`, `"exponential:1s"` or just `"1s"` (exponential).
+fn backoff(lit: &LitStr) -> syn::Result<TokenStream> {
+    let value = lit.value();
+    let (kind, rest) = match value.split_once(':') {
+        Some((k, r)) => (k.trim().to_owned(), r.trim().to_owned()),
+        None => ("exponential".to_owned(), value.clone()),
+    };
+    let d = attr::duration_tokens(attr::duration(&LitStr::new(&rest, lit.span()))?);
+    match kind.as_str() {
+        "fixed" => Ok(quote!(Fixed(#d))),
+        "exponential" | "exp" => Ok(quote!(exponential(#d))),
+        _ => Err(syn::Error::new(
+            lit.span(),
+            format!("invalid backoff {value:?}: use \"fixed:5s\", \"exponential:1s\" or \"1s\""),
+        )),
+    }
+}
+
+/// `"skip"`, `"run_once"` or `"all:N"` (at most N catch-up jobs).
+fn missed(lit: &LitStr) -> syn::Result<TokenStream> {
+    let value = lit.value();
+    let bad = || {
+        syn::Error::new(
+            lit.span(),
+            format!("invalid missed-tick policy {value:?}: use \"skip\", \"run_once\" or \"all:N\" (at most N catch-up jobs)"),
+        )
+    };
+    match value.trim() {
+        "skip" => Ok(quote!(Skip)),
+        "run_once" => Ok(quote!(RunOnce)),
+        other => {
+            let max: u32 = other
+                .strip_prefix("all:")
+                .and_then(|n| n.trim().parse().ok())
+                .ok_or_else(bad)?;
+            Ok(quote!(All { max: #max }))
+        }
+    }
+}
+
+/// Checks the schedule a listener declares for what can be checked without the zone database
+/// (the expression and the zone are checked by `Runtime::start`, as for a listener built by
+/// hand).
+pub(crate) fn check_schedule(options: &Options, payload: &Type) -> syn::Result<()> {
+    match (&options.cron, options.every, &options.tz) {
+        (None, None, None) if options.missed.is_none() => return Ok(()),
+        (None, None, _) => {
+            return Err(syn::Error::new(
+                Span::call_site(),
+                "`tz` and `missed` go with a schedule: add `cron = \"0 9 * * MON-FRI\"` or `every = \"5m\"`",
+            ))
+        }
+        (Some(c), Some(_), _) => {
+            return Err(syn::Error::new(
+                c.span(),
+                "give either `cron` or `every`, not both",
+            ))
+        }
+        (None, Some(_), Some(tz)) => {
+            return Err(syn::Error::new(
+                tz.span(),
+                "`tz` goes with `cron`: an `every` schedule ticks at multiples of its interval since 1970-01-01 UTC",
+            ))
+        }
+        _ => {}
+    }
+    if options.topic.is_none() && type_name_is(payload, "Tick") {
+        return Err(syn::Error::new(
+            payload.span(),
+            "a `Tick` has no topic of its own: give the listener one, as in `#[dq::listener(topic = \"nightly-report\", cron = \"0 3 * * *\")]`",
+        ));
+    }
+    Ok(())
+}
+
+fn type_name_is(ty: &Type, name: &str) -> bool {
+    match ty {
+        Type::Path(p) => p.path.segments.last().is_some_and(|s| s.ident == name),
+        _ => false,
+    }
+}
+
+/// The builder calls that apply the options to the listener `Listener::new` made: the calls a
+/// listener written by hand makes, so both mean the same.
+pub(crate) fn builder_calls(options: &Options, payload: &Type, krate: &syn::Path) -> TokenStream {
+    let mut calls = TokenStream::new();
+    if let Some(n) = options.concurrency {
+        calls.extend(quote!(.concurrency(#n)));
+    }
+    match options.timeout {
+        Some(Some(d)) => {
+            let d = attr::duration_tokens(d);
+            calls.extend(quote!(.timeout(#d)));
+        }
+        Some(None) => calls.extend(quote!(.no_timeout())),
+        None => {}
+    }
+    if let Some(n) = options.retries {
+        calls.extend(quote!(.retries(#n)));
+    }
+    if let Some(b) = &options.backoff {
+        calls.extend(quote!(.backoff(#krate::Backoff::#b)));
+    }
+    calls.extend(schedule_calls(options, payload, krate));
+    calls
+}
+
+/// `.cron(..)`, `.tz(..)`, `.every(..)`, `.missed(..)` and what each tick carries, for a
+/// listener with a schedule (checked by [`check_schedule`]).
+fn schedule_calls(options: &Options, payload: &Type, krate: &syn::Path) -> TokenStream {
+    if options.cron.is_none() && options.every.is_none() {
+        return TokenStream::new();
+    }
+    let mut calls = TokenStream::new();
+    if let Some(expr) = &options.cron {
+        calls.extend(quote!(.cron(#expr)));
+    }
+    if let Some(zone) = &options.tz {
+        calls.extend(quote!(.tz(#zone)));
+    }
+    if let Some(d) = options.every {
+        let d = attr::duration_tokens(d);
+        calls.extend(quote!(.every(#d)));
+    }
+    if let Some(policy) = &options.missed {
+        calls.extend(quote!(.missed(#krate::schedule::Missed::#policy)));
+    }
+    // Spanned by the payload type: a type that is neither a Tick nor a Default message is
+    // reported there. (The builder's `ticks_carry_default` would also need it to be named
+    // apart from a Tick, which the macro cannot tell by the type's name.)
+    let ticks = quote_spanned!(payload.span()=>
+        <#payload as #krate::__private::TickPayload>::tick_payload
+    );
+    calls.extend(quote!(.with_tick_payload(#ticks)));
+    calls
+}
