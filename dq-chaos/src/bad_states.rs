@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::harness::{now_us, produce, Harness, Pushes};
-use crate::scenario::{drain_limit, plan, secs, worker, Outcome, PLAIN};
+use crate::setup::{drain_limit, plan, secs, worker, Outcome, PLAIN};
 use crate::worker::BEAT;
 
 /// The longest acceptable wait, after Redis is back empty, for the workers' schedule to tick.

@@ -22,6 +22,7 @@ mod ledger;
 mod proxy;
 mod rng;
 mod scenario;
+mod setup;
 mod worker;
 
 use clap::{Parser, Subcommand};

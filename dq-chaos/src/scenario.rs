@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::harness::{now_us, produce, Harness, PushPlan, Pushes};
+use crate::setup::{drain_limit, plan, secs, worker, Outcome, PLAIN};
 use crate::worker::WorkerArgs;
 
 /// Every scenario, in the order `all` runs them. (`sabotage` is not among them: it deletes a
@@ -36,7 +37,6 @@ pub(crate) const ALL: &[&str] = &[
 /// The longest acceptable wait, after a silent network is back, for the next job to finish.
 const BLACKHOLE_RECOVERY_MS: f64 = 20_000.0;
 
-pub(crate) const PLAIN: &[&str] = &["--save", "", "--appendonly", "no"];
 const SLOWLOG: &[&str] = &[
     "--save",
     "",
@@ -47,37 +47,6 @@ const SLOWLOG: &[&str] = &[
     "--slowlog-max-len",
     "1000000",
 ];
-
-pub(crate) fn worker(full: bool) -> WorkerArgs {
-    WorkerArgs {
-        url: String::new(),
-        ledger: Default::default(),
-        concurrency: 32,
-        work_min_ms: 0,
-        work_max_ms: 200,
-        hold_ms: None,
-        // The full runs use dq's default lease; the short ones a short lease, to stay short.
-        lease_ms: if full { 10_000 } else { 2_000 },
-        grace_ms: 5_000,
-        clock_offset_ms: 0,
-        beat: false,
-    }
-}
-
-pub(crate) fn plan(n: usize, window: Duration) -> PushPlan {
-    PushPlan {
-        n,
-        window,
-        delay_ms: (500, 2_000),
-        payload_bytes: 64,
-        concurrency: 64,
-        retry_for: Duration::from_secs(60),
-    }
-}
-
-pub(crate) fn secs(s: f64) -> Duration {
-    Duration::from_secs_f64(s)
-}
 
 /// Runs one scenario and returns its JSON line.
 pub(crate) async fn run(name: &str, full: bool, seed: u64, keep: bool) -> anyhow::Result<Value> {
@@ -194,16 +163,6 @@ pub(crate) async fn run(name: &str, full: bool, seed: u64, keep: bool) -> anyhow
     obj.insert("failures".into(), json!(failures));
     obj.insert("elapsed_s".into(), json!(started.elapsed().as_secs_f64()));
     Ok(report)
-}
-
-pub(crate) type Outcome = (Harness, Pushes, serde_json::Map<String, Value>);
-
-/// Waits for the producer while running `fault` at random intervals in `every_ms`, `count`
-/// times (or until the producer is done when `count` is `None`).
-pub(crate) async fn drain_limit(h: &Harness) -> Duration {
-    // A job of a killed worker waits for its lease to expire and the next reclaim (every
-    // half lease): allow three leases and a minute more for the backlog.
-    Duration::from_millis(h.worker.lease_ms * 3) + Duration::from_secs(60)
 }
 
 /// SIGKILL of a random worker every 1-3 s (short: 0.5-1.5 s), restarted at once.

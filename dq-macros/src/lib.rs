@@ -76,7 +76,12 @@ mod tests {
             out.contains("__dq_handler::<dq::JobContext,(),_,_>(\"t\",handler)"),
             "{out}"
         );
-        for call in [".concurrency(4usize)", ".no_timeout()", ".every(", ".with_tick_payload("] {
+        for call in [
+            ".concurrency(4usize)",
+            ".no_timeout()",
+            ".every(",
+            ".with_tick_payload(",
+        ] {
             assert!(out.contains(call), "{call} in {out}");
         }
         assert!(!out.contains("compile_error"), "{out}");
@@ -96,10 +101,17 @@ mod tests {
                     async fn handler(_first: #payload) {}
                 ),
             );
-            assert!(out.contains("thefirstargumentofalisteneristhepayload"), "{out}");
+            assert!(
+                out.contains("thefirstargumentofalisteneristhepayload"),
+                "{out}"
+            );
         }
         // The application's own messages may have these names.
-        for payload in [quote::quote!(Client), quote::quote!(State), quote::quote!(app::State<u8>)] {
+        for payload in [
+            quote::quote!(Client),
+            quote::quote!(State),
+            quote::quote!(app::State<u8>),
+        ] {
             let out = expanded(
                 quote::quote!(topic = "t"),
                 quote::quote!(

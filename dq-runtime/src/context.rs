@@ -6,7 +6,7 @@ use std::time::SystemTime;
 use dq_core::{Client, Config, JobId, MemoryStore, Topic};
 use tokio_util::sync::CancellationToken;
 
-use crate::extract::States;
+use crate::states::States;
 
 /// The job a handler is running: its identity, attempt and times, its raw payload, and what
 /// the runtime can hand a listener (registered state, the client). Take it as an argument of

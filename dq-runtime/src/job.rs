@@ -14,8 +14,9 @@ use tracing::Instrument;
 
 use crate::backoff::unit_random;
 use crate::context::JobContext;
+use crate::extract::HandlerFuture;
 use crate::fate::{self, Ended};
-use crate::listener::{HandlerFuture, Listener};
+use crate::listener::Listener;
 use crate::outcome::Outcome;
 use crate::settle::settle;
 use crate::shared::Shared;

@@ -19,20 +19,22 @@ mod settle;
 mod shared;
 mod shutdown;
 mod start;
+mod states;
 pub mod testing;
 mod ticker;
 mod upkeep;
 
 pub use backoff::Backoff;
 pub use context::JobContext;
-pub use extract::{erase, extract, FromJob, Handler, State, States};
+pub use extract::{erase, extract, FromJob, Handler, HandlerFuture, State};
 pub use listener::{
-    decode, ArgumentCheck, ErasedHandler, HandlerFuture, Listener, ListenerRegistration,
-    ListenerSchedule, DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT,
+    decode, ArgumentCheck, ErasedHandler, Listener, ListenerRegistration, ListenerSchedule,
+    DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT,
 };
 pub use outcome::{IntoOutcome, Outcome};
 pub use runtime::{Runtime, RuntimeBuilder, ShutdownHandle};
 pub use shutdown::{ShutdownReport, HOOK_DEADLINE};
+pub use states::States;
 
 #[doc(hidden)]
 pub use inventory;

@@ -4,8 +4,6 @@
 
 use std::any::TypeId;
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,11 +13,8 @@ use serde::Serialize;
 
 use crate::backoff::Backoff;
 use crate::context::JobContext;
-use crate::extract::{Handler, States};
-use crate::outcome::Outcome;
-
-/// The future a type-erased handler returns.
-pub type HandlerFuture = Pin<Box<dyn Future<Output = Outcome> + Send>>;
+use crate::extract::{Handler, HandlerFuture};
+use crate::states::States;
 
 /// A handler with its payload type erased: decodes the payload (or says why it cannot) and
 /// starts the run.

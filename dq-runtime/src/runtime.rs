@@ -10,11 +10,11 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::chores;
-use crate::extract::States;
 use crate::listener::Listener;
 use crate::shared::Shared;
 use crate::shutdown::{Hook, ShutdownReport, Supervisor};
 use crate::start;
+use crate::states::States;
 
 /// Runs the listeners of this program against the store.
 ///

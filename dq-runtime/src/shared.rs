@@ -8,8 +8,8 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::extract::States;
 use crate::running::RunningLeases;
+use crate::states::States;
 
 #[derive(Debug)]
 pub(crate) struct Shared {

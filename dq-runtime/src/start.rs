@@ -9,8 +9,8 @@ use dq_core::store::{Leases, Registry};
 use dq_core::{Client, Config, Error, ErrorKind, MemoryStore, Result, Store, Topic};
 use dq_redis::RedisStore;
 
-use crate::extract::States;
 use crate::listener::{self, Listener};
+use crate::states::States;
 use crate::ticker::{check_schedule, Declared};
 
 /// How long `start` tries to declare its listeners' schedules and retries in the store (all of

@@ -2,6 +2,7 @@
 //! schedules.
 
 mod job;
+mod listing;
 mod overview;
 mod schedules;
 mod topic;

@@ -5,7 +5,7 @@ use dq_core::{Cursor, JobInfo, JobState};
 use maud::{html, Markup};
 
 use super::lag;
-use super::topic::TopicView;
+use super::listing::TopicView;
 use crate::clock::{relative, utc};
 use crate::view::{button, clip, confirm_button, pause_or_resume, seg, state_name};
 
