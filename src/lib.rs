@@ -58,8 +58,10 @@ pub mod store {
 /// Periodic jobs: [`Client::schedule`] declares one (cron in a time zone, or an interval), and
 /// each tick is one job, however many processes run. See README's "Periodic jobs".
 pub mod schedule {
-    pub use dq_core::periodic::{Missed, Repeat, ScheduleSpec, Tick, MIN_INTERVAL};
-    pub use dq_core::{tick_job_id, ScheduleBuilder, ScheduleInfo, MAX_SCHEDULE_ID_LEN};
+    pub use dq_core::schedule::{
+        fire_due, tick_job_id, Missed, Repeat, ScheduleBuilder, ScheduleInfo, ScheduleSpec, Tick,
+        MAX_SCHEDULE_ID_LEN, MIN_INTERVAL,
+    };
 }
 
 /// Pushing jobs: the builder [`Client::push`] returns, and what a push reports.
@@ -180,7 +182,7 @@ pub use dq_macros::listener;
 
 #[doc(hidden)]
 pub mod __private {
-    pub use dq_core::periodic::TickPayload;
+    pub use dq_core::schedule::TickPayload;
     pub use dq_runtime::inventory;
     pub use dq_runtime::{
         decode, erase, extract, HandlerFuture, ListenerRegistration, ListenerSchedule, States,

@@ -12,7 +12,7 @@ mod lease;
 mod message;
 pub mod metric;
 mod name;
-pub mod periodic;
+pub mod schedule;
 pub mod store;
 
 pub use crate::admin::{
@@ -23,9 +23,7 @@ pub use crate::job::{
     MAX_DELAY, MAX_RETRIES,
 };
 pub use crate::lease::{Acked, Fetched, LeaseRef, LeasedJob, Promoted, Reclaimed};
-pub use client::{
-    tick_job_id, Client, PushBuilder, Pushed, ScheduleBuilder, ScheduleInfo, MAX_SCHEDULE_ID_LEN,
-};
+pub use client::{Client, PushBuilder, Pushed};
 pub use config::{
     parse_duration, Config, ConfigBuilder, CLUSTER_SHARDS, DEFAULT_MAX_PAYLOAD_BYTES,
 };

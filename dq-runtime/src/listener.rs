@@ -7,7 +7,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dq_core::periodic::{Missed, Tick, TickPayload};
+use dq_core::schedule::{Missed, Tick, TickPayload};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -81,7 +81,7 @@ pub struct ListenerSchedule {
     pub every: Option<Duration>,
     pub tz: Option<&'static str>,
     pub missed: Missed,
-    /// What each tick's job carries (`None`: a [`Tick`](dq_core::periodic::Tick)).
+    /// What each tick's job carries (`None`: a [`Tick`](dq_core::schedule::Tick)).
     pub payload: fn() -> Result<Option<serde_json::Value>, String>,
 }
 
@@ -190,7 +190,7 @@ impl Listener {
     /// once at start (`Box::leak(expr.into_boxed_str())`).
     ///
     /// ```
-    /// use dq_core::periodic::Tick;
+    /// use dq_core::schedule::Tick;
     /// use dq_runtime::Listener;
     ///
     /// // 9:00 in Paris on weekdays, whatever the offset from UTC that day.
@@ -220,7 +220,7 @@ impl Listener {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use dq_core::periodic::Missed;
+    /// use dq_core::schedule::Missed;
     /// use dq_runtime::Listener;
     ///
     /// /// What each tick's job carries: `Sweep::default()`.

@@ -199,7 +199,7 @@ impl TestRuntime {
     /// Creates the jobs of the schedule ticks due now (the runtime's ticker does it too, every
     /// real second; here it keeps pace with the test clock).
     async fn fire_schedules(&self) {
-        if let Err(e) = self.client().fire_schedules(Duration::ZERO).await {
+        if let Err(e) = dq_core::schedule::fire_due(self.client(), Duration::ZERO).await {
             panic!("the in-memory store refused to fire schedules: {e}");
         }
     }

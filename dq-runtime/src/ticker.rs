@@ -1,13 +1,13 @@
 //! The schedule ticker: every second, each runtime creates the jobs of the schedule ticks due
 //! in the next few seconds (each due exactly at its tick, so the mover starts it as precisely
 //! as any delayed job). Any number of runtimes do this at once; a tick is one job (see
-//! `Client::fire_schedules`). Also the schedules `#[dq::listener(cron = ..)]` declares, stored
+//! `dq_core::schedule::fire_due`). Also the schedules `#[dq::listener(cron = ..)]` declares, stored
 //! at start.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use dq_core::periodic::Repeat;
+use dq_core::schedule::Repeat;
 use dq_core::store::{Leases, Registry};
 use dq_core::{Client, Result, Topic};
 
@@ -41,7 +41,7 @@ pub(crate) async fn ticker(
             let kept = declared
                 .keep(&shared.client, registry.as_ref(), leases.as_ref())
                 .await;
-            let fired = shared.client.fire_schedules(LOOKAHEAD).await;
+            let fired = dq_core::schedule::fire_due(&shared.client, LOOKAHEAD).await;
             kept.and(fired)
         };
         // After a failure, the backoff Health chose (it says so in the log).
@@ -165,7 +165,7 @@ pub(crate) async fn declare_schedule(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dq_core::periodic::Missed;
+    use dq_core::schedule::Missed;
 
     fn tick() -> std::result::Result<Option<serde_json::Value>, String> {
         Ok(None)

@@ -1,8 +1,6 @@
 //! The producer API: [`Client`] pushes, cancels, reschedules and inspects jobs.
 
 mod push;
-mod schedules;
-mod ticks;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -19,7 +17,6 @@ use crate::store::{DeadLetters, Store};
 
 use self::push::Coalescer;
 pub use self::push::{PushBuilder, Pushed};
-pub use self::schedules::{tick_job_id, ScheduleBuilder, ScheduleInfo, MAX_SCHEDULE_ID_LEN};
 
 /// Pushes and manages jobs. Cheap to clone; clones share the store and its connection.
 ///
@@ -39,11 +36,11 @@ pub use self::schedules::{tick_job_id, ScheduleBuilder, ScheduleInfo, MAX_SCHEDU
 /// ```
 #[derive(Clone)]
 pub struct Client {
-    store: Arc<dyn Store>,
+    pub(crate) store: Arc<dyn Store>,
     config: Arc<Config>,
     coalescer: Arc<Coalescer>,
-    /// Schedules this process cannot read, already reported (see `ticks.rs`).
-    unreadable: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    /// Schedules this process cannot read, already reported (see `schedule/firing.rs`).
+    pub(crate) unreadable: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
 
 type Waiter = tokio::sync::oneshot::Sender<Result<PushOutcome>>;

@@ -294,7 +294,7 @@ pub trait Registry: Sharded {
 pub struct ScheduleEntry {
     /// Its id.
     pub id: String,
-    /// Its [`ScheduleSpec`](crate::periodic::ScheduleSpec) as JSON.
+    /// Its [`ScheduleSpec`](crate::schedule::ScheduleSpec) as JSON.
     pub spec_json: String,
     /// Its next tick (us since the epoch); `None` while it is paused.
     pub next_us: Option<u64>,

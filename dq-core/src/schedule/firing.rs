@@ -6,20 +6,24 @@
 
 use std::time::{Duration, SystemTime};
 
-use super::schedules::{job_payload, tick_job_id, ScheduleInfo, MAX_TICKS_PER_LOOK};
-use super::{Client, Pushed};
+use super::builder::{job_payload, tick_job_id, ScheduleInfo, MAX_TICKS_PER_LOOK};
+use crate::client::{Client, Pushed};
 use crate::error::Result;
 use crate::job::{from_us, to_us, PushOutcome};
-use crate::periodic::{Missed, ScheduleSpec};
+use super::spec::{Missed, ScheduleSpec};
 use crate::store::{FiredTick, ScheduleEntry};
 
+/// Creates the jobs of every schedule tick due within `lookahead` of the store's clock (each
+/// due at its tick), applies the missed-tick policy to ticks no process fired in time, and
+/// moves each schedule on. Every runtime's ticker calls this every second; any number may at
+/// once: a tick's job has the same id in every process and is kept reserved for a while after
+/// it ran, so it is created once. Returns how many jobs it created.
+pub async fn fire_due(client: &Client, lookahead: Duration) -> Result<usize> {
+    client.fire_schedules(lookahead).await
+}
+
 impl Client {
-    /// Creates the jobs of every schedule tick due within `lookahead` of the store's clock
-    /// (each due at its tick), applies the missed-tick policy to ticks no process fired in
-    /// time, and moves each schedule on. Every runtime calls this every second; any number may
-    /// at once: a tick's job has the same id in every process and is kept reserved for a while
-    /// after it ran, so it is created once. Returns how many jobs it created.
-    pub async fn fire_schedules(&self, lookahead: Duration) -> Result<usize> {
+    async fn fire_schedules(&self, lookahead: Duration) -> Result<usize> {
         let now_us = self.store.time_us().await?;
         let until = now_us.saturating_add(u64::try_from(lookahead.as_micros()).unwrap_or(u64::MAX));
         let mut created = 0;
@@ -169,7 +173,7 @@ impl Client {
     }
 
     /// Says once per process that schedule `id` cannot be read here, and what to do.
-    pub(super) fn unreadable_schedule(&self, id: &str, error: &crate::Error) {
+    pub(crate) fn unreadable_schedule(&self, id: &str, error: &crate::Error) {
         let mut reported = self
             .unreadable
             .lock()

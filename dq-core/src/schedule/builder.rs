@@ -1,17 +1,16 @@
-//! Periodic schedules through the client: declare, list, pause, resume, remove, run now, and
-//! fire the ticks that are due (what every runtime does every second).
+//! Declaring a periodic schedule: the builder [`Client::schedule`] returns, what a schedule
+//! looks like when listed, and the ids and payloads of its ticks' jobs.
 
 use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
-use super::{Client, Pushed};
-use crate::admin::ChangeOutcome;
+use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::job::{from_us, to_us};
 use crate::message::Message;
 use crate::name::{JobId, Topic};
-use crate::periodic::{Missed, Repeat, ScheduleSpec, Tick};
+use super::spec::{Missed, Repeat, ScheduleSpec, Tick};
 use crate::store::ScheduleEntry;
 
 /// Longest schedule id: its jobs' ids are the schedule id, `@` and the tick in milliseconds.
@@ -65,6 +64,21 @@ pub struct ScheduleBuilder {
 }
 
 impl ScheduleBuilder {
+    /// The builder of schedule `id`, with the defaults: UTC, missed ticks skipped, two retries.
+    pub(super) fn new(client: Client, id: &str) -> ScheduleBuilder {
+        ScheduleBuilder {
+            client,
+            id: id.to_owned(),
+            cron: None,
+            every: None,
+            tz: "UTC".to_owned(),
+            topic: None,
+            payload: None,
+            missed: Missed::Skip,
+            max_retries: crate::job::DEFAULT_RETRIES,
+        }
+    }
+
     /// Ticks when the cron expression matches: five fields (`0 9 * * MON-FRI`) or six with
     /// seconds first (`*/10 * * * * *`), read in the schedule's time zone ([`tz`](Self::tz)).
     pub fn cron(mut self, expr: impl Into<String>) -> Self {
@@ -168,7 +182,7 @@ impl ScheduleBuilder {
             source,
         })?;
         if let Some(payload) = &spec.payload {
-            let limit = client.config.max_payload_bytes;
+            let limit = client.config().max_payload_bytes;
             if payload.len() > limit {
                 return Err(Error::InvalidPeriodic {
                     reason: format!(
@@ -223,7 +237,7 @@ impl ScheduleBuilder {
     }
 }
 
-fn check_id(id: &str) -> Result<()> {
+pub(crate) fn check_id(id: &str) -> Result<()> {
     JobId::new(id)?;
     if id.len() > MAX_SCHEDULE_ID_LEN || id.contains('@') {
         return Err(Error::InvalidPeriodic {
@@ -240,170 +254,15 @@ pub fn tick_job_id(schedule: &str, tick: SystemTime) -> String {
     format!("{schedule}@{}", to_us(tick) / 1000)
 }
 
-impl Client {
-    /// Starts declaring the periodic schedule `id` (or changing it): one job per tick, created
-    /// once however many processes run.
-    ///
-    /// ```no_run
-    /// # async fn f(client: dq_core::Client) -> dq_core::Result<()> {
-    /// client
-    ///     .schedule("weekday-report")
-    ///     .cron("0 9 * * MON-FRI")
-    ///     .tz("Europe/Paris")
-    ///     .topic("daily-report")          // each job carries a dq::Tick; or .message(&msg)
-    ///     .upsert()
-    ///     .await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn schedule(&self, id: &str) -> ScheduleBuilder {
-        ScheduleBuilder {
-            client: self.clone(),
-            id: id.to_owned(),
-            cron: None,
-            every: None,
-            tz: "UTC".to_owned(),
-            topic: None,
-            payload: None,
-            missed: Missed::Skip,
-            max_retries: crate::job::DEFAULT_RETRIES,
-        }
-    }
-
-    /// Every schedule this version of dq can read, by id. One it cannot (declared by a newer
-    /// version during a rolling upgrade, or damaged) is left out and named in a warning.
-    pub async fn schedules(&self) -> Result<Vec<ScheduleInfo>> {
-        let mut infos = Vec::new();
-        for entry in self.store.schedules().await? {
-            let id = entry.id.clone();
-            match ScheduleInfo::from_entry(entry) {
-                Ok(info) => infos.push(info),
-                Err(e) => self.unreadable_schedule(&id, &e),
-            }
-        }
-        Ok(infos)
-    }
-
-    /// Deletes a schedule; false when there was none. The jobs of its ticks still to come
-    /// (created a few seconds ahead) are cancelled; jobs of ticks that came stay.
-    pub async fn unschedule(&self, id: &str) -> Result<bool> {
-        let before = self.store.schedule(id).await?;
-        let removed = self.store.remove_schedule(id).await?;
-        if let Some(entry) = before.filter(|_| removed) {
-            self.cancel_ahead(id, entry, None).await?;
-        }
-        Ok(removed)
-    }
-
-    /// Stops a schedule from ticking (in every process) until it is resumed. The jobs of its
-    /// ticks still to come (created a few seconds ahead) are cancelled, so nothing of it runs
-    /// after the pause, save a tick whose job a process was creating at that very instant.
-    pub async fn pause_schedule(&self, id: &str) -> Result<bool> {
-        let before = self.store.schedule(id).await?;
-        let paused = self.store.set_schedule_next(id, None).await?;
-        if let Some(entry) = before.filter(|_| paused) {
-            self.cancel_ahead(id, entry, None).await?;
-        }
-        Ok(paused)
-    }
-
-    /// Cancels the jobs already created for the ticks of a schedule after now, up to and
-    /// including the next tick it had stored (`entry`, read before it was paused, removed or
-    /// changed): the ticker creates them up to a few seconds ahead. Ticks that `spare` (the
-    /// schedule's new spec) has too, in the same topic, are left alone.
-    async fn cancel_ahead(
-        &self,
-        id: &str,
-        entry: ScheduleEntry,
-        spare: Option<&ScheduleSpec>,
-    ) -> Result<usize> {
-        let last = entry.last_us;
-        let info = match ScheduleInfo::from_entry(entry) {
-            Ok(info) => info,
-            Err(e) => {
-                // Its ticks cannot be worked out here; the processes that read it made them.
-                self.unreadable_schedule(id, &e);
-                return Ok(0);
-            }
-        };
-        let spared = |t: SystemTime| {
-            spare.is_some_and(|new| {
-                let before = t.checked_sub(Duration::from_micros(1));
-                new.topic == info.spec.topic
-                    && before.and_then(|b| new.repeat.next_after(b)) == Some(t)
-            })
-        };
-        // A look may have moved it on between the read of `entry` and the pause: its ticks
-        // reach the one after the last it recorded (pushed before its move failed).
-        let after_last = match self.store.schedule(id).await? {
-            Some(now) => now.last_us.or(last),
-            None => last,
-        }
-        .and_then(|l| info.spec.repeat.next_after(from_us(l)));
-        let Some(next) = info.next.into_iter().chain(after_last).max() else {
-            return Ok(0); // paused already: nothing was created ahead since
-        };
-        let now = from_us(self.store.time_us().await?);
-        let mut cancelled = 0;
-        let mut tick = info.spec.repeat.next_after(now);
-        for _ in 0..MAX_TICKS_PER_LOOK {
-            let Some(t) = tick.filter(|t| *t <= next) else {
-                break;
-            };
-            if !spared(t)
-                && self
-                    .cancel_in(&info.spec.topic, &tick_job_id(id, t))
-                    .await?
-                    == ChangeOutcome::Done
-            {
-                cancelled += 1;
-            }
-            tick = info.spec.repeat.next_after(t);
-        }
-        Ok(cancelled)
-    }
-
-    /// Lets a paused schedule tick again, from its next tick after now (the ticks it missed
-    /// while paused are not made up).
-    pub async fn resume_schedule(&self, id: &str) -> Result<bool> {
-        let Some(entry) = self.store.schedule(id).await? else {
-            return Ok(false);
-        };
-        if entry.next_us.is_some() {
-            return Ok(true); // not paused: its place stays as it is
-        }
-        let info = ScheduleInfo::from_entry(entry)?;
-        let now = from_us(self.store.time_us().await?);
-        let next = info.spec.repeat.next_after(now).map(to_us);
-        self.store.set_schedule_next(id, next).await
-    }
-
-    /// Creates one job of the schedule now, outside its ticks (its ticks go on as before).
-    pub async fn run_schedule_now(&self, id: &str) -> Result<Option<Pushed>> {
-        let Some(entry) = self.store.schedule(id).await? else {
-            return Ok(None);
-        };
-        let info = ScheduleInfo::from_entry(entry)?;
-        let now = from_us(self.store.time_us().await?);
-        let payload = job_payload(&info.spec, id, now)?;
-        let pushed = self
-            .push_json(&info.spec.topic, payload)
-            .id(format!("{id}@now-{}", to_us(now)))
-            .max_retries(info.spec.max_retries)
-            .send()
-            .await?;
-        Ok(Some(pushed))
-    }
-}
-
 /// A guard on the ticks one look creates for one schedule (the shortest period is a second
 /// and the lookahead a few, so a look needs a handful).
-pub(super) const MAX_TICKS_PER_LOOK: usize = 100;
+pub(crate) const MAX_TICKS_PER_LOOK: usize = 100;
 
 /// Most catch-up jobs `Missed::All` may ask for (they are created in one look).
 pub(crate) const MAX_CATCH_UP: u32 = 1_000;
 
 /// What the job of a tick carries: the schedule's message, or a [`Tick`].
-pub(super) fn job_payload(spec: &ScheduleSpec, id: &str, tick: SystemTime) -> Result<String> {
+pub(crate) fn job_payload(spec: &ScheduleSpec, id: &str, tick: SystemTime) -> Result<String> {
     match &spec.payload {
         Some(json) => Ok(json.clone()),
         None => serde_json::to_string(&Tick {
