@@ -75,41 +75,19 @@ async fn push_options_that_mean_nothing_are_refused_with_the_reason() {
         );
     };
     let quiet = Duration::from_secs(2);
-    refused(
-        client
-            .push_to("doc-save", &1)
-            .debounce(quiet)
-            .await
-            .unwrap_err(),
-        "debounce needs an id",
-    );
-    refused(
-        client
-            .push_to("doc-save", &1)
-            .id("d")
-            .debounce(Duration::ZERO)
-            .await
-            .unwrap_err(),
-        "debounce of 0s",
-    );
-    refused(
-        client
-            .push_to("report", &1)
-            .id("r")
-            .unique_for(Duration::ZERO)
-            .await
-            .unwrap_err(),
-        "unique_for of 0s",
-    );
-    refused(
-        client
-            .push_to("report", &1)
-            .id("r")
-            .max_retries(100_000)
-            .await
-            .unwrap_err(),
-        "100000 retries is over the limit of 1000",
-    );
+    let save = || client.push_to("doc-save", &1);
+    let report = || client.push_to("report", &1).id("r");
+    for (push, says) in [
+        (save().debounce(quiet), "debounce needs an id"),
+        (save().id("d").debounce(Duration::ZERO), "debounce of 0s"),
+        (report().unique_for(Duration::ZERO), "unique_for of 0s"),
+        (
+            report().max_retries(100_000),
+            "100000 retries is over the limit of 1000",
+        ),
+    ] {
+        refused(push.await.unwrap_err(), says);
+    }
     // One such push fails its whole batch.
     let batch = vec![
         client.push_to("t", &1).id("ok"),

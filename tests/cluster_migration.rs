@@ -352,12 +352,8 @@ async fn the_documented_acl_user_follows_a_reshard() {
         .build()
         .unwrap();
     let c = TestClient::connect(acl).await.unwrap();
-    c.schedule("nightly")
-        .cron("0 3 * * *")
-        .topic("cleanup")
-        .upsert()
-        .await
-        .unwrap();
+    let nightly = c.schedule("nightly").cron("0 3 * * *");
+    nightly.topic("cleanup").upsert().await.unwrap();
     c.push_to("t", &1).id("before").await.unwrap();
     let (source, target, slot) = shard_zero_and_another_master(&cluster);
     let dst_id = begin_migration(source, target, &slot);

@@ -35,14 +35,11 @@ async fn prometheus_endpoint_shows_lateness_outcomes_and_depth_of_a_running_topi
             Outcome::Done
         }
     });
-    let rt = Runtime::builder()
+    let builder = Runtime::builder()
         .config(support::config(&redis))
         .without_registered_listeners()
-        .listener(listener)
-        .metrics_addr(addr)
-        .start()
-        .await
-        .unwrap();
+        .listener(listener);
+    let rt = builder.metrics_addr(addr).start().await.unwrap();
     let c = rt.client();
     c.push_batch((0..4u32).map(|n| c.push_to("orders", &n).delay(Duration::from_millis(50))))
         .await

@@ -6,13 +6,16 @@
 mod support;
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use dq::runtime::{IntoOutcome, ShutdownReport};
 use dq::{Backoff, Config, JobContext, JobState, Listener, Outcome, Runtime};
 use serde::{Deserialize, Serialize};
-use support::RedisServer;
+use support::faulty::Faulty;
+use support::{wait_until_dead, RedisServer};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Job {
@@ -57,6 +60,10 @@ impl Recorder {
     fn leave(&self) {
         self.active.fetch_sub(1, Ordering::SeqCst);
     }
+    /// Waits until `n` runs were recorded (5 s at most, or the test fails saying `what`).
+    async fn wait_for(&self, n: usize, what: &str) {
+        wait_until(what, Duration::from_secs(5), || self.count() == n).await;
+    }
 }
 
 /// The tests of this file run one at a time: several assert timings (a job within 10 ms of its
@@ -64,6 +71,53 @@ impl Recorder {
 async fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
     static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     LOCK.lock().await
+}
+
+/// A test's turn ([`one_at_a_time`]), its redis-server and a recorder for its runs.
+async fn begin() -> (tokio::sync::MutexGuard<'static, ()>, RedisServer, Recorder) {
+    let serial = one_at_a_time().await;
+    (serial, RedisServer::start(), Recorder::default())
+}
+
+/// [`begin`], then a runtime on its Redis ([`config`] as `tweak` changes it) whose only
+/// listener records the runs of `topic`.
+async fn begin_recording(
+    topic: &str,
+    tweak: impl FnOnce(dq::config::ConfigBuilder) -> dq::config::ConfigBuilder,
+) -> (
+    tokio::sync::MutexGuard<'static, ()>,
+    RedisServer,
+    Recorder,
+    Runtime,
+) {
+    let (serial, redis, rec) = begin().await;
+    let rt = start(tweak(config(&redis)), vec![recording(topic, &rec)]).await;
+    (serial, redis, rec, rt)
+}
+
+/// Shuts `rt` down, which must take less than `limit`.
+async fn shutdown_within(rt: Runtime, limit: Duration) -> ShutdownReport {
+    let begun = Instant::now();
+    let report = rt.shutdown().await.unwrap();
+    assert!(
+        begun.elapsed() < limit,
+        "shutdown took {:?}",
+        begun.elapsed()
+    );
+    report
+}
+
+/// After a moment for its ack, job `j` of `topic` is gone: it succeeded (else the test fails
+/// saying `what`).
+async fn assert_done(c: &dq::Client, topic: &str, what: &str) {
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let status = c.status_in(topic, "j").await.unwrap();
+    assert!(status.is_none(), "{what}");
+}
+
+/// Pushes `Job { n: 1 }` as job `j` of `topic`.
+async fn push_j(c: &dq::Client, topic: &str) {
+    c.push_to(topic, &Job { n: 1 }).id("j").await.unwrap();
 }
 
 fn config(redis: &RedisServer) -> dq::config::ConfigBuilder {
@@ -91,27 +145,29 @@ async fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool)
     }
 }
 
-/// Polls a job's status until it is dead-lettered (5 s at most) and returns it.
-async fn wait_until_dead(c: &dq::Client, topic: &str, id: &str) -> dq::JobInfo {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let info = c.status_in(topic, id).await.unwrap();
-        if let Some(info) = info.filter(|i| i.state == JobState::Dead) {
-            return info;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{topic}:{id} was never dead-lettered"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 fn recording(topic: &str, rec: &Recorder) -> Listener {
     let rec = rec.clone();
     Listener::new(topic, move |_: Job, ctx: JobContext| {
         let rec = rec.clone();
         async move { rec.record(&ctx) }
+    })
+}
+
+/// A listener on `topic` whose runs record themselves in `rec`, then run `handler` (given the
+/// job, its context and the recorder).
+fn judging<R, F, H>(topic: &str, rec: &Recorder, handler: H) -> Listener
+where
+    R: IntoOutcome,
+    F: Future<Output = R> + Send + 'static,
+    H: Fn(Job, JobContext, Recorder) -> F + Send + Sync + 'static,
+{
+    let (rec, handler) = (rec.clone(), Arc::new(handler));
+    Listener::new(topic, move |job: Job, ctx: JobContext| {
+        let (rec, handler) = (rec.clone(), handler.clone());
+        async move {
+            rec.record(&ctx);
+            handler(job, ctx, rec).await
+        }
     })
 }
 
@@ -196,18 +252,12 @@ fn spawn_child(role: &str, redis: &RedisServer, env: &[(&str, String)]) -> std::
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn job_pushed_by_another_process_runs_within_10ms_of_its_due_time() {
-    let _serial = one_at_a_time().await;
-    let redis = RedisServer::start();
-    let rec = Recorder::default();
     // The safety tick is an hour: only the wake-up announced through Redis can start the job.
-    let rt = start(config(&redis), vec![recording("cross", &rec)]).await;
+    let (_serial, redis, rec, rt) = begin_recording("cross", |c| c).await;
     tokio::time::sleep(Duration::from_millis(200)).await; // the runtime is idle and waiting
     let mut child = spawn_child("push", &redis, &[("DQ_TEST_DELAY_MS", "400".into())]);
     assert!(child.wait().unwrap().success());
-    wait_until("the job to run", Duration::from_secs(5), || {
-        rec.count() == 1
-    })
-    .await;
+    rec.wait_for(1, "the job to run").await;
     let run = &rec.runs()[0];
     assert_eq!(run.id, "from-child");
     let late = lateness_ms(run);
@@ -220,18 +270,15 @@ async fn job_pushed_by_another_process_runs_within_10ms_of_its_due_time() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_never_starts_before_its_due_time() {
-    let _serial = one_at_a_time().await;
-    let redis = RedisServer::start();
-    let rec = Recorder::default();
-    let rt = start(config(&redis), vec![recording("t", &rec)]).await;
-    let c = rt.client();
+    let (_serial, _redis, rec, rt) = begin_recording("t", |c| c).await;
     for i in 0..20u64 {
-        c.push_to("t", &Job { n: i })
+        rt.client()
+            .push_to("t", &Job { n: i })
             .delay(Duration::from_millis(20 + i * 7))
             .await
             .unwrap();
     }
-    wait_until("all jobs", Duration::from_secs(5), || rec.count() == 20).await;
+    rec.wait_for(20, "all jobs").await;
     for run in rec.runs() {
         let late = lateness_ms(&run);
         assert!(late >= 0.0, "job {} started {:.3} ms early", run.id, -late);
@@ -242,9 +289,7 @@ async fn a_job_never_starts_before_its_due_time() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn burst_of_10_000_jobs_due_at_once_runs_each_exactly_once_within_the_concurrency_limit() {
-    let _serial = one_at_a_time().await;
-    let redis = RedisServer::start();
-    let rec = Recorder::default();
+    let (_serial, redis, rec) = begin().await;
     let r = rec.clone();
     let listener = Listener::new("burst", move |_: Job, ctx: JobContext| {
         let r = r.clone();
@@ -290,32 +335,18 @@ async fn burst_of_10_000_jobs_due_at_once_runs_each_exactly_once_within_the_conc
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_job_is_retried_with_backoff_until_it_succeeds() {
-    let _serial = one_at_a_time().await;
-    let redis = RedisServer::start();
-    let rec = Recorder::default();
-    let r = rec.clone();
-    let listener = Listener::new("flaky", move |_: Job, ctx: JobContext| {
-        let r = r.clone();
-        async move {
-            r.record(&ctx);
-            if ctx.attempt() < 3 {
-                Err(format!("payment service down (attempt {})", ctx.attempt()))
-            } else {
-                Ok(())
-            }
+    let (_serial, redis, rec) = begin().await;
+    let listener = judging("flaky", &rec, |_, ctx, _| async move {
+        if ctx.attempt() < 3 {
+            Err(format!("payment service down (attempt {})", ctx.attempt()))
+        } else {
+            Ok(())
         }
     })
     .backoff(Backoff::Fixed(Duration::from_millis(100)));
     let rt = start(config(&redis), vec![listener]).await;
-    rt.client()
-        .push_to("flaky", &Job { n: 1 })
-        .id("j")
-        .await
-        .unwrap();
-    wait_until("three attempts", Duration::from_secs(5), || {
-        rec.count() == 3
-    })
-    .await;
+    push_j(rt.client(), "flaky").await;
+    rec.wait_for(3, "three attempts").await;
     let runs = rec.runs();
     assert_eq!(
         runs.iter().map(|r| r.attempt).collect::<Vec<_>>(),
@@ -328,26 +359,15 @@ async fn failed_job_is_retried_with_backoff_until_it_succeeds() {
             "retried after {gap:?}, backoff is 100ms -20%"
         );
     }
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    assert!(
-        rt.client().status_in("flaky", "j").await.unwrap().is_none(),
-        "done and acked"
-    );
+    assert_done(rt.client(), "flaky", "done and acked").await;
     rt.shutdown().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn job_failing_every_attempt_is_dead_lettered_with_its_last_error() {
-    let _serial = one_at_a_time().await;
-    let redis = RedisServer::start();
-    let rec = Recorder::default();
-    let r = rec.clone();
-    let listener = Listener::new("doomed", move |_: Job, ctx: JobContext| {
-        let r = r.clone();
-        async move {
-            r.record(&ctx);
-            Err::<(), _>(format!("order service says no (attempt {})", ctx.attempt()))
-        }
+    let (_serial, redis, rec) = begin().await;
+    let listener = judging("doomed", &rec, |_, ctx, _| async move {
+        Err::<(), _>(format!("order service says no (attempt {})", ctx.attempt()))
     })
     .backoff(Backoff::Fixed(Duration::from_millis(10)));
     let rt = start(config(&redis), vec![listener]).await;
@@ -370,50 +390,15 @@ async fn job_failing_every_attempt_is_dead_lettered_with_its_last_error() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn handler_that_overruns_its_timeout_is_cancelled_and_counted_as_failed() {
-    let _serial = one_at_a_time().await;
-    let redis = RedisServer::start();
-    let finished = Arc::new(AtomicUsize::new(0));
-    let f = finished.clone();
-    let listener = Listener::new("slow", move |_: Job, _ctx: JobContext| {
-        let f = f.clone();
-        async move {
-            tokio::time::sleep(Duration::from_secs(2)).await;
-            f.fetch_add(1, Ordering::SeqCst);
-        }
-    })
-    .timeout(Duration::from_millis(50))
-    .retries(0);
-    let rt = start(config(&redis), vec![listener]).await;
-    rt.client()
-        .push_to("slow", &Job { n: 1 })
-        .id("j")
-        .await
-        .unwrap();
-    let c = rt.client().clone();
-    let info = wait_until_dead(&c, "slow", "j").await;
-    assert!(info.last_error.unwrap().contains("timed out after 50ms"));
-    assert_eq!(
-        finished.load(Ordering::SeqCst),
-        0,
-        "the overrunning handler was cancelled"
-    );
-    rt.shutdown().await.unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn poison_message_is_dead_lettered_on_its_first_attempt_and_the_worker_goes_on() {
-    let _serial = one_at_a_time().await;
-    let redis = RedisServer::start();
-    let rec = Recorder::default();
-    let rt = start(config(&redis), vec![recording("typed", &rec)]).await;
+    let (_serial, _redis, rec, rt) = begin_recording("typed", |c| c).await;
     let c = rt.client();
     c.push_json("typed", r#"{"not":"a job"}"#)
         .id("poison")
         .await
         .unwrap();
     c.push_to("typed", &Job { n: 7 }).id("fine").await.unwrap();
-    wait_until("the good job", Duration::from_secs(5), || rec.count() == 1).await;
+    rec.wait_for(1, "the good job").await;
     let info = wait_until_dead(c, "typed", "poison").await;
     assert_eq!(info.attempt, 1, "never retried");
     let error = info.last_error.unwrap();
@@ -431,21 +416,14 @@ async fn poison_message_is_dead_lettered_on_its_first_attempt_and_the_worker_goe
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handler_outcomes_dead_letter_now_or_retry_after_a_delay() {
-    let _serial = one_at_a_time().await;
-    let redis = RedisServer::start();
-    let rec = Recorder::default();
-    let r = rec.clone();
-    let listener = Listener::new("verdicts", move |job: Job, ctx: JobContext| {
-        let r = r.clone();
-        async move {
-            r.record(&ctx);
-            // A postponed run does not count as an attempt: the first run is told by the count.
-            let first = r.runs().iter().filter(|run| run.id == "later").count() == 1;
-            match job.n {
-                0 => Outcome::DeadLetter("order not found".into()),
-                1 if first => Outcome::RetryAfter(Duration::from_millis(150)),
-                _ => Outcome::Done,
-            }
+    let (_serial, redis, rec) = begin().await;
+    let listener = judging("verdicts", &rec, |job, _, r| async move {
+        // A postponed run does not count as an attempt: the first run is told by the count.
+        let first = r.runs().iter().filter(|run| run.id == "later").count() == 1;
+        match job.n {
+            0 => Outcome::DeadLetter("order not found".into()),
+            1 if first => Outcome::RetryAfter(Duration::from_millis(150)),
+            _ => Outcome::Done,
         }
     });
     let rt = start(config(&redis), vec![listener]).await;
@@ -458,7 +436,7 @@ async fn handler_outcomes_dead_letter_now_or_retry_after_a_delay() {
         .id("later")
         .await
         .unwrap();
-    wait_until("three runs", Duration::from_secs(5), || rec.count() == 3).await;
+    rec.wait_for(3, "three runs").await;
     let runs = rec.runs();
     let later: Vec<_> = runs.iter().filter(|r| r.id == "later").collect();
     let gap = later[1].started.duration_since(later[0].started).unwrap();
@@ -471,43 +449,23 @@ async fn handler_outcomes_dead_letter_now_or_retry_after_a_delay() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handler_panic_is_caught_and_retried() {
-    let _serial = one_at_a_time().await;
-    let redis = RedisServer::start();
-    let rec = Recorder::default();
-    let r = rec.clone();
-    let listener = Listener::new("panicky", move |_: Job, ctx: JobContext| {
-        let r = r.clone();
-        async move {
-            r.record(&ctx);
-            if ctx.attempt() == 1 {
-                panic!("bug in handler");
-            }
+    let (_serial, redis, rec) = begin().await;
+    let listener = judging("panicky", &rec, |_, ctx, _| async move {
+        if ctx.attempt() == 1 {
+            panic!("bug in handler");
         }
     })
     .backoff(Backoff::Fixed(Duration::from_millis(10)));
     let rt = start(config(&redis), vec![listener]).await;
-    rt.client()
-        .push_to("panicky", &Job { n: 1 })
-        .id("j")
-        .await
-        .unwrap();
-    wait_until("the retry", Duration::from_secs(5), || rec.count() == 2).await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    assert!(
-        rt.client()
-            .status_in("panicky", "j")
-            .await
-            .unwrap()
-            .is_none(),
-        "the retry succeeded"
-    );
+    push_j(rt.client(), "panicky").await;
+    rec.wait_for(2, "the retry").await;
+    assert_done(rt.client(), "panicky", "the retry succeeded").await;
     rt.shutdown().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_of_a_worker_killed_with_sigkill_run_again_on_another_worker() {
-    let _serial = one_at_a_time().await;
-    let redis = RedisServer::start();
+    let (_serial, redis, _) = begin().await;
     let n = 20u64;
     {
         let client = dq::Client::connect(config(&redis).build().unwrap())
@@ -560,80 +518,9 @@ async fn jobs_of_a_worker_killed_with_sigkill_run_again_on_another_worker() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn graceful_shutdown_acks_finished_jobs_releases_unfinished_ones_and_runs_hooks_in_order() {
-    let _serial = one_at_a_time().await;
-    let redis = RedisServer::start();
-    let started = Arc::new(AtomicUsize::new(0));
-    let s = started.clone();
-    let listener = Listener::new("shutdown", move |job: Job, _ctx: JobContext| {
-        let s = s.clone();
-        async move {
-            s.fetch_add(1, Ordering::SeqCst);
-            // Even jobs finish within the grace period; odd ones would take far longer.
-            let ms = if job.n.is_multiple_of(2) { 100 } else { 60_000 };
-            tokio::time::sleep(Duration::from_millis(ms)).await;
-        }
-    })
-    .no_timeout();
-    let hooks = Arc::new(Mutex::new(Vec::new()));
-    let (h1, h2) = (hooks.clone(), hooks.clone());
-    let rt = Runtime::builder()
-        .config(
-            config(&redis)
-                .shutdown_grace(Duration::from_millis(500))
-                .build()
-                .unwrap(),
-        )
-        .without_registered_listeners()
-        .listener(listener)
-        .on_shutdown(
-            "first",
-            move || async move { h1.lock().unwrap().push("first") },
-        )
-        .on_shutdown("second", move || async move {
-            h2.lock().unwrap().push("second")
-        })
-        .start()
-        .await
-        .unwrap();
-    let c = rt.client().clone();
-    c.push_batch((0..6u64).map(|i| c.push_to("shutdown", &Job { n: i }).id(i.to_string())))
-        .await
-        .unwrap();
-    wait_until("all six to start", Duration::from_secs(5), || {
-        started.load(Ordering::SeqCst) == 6
-    })
-    .await;
-    let begun = Instant::now();
-    let report = rt.shutdown().await.unwrap();
-    assert!(
-        begun.elapsed() < Duration::from_millis(1500),
-        "took {:?}",
-        begun.elapsed()
-    );
-    assert_eq!((report.finished, report.released), (3, 3));
-    assert_eq!(*hooks.lock().unwrap(), ["first", "second"]);
-    for i in 0..6u64 {
-        let info = c.status_in("shutdown", &i.to_string()).await.unwrap();
-        if i % 2 == 0 {
-            assert!(info.is_none(), "job {i} finished and was acked");
-        } else {
-            let info = info.expect("an unfinished job is kept");
-            assert_eq!(
-                info.state,
-                JobState::Ready,
-                "job {i} is back in ready at once"
-            );
-            assert_eq!(info.attempt, 0, "the interrupted run does not count");
-        }
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_lets_the_running_job_finish_runs_the_hooks_and_exits_cleanly() {
-    let _serial = one_at_a_time().await;
     use std::io::BufRead;
-    let redis = RedisServer::start();
+    let (_serial, redis, _) = begin().await;
     let client = dq::Client::connect(config(&redis).build().unwrap())
         .await
         .unwrap();
@@ -671,8 +558,7 @@ async fn sigterm_lets_the_running_job_finish_runs_the_hooks_and_exits_cleanly() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_listeners_on_one_topic_are_refused_at_start() {
-    let _serial = one_at_a_time().await;
-    let redis = RedisServer::start();
+    let (_serial, redis, _) = begin().await;
     let a = Listener::new("same", |_: Job, _: JobContext| async {});
     let b = Listener::new("same", |_: Job, _: JobContext| async {});
     let err = Runtime::builder()
@@ -692,12 +578,9 @@ async fn two_listeners_on_one_topic_are_refused_at_start() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runtime_survives_a_redis_restart_and_runs_jobs_pushed_after_it() {
-    let _serial = one_at_a_time().await;
-    let mut redis = RedisServer::start();
-    let rec = Recorder::default();
-    let rt = start(config(&redis), vec![recording("t", &rec)]).await;
+    let (_serial, mut redis, rec, rt) = begin_recording("t", |c| c).await;
     rt.client().push_to("t", &Job { n: 1 }).await.unwrap();
-    wait_until("the first job", Duration::from_secs(5), || rec.count() == 1).await;
+    rec.wait_for(1, "the first job").await;
     redis.kill();
     tokio::time::sleep(Duration::from_millis(300)).await; // the loops notice and back off
     redis.restart();
@@ -723,20 +606,14 @@ async fn runtime_survives_a_redis_restart_and_runs_jobs_pushed_after_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn polling_mode_runs_jobs_without_blocking_commands() {
-    let _serial = one_at_a_time().await;
-    let redis = RedisServer::start();
-    let rec = Recorder::default();
-    let rt = start(
-        config(&redis).poll_interval(Duration::from_millis(20)),
-        vec![recording("t", &rec)],
-    )
-    .await;
+    let polling = |c: dq::config::ConfigBuilder| c.poll_interval(Duration::from_millis(20));
+    let (_serial, redis, rec, rt) = begin_recording("t", polling).await;
     rt.client()
         .push_to("t", &Job { n: 1 })
         .delay(Duration::from_millis(50))
         .await
         .unwrap();
-    wait_until("the job", Duration::from_secs(5), || rec.count() == 1).await;
+    rec.wait_for(1, "the job").await;
     let clients = redis.command(&["CLIENT", "LIST"]);
     assert!(
         !clients.contains("cmd=blmove"),
@@ -747,14 +624,8 @@ async fn polling_mode_runs_jobs_without_blocking_commands() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_topic_waits_and_runs_after_resume_and_the_worker_is_listed() {
-    let _serial = one_at_a_time().await;
-    let redis = RedisServer::start();
-    let rec = Recorder::default();
-    let rt = start(
-        config(&redis).lease(Duration::from_millis(600)),
-        vec![recording("pausable", &rec)],
-    )
-    .await;
+    let short_lease = |c: dq::config::ConfigBuilder| c.lease(Duration::from_millis(600));
+    let (_serial, _redis, rec, rt) = begin_recording("pausable", short_lease).await;
     let c = rt.client().clone();
     c.pause("pausable").await.unwrap();
     c.push_to("pausable", &Job { n: 1 }).await.unwrap();
@@ -781,10 +652,7 @@ async fn a_paused_topic_waits_and_runs_after_resume_and_the_worker_is_listed() {
 /// rounds, so that a 1 s poll passing by luck (1 in 5 per round) cannot pass the test.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resumed_topic_runs_its_waiting_job_at_once() {
-    let _serial = one_at_a_time().await;
-    let redis = RedisServer::start();
-    let rec = Recorder::default();
-    let rt = start(config(&redis), vec![recording("pausable", &rec)]).await;
+    let (_serial, _redis, rec, rt) = begin_recording("pausable", |c| c).await;
     let c = rt.client().clone();
     for round in 1..=4 {
         c.pause("pausable").await.unwrap();
@@ -807,14 +675,67 @@ async fn a_resumed_topic_runs_its_waiting_job_at_once() {
     rt.shutdown().await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_shutdown_acks_finished_jobs_releases_unfinished_ones_and_runs_hooks_in_order() {
+    let (_serial, redis, rec) = begin().await;
+    let listener = judging("shutdown", &rec, |job, _, _| async move {
+        // Even jobs finish within the grace period; odd ones would take far longer.
+        let ms = if job.n.is_multiple_of(2) { 100 } else { 60_000 };
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    })
+    .no_timeout();
+    let hooks = Arc::new(Mutex::new(Vec::new()));
+    let (h1, h2) = (hooks.clone(), hooks.clone());
+    let rt = Runtime::builder()
+        .config(
+            config(&redis)
+                .shutdown_grace(Duration::from_millis(500))
+                .build()
+                .unwrap(),
+        )
+        .without_registered_listeners()
+        .listener(listener)
+        .on_shutdown(
+            "first",
+            move || async move { h1.lock().unwrap().push("first") },
+        )
+        .on_shutdown("second", move || async move {
+            h2.lock().unwrap().push("second")
+        })
+        .start()
+        .await
+        .unwrap();
+    let c = rt.client().clone();
+    c.push_batch((0..6u64).map(|i| c.push_to("shutdown", &Job { n: i }).id(i.to_string())))
+        .await
+        .unwrap();
+    rec.wait_for(6, "all six to start").await;
+    let report = shutdown_within(rt, Duration::from_millis(1500)).await;
+    assert_eq!((report.finished, report.released), (3, 3));
+    assert_eq!(*hooks.lock().unwrap(), ["first", "second"]);
+    for i in 0..6u64 {
+        let info = c.status_in("shutdown", &i.to_string()).await.unwrap();
+        if i % 2 == 0 {
+            assert!(info.is_none(), "job {i} finished and was acked");
+        } else {
+            let info = info.expect("an unfinished job is kept");
+            assert_eq!(
+                info.state,
+                JobState::Ready,
+                "job {i} is back in ready at once"
+            );
+            assert_eq!(info.attempt, 0, "the interrupted run does not count");
+        }
+    }
+}
+
 /// With Redis gone, shutdown ends within its bounds (5 s for the acks, then 2 s for the worker
 /// record, the heartbeat renewing leases until the acks are done) and says how many finished
 /// jobs it could not ack (they run again after their lease): it took 12.5 s and reported a
 /// clean finish.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_with_redis_down_is_bounded_and_reports_the_unacked_job() {
-    let _serial = one_at_a_time().await;
-    let mut redis = RedisServer::start();
+    let (_serial, mut redis, _) = begin().await;
     let release = Arc::new(tokio::sync::Notify::new());
     let started = Arc::new(AtomicUsize::new(0));
     let (r, s) = (release.clone(), started.clone());
@@ -834,12 +755,183 @@ async fn shutdown_with_redis_down_is_bounded_and_reports_the_unacked_job() {
     .await;
     redis.kill();
     release.notify_one(); // the handler returns Done; its ack cannot be written
-    let begun = Instant::now();
-    let report = rt.shutdown().await.unwrap();
-    assert!(
-        begun.elapsed() < Duration::from_secs(10),
-        "shutdown took {:?}",
-        begun.elapsed()
-    );
+    let report = shutdown_within(rt, Duration::from_secs(10)).await;
     assert_eq!((report.finished, report.unacked), (1, 1), "{report:?}");
+}
+
+// Retries, timeouts and shutdown where a job could be run twice, or lost (issue 15's review;
+// RELIABILITY.md lists the findings).
+
+/// Finding 3: shutdown used to drop a fetch reply in flight. Redis had leased the job, nobody
+/// ran it, and only the lease's expiry brought it back, counted as a run that never happened
+/// (a job on its last attempt was dead-lettered without running).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fetch_reply_in_flight_at_shutdown_is_handed_back_not_dropped() {
+    let (_serial, redis, _) = begin().await;
+    let config = config(&redis).build().unwrap();
+    let store = Arc::new(Faulty {
+        hold_fetch: true,
+        ..Faulty::new(&config).await
+    });
+    let ran = Arc::new(Mutex::new(0));
+    let r = ran.clone();
+    let listener = Listener::new("t", move |_: u32, _: JobContext| {
+        let r = r.clone();
+        async move { *r.lock().unwrap() += 1 }
+    });
+    let rt = support::start_on(config.clone(), Some(store.clone()), listener).await;
+    rt.client()
+        .push_to("t", &1)
+        .id("j")
+        .max_retries(0)
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), store.leased.notified())
+        .await
+        .expect("the job was leased");
+    let handle = rt.shutdown_handle();
+    handle.shutdown();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    store.gate.add_permits(1); // the reply arrives after shutdown began
+    rt.wait().await.unwrap();
+
+    assert_eq!(
+        *ran.lock().unwrap(),
+        0,
+        "shutdown began first: not run here"
+    );
+    let client = dq::Client::connect(config).await.unwrap();
+    let info = client.status_in("t", "j").await.unwrap().unwrap();
+    assert_eq!(
+        (info.state, info.attempt),
+        (JobState::Ready, 0),
+        "handed back at once, no run counted"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handler_that_overruns_its_timeout_is_cancelled_and_counted_as_failed() {
+    let (_serial, redis, _) = begin().await;
+    let finished = Arc::new(AtomicUsize::new(0));
+    let f = finished.clone();
+    let listener = Listener::new("slow", move |_: Job, _ctx: JobContext| {
+        let f = f.clone();
+        async move {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            f.fetch_add(1, Ordering::SeqCst);
+        }
+    })
+    .timeout(Duration::from_millis(50))
+    .retries(0);
+    let rt = start(config(&redis), vec![listener]).await;
+    push_j(rt.client(), "slow").await;
+    let c = rt.client().clone();
+    let info = wait_until_dead(&c, "slow", "j").await;
+    assert!(info.last_error.unwrap().contains("timed out after 50ms"));
+    assert_eq!(
+        finished.load(Ordering::SeqCst),
+        0,
+        "the overrunning handler was cancelled"
+    );
+    rt.shutdown().await.unwrap();
+}
+
+/// One run: its attempt, when it started, and when its blocking part ended.
+type BlockingRun = (u32, Instant, Option<Instant>);
+
+/// Finding 10: a handler aborted by its timeout keeps running until its next `.await` when it
+/// blocks the thread; the retry must not start a second run beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn a_timed_out_handler_that_blocks_ends_before_its_retry_starts() {
+    let (_serial, redis, _) = begin().await;
+    let runs: Arc<Mutex<Vec<BlockingRun>>> = Arc::default();
+    let r = runs.clone();
+    let listener = Listener::new("t", move |_: u32, ctx: JobContext| {
+        let r = r.clone();
+        async move {
+            let i = {
+                let mut runs = r.lock().unwrap();
+                runs.push((ctx.attempt(), Instant::now(), None));
+                runs.len() - 1
+            };
+            if ctx.attempt() == 1 {
+                tokio::task::yield_now().await;
+                std::thread::sleep(Duration::from_millis(600)); // blocking code: no await
+            }
+            r.lock().unwrap()[i].2 = Some(Instant::now());
+            tokio::task::yield_now().await;
+        }
+    })
+    .timeout(Duration::from_millis(50))
+    .retries(1)
+    .backoff(dq::Backoff::Fixed(Duration::from_millis(1)));
+    let rt = start(config(&redis), vec![listener]).await;
+    rt.client().push_to("t", &1).id("j").await.unwrap();
+    support::wait_until(
+        Duration::from_secs(10),
+        || runs.lock().unwrap().len() >= 2,
+        || format!("no retry: {:?}", runs.lock().unwrap()),
+    )
+    .await;
+    let runs = runs.lock().unwrap().clone();
+    let first_ended = runs[0].2.expect("the blocking part ran to its end");
+    assert!(
+        runs[1].1 >= first_ended,
+        "the retry started {:?} before the first run's blocking code ended",
+        first_ended - runs[1].1
+    );
+    rt.shutdown().await.unwrap();
+}
+
+/// Finding 8: `RetryAfter(Duration::MAX)` used to write an envelope dq could not read (and a
+/// delay of 2^64 us or more wrapped around to a short one). Now the job is dead-lettered with
+/// the reason, readable and requeueable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_longer_than_the_limit_is_dead_lettered_with_the_reason() {
+    let (_serial, redis, _) = begin().await;
+    let listener = Listener::new("t", |_: u32, _: JobContext| async {
+        Outcome::RetryAfter(Duration::MAX)
+    });
+    let rt = start(config(&redis), vec![listener]).await;
+    let c = rt.client().clone();
+    c.push_to("t", &1).id("j").await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let info = loop {
+        let info = c.status_in("t", "j").await.unwrap().unwrap();
+        if info.state == JobState::Dead {
+            break info;
+        }
+        assert!(Instant::now() < deadline, "not dead-lettered: {info:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let error = info.last_error.unwrap();
+    assert!(error.contains("200-year limit"), "{error}");
+    rt.shutdown().await.unwrap();
+}
+
+/// Finding 10: `Outcome::RetryAfter` ("not yet, look again in a minute") spent an attempt, so a
+/// job that was postponed a few times was dead-lettered on its first real failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_does_not_spend_an_attempt() {
+    let (_serial, redis, _) = begin().await;
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let r = runs.clone();
+    let listener = Listener::new("poll", move |_: u32, ctx: JobContext| {
+        let mut runs = r.lock().unwrap();
+        runs.push(ctx.attempt());
+        let outcome = match runs.len() {
+            1..=3 => Outcome::RetryAfter(Duration::from_millis(20)),
+            4 => Outcome::Error("the payment service answered 503".into()),
+            _ => Outcome::Done,
+        };
+        async move { outcome }
+    })
+    .retries(1)
+    .backoff(dq::Backoff::Fixed(Duration::from_millis(20)));
+    let rt = start(config(&redis), vec![listener]).await;
+    let c = rt.client().clone();
+    c.push_to("poll", &1).id("p").await.unwrap();
+    support::wait_until_done(&c, "poll", "p").await;
+    assert_eq!(*runs.lock().unwrap(), [1, 1, 1, 1, 2]);
+    rt.shutdown().await.unwrap();
 }

@@ -1,4 +1,5 @@
-//! Periodic schedules: declared through the client, fired by every runtime, one job per tick.
+//! Periodic schedules: declared through the client, fired by every runtime, one job per tick,
+//! whatever the interleaving of the processes that fire them (issue 19's review).
 
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
@@ -8,10 +9,12 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use dq::schedule::{Missed, Tick};
+use dq::admin::Cursor;
+use dq::schedule::{Missed, ScheduleBuilder, Tick};
 use dq::store::MemoryStore;
 use dq::testing::TestRuntime;
-use dq::{Client, JobContext, Listener, Runtime};
+use dq::{Client, Config, JobContext, JobInfo, JobState, Listener, Runtime};
+use support::faulty::Faulty;
 use support::RedisServer;
 
 /// The ticks a listener saw, with when each job started by the host's clock.
@@ -31,6 +34,34 @@ fn recorder(topic: &str, seen: &Seen) -> Listener {
     })
 }
 
+/// Schedule `id`: every `secs` seconds, a job on `topic` (to upsert, or to change first).
+fn every(client: &Client, id: &str, secs: u64, topic: &str) -> ScheduleBuilder {
+    client
+        .schedule(id)
+        .every(Duration::from_secs(secs))
+        .topic(topic)
+}
+
+/// Schedule `every-second`: a cron expression firing every second, a job on `heartbeat`.
+async fn heartbeat_every_second(client: &Client) {
+    let cron = client.schedule("every-second").cron("* * * * * *");
+    cron.topic("heartbeat").upsert().await.unwrap();
+}
+
+/// The jobs of `topic` in `state` (the first 1,000).
+async fn jobs_in(client: &Client, topic: &str, state: JobState) -> Vec<JobInfo> {
+    let page = client.jobs(topic, state, Cursor::START, 1000).await;
+    page.unwrap().jobs
+}
+
+async fn delayed_in(client: &Client, topic: &str) -> usize {
+    jobs_in(client, topic, JobState::Delayed).await.len()
+}
+
+async fn ready_in(client: &Client, topic: &str) -> usize {
+    jobs_in(client, topic, JobState::Ready).await.len()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_week_of_a_five_minute_schedule_runs_every_tick_once_in_virtual_time() {
     let seen = Seen::default();
@@ -41,13 +72,8 @@ async fn a_week_of_a_five_minute_schedule_runs_every_tick_once_in_virtual_time()
     )
     .await
     .unwrap();
-    rt.client()
-        .schedule("sweep-every-5m")
-        .every(Duration::from_secs(300))
-        .topic("sweep")
-        .upsert()
-        .await
-        .unwrap();
+    let sweep = every(rt.client(), "sweep-every-5m", 300, "sweep");
+    sweep.upsert().await.unwrap();
     let real = Instant::now();
     rt.advance(Duration::from_secs(7 * 86_400)).await;
     let elapsed = real.elapsed();
@@ -87,13 +113,7 @@ async fn three_runtimes_on_redis_make_one_job_per_second_tick_none_early() {
         );
     }
     let client = runtimes[0].client().clone();
-    client
-        .schedule("every-second")
-        .cron("* * * * * *")
-        .topic("heartbeat")
-        .upsert()
-        .await
-        .unwrap();
+    heartbeat_every_second(&client).await;
     tokio::time::sleep(Duration::from_secs(8)).await;
     let paused_at = SystemTime::now();
     client.pause_schedule("every-second").await.unwrap();
@@ -147,28 +167,16 @@ fn manual() -> (Client, MemoryStore) {
 
 async fn missed_after_an_hour_down(policy: Missed) -> Vec<String> {
     let (client, store) = manual();
-    client
-        .schedule("s")
-        .every(Duration::from_secs(600))
-        .topic("t")
-        .missed(policy)
-        .upsert()
-        .await
-        .unwrap();
+    let every_ten_minutes = every(&client, "s", 600, "t").missed(policy);
+    every_ten_minutes.upsert().await.unwrap();
     // Every process down for an hour: six ticks go by unfired.
     store.advance_to(store.now_us() + 3_600_000_000 + 1);
     client.fire_schedules(Duration::ZERO).await.unwrap();
-    let page = client
-        .jobs("t", dq::JobState::Ready, dq::admin::Cursor::START, 100)
-        .await
-        .unwrap();
-    let delayed = client
-        .jobs("t", dq::JobState::Delayed, dq::admin::Cursor::START, 100)
-        .await
-        .unwrap();
-    page.jobs
+    let ready = jobs_in(&client, "t", JobState::Ready).await;
+    let delayed = jobs_in(&client, "t", JobState::Delayed).await;
+    ready
         .iter()
-        .chain(&delayed.jobs)
+        .chain(&delayed)
         .map(|j| j.id.to_string())
         .collect()
 }
@@ -240,40 +248,24 @@ async fn declaring_again_keeps_the_place_and_a_change_or_pause_is_seen_everywher
 #[tokio::test]
 async fn a_bad_expression_zone_or_missing_topic_is_refused_with_the_reason() {
     let (client, _) = manual();
-    let e = client
-        .schedule("x")
-        .cron("0 25 * * *")
-        .topic("t")
-        .upsert()
-        .await
-        .unwrap_err();
+    let refused = |schedule: ScheduleBuilder| async move { schedule.upsert().await.unwrap_err() };
+    let e = refused(client.schedule("x").cron("0 25 * * *").topic("t")).await;
     assert!(e.to_string().contains("0 25 * * *"), "{e}");
-    let e = client
-        .schedule("x")
-        .cron("0 9 * * *")
-        .tz("Paris")
-        .topic("t")
-        .upsert()
-        .await
-        .unwrap_err();
+    let e = refused(
+        client
+            .schedule("x")
+            .cron("0 9 * * *")
+            .tz("Paris")
+            .topic("t"),
+    )
+    .await;
     assert!(
         e.to_string().contains("\"Paris\"") && e.to_string().contains("IANA"),
         "{e}"
     );
-    let e = client
-        .schedule("x")
-        .cron("0 9 * * *")
-        .upsert()
-        .await
-        .unwrap_err();
+    let e = refused(client.schedule("x").cron("0 9 * * *")).await;
     assert!(e.to_string().contains(".topic("), "{e}");
-    let e = client
-        .schedule("a@b")
-        .every(Duration::from_secs(60))
-        .topic("t")
-        .upsert()
-        .await
-        .unwrap_err();
+    let e = refused(every(&client, "a@b", 60, "t")).await;
     assert!(e.to_string().contains("no '@'"), "{e}");
     assert_eq!(e.kind(), dq::ErrorKind::InvalidInput);
 }
@@ -281,28 +273,14 @@ async fn a_bad_expression_zone_or_missing_topic_is_refused_with_the_reason() {
 #[tokio::test]
 async fn one_look_creates_every_tick_inside_the_lookahead_each_due_at_its_tick() {
     let (client, store) = manual();
-    client
-        .schedule("every-second")
-        .cron("* * * * * *")
-        .topic("heartbeat")
-        .upsert()
-        .await
-        .unwrap();
+    heartbeat_every_second(&client).await;
     let now = store.now_us();
     // One look, five seconds ahead: the five ticks in that window are jobs already, so a
     // process that stalls for a few seconds after this look leaves none of them late.
     let created = client.fire_schedules(Duration::from_secs(5)).await.unwrap();
     assert_eq!(created, 5);
-    let delayed = client
-        .jobs(
-            "heartbeat",
-            dq::JobState::Delayed,
-            dq::admin::Cursor::START,
-            100,
-        )
-        .await
-        .unwrap();
-    let mut due: Vec<u64> = delayed.jobs.iter().map(|j| to_us(j.due) - now).collect();
+    let delayed = jobs_in(&client, "heartbeat", JobState::Delayed).await;
+    let mut due: Vec<u64> = delayed.iter().map(|j| to_us(j.due) - now).collect();
     due.sort_unstable();
     assert_eq!(
         due,
@@ -327,31 +305,12 @@ fn to_us(t: SystemTime) -> u64 {
 #[tokio::test]
 async fn pausing_or_removing_a_schedule_cancels_the_jobs_it_created_ahead() {
     let (client, _store) = manual();
-    let delayed = |client: Client| async move {
-        client
-            .jobs(
-                "heartbeat",
-                dq::JobState::Delayed,
-                dq::admin::Cursor::START,
-                100,
-            )
-            .await
-            .unwrap()
-            .jobs
-            .len()
-    };
-    client
-        .schedule("every-second")
-        .cron("* * * * * *")
-        .topic("heartbeat")
-        .upsert()
-        .await
-        .unwrap();
+    heartbeat_every_second(&client).await;
     client.fire_schedules(Duration::from_secs(5)).await.unwrap();
-    assert_eq!(delayed(client.clone()).await, 5);
+    assert_eq!(delayed_in(&client, "heartbeat").await, 5);
     assert!(client.pause_schedule("every-second").await.unwrap());
     assert_eq!(
-        delayed(client.clone()).await,
+        delayed_in(&client, "heartbeat").await,
         0,
         "paused: none of its ticks runs"
     );
@@ -368,36 +327,23 @@ async fn pausing_or_removing_a_schedule_cancels_the_jobs_it_created_ahead() {
     );
     assert!(client.unschedule("every-second").await.unwrap());
     assert_eq!(
-        delayed(client.clone()).await,
+        delayed_in(&client, "heartbeat").await,
         0,
         "removed: none of its ticks runs"
     );
 }
 
-async fn delayed_in(client: &Client, topic: &str) -> usize {
-    client
-        .jobs(topic, dq::JobState::Delayed, dq::admin::Cursor::START, 1000)
-        .await
-        .unwrap()
-        .jobs
-        .len()
-}
-
 #[tokio::test]
 async fn a_schedule_that_cannot_fire_does_not_hold_up_the_others() {
     let (client, store) = manual();
+    let big = |client: &Client, id: &str| {
+        let message = "x".repeat(10_000);
+        let schedule = client.schedule(id).every(Duration::from_secs(1));
+        schedule.message_to("reports", &message).upsert()
+    };
     // Declared by a process that allows 10 KB payloads...
-    client
-        .schedule("big")
-        .every(Duration::from_secs(1))
-        .message_to("reports", &"x".repeat(10_000))
-        .upsert()
-        .await
-        .unwrap();
-    client
-        .schedule("small")
-        .every(Duration::from_secs(1))
-        .topic("heartbeat")
+    big(&client, "big").await.unwrap();
+    every(&client, "small", 1, "heartbeat")
         .upsert()
         .await
         .unwrap();
@@ -416,13 +362,7 @@ async fn a_schedule_that_cannot_fire_does_not_hold_up_the_others() {
     assert_eq!(delayed_in(&client, "heartbeat").await, 5);
     assert_eq!(delayed_in(&client, "reports").await, 0);
     // A message over the limit of the process declaring it is refused there.
-    let refused = strict
-        .schedule("big2")
-        .every(Duration::from_secs(1))
-        .message_to("reports", &"x".repeat(10_000))
-        .upsert()
-        .await
-        .unwrap_err();
+    let refused = big(&strict, "big2").await.unwrap_err();
     assert!(refused.to_string().contains("payload limit"), "{refused}");
 }
 
@@ -430,13 +370,8 @@ async fn a_schedule_that_cannot_fire_does_not_hold_up_the_others() {
 async fn one_look_fires_every_due_schedule_however_many() {
     let (client, _store) = manual();
     for i in 0..150 {
-        client
-            .schedule(&format!("s{i}"))
-            .every(Duration::from_secs(1))
-            .topic("heartbeat")
-            .upsert()
-            .await
-            .unwrap();
+        let id = format!("s{i}");
+        every(&client, &id, 1, "heartbeat").upsert().await.unwrap();
     }
     assert_eq!(
         client.fire_schedules(Duration::from_secs(5)).await.unwrap(),
@@ -447,13 +382,7 @@ async fn one_look_fires_every_due_schedule_however_many() {
 #[tokio::test]
 async fn resuming_a_running_schedule_changes_nothing() {
     let (client, _store) = manual();
-    client
-        .schedule("s")
-        .every(Duration::from_secs(1))
-        .topic("heartbeat")
-        .upsert()
-        .await
-        .unwrap();
+    every(&client, "s", 1, "heartbeat").upsert().await.unwrap();
     client.fire_schedules(Duration::from_secs(5)).await.unwrap();
     let before = client.schedules().await.unwrap()[0].next;
     assert!(client.resume_schedule("s").await.unwrap());
@@ -468,17 +397,10 @@ async fn resuming_a_running_schedule_changes_nothing() {
 #[tokio::test]
 async fn changing_a_schedule_cancels_the_jobs_made_ahead_under_the_old_one() {
     let (client, _store) = manual();
-    let declare = |topic: &'static str| {
-        client
-            .schedule("s")
-            .every(Duration::from_secs(1))
-            .topic(topic)
-            .upsert()
-    };
-    declare("old-topic").await.unwrap();
+    every(&client, "s", 1, "old-topic").upsert().await.unwrap();
     client.fire_schedules(Duration::from_secs(5)).await.unwrap();
     assert_eq!(delayed_in(&client, "old-topic").await, 5);
-    declare("new-topic").await.unwrap();
+    every(&client, "s", 1, "new-topic").upsert().await.unwrap();
     assert_eq!(delayed_in(&client, "old-topic").await, 0);
     client.fire_schedules(Duration::from_secs(5)).await.unwrap();
     assert_eq!(delayed_in(&client, "new-topic").await, 5);
@@ -487,14 +409,8 @@ async fn changing_a_schedule_cancels_the_jobs_made_ahead_under_the_old_one() {
 #[tokio::test]
 async fn a_catch_up_over_a_thousand_jobs_is_refused() {
     let (client, _store) = manual();
-    let refused = client
-        .schedule("s")
-        .every(Duration::from_secs(1))
-        .topic("t")
-        .missed(Missed::All { max: 1_001 })
-        .upsert()
-        .await
-        .unwrap_err();
+    let too_many = every(&client, "s", 1, "t").missed(Missed::All { max: 1_001 });
+    let refused = too_many.upsert().await.unwrap_err();
     assert!(refused.to_string().contains("1000"), "{refused}");
 }
 
@@ -507,12 +423,7 @@ async fn a_resume_racing_a_removal_leaves_no_tick_without_its_schedule() {
     let (a, b) = (support::client(&redis).await, support::client(&redis).await);
     for i in 0..300 {
         let id = format!("s{i}");
-        a.schedule(&id)
-            .every(Duration::from_secs(60))
-            .topic("t")
-            .upsert()
-            .await
-            .unwrap();
+        every(&a, &id, 60, "t").upsert().await.unwrap();
         a.pause_schedule(&id).await.unwrap();
         let (resumed, removed) = tokio::join!(a.resume_schedule(&id), b.unschedule(&id));
         assert!(removed.unwrap(), "{id} was removed");
@@ -528,23 +439,13 @@ async fn a_resume_racing_a_removal_leaves_no_tick_without_its_schedule() {
 #[tokio::test]
 async fn a_catch_up_after_a_day_down_runs_the_latest_missed_tick() {
     let (client, store) = manual();
-    client
-        .schedule("s")
-        .every(Duration::from_secs(1))
-        .topic("t")
-        .missed(Missed::RunOnce)
-        .upsert()
-        .await
-        .unwrap();
+    let catching_up = every(&client, "s", 1, "t").missed(Missed::RunOnce);
+    catching_up.upsert().await.unwrap();
     store.advance_to(store.now_us() + 28 * 3_600_000_000 + 500_000);
     let now_ms = store.now_us() / 1000;
     client.fire_schedules(Duration::ZERO).await.unwrap();
-    let ready = client
-        .jobs("t", dq::JobState::Ready, dq::admin::Cursor::START, 100)
-        .await
-        .unwrap();
+    let ready = jobs_in(&client, "t", JobState::Ready).await;
     let mut ticks: Vec<u64> = ready
-        .jobs
         .iter()
         .map(|j| j.id.as_str().trim_start_matches("s@").parse().unwrap())
         .collect();
@@ -564,10 +465,7 @@ async fn a_catch_up_after_a_day_down_runs_the_latest_missed_tick() {
 async fn a_schedule_this_version_cannot_read_is_left_to_the_processes_that_can() {
     use dq::store::Schedules;
     let (client, store) = manual();
-    client
-        .schedule("small")
-        .every(Duration::from_secs(1))
-        .topic("heartbeat")
+    every(&client, "small", 1, "heartbeat")
         .upsert()
         .await
         .unwrap();
@@ -595,15 +493,6 @@ async fn a_schedule_this_version_cannot_read_is_left_to_the_processes_that_can()
     assert!(store.schedule("future").await.unwrap().is_none());
 }
 
-async fn ready_in(client: &Client, topic: &str) -> usize {
-    client
-        .jobs(topic, dq::JobState::Ready, dq::admin::Cursor::START, 100)
-        .await
-        .unwrap()
-        .jobs
-        .len()
-}
-
 /// Issue 29, finding 4: a schedule's generation went back in shard 0 (a failover lost the
 /// write of its latest resume or change, or Redis' clock stepped back). The fence its ticks
 /// left in the jobs' shards then refused every tick as "already there", and the schedule moved
@@ -613,13 +502,7 @@ async fn ready_in(client: &Client, topic: &str) -> usize {
 async fn a_schedule_whose_generation_went_back_ticks_again() {
     let redis = RedisServer::start();
     let client = support::client(&redis).await;
-    client
-        .schedule("s")
-        .every(Duration::from_secs(1))
-        .topic("t")
-        .upsert()
-        .await
-        .unwrap();
+    every(&client, "s", 1, "t").upsert().await.unwrap();
     assert_eq!(
         client.fire_schedules(Duration::from_secs(5)).await.unwrap(),
         5
@@ -642,4 +525,224 @@ async fn a_schedule_whose_generation_went_back_ticks_again() {
         "the ticks after the fence have no job: {made} jobs"
     );
     client.unschedule("s").await.unwrap();
+}
+
+// Issue 19's review: a schedule's tick is made into one job, whatever the interleaving of the
+// processes that fire it.
+
+/// A redis-server, and the config of the tests below ([`support::no_safety_tick`]).
+fn quiet_redis() -> (RedisServer, Config) {
+    let redis = RedisServer::start();
+    let config = support::no_safety_tick(&redis).build().unwrap();
+    (redis, config)
+}
+
+/// A client whose pushes of jobs with ids starting `prefix` hold until the test lets them go
+/// (`push_gate`), and the store that holds them.
+async fn holding_pushes(config: &Config, prefix: &str) -> (Arc<Faulty>, Client) {
+    let mut faulty = Faulty::new(config).await;
+    faulty.hold_push = Some(prefix.into());
+    let faulty = Arc::new(faulty);
+    let client = Client::new(faulty.clone(), config.clone());
+    (faulty, client)
+}
+
+/// Sleeps until `tick` is due by Redis' clock.
+async fn until_due(client: &Client, tick: SystemTime) {
+    loop {
+        let now = client.store_time().await.unwrap();
+        match tick.duration_since(now) {
+            Ok(left) if !left.is_zero() => tokio::time::sleep(left).await,
+            _ => return,
+        }
+    }
+}
+
+/// The job of `schedule`'s `tick` on `topic`, if there is one.
+async fn job_of_tick(
+    client: &Client,
+    schedule: &str,
+    topic: &str,
+    tick: SystemTime,
+) -> Option<JobInfo> {
+    let id = dq::schedule::tick_job_id(schedule, tick);
+    client.status_in(topic, &id).await.unwrap()
+}
+
+/// Schedule `greet`: every second, `word` to `greetings`.
+fn greet(client: &Client, word: &'static str) -> ScheduleBuilder {
+    let schedule = client.schedule("greet").every(Duration::from_secs(1));
+    schedule.message_to("greetings", &word)
+}
+
+/// The message the job of `greet`'s `tick` carries, if there is such a job.
+async fn greeting_at(client: &Client, tick: SystemTime) -> Option<String> {
+    let job = job_of_tick(client, "greet", "greetings", tick).await;
+    job.map(|j| String::from_utf8_lossy(&j.payload).into_owned())
+}
+
+/// A process that read a tick as due, then stalled (a paused VM, a stopped container) until
+/// the tick's job had run elsewhere and its reservation had run out, must not create that job
+/// again when it wakes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_stalled_past_a_ticks_reservation_does_not_make_its_job_again() {
+    let (redis, config) = quiet_redis();
+    let (faulty, stalled) = holding_pushes(&config, "beat@").await;
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let r = runs.clone();
+    let listener = Listener::new("beats", move |tick: Tick, _: JobContext| {
+        r.lock().unwrap().push(tick.at);
+        async {}
+    });
+    let rt = support::runtime_with(&redis, listener).await;
+    let client = rt.client().clone();
+    let tick = every(&client, "beat", 1, "beats").upsert().await.unwrap();
+    let tick = tick.next.unwrap();
+    until_due(&client, tick).await;
+    // The stalled process looks at the schedule and holds before its push.
+    let look = tokio::spawn(async move { stalled.fire_schedules(Duration::ZERO).await });
+    faulty.pushing.notified().await;
+    // Another process fires the tick; its job runs.
+    let id = dq::schedule::tick_job_id("beat", tick);
+    client.fire_schedules(Duration::ZERO).await.unwrap();
+    support::wait_until_done(&client, "beats", &id).await;
+    assert_eq!(runs.lock().unwrap().len(), 1);
+    // Ten minutes later its reservation has run out (the test removes it), and the stalled
+    // process wakes up and pushes.
+    for key in redis.command(&["KEYS", "*unique"]).lines() {
+        redis.command(&["DEL", key]);
+    }
+    faulty.push_gate.add_permits(1);
+    let created = look.await.unwrap().unwrap();
+    assert_eq!(created, 0, "the stalled process made the tick's job again");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let status = client.status_in("beats", &id).await.unwrap();
+    let ran = runs.lock().unwrap().len();
+    assert_eq!(ran, 1, "tick {id} ran twice ({status:?})");
+    rt.shutdown().await.unwrap();
+}
+
+/// A look under way while the schedule is changed (here its message) cannot go on making the
+/// jobs of the coming ticks with the old spec: at most the one it was pushing is left (its tick
+/// is a tick of the new spec too), and the ticks after it carry the new message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_look_under_way_when_a_schedule_changes_makes_no_more_jobs_of_the_old_spec() {
+    let (_redis, config) = quiet_redis();
+    let (faulty, stalled) = holding_pushes(&config, "greet@").await;
+    let client = Client::connect(config.clone()).await.unwrap();
+    let tick = greet(&client, "old").upsert().await.unwrap().next.unwrap();
+    // The look fires the coming ticks ahead of time and holds before its first push.
+    let look = tokio::spawn(async move { stalled.fire_schedules(Duration::from_secs(5)).await });
+    faulty.pushing.notified().await;
+    // The schedule changes meanwhile; its next tick stays the same.
+    let changed = greet(&client, "new").upsert().await.unwrap();
+    assert_eq!(changed.next, Some(tick));
+    faulty.push_gate.add_permits(100);
+    look.await.unwrap().unwrap();
+    // The next look (any process) makes the jobs of the ticks after it with the new message.
+    client.fire_schedules(Duration::from_secs(5)).await.unwrap();
+    assert!(
+        greeting_at(&client, tick).await.is_some(),
+        "the tick has a job"
+    );
+    for later in 1..=3 {
+        let t = tick + Duration::from_secs(later);
+        assert_eq!(
+            greeting_at(&client, t).await.as_deref(),
+            Some("\"new\""),
+            "tick {t:?}"
+        );
+    }
+    client.unschedule("greet").await.unwrap();
+}
+
+/// The same, when the change moves the ticks elsewhere: the job the look was pushing, for a
+/// tick the schedule no longer has, goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_look_under_way_when_a_schedule_changes_leaves_no_job_at_a_tick_it_no_longer_has() {
+    let (_redis, config) = quiet_redis();
+    let (faulty, stalled) = holding_pushes(&config, "greet@").await;
+    let client = Client::connect(config.clone()).await.unwrap();
+    let declared = every(&client, "greet", 1, "greetings").upsert().await;
+    let mut tick = declared.unwrap().next.unwrap();
+    while to_secs(tick).is_multiple_of(3600) {
+        // A tick of the hourly schedule too: wait for the next one.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        tick = client.schedules().await.unwrap()[0].next.unwrap();
+    }
+    let look = tokio::spawn(async move { stalled.fire_schedules(Duration::from_secs(5)).await });
+    faulty.pushing.notified().await;
+    every(&client, "greet", 3600, "greetings")
+        .upsert()
+        .await
+        .unwrap();
+    faulty.push_gate.add_permits(100);
+    look.await.unwrap().unwrap();
+    let job = job_of_tick(&client, "greet", "greetings", tick).await;
+    assert!(job.is_none(), "a job of the old spec was left: {job:?}");
+    client.unschedule("greet").await.unwrap();
+}
+
+fn to_secs(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs()
+}
+
+/// A look under way when the schedule is paused (or removed) leaves no job of it behind: the
+/// pause cancels what was made ahead, and the look, whose move then fails, removes the job it
+/// was pushing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_look_under_way_when_a_schedule_is_paused_or_removed_leaves_no_job_of_it() {
+    let (_redis, config) = quiet_redis();
+    let client = Client::connect(config.clone()).await.unwrap();
+    for remove in [false, true] {
+        let (faulty, stalled) = holding_pushes(&config, "nap@").await;
+        let tick = every(&client, "nap", 1, "naps").upsert().await.unwrap();
+        let tick = tick.next.unwrap();
+        let look =
+            tokio::spawn(async move { stalled.fire_schedules(Duration::from_secs(5)).await });
+        faulty.pushing.notified().await;
+        if remove {
+            assert!(client.unschedule("nap").await.unwrap());
+        } else {
+            assert!(client.pause_schedule("nap").await.unwrap());
+        }
+        faulty.push_gate.add_permits(100);
+        look.await.unwrap().unwrap();
+        let job = job_of_tick(&client, "nap", "naps", tick).await;
+        assert!(job.is_none(), "removed {remove}: a job was left: {job:?}");
+        client.unschedule("nap").await.unwrap();
+    }
+}
+
+/// Issue 29, finding 2: a changed schedule was stored, then the jobs made ahead under the old
+/// spec were cancelled; a look by another process in between made (or took over) the coming
+/// ticks' jobs under the new spec, and the cancel then removed them: up to a lookahead of
+/// ticks lost. Every tick after the change keeps its job, with the new message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_look_right_after_a_schedule_changes_keeps_the_ticks_it_made() {
+    let (_redis, config) = quiet_redis();
+    let mut faulty = Faulty::new(&config).await;
+    faulty.hold_put = true;
+    let faulty = Arc::new(faulty);
+    let changer = Client::new(faulty.clone(), config.clone());
+    let client = Client::connect(config.clone()).await.unwrap();
+    greet(&client, "old").upsert().await.unwrap();
+    client.fire_schedules(Duration::from_secs(5)).await.unwrap();
+    let change = tokio::spawn(async move { greet(&changer, "new").upsert().await });
+    tokio::time::timeout(Duration::from_secs(5), faulty.put_done.notified())
+        .await
+        .expect("the change was stored");
+    let stored = client.store_time().await.unwrap();
+    // Another process looks right after the new spec is stored.
+    client.fire_schedules(Duration::from_secs(5)).await.unwrap();
+    faulty.put_gate.add_permits(1);
+    change.await.unwrap().unwrap();
+    let first = dq::store::from_us((dq::store::to_us(stored) / 1_000_000 + 2) * 1_000_000);
+    for later in 0..3 {
+        let tick = first + Duration::from_secs(later);
+        let id = dq::schedule::tick_job_id("greet", tick);
+        let message = greeting_at(&client, tick).await;
+        assert_eq!(message.as_deref(), Some("\"new\""), "tick {id}");
+    }
+    client.unschedule("greet").await.unwrap();
 }

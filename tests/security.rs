@@ -129,20 +129,29 @@ async fn two_namespaces_on_one_redis_never_see_each_others_jobs() {
     b.shutdown().await.unwrap();
 }
 
+/// A config for the TLS port of `redis`, trusting the test's certificate authority.
+#[cfg(any(feature = "tls", feature = "rustls"))]
+fn trusting_the_test_ca(redis: &RedisServer) -> dq::config::ConfigBuilder {
+    let tls = dq::Config::builder().redis_url(redis.tls_url());
+    tls.tls_ca_file(redis.tls_file("ca.crt"))
+}
+
+/// A runtime with `config` runs the job `n` it is given, and nothing else.
+#[cfg(any(feature = "tls", feature = "rustls"))]
+async fn runs_the_one_job(config: dq::Config, n: u32) {
+    let (rt, seen) = run_with(config).await;
+    rt.client().push_to("t", &n).await.unwrap();
+    wait_for(&seen, 1).await;
+    assert_eq!(*seen.lock().unwrap(), vec![n]);
+    rt.shutdown().await.unwrap();
+}
+
 #[cfg(any(feature = "tls", feature = "rustls"))] // scripts/test: rustls, then OpenSSL
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_run_over_tls_with_a_private_certificate_authority() {
     let redis = RedisServer::start_tls(false);
-    let config = dq::Config::builder()
-        .redis_url(redis.tls_url())
-        .tls_ca_file(redis.tls_file("ca.crt"))
-        .build()
-        .unwrap();
-    let (rt, seen) = run_with(config).await;
-    rt.client().push_to("t", &7u32).await.unwrap();
-    wait_for(&seen, 1).await;
-    assert_eq!(*seen.lock().unwrap(), vec![7]);
-    rt.shutdown().await.unwrap();
+    let config = trusting_the_test_ca(&redis).build().unwrap();
+    runs_the_one_job(config, 7).await;
 }
 
 #[cfg(any(feature = "tls", feature = "rustls"))] // scripts/test: rustls, then OpenSSL
@@ -150,11 +159,9 @@ async fn jobs_run_over_tls_with_a_private_certificate_authority() {
 async fn a_server_certificate_from_an_unknown_authority_is_refused() {
     let redis = RedisServer::start_tls(false);
     // No CA file: the system's trust store does not know the test's authority.
-    let config = dq::Config::builder()
-        .redis_url(redis.tls_url())
-        .build()
-        .unwrap();
-    let err = dq::Client::connect(config).await.unwrap_err().to_string();
+    let config = dq::Config::builder().redis_url(redis.tls_url());
+    let err = dq::Client::connect(config.build().unwrap()).await;
+    let err = err.unwrap_err().to_string();
     // Which library refused it: scripts/test runs these tests once with rustls (all features:
     // rustls wins) and once with OpenSSL alone.
     let by = if cfg!(feature = "rustls") {
@@ -169,26 +176,17 @@ async fn a_server_certificate_from_an_unknown_authority_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_that_requires_client_certificates_accepts_the_configured_one() {
     let redis = RedisServer::start_tls(true);
-    let with_ca = || {
-        dq::Config::builder()
-            .redis_url(redis.tls_url())
-            .tls_ca_file(redis.tls_file("ca.crt"))
-    };
     assert!(
-        dq::Client::connect(with_ca().build().unwrap())
+        dq::Client::connect(trusting_the_test_ca(&redis).build().unwrap())
             .await
             .is_err(),
         "a client without a certificate must be turned away"
     );
-    let config = with_ca()
+    let config = trusting_the_test_ca(&redis)
         .tls_client_cert(redis.tls_file("client.crt"), redis.tls_file("client.key"))
         .build()
         .unwrap();
-    let (rt, seen) = run_with(config).await;
-    rt.client().push_to("t", &8u32).await.unwrap();
-    wait_for(&seen, 1).await;
-    assert_eq!(*seen.lock().unwrap(), vec![8]);
-    rt.shutdown().await.unwrap();
+    runs_the_one_job(config, 8).await;
 }
 
 /// Sets up `dqapp` with the documented rules on `redis`; its URL.

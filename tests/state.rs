@@ -166,12 +166,8 @@ fn assert_story(shop: &Shop, mailer: &Mailer) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listeners_get_two_state_types_the_client_and_the_context_on_the_memory_store() {
     let (shop, mailer) = (Shop::default(), Mailer::default());
-    let rt = TestRuntime::builder()
-        .state(shop.clone())
-        .state(mailer.clone())
-        .start()
-        .await
-        .unwrap();
+    let with_shop = TestRuntime::builder().state(shop.clone());
+    let rt = with_shop.state(mailer.clone()).start().await.unwrap();
     push_story(rt.client()).await;
     rt.wait_idle().await;
     assert_story(&shop, &mailer);
@@ -239,10 +235,8 @@ async fn a_closure_listener_asking_for_unregistered_state_fails_start_with_its_l
         .await
         .unwrap_err();
     let text = error.to_string();
-    assert!(
-        text.contains(&format!("closure at tests/state.rs:{line}")),
-        "{text}"
-    );
+    let at = format!("closure at tests/state.rs:{line}");
+    assert!(text.contains(&at), "{text}");
     assert!(
         text.contains("no `state::Shop` was registered (none is registered)"),
         "{text}"

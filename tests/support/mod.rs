@@ -1,10 +1,13 @@
 //! Shared set-up for the integration tests: a real redis-server per test.
 #![allow(dead_code, unreachable_pub, unused_imports)]
 
+pub mod faulty;
+
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use dq::store::{RedisStore, Store};
-use dq::{Client, Config};
+use dq::{Client, Config, JobInfo, JobState, Listener, Runtime};
 pub use dq_testkit::{RedisCluster, RedisServer};
 
 /// A client and the store under it, which tests drive directly (a `Client` does not hand its
@@ -89,6 +92,67 @@ pub fn config(redis: &RedisServer) -> Config {
         .redis_url(redis.url())
         .build()
         .expect("valid test config")
+}
+
+/// A config for `redis` (namespace `test`, as [`client`]'s) whose safety tick, an hour, never
+/// comes during a test: only what the test does, and the wake-ups that causes, moves jobs.
+pub fn no_safety_tick(redis: &RedisServer) -> dq::config::ConfigBuilder {
+    Config::builder()
+        .redis_url(redis.url())
+        .namespace("test")
+        .safety_tick(Duration::from_secs(3600))
+}
+
+/// A runtime with `config`, on `store` when given, with only `listener`.
+pub async fn start_on(
+    config: Config,
+    store: Option<Arc<dyn Store>>,
+    listener: Listener,
+) -> Runtime {
+    let mut builder = Runtime::builder().config(config);
+    if let Some(store) = store {
+        builder = builder.store(store);
+    }
+    builder
+        .without_registered_listeners()
+        .listener(listener)
+        .start()
+        .await
+        .expect("start the test runtime")
+}
+
+/// A runtime on `redis` ([`no_safety_tick`]) with only `listener`.
+pub async fn runtime_with(redis: &RedisServer, listener: Listener) -> Runtime {
+    let config = no_safety_tick(redis).build().expect("valid test config");
+    start_on(config, None, listener).await
+}
+
+/// Polls a job until it is dead-lettered (5 s at most).
+pub async fn wait_until_dead(c: &Client, topic_name: &str, id: &str) -> JobInfo {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let info = c.status_in(topic_name, id).await.expect("status");
+        match info {
+            Some(info) if info.state == JobState::Dead => return info,
+            _ => assert!(
+                Instant::now() < deadline,
+                "{topic_name}:{id} never dead: {info:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Polls a job until it finished (its record is gone; 5 s at most).
+pub async fn wait_until_done(c: &Client, topic_name: &str, id: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while let Some(info) = c.status_in(topic_name, id).await.expect("status") {
+        assert!(
+            Instant::now() < deadline,
+            "{topic_name}:{id} never done: {info:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// Polls `done` every 5 ms until it holds; fails the test with `what()` after `limit`.
