@@ -36,11 +36,20 @@
 //! and memory stores and their records, for tools that work below the client) and [`testing`].
 
 pub use dq_core::{
-    Client, Config, Error, ErrorKind, JobId, JobInfo, JobState, Message, Result, Schedule, Topic,
+    Client, Config, Due, Error, ErrorKind, JobId, JobInfo, JobState, Message, Result, Topic,
 };
 pub use dq_runtime::{
     Backoff, FromJob, JobContext, Listener, Outcome, Runtime, RuntimeBuilder, State,
 };
+
+/// The due-time type's name before 0.2: "schedule" now means only periodic schedules
+/// ([`schedule`]). Write [`Due`] instead.
+#[deprecated(
+    since = "0.2.0",
+    note = "renamed to `dq::Due` (a job's due time); `dq::schedule` is about periodic schedules"
+)]
+#[doc(hidden)]
+pub type Schedule = Due;
 
 pub use dq_core::metric;
 

@@ -193,7 +193,7 @@ async fn typed_calls_find_the_job_by_its_message_type() {
         ("order-cancel", dq::JobState::Delayed)
     );
     let moved = client
-        .reschedule::<OrderCancel>("42", dq::Schedule::After(Duration::ZERO))
+        .reschedule::<OrderCancel>("42", dq::Due::After(Duration::ZERO))
         .await
         .unwrap();
     assert_eq!(moved, dq::admin::ChangeOutcome::Done);

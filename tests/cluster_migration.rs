@@ -12,7 +12,7 @@ use std::future::IntoFuture;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dq::{Client, JobContext, JobState, Listener, Runtime, Schedule};
+use dq::{Client, Due, JobContext, JobState, Listener, Runtime};
 use support::{lease_one, topic, RedisCluster, RedisServer, TestClient};
 
 const LEASE: Duration = Duration::from_secs(30);
@@ -119,7 +119,7 @@ async fn an_operation_refused_while_its_slot_migrates_changes_nothing_and_no_job
     assert_eq!(s.release(std::slice::from_ref(&l.lease)).await.unwrap(), 1);
     assert!(s.release(std::slice::from_ref(&held.lease)).await.unwrap() == 1);
     c.push_to("fresh", &1).id("f").await.unwrap();
-    c.reschedule_in("resched", "d", Schedule::After(Duration::ZERO))
+    c.reschedule_in("resched", "d", Due::After(Duration::ZERO))
         .await
         .unwrap();
 
@@ -236,7 +236,7 @@ async fn try_each_operation(
         s.retry(r, Duration::ZERO, "boom"),
         s.release(std::slice::from_ref(l)),
         s.reclaim(0, 1000),
-        c.reschedule_in("resched", "d", Schedule::After(Duration::ZERO)),
+        c.reschedule_in("resched", "d", Due::After(Duration::ZERO)),
     );
     [
         ("promote", promote.is_err()),
@@ -320,7 +320,7 @@ async fn an_operation_whose_keys_are_split_between_two_nodes_is_refused_and_the_
     assert!(s.retry(&r.lease, Duration::ZERO, "boom").await.unwrap());
     assert_eq!(s.release(std::slice::from_ref(&l.lease)).await.unwrap(), 1);
     c.push_to("fresh", &1).id("f").await.unwrap();
-    c.reschedule_in("resched", "d", Schedule::After(Duration::ZERO))
+    c.reschedule_in("resched", "d", Due::After(Duration::ZERO))
         .await
         .unwrap();
 

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use dq::admin::Cursor;
-use dq::schedule::{Missed, ScheduleBuilder, Tick};
+use dq::schedule::{fire_due, Missed, ScheduleBuilder, Tick};
 use dq::store::MemoryStore;
 use dq::testing::TestRuntime;
 use dq::{Client, Config, JobContext, JobInfo, JobState, Listener, Runtime};
@@ -171,7 +171,7 @@ async fn missed_after_an_hour_down(policy: Missed) -> Vec<String> {
     every_ten_minutes.upsert().await.unwrap();
     // Every process down for an hour: six ticks go by unfired.
     store.advance_to(store.now_us() + 3_600_000_000 + 1);
-    client.fire_schedules(Duration::ZERO).await.unwrap();
+    fire_due(&client, Duration::ZERO).await.unwrap();
     let ready = jobs_in(&client, "t", JobState::Ready).await;
     let delayed = jobs_in(&client, "t", JobState::Delayed).await;
     ready
@@ -277,7 +277,7 @@ async fn one_look_creates_every_tick_inside_the_lookahead_each_due_at_its_tick()
     let now = store.now_us();
     // One look, five seconds ahead: the five ticks in that window are jobs already, so a
     // process that stalls for a few seconds after this look leaves none of them late.
-    let created = client.fire_schedules(Duration::from_secs(5)).await.unwrap();
+    let created = fire_due(&client, Duration::from_secs(5)).await.unwrap();
     assert_eq!(created, 5);
     let delayed = jobs_in(&client, "heartbeat", JobState::Delayed).await;
     let mut due: Vec<u64> = delayed.iter().map(|j| to_us(j.due) - now).collect();
@@ -287,10 +287,7 @@ async fn one_look_creates_every_tick_inside_the_lookahead_each_due_at_its_tick()
         [1, 2, 3, 4, 5].map(|s| s * 1_000_000 - now % 1_000_000)
     );
     // A second look in the same instant creates nothing more.
-    assert_eq!(
-        client.fire_schedules(Duration::from_secs(5)).await.unwrap(),
-        0
-    );
+    assert_eq!(fire_due(&client, Duration::from_secs(5)).await.unwrap(), 0);
 }
 
 fn to_us(t: SystemTime) -> u64 {
@@ -306,7 +303,7 @@ fn to_us(t: SystemTime) -> u64 {
 async fn pausing_or_removing_a_schedule_cancels_the_jobs_it_created_ahead() {
     let (client, _store) = manual();
     heartbeat_every_second(&client).await;
-    client.fire_schedules(Duration::from_secs(5)).await.unwrap();
+    fire_due(&client, Duration::from_secs(5)).await.unwrap();
     assert_eq!(delayed_in(&client, "heartbeat").await, 5);
     assert!(client.pause_schedule("every-second").await.unwrap());
     assert_eq!(
@@ -314,14 +311,11 @@ async fn pausing_or_removing_a_schedule_cancels_the_jobs_it_created_ahead() {
         0,
         "paused: none of its ticks runs"
     );
-    assert_eq!(
-        client.fire_schedules(Duration::from_secs(5)).await.unwrap(),
-        0
-    );
+    assert_eq!(fire_due(&client, Duration::from_secs(5)).await.unwrap(), 0);
 
     assert!(client.resume_schedule("every-second").await.unwrap());
     assert_eq!(
-        client.fire_schedules(Duration::from_secs(5)).await.unwrap(),
+        fire_due(&client, Duration::from_secs(5)).await.unwrap(),
         5,
         "the same ticks again"
     );
@@ -355,10 +349,7 @@ async fn a_schedule_that_cannot_fire_does_not_hold_up_the_others() {
             .build()
             .unwrap(),
     );
-    assert_eq!(
-        strict.fire_schedules(Duration::from_secs(5)).await.unwrap(),
-        5
-    );
+    assert_eq!(fire_due(&strict, Duration::from_secs(5)).await.unwrap(), 5);
     assert_eq!(delayed_in(&client, "heartbeat").await, 5);
     assert_eq!(delayed_in(&client, "reports").await, 0);
     // A message over the limit of the process declaring it is refused there.
@@ -374,7 +365,7 @@ async fn one_look_fires_every_due_schedule_however_many() {
         every(&client, &id, 1, "heartbeat").upsert().await.unwrap();
     }
     assert_eq!(
-        client.fire_schedules(Duration::from_secs(5)).await.unwrap(),
+        fire_due(&client, Duration::from_secs(5)).await.unwrap(),
         150 * 5
     );
 }
@@ -383,12 +374,12 @@ async fn one_look_fires_every_due_schedule_however_many() {
 async fn resuming_a_running_schedule_changes_nothing() {
     let (client, _store) = manual();
     every(&client, "s", 1, "heartbeat").upsert().await.unwrap();
-    client.fire_schedules(Duration::from_secs(5)).await.unwrap();
+    fire_due(&client, Duration::from_secs(5)).await.unwrap();
     let before = client.schedules().await.unwrap()[0].next;
     assert!(client.resume_schedule("s").await.unwrap());
     assert_eq!(client.schedules().await.unwrap()[0].next, before);
     assert_eq!(
-        client.fire_schedules(Duration::from_secs(5)).await.unwrap(),
+        fire_due(&client, Duration::from_secs(5)).await.unwrap(),
         0,
         "no tick made again"
     );
@@ -398,11 +389,11 @@ async fn resuming_a_running_schedule_changes_nothing() {
 async fn changing_a_schedule_cancels_the_jobs_made_ahead_under_the_old_one() {
     let (client, _store) = manual();
     every(&client, "s", 1, "old-topic").upsert().await.unwrap();
-    client.fire_schedules(Duration::from_secs(5)).await.unwrap();
+    fire_due(&client, Duration::from_secs(5)).await.unwrap();
     assert_eq!(delayed_in(&client, "old-topic").await, 5);
     every(&client, "s", 1, "new-topic").upsert().await.unwrap();
     assert_eq!(delayed_in(&client, "old-topic").await, 0);
-    client.fire_schedules(Duration::from_secs(5)).await.unwrap();
+    fire_due(&client, Duration::from_secs(5)).await.unwrap();
     assert_eq!(delayed_in(&client, "new-topic").await, 5);
 }
 
@@ -443,7 +434,7 @@ async fn a_catch_up_after_a_day_down_runs_the_latest_missed_tick() {
     catching_up.upsert().await.unwrap();
     store.advance_to(store.now_us() + 28 * 3_600_000_000 + 500_000);
     let now_ms = store.now_us() / 1000;
-    client.fire_schedules(Duration::ZERO).await.unwrap();
+    fire_due(&client, Duration::ZERO).await.unwrap();
     let ready = jobs_in(&client, "t", JobState::Ready).await;
     let mut ticks: Vec<u64> = ready
         .iter()
@@ -476,7 +467,7 @@ async fn a_schedule_this_version_cannot_read_is_left_to_the_processes_that_can()
         .await
         .unwrap();
     store.advance_to(next + 1);
-    client.fire_schedules(Duration::ZERO).await.unwrap();
+    fire_due(&client, Duration::ZERO).await.unwrap();
     let kept = store.schedule("future").await.unwrap().unwrap();
     assert_eq!(kept.next_us, Some(next), "not paused, not moved");
     assert_eq!(
@@ -503,22 +494,13 @@ async fn a_schedule_whose_generation_went_back_ticks_again() {
     let redis = RedisServer::start();
     let client = support::client(&redis).await;
     every(&client, "s", 1, "t").upsert().await.unwrap();
-    assert_eq!(
-        client.fire_schedules(Duration::from_secs(5)).await.unwrap(),
-        5
-    );
+    assert_eq!(fire_due(&client, Duration::from_secs(5)).await.unwrap(), 5);
     let generation = redis.command(&["HGET", "dq:{test:0}:schedule_gen", "s"]);
     let generation: u64 = generation.lines().nth(1).unwrap().parse().unwrap();
     let older = (generation - 60_000_000).to_string();
     redis.command(&["HSET", "dq:{test:0}:schedule_gen", "s", &older]);
-    client
-        .fire_schedules(Duration::from_secs(10))
-        .await
-        .unwrap();
-    client
-        .fire_schedules(Duration::from_secs(10))
-        .await
-        .unwrap();
+    fire_due(&client, Duration::from_secs(10)).await.unwrap();
+    fire_due(&client, Duration::from_secs(10)).await.unwrap();
     let made = delayed_in(&client, "t").await + ready_in(&client, "t").await;
     assert!(
         made >= 9,
@@ -600,11 +582,11 @@ async fn a_process_stalled_past_a_ticks_reservation_does_not_make_its_job_again(
     let tick = tick.next.unwrap();
     until_due(&client, tick).await;
     // The stalled process looks at the schedule and holds before its push.
-    let look = tokio::spawn(async move { stalled.fire_schedules(Duration::ZERO).await });
+    let look = tokio::spawn(async move { fire_due(&stalled, Duration::ZERO).await });
     faulty.pushing.notified().await;
     // Another process fires the tick; its job runs.
     let id = dq::schedule::tick_job_id("beat", tick);
-    client.fire_schedules(Duration::ZERO).await.unwrap();
+    fire_due(&client, Duration::ZERO).await.unwrap();
     support::wait_until_done(&client, "beats", &id).await;
     assert_eq!(runs.lock().unwrap().len(), 1);
     // Ten minutes later its reservation has run out (the test removes it), and the stalled
@@ -632,7 +614,7 @@ async fn a_look_under_way_when_a_schedule_changes_makes_no_more_jobs_of_the_old_
     let client = Client::connect(config.clone()).await.unwrap();
     let tick = greet(&client, "old").upsert().await.unwrap().next.unwrap();
     // The look fires the coming ticks ahead of time and holds before its first push.
-    let look = tokio::spawn(async move { stalled.fire_schedules(Duration::from_secs(5)).await });
+    let look = tokio::spawn(async move { fire_due(&stalled, Duration::from_secs(5)).await });
     faulty.pushing.notified().await;
     // The schedule changes meanwhile; its next tick stays the same.
     let changed = greet(&client, "new").upsert().await.unwrap();
@@ -640,7 +622,7 @@ async fn a_look_under_way_when_a_schedule_changes_makes_no_more_jobs_of_the_old_
     faulty.push_gate.add_permits(100);
     look.await.unwrap().unwrap();
     // The next look (any process) makes the jobs of the ticks after it with the new message.
-    client.fire_schedules(Duration::from_secs(5)).await.unwrap();
+    fire_due(&client, Duration::from_secs(5)).await.unwrap();
     assert!(
         greeting_at(&client, tick).await.is_some(),
         "the tick has a job"
@@ -670,7 +652,7 @@ async fn a_look_under_way_when_a_schedule_changes_leaves_no_job_at_a_tick_it_no_
         tokio::time::sleep(Duration::from_secs(1)).await;
         tick = client.schedules().await.unwrap()[0].next.unwrap();
     }
-    let look = tokio::spawn(async move { stalled.fire_schedules(Duration::from_secs(5)).await });
+    let look = tokio::spawn(async move { fire_due(&stalled, Duration::from_secs(5)).await });
     faulty.pushing.notified().await;
     every(&client, "greet", 3600, "greetings")
         .upsert()
@@ -698,8 +680,7 @@ async fn a_look_under_way_when_a_schedule_is_paused_or_removed_leaves_no_job_of_
         let (faulty, stalled) = holding_pushes(&config, "nap@").await;
         let tick = every(&client, "nap", 1, "naps").upsert().await.unwrap();
         let tick = tick.next.unwrap();
-        let look =
-            tokio::spawn(async move { stalled.fire_schedules(Duration::from_secs(5)).await });
+        let look = tokio::spawn(async move { fire_due(&stalled, Duration::from_secs(5)).await });
         faulty.pushing.notified().await;
         if remove {
             assert!(client.unschedule("nap").await.unwrap());
@@ -727,14 +708,14 @@ async fn a_look_right_after_a_schedule_changes_keeps_the_ticks_it_made() {
     let changer = Client::new(faulty.clone(), config.clone());
     let client = Client::connect(config.clone()).await.unwrap();
     greet(&client, "old").upsert().await.unwrap();
-    client.fire_schedules(Duration::from_secs(5)).await.unwrap();
+    fire_due(&client, Duration::from_secs(5)).await.unwrap();
     let change = tokio::spawn(async move { greet(&changer, "new").upsert().await });
     tokio::time::timeout(Duration::from_secs(5), faulty.put_done.notified())
         .await
         .expect("the change was stored");
     let stored = client.store_time().await.unwrap();
     // Another process looks right after the new spec is stored.
-    client.fire_schedules(Duration::from_secs(5)).await.unwrap();
+    fire_due(&client, Duration::from_secs(5)).await.unwrap();
     faulty.put_gate.add_permits(1);
     change.await.unwrap().unwrap();
     let first = dq::store::from_us((dq::store::to_us(stored) / 1_000_000 + 2) * 1_000_000);

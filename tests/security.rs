@@ -257,7 +257,7 @@ async fn the_documented_acl_user_is_refused_no_documented_operation() {
     c.push_to("fails", &0u32).id("doomed").await.unwrap();
     wait_for(&seen, 6).await;
     // Looking and changing.
-    c.reschedule_in("t", "later", dq::Schedule::After(Duration::from_secs(900)))
+    c.reschedule_in("t", "later", dq::Due::After(Duration::from_secs(900)))
         .await
         .unwrap();
     assert!(c.status_in("t", "later").await.unwrap().is_some());

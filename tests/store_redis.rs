@@ -326,7 +326,7 @@ async fn a_job_in_no_queue_is_queued_again_by_reschedule_and_by_replace() {
     let s = c.store();
     redis.command(&["HSET", "dq:{test:0}:jobs", "t:stranded", "2:0:3:1:1:0:1"]);
     assert_eq!(
-        c.reschedule_in("t", "stranded", dq::Schedule::After(Duration::ZERO))
+        c.reschedule_in("t", "stranded", dq::Due::After(Duration::ZERO))
             .await
             .unwrap(),
         dq::admin::ChangeOutcome::Done

@@ -621,7 +621,7 @@ async fn ready_changes(target: &Target, n: usize) -> anyhow::Result<Value> {
     let cancel_us = longest("the cancels")?;
     for i in n - 3 * K..n - 2 * K {
         client
-            .reschedule_in(topic, &i.to_string(), dq::Schedule::After(Duration::ZERO))
+            .reschedule_in(topic, &i.to_string(), dq::Due::After(Duration::ZERO))
             .await?;
     }
     let reschedule_us = longest("the reschedules")?;

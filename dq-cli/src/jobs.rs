@@ -2,7 +2,7 @@
 //! job that has not started (`dq cancel`, `dq reschedule`).
 
 use dq::admin::ChangeOutcome;
-use dq::{Client, JobInfo, Schedule};
+use dq::{Client, Due, JobInfo};
 use serde_json::json;
 
 use crate::args::{JobsArgs, RescheduleArgs};
@@ -85,9 +85,7 @@ pub(crate) async fn reschedule(
     json: bool,
 ) -> Result<(), Exit> {
     let RescheduleArgs { topic, id, delay } = args;
-    let outcome = client
-        .reschedule_in(&topic, &id, Schedule::After(delay))
-        .await?;
+    let outcome = client.reschedule_in(&topic, &id, Due::After(delay)).await?;
     change(outcome, "rescheduled", &topic, &id, json)
 }
 

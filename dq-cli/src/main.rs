@@ -93,8 +93,42 @@ async fn connect(connection: &Connection) -> Result<Client, Exit> {
     if let Some(shards) = connection.shards {
         builder = builder.shards(shards);
     }
-    let config = builder.build()?;
+    let config = with_environment(builder)?.build()?;
     Ok(Client::connect(config).await?)
+}
+
+/// What the command takes from the `DQ_*` variables beside the connection options, as a
+/// runtime does: the TLS files of a `rediss://` Redis signed by a private authority or asking
+/// for a client certificate, and the payload limit `dq push` checks.
+fn with_environment(
+    mut builder: dq::config::ConfigBuilder,
+) -> Result<dq::config::ConfigBuilder, Exit> {
+    const READ: [&str; 4] = [
+        "DQ_TLS_CA_FILE",
+        "DQ_TLS_CERT_FILE",
+        "DQ_TLS_KEY_FILE",
+        "DQ_MAX_PAYLOAD_BYTES",
+    ];
+    let env = dq::Config::from_vars(|key| {
+        READ.contains(&key)
+            .then(|| std::env::var(key).ok())
+            .flatten()
+    })?;
+    builder = builder.max_payload_bytes(env.max_payload_bytes);
+    if let Some(ca) = env.tls_ca_file {
+        builder = builder.tls_ca_file(ca);
+    }
+    match (env.tls_cert_file, env.tls_key_file) {
+        (Some(cert), Some(key)) => builder = builder.tls_client_cert(cert, key),
+        (None, None) => {}
+        _ => {
+            return Err(Exit(
+                1,
+                "set both DQ_TLS_CERT_FILE and DQ_TLS_KEY_FILE (a client certificate and its key), or neither".into(),
+            ))
+        }
+    }
+    Ok(builder)
 }
 
 /// Runs one command; each group of commands has its module.

@@ -708,3 +708,26 @@ fn push_help_lists_its_own_options_before_the_connection_ones() {
     assert!(at("Connection:") < at("--redis-url"), "{help}");
     assert!(help.contains("@FILE"), "{help}");
 }
+
+/// `dq` reads the TLS files of the `DQ_*` variables, as the workers do: a Redis whose
+/// certificate a private authority signed, asking for a client certificate, is reachable with
+/// `DQ_TLS_CA_FILE`, `DQ_TLS_CERT_FILE` and `DQ_TLS_KEY_FILE`, and refused without them.
+#[cfg(any(feature = "tls", feature = "rustls"))]
+#[test]
+fn the_command_reaches_a_tls_redis_with_the_certificate_files_of_the_environment() {
+    let redis = RedisServer::start_tls(true);
+    let stats = |with_files: bool| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_dq"));
+        cmd.args(["--redis-url", &redis.tls_url(), "--json", "stats"])
+            .env_remove("DQ_NAMESPACE");
+        if with_files {
+            cmd.env("DQ_TLS_CA_FILE", redis.tls_file("ca.crt"))
+                .env("DQ_TLS_CERT_FILE", redis.tls_file("client.crt"))
+                .env("DQ_TLS_KEY_FILE", redis.tls_file("client.key"));
+        }
+        cmd.output().unwrap()
+    };
+    ok(&stats(true));
+    let refused = stats(false);
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+}

@@ -6,7 +6,10 @@ use std::time::Duration;
 ///
 /// Each variant names what went wrong and with which value, so that a log line alone
 /// tells the person on call what to fix.
-#[derive(Debug, thiserror::Error)]
+///
+/// Its `Debug` is its message too: `fn main() -> dq::Result<()>` prints
+/// `Error: invalid listener cancel_order ...: <reason>` on one line, not the variant's fields.
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// A topic name that would break the key layout or is not allowed.
@@ -65,7 +68,7 @@ pub enum Error {
         reason: String,
     },
     /// A delay or due time that cannot be represented (before 1970 or centuries ahead).
-    #[error("invalid schedule for job {topic}:{id}: {reason}")]
+    #[error("invalid due time for job {topic}:{id}: {reason}")]
     InvalidSchedule {
         /// The job's topic.
         topic: String,
@@ -153,6 +156,12 @@ pub enum Error {
         /// What happened.
         reason: String,
     },
+}
+
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
 }
 
 /// What kind of failure an [`Error`] is: what a caller decides by, without reading messages.
@@ -243,5 +252,24 @@ impl Error {
             Error::Batch(inner) => inner.is_connection(),
             _ => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_returned_from_main_prints_its_message_not_its_fields() {
+        let e = Error::InvalidListener {
+            topic: "order-cancel".into(),
+            name: "cancel_order (src/main.rs:12)".into(),
+            reason: "concurrency must be at least 1".into(),
+        };
+        assert_eq!(format!("{e:?}"), e.to_string());
+        assert_eq!(
+            format!("{e:?}"),
+            "invalid listener cancel_order (src/main.rs:12) for topic \"order-cancel\": concurrency must be at least 1"
+        );
     }
 }

@@ -19,7 +19,7 @@ pub const MAX_RETRIES: u32 = 1000;
 /// When a job becomes due: a time relative to the store's clock, or an instant. These two are
 /// all there is (the enum is exhaustive, so stores can match on it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Schedule {
+pub enum Due {
     /// This long after the store receives the push, by the store's clock (Redis `TIME`), so a
     /// producer with a skewed clock cannot make a job early or late.
     After(Duration),
@@ -27,9 +27,9 @@ pub enum Schedule {
     At(SystemTime),
 }
 
-impl Default for Schedule {
+impl Default for Due {
     fn default() -> Self {
-        Schedule::After(Duration::ZERO)
+        Due::After(Duration::ZERO)
     }
 }
 
@@ -86,7 +86,7 @@ pub struct NewJob {
     /// Its id, unique among the topic's pending jobs.
     pub id: JobId,
     /// When it is due.
-    pub schedule: Schedule,
+    pub due: Due,
     /// Runs allowed before it is dead-lettered.
     pub max_attempts: u32,
     /// How long its id stays reserved after it succeeds (`None`: not at all).

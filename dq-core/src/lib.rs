@@ -19,7 +19,7 @@ pub use crate::admin::{
     ChangeOutcome, Cursor, MinuteTally, Page, Throughput, TopicCounts, TopicStats, WorkerInfo,
 };
 pub use crate::job::{
-    from_us, to_us, JobInfo, JobState, NewJob, OnConflict, PushOutcome, Schedule, DEFAULT_RETRIES,
+    from_us, to_us, Due, JobInfo, JobState, NewJob, OnConflict, PushOutcome, DEFAULT_RETRIES,
     MAX_DELAY, MAX_RETRIES,
 };
 pub use crate::lease::{Acked, Fetched, LeaseRef, LeasedJob, Promoted, Reclaimed};

@@ -8,8 +8,9 @@ use std::io::{Read, Write};
 use std::sync::Arc;
 use std::time::Duration;
 
+use dq_core::schedule::ScheduleBuilder;
 use dq_core::store::{Leases, MemoryStore};
-use dq_core::{Client, Config, Cursor, JobInfo, JobState, ScheduleBuilder, Topic};
+use dq_core::{Client, Config, Cursor, JobInfo, JobState, Topic};
 use dq_testkit::RedisServer;
 use dq_web::Options;
 

@@ -4,14 +4,14 @@
 use std::time::{Duration, SystemTime};
 
 use dq::admin::{ChangeOutcome, Cursor};
-use dq::{Client, JobState, Schedule};
+use dq::{Client, Due, JobState};
 
 use super::{existing, Harness, Kind};
 use crate::support::{lease_one, push_order, state_of, topic, OrderCancel, LEASE};
 
 /// Moves job `id` of `order-cancel` to `when`.
 async fn reschedule(c: &Client, id: &str, when: Duration) -> ChangeOutcome {
-    let moved = c.reschedule_in("order-cancel", id, Schedule::After(when));
+    let moved = c.reschedule_in("order-cancel", id, Due::After(when));
     moved.await.unwrap()
 }
 
@@ -87,10 +87,10 @@ pub(crate) async fn ready_jobs_replaced_cancelled_or_rescheduled_are_counted_lis
         .unwrap(); // now delayed
     assert_eq!(c.cancel_in("t", "a").await.unwrap(), ChangeOutcome::Done);
     c.push_to("t", &10u32).id("a").await.unwrap(); // the same id again, a new job
-    c.reschedule_in("t", "d", Schedule::After(Duration::ZERO))
+    c.reschedule_in("t", "d", Due::After(Duration::ZERO))
         .await
         .unwrap();
-    c.reschedule_in("t", "e", Schedule::After(Duration::from_secs(600)))
+    c.reschedule_in("t", "e", Due::After(Duration::from_secs(600)))
         .await
         .unwrap();
 
@@ -170,7 +170,7 @@ pub(crate) async fn stats_answer_when_only_stale_entries_were_left(kind: Kind) {
     let h = Harness::new(kind, |b| b).await;
     let c = &h.client;
     c.push_to("t", &1u32).id("x").await.unwrap();
-    c.reschedule_in("t", "x", Schedule::After(Duration::from_secs(600)))
+    c.reschedule_in("t", "x", Due::After(Duration::from_secs(600)))
         .await
         .unwrap();
     let fetched = c.store().fetch(0, &topic("t"), 10, LEASE).await.unwrap();
@@ -178,7 +178,7 @@ pub(crate) async fn stats_answer_when_only_stale_entries_were_left(kind: Kind) {
     let stats = c.stats("t").await.unwrap();
     assert_eq!((stats.counts.ready, stats.counts.delayed), (0, 1));
     c.push_to("t", &2u32).id("y").await.unwrap();
-    c.reschedule_in("t", "y", Schedule::After(Duration::from_secs(600)))
+    c.reschedule_in("t", "y", Due::After(Duration::from_secs(600)))
         .await
         .unwrap();
     let stats = c.stats("t").await.unwrap();

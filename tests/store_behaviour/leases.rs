@@ -111,7 +111,7 @@ pub(crate) async fn ack_completes_jobs_and_refuses_a_lease_that_was_taken_over(k
     let acked = s.ack(&leases).await.unwrap();
     assert_eq!(acked.acked, 0, "the old worker's acks are stale");
     assert_eq!(acked.stale.len(), 2);
-    let acked = s.ack(&[second.lease.clone()]).await.unwrap();
+    let acked = s.ack(std::slice::from_ref(&second.lease)).await.unwrap();
     assert_eq!(acked.acked, 1);
     assert!(
         c.status_in("order-cancel", "a").await.unwrap().is_none(),
@@ -263,7 +263,7 @@ pub(crate) async fn reclaim_judges_a_job_by_its_listeners_attempt_limit_until_it
         );
         if info.state == JobState::Ready {
             let job = lease_one(s, "order-cancel").await;
-            s.ack(&[job.lease.clone()]).await.unwrap();
+            s.ack(std::slice::from_ref(&job.lease)).await.unwrap();
         }
         (info.state, info.last_error.unwrap())
     };
@@ -311,7 +311,10 @@ pub(crate) async fn release_puts_jobs_back_first_in_line_without_spending_an_att
     let s = c.store();
     push_a_then_b(c).await;
     let first = lease_one(s, "order-cancel").await;
-    assert_eq!(s.release(&[first.lease.clone()]).await.unwrap(), 1);
+    assert_eq!(
+        s.release(std::slice::from_ref(&first.lease)).await.unwrap(),
+        1
+    );
     let again = lease_one(s, "order-cancel").await;
     assert_eq!(again.lease.id.as_str(), "a", "released jobs go first");
     assert_eq!(

@@ -6,7 +6,7 @@ use std::time::Duration;
 use dq::admin::ChangeOutcome;
 use dq::push::{OnConflict, PushOutcome};
 use dq::store::{FiredTick, NewJob};
-use dq::Schedule;
+use dq::Due;
 
 use super::{outcome, Harness, Kind};
 use crate::support::{id, topic};
@@ -20,7 +20,7 @@ pub(crate) async fn a_ticks_job_is_created_once_per_generation_even_after_it_is_
     let tick = |n: u64, generation: u64| NewJob {
         topic: topic("beats"),
         id: id(&format!("beat@{n}")),
-        schedule: Schedule::After(Duration::from_secs(3600)),
+        due: Due::After(Duration::from_secs(3600)),
         max_attempts: 1,
         unique_for: None,
         fence: Some(FiredTick {

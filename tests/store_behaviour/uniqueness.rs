@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime};
 
 use dq::admin::ChangeOutcome;
 use dq::push::{PushBuilder, PushOutcome};
-use dq::{Client, Error, Schedule};
+use dq::{Client, Due, Error};
 
 use super::{assert_nothing_written, outcome, Harness, Kind};
 use crate::support::{lease_one, state_of, topic, OrderCancel, TestClient, LEASE};
@@ -122,7 +122,7 @@ pub(crate) async fn a_replace_without_unique_for_drops_the_reservation_asked_bef
     reserved.unique_for(hour).await.unwrap();
     let replaced = c.push_to("report", &2).id("a").replace();
     assert_eq!(outcome(replaced).await, PushOutcome::Replaced);
-    c.reschedule_in("report", "a", Schedule::After(Duration::ZERO))
+    c.reschedule_in("report", "a", Due::After(Duration::ZERO))
         .await
         .unwrap();
     run_ready(c, "report").await;

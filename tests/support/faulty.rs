@@ -14,7 +14,7 @@ use dq::store::{
     Promoted, ReadyWaiter, Reclaimed, RedisStore, Registry, ScheduleEntry, Schedules, Sharded,
     WakeListener,
 };
-use dq::{Config, JobId, JobInfo, JobState, Schedule, Topic};
+use dq::{Config, Due, JobId, JobInfo, JobState, Topic};
 use tokio::sync::{Notify, Semaphore};
 
 /// A Redis store with faults the test switches on:
@@ -113,12 +113,7 @@ impl Producer for Faulty {
     async fn cancel(&self, topic: &Topic, id: &JobId) -> dq::Result<ChangeOutcome> {
         self.inner.cancel(topic, id).await
     }
-    async fn reschedule(
-        &self,
-        topic: &Topic,
-        id: &JobId,
-        when: Schedule,
-    ) -> dq::Result<ChangeOutcome> {
+    async fn reschedule(&self, topic: &Topic, id: &JobId, when: Due) -> dq::Result<ChangeOutcome> {
         self.inner.reschedule(topic, id, when).await
     }
     async fn status(&self, topic: &Topic, id: &JobId) -> dq::Result<Option<JobInfo>> {

@@ -1,5 +1,6 @@
 //! The producer API: [`Client`] pushes, cancels, reschedules and inspects jobs.
 
+mod admin;
 mod push;
 
 use std::sync::Arc;
@@ -7,13 +8,13 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
-use crate::admin::{ChangeOutcome, Cursor, Page, Throughput, TopicCounts, TopicStats, WorkerInfo};
+use crate::admin::{ChangeOutcome, TopicCounts};
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::job::{JobInfo, JobState, NewJob, OnConflict, PushOutcome, Schedule, DEFAULT_RETRIES};
+use crate::job::{Due, JobInfo, NewJob, OnConflict, PushOutcome, DEFAULT_RETRIES};
 use crate::message::Message;
 use crate::name::{JobId, Topic};
-use crate::store::{DeadLetters, Store};
+use crate::store::Store;
 
 use self::push::Coalescer;
 pub use self::push::{PushBuilder, Pushed};
@@ -115,7 +116,7 @@ impl Client {
             client: self.clone(),
             topic: Topic::new(topic),
             id: None,
-            schedule: Schedule::default(),
+            due: Due::default(),
             retries: DEFAULT_RETRIES,
             on_conflict: OnConflict::Keep,
             unique_for: None,
@@ -197,7 +198,7 @@ impl Client {
     }
 
     /// Moves a job of message type `M` that has not started yet to a new due time.
-    pub async fn reschedule<M: Message>(&self, id: &str, when: Schedule) -> Result<ChangeOutcome> {
+    pub async fn reschedule<M: Message>(&self, id: &str, when: Due) -> Result<ChangeOutcome> {
         self.reschedule_in(M::TOPIC, id, when).await
     }
 
@@ -216,13 +217,8 @@ impl Client {
     }
 
     /// Moves a job that has not started yet to a new due time.
-    pub async fn reschedule_in(
-        &self,
-        topic: &str,
-        id: &str,
-        when: Schedule,
-    ) -> Result<ChangeOutcome> {
-        check_schedule(topic, id, when)?;
+    pub async fn reschedule_in(&self, topic: &str, id: &str, when: Due) -> Result<ChangeOutcome> {
+        check_due(topic, id, when)?;
         self.store
             .reschedule(&Topic::new(topic)?, &JobId::new(id)?, when)
             .await
@@ -240,163 +236,9 @@ impl Client {
     pub async fn counts(&self, topic: &str) -> Result<TopicCounts> {
         self.store.counts(&Topic::new(topic)?).await
     }
-
-    // ---- Administration: what the `dq` command-line tool is built on. ----
-
-    /// Every topic ever pushed to, and every paused one (even before its first push).
-    pub async fn topics(&self) -> Result<Vec<Topic>> {
-        self.store.topics().await
-    }
-
-    /// A topic's counts, the due time of its oldest ready job (how far behind the workers
-    /// are), its next due time and whether it is paused.
-    pub async fn stats(&self, topic: &str) -> Result<TopicStats> {
-        self.store.stats(&Topic::new(topic)?).await
-    }
-
-    /// How many runs of a topic ended done or failed in each of the last 60 minutes (what the
-    /// dashboard charts). Kept by the store in a bounded ring, so this is cheap at any size.
-    pub async fn throughput(&self, topic: &str) -> Result<Throughput> {
-        self.store.throughput(&Topic::new(topic)?).await
-    }
-
-    /// A page of at most `limit` (at most 1,000) of a topic's jobs in one state; `at` is
-    /// [`Cursor::START`], then the page's `next` until it is `None`. Pages go shard by shard;
-    /// dead letters come newest first within a shard. Every page costs bounded work, however
-    /// long the queue.
-    ///
-    /// ```no_run
-    /// # async fn f(client: dq_core::Client) -> dq_core::Result<()> {
-    /// use dq_core::{Cursor, JobState};   // in the facade: dq::admin::Cursor, dq::JobState
-    ///
-    /// let mut at = Some(Cursor::START);
-    /// while let Some(cursor) = at {
-    ///     let page = client.jobs("order-cancel", JobState::Dead, cursor, 100).await?;
-    ///     for job in &page.jobs {
-    ///         println!("{} died: {:?}", job.id, job.last_error);
-    ///     }
-    ///     at = page.next;
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn jobs(
-        &self,
-        topic: &str,
-        state: JobState,
-        at: Cursor,
-        limit: usize,
-    ) -> Result<Page> {
-        let topic = Topic::new(topic)?;
-        if state == JobState::Dead {
-            return self.store.dead_jobs(&topic, at, limit).await;
-        }
-        self.store.list(&topic, state, at, limit).await
-    }
-
-    /// Runs dead letters again with a fresh set of attempts (the default retries): the given
-    /// ids, or with `ids` empty all of the topic's dead letters. Returns how many.
-    pub async fn retry_dead(&self, topic: &str, ids: &[&str]) -> Result<usize> {
-        let topic = Topic::new(topic)?;
-        let max = DEFAULT_RETRIES + 1;
-        if !ids.is_empty() {
-            let ids = ids
-                .iter()
-                .map(|i| JobId::new(*i))
-                .collect::<Result<Vec<_>>>()?;
-            let mut n = 0;
-            for chunk in ids.chunks(crate::store::MAX_BATCH) {
-                n += self
-                    .store
-                    .requeue_dead(&topic, DeadLetters::Ids(chunk), max)
-                    .await?;
-            }
-            return Ok(n);
-        }
-        // Only what died before this call began: a job that dies again while we work through
-        // the list is not taken again (with a failing handler that would never end).
-        let before_us = self.store.time_us().await?;
-        let mut n = 0;
-        loop {
-            let oldest = DeadLetters::DiedBy {
-                before_us,
-                limit: crate::store::MAX_BATCH,
-            };
-            let moved = self.store.requeue_dead(&topic, oldest, max).await?;
-            n += moved;
-            if moved == 0 {
-                return Ok(n);
-            }
-        }
-    }
-
-    /// Runs every dead letter of every topic again. Returns how many.
-    pub async fn retry_all_dead(&self) -> Result<usize> {
-        let mut n = 0;
-        for topic in self.store.topics().await? {
-            n += self.retry_dead(topic.as_str(), &[]).await?;
-        }
-        Ok(n)
-    }
-
-    /// Deletes a topic's dead letters that died more than `older_than` ago. Returns how many.
-    pub async fn purge_dead(&self, topic: &str, older_than: Duration) -> Result<usize> {
-        let topic = Topic::new(topic)?;
-        // By the store's clock, as the deaths were stamped.
-        let now = crate::job::from_us(self.store.time_us().await?);
-        let before = now
-            .checked_sub(older_than)
-            .unwrap_or(SystemTime::UNIX_EPOCH);
-        let mut n = 0;
-        loop {
-            let limit = crate::store::MAX_BATCH;
-            let deleted = self.store.purge_dead(&topic, before, limit).await?;
-            n += deleted;
-            if deleted < limit {
-                return Ok(n);
-            }
-        }
-    }
-
-    /// Deletes the given dead letters of a topic; returns how many. Only dead letters are
-    /// deleted: an id that was pushed again since it died (a new job, pending now), retried, or
-    /// is gone is skipped and nothing of it is touched, where [`Client::cancel_in`] would
-    /// delete the new job. With `ids` empty nothing is deleted ([`Client::purge_dead`] takes
-    /// them all).
-    pub async fn delete_dead(&self, topic: &str, ids: &[&str]) -> Result<usize> {
-        let topic = Topic::new(topic)?;
-        let ids = ids
-            .iter()
-            .map(|i| JobId::new(*i))
-            .collect::<Result<Vec<_>>>()?;
-        let mut n = 0;
-        for chunk in ids.chunks(crate::store::MAX_BATCH) {
-            n += self.store.delete_dead(&topic, chunk).await?;
-        }
-        Ok(n)
-    }
-
-    /// Stops every worker from fetching the topic (running jobs finish); survives restarts.
-    ///
-    /// A topic may be paused before its first push (so that its jobs wait from the start): it
-    /// is then listed by [`Client::topics`] (and `dq stats`, the dashboard) as paused until it
-    /// is resumed. `dq pause` asks for `--force` for a topic nobody pushed to, which is more
-    /// often a typo.
-    pub async fn pause(&self, topic: &str) -> Result<()> {
-        self.store.pause(&Topic::new(topic)?).await
-    }
-
-    /// Lets workers fetch the topic again.
-    pub async fn resume(&self, topic: &str) -> Result<()> {
-        self.store.resume(&Topic::new(topic)?).await
-    }
-
-    /// The worker processes heard from in the last minute.
-    pub async fn workers(&self) -> Result<Vec<WorkerInfo>> {
-        self.store.workers().await
-    }
 }
 
-fn check_schedule(topic: &str, id: &str, when: Schedule) -> Result<()> {
+fn check_due(topic: &str, id: &str, when: Due) -> Result<()> {
     let bad = |reason| Error::InvalidSchedule {
         topic: topic.to_owned(),
         id: id.to_owned(),
@@ -404,9 +246,9 @@ fn check_schedule(topic: &str, id: &str, when: Schedule) -> Result<()> {
     };
     const LIMIT: Duration = crate::job::MAX_DELAY;
     match when {
-        Schedule::After(d) if d > LIMIT => Err(bad("a delay is at most 200 years")),
-        Schedule::At(t) if t < SystemTime::UNIX_EPOCH => Err(bad("a due time before 1970")),
-        Schedule::At(t) if t > SystemTime::now() + LIMIT => {
+        Due::After(d) if d > LIMIT => Err(bad("a delay is at most 200 years")),
+        Due::At(t) if t < SystemTime::UNIX_EPOCH => Err(bad("a due time before 1970")),
+        Due::At(t) if t > SystemTime::now() + LIMIT => {
             Err(bad("a due time is at most 200 years ahead"))
         }
         _ => Ok(()),

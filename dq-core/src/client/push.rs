@@ -8,10 +8,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use super::{check_schedule, Client, Waiter};
+use super::{check_due, Client, Waiter};
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::job::{NewJob, OnConflict, PushOutcome, Schedule, MAX_DELAY, MAX_RETRIES};
+use crate::job::{Due, NewJob, OnConflict, PushOutcome, MAX_DELAY, MAX_RETRIES};
 use crate::name::{JobId, Topic};
 use crate::store::Store;
 
@@ -101,7 +101,7 @@ pub struct PushBuilder {
     pub(super) client: Client,
     pub(super) topic: Result<Topic>,
     pub(super) id: Option<String>,
-    pub(super) schedule: Schedule,
+    pub(super) due: Due,
     pub(super) retries: u32,
     pub(super) on_conflict: OnConflict,
     pub(super) unique_for: Option<Duration>,
@@ -119,7 +119,7 @@ impl std::fmt::Debug for PushBuilder {
         f.debug_struct("PushBuilder")
             .field("topic", &self.topic)
             .field("id", &self.id)
-            .field("schedule", &self.schedule)
+            .field("due", &self.due)
             .field("retries", &self.retries)
             .field("on_conflict", &self.on_conflict)
             .field("unique_for", &self.unique_for)
@@ -132,13 +132,13 @@ impl PushBuilder {
     /// Due this long after the store receives the push (measured by the store's clock). Zero,
     /// the default, is due now; at most [`MAX_DELAY`](crate::MAX_DELAY) (200 years).
     pub fn delay(mut self, delay: Duration) -> Self {
-        self.schedule = Schedule::After(delay);
+        self.due = Due::After(delay);
         self
     }
 
     /// Due at this wall-clock instant; a time in the past means now.
     pub fn at(mut self, when: SystemTime) -> Self {
-        self.schedule = Schedule::At(when);
+        self.due = Due::At(when);
         self
     }
 
@@ -291,7 +291,7 @@ impl PushBuilder {
             (Some(id), false) => JobId::new(id)?,
             (None, false) => generated_id(),
         };
-        check_schedule(topic.as_str(), id.as_str(), self.schedule)?;
+        check_due(topic.as_str(), id.as_str(), self.due)?;
         let invalid = |reason: String| Error::InvalidPush {
             topic: topic.to_string(),
             reason,
@@ -333,7 +333,7 @@ impl PushBuilder {
         Ok(NewJob {
             topic,
             id,
-            schedule: self.schedule,
+            due: self.due,
             max_attempts: retries.saturating_add(1),
             unique_for: self.unique_for,
             fence: self.fence,

@@ -5,12 +5,12 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
+use super::spec::{Missed, Repeat, ScheduleSpec, Tick};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::job::{from_us, to_us};
 use crate::message::Message;
 use crate::name::{JobId, Topic};
-use super::spec::{Missed, Repeat, ScheduleSpec, Tick};
 use crate::store::ScheduleEntry;
 
 /// Longest schedule id: its jobs' ids are the schedule id, `@` and the tick in milliseconds.
@@ -139,102 +139,96 @@ impl ScheduleBuilder {
     /// neither skips nor repeats a tick); a changed one ticks next from now; a paused one stays
     /// paused.
     pub async fn upsert(self) -> Result<ScheduleInfo> {
-        let client = self.client;
+        let client = self.client.clone();
+        let id = self.id.clone();
+        let spec = self.into_spec(client.config().max_payload_bytes)?;
+        store_spec(&client, &id, &spec).await
+    }
+
+    /// The spec this builder describes, checked: one way to repeat, a topic, a catch-up and a
+    /// message within bounds.
+    fn into_spec(self, max_payload_bytes: usize) -> Result<ScheduleSpec> {
         check_id(&self.id)?;
-        let repeat = match (self.cron, self.every) {
-            (Some(expr), None) => Repeat::cron(&expr, &self.tz)?,
-            (None, Some(every)) => Repeat::every(every)?,
-            _ => {
-                return Err(Error::InvalidPeriodic {
-                    reason: format!(
-                        "schedule {:?}: give either .cron(..) or .every(..)",
-                        self.id
-                    ),
-                })
-            }
+        let invalid = |what: String| Error::InvalidPeriodic {
+            reason: format!("schedule {:?}: {what}", self.id),
         };
-        let topic = self.topic.ok_or_else(|| Error::InvalidPeriodic {
-            reason: format!(
-                "schedule {:?}: say where its jobs go with .message(..), .message_to(..) or .topic(..)",
-                self.id
-            ),
+        let repeat = match (&self.cron, self.every) {
+            (Some(expr), None) => Repeat::cron(expr, &self.tz)?,
+            (None, Some(every)) => Repeat::every(every)?,
+            _ => return Err(invalid("give either .cron(..) or .every(..)".into())),
+        };
+        let topic = self.topic.clone().ok_or_else(|| {
+            invalid("say where its jobs go with .message(..), .message_to(..) or .topic(..)".into())
         })?;
         Topic::new(topic.as_str())?;
         if let Missed::All { max } = self.missed {
             if max > MAX_CATCH_UP {
-                return Err(Error::InvalidPeriodic {
-                    reason: format!(
-                        "schedule {:?}: Missed::All {{ max: {max} }} is over {MAX_CATCH_UP} catch-up jobs",
-                        self.id
-                    ),
-                });
+                return Err(invalid(format!(
+                    "Missed::All {{ max: {max} }} is over {MAX_CATCH_UP} catch-up jobs"
+                )));
             }
         }
-        let spec = ScheduleSpec {
+        let payload = match self.payload {
+            Some(Ok(p)) if p.len() > max_payload_bytes => {
+                return Err(invalid(format!(
+                    "its message is {} bytes, over the {max_payload_bytes}-byte payload limit",
+                    p.len()
+                )))
+            }
+            other => other.transpose()?,
+        };
+        Ok(ScheduleSpec {
             repeat,
             topic,
-            payload: self.payload.transpose()?,
+            payload,
             missed: self.missed,
             max_retries: self.max_retries,
-        };
-        let json = serde_json::to_string(&spec).map_err(|source| Error::Serialize {
-            topic: spec.topic.clone(),
-            source,
-        })?;
-        if let Some(payload) = &spec.payload {
-            let limit = client.config().max_payload_bytes;
-            if payload.len() > limit {
-                return Err(Error::InvalidPeriodic {
-                    reason: format!(
-                        "schedule {:?}: its message is {} bytes, over the {limit}-byte payload limit",
-                        self.id,
-                        payload.len()
-                    ),
-                });
-            }
-        }
-        let store = &client.store;
-        let now = from_us(store.time_us().await?);
-        if spec.repeat.next_after(now).is_none() {
-            return Err(Error::InvalidPeriodic {
-                reason: format!("schedule {:?} never ticks after now", self.id),
-            });
-        }
-        let old = store.schedule(&self.id).await?;
-        match &old {
-            // Unchanged (declared again at a start): nothing is written, so a pause or a look
-            // moving it on meanwhile is not undone.
-            Some(old) if old.spec_json == json => {}
-            Some(old) => {
-                // Changed: ticks from now, paused if it was. The jobs made ahead under the old
-                // spec are cancelled before the new one is stored: once it is, looks make the
-                // coming ticks' jobs under it, and a cancel would take those. What a look
-                // under the old spec made in between is cancelled after, at the ticks the new
-                // spec does not have (at one it has, the job stays: it is that tick's job).
-                client.cancel_ahead(&self.id, old.clone(), None).await?;
-                let next = old
-                    .next_us
-                    .and_then(|_| spec.repeat.next_after(now).map(to_us));
-                store.put_schedule(&self.id, &json, next).await?;
-                client
-                    .cancel_ahead(&self.id, old.clone(), Some(&spec))
-                    .await?;
-            }
-            None => {
-                let next = spec.repeat.next_after(now).map(to_us);
-                store.put_schedule(&self.id, &json, next).await?;
-            }
-        }
-        let entry = store.schedule(&self.id).await?;
-        let entry = entry.ok_or_else(|| Error::Internal {
-            what: "schedule upsert",
-            reason: format!(
-                "schedule {:?} was removed right after it was stored",
-                self.id
-            ),
-        })?;
-        ScheduleInfo::from_entry(entry)
+        })
     }
+}
+
+/// Stores `spec` as schedule `id`, or changes the stored one, and reads it back.
+async fn store_spec(client: &Client, id: &str, spec: &ScheduleSpec) -> Result<ScheduleInfo> {
+    let json = serde_json::to_string(spec).map_err(|source| Error::Serialize {
+        topic: spec.topic.clone(),
+        source,
+    })?;
+    let store = &client.store;
+    let now = from_us(store.time_us().await?);
+    if spec.repeat.next_after(now).is_none() {
+        return Err(Error::InvalidPeriodic {
+            reason: format!("schedule {id:?} never ticks after now"),
+        });
+    }
+    let old = store.schedule(id).await?;
+    match &old {
+        // Unchanged (declared again at a start): nothing is written, so a pause or a look
+        // moving it on meanwhile is not undone.
+        Some(old) if old.spec_json == json => {}
+        Some(old) => {
+            // Changed: ticks from now, paused if it was. The jobs made ahead under the old
+            // spec are cancelled before the new one is stored: once it is, looks make the
+            // coming ticks' jobs under it, and a cancel would take those. What a look
+            // under the old spec made in between is cancelled after, at the ticks the new
+            // spec does not have (at one it has, the job stays: it is that tick's job).
+            client.cancel_ahead(id, old.clone(), None).await?;
+            let next = old
+                .next_us
+                .and_then(|_| spec.repeat.next_after(now).map(to_us));
+            store.put_schedule(id, &json, next).await?;
+            client.cancel_ahead(id, old.clone(), Some(spec)).await?;
+        }
+        None => {
+            let next = spec.repeat.next_after(now).map(to_us);
+            store.put_schedule(id, &json, next).await?;
+        }
+    }
+    let entry = store.schedule(id).await?;
+    let entry = entry.ok_or_else(|| Error::Internal {
+        what: "schedule upsert",
+        reason: format!("schedule {id:?} was removed right after it was stored"),
+    })?;
+    ScheduleInfo::from_entry(entry)
 }
 
 pub(crate) fn check_id(id: &str) -> Result<()> {

@@ -4,13 +4,14 @@
 //! once is never created again, even long after its job ran), and the schedule moves on by
 //! compare-and-set.
 
+use std::collections::VecDeque;
 use std::time::{Duration, SystemTime};
 
 use super::builder::{job_payload, tick_job_id, ScheduleInfo, MAX_TICKS_PER_LOOK};
+use super::spec::{Missed, ScheduleSpec};
 use crate::client::{Client, Pushed};
 use crate::error::Result;
 use crate::job::{from_us, to_us, PushOutcome};
-use super::spec::{Missed, ScheduleSpec};
 use crate::store::{FiredTick, ScheduleEntry};
 
 /// Creates the jobs of every schedule tick due within `lookahead` of the store's clock (each
@@ -61,101 +62,88 @@ impl Client {
     /// `until_us`, so a schedule shorter than the lookahead (every second) has its jobs in
     /// place ahead of time too. Stops when another process moved the schedule first.
     async fn fire_one(&self, id: &str, tick_us: u64, now_us: u64, until_us: u64) -> Result<usize> {
-        let Some(entry) = self.store.schedule(id).await? else {
+        let Some((info, generation)) = self.due_schedule(id, tick_us).await? else {
             return Ok(0);
-        };
-        if entry.next_us != Some(tick_us) {
-            return Ok(0); // moved on (or paused) since it was listed as due: not ours to fire
-        }
-        let generation = entry.generation;
-        let info = match ScheduleInfo::from_entry(entry) {
-            Ok(info) => info,
-            Err(e) => {
-                // Written by a newer version (a kind of repeat or missed-tick policy this one
-                // does not know, during a rolling upgrade), or damaged. Left as it is for the
-                // processes that can read it; said once per process.
-                self.unreadable_schedule(id, &e);
-                return Ok(0);
-            }
         };
         let spec = &info.spec;
         let now = from_us(now_us);
-        // Walk over the ticks whose successor has come too: they were missed (no process fired
-        // them in time). `current` is the latest tick not missed.
-        let mut current = from_us(tick_us);
-        let mut missed = std::collections::VecDeque::new();
-        let keep = match spec.missed {
-            Missed::Skip => 0,
-            Missed::RunOnce => 1,
-            Missed::All { max } => usize::try_from(max).unwrap_or(usize::MAX),
-        };
-        let mut steps = 0u64;
-        let mut jumped = false;
-        while let Some(next) = spec.repeat.next_after(current).filter(|n| *n <= now) {
-            missed.push_back(current);
-            if missed.len() > keep {
-                missed.pop_front();
-            }
-            current = next;
-            steps += 1;
-            if steps.is_multiple_of(CATCH_UP_WALK) {
-                // Down for a very long time: go on from just far enough before the present for
-                // the policy's last `keep` missed ticks (those walked so far are older).
-                let period = spec.repeat.period_after(current);
-                let span = period.saturating_mul(u32::try_from(keep + 2).unwrap_or(u32::MAX));
-                let from = now.checked_sub(span).unwrap_or(now).max(current);
-                if let Some(near) = spec.repeat.next_after(from).filter(|n| *n <= now) {
-                    missed.clear();
-                    current = near;
-                    jumped = true;
-                }
-            }
-        }
-        if steps > 0 {
-            let late = now.duration_since(from_us(tick_us)).unwrap_or_default();
-            tracing::warn!(
-                schedule = id,
-                missed = %if jumped { format!("over {steps}") } else { steps.to_string() },
-                first_missed_ago = ?late,
-                policy = ?spec.missed,
-                "schedule ticks were missed: their time came and went before a look of this process or any other fired them (every process was down, stalled or cut off from Redis, or this schedule's next tick was behind); the policy decides what runs now"
-            );
-        }
+        let walk = Walk::over(spec, from_us(tick_us), now);
+        walk.report(
+            id,
+            spec,
+            now.duration_since(from_us(tick_us)).unwrap_or_default(),
+        );
         let fire = Firing {
             id,
             spec,
             generation,
         };
         let mut created = 0;
-        for tick in missed {
+        for tick in walk.missed {
             match self.fire_tick(&fire, tick, now, now).await? {
                 Some(made) => created += made,
                 None => return Ok(created),
             }
         }
-        // The stored tick, then each following one inside the lookahead: create its job, then
-        // move the schedule on by compare-and-set (a crash in between leaves the job in place,
-        // and whoever fires the tick again finds its id taken).
-        let mut from = tick_us;
+        let ahead = self
+            .fire_ahead(&fire, (walk.current, tick_us), now, until_us)
+            .await?;
+        Ok(created + ahead)
+    }
+
+    /// Schedule `id` and its generation, when its next tick is still `tick_us` and this
+    /// version can read it.
+    async fn due_schedule(&self, id: &str, tick_us: u64) -> Result<Option<(ScheduleInfo, u64)>> {
+        let Some(entry) = self.store.schedule(id).await? else {
+            return Ok(None);
+        };
+        if entry.next_us != Some(tick_us) {
+            return Ok(None); // moved on (or paused) since it was listed as due: not ours to fire
+        }
+        let generation = entry.generation;
+        match ScheduleInfo::from_entry(entry) {
+            Ok(info) => Ok(Some((info, generation))),
+            Err(e) => {
+                // Written by a newer version (a kind of repeat or missed-tick policy this one
+                // does not know, during a rolling upgrade), or damaged. Left as it is for the
+                // processes that can read it; said once per process.
+                self.unreadable_schedule(id, &e);
+                Ok(None)
+            }
+        }
+    }
+
+    /// The current tick (`current`, with the stored tick `from_us` it moves on from), then
+    /// each following one inside the lookahead: create its job, then move the schedule on by
+    /// compare-and-set (a crash in between leaves the job in place, and whoever fires the tick
+    /// again finds its id taken). Returns how many jobs it created.
+    async fn fire_ahead(
+        &self,
+        fire: &Firing<'_>,
+        (mut current, mut from): (SystemTime, u64),
+        now: SystemTime,
+        until_us: u64,
+    ) -> Result<usize> {
+        let mut created = 0;
         for _ in 0..MAX_TICKS_PER_LOOK {
-            let Some(made) = self.fire_tick(&fire, current, current, now).await? else {
+            let Some(made) = self.fire_tick(fire, current, current, now).await? else {
                 break; // refused by a later generation's fence: not moved on
             };
             created += made;
-            let next = spec.repeat.next_after(current);
+            let next = fire.spec.repeat.next_after(current);
             let next_us = next.map(to_us);
             let fired = FiredTick {
-                schedule: id.to_owned(),
-                generation,
+                schedule: fire.id.to_owned(),
+                generation: fire.generation,
                 tick_us: from,
             };
             if !self.store.advance_schedule(&fired, next_us).await? {
                 // Another process moved it (theirs now), or it was paused, removed, changed or
                 // resumed while this tick's job was being made: then that job goes, unless the
                 // schedule as it is now has that tick too (its looks find the job in place).
-                let now_entry = self.store.schedule(id).await?;
-                if made == 1 && !still_wanted(now_entry, generation, current) {
-                    self.cancel_in(&spec.topic, &tick_job_id(id, current))
+                let now_entry = self.store.schedule(fire.id).await?;
+                if made == 1 && !still_wanted(now_entry, fire.generation, current) {
+                    self.cancel_in(&fire.spec.topic, &tick_job_id(fire.id, current))
                         .await?;
                     created -= 1;
                 }
@@ -273,6 +261,72 @@ struct Firing<'a> {
     id: &'a str,
     spec: &'a ScheduleSpec,
     generation: u64,
+}
+
+/// The ticks of a schedule whose successor has come too: they were missed (no process fired
+/// them in time).
+struct Walk {
+    /// The latest tick not missed: the one to fire now.
+    current: SystemTime,
+    /// The missed ticks the policy runs, oldest first.
+    missed: VecDeque<SystemTime>,
+    /// How many ticks were walked over.
+    steps: u64,
+    /// Whether the walk jumped ahead after [`CATCH_UP_WALK`] steps.
+    jumped: bool,
+}
+
+impl Walk {
+    /// Walks `spec`'s ticks from the stored `tick` to the last one at or before `now`.
+    fn over(spec: &ScheduleSpec, tick: SystemTime, now: SystemTime) -> Walk {
+        let keep = match spec.missed {
+            Missed::Skip => 0,
+            Missed::RunOnce => 1,
+            Missed::All { max } => usize::try_from(max).unwrap_or(usize::MAX),
+        };
+        let mut walk = Walk {
+            current: tick,
+            missed: VecDeque::new(),
+            steps: 0,
+            jumped: false,
+        };
+        while let Some(next) = spec.repeat.next_after(walk.current).filter(|n| *n <= now) {
+            walk.missed.push_back(walk.current);
+            if walk.missed.len() > keep {
+                walk.missed.pop_front();
+            }
+            walk.current = next;
+            walk.steps += 1;
+            if walk.steps.is_multiple_of(CATCH_UP_WALK) {
+                // Down for a very long time: go on from just far enough before the present for
+                // the policy's last `keep` missed ticks (those walked so far are older).
+                let period = spec.repeat.period_after(walk.current);
+                let span = period.saturating_mul(u32::try_from(keep + 2).unwrap_or(u32::MAX));
+                let from = now.checked_sub(span).unwrap_or(now).max(walk.current);
+                if let Some(near) = spec.repeat.next_after(from).filter(|n| *n <= now) {
+                    walk.missed.clear();
+                    walk.current = near;
+                    walk.jumped = true;
+                }
+            }
+        }
+        walk
+    }
+
+    /// Says that ticks were missed, `late` after the first of them, and what the policy does.
+    fn report(&self, id: &str, spec: &ScheduleSpec, late: Duration) {
+        if self.steps == 0 {
+            return;
+        }
+        let steps = self.steps;
+        tracing::warn!(
+            schedule = id,
+            missed = %if self.jumped { format!("over {steps}") } else { steps.to_string() },
+            first_missed_ago = ?late,
+            policy = ?spec.missed,
+            "schedule ticks were missed: their time came and went before a look of this process or any other fired them (every process was down, stalled or cut off from Redis, or this schedule's next tick was behind); the policy decides what runs now"
+        );
+    }
 }
 
 /// Whether the job a look made for `tick` under `generation`, which then could not move the

@@ -10,4 +10,3 @@ mod spec;
 pub use self::builder::{tick_job_id, ScheduleBuilder, ScheduleInfo, MAX_SCHEDULE_ID_LEN};
 pub use self::firing::fire_due;
 pub use self::spec::{Missed, Repeat, ScheduleSpec, Tick, TickPayload, MIN_INTERVAL};
-

@@ -26,7 +26,7 @@ pub use crate::lease::{Acked, Fetched, LeaseRef, LeasedJob, Promoted, Reclaimed}
 
 use crate::admin::{ChangeOutcome, Cursor, Page, Throughput, TopicCounts, TopicStats, WorkerInfo};
 use crate::error::Result;
-use crate::job::{JobInfo, JobState, OnConflict, PushOutcome, Schedule};
+use crate::job::{Due, JobInfo, JobState, OnConflict, PushOutcome};
 use crate::name::{JobId, Topic};
 
 /// Who is fetching, so that the jobs of a fetch whose reply was lost are taken back.
@@ -123,7 +123,7 @@ pub trait Producer: Sharded {
     async fn cancel(&self, topic: &Topic, id: &JobId) -> Result<ChangeOutcome>;
 
     /// Moves a job that has not started to a new due time.
-    async fn reschedule(&self, topic: &Topic, id: &JobId, when: Schedule) -> Result<ChangeOutcome>;
+    async fn reschedule(&self, topic: &Topic, id: &JobId, when: Due) -> Result<ChangeOutcome>;
 
     /// One job's state and data, `None` when no such job is pending or dead.
     async fn status(&self, topic: &Topic, id: &JobId) -> Result<Option<JobInfo>>;

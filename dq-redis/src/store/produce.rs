@@ -14,7 +14,7 @@ use crate::scripts::SCRIPTS;
 use dq_core::store::shard_of;
 use dq_core::store::{Producer, Sharded, MAX_BATCH};
 use dq_core::Envelope;
-use dq_core::{to_us, ChangeOutcome, JobInfo, JobState, NewJob, OnConflict, PushOutcome, Schedule};
+use dq_core::{to_us, ChangeOutcome, Due, JobInfo, JobState, NewJob, OnConflict, PushOutcome};
 use dq_core::{Error, Result};
 use dq_core::{JobId, Topic};
 
@@ -119,10 +119,10 @@ impl RedisStore {
     }
 }
 
-fn when_arg(when: Schedule) -> String {
+fn when_arg(when: Due) -> String {
     match when {
-        Schedule::After(d) => format!("+{}", d.as_micros()),
-        Schedule::At(t) => to_us(t).to_string(),
+        Due::After(d) => format!("+{}", d.as_micros()),
+        Due::At(t) => to_us(t).to_string(),
     }
 }
 
@@ -173,7 +173,7 @@ impl Producer for RedisStore {
                             format!("{}:{}:{}", f.generation, f.tick_us, f.schedule)
                         });
                         [
-                            when_arg(j.schedule),
+                            when_arg(j.due),
                             j.max_attempts.to_string(),
                             hold.to_string(),
                             fence,
@@ -225,7 +225,7 @@ impl Producer for RedisStore {
         Ok(self.call::<Reply<ChangeOutcome>>("cancel", &inv).await?.0)
     }
 
-    async fn reschedule(&self, topic: &Topic, id: &JobId, when: Schedule) -> Result<ChangeOutcome> {
+    async fn reschedule(&self, topic: &Topic, id: &JobId, when: Due) -> Result<ChangeOutcome> {
         let mut inv = self.change_invocation(&SCRIPTS.reschedule, topic, id);
         inv.arg(when_arg(when));
         Ok(self

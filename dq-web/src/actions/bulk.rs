@@ -5,7 +5,7 @@ use std::time::Duration;
 use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::response::Response;
-use dq_core::{ChangeOutcome, Client, JobState, Schedule};
+use dq_core::{ChangeOutcome, Client, Due, JobState};
 
 use super::post::Post;
 use super::topic_page;
@@ -83,7 +83,7 @@ async fn apply(
                 match client.status_in(topic, id).await?.map(|j| j.state) {
                     Some(JobState::Ready) => tally.in_turn += 1,
                     Some(JobState::Delayed) => {
-                        let now = Schedule::After(Duration::ZERO);
+                        let now = Due::After(Duration::ZERO);
                         if client.reschedule_in(topic, id, now).await? == ChangeOutcome::Done {
                             tally.changed += 1;
                         }

@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime};
 use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::response::Response;
-use dq_core::{ChangeOutcome, JobState, Schedule};
+use dq_core::{ChangeOutcome, Due, JobState};
 
 use super::post::{Form, Post};
 use super::topic_page;
@@ -73,7 +73,7 @@ async fn run_now(post: &Post, topic: &str, id: &str) -> dq_core::Result<String> 
     // (A delayed job made ready by the mover between the two calls goes to the back of the
     // line here, as the mover had just put it: only jobs queued in that instant pass it.)
     client
-        .reschedule_in(topic, id, Schedule::After(Duration::ZERO))
+        .reschedule_in(topic, id, Due::After(Duration::ZERO))
         .await
         .map(|o| describe(o, id, "is due now"))
 }
@@ -127,10 +127,10 @@ const PAST_TOLERANCE: Duration = Duration::from_secs(60);
 
 /// The reschedule form's time: `delay` (`10m`) or `at` (UTC), not more than a minute before
 /// `now` (the store's clock).
-fn when(form: &Form, now: SystemTime) -> Result<Schedule, String> {
+fn when(form: &Form, now: SystemTime) -> Result<Due, String> {
     match (form.get("delay"), form.get("at")) {
         (Some(delay), None) => dq_core::parse_duration(delay)
-            .map(Schedule::After)
+            .map(Due::After)
             .map_err(|e| format!("{delay:?} is no delay: {e}")),
         (None, Some(at)) => {
             let t = parse_utc(at)?;
@@ -140,7 +140,7 @@ fn when(form: &Form, now: SystemTime) -> Result<Schedule, String> {
                     utc(now)
                 ));
             }
-            Ok(Schedule::At(t))
+            Ok(Due::At(t))
         }
         _ => {
             Err("Give either a delay (10m, 2h) or a time (2026-11-24 18:00 UTC), not both.".into())

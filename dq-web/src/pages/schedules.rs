@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::http::Uri;
 use axum::response::Response;
 use axum::Extension;
-use dq_core::ScheduleInfo;
+use dq_core::schedule::ScheduleInfo;
 use maud::{html, Markup};
 
 use super::{query, store_error, with_note};

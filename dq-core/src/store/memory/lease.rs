@@ -9,7 +9,7 @@ use super::state::{due_of, State, Tally};
 use super::waiters::{MemoryReadyWaiter, MemoryWakeListener};
 use super::{lock, Event, MemoryStore};
 use crate::error::Result;
-use crate::job::Schedule;
+use crate::job::Due;
 use crate::lease::{Acked, Fetched, LeaseRef, LeasedJob, Promoted, Reclaimed};
 use crate::name::Topic;
 use crate::store::policy::{batch_limit, lease_expired, promote_limit};
@@ -28,7 +28,7 @@ impl MemoryStore {
             };
             let before = s.earliest();
             s.end_lease(&m);
-            let due = due_of(Schedule::After(delay), now);
+            let due = due_of(Due::After(delay), now);
             let mut attempt = 0;
             if let Some(e) = s.jobs.get_mut(&m) {
                 e.due_us = due;

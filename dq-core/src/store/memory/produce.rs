@@ -4,14 +4,94 @@ use async_trait::async_trait;
 
 use std::collections::BTreeSet;
 
-use super::state::due_of;
+use super::state::{due_of, Member, State};
 use super::{lock, Event, MemoryStore};
 use crate::admin::ChangeOutcome;
 use crate::envelope::Envelope;
 use crate::error::Result;
-use crate::job::{JobInfo, NewJob, OnConflict, PushOutcome, Schedule};
+use crate::job::{Due, JobInfo, NewJob, OnConflict, PushOutcome};
 use crate::name::{JobId, Topic};
 use crate::store::{Producer, Wake};
+
+/// What pushing `job` (member `m`) does, given what the store holds: a tick a later
+/// generation fenced off, an id still reserved by `unique_for`, a pending job of the same id
+/// (kept, replaced, or running). A dead letter of the same id is taken out of the dead set here
+/// (its envelope is overwritten by the new job).
+fn outcome_of(s: &mut State, job: &NewJob, m: &Member, now: u64, replace: bool) -> PushOutcome {
+    let reserved = s.unique.get(m).copied().filter(|&until| until > now);
+    let stored = job
+        .fence
+        .as_ref()
+        .and_then(|f| s.tick_fence.get(&f.schedule).copied());
+    let fenced = job.fence.as_ref().filter(|f| !f.is_after(stored));
+    if let (Some(f), Some((generation, _))) = (fenced, stored) {
+        return if f.generation < generation {
+            PushOutcome::Superseded { generation }
+        } else {
+            PushOutcome::AlreadyPending
+        };
+    }
+    if let (Some(until), false) = (reserved, s.jobs.contains_key(m)) {
+        return PushOutcome::Unique {
+            left: std::time::Duration::from_micros(until - now),
+        };
+    }
+    if !s.jobs.contains_key(m) {
+        return PushOutcome::Created;
+    }
+    if let Some(died) = s.died_at.remove(m) {
+        if let Some(d) = s.dead.get_mut(&m.0) {
+            d.remove(&(died, m.1.clone()));
+        }
+        PushOutcome::Created
+    } else if s.leases.contains_key(m) {
+        if replace {
+            PushOutcome::Running
+        } else {
+            PushOutcome::AlreadyPending
+        }
+    } else if !replace {
+        PushOutcome::AlreadyPending
+    } else {
+        s.unplace(m);
+        PushOutcome::Replaced
+    }
+}
+
+/// Stores `job` as member `m`: its envelope, its tick's fence, its `unique_for` reservation,
+/// and its place in the delayed or ready set. True when it is ready now.
+fn store_job(s: &mut State, job: NewJob, m: Member, now: u64) -> bool {
+    if let Some(f) = &job.fence {
+        s.tick_fence
+            .insert(f.schedule.clone(), (f.generation, f.tick_us));
+    }
+    s.unique.remove(&m);
+    match job.unique_for {
+        Some(hold) => {
+            let us = u64::try_from(hold.as_micros()).unwrap_or(u64::MAX).max(1);
+            s.unique_for.insert(m.clone(), us)
+        }
+        None => s.unique_for.remove(&m),
+    };
+    let due = due_of(job.due, now);
+    s.jobs.insert(
+        m.clone(),
+        Envelope {
+            attempt: 0,
+            max_attempts: job.max_attempts,
+            created_us: now,
+            due_us: due,
+            last_error: None,
+            payload: job.payload,
+        },
+    );
+    s.topics.insert(m.0.clone());
+    s.record(Event::Pushed {
+        topic: m.0.clone(),
+        id: m.1.clone(),
+    });
+    s.place(m, due, now)
+}
 
 #[async_trait]
 impl Producer for MemoryStore {
@@ -29,74 +109,11 @@ impl Producer for MemoryStore {
             }
             for job in jobs {
                 let m = (job.topic.clone(), job.id.clone());
-                let mut outcome = PushOutcome::Created;
-                let reserved = s.unique.get(&m).copied().filter(|&until| until > now);
-                let stored = job
-                    .fence
-                    .as_ref()
-                    .and_then(|f| s.tick_fence.get(&f.schedule).copied());
-                let fenced = job.fence.as_ref().filter(|f| !f.is_after(stored));
-                if let (Some(f), Some((generation, _))) = (fenced, stored) {
-                    outcome = if f.generation < generation {
-                        PushOutcome::Superseded { generation }
-                    } else {
-                        PushOutcome::AlreadyPending
-                    };
-                } else if let (Some(until), false) = (reserved, s.jobs.contains_key(&m)) {
-                    outcome = PushOutcome::Unique {
-                        left: std::time::Duration::from_micros(until - now),
-                    };
-                } else if s.jobs.contains_key(&m) {
-                    if let Some(died) = s.died_at.remove(&m) {
-                        if let Some(d) = s.dead.get_mut(&m.0) {
-                            d.remove(&(died, m.1.clone()));
-                        }
-                    } else if s.leases.contains_key(&m) {
-                        outcome = if replace {
-                            PushOutcome::Running
-                        } else {
-                            PushOutcome::AlreadyPending
-                        };
-                    } else if !replace {
-                        outcome = PushOutcome::AlreadyPending;
-                    } else {
-                        outcome = PushOutcome::Replaced;
-                        s.unplace(&m);
-                    }
-                }
-                if matches!(outcome, PushOutcome::Created | PushOutcome::Replaced) {
-                    if let Some(f) = &job.fence {
-                        s.tick_fence
-                            .insert(f.schedule.clone(), (f.generation, f.tick_us));
-                    }
-                    s.unique.remove(&m);
-                    match job.unique_for {
-                        Some(hold) => {
-                            let us = u64::try_from(hold.as_micros()).unwrap_or(u64::MAX).max(1);
-                            s.unique_for.insert(m.clone(), us)
-                        }
-                        None => s.unique_for.remove(&m),
-                    };
-                    let due = due_of(job.schedule, now);
-                    s.jobs.insert(
-                        m.clone(),
-                        Envelope {
-                            attempt: 0,
-                            max_attempts: job.max_attempts,
-                            created_us: now,
-                            due_us: due,
-                            last_error: None,
-                            payload: job.payload,
-                        },
-                    );
-                    s.topics.insert(m.0.clone());
-                    s.record(Event::Pushed {
-                        topic: m.0.clone(),
-                        id: m.1.clone(),
-                    });
-                    if s.place(m.clone(), due, now) {
-                        ready_topics.insert(m.0);
-                    }
+                let outcome = outcome_of(&mut s, &job, &m, now, replace);
+                if matches!(outcome, PushOutcome::Created | PushOutcome::Replaced)
+                    && store_job(&mut s, job, m.clone(), now)
+                {
+                    ready_topics.insert(m.0);
                 }
                 out.push(outcome);
             }
@@ -136,7 +153,7 @@ impl Producer for MemoryStore {
         Ok(ChangeOutcome::Done)
     }
 
-    async fn reschedule(&self, topic: &Topic, id: &JobId, when: Schedule) -> Result<ChangeOutcome> {
+    async fn reschedule(&self, topic: &Topic, id: &JobId, when: Due) -> Result<ChangeOutcome> {
         let now = self.now_us();
         let m = (topic.clone(), id.clone());
         let (went_ready, announce) = {

@@ -6,7 +6,7 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use super::Event;
 use crate::admin::{Throughput, TopicCounts, WorkerInfo};
 use crate::envelope::Envelope;
-use crate::job::{to_us, JobInfo, JobState, Schedule};
+use crate::job::{to_us, Due, JobInfo, JobState};
 use crate::lease::LeaseRef;
 use crate::name::{JobId, Topic};
 
@@ -60,10 +60,10 @@ pub(super) enum Tally {
     Failed,
 }
 
-pub(super) fn due_of(when: Schedule, now: u64) -> u64 {
+pub(super) fn due_of(when: Due, now: u64) -> u64 {
     match when {
-        Schedule::After(d) => now.saturating_add(u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
-        Schedule::At(t) => to_us(t),
+        Due::After(d) => now.saturating_add(u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
+        Due::At(t) => to_us(t),
     }
 }
 
