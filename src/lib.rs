@@ -164,7 +164,7 @@ pub use dq_macros::Message;
 /// the rules of [`Topic`]. Either mistake fails the build, pointing at the value.
 ///
 /// The first argument is the payload, decoded from JSON; a payload that does not decode is a
-/// poison message, dead-lettered at once with the error. After it come any number of
+/// poison message, dead-lettered at once with the error. After it come up to eight
 /// extractors, in any order: [`JobContext`], [`State<T>`](State) (registered with
 /// [`RuntimeBuilder::state`]), [`Client`], or your own [`FromJob`] types; one that is not an
 /// extractor is a compile error on that argument, and a listener needing state nobody

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use dq::schedule::Tick;
-use dq::testing::TestRuntime;
+use dq::testing::{TestRuntime, TestRuntimeBuilder};
 use dq::{JobContext, Listener};
 use serde::{Deserialize, Serialize};
 
@@ -101,20 +101,45 @@ async fn schedule_ids(rt: &TestRuntime) -> Vec<String> {
     ids
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn listener_schedules_are_stored_at_start_and_fire_on_their_ticks_across_a_dst_change() {
-    let rt = TestRuntime::builder()
-        .starting_at(at(MONDAY))
-        .start()
-        .await
-        .unwrap();
-    assert_eq!(schedule_ids(&rt).await, ["digest", "sweep"]);
+/// Starts `runtime` on `MONDAY`, which must store the schedules `ids`, and runs it two weeks:
+/// the digest's ticks (seen in `digests`) fall at 9:00 Paris on weekdays, the sweep's (in
+/// `sweeps`) every hour.
+async fn assert_two_weeks_of_ticks(
+    runtime: TestRuntimeBuilder,
+    ids: [&str; 2],
+    digests: &Mutex<Vec<SystemTime>>,
+    sweeps: &Mutex<Vec<(u32, SystemTime)>>,
+) {
+    let rt = runtime.starting_at(at(MONDAY)).start().await.unwrap();
+    assert_eq!(schedule_ids(&rt).await, ids);
 
     rt.advance(Duration::from_secs(14 * 86_400)).await;
 
-    assert_eq!(*DIGESTS.lock().unwrap(), weekdays_at_nine_in_paris());
-    assert_hourly_defaults(&SWEEPS.lock().unwrap().clone());
+    assert_eq!(*digests.lock().unwrap(), weekdays_at_nine_in_paris());
+    assert_hourly_defaults(&sweeps.lock().unwrap().clone());
     rt.shutdown().await;
+}
+
+/// Why a runtime of `listener` alone refuses to start.
+async fn refusal(listener: Listener) -> String {
+    let err = TestRuntime::builder()
+        .without_registered_listeners()
+        .listener(listener)
+        .start()
+        .await
+        .unwrap_err();
+    err.to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listener_schedules_are_stored_at_start_and_fire_on_their_ticks_across_a_dst_change() {
+    assert_two_weeks_of_ticks(
+        TestRuntime::builder(),
+        ["digest", "sweep"],
+        &DIGESTS,
+        &SWEEPS,
+    )
+    .await;
 }
 
 /// The same two schedules as the macro's above, declared with the builder: the same ticks.
@@ -139,21 +164,12 @@ async fn a_listener_built_by_hand_declares_its_schedule_as_the_macro_does() {
     })
     .every(Duration::from_secs(3600))
     .ticks_carry_default::<Sweep>();
-    let rt = TestRuntime::builder()
+    let runtime = TestRuntime::builder()
         .without_registered_listeners()
         .listener(hand_digest)
-        .listener(hand_sweep)
-        .starting_at(at(MONDAY))
-        .start()
-        .await
-        .unwrap();
-    assert_eq!(schedule_ids(&rt).await, ["hand-digest", "hand-sweep"]);
-
-    rt.advance(Duration::from_secs(14 * 86_400)).await;
-
-    assert_eq!(*digests.lock().unwrap(), weekdays_at_nine_in_paris());
-    assert_hourly_defaults(&sweeps.lock().unwrap().clone());
-    rt.shutdown().await;
+        .listener(hand_sweep);
+    let ids = ["hand-digest", "hand-sweep"];
+    assert_two_weeks_of_ticks(runtime, ids, &digests, &sweeps).await;
 }
 
 /// What each tick carries must be said for a message: otherwise every tick would be a poison
@@ -161,24 +177,13 @@ async fn a_listener_built_by_hand_declares_its_schedule_as_the_macro_does() {
 #[tokio::test]
 async fn a_scheduled_listener_built_by_hand_on_a_message_says_what_its_ticks_carry() {
     let untold = Listener::new("hand-sweep", |_msg: Sweep| async {}).every(Duration::from_secs(60));
-    let err = TestRuntime::builder()
-        .without_registered_listeners()
-        .listener(untold)
-        .start()
-        .await
-        .unwrap_err();
-    let text = err.to_string();
+    let text = refusal(untold).await;
     assert!(text.contains(".ticks_carry_default::<"), "{text}");
     assert!(text.contains("Sweep"), "{text}");
 
     let wrong = Listener::new("hand-sweep", |_msg: Sweep| async {})
         .every(Duration::from_secs(60))
         .ticks_carry_default::<u32>();
-    let err = TestRuntime::builder()
-        .without_registered_listeners()
-        .listener(wrong)
-        .start()
-        .await
-        .unwrap_err();
-    assert!(err.to_string().contains("another type"), "{err}");
+    let text = refusal(wrong).await;
+    assert!(text.contains("another type"), "{text}");
 }

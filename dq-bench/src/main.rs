@@ -110,9 +110,7 @@ enum Role {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let rt = tokio::runtime::Runtime::new()?;
     match cli.role {
         Some(Role::Worker {
             url,

@@ -6,8 +6,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::harness::{now_us, produce, Harness, Pushes};
-use crate::setup::{drain_limit, plan, secs, worker, Outcome, PLAIN};
+use crate::harness::{now_us, Harness, Pushes};
+use crate::setup::{
+    drain_acked, figures, finish, load_until_fault, one_fault, secs, worker, Outcome, PLAIN,
+};
 use crate::worker::BEAT;
 
 /// The longest acceptable wait, after Redis is back empty, for the workers' schedule to tick.
@@ -42,8 +44,7 @@ pub(crate) async fn redis_empty_restart(full: bool, seed: u64) -> anyhow::Result
         anyhow::ensure!(tries < 50, "could not remove the schedule: {e}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let limit_after = drain_limit(&h).await;
-    h.drain(&HashMap::new(), limit_after).await;
+    drain_acked(&mut h, &HashMap::new()).await;
     let _ = h.ledger.refresh(&h.dir);
 
     let mut failures: Vec<String> = Vec::new();
@@ -85,21 +86,15 @@ pub(crate) async fn redis_empty_restart(full: bool, seed: u64) -> anyhow::Result
             "the listener's retries (3: 4 runs) are not recorded again: {limit:?}"
         ));
     }
-    let mut extra = serde_json::Map::new();
-    extra.insert("restarts".into(), json!(restarts));
-    extra.insert("first_tick_after_return_ms".into(), json!(first_tick_ms));
-    extra.insert("declared_again_by_worker".into(), json!(said));
-    extra.insert("attempt_limit_after".into(), json!(limit));
-    extra.insert(
-        "tick_runs".into(),
-        json!(h
-            .ledger
-            .runs
-            .iter()
-            .filter(|r| r.id.starts_with(BEAT))
-            .count()),
-    );
-    extra.insert("failures".into(), json!(failures));
+    let tick_runs = h.ledger.runs.iter().filter(|r| r.id.starts_with(BEAT));
+    let extra = figures([
+        ("restarts", json!(restarts)),
+        ("first_tick_after_return_ms", json!(first_tick_ms)),
+        ("declared_again_by_worker", json!(said)),
+        ("attempt_limit_after", json!(limit)),
+        ("tick_runs", json!(tick_runs.count())),
+        ("failures", json!(failures)),
+    ]);
     Ok((h, Pushes::default(), extra))
 }
 
@@ -108,30 +103,20 @@ pub(crate) async fn redis_empty_restart(full: bool, seed: u64) -> anyhow::Result
 /// clients gave up. Their jobs are taken back by the consumers' next fetches: no attempt is
 /// charged to a job whose handler did not start, and nothing is lost.
 pub(crate) async fn redis_stall(full: bool, seed: u64) -> anyhow::Result<Outcome> {
-    let w = worker(full);
     // The stall is the fault itself, not a wait: it must outlast the client's 10 s reply limit
     // (or no reply is lost: the clients just wait), so even the short version stops Redis 12 s.
-    let (n, at, stall_ms) = if full {
-        (20_000, 10.0, 25_000)
-    } else {
-        (2_000, 2.0, 12_000)
-    };
-    let window = secs(at + stall_ms as f64 / 1000.0 + 4.0);
-    let mut h = Harness::start("redis-stall", PLAIN, w, seed).await?;
-    h.spawn_workers(3).await?;
-    let t0 = Instant::now();
-    let producer = tokio::spawn(produce(h.client.clone(), plan(n, window), seed));
-    tokio::time::sleep_until((t0 + secs(at)).into()).await;
+    let fault = one_fault(full, (25_000, 12_000));
+    let stall_ms = fault.fault_ms;
+    let mut h = Harness::start("redis-stall", PLAIN, worker(full), seed).await?;
+    let producer = load_until_fault(&mut h, fault, seed).await?;
     let pid = h.single().lock().map(|r| r.pid()).unwrap_or(0);
     anyhow::ensure!(pid > 0, "no redis-server pid");
     let start = now_us();
     signal(pid, "-STOP")?;
     tokio::time::sleep(Duration::from_millis(stall_ms)).await;
     signal(pid, "-CONT")?;
-    h.record(&format!("redis SIGSTOP {stall_ms} ms"), start, now_us());
-    let pushes = producer.await?;
-    let limit = drain_limit(&h).await;
-    h.drain(&pushes.acked, limit).await;
+    h.record_since(&format!("redis SIGSTOP {stall_ms} ms"), start);
+    let pushes = finish(&mut h, producer).await?;
     let _ = h.ledger.refresh(&h.dir);
 
     // A run on attempt k > 1 needs a run of attempt k - 1 of the same job in the ledger: an
@@ -151,11 +136,12 @@ pub(crate) async fn redis_stall(full: bool, seed: u64) -> anyhow::Result<Outcome
             "{charged_without_run} jobs were charged an attempt whose handler never started"
         )));
     }
-    let mut extra = serde_json::Map::new();
-    extra.insert("stall_ms".into(), json!(stall_ms));
-    extra.insert("charged_without_run".into(), json!(charged_without_run));
-    extra.insert("take_backs_logged".into(), json!(taken_back));
-    extra.insert("failures".into(), json!(failures));
+    let extra = figures([
+        ("stall_ms", json!(stall_ms)),
+        ("charged_without_run", json!(charged_without_run)),
+        ("take_backs_logged", json!(taken_back)),
+        ("failures", json!(failures)),
+    ]);
     Ok((h, pushes, extra))
 }
 
@@ -191,23 +177,15 @@ pub(crate) async fn maxmemory_long(full: bool, seed: u64) -> anyhow::Result<Outc
     h.redis_fault("CONFIG SET maxmemory", &["CONFIG", "SET", "maxmemory", "0"])
         .await;
     h.faults.pop();
-    h.record(
-        &format!("maxmemory reached for {full_ms} ms"),
-        start,
-        now_us(),
-    );
-    let limit = drain_limit(&h).await;
-    h.drain(&pushes.acked, limit).await;
+    h.record_since(&format!("maxmemory reached for {full_ms} ms"), start);
+    drain_acked(&mut h, &pushes.acked).await;
     let mut conn = h.redis_conn().await?;
     let reserved: u64 = redis::cmd("ZCARD")
         .arg("dq:{chaos:0}:unique")
         .query_async(&mut conn)
         .await?;
     let _ = h.ledger.refresh(&h.dir);
-    let mut runs: HashMap<&str, usize> = HashMap::new();
-    for r in &h.ledger.runs {
-        *runs.entry(r.id.as_str()).or_default() += 1;
-    }
+    let runs = h.ledger.runs_by_id();
     let ran_twice = runs.values().filter(|&&k| k > 1).count();
     let mut failures = Vec::new();
     if ran_twice > 0 {
@@ -223,15 +201,14 @@ pub(crate) async fn maxmemory_long(full: bool, seed: u64) -> anyhow::Result<Outc
     if refused.is_ok() {
         failures.push(json!("a push went through while Redis was full"));
     }
-    let mut extra = serde_json::Map::new();
-    extra.insert("full_ms".into(), json!(full_ms));
-    extra.insert("ran_twice".into(), json!(ran_twice));
-    extra.insert("unique_reserved".into(), json!(reserved));
-    extra.insert(
-        "push_while_full".into(),
-        json!(refused.map_or_else(|e| e.to_string(), |id| id.to_string())),
-    );
-    extra.insert("failures".into(), json!(failures));
+    let push_while_full = refused.map_or_else(|e| e.to_string(), |id| id.to_string());
+    let extra = figures([
+        ("full_ms", json!(full_ms)),
+        ("ran_twice", json!(ran_twice)),
+        ("unique_reserved", json!(reserved)),
+        ("push_while_full", json!(push_while_full)),
+        ("failures", json!(failures)),
+    ]);
     Ok((h, pushes, extra))
 }
 
@@ -266,20 +243,12 @@ const PROMOTED_RECOVERY_MS: f64 = 10_000.0;
 /// jobs again within seconds of the promotion; nothing is lost. Runs repeated because a lease
 /// lapsed while Redis refused writes are counted (`duplicated`).
 pub(crate) async fn replica_demote(full: bool, seed: u64) -> anyhow::Result<Outcome> {
-    let w = worker(full);
-    let (n, at, demoted_ms) = if full {
-        (20_000, 10.0, 15_000)
-    } else {
-        (2_000, 2.0, 4_000)
-    };
-    let window = secs(at + demoted_ms as f64 / 1000.0 + 4.0);
-    let mut h = Harness::start("replica-demote", PLAIN, w, seed).await?;
+    let fault = one_fault(full, (15_000, 4_000));
+    let demoted_ms = fault.fault_ms;
+    let mut h = Harness::start("replica-demote", PLAIN, worker(full), seed).await?;
     let second = tokio::task::spawn_blocking(|| dq_testkit::RedisServer::start_with(PLAIN)).await?;
     let second = std::sync::Arc::new(second);
-    h.spawn_workers(3).await?;
-    let t0 = Instant::now();
-    let producer = tokio::spawn(produce(h.client.clone(), plan(n, window), seed));
-    tokio::time::sleep_until((t0 + secs(at)).into()).await;
+    let producer = load_until_fault(&mut h, fault, seed).await?;
     let start = now_us();
     let (first, other) = (h.single(), second.clone());
     tokio::task::spawn_blocking(move || demote(&first, &other)).await??;
@@ -293,14 +262,8 @@ pub(crate) async fn replica_demote(full: bool, seed: u64) -> anyhow::Result<Outc
     })
     .await?;
     anyhow::ensure!(reply.starts_with("+OK"), "REPLICAOF NO ONE: {reply:?}");
-    h.record(
-        &format!("demoted to a replica for {demoted_ms} ms"),
-        start,
-        now_us(),
-    );
-    let pushes = producer.await?;
-    let limit = drain_limit(&h).await;
-    h.drain(&pushes.acked, limit).await;
+    h.record_since(&format!("demoted to a replica for {demoted_ms} ms"), start);
+    let pushes = finish(&mut h, producer).await?;
     // Said for what it is: a read-only replica, not an unreachable Redis.
     let readonly = log_count(&h, "read-only replica");
     let mut failures = Vec::new();
@@ -309,11 +272,12 @@ pub(crate) async fn replica_demote(full: bool, seed: u64) -> anyhow::Result<Outc
             "the workers never said Redis was a read-only replica"
         ));
     }
-    let mut extra = serde_json::Map::new();
-    extra.insert("demoted_ms".into(), json!(demoted_ms));
-    extra.insert("readonly_logged".into(), json!(readonly));
-    extra.insert("recovery_limit_ms".into(), json!(PROMOTED_RECOVERY_MS));
-    extra.insert("failures".into(), json!(failures));
+    let extra = figures([
+        ("demoted_ms", json!(demoted_ms)),
+        ("readonly_logged", json!(readonly)),
+        ("recovery_limit_ms", json!(PROMOTED_RECOVERY_MS)),
+        ("failures", json!(failures)),
+    ]);
     drop(second);
     Ok((h, pushes, extra))
 }

@@ -286,6 +286,11 @@ impl Harness {
         });
     }
 
+    /// Records a fault that began at `start_us` and is over now.
+    pub(crate) fn record_since(&mut self, kind: &str, start_us: u64) {
+        self.record(kind, start_us, now_us());
+    }
+
     /// Pushes `n` jobs of the scenario's topic in one batch, job `i` shaped by `shape` (its
     /// id, due time, options); what was acknowledged, as `produce` reports it.
     pub(crate) async fn push_batch(

@@ -2,7 +2,7 @@
 //! worker's append-only file, one `write` per line, when the handler finishes. It lives outside
 //! Redis, so what Redis lost cannot hide what ran.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
@@ -49,6 +49,20 @@ pub(crate) struct Ledger {
 }
 
 impl Ledger {
+    /// The ids of the jobs that ran.
+    pub(crate) fn ids(&self) -> HashSet<&str> {
+        self.runs.iter().map(|r| r.id.as_str()).collect()
+    }
+
+    /// How many times each job ran, by id.
+    pub(crate) fn runs_by_id(&self) -> HashMap<&str, usize> {
+        let mut runs: HashMap<&str, usize> = HashMap::new();
+        for r in &self.runs {
+            *runs.entry(r.id.as_str()).or_default() += 1;
+        }
+        runs
+    }
+
     /// Reads the complete lines appended since the last call.
     pub(crate) fn refresh(&mut self, dir: &Path) -> std::io::Result<()> {
         for entry in std::fs::read_dir(dir)? {

@@ -6,7 +6,11 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::harness::{now_us, produce, Harness, PushPlan, Pushes};
-use crate::setup::{drain_limit, plan, secs, worker, Outcome, PLAIN};
+use crate::ledger::Run;
+use crate::setup::{
+    drain_acked, figures, finish, load, load_until_fault, one_fault, plan, secs, sleep_until,
+    worker, Outcome, PLAIN,
+};
 use crate::worker::WorkerArgs;
 
 /// Every scenario, in the order `all` runs them. (`sabotage` is not among them: it deletes a
@@ -51,32 +55,55 @@ const SLOWLOG: &[&str] = &[
 /// Runs one scenario and returns its JSON line.
 pub(crate) async fn run(name: &str, full: bool, seed: u64, keep: bool) -> anyhow::Result<Value> {
     let started = Instant::now();
-    let (mut h, pushes, mut extra) = match name {
-        "worker-kill" => worker_kill(full, seed).await?,
-        "sigterm" => sigterm(full, seed).await?,
-        "client-kill" => client_kill(full, seed).await?,
-        "client-pause" => client_pause(full, seed).await?,
-        "debug-sleep" => debug_sleep(full, seed).await?,
-        "redis-kill-always" => redis_kill(full, seed, "always").await?,
-        "redis-kill-everysec" => redis_kill(full, seed, "everysec").await?,
-        "same-ms" => same_ms(full, seed).await?,
-        "inflight-kill" => inflight_kill(full, seed).await?,
-        "maxmemory" => maxmemory(full, seed).await?,
-        "blackhole" => blackhole(full, seed).await?,
-        "shard-stall" => shard_stall(full, seed).await?,
-        "cluster-reshard" => cluster_reshard(full, seed).await?,
-        "sabotage" => sabotage(seed).await?,
-        "cluster-failover" => cluster_failover(full, seed, false).await?,
-        "cluster-failover-wait" => cluster_failover(full, seed, true).await?,
-        "cron-skew" => cron_skew(full, seed).await?,
-        "redis-empty-restart" => crate::bad_states::redis_empty_restart(full, seed).await?,
-        "redis-stall" => crate::bad_states::redis_stall(full, seed).await?,
-        "maxmemory-long" => crate::bad_states::maxmemory_long(full, seed).await?,
-        "replica-demote" => crate::bad_states::replica_demote(full, seed).await?,
-        other => anyhow::bail!("unknown scenario {other:?}; the scenarios are {ALL:?}"),
-    };
+    let (mut h, pushes, mut extra) = run_until_drained(name, full, seed).await?;
     h.stop_workers().await;
     let mut report = h.report(&pushes).await?;
+    let mut failures = common_failures(name, &report);
+    own_failures(name, &report, &h, &mut extra, &mut failures);
+    let ok = failures.is_empty();
+    h.cleanup(keep || (!ok && name != "sabotage"));
+    let obj = report.as_object_mut().expect("the report is an object");
+    obj.insert("scenario".into(), json!(name));
+    obj.insert("size".into(), json!(if full { "full" } else { "short" }));
+    obj.insert("seed".into(), json!(seed));
+    obj.extend(extra);
+    obj.insert("ok".into(), json!(ok));
+    obj.insert("failures".into(), json!(failures));
+    obj.insert("elapsed_s".into(), json!(started.elapsed().as_secs_f64()));
+    Ok(report)
+}
+
+/// Runs the scenario `name` through its faults and the drain.
+async fn run_until_drained(name: &str, full: bool, seed: u64) -> anyhow::Result<Outcome> {
+    match name {
+        "worker-kill" => worker_kill(full, seed).await,
+        "sigterm" => sigterm(full, seed).await,
+        "client-kill" => client_kill(full, seed).await,
+        "client-pause" => client_pause(full, seed).await,
+        "debug-sleep" => debug_sleep(full, seed).await,
+        "redis-kill-always" => redis_kill(full, seed, "always").await,
+        "redis-kill-everysec" => redis_kill(full, seed, "everysec").await,
+        "same-ms" => same_ms(full, seed).await,
+        "inflight-kill" => inflight_kill(full, seed).await,
+        "maxmemory" => maxmemory(full, seed).await,
+        "blackhole" => blackhole(full, seed).await,
+        "shard-stall" => shard_stall(full, seed).await,
+        "cluster-reshard" => cluster_reshard(full, seed).await,
+        "sabotage" => sabotage(seed).await,
+        "cluster-failover" => cluster_failover(full, seed, false).await,
+        "cluster-failover-wait" => cluster_failover(full, seed, true).await,
+        "cron-skew" => cron_skew(full, seed).await,
+        "redis-empty-restart" => crate::bad_states::redis_empty_restart(full, seed).await,
+        "redis-stall" => crate::bad_states::redis_stall(full, seed).await,
+        "maxmemory-long" => crate::bad_states::maxmemory_long(full, seed).await,
+        "replica-demote" => crate::bad_states::replica_demote(full, seed).await,
+        other => anyhow::bail!("unknown scenario {other:?}; the scenarios are {ALL:?}"),
+    }
+}
+
+/// What fails every scenario: acknowledged jobs lost, ids run as two jobs, Redis not clean
+/// after the drain, a malformed ledger (each but where `name` allows it).
+fn common_failures(name: &str, report: &Value) -> Vec<String> {
     let mut failures: Vec<String> = Vec::new();
     let n = |k: &str| report[k].as_u64().unwrap_or(u64::MAX);
     // Where Redis may lose acknowledged writes by design, the loss is measured, not failed.
@@ -102,6 +129,19 @@ pub(crate) async fn run(name: &str, full: bool, seed: u64, keep: bool) -> anyhow
     if n("ledger_malformed") > 0 {
         failures.push("malformed ledger lines".into());
     }
+    failures
+}
+
+/// Adds to `failures` what fails scenario `name` by its own rules, then the failures it found
+/// itself (`extra["failures"]`, taken out of `extra`).
+fn own_failures(
+    name: &str,
+    report: &Value,
+    h: &Harness,
+    extra: &mut serde_json::Map<String, Value>,
+    failures: &mut Vec<String>,
+) {
+    let n = |k: &str| report[k].as_u64().unwrap_or(u64::MAX);
     if name == "sigterm" {
         if n("duplicated") > 0 {
             failures.push(format!(
@@ -152,63 +192,57 @@ pub(crate) async fn run(name: &str, full: bool, seed: u64, keep: bool) -> anyhow
     {
         failures.push(reason.as_str().unwrap_or_default().to_owned());
     }
-    let ok = failures.is_empty();
-    h.cleanup(keep || (!ok && name != "sabotage"));
-    let obj = report.as_object_mut().expect("the report is an object");
-    obj.insert("scenario".into(), json!(name));
-    obj.insert("size".into(), json!(if full { "full" } else { "short" }));
-    obj.insert("seed".into(), json!(seed));
-    obj.extend(extra);
-    obj.insert("ok".into(), json!(ok));
-    obj.insert("failures".into(), json!(failures));
-    obj.insert("elapsed_s".into(), json!(started.elapsed().as_secs_f64()));
-    Ok(report)
 }
 
 /// SIGKILL of a random worker every 1-3 s (short: 0.5-1.5 s), restarted at once.
 async fn worker_kill(full: bool, seed: u64) -> anyhow::Result<Outcome> {
-    let (n, workers, kills, every) = if full {
-        (100_000, 4, 200, (1_000, 3_000))
+    let size = if full {
+        (100_000, 4, 200)
     } else {
-        (2_000, 3, 8, (500, 1_500))
+        (2_000, 3, 8)
     };
-    let window = Duration::from_millis(kills * (every.0 + every.1) / 2);
-    let mut h = Harness::start("worker-kill", PLAIN, worker(full), seed).await?;
-    h.spawn_workers(workers).await?;
-    let producer = tokio::spawn(produce(h.client.clone(), plan(n, window), seed));
-    for _ in 0..kills {
-        let wait = h.rng.range(every.0, every.1);
-        tokio::time::sleep(Duration::from_millis(wait)).await;
-        let slot = h.rng.range(0, workers as u64 - 1) as usize;
-        h.kill_and_restart(slot)?;
-    }
-    let pushes = producer.await?;
-    let limit = drain_limit(&h).await;
-    h.drain(&pushes.acked, limit).await;
-    Ok((h, pushes, Default::default()))
+    stop_and_restart("worker-kill", full, seed, size, Stop::Kill).await
 }
 
 /// SIGTERM to a random worker every 1-3 s (short: 0.5-1.5 s) under load, restarted after it
 /// exits: nothing lost, nothing run twice, each exit within the grace period + 1 s.
 async fn sigterm(full: bool, seed: u64) -> anyhow::Result<Outcome> {
-    let (n, workers, terms, every) = if full {
-        (20_000, 4, 60, (1_000, 3_000))
-    } else {
-        (2_000, 3, 8, (500, 1_500))
-    };
-    let window = Duration::from_millis(terms * (every.0 + every.1) / 2);
-    let mut h = Harness::start("sigterm", PLAIN, worker(full), seed).await?;
-    h.spawn_workers(workers).await?;
-    let producer = tokio::spawn(produce(h.client.clone(), plan(n, window), seed));
-    for _ in 0..terms {
+    let size = if full { (20_000, 4, 60) } else { (2_000, 3, 8) };
+    stop_and_restart("sigterm", full, seed, size, Stop::Terminate).await
+}
+
+/// How [`stop_and_restart`] stops a worker.
+#[derive(Debug, Clone, Copy)]
+enum Stop {
+    /// SIGKILL, restarted at once.
+    Kill,
+    /// SIGTERM, restarted once it exited.
+    Terminate,
+}
+
+/// `n` jobs on `workers` workers, one of them, at random, stopped `stops` times every 1-3 s
+/// (short: 0.5-1.5 s) and restarted; the window of the pushes is as long as the stops.
+async fn stop_and_restart(
+    name: &str,
+    full: bool,
+    seed: u64,
+    (n, workers, stops): (usize, usize, u64),
+    stop: Stop,
+) -> anyhow::Result<Outcome> {
+    let every = if full { (1_000, 3_000) } else { (500, 1_500) };
+    let window = Duration::from_millis(stops * (every.0 + every.1) / 2);
+    let mut h = Harness::start(name, PLAIN, worker(full), seed).await?;
+    let (_, producer) = load(&mut h, workers, plan(n, window), seed).await?;
+    for _ in 0..stops {
         let wait = h.rng.range(every.0, every.1);
         tokio::time::sleep(Duration::from_millis(wait)).await;
         let slot = h.rng.range(0, workers as u64 - 1) as usize;
-        h.terminate_and_restart(slot).await?;
+        match stop {
+            Stop::Kill => h.kill_and_restart(slot)?,
+            Stop::Terminate => h.terminate_and_restart(slot).await?,
+        }
     }
-    let pushes = producer.await?;
-    let limit = drain_limit(&h).await;
-    h.drain(&pushes.acked, limit).await;
+    let pushes = finish(&mut h, producer).await?;
     Ok((h, pushes, Default::default()))
 }
 
@@ -217,12 +251,7 @@ async fn sigterm(full: bool, seed: u64) -> anyhow::Result<Outcome> {
 async fn client_kill(full: bool, seed: u64) -> anyhow::Result<Outcome> {
     let (n, kills) = if full { (20_000, 120) } else { (2_000, 6) };
     let mut h = Harness::start("client-kill", PLAIN, worker(full), seed).await?;
-    h.spawn_workers(3).await?;
-    let producer = tokio::spawn(produce(
-        h.client.clone(),
-        plan(n, Duration::from_secs(kills)),
-        seed,
-    ));
+    let (_, producer) = load(&mut h, 3, plan(n, Duration::from_secs(kills)), seed).await?;
     let mut killed = 0u64;
     for _ in 0..kills {
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -234,30 +263,38 @@ async fn client_kill(full: bool, seed: u64) -> anyhow::Result<Outcome> {
             .parse::<u64>()
             .unwrap_or_default();
     }
-    let pushes = producer.await?;
-    let limit = drain_limit(&h).await;
-    h.drain(&pushes.acked, limit).await;
-    let mut extra = serde_json::Map::new();
-    extra.insert("connections_killed".into(), json!(killed));
+    let pushes = finish(&mut h, producer).await?;
+    let extra = figures([("connections_killed", json!(killed))]);
     Ok((h, pushes, extra))
+}
+
+/// A fault twice under load, as `(at s, ms)`: first for `first_ms` (full, short) at 10 s
+/// (short: 2 s), then for longer than the lease of `w` at 30 s (short: `second_at_short`);
+/// with the plan of 20,000 jobs (short: 2,000) pushed until 2 s after the second.
+fn twice(
+    full: bool,
+    w: &WorkerArgs,
+    first_ms: (u64, u64),
+    second_at_short: f64,
+) -> ([(f64, u64); 2], PushPlan) {
+    let faults = if full {
+        [(10.0, first_ms.0), (30.0, w.lease_ms + 3_000)]
+    } else {
+        [(2.0, first_ms.1), (second_at_short, w.lease_ms + 1_000)]
+    };
+    let window = secs(faults[1].0 + faults[1].1 as f64 / 1000.0 + 2.0);
+    let n = if full { 20_000 } else { 2_000 };
+    (faults, plan(n, window))
 }
 
 /// `CLIENT PAUSE <ms> WRITE` twice: once shorter than the lease, once longer.
 async fn client_pause(full: bool, seed: u64) -> anyhow::Result<Outcome> {
     let w = worker(full);
-    let pauses = if full {
-        [(10.0, 5_000), (30.0, w.lease_ms + 3_000)]
-    } else {
-        [(2.0, 2_000), (6.0, w.lease_ms + 1_000)]
-    };
-    let window = secs(pauses[1].0 + pauses[1].1 as f64 / 1000.0 + 2.0);
-    let n = if full { 20_000 } else { 2_000 };
+    let (pauses, pushing) = twice(full, &w, (5_000, 2_000), 6.0);
     let mut h = Harness::start("client-pause", PLAIN, w, seed).await?;
-    h.spawn_workers(3).await?;
-    let t0 = Instant::now();
-    let producer = tokio::spawn(produce(h.client.clone(), plan(n, window), seed));
+    let (t0, producer) = load(&mut h, 3, pushing, seed).await?;
     for (at, ms) in pauses {
-        tokio::time::sleep_until((t0 + secs(at)).into()).await;
+        sleep_until(t0, at).await;
         let start = now_us();
         let ms_text = ms.to_string();
         h.redis_fault("CLIENT PAUSE", &["CLIENT", "PAUSE", &ms_text, "WRITE"])
@@ -269,38 +306,26 @@ async fn client_pause(full: bool, seed: u64) -> anyhow::Result<Outcome> {
             start + ms * 1000,
         );
     }
-    let pushes = producer.await?;
-    let limit = drain_limit(&h).await;
-    h.drain(&pushes.acked, limit).await;
+    let pushes = finish(&mut h, producer).await?;
     Ok((h, pushes, Default::default()))
 }
 
 /// `DEBUG SLEEP 3` and a sleep longer than the lease: Redis answers nobody meanwhile.
 async fn debug_sleep(full: bool, seed: u64) -> anyhow::Result<Outcome> {
     let w = worker(full);
-    let sleeps = if full {
-        [(10.0, 3_000), (30.0, w.lease_ms + 3_000)]
-    } else {
-        [(2.0, 3_000), (8.0, w.lease_ms + 1_000)]
-    };
-    let window = secs(sleeps[1].0 + sleeps[1].1 as f64 / 1000.0 + 2.0);
-    let n = if full { 20_000 } else { 2_000 };
+    let (sleeps, pushing) = twice(full, &w, (3_000, 3_000), 8.0);
     let args = [PLAIN, &["--enable-debug-command", "yes"]].concat();
     let mut h = Harness::start("debug-sleep", &args, w, seed).await?;
-    h.spawn_workers(3).await?;
-    let t0 = Instant::now();
-    let producer = tokio::spawn(produce(h.client.clone(), plan(n, window), seed));
+    let (t0, producer) = load(&mut h, 3, pushing, seed).await?;
     for (at, ms) in sleeps {
-        tokio::time::sleep_until((t0 + secs(at)).into()).await;
+        sleep_until(t0, at).await;
         let s = format!("{:.3}", ms as f64 / 1000.0);
         let reply = h
             .redis_fault(&format!("DEBUG SLEEP {s}"), &["DEBUG", "SLEEP", &s])
             .await;
         anyhow::ensure!(reply == "+OK", "DEBUG SLEEP answered {reply:?}");
     }
-    let pushes = producer.await?;
-    let limit = drain_limit(&h).await;
-    h.drain(&pushes.acked, limit).await;
+    let pushes = finish(&mut h, producer).await?;
     Ok((h, pushes, Default::default()))
 }
 
@@ -310,30 +335,21 @@ async fn debug_sleep(full: bool, seed: u64) -> anyhow::Result<Outcome> {
 /// the workers must notice by their own time limits and pings, reconnect, and run jobs again
 /// within seconds. The producer talks to Redis directly and keeps pushing meanwhile.
 async fn blackhole(full: bool, seed: u64) -> anyhow::Result<Outcome> {
-    let w = worker(full);
-    let (at, dark_ms) = if full { (10.0, 30_000) } else { (2.0, 8_000) };
-    let window = secs(at + dark_ms as f64 / 1000.0 + 4.0);
-    let n = if full { 20_000 } else { 2_000 };
-    let mut h = Harness::start("blackhole", PLAIN, w, seed).await?;
+    let fault = one_fault(full, (30_000, 8_000));
+    let dark_ms = fault.fault_ms;
+    let mut h = Harness::start("blackhole", PLAIN, worker(full), seed).await?;
     let port = h.single().lock().map(|r| r.port()).unwrap_or(0);
     let proxy = crate::proxy::Blackhole::start(([127, 0, 0, 1], port).into()).await?;
     h.worker.url = proxy.url();
-    h.spawn_workers(3).await?;
-    let t0 = Instant::now();
-    let producer = tokio::spawn(produce(h.client.clone(), plan(n, window), seed));
-    tokio::time::sleep_until((t0 + secs(at)).into()).await;
+    let producer = load_until_fault(&mut h, fault, seed).await?;
     let start = now_us();
     let cut = proxy.cut();
     tokio::time::sleep(Duration::from_millis(dark_ms)).await;
     proxy.restore();
-    h.record(&format!("network silent {dark_ms} ms"), start, now_us());
+    h.record_since(&format!("network silent {dark_ms} ms"), start);
     h.proxy = Some(proxy);
-    let pushes = producer.await?;
-    let limit = drain_limit(&h).await;
-    h.drain(&pushes.acked, limit).await;
-    let mut extra = serde_json::Map::new();
-    extra.insert("connections_cut".into(), json!(cut));
-    Ok((h, pushes, extra))
+    let pushes = finish(&mut h, producer).await?;
+    Ok((h, pushes, figures([("connections_cut", json!(cut))])))
 }
 
 /// kill -9 of redis-server under load, restarted after a second, with `appendonly yes` and
@@ -348,23 +364,18 @@ async fn redis_kill(full: bool, seed: u64, fsync: &str) -> anyhow::Result<Outcom
     let args = ["--save", "", "--appendonly", "yes", "--appendfsync", fsync];
     let name = format!("redis-kill-{fsync}");
     let mut h = Harness::start(&name, &args, worker(full), seed).await?;
-    h.spawn_workers(3).await?;
-    let t0 = Instant::now();
-    let producer = tokio::spawn(produce(h.client.clone(), plan(n, secs(window)), seed));
+    let (t0, producer) = load(&mut h, 3, plan(n, secs(window)), seed).await?;
     let mut kill_times = Vec::new();
     let mut orphans = 0;
     for at in kills_at {
-        tokio::time::sleep_until((t0 + secs(at)).into()).await;
+        sleep_until(t0, at).await;
         kill_times.push(h.kill_redis(Duration::from_secs(1)).await);
         // Right after the restart: every job Redis still has must be in a queue, so none is
         // left without a lease or a place.
         orphans += h.orphans().await?;
     }
-    let pushes = producer.await?;
-    let limit = drain_limit(&h).await;
-    h.drain(&pushes.acked, limit).await;
-    let mut extra = serde_json::Map::new();
-    extra.insert("orphans_after_restart".into(), json!(orphans));
+    let pushes = finish(&mut h, producer).await?;
+    let mut extra = figures([("orphans_after_restart", json!(orphans))]);
     let mut failures = Vec::new();
     if orphans > 0 {
         failures.push(json!(format!(
@@ -374,8 +385,7 @@ async fn redis_kill(full: bool, seed: u64, fsync: &str) -> anyhow::Result<Outcom
     if fsync == "everysec" {
         // The loss window: the oldest acknowledgement of a lost job, before the kill after it.
         let _ = h.ledger.refresh(&h.dir);
-        let ran: std::collections::HashSet<&str> =
-            h.ledger.runs.iter().map(|r| r.id.as_str()).collect();
+        let ran = h.ledger.ids();
         let window_ms = pushes
             .acked
             .iter()
@@ -490,8 +500,7 @@ async fn maxmemory(full: bool, seed: u64) -> anyhow::Result<Outcome> {
         retry_for: Duration::from_secs(10),
     };
     let pushes = produce(h.client.clone(), p, seed).await;
-    let limit = drain_limit(&h).await;
-    h.drain(&pushes.acked, limit).await;
+    drain_acked(&mut h, &pushes.acked).await;
     let mut extra = serde_json::Map::new();
     let oom = pushes.errors.get("push oom").copied().unwrap_or(0);
     if oom == 0 {
@@ -561,7 +570,7 @@ async fn shard_stall(full: bool, seed: u64) -> anyhow::Result<Outcome> {
     let paused = h.master_of_shard(0).await?;
     let t0 = Instant::now();
     let producer = tokio::spawn(produce(h.client.clone(), plan(n, secs(window)), seed));
-    tokio::time::sleep_until((t0 + secs(at)).into()).await;
+    sleep_until(t0, at).await;
     let start = now_us();
     let ms = pause_ms.to_string();
     let reply = h
@@ -573,16 +582,11 @@ async fn shard_stall(full: bool, seed: u64) -> anyhow::Result<Outcome> {
         start,
         start + pause_ms * 1000,
     );
-    let pushes = producer.await?;
-    let limit = drain_limit(&h).await;
-    h.drain(&pushes.acked, limit).await;
+    let pushes = finish(&mut h, producer).await?;
     let _ = h.ledger.refresh(&h.dir);
     let on_paused = h.shards_of_master(paused).await?;
     let shards = h.client.config().shards;
-    let mut runs: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
-    for r in &h.ledger.runs {
-        *runs.entry(r.id.as_str()).or_default() += 1;
-    }
+    let runs = h.ledger.runs_by_id();
     let topic = dq::Topic::new(crate::TOPIC)?;
     let (mut twice_paused, mut twice_elsewhere) = (0u64, 0u64);
     for (id, _) in runs.into_iter().filter(|&(_, n)| n > 1) {
@@ -593,10 +597,11 @@ async fn shard_stall(full: bool, seed: u64) -> anyhow::Result<Outcome> {
             twice_elsewhere += 1;
         }
     }
-    let mut extra = serde_json::Map::new();
-    extra.insert("paused_master_shards".into(), json!(on_paused.len()));
-    extra.insert("duplicated_on_paused_master".into(), json!(twice_paused));
-    extra.insert("duplicated_elsewhere".into(), json!(twice_elsewhere));
+    let mut extra = figures([
+        ("paused_master_shards", json!(on_paused.len())),
+        ("duplicated_on_paused_master", json!(twice_paused)),
+        ("duplicated_elsewhere", json!(twice_elsewhere)),
+    ]);
     if twice_elsewhere > 0 {
         extra.insert(
             "failures".into(),
@@ -631,16 +636,13 @@ async fn cluster_reshard(full: bool, seed: u64) -> anyhow::Result<Outcome> {
         ..worker(full)
     };
     let mut h = Harness::start_cluster("cluster-reshard", 3, 0, w, seed).await?;
-    h.spawn_workers(3).await?;
-    let t0 = Instant::now();
-    let producer = tokio::spawn(produce(h.client.clone(), plan(n, secs(window)), seed));
+    let (t0, producer) = load(&mut h, 3, plan(n, secs(window)), seed).await?;
     let masters = h.master_ports().await?;
     let (mut slots, mut keys, mut busy) = (0u64, 0u64, 0u64);
     let start = now_us();
     for round in 0..rounds {
         // Once a backlog has built up (the lists exist), then again later.
-        let at = window * (0.4 + 0.3 * f64::from(round));
-        tokio::time::sleep_until((t0 + secs(at)).into()).await;
+        sleep_until(t0, window * (0.4 + 0.3 * f64::from(round))).await;
         for shard in 0..shards {
             let from = h.master_of_shard(shard).await?;
             let next = masters.iter().position(|&p| p == from).unwrap_or(0) + 1;
@@ -660,18 +662,13 @@ async fn cluster_reshard(full: bool, seed: u64) -> anyhow::Result<Outcome> {
             busy += b;
         }
     }
-    h.record(
-        &format!("{slots} shard slots moved between masters"),
-        start,
-        now_us(),
-    );
-    let pushes = producer.await?;
-    let limit = drain_limit(&h).await;
-    h.drain(&pushes.acked, limit).await;
-    let mut extra = serde_json::Map::new();
-    extra.insert("slots_moved".into(), json!(slots));
-    extra.insert("keys_moved".into(), json!(keys));
-    extra.insert("busy_keys".into(), json!(busy));
+    h.record_since(&format!("{slots} shard slots moved between masters"), start);
+    let pushes = finish(&mut h, producer).await?;
+    let mut extra = figures([
+        ("slots_moved", json!(slots)),
+        ("keys_moved", json!(keys)),
+        ("busy_keys", json!(busy)),
+    ]);
     if busy > 0 {
         extra.insert(
             "failures".into(),
@@ -708,18 +705,15 @@ async fn cluster_failover(full: bool, seed: u64, wait: bool) -> anyhow::Result<O
     let producer_client = dq::Client::connect(producer_config.build()?).await?;
     let t0 = Instant::now();
     let producer = tokio::spawn(produce(producer_client, plan(n, secs(window)), seed));
-    tokio::time::sleep_until((t0 + secs(kill_at)).into()).await;
+    sleep_until(t0, kill_at).await;
     // The replica lags 300 ms behind when its master dies: what asynchronous replication can
     // lose, and what WAIT saves.
     let killed = h
         .kill_cluster_master(Some(Duration::from_millis(300)))
         .await?;
-    let pushes = producer.await?;
-    let limit = drain_limit(&h).await;
-    h.drain(&pushes.acked, limit).await;
+    let pushes = finish(&mut h, producer).await?;
     let _ = h.ledger.refresh(&h.dir);
-    let ran: std::collections::HashSet<&str> =
-        h.ledger.runs.iter().map(|r| r.id.as_str()).collect();
+    let ran = h.ledger.ids();
     let lost_before_kill: Vec<u64> = pushes
         .acked
         .iter()
@@ -766,16 +760,69 @@ async fn cron_skew(full: bool, seed: u64) -> anyhow::Result<Outcome> {
     let mut h = Harness::start("cron-skew", PLAIN, worker(full), seed).await?;
     h.clock_offsets_ms = offsets_ms.clone();
     h.spawn_workers(offsets_ms.len()).await?;
+    let skews = measured_skews(&h).await;
+    let (first_us, last_us) = tick_under_kills(&mut h, ticks, every, offsets_ms.len()).await?;
+    drain_acked(&mut h, &Default::default()).await;
+    let _ = h.ledger.refresh(&h.dir);
+
+    let mut failures = skew_failures(&offsets_ms, &skews);
+    let t = TickRuns::of(&h.ledger.runs, first_us, last_us, ticks);
+    if t.jobs as u64 != ticks || !t.missing.is_empty() || t.two_jobs > 0 || t.off_tick > 0 {
+        failures.push(format!(
+            "{} jobs for {ticks} ticks: {} missing ({:?}), {} ticks with two jobs, {} jobs not of a tick",
+            t.jobs,
+            t.missing.len(),
+            t.missing,
+            t.two_jobs,
+            t.off_tick
+        ));
+    }
+    if t.wrong_due > 0 {
+        failures.push(format!("{} jobs not due at their tick", t.wrong_due));
+    }
+    if t.early > 0 {
+        failures.push(format!("{} jobs started before their tick", t.early));
+    }
+    let mut lateness = t.lateness;
+    let extra = figures([
+        ("ticks", json!(ticks)),
+        ("tick_jobs", json!(t.jobs)),
+        ("ticks_missing", json!(t.missing.len())),
+        ("ticks_with_two_jobs", json!(t.two_jobs)),
+        ("early", json!(t.early)),
+        ("jobs_after_window", json!(t.after_window)),
+        ("ticks_run_twice", json!(t.ran_twice)),
+        ("clock_offsets_ms", json!(offsets_ms)),
+        ("measured_skew_ms", json!(skews)),
+        ("tick_lateness_ms", crate::harness::summary(&mut lateness)),
+        ("failures", json!(failures)),
+    ]);
+    Ok((h, Pushes::default(), extra))
+}
+
+/// The skew each worker measured against Redis' clock, once every one has written it (or
+/// after 10 s).
+async fn measured_skews(h: &Harness) -> Vec<Option<i64>> {
     // Each worker writes the skew it sees once it has started: proof the offset took.
     let deadline = Instant::now() + Duration::from_secs(10);
-    let skews = loop {
+    loop {
         let skews = h.measured_skews_ms();
         if skews.iter().all(Option::is_some) || Instant::now() > deadline {
-            break skews;
+            return skews;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    }
+}
 
+/// Declares [`SCHEDULE`], lets it tick `ticks` times while a random one of the `workers` is
+/// killed and restarted every `every` ms, then removes it: the first and the last tick of
+/// the window (us).
+async fn tick_under_kills(
+    h: &mut Harness,
+    ticks: u64,
+    every: (u64, u64),
+    workers: usize,
+) -> anyhow::Result<(u64, u64)> {
     let start_us = dq::store::to_us(h.client.store_time().await?);
     h.client
         .schedule(SCHEDULE)
@@ -799,16 +846,17 @@ async fn cron_skew(full: bool, seed: u64) -> anyhow::Result<Outcome> {
         if Instant::now() >= until {
             break;
         }
-        let slot = h.rng.range(0, offsets_ms.len() as u64 - 1) as usize;
+        let slot = h.rng.range(0, workers as u64 - 1) as usize;
         h.kill_and_restart(slot)?;
     }
     h.client.unschedule(SCHEDULE).await?;
-    let limit = drain_limit(&h).await;
-    h.drain(&Default::default(), limit).await;
-    let _ = h.ledger.refresh(&h.dir);
+    Ok((first_us, last_us))
+}
 
+/// A failure for each worker whose measured skew is not within 500 ms of its offset.
+fn skew_failures(offsets_ms: &[i64], skews: &[Option<i64>]) -> Vec<String> {
     let mut failures: Vec<String> = Vec::new();
-    for (slot, (want, got)) in offsets_ms.iter().zip(&skews).enumerate() {
+    for (slot, (want, got)) in offsets_ms.iter().zip(skews).enumerate() {
         match got {
             Some(got) if (got - want).abs() <= 500 => {}
             other => failures.push(format!(
@@ -816,80 +864,89 @@ async fn cron_skew(full: bool, seed: u64) -> anyhow::Result<Outcome> {
             )),
         }
     }
-    // Per tick of the window (read from the job's id, `<schedule>@<tick in ms>`): its runs. A
-    // second job for one tick would have the same id and run again as attempt 1, which the
-    // report counts as `second_jobs` (and fails).
-    let mut by_tick: std::collections::BTreeMap<u64, Vec<&crate::ledger::Run>> = Default::default();
-    let mut foreign = 0;
-    let mut after_window = 0;
-    for run in &h.ledger.runs {
-        let tick_us = run
-            .id
-            .strip_prefix(SCHEDULE)
-            .and_then(|rest| rest.strip_prefix('@'))
-            .and_then(|ms| ms.parse::<u64>().ok())
-            .map(|ms| ms * 1000);
-        match tick_us {
-            None => foreign += 1,
-            Some(t) if t > last_us => after_window += 1,
-            Some(t) if t < first_us => foreign += 1,
-            Some(t) => by_tick.entry(t).or_default().push(run),
+    failures
+}
+
+/// What the ledger says of the ticks of the window `first_us..=last_us`.
+#[derive(Debug)]
+struct TickRuns {
+    /// Ticks of the window that have a job.
+    jobs: usize,
+    /// Ticks of the window without one (us).
+    missing: Vec<u64>,
+    /// Ticks with two jobs (two runs as attempt 1).
+    two_jobs: usize,
+    /// Jobs that belong to no tick of the window, or not to a whole second.
+    off_tick: usize,
+    /// Ticks whose job was not due at the tick.
+    wrong_due: usize,
+    /// Ticks whose job started before the tick.
+    early: usize,
+    /// Jobs of ticks after the window.
+    after_window: usize,
+    /// Ticks whose job ran more than once.
+    ran_twice: usize,
+    /// How late each tick's first run started (ms).
+    lateness: Vec<f64>,
+}
+
+impl TickRuns {
+    /// Reads `runs` for the `ticks` ticks of the window `first_us..=last_us`.
+    fn of(runs: &[Run], first_us: u64, last_us: u64, ticks: u64) -> TickRuns {
+        // Per tick of the window (read from the job's id, `<schedule>@<tick in ms>`): its runs.
+        // A second job for one tick would have the same id and run again as attempt 1, which
+        // the report counts as `second_jobs` (and fails).
+        let mut by_tick: std::collections::BTreeMap<u64, Vec<&Run>> = Default::default();
+        let mut foreign = 0;
+        let mut after_window = 0;
+        for run in runs {
+            let tick_us = run
+                .id
+                .strip_prefix(SCHEDULE)
+                .and_then(|rest| rest.strip_prefix('@'))
+                .and_then(|ms| ms.parse::<u64>().ok())
+                .map(|ms| ms * 1000);
+            match tick_us {
+                None => foreign += 1,
+                Some(t) if t > last_us => after_window += 1,
+                Some(t) if t < first_us => foreign += 1,
+                Some(t) => by_tick.entry(t).or_default().push(run),
+            }
+        }
+        let missing: Vec<u64> = (0..ticks)
+            .map(|i| first_us + i * 1_000_000)
+            .filter(|t| !by_tick.contains_key(t))
+            .collect();
+        let off_tick = by_tick.keys().filter(|t| *t % 1_000_000 != 0).count() + foreign;
+        let two_jobs = by_tick
+            .values()
+            .filter(|runs| runs.iter().filter(|r| r.attempt == 1).count() > 1)
+            .count();
+        let mut wrong_due = 0;
+        let mut early = 0;
+        let mut lateness: Vec<f64> = Vec::new();
+        for (tick, runs) in &by_tick {
+            let Some(first) = runs.iter().min_by_key(|r| r.start_us) else {
+                continue;
+            };
+            if runs.iter().any(|r| r.attempt == 1 && r.due_us != *tick) {
+                wrong_due += 1;
+            }
+            if first.start_us < *tick {
+                early += 1;
+            }
+            lateness.push((first.start_us as f64 - *tick as f64) / 1000.0);
+        }
+        TickRuns {
+            jobs: by_tick.len(),
+            missing,
+            two_jobs,
+            off_tick,
+            wrong_due,
+            early,
+            after_window,
+            ran_twice: by_tick.values().filter(|runs| runs.len() > 1).count(),
+            lateness,
         }
     }
-    let expected: Vec<u64> = (0..ticks).map(|i| first_us + i * 1_000_000).collect();
-    let missing: Vec<u64> = expected
-        .iter()
-        .copied()
-        .filter(|t| !by_tick.contains_key(t))
-        .collect();
-    let off_tick = by_tick.keys().filter(|t| *t % 1_000_000 != 0).count() + foreign;
-    let two_jobs = by_tick
-        .values()
-        .filter(|runs| runs.iter().filter(|r| r.attempt == 1).count() > 1)
-        .count();
-    let mut wrong_due = 0;
-    let mut early = 0;
-    let mut lateness: Vec<f64> = Vec::new();
-    for (tick, runs) in &by_tick {
-        let Some(first) = runs.iter().min_by_key(|r| r.start_us) else {
-            continue;
-        };
-        if runs.iter().any(|r| r.attempt == 1 && r.due_us != *tick) {
-            wrong_due += 1;
-        }
-        if first.start_us < *tick {
-            early += 1;
-        }
-        lateness.push((first.start_us as f64 - *tick as f64) / 1000.0);
-    }
-    let ran_twice = by_tick.values().filter(|runs| runs.len() > 1).count();
-    let jobs = by_tick.len();
-    if jobs as u64 != ticks || !missing.is_empty() || two_jobs > 0 || off_tick > 0 {
-        failures.push(format!(
-            "{jobs} jobs for {ticks} ticks: {} missing ({missing:?}), {two_jobs} ticks with two jobs, {off_tick} jobs not of a tick",
-            missing.len()
-        ));
-    }
-    if wrong_due > 0 {
-        failures.push(format!("{wrong_due} jobs not due at their tick"));
-    }
-    if early > 0 {
-        failures.push(format!("{early} jobs started before their tick"));
-    }
-    let mut extra = serde_json::Map::new();
-    extra.insert("ticks".into(), json!(ticks));
-    extra.insert("tick_jobs".into(), json!(jobs));
-    extra.insert("ticks_missing".into(), json!(missing.len()));
-    extra.insert("ticks_with_two_jobs".into(), json!(two_jobs));
-    extra.insert("early".into(), json!(early));
-    extra.insert("jobs_after_window".into(), json!(after_window));
-    extra.insert("ticks_run_twice".into(), json!(ran_twice));
-    extra.insert("clock_offsets_ms".into(), json!(offsets_ms));
-    extra.insert("measured_skew_ms".into(), json!(skews));
-    extra.insert(
-        "tick_lateness_ms".into(),
-        crate::harness::summary(&mut lateness),
-    );
-    extra.insert("failures".into(), json!(failures));
-    Ok((h, Pushes::default(), extra))
 }

@@ -62,17 +62,26 @@ async fn beat(
     ledger: dq::State<BeatLedger>,
 ) -> Result<(), String> {
     let now = true_now_us(ledger.offset_ms);
+    append_run(&ledger.file, &ctx, now, now)
+}
+
+/// Appends the run of `ctx`'s job from `start_us` to `end_us` to the ledger `file`.
+fn append_run(
+    file: &Mutex<std::fs::File>,
+    ctx: &dq::JobContext,
+    start_us: u64,
+    end_us: u64,
+) -> Result<(), String> {
     let entry = ledger::line(
         ctx.id().as_str(),
         ctx.attempt(),
-        now,
-        now,
+        start_us,
+        end_us,
         dq::store::to_us(ctx.due()),
     );
-    let mut f = ledger
-        .file
-        .lock()
-        .map_err(|_| "ledger lock poisoned".to_owned())?;
+    // One write(2) of one short line to an O_APPEND file: a SIGKILL leaves it whole or absent,
+    // and the file is outside Redis.
+    let mut f = file.lock().map_err(|_| "ledger lock poisoned".to_owned())?;
     f.write_all(entry.as_bytes())
         .map_err(|e| format!("writing the ledger: {e}"))
 }
@@ -110,18 +119,7 @@ pub(crate) async fn run(args: WorkerArgs) -> anyhow::Result<()> {
                 tokio::time::sleep(Duration::from_millis(ms)).await;
             }
             let end = true_now_us(a.clock_offset_ms);
-            let entry = ledger::line(
-                ctx.id().as_str(),
-                ctx.attempt(),
-                start,
-                end,
-                dq::store::to_us(ctx.due()),
-            );
-            // One write(2) of one short line to an O_APPEND file: a SIGKILL leaves it whole or
-            // absent, and the file is outside Redis.
-            let mut f = file.lock().map_err(|_| "ledger lock poisoned".to_owned())?;
-            f.write_all(entry.as_bytes())
-                .map_err(|e| format!("writing the ledger: {e}"))
+            append_run(&file, &ctx, start, end)
         }
     })
     .concurrency(args.concurrency)

@@ -48,6 +48,13 @@ fn assert_zero(report: &serde_json::Value, fields: &[&str]) {
     }
 }
 
+/// [`assert_ok`], and each of `fields` is 0.
+fn assert_ok_with_zero(scenario: &str, fields: &[&str]) -> serde_json::Value {
+    let report = assert_ok(scenario);
+    assert_zero(&report, fields);
+    report
+}
+
 #[test]
 fn worker_sigkill_every_second_loses_no_job() {
     let r = assert_ok("worker-kill");
@@ -57,8 +64,7 @@ fn worker_sigkill_every_second_loses_no_job() {
 
 #[test]
 fn sigterm_under_load_loses_nothing_and_runs_nothing_twice() {
-    let r = assert_ok("sigterm");
-    assert_zero(&r, &["lost", "duplicated"]);
+    let r = assert_ok_with_zero("sigterm", &["lost", "duplicated"]);
     assert!(
         r["exit_ms_max"].as_u64().unwrap() <= 6_000,
         "{}",
@@ -68,8 +74,7 @@ fn sigterm_under_load_loses_nothing_and_runs_nothing_twice() {
 
 #[test]
 fn client_kill_every_second_loses_nothing_and_a_retried_push_makes_no_second_job() {
-    let r = assert_ok("client-kill");
-    assert_zero(&r, &["lost", "second_jobs"]);
+    let r = assert_ok_with_zero("client-kill", &["lost", "second_jobs"]);
     assert!(r["connections_killed"].as_u64().unwrap() > 0);
 }
 
@@ -85,8 +90,7 @@ fn debug_sleep_shorter_and_longer_than_the_lease_loses_nothing() {
 
 #[test]
 fn redis_sigkill_with_appendfsync_always_loses_no_acknowledged_push() {
-    let r = assert_ok("redis-kill-always");
-    assert_zero(&r, &["lost", "orphans_after_restart"]);
+    assert_ok_with_zero("redis-kill-always", &["lost", "orphans_after_restart"]);
 }
 
 #[test]
@@ -207,16 +211,14 @@ fn a_redis_restarted_empty_gets_the_workers_schedules_back_within_seconds() {
 /// back; no attempt is charged to a job whose handler did not start; nothing is lost.
 #[test]
 fn a_stalled_redis_charges_no_attempt_to_a_job_that_did_not_start() {
-    let r = assert_ok("redis-stall");
-    assert_zero(&r, &["lost", "charged_without_run"]);
+    assert_ok_with_zero("redis-stall", &["lost", "charged_without_run"]);
 }
 
 /// Issue 29, finding 8: handlers longer than the lease while Redis is full for three leases:
 /// nothing runs twice, nothing is lost, acks of unique jobs go through.
 #[test]
 fn a_full_redis_lets_long_jobs_finish_once() {
-    let r = assert_ok("maxmemory-long");
-    assert_zero(&r, &["lost", "ran_twice", "duplicated"]);
+    assert_ok_with_zero("maxmemory-long", &["lost", "ran_twice", "duplicated"]);
 }
 
 /// Issue 30, finding 2: the workers' Redis demoted to a replica with their sockets open, then

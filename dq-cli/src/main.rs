@@ -118,15 +118,9 @@ fn with_environment(
     if let Some(ca) = env.tls_ca_file {
         builder = builder.tls_ca_file(ca);
     }
-    match (env.tls_cert_file, env.tls_key_file) {
-        (Some(cert), Some(key)) => builder = builder.tls_client_cert(cert, key),
-        (None, None) => {}
-        _ => {
-            return Err(Exit(
-                1,
-                "set both DQ_TLS_CERT_FILE and DQ_TLS_KEY_FILE (a client certificate and its key), or neither".into(),
-            ))
-        }
+    // One without the other was refused by `from_vars` (both, or neither).
+    if let (Some(cert), Some(key)) = (env.tls_cert_file, env.tls_key_file) {
+        builder = builder.tls_client_cert(cert, key);
     }
     Ok(builder)
 }

@@ -11,13 +11,23 @@ use dq::store::{RedisStore, Store};
 use dq_testkit::RedisServer;
 use serde_json::Value;
 
+/// The `dq` binary on the Redis at `url`, in no namespace.
+fn dq_on(url: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_dq"));
+    command.env("DQ_REDIS_URL", url).env_remove("DQ_NAMESPACE");
+    command
+}
+
 fn dq(redis: &RedisServer, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_dq"))
-        .args(args)
-        .env("DQ_REDIS_URL", redis.url())
-        .env_remove("DQ_NAMESPACE")
-        .output()
-        .unwrap()
+    dq_on(&redis.url()).args(args).output().unwrap()
+}
+
+/// `dq args`, which must exit with `code`: what it said on stderr.
+fn fails(redis: &RedisServer, args: &[&str], code: i32) -> String {
+    let out = dq(redis, args);
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(code), "dq {args:?}: {said}");
+    said
 }
 
 fn ok(out: &Output) -> String {
@@ -49,24 +59,44 @@ async fn client_and_store(redis: &RedisServer) -> (dq::Client, Arc<dyn Store>) {
     (dq::Client::new(store.clone(), config), store)
 }
 
+/// Leases up to `max` ready jobs of `topic`, as a worker would, and dead-letters them with
+/// `reason`; returns how many.
+async fn dead_letter_all(store: &Arc<dyn Store>, topic: &str, max: usize, reason: &str) -> usize {
+    let topic = dq::Topic::new(topic).unwrap();
+    let leased = store
+        .fetch(0, &topic, max, Duration::from_secs(30))
+        .await
+        .unwrap();
+    for j in &leased.jobs {
+        store.dead_letter(&j.lease, reason).await.unwrap();
+    }
+    leased.jobs.len()
+}
+
+/// Job `id` of `topic`, with an empty payload, due in `delay`.
+async fn push_delayed(c: &dq::Client, topic: &str, id: &str, delay: Duration) {
+    c.push_json(topic, "{}").id(id).delay(delay).await.unwrap();
+}
+
+/// The row of `topic` in `dq stats --json`.
+fn stats_row(redis: &RedisServer, topic: &str) -> Value {
+    let stats = json(&dq(redis, &["stats", "--json"]));
+    let row = stats
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["topic"] == topic);
+    row.unwrap().clone()
+}
+
 #[tokio::test]
 async fn stats_lists_every_topic_with_its_counts_and_lag() {
     let redis = RedisServer::start();
     let c = client(&redis).await;
-    c.push_json("orders", "{}")
-        .id("a")
-        .delay(Duration::from_secs(60))
-        .await
-        .unwrap();
+    push_delayed(&c, "orders", "a", Duration::from_secs(60)).await;
     c.push_json("orders", "{}").id("b").await.unwrap();
     c.push_json("mails", "{}").await.unwrap();
-    let stats = json(&dq(&redis, &["stats", "--json"]));
-    let orders = stats
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["topic"] == "orders")
-        .unwrap();
+    let orders = stats_row(&redis, "orders");
     assert_eq!(
         (orders["delayed"].as_u64(), orders["ready"].as_u64()),
         (Some(1), Some(1))
@@ -152,30 +182,20 @@ async fn push_then_show_and_an_unknown_job_exits_3() {
         table.contains("attempt") && table.contains("0 of 3"),
         "{table}"
     );
-    let unknown = dq(&redis, &["jobs", "no-such-topic"]);
-    assert_eq!(unknown.status.code(), Some(3));
-    let said = String::from_utf8_lossy(&unknown.stderr).into_owned();
+    let said = fails(&redis, &["jobs", "no-such-topic"], 3);
     assert!(
         said.contains("unknown topic \"no-such-topic\"") && said.contains("known topics: t"),
         "{said}"
     );
-    let missing = dq(&redis, &["show", "t", "nope"]);
-    assert_eq!(missing.status.code(), Some(3));
-    assert!(String::from_utf8_lossy(&missing.stderr).contains("no job \"nope\""));
-    let bad = dq(&redis, &["push", "t", "not json"]);
-    assert_eq!(bad.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("not JSON"));
+    assert!(fails(&redis, &["show", "t", "nope"], 3).contains("no job \"nope\""));
+    assert!(fails(&redis, &["push", "t", "not json"], 1).contains("not JSON"));
 }
 
 #[tokio::test]
 async fn cancel_and_reschedule_say_what_happened_by_exit_code() {
     let redis = RedisServer::start();
     let (c, store) = client_and_store(&redis).await;
-    c.push_json("t", "{}")
-        .id("a")
-        .delay(Duration::from_secs(600))
-        .await
-        .unwrap();
+    push_delayed(&c, "t", "a", Duration::from_secs(600)).await;
     c.push_json("t", "{}").id("running").await.unwrap();
     store
         .fetch(0, &dq::Topic::new("t").unwrap(), 1, Duration::from_secs(30))
@@ -187,18 +207,10 @@ async fn cancel_and_reschedule_say_what_happened_by_exit_code() {
         .unwrap();
     let now_ms = dq::store::to_us(std::time::SystemTime::now()) / 1000;
     assert!(due > now_ms + 3_500_000, "moved to an hour from now");
-    assert_eq!(
-        dq(&redis, &["reschedule", "t", "running", "--in", "1m"])
-            .status
-            .code(),
-        Some(4)
-    );
+    fails(&redis, &["reschedule", "t", "running", "--in", "1m"], 4);
     ok(&dq(&redis, &["cancel", "t", "a"]));
-    assert_eq!(dq(&redis, &["cancel", "t", "a"]).status.code(), Some(3));
-    assert_eq!(
-        dq(&redis, &["cancel", "t", "running"]).status.code(),
-        Some(4)
-    );
+    fails(&redis, &["cancel", "t", "a"], 3);
+    fails(&redis, &["cancel", "t", "running"], 4);
 }
 
 #[tokio::test]
@@ -208,26 +220,13 @@ async fn dead_letters_are_listed_retried_and_purged() {
     c.push_batch((0..3).map(|i| c.push_json("t", "{}").id(i.to_string())))
         .await
         .unwrap();
-    for j in store
-        .fetch(0, &dq::Topic::new("t").unwrap(), 3, Duration::from_secs(30))
-        .await
-        .unwrap()
-        .jobs
-    {
-        store
-            .dead_letter(&j.lease, "order service said 404")
-            .await
-            .unwrap();
-    }
+    dead_letter_all(&store, "t", 3, "order service said 404").await;
     let list = ok(&dq(&redis, &["dead", "list", "t"]));
     assert!(list.contains("order service said 404"), "{list}");
     let retried = json(&dq(&redis, &["dead", "retry", "t", "1", "--json"]));
     assert_eq!(retried["retried"], 1);
-    assert_eq!(
-        dq(&redis, &["dead", "retry", "t"]).status.code(),
-        Some(2),
-        "ids or --all"
-    );
+    // Neither ids nor --all: a usage error.
+    fails(&redis, &["dead", "retry", "t"], 2);
     let purged = json(&dq(
         &redis,
         &["dead", "purge", "t", "--older-than", "1d", "--json"],
@@ -237,15 +236,7 @@ async fn dead_letters_are_listed_retried_and_purged() {
     assert_eq!(c.counts("t").await.unwrap().ready, 3);
     c.push_json("u", "{}").id("x").await.unwrap();
     for topic in ["t", "u"] {
-        let t = dq::Topic::new(topic).unwrap();
-        for j in store
-            .fetch(0, &t, 10, Duration::from_secs(30))
-            .await
-            .unwrap()
-            .jobs
-        {
-            store.dead_letter(&j.lease, "boom").await.unwrap();
-        }
+        dead_letter_all(&store, topic, 10, "boom").await;
     }
     let everywhere = json(&dq(&redis, &["dead", "retry", "--all-topics", "--json"]));
     assert_eq!(everywhere["retried"], 4, "three of t and one of u");
@@ -273,9 +264,7 @@ async fn pause_of_an_unknown_topic_asks_for_force_and_then_shows_in_stats() {
         .push_json("orders", "{}")
         .await
         .unwrap();
-    let out = dq(&redis, &["pause", "ordres"]);
-    let said = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(3), "{said}");
+    let said = fails(&redis, &["pause", "ordres"], 3);
     assert!(
         said.contains("unknown topic \"ordres\"")
             && said.contains("known topics: orders")
@@ -288,13 +277,7 @@ async fn pause_of_an_unknown_topic_asks_for_force_and_then_shows_in_stats() {
     );
     ok(&dq(&redis, &["pause", "later", "--force"]));
     assert!(ok(&dq(&redis, &["stats"])).contains("later (paused)"));
-    let stats = json(&dq(&redis, &["stats", "--json"]));
-    let later = stats
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["topic"] == "later")
-        .unwrap();
+    let later = stats_row(&redis, "later");
     assert_eq!(
         (later["paused"].as_bool(), later["ready"].as_u64()),
         (Some(true), Some(0))
@@ -309,9 +292,7 @@ async fn push_options_that_mean_nothing_are_refused() {
     let refused = |extra: &[&str], code: i32, says: &str| {
         let mut args = vec!["push", "t", "{}", "--id", "a"];
         args.extend_from_slice(extra);
-        let out = dq(&redis, &args);
-        let said = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert_eq!(out.status.code(), Some(code), "{extra:?}: {said}");
+        let said = fails(&redis, &args, code);
         assert!(said.contains(says), "{extra:?}: {said}");
     };
     refused(&["--unique-for", "0s"], 1, "unique_for of 0s");
@@ -415,9 +396,8 @@ fn unreachable_redis_and_missing_url_are_clear_errors() {
 #[tokio::test]
 async fn an_invalid_topic_is_refused_with_the_reason() {
     let redis = RedisServer::start();
-    let out = dq(&redis, &["show", "a{b}", "1"]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid topic \"a{b}\""));
+    let said = fails(&redis, &["show", "a{b}", "1"], 1);
+    assert!(said.contains("invalid topic \"a{b}\""), "{said}");
 }
 
 /// `dq web` on a port of its choosing: the address it prints, then one request.
@@ -430,12 +410,10 @@ async fn web_serves_the_dashboard_and_asks_for_its_token() {
         .push_to("order-cancel", &1)
         .await
         .unwrap();
-    let mut web = Command::new(env!("CARGO_BIN_EXE_dq"))
+    let mut web = dq_on(&redis.url())
         .args(["web", "--listen", "127.0.0.1:0"])
         .args(["--allowed-host", "dq.internal.example"])
-        .env("DQ_REDIS_URL", redis.url())
         .env("DQ_WEB_TOKEN", "s3cret")
-        .env_remove("DQ_NAMESPACE")
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -480,50 +458,28 @@ async fn web_serves_the_dashboard_and_asks_for_its_token() {
 async fn push_with_unique_for_is_refused_after_success_and_debounce_replaces() {
     let redis = RedisServer::start();
     let (_, store) = client_and_store(&redis).await;
-    let push = |extra: &[&str]| {
-        let mut args = vec!["push", "report", "{}", "--id", "acct-42", "--json"];
+    let push = |topic: &str, id: &str, extra: &[&str]| {
+        let mut args = vec!["push", topic, "{}", "--id", id, "--json"];
         args.extend_from_slice(extra);
         json(&dq(&redis, &args))
     };
-    assert_eq!(push(&["--unique-for", "10m"])["outcome"], "Created");
+    let unique = ["--unique-for", "10m"];
+    assert_eq!(push("report", "acct-42", &unique)["outcome"], "Created");
     let topic = dq::Topic::new("report").unwrap();
     let leased = store
         .fetch(0, &topic, 1, Duration::from_secs(60))
         .await
         .unwrap();
     store.ack(&[leased.jobs[0].lease.clone()]).await.unwrap();
-    let refused = push(&["--unique-for", "10m"]);
+    let refused = push("report", "acct-42", &unique);
     assert!(
         refused["outcome"].as_str().unwrap().starts_with("Unique"),
         "{refused}"
     );
-    let debounced = json(&dq(
-        &redis,
-        &[
-            "push",
-            "doc-save",
-            "{}",
-            "--id",
-            "d7",
-            "--debounce",
-            "2s",
-            "--json",
-        ],
-    ));
+    let debounce = ["--debounce", "2s"];
+    let debounced = push("doc-save", "d7", &debounce);
     assert_eq!(debounced["outcome"], "Created");
-    let again = json(&dq(
-        &redis,
-        &[
-            "push",
-            "doc-save",
-            "{}",
-            "--id",
-            "d7",
-            "--debounce",
-            "2s",
-            "--json",
-        ],
-    ));
+    let again = push("doc-save", "d7", &debounce);
     assert_eq!(again["outcome"], "Replaced");
 }
 
@@ -558,9 +514,8 @@ async fn schedules_are_listed_paused_resumed_run_and_removed() {
     assert!(job.starts_with("nightly@now-"), "{run}");
     assert!(c.status_in("cleanup", job).await.unwrap().is_some());
     ok(&dq(&redis, &["schedules", "remove", "nightly"]));
-    let gone = dq(&redis, &["schedules", "pause", "nightly"]);
-    assert_eq!(gone.status.code(), Some(3));
-    assert!(String::from_utf8_lossy(&gone.stderr).contains("no schedule \"nightly\""));
+    let gone = fails(&redis, &["schedules", "pause", "nightly"], 3);
+    assert!(gone.contains("no schedule \"nightly\""), "{gone}");
 }
 
 /// Issue 30, finding 3: every command of `dq` as the documented least-rights ACL user
@@ -574,12 +529,7 @@ async fn every_command_works_as_the_documented_acl_user() {
     assert_eq!(redis.command(&args).trim(), "+OK");
     let url = format!("redis://dqcli:s3cret@127.0.0.1:{}/", redis.port());
     let run = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_dq"))
-            .args(args)
-            .env("DQ_REDIS_URL", &url)
-            .env_remove("DQ_NAMESPACE")
-            .output()
-            .unwrap();
+        let out = dq_on(&url).args(args).output().unwrap();
         let text = format!(
             "{}{}",
             String::from_utf8_lossy(&out.stdout),
@@ -608,14 +558,7 @@ async fn every_command_works_as_the_documented_acl_user() {
     run(&["resume", "t"]);
     run(&["workers"]);
     // A dead letter, as a worker leaves it.
-    let leased = store
-        .fetch(0, &dq::Topic::new("t").unwrap(), 1, Duration::from_secs(30))
-        .await
-        .unwrap();
-    store
-        .dead_letter(&leased.jobs[0].lease, "boom")
-        .await
-        .unwrap();
+    assert_eq!(dead_letter_all(&store, "t", 1, "boom").await, 1);
     run(&["dead", "list", "t"]);
     run(&["dead", "retry", "t", "--all"]);
     run(&["dead", "purge", "t", "--older-than", "1d"]);
@@ -643,10 +586,8 @@ async fn push_reads_a_large_payload_from_stdin_or_a_file() {
     assert_eq!(pushed["outcome"], "Created");
 
     let from_stdin = big("s");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_dq"))
+    let mut child = dq_on(&redis.url())
         .args(["push", "t", "-", "--id", "stdin", "--json"])
-        .env("DQ_REDIS_URL", redis.url())
-        .env_remove("DQ_NAMESPACE")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -673,19 +614,15 @@ async fn push_reads_a_large_payload_from_stdin_or_a_file() {
         );
     }
 
-    let missing = redis.dir().join("no-such.json");
-    let out = dq(&redis, &["push", "t", &format!("@{}", missing.display())]);
-    let said = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{said}");
+    let missing = format!("@{}", redis.dir().join("no-such.json").display());
+    let said = fails(&redis, &["push", "t", &missing], 1);
     assert!(
         said.contains("cannot read the payload file") && said.contains("no-such.json"),
         "{said}"
     );
     assert_eq!(said.lines().count(), 1, "one line: {said}");
     // `output()` gives the child an empty stdin: said as such, not as a JSON parse error.
-    let out = dq(&redis, &["push", "t", "-"]);
-    let said = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{said}");
+    let said = fails(&redis, &["push", "t", "-"], 1);
     assert!(
         said.contains("read from stdin is not JSON: it is empty"),
         "{said}"

@@ -185,7 +185,7 @@ pub enum ErrorKind {
     Full,
     /// Redis' ACL does not let dq's user run a command or touch a key (`NOPERM`, or a script's
     /// command denied), or the user and password were not accepted (`WRONGPASS`, `NOAUTH`).
-    /// Grant what [`ACL_RULES`](crate::store::ACL_RULES) lists, or fix the credentials in
+    /// Grant what `dq::store::ACL_RULES` lists, or fix the credentials in
     /// `DQ_REDIS_URL`.
     Denied,
     /// The Redis answered `READONLY`: it is a replica (`DQ_REDIS_URL` names a replica, or a

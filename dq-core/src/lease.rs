@@ -42,8 +42,10 @@ pub struct LeaseRef {
     pub id: JobId,
     /// The token given by the fetch.
     pub token: u64,
-    /// The shard the job lives in (where the fetch leased it): renewals and acks go there
-    /// without hashing the job again.
+    /// The shard the job lives in, where the fetch leased it: the runtime groups its renewals
+    /// and acks by shard with it (a store may still find the shard itself; both stores do). A
+    /// store of your own sets the shard it fetched from, and hands back the same value in
+    /// `stale` and `lost` lists: a lease is equal to another only with the same shard.
     pub shard: u16,
 }
 

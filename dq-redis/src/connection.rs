@@ -1,15 +1,15 @@
 //! Connections to Redis: one server through redis-rs's `ConnectionManager`, or a Redis Cluster
 //! through its cluster client (MOVED and ASK are followed by the client), behind one
 //! [`Conn`] that the store's commands and scripts run on. Blocking commands and pub/sub get
-//! connections of their own (on a cluster, pub/sub only: see `hub`).
+//! connections of their own (on a cluster, pub/sub only: see `hub`). Where a command goes on
+//! a cluster when it names no key, and where each channel is subscribed: see `cluster`.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-use redis::{Cmd, ConnectionAddr, ConnectionInfo, Pipeline, RedisFuture, Value};
+use redis::{Cmd, ConnectionInfo, Pipeline, RedisFuture, Value};
 
 use crate::url::{open_client, redact_url, tcp_settings};
 use dq_core::Config;
@@ -132,37 +132,16 @@ impl SingleConn {
     }
 }
 
-impl ConnectionLike for SingleConn {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        Box::pin(async move {
-            self.send(|mut manager| Box::pin(async move { manager.send_packed_command(cmd).await }))
-                .await
-        })
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        Box::pin(async move {
-            self.send(|mut manager| {
-                Box::pin(async move { manager.send_packed_commands(pipeline, offset, count).await })
-            })
-            .await
-        })
-    }
-
-    fn get_db(&self) -> i64 {
-        self.current().1.get_db()
-    }
-}
-
+/// The store's commands and scripts run alike on either kind of connection.
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
-            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Single(c) => Box::pin(async move {
+                c.send(|mut manager| {
+                    Box::pin(async move { manager.send_packed_command(cmd).await })
+                })
+                .await
+            }),
             Conn::Cluster(c) => c.req_packed_command(cmd),
         }
     }
@@ -174,14 +153,21 @@ impl ConnectionLike for Conn {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
-            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Single(c) => Box::pin(async move {
+                c.send(|mut manager| {
+                    Box::pin(
+                        async move { manager.send_packed_commands(pipeline, offset, count).await },
+                    )
+                })
+                .await
+            }),
             Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
-            Conn::Single(c) => c.get_db(),
+            Conn::Single(c) => c.current().1.get_db(),
             Conn::Cluster(c) => c.get_db(),
         }
     }
@@ -195,45 +181,56 @@ pub(crate) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Connects as `config` says: `redis_cluster` seeds, or `redis_url`.
 pub(crate) async fn connect(config: &Config) -> Result<(Server, Conn)> {
-    if !config.redis_cluster.is_empty() {
-        if config.tls_ca_file.is_some() || config.tls_cert_file.is_some() {
-            // redis-rs's cluster client takes certificates only with its rustls backend; dq
-            // uses the system's OpenSSL, which trusts the system's store.
-            return Err(Error::Config {
-                key: "tls_ca_file",
-                value: format!("{:?}", config.tls_ca_file),
-                reason: "CA and client certificate files are not supported on a cluster: add the CA to the system's trust store and use rediss:// seeds".into(),
-            });
-        }
-        let mut seeds = Vec::new();
-        for url in &config.redis_cluster {
-            seeds.push(open_client(url, config)?.get_connection_info().clone());
-        }
-        let builder = redis::cluster::ClusterClientBuilder::new(seeds.clone())
-            .connection_timeout(CONNECT_TIMEOUT)
-            .response_timeout(RESPONSE_TIMEOUT)
-            .tcp_settings(tcp_settings());
-        let client = builder.build().map_err(|e| Error::Config {
-            key: "redis_cluster",
-            value: config
-                .redis_cluster
-                .iter()
-                .map(|u| redact_url(u))
-                .collect::<Vec<_>>()
-                .join(","),
-            reason: e.to_string(),
-        })?;
-        let conn = client
-            .get_async_connection()
-            .await
-            .map_err(crate::error::redis("connect to the cluster"))?;
-        return Ok((
-            Server::Cluster {
-                seed: seeds[0].clone(),
-            },
-            Conn::Cluster(conn),
-        ));
+    if config.redis_cluster.is_empty() {
+        connect_single(config).await
+    } else {
+        connect_cluster(config).await
     }
+}
+
+/// Connects to the cluster of the `redis_cluster` seeds.
+async fn connect_cluster(config: &Config) -> Result<(Server, Conn)> {
+    if config.tls_ca_file.is_some() || config.tls_cert_file.is_some() {
+        // redis-rs's cluster client takes certificates only with its rustls backend; dq
+        // uses the system's OpenSSL, which trusts the system's store.
+        return Err(Error::Config {
+            key: "tls_ca_file",
+            value: format!("{:?}", config.tls_ca_file),
+            reason: "CA and client certificate files are not supported on a cluster: add the CA to the system's trust store and use rediss:// seeds".into(),
+        });
+    }
+    let mut seeds = Vec::new();
+    for url in &config.redis_cluster {
+        seeds.push(open_client(url, config)?.get_connection_info().clone());
+    }
+    let builder = redis::cluster::ClusterClientBuilder::new(seeds.clone())
+        .connection_timeout(CONNECT_TIMEOUT)
+        .response_timeout(RESPONSE_TIMEOUT)
+        .tcp_settings(tcp_settings());
+    let client = builder.build().map_err(|e| Error::Config {
+        key: "redis_cluster",
+        value: config
+            .redis_cluster
+            .iter()
+            .map(|u| redact_url(u))
+            .collect::<Vec<_>>()
+            .join(","),
+        reason: e.to_string(),
+    })?;
+    let conn = client
+        .get_async_connection()
+        .await
+        .map_err(crate::error::redis("connect to the cluster"))?;
+    Ok((
+        Server::Cluster {
+            seed: seeds[0].clone(),
+        },
+        Conn::Cluster(conn),
+    ))
+}
+
+/// Connects to the one Redis of `redis_url`.
+async fn connect_single(config: &Config) -> Result<(Server, Conn)> {
     let url = config.redis_url.as_deref().ok_or_else(|| Error::Config {
         key: "redis_url",
         value: String::new(),
@@ -265,55 +262,6 @@ pub(crate) async fn connect(config: &Config) -> Result<(Server, Conn)> {
 }
 
 impl Server {
-    /// Where to subscribe to each of `channels`: on one server, there; on a cluster, on the
-    /// master that owns the channel's slot (dq's channels carry their shard's hashtag), so
-    /// that a message is delivered by the node that published it, without the hop over the
-    /// cluster bus (see `subscription`). One entry per node: its address, a client for it and
-    /// the channels to subscribe there. A slot that no master serves (a cluster not fully
-    /// covered) goes to the first master: a cluster delivers PUBLISH to every node.
-    pub(crate) async fn subscription_plan(
-        &self,
-        conn: &Conn,
-        channels: &[String],
-    ) -> Result<Vec<(String, redis::Client, Vec<String>)>> {
-        match (self, conn) {
-            (Server::Single(client), _) => Ok(vec![(
-                client.get_connection_info().addr().to_string(),
-                client.clone(),
-                channels.to_vec(),
-            )]),
-            (Server::Cluster { seed }, Conn::Cluster(cluster)) => {
-                let ranges = masters(&mut cluster.clone()).await?;
-                let first = ranges.first().ok_or_else(|| Error::Malformed {
-                    location: "CLUSTER SLOTS".into(),
-                    reason: "the cluster has no master".into(),
-                })?;
-                let mut by_node: Vec<((String, u16), Vec<String>)> = Vec::new();
-                for channel in channels {
-                    let slot = crate::keys::slot(channel);
-                    let (_, _, node) = ranges
-                        .iter()
-                        .find(|(start, end, _)| (*start..=*end).contains(&slot))
-                        .unwrap_or(first);
-                    match by_node.iter_mut().find(|(n, _)| n == node) {
-                        Some((_, list)) => list.push(channel.clone()),
-                        None => by_node.push((node.clone(), vec![channel.clone()])),
-                    }
-                }
-                by_node
-                    .into_iter()
-                    .map(|((host, port), list)| {
-                        let client = node_client(seed, host.clone(), port)?;
-                        Ok((format!("{host}:{port}"), client, list))
-                    })
-                    .collect()
-            }
-            (Server::Cluster { .. }, Conn::Single(_)) => {
-                unreachable!("a cluster server always has a cluster connection")
-            }
-        }
-    }
-
     /// Whether this is a cluster (whose slots can move).
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self, Server::Cluster { .. })
@@ -326,104 +274,4 @@ impl Server {
             Server::Cluster { seed } => format!("cluster via {}", seed.addr()),
         }
     }
-}
-
-/// Runs a command that names no key on one node: a master of a cluster, or the one server.
-pub(crate) async fn on_any_node<T: redis::FromRedisValue>(
-    conn: &Conn,
-    cmd: Cmd,
-) -> redis::RedisResult<T> {
-    match conn {
-        Conn::Single(c) => cmd.query_async(&mut c.clone()).await,
-        Conn::Cluster(c) => {
-            let value = c
-                .clone()
-                .route_command(
-                    cmd,
-                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary),
-                )
-                .await?;
-            redis::from_redis_value(value).map_err(Into::into)
-        }
-    }
-}
-
-/// Runs a command that names no key on the master that owns `key`'s slot (on a cluster), or
-/// on the one server.
-pub(crate) async fn on_owner_of<T: redis::FromRedisValue>(
-    conn: &Conn,
-    key: &str,
-    cmd: Cmd,
-) -> redis::RedisResult<T> {
-    match conn {
-        Conn::Single(c) => cmd.query_async(&mut c.clone()).await,
-        Conn::Cluster(c) => {
-            let route = Route::new(crate::keys::slot(key), SlotAddr::Master);
-            let value = c
-                .clone()
-                .route_command(
-                    cmd,
-                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
-                )
-                .await?;
-            redis::from_redis_value(value).map_err(Into::into)
-        }
-    }
-}
-
-/// `(first slot, last slot, (host, port))` of each slot range's master, from `CLUSTER SLOTS`.
-async fn masters(cluster: &mut ClusterConnection) -> Result<Vec<(u16, u16, (String, u16))>> {
-    let ranges: Vec<Vec<Value>> = redis::cmd("CLUSTER")
-        .arg("SLOTS")
-        .query_async(cluster)
-        .await
-        .map_err(crate::error::redis("read the cluster's slots"))?;
-    let mut out = Vec::new();
-    for range in ranges {
-        let parsed = (|| {
-            let start: u16 = redis::from_redis_value_ref(range.first()?).ok()?;
-            let end: u16 = redis::from_redis_value_ref(range.get(1)?).ok()?;
-            let node: Vec<Value> = redis::from_redis_value_ref(range.get(2)?).ok()?;
-            let host: String = redis::from_redis_value_ref(node.first()?).ok()?;
-            let port: u16 = redis::from_redis_value_ref(node.get(1)?).ok()?;
-            Some((start, end, (host, port)))
-        })();
-        out.push(parsed.ok_or_else(|| Error::Malformed {
-            location: "CLUSTER SLOTS".into(),
-            reason: format!("unexpected entry {range:?}"),
-        })?);
-    }
-    Ok(out)
-}
-
-/// A client for `host:port` with the seed's password, database and TLS settings.
-fn node_client(seed: &ConnectionInfo, host: String, port: u16) -> Result<redis::Client> {
-    let mut addr = seed.addr().clone();
-    // A node that does not know its own address (a one-node cluster) reports "": it is then
-    // the seed's host.
-    let host = match (&addr, host.as_str()) {
-        (ConnectionAddr::Tcp(seed_host, _), "" | "?")
-        | (
-            ConnectionAddr::TcpTls {
-                host: seed_host, ..
-            },
-            "" | "?",
-        ) => seed_host.clone(),
-        _ => host,
-    };
-    match &mut addr {
-        ConnectionAddr::Tcp(h, p) => (*h, *p) = (host, port),
-        ConnectionAddr::TcpTls {
-            host: h, port: p, ..
-        } => (*h, *p) = (host, port),
-        other => {
-            return Err(Error::Config {
-                key: "redis_cluster",
-                value: other.to_string(),
-                reason: "cluster seeds must be redis:// or rediss:// URLs".into(),
-            })
-        }
-    }
-    redis::Client::open(seed.clone().set_addr(addr).set_tcp_settings(tcp_settings()))
-        .map_err(crate::error::redis("connect to a cluster node"))
 }

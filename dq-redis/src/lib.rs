@@ -3,10 +3,12 @@
 //! crate (`dq::store::RedisStore`, and `dq::Client::connect`, which opens it).
 //!
 //! What is here: the connection to a single Redis or a cluster (`connection`, `url` for URLs
-//! and TLS), the pub/sub that wakes movers and consumers (`subscription`, `hub`), the key
-//! layout (`keys`), the scripts (`scripts`, `src/lua/`), how a Redis failure is read
-//! (`error`), and the store itself by role (`store`).
+//! and TLS, `cluster` for where a command or a subscription goes on a cluster), the pub/sub
+//! that wakes movers and consumers (`subscription`, `hub`), the key layout (`keys`), the
+//! scripts (`scripts`, `src/lua/`), how a Redis failure is read (`error`), and the store
+//! itself by role (`store`).
 
+mod cluster;
 mod connection;
 mod error;
 mod hub;

@@ -246,49 +246,64 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_done_run_is_acked_on_any_attempt_with_any_backoff() {
+    /// A failure ("boom") on `attempt` with `backoff` is retried after `delay`.
+    fn assert_retried_after(attempt: u32, backoff: Backoff, delay: Duration) {
+        assert_eq!(failed("boom", attempt, &backoff), retry(delay, "boom"));
+    }
+
+    /// `judged(attempt, backoff)` is `expected` on every attempt with every backoff.
+    fn assert_on_every_attempt_and_backoff(judged: impl Fn(u32, &Backoff) -> Fate, expected: Fate) {
         for backoff in every_backoff() {
             for attempt in ATTEMPTS {
-                assert_eq!(returned(Outcome::Done, attempt, &backoff), Fate::Ack);
+                let got = judged(attempt, &backoff);
+                assert_eq!(got, expected, "{attempt} {backoff:?}");
             }
         }
     }
 
-    #[test]
-    fn a_failed_first_attempt_is_retried_after_the_fixed_delay() {
-        assert_eq!(failed("boom", FIRST, &fixed()), retry(secs(10), "boom"));
+    /// `outcome` is a failure (`what` says which), with `error` as its text when given, and is
+    /// judged as any failure.
+    fn assert_a_failure_like_any(outcome: Outcome, what: &str, error: Option<&str>) {
+        let Outcome::Error(got) = outcome else {
+            panic!("{what} is a failure")
+        };
+        if let Some(error) = error {
+            assert_eq!(got, error);
+        }
+        assert_judged_as_a_failure(&got);
     }
 
     #[test]
-    fn a_failed_middle_attempt_is_retried_after_the_same_fixed_delay() {
-        assert_eq!(failed("boom", MIDDLE, &fixed()), retry(secs(10), "boom"));
-    }
-
-    #[test]
-    fn a_failed_first_attempt_is_retried_after_the_exponential_base() {
-        assert_eq!(
-            failed("boom", FIRST, &exponential()),
-            retry(secs(1), "boom")
+    fn a_done_run_is_acked_on_any_attempt_with_any_backoff() {
+        assert_on_every_attempt_and_backoff(
+            |attempt, backoff| returned(Outcome::Done, attempt, backoff),
+            Fate::Ack,
         );
     }
 
-    #[test]
-    fn a_failed_middle_attempt_is_retried_after_twice_the_exponential_base() {
-        assert_eq!(
-            failed("boom", MIDDLE, &exponential()),
-            retry(secs(2), "boom")
-        );
+    /// One test per row, named as the row: a failure ("boom") on the attempt with the backoff is
+    /// retried after the delay.
+    macro_rules! retried_after {
+        ($($name:ident: $attempt:expr, $backoff:expr => $delay:expr;)*) => {$(
+            #[test]
+            fn $name() {
+                assert_retried_after($attempt, $backoff, $delay);
+            }
+        )*};
     }
 
-    #[test]
-    fn a_failed_first_attempt_under_the_cap_is_retried_after_the_base() {
-        assert_eq!(failed("boom", FIRST, &capped()), retry(secs(2), "boom"));
-    }
-
-    #[test]
-    fn a_failed_middle_attempt_is_retried_after_the_cap_not_the_doubled_delay() {
-        assert_eq!(failed("boom", MIDDLE, &capped()), retry(secs(3), "boom"));
+    retried_after! {
+        a_failed_first_attempt_is_retried_after_the_fixed_delay: FIRST, fixed() => secs(10);
+        a_failed_middle_attempt_is_retried_after_the_same_fixed_delay:
+            MIDDLE, fixed() => secs(10);
+        a_failed_first_attempt_is_retried_after_the_exponential_base:
+            FIRST, exponential() => secs(1);
+        a_failed_middle_attempt_is_retried_after_twice_the_exponential_base:
+            MIDDLE, exponential() => secs(2);
+        a_failed_first_attempt_under_the_cap_is_retried_after_the_base: FIRST, capped() => secs(2);
+        a_failed_middle_attempt_is_retried_after_the_cap_not_the_doubled_delay:
+            MIDDLE, capped() => secs(3);
+        a_retry_delay_of_exactly_max_delay_is_kept: FIRST, exponential_to_limit() => MAX_DELAY;
     }
 
     #[test]
@@ -303,12 +318,6 @@ mod tests {
             failed("boom", MIDDLE, &fixed_over_limit()),
             dead_for_delay(delay)
         );
-    }
-
-    #[test]
-    fn a_retry_delay_of_exactly_max_delay_is_kept() {
-        let got = failed("boom", FIRST, &exponential_to_limit());
-        assert_eq!(got, retry(MAX_DELAY, "boom"));
     }
 
     #[test]
@@ -379,37 +388,34 @@ mod tests {
 
     #[test]
     fn a_timed_out_run_is_retried_then_dead_lettered_with_the_timeout_as_its_error() {
-        let Outcome::Error(error) = timed_out(secs(30)) else {
-            panic!("a timeout is a failure")
-        };
-        assert_eq!(error, "handler timed out after 30s");
-        assert_judged_as_a_failure(&error);
+        assert_a_failure_like_any(
+            timed_out(secs(30)),
+            "a timeout",
+            Some("handler timed out after 30s"),
+        );
     }
 
     #[test]
     fn a_panicked_handler_is_retried_then_dead_lettered_with_the_panic_message() {
-        let Outcome::Error(error) = panicked("index out of bounds") else {
-            panic!("a panic is a failure")
-        };
-        assert_eq!(error, "handler panicked: index out of bounds");
-        assert_judged_as_a_failure(&error);
+        assert_a_failure_like_any(
+            panicked("index out of bounds"),
+            "a panic",
+            Some("handler panicked: index out of bounds"),
+        );
     }
 
     #[test]
     fn a_panicked_argument_extractor_is_retried_then_dead_lettered_like_any_failure() {
-        let Outcome::Error(error) = extractor_panicked("no tenant") else {
-            panic!("an extractor's panic is a failure")
-        };
-        assert_eq!(error, "an argument extractor panicked: no tenant");
-        assert_judged_as_a_failure(&error);
+        assert_a_failure_like_any(
+            extractor_panicked("no tenant"),
+            "an extractor's panic",
+            Some("an argument extractor panicked: no tenant"),
+        );
     }
 
     #[test]
     fn a_handler_task_that_ended_abnormally_is_retried_then_dead_lettered_like_any_failure() {
-        let Outcome::Error(error) = task_failed("task 7 was cancelled") else {
-            panic!("an abnormal end is a failure")
-        };
-        assert_judged_as_a_failure(&error);
+        assert_a_failure_like_any(task_failed("task 7 was cancelled"), "an abnormal end", None);
     }
 
     /// The handler saw `JobContext::lease_lost` and gave up: its fate is decided as for any
@@ -421,16 +427,10 @@ mod tests {
 
     #[test]
     fn a_postponed_run_runs_again_after_its_delay_on_any_attempt_with_any_backoff() {
-        for backoff in every_backoff() {
-            for attempt in ATTEMPTS {
-                let got = returned(Outcome::RetryAfter(secs(60)), attempt, &backoff);
-                assert_eq!(
-                    got,
-                    Fate::Postpone { delay: secs(60) },
-                    "{attempt} {backoff:?}"
-                );
-            }
-        }
+        assert_on_every_attempt_and_backoff(
+            |attempt, backoff| returned(Outcome::RetryAfter(secs(60)), attempt, backoff),
+            Fate::Postpone { delay: secs(60) },
+        );
     }
 
     #[test]
@@ -441,56 +441,48 @@ mod tests {
 
     #[test]
     fn a_postponement_over_max_delay_is_dead_lettered_for_it_on_any_attempt() {
-        for backoff in every_backoff() {
-            for attempt in ATTEMPTS {
-                let got = returned(Outcome::RetryAfter(Duration::MAX), attempt, &backoff);
-                assert_eq!(got, dead_for_delay(Duration::MAX), "{attempt} {backoff:?}");
-            }
-        }
+        assert_on_every_attempt_and_backoff(
+            |attempt, backoff| returned(Outcome::RetryAfter(Duration::MAX), attempt, backoff),
+            dead_for_delay(Duration::MAX),
+        );
     }
 
     #[test]
     fn a_job_its_handler_dead_lettered_goes_to_the_dead_letters_with_its_reason_on_any_attempt() {
-        for backoff in every_backoff() {
-            for attempt in ATTEMPTS {
-                let got = returned(Outcome::DeadLetter("gone".into()), attempt, &backoff);
-                let expected = Fate::DeadLetter {
-                    reason: "gone".to_owned(),
-                    why: Why::Handler,
-                };
-                assert_eq!(got, expected, "{attempt} {backoff:?}");
-            }
-        }
+        assert_on_every_attempt_and_backoff(
+            |attempt, backoff| returned(Outcome::DeadLetter("gone".into()), attempt, backoff),
+            Fate::DeadLetter {
+                reason: "gone".to_owned(),
+                why: Why::Handler,
+            },
+        );
     }
 
     #[test]
     fn an_undecodable_payload_is_dead_lettered_at_once_even_with_attempts_left() {
-        for backoff in every_backoff() {
-            for attempt in ATTEMPTS {
-                let got = fate(
+        assert_on_every_attempt_and_backoff(
+            |attempt, backoff| {
+                fate(
                     Ended::Poison("bad json".into()),
                     attempt,
                     MAX,
-                    &backoff,
+                    backoff,
                     PLAIN,
-                );
-                let expected = Fate::DeadLetter {
-                    reason: "bad json".to_owned(),
-                    why: Why::Poison,
-                };
-                assert_eq!(got, expected, "{attempt} {backoff:?}");
-            }
-        }
+                )
+            },
+            Fate::DeadLetter {
+                reason: "bad json".to_owned(),
+                why: Why::Poison,
+            },
+        );
     }
 
     #[test]
     fn a_run_cancelled_by_shutdown_is_released_on_any_attempt_even_the_last() {
-        for backoff in every_backoff() {
-            for attempt in ATTEMPTS {
-                let got = fate(Ended::Cancelled, attempt, MAX, &backoff, PLAIN);
-                assert_eq!(got, Fate::Release, "{attempt} {backoff:?}");
-            }
-        }
+        assert_on_every_attempt_and_backoff(
+            |attempt, backoff| fate(Ended::Cancelled, attempt, MAX, backoff, PLAIN),
+            Fate::Release,
+        );
     }
 
     #[test]

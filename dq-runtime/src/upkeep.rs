@@ -6,7 +6,7 @@
 //! therefore runs at least once.
 //!
 //! A lease names the shard the store leased its job from (`LeaseRef::shard`): acks and
-//! renewals go to that shard without recomputing it.
+//! renewals are grouped by it, one lane per shard, without hashing the job again.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

@@ -16,6 +16,7 @@ use dq_redis::RedisStore;
 use dq_testkit::RedisServer;
 use dq_web::{Access, Options};
 use fantoccini::{ClientBuilder, Locator};
+use serde_json::json;
 
 const TOPIC: &str = "order-cancel";
 const XSS: &str = "<script>window.__dq_xss = 1</script><img src=x onerror=\"window.__dq_xss = 2\">";
@@ -46,26 +47,13 @@ impl Dashboard {
         let store = Arc::new(RedisStore::connect(&config).await.unwrap());
         let client = Client::new(store.clone(), config);
         // Delayed: two jobs due in ten minutes, one of them with a payload that is an attack.
-        client
-            .push_to(TOPIC, &serde_json::json!({ "order_id": 1 }))
-            .id("later-1")
-            .delay(Duration::from_secs(600))
-            .await
-            .unwrap();
-        client
-            .push_to(TOPIC, &serde_json::json!({ "order_id": 2, "note": XSS }))
-            .id("xss")
-            .delay(Duration::from_secs(600))
-            .await
-            .unwrap();
+        let later = Some(Duration::from_secs(600));
+        push(&client, "later-1", json!({ "order_id": 1 }), later).await;
+        push(&client, "xss", json!({ "order_id": 2, "note": XSS }), later).await;
         // Running, done, dead, then ready (pushed last so that the fetches take the others).
         let topic = Topic::new(TOPIC).unwrap();
         for id in ["running", "done", "dead"] {
-            client
-                .push_to(TOPIC, &serde_json::json!({ "order_id": id }))
-                .id(id)
-                .await
-                .unwrap();
+            push(&client, id, json!({ "order_id": id }), None).await;
         }
         let leased = store
             .fetch(0, &topic, 3, Duration::from_secs(600))
@@ -85,11 +73,7 @@ impl Dashboard {
             .dead_letter(&lease("dead"), "payment service answered 503")
             .await
             .unwrap();
-        client
-            .push_to(TOPIC, &serde_json::json!({ "order_id": 4 }))
-            .id("ready-1")
-            .await
-            .unwrap();
+        push(&client, "ready-1", json!({ "order_id": 4 }), None).await;
         // A worker process as the runtime registers it at each heartbeat.
         let mut worker = dq_core::WorkerInfo::for_this_process(vec![TOPIC.to_owned()]);
         worker.running = 1;
@@ -114,6 +98,11 @@ impl Dashboard {
         }
     }
 
+    /// The address of the dashboard's page `path` (`""`: the overview).
+    fn page(&self, path: &str) -> String {
+        format!("{}{path}", self.url)
+    }
+
     async fn state_of(&self, id: &str) -> Option<JobState> {
         self.client
             .status_in(TOPIC, id)
@@ -121,6 +110,24 @@ impl Dashboard {
             .unwrap()
             .map(|j| j.state)
     }
+}
+
+/// Job `id` of [`TOPIC`] carrying `payload`, due after `delay` (`None`: ready now).
+async fn push(client: &Client, id: &str, payload: serde_json::Value, delay: Option<Duration>) {
+    let push = client.push_to(TOPIC, &payload).id(id);
+    let pushed = match delay {
+        Some(delay) => push.delay(delay).await,
+        None => push.await,
+    };
+    pushed.unwrap();
+}
+
+/// A dashboard with `options`, and a browser on its page `path` (`""`: the overview).
+async fn browse(options: Options, path: &str) -> (Dashboard, Browser) {
+    let dash = Dashboard::start(options).await;
+    let b = Browser::start().await;
+    b.open(&dash.page(path)).await;
+    (dash, b)
 }
 
 /// Headless chromium driven by a chromedriver of the test's own; both end with the test.
@@ -308,7 +315,7 @@ async fn every_page_shows_the_right_counts_and_is_saved_as_a_screenshot() {
     );
     b.screenshot("overview").await;
 
-    b.open(&format!("{}/topics/{TOPIC}?state=dead", dash.url))
+    b.open(&dash.page(&format!("/topics/{TOPIC}?state=dead")))
         .await;
     assert_eq!(
         b.text("tr[data-id='dead'] td.error").await,
@@ -316,7 +323,7 @@ async fn every_page_shows_the_right_counts_and_is_saved_as_a_screenshot() {
     );
     b.screenshot("topic-dead").await;
 
-    b.open(&format!("{}/topics/{TOPIC}?state=delayed", dash.url))
+    b.open(&dash.page(&format!("/topics/{TOPIC}?state=delayed")))
         .await;
     let ids: Vec<String> = futures_ids(&b).await;
     assert_eq!(ids, ["later-1", "xss"]);
@@ -339,12 +346,12 @@ async fn every_page_shows_the_right_counts_and_is_saved_as_a_screenshot() {
         .upsert()
         .await
         .unwrap();
-    b.open(&format!("{}/schedules", dash.url)).await;
+    b.open(&dash.page("/schedules")).await;
     let row = "tr[data-schedule='weekday-report']";
     assert!(b.text(row).await.contains("Europe/Paris"));
     b.screenshot("schedules").await;
 
-    b.open(&format!("{}/workers", dash.url)).await;
+    b.open(&dash.page("/workers")).await;
     let worker = "table.workers tbody tr[data-worker]";
     assert!(b.text(worker).await.contains(TOPIC), "its topics");
     assert_eq!(
@@ -412,10 +419,7 @@ async fn a_payload_holding_a_script_is_shown_as_text_and_never_runs() {
 
 #[tokio::test]
 async fn run_now_on_the_job_page_makes_a_delayed_job_ready_in_redis() {
-    let dash = Dashboard::start(Options::new()).await;
-    let b = Browser::start().await;
-    b.open(&format!("{}/topics/{TOPIC}/jobs/later-1", dash.url))
-        .await;
+    let (dash, b) = browse(Options::new(), &format!("/topics/{TOPIC}/jobs/later-1")).await;
     assert_eq!(dash.state_of("later-1").await, Some(JobState::Delayed));
     b.click("form[action$='/later-1/run'] button").await;
     assert_eq!(b.note().await, "later-1 is due now.");
@@ -436,10 +440,7 @@ async fn run_now_on_the_job_page_makes_a_delayed_job_ready_in_redis() {
 
 #[tokio::test]
 async fn cancel_of_the_selected_jobs_on_the_topic_page_deletes_them() {
-    let dash = Dashboard::start(Options::new()).await;
-    let b = Browser::start().await;
-    b.open(&format!("{}/topics/{TOPIC}?state=delayed", dash.url))
-        .await;
+    let (dash, b) = browse(Options::new(), &format!("/topics/{TOPIC}?state=delayed")).await;
     b.click("input[data-select-all]").await;
     b.click("button[name='action'][value='cancel']").await;
     assert_eq!(b.note().await, "2 of 2 selected jobs cancelled.");
@@ -455,10 +456,7 @@ async fn cancel_of_the_selected_jobs_on_the_topic_page_deletes_them() {
 
 #[tokio::test]
 async fn retry_of_a_dead_letter_makes_it_ready_with_fresh_attempts() {
-    let dash = Dashboard::start(Options::new()).await;
-    let b = Browser::start().await;
-    b.open(&format!("{}/topics/{TOPIC}/jobs/dead", dash.url))
-        .await;
+    let (dash, b) = browse(Options::new(), &format!("/topics/{TOPIC}/jobs/dead")).await;
     assert_eq!(b.text("h1 .badge").await, "dead");
     b.click("form[action$='/dead/retry'] button").await;
     eventually("the job page shows it ready", || async {
@@ -475,9 +473,7 @@ async fn retry_of_a_dead_letter_makes_it_ready_with_fresh_attempts() {
 
 #[tokio::test]
 async fn pause_on_the_overview_pauses_the_topic_for_every_worker() {
-    let dash = Dashboard::start(Options::new()).await;
-    let b = Browser::start().await;
-    b.open(&dash.url).await;
+    let (dash, b) = browse(Options::new(), "").await;
     b.click(&format!(
         "tr[data-topic='{TOPIC}'] form[action$='/pause'] button"
     ))
@@ -501,7 +497,7 @@ async fn read_only_mode_shows_no_action_and_refuses_a_posted_one() {
         format!("/topics/{TOPIC}?state=delayed"),
         format!("/topics/{TOPIC}/jobs/later-1"),
     ] {
-        b.open(&format!("{}{page}", dash.url)).await;
+        b.open(&dash.page(&page)).await;
         assert!(
             b.web
                 .find_all(Locator::Css("form[method='post']"))
@@ -525,9 +521,7 @@ async fn read_only_mode_shows_no_action_and_refuses_a_posted_one() {
 
 #[tokio::test]
 async fn the_numbers_update_live_without_a_reload() {
-    let dash = Dashboard::start(Options::new().refresh(Duration::from_millis(300))).await;
-    let b = Browser::start().await;
-    b.open(&dash.url).await;
+    let (dash, b) = browse(Options::new().refresh(Duration::from_millis(300)), "").await;
     let cell = format!("tr[data-topic='{TOPIC}'] td[data-count='delayed']");
     assert_eq!(b.text(&cell).await, "2");
     dash.client
@@ -553,11 +547,11 @@ async fn the_authorize_hook_decides_per_request() {
     )
     .await;
     let b = Browser::start().await;
-    b.open(&format!("{}?who=nobody", dash.url)).await;
+    b.open(&dash.page("?who=nobody")).await;
     assert!(b.web.source().await.unwrap().contains("403"));
-    b.open(&format!("{}?who=viewer", dash.url)).await;
+    b.open(&dash.page("?who=viewer")).await;
     assert_eq!(b.text("header .badge.readonly").await, "read-only");
-    b.open(&format!("{}?who=admin", dash.url)).await;
+    b.open(&dash.page("?who=admin")).await;
     assert!(!b
         .web
         .find_all(Locator::Css("form[method='post']"))
@@ -569,10 +563,7 @@ async fn the_authorize_hook_decides_per_request() {
 
 #[tokio::test]
 async fn delete_every_dead_letter_asks_first_and_deletes_only_when_confirmed() {
-    let dash = Dashboard::start(Options::new()).await;
-    let b = Browser::start().await;
-    b.open(&format!("{}/topics/{TOPIC}?state=dead", dash.url))
-        .await;
+    let (dash, b) = browse(Options::new(), &format!("/topics/{TOPIC}?state=dead")).await;
     let purge = "form[action$='/dead/purge'] button";
     b.click(purge).await;
     b.web.dismiss_alert().await.unwrap();

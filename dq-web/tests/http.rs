@@ -33,6 +33,13 @@ async fn dashboard(client: &Client) -> (String, String) {
     (addr, token)
 }
 
+/// The dashboard with its default options, and the body of a form that carries its CSRF
+/// token and nothing else.
+async fn dashboard_and_form(client: &Client) -> (String, String) {
+    let (addr, token) = dashboard(client).await;
+    (addr, format!("csrf={token}"))
+}
+
 /// One HTTP/1.1 request to `addr`, with `Host: <addr>` unless `headers` give a `Host`;
 /// returns the status and the whole response text.
 async fn http(addr: &str, method: &str, path: &str, headers: &[&str], body: &str) -> (u16, String) {
@@ -226,8 +233,7 @@ async fn an_action_without_the_csrf_token_is_refused_and_changes_nothing() {
 #[tokio::test]
 async fn a_cross_site_post_is_refused_even_with_the_token() {
     let client = memory_client().await;
-    let (addr, token) = dashboard(&client).await;
-    let body = format!("csrf={token}");
+    let (addr, body) = dashboard_and_form(&client).await;
     let cancel = "/topics/order-cancel/jobs/o1/cancel";
     let (status, _) = http(
         &addr,
@@ -307,7 +313,7 @@ async fn every_page_answers_on_the_in_memory_store() {
 async fn the_schedules_page_lists_them_and_pauses_resumes_and_runs_one() {
     let client = memory_client().await;
     nightly(&client).tz("Europe/Paris").upsert().await.unwrap();
-    let (addr, token) = dashboard(&client).await;
+    let (addr, body) = dashboard_and_form(&client).await;
     let (status, page) = get(&addr, "/schedules").await;
     assert_eq!(status, 200);
     assert!(page.contains("data-schedule=\"nightly\""), "{page}");
@@ -316,7 +322,6 @@ async fn the_schedules_page_lists_them_and_pauses_resumes_and_runs_one() {
             || page.contains("cron \"0 3 * * *\" in Europe/Paris"),
         "{page}"
     );
-    let body = format!("csrf={token}");
     act(&addr, "/schedules/nightly/pause", &body).await;
     assert_eq!(client.schedules().await.unwrap()[0].next, None, "paused");
     act(&addr, "/schedules/nightly/resume", &body).await;
@@ -377,8 +382,7 @@ async fn after_an_action_the_dashboard_redirects_only_to_its_own_pages() {
 #[tokio::test]
 async fn a_post_from_another_origin_is_refused_even_with_the_token() {
     let client = memory_client().await;
-    let (addr, token) = dashboard(&client).await;
-    let body = format!("csrf={token}");
+    let (addr, body) = dashboard_and_form(&client).await;
     let pause = "/topics/order-cancel/pause";
     let port = addr.rsplit_once(':').unwrap().1;
     let other_port = if port == "1" { "2" } else { "1" };
@@ -499,8 +503,7 @@ async fn deleting_a_dead_letter_leaves_a_job_pushed_again_alone() {
         push(&client, id, order).await;
     }
     dead_letter(&store, 3, &["d1", "d2", "d3"]).await;
-    let (addr, token) = dashboard(&client).await;
-    let body = format!("csrf={token}");
+    let (addr, body) = dashboard_and_form(&client).await;
     // The dead letter's page offers Delete, which asks first.
     let (status, page) = get(&addr, "/topics/order-cancel/jobs/d1").await;
     assert_eq!(status, 200);
@@ -548,8 +551,7 @@ async fn run_now_on_a_ready_job_keeps_its_place() {
             .await
             .unwrap();
     }
-    let (addr, token) = dashboard(&client).await;
-    let body = format!("csrf={token}");
+    let (addr, body) = dashboard_and_form(&client).await;
     // A ready job's page offers no Run now (BullMQ promotes delayed jobs only).
     let (_, page) = get(&addr, "/topics/order-cancel/jobs/r1").await;
     assert!(!page.contains("/jobs/r1/run"), "{page}");
@@ -651,14 +653,13 @@ async fn an_unknown_topic_is_not_found() {
 async fn a_schedule_can_be_removed_from_its_page() {
     let client = memory_client().await;
     nightly(&client).upsert().await.unwrap();
-    let (addr, token) = dashboard(&client).await;
+    let (addr, body) = dashboard_and_form(&client).await;
     let (status, page) = get(&addr, "/schedules").await;
     assert_eq!(status, 200);
     assert!(
         page.contains(r#"action="/schedules/nightly/remove" data-confirm="#),
         "Remove, asking first: {page}"
     );
-    let body = format!("csrf={token}");
     // Like every action: not without the token.
     let (status, _) = post(&addr, "/schedules/nightly/remove", "csrf=x").await;
     assert_eq!(status, 403);

@@ -30,6 +30,11 @@ inventory::collect!(Backend);
 
 /// Connects to the store `config` names, through the first registered [`Backend`] that
 /// serves it. The `dq` crate links the Redis one.
+///
+/// A registration is kept only when its crate is linked: through `dq` it always is (the facade
+/// names `dq_redis`). A program that depends on `dq-core` and `dq-redis` directly, and never
+/// names `dq_redis` in its code, has no Redis store here: it gets the error below, at run time.
+/// Name it (`dq_redis::RedisStore::connect`), or depend on `dq`.
 pub async fn open(config: &Config) -> Result<Arc<dyn Store>> {
     let backends: Vec<&Backend> = inventory::iter::<Backend>.into_iter().collect();
     let Some(backend) = backends

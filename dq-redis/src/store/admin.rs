@@ -5,11 +5,12 @@ use std::time::SystemTime;
 
 use async_trait::async_trait;
 
-use redis::Value;
+use redis::{FromRedisValue, Script, Value};
 
 use super::reply::{decode_jobs, read, Count, Reply, ShardStats, ShardThroughput, Unsigned};
 use super::waiters::RESUMED;
 use super::RedisStore;
+use crate::keys::ShardKeys;
 use crate::scripts::SCRIPTS;
 use dq_core::store::policy::{batch_limit, WORKER_EXPIRY_MS};
 use dq_core::store::{Admin, DeadLetters, Registry, Sharded};
@@ -28,42 +29,65 @@ impl RedisStore {
         }
         Ok(())
     }
+
+    /// Runs a script that reads a topic (counts, stats, throughput) on every shard in turn:
+    /// with the shard's `keys`, then the topic's name. The replies, in shard order.
+    async fn read_topic<T: FromRedisValue>(
+        &self,
+        op: &'static str,
+        script: &Script,
+        topic: &Topic,
+        keys: impl Fn(&ShardKeys) -> Vec<String>,
+    ) -> Result<Vec<T>> {
+        let mut replies = Vec::with_capacity(self.shards.len());
+        for k in &self.shards {
+            let mut inv = script.prepare_invoke();
+            for key in keys(k) {
+                inv.key(key);
+            }
+            inv.arg(topic.as_str());
+            replies.push(self.call(op, &inv).await?);
+        }
+        Ok(replies)
+    }
 }
 
 #[async_trait]
 impl Admin for RedisStore {
     async fn counts(&self, topic: &Topic) -> Result<TopicCounts> {
+        let shards: Vec<Reply<TopicCounts>> = self
+            .read_topic("counts", &SCRIPTS.counts, topic, |k| {
+                vec![k.counts(), k.ready(topic), k.dead(topic)]
+            })
+            .await?;
         let mut total = TopicCounts::default();
-        for k in &self.shards {
-            let mut inv = SCRIPTS.counts.prepare_invoke();
-            inv.key(k.counts())
-                .key(k.ready(topic))
-                .key(k.dead(topic))
-                .arg(topic.as_str());
-            let Reply(shard) = self.call::<Reply<TopicCounts>>("counts", &inv).await?;
+        for Reply(shard) in shards {
             total.add(&shard);
         }
         Ok(total)
     }
 
     async fn stats(&self, topic: &Topic) -> Result<TopicStats> {
+        let shards: Vec<ShardStats> = self
+            .read_topic("stats", &SCRIPTS.stats, topic, |k| {
+                vec![
+                    k.counts(),
+                    k.ready(topic),
+                    k.dead(topic),
+                    k.jobs(),
+                    k.delayed(),
+                    k.paused(),
+                    k.ready_gen(topic),
+                ]
+            })
+            .await?;
+        let earliest = |a: Option<SystemTime>, us: Option<u64>| match (a, us.map(from_us)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let mut total = TopicStats::default();
-        for k in &self.shards {
-            let mut inv = SCRIPTS.stats.prepare_invoke();
-            inv.key(k.counts())
-                .key(k.ready(topic))
-                .key(k.dead(topic))
-                .key(k.jobs())
-                .key(k.delayed())
-                .key(k.paused())
-                .key(k.ready_gen(topic))
-                .arg(topic.as_str());
-            let shard: ShardStats = self.call("stats", &inv).await?;
+        for shard in shards {
             total.counts.add(&shard.counts);
-            let earliest = |a: Option<SystemTime>, us: Option<u64>| match (a, us.map(from_us)) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
             total.oldest_ready_due = earliest(total.oldest_ready_due, shard.oldest_ready_due_us);
             total.next_due = earliest(total.next_due, shard.next_due_us);
             total.paused |= shard.paused;
@@ -72,12 +96,14 @@ impl Admin for RedisStore {
     }
 
     async fn throughput(&self, topic: &Topic) -> Result<Throughput> {
+        let shards: Vec<ShardThroughput> = self
+            .read_topic("throughput", &SCRIPTS.throughput, topic, |k| {
+                vec![k.counts()]
+            })
+            .await?;
         let mut now_minute = 0;
         let mut tallies = Vec::new();
-        for k in &self.shards {
-            let mut inv = SCRIPTS.throughput.prepare_invoke();
-            inv.key(k.counts()).arg(topic.as_str());
-            let shard: ShardThroughput = self.call("throughput", &inv).await?;
+        for shard in shards {
             now_minute = now_minute.max(shard.now_minute);
             tallies.extend(shard.tallies);
         }
@@ -157,12 +183,9 @@ impl Admin for RedisStore {
         for k in &self.shards {
             // The topics pushed to, and those paused (perhaps before their first push).
             for key in [k.topics(), k.paused()] {
-                let mut conn = self.conn.clone();
-                let names: Vec<String> = redis::cmd("SMEMBERS")
-                    .arg(key)
-                    .query_async(&mut conn)
-                    .await
-                    .map_err(crate::error::redis("topics"))?;
+                let names: Vec<String> = self
+                    .query("topics", redis::cmd("SMEMBERS").arg(key))
+                    .await?;
                 all.extend(names.into_iter().filter_map(|n| Topic::new(n).ok()));
             }
         }
@@ -287,12 +310,9 @@ impl Registry for RedisStore {
     }
 
     async fn workers(&self) -> Result<Vec<WorkerInfo>> {
-        let mut conn = self.conn.clone();
-        let all: Vec<(String, String)> = redis::cmd("HGETALL")
-            .arg(self.keys(0).workers())
-            .query_async(&mut conn)
-            .await
-            .map_err(crate::error::redis("workers"))?;
+        let all: Vec<(String, String)> = self
+            .query("workers", redis::cmd("HGETALL").arg(self.keys(0).workers()))
+            .await?;
         let now_ms = self.time_us().await? / 1000;
         let mut live = Vec::new();
         for (id, json) in all {

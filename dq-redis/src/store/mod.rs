@@ -1,12 +1,13 @@
 //! The Redis store: the key layout of [`keys`](crate::keys), one Lua script per operation.
 //!
 //! One module per role of the store ([`Producer`](dq_core::store::Producer) in `produce`,
-//! [`Leases`](dq_core::store::Leases) in `lease`, [`Admin`](dq_core::store::Admin) and
-//! [`Registry`](dq_core::store::Registry) in `admin`, [`Schedules`](dq_core::store::Schedules) in `schedules`),
-//! the blocking waiters in `waiters`, and the
-//! reading of script replies in `reply`.
+//! [`Leases`](dq_core::store::Leases) in `lease` (its fetch in `fetch`),
+//! [`Admin`](dq_core::store::Admin) and [`Registry`](dq_core::store::Registry) in `admin`,
+//! [`Schedules`](dq_core::store::Schedules) in `schedules`), the blocking waiters in
+//! `waiters`, and the reading of script replies in `reply`.
 
 mod admin;
+mod fetch;
 mod lease;
 mod produce;
 mod reply;
@@ -20,6 +21,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis::Value;
 
+use crate::cluster::{on_any_node, on_owner_of};
 use crate::connection::{self, Conn, Server};
 use crate::hub::ReadyHub;
 use crate::keys::ShardKeys;
@@ -30,6 +32,26 @@ use dq_core::Config;
 use dq_core::LeaseRef;
 use dq_core::{Error, Result};
 use dq_core::{JobId, Topic};
+
+/// A method that runs a request (a command, a pipeline) on the shared connection and reads
+/// the reply as `T`, a failure reported as `op`'s. A macro because the two request types
+/// share no trait that sends them.
+macro_rules! sender {
+    ($(#[$doc:meta])* $name:ident($request:ty)) => {
+        $(#[$doc])*
+        pub(super) async fn $name<T: redis::FromRedisValue>(
+            &self,
+            op: &'static str,
+            request: &$request,
+        ) -> Result<T> {
+            let mut conn = self.conn.clone();
+            request
+                .query_async(&mut conn)
+                .await
+                .map_err(crate::error::redis(op))
+        }
+    };
+}
 
 /// How long connecting waits for a Redis that is loading or not answering to tell the
 /// namespace's shard count.
@@ -108,7 +130,7 @@ impl RedisStore {
         let read = loop {
             let mut cmd = redis::cmd("HGET");
             cmd.arg(&meta).arg("shards");
-            let read: Result<Option<String>> = connection::on_owner_of(&self.conn, &meta, cmd)
+            let read: Result<Option<String>> = on_owner_of(&self.conn, &meta, cmd)
                 .await
                 .map_err(crate::error::redis(op));
             match read {
@@ -174,7 +196,7 @@ impl RedisStore {
     pub async fn server_warnings(&self) -> Result<Vec<String>> {
         let mut info_cmd = redis::cmd("INFO");
         info_cmd.arg("memory");
-        let info: String = connection::on_any_node(&self.conn, info_cmd)
+        let info: String = on_any_node(&self.conn, info_cmd)
             .await
             .map_err(crate::error::redis("read server settings"))?;
         let policy = info
@@ -200,12 +222,19 @@ impl RedisStore {
         self.keys(shard_of(topic, id, self.shards()))
     }
 
+    /// Runs a command whose reply is of no use.
     pub(super) async fn simple(&self, op: &'static str, cmd: &redis::Cmd) -> Result<()> {
-        let mut conn = self.conn.clone();
-        cmd.query_async::<Value>(&mut conn)
-            .await
-            .map(drop)
-            .map_err(crate::error::redis(op))
+        self.query::<Value>(op, cmd).await.map(drop)
+    }
+
+    sender! {
+        /// Runs a command and reads its reply as `T`.
+        query(redis::Cmd)
+    }
+
+    sender! {
+        /// Runs a pipeline and reads its replies as `T`.
+        query_pipe(redis::Pipeline)
     }
 
     pub(super) async fn run(
@@ -227,6 +256,12 @@ impl RedisStore {
     ) -> Result<T> {
         reply::read(op, self.run(op, inv).await?)
     }
+}
+
+/// A duration as the scripts take it: whole microseconds (saturating; delays are checked
+/// against `MAX_DELAY` before they get here).
+pub(super) fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// Most topics `promote` and `reclaim` declare up front; the due jobs of others are found in the
@@ -298,7 +333,7 @@ impl Sharded for RedisStore {
         // by one clock even when a cluster's masters disagree.
         let registry = self.keys(0).workers();
         let (secs, micros): (u64, u64) =
-            connection::on_owner_of(&self.conn, &registry, redis::cmd("TIME").to_owned())
+            on_owner_of(&self.conn, &registry, redis::cmd("TIME").to_owned())
                 .await
                 .map_err(crate::error::redis("read the time"))?;
         Ok(secs * 1_000_000 + micros)

@@ -1,15 +1,15 @@
 //! Creating and changing jobs that have not started: push (with the optional `WAIT` for
 //! replicas), cancel, reschedule and status.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use async_trait::async_trait;
 use redis::Value;
 
 use super::reply::{job_info, malformed_reply, read, Count, Reply, StatusReply};
 use super::RedisStore;
-use crate::connection::Conn;
-use crate::keys::member;
+use crate::cluster::pipeline_on_owner_of;
+use crate::keys::{member, ShardKeys};
 use crate::scripts::SCRIPTS;
 use dq_core::store::shard_of;
 use dq_core::store::{Producer, Sharded, MAX_BATCH};
@@ -43,6 +43,50 @@ impl RedisStore {
         inv
     }
 
+    /// Runs push.lua (and `WAIT`, when replicas are awaited) on `chunk`, jobs of one shard
+    /// given by their index in `jobs`; the reply is push.lua's.
+    async fn push_chunk(
+        &self,
+        shard: u16,
+        jobs: &[NewJob],
+        chunk: &[usize],
+        mode: &str,
+    ) -> Result<Vec<Value>> {
+        let k = self.keys(shard);
+        let topics: BTreeSet<&Topic> = chunk.iter().map(|&i| &jobs[i].topic).collect();
+        let keys = push_keys(k, &topics);
+        self.learn(topics);
+        // The arguments borrow the payloads: only the numbers are printed here.
+        let count = chunk.len().to_string();
+        let numbers: Vec<[String; 4]> = chunk.iter().map(|&i| push_numbers(&jobs[i])).collect();
+        let mut args: Vec<&[u8]> = Vec::with_capacity(3 + 7 * chunk.len());
+        args.extend([k.prefix().as_bytes(), mode.as_bytes(), count.as_bytes()]);
+        for (&i, [when, max, hold, fence]) in chunk.iter().zip(&numbers) {
+            let j = &jobs[i];
+            args.extend([
+                j.topic.as_str().as_bytes(),
+                j.id.as_str().as_bytes(),
+                when.as_bytes(),
+                max.as_bytes(),
+                hold.as_bytes(),
+                fence.as_bytes(),
+                &j.payload[..],
+            ]);
+        }
+        if self.wait.0.is_some() {
+            read("push", self.push_and_wait(shard, &keys, &args).await?)
+        } else {
+            let mut inv = SCRIPTS.push.prepare_invoke();
+            for key in &keys {
+                inv.key(key);
+            }
+            for arg in &args {
+                inv.arg(*arg);
+            }
+            self.call("push", &inv).await
+        }
+    }
+
     /// The push script and `WAIT` in one pipeline, on one connection to the shard's master:
     /// WAIT covers the writes of its own connection, so it must follow the script on the same
     /// one. (Sent separately, a reconnection or the cluster client's retry on the new master
@@ -64,18 +108,10 @@ impl RedisStore {
         }
         let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
         pipe.cmd("WAIT").arg(wanted).arg(timeout_ms);
+        let owner = self.keys(shard).jobs();
         let mut replies = None;
         for _ in 0..2 {
-            let sent: redis::RedisResult<Vec<Value>> = match &self.conn {
-                Conn::Single(c) => pipe.query_async(&mut c.clone()).await,
-                Conn::Cluster(c) => {
-                    use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
-                    let slot = crate::keys::slot(&self.keys(shard).jobs());
-                    let route =
-                        SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
-                    c.clone().route_pipeline(pipe.clone(), 0, 2, route).await
-                }
-            };
+            let sent = pipeline_on_owner_of(&self.conn, &owner, &pipe, 2).await;
             // A pipeline's command errors come back as error values (cluster) or as the
             // pipeline's error (one server): either way, NOSCRIPT means load and send again.
             let sent = sent.and_then(|replies| match replies.first() {
@@ -126,6 +162,57 @@ fn when_arg(when: Due) -> String {
     }
 }
 
+/// The keys push.lua declares: the shard's, then each topic's ready list, dead set and ready
+/// generation.
+fn push_keys(k: &ShardKeys, topics: &BTreeSet<&Topic>) -> Vec<String> {
+    let mut keys = vec![
+        k.jobs(),
+        k.delayed(),
+        k.topics(),
+        k.counts(),
+        k.inflight(),
+        k.unique(),
+        k.unique_for(),
+        k.tick_fence(),
+    ];
+    for t in topics {
+        keys.push(k.ready(t));
+        keys.push(k.dead(t));
+        keys.push(k.ready_gen(t));
+    }
+    keys
+}
+
+/// The arguments of a job to push.lua that are printed here: when it is due, its attempts, how
+/// long its id stays reserved (microseconds, 0: not at all) and its schedule's tick fence.
+fn push_numbers(j: &NewJob) -> [String; 4] {
+    let hold = j.unique_for.map_or(0, |d| d.as_micros().max(1));
+    let fence = j.fence.as_ref().map_or(String::new(), |f| {
+        format!("{}:{}:{}", f.generation, f.tick_us, f.schedule)
+    });
+    [
+        when_arg(j.due),
+        j.max_attempts.to_string(),
+        hold.to_string(),
+        fence,
+    ]
+}
+
+/// Reads push.lua's reply (the earliest due time if it moved, then a code for each job of
+/// `chunk`) into the outcomes of those jobs.
+fn read_pushed(reply: &[Value], chunk: &[usize], outcomes: &mut [PushOutcome]) -> Result<()> {
+    if reply.len() != chunk.len() + 1 {
+        return Err(Error::Malformed {
+            location: "the reply to push".into(),
+            reason: format!("{} codes for {} jobs", reply.len() - 1, chunk.len()),
+        });
+    }
+    for (&i, code) in chunk.iter().zip(&reply[1..]) {
+        outcomes[i] = read::<Reply<PushOutcome>>("push", code.clone())?.0;
+    }
+    Ok(())
+}
+
 #[async_trait]
 impl Producer for RedisStore {
     async fn push(&self, jobs: Vec<NewJob>, on_conflict: OnConflict) -> Result<Vec<PushOutcome>> {
@@ -142,79 +229,9 @@ impl Producer for RedisStore {
                 .push(i);
         }
         for (shard, indices) in groups {
-            let k = self.keys(shard);
             for chunk in indices.chunks(MAX_BATCH) {
-                let mut keys = vec![
-                    k.jobs(),
-                    k.delayed(),
-                    k.topics(),
-                    k.counts(),
-                    k.inflight(),
-                    k.unique(),
-                    k.unique_for(),
-                    k.tick_fence(),
-                ];
-                let topics: std::collections::BTreeSet<&Topic> =
-                    chunk.iter().map(|&i| &jobs[i].topic).collect();
-                for t in &topics {
-                    keys.push(k.ready(t));
-                    keys.push(k.dead(t));
-                    keys.push(k.ready_gen(t));
-                }
-                self.learn(topics);
-                // The arguments borrow the payloads: only the numbers are printed here.
-                let count = chunk.len().to_string();
-                let numbers: Vec<[String; 4]> = chunk
-                    .iter()
-                    .map(|&i| {
-                        let j = &jobs[i];
-                        let hold = j.unique_for.map_or(0, |d| d.as_micros().max(1));
-                        let fence = j.fence.as_ref().map_or(String::new(), |f| {
-                            format!("{}:{}:{}", f.generation, f.tick_us, f.schedule)
-                        });
-                        [
-                            when_arg(j.due),
-                            j.max_attempts.to_string(),
-                            hold.to_string(),
-                            fence,
-                        ]
-                    })
-                    .collect();
-                let mut args: Vec<&[u8]> = Vec::with_capacity(3 + 7 * chunk.len());
-                args.extend([k.prefix().as_bytes(), mode.as_bytes(), count.as_bytes()]);
-                for (&i, [when, max, hold, fence]) in chunk.iter().zip(&numbers) {
-                    let j = &jobs[i];
-                    args.extend([
-                        j.topic.as_str().as_bytes(),
-                        j.id.as_str().as_bytes(),
-                        when.as_bytes(),
-                        max.as_bytes(),
-                        hold.as_bytes(),
-                        fence.as_bytes(),
-                        &j.payload[..],
-                    ]);
-                }
-                let reply: Vec<Value> = if self.wait.0.is_some() {
-                    read("push", self.push_and_wait(shard, &keys, &args).await?)?
-                } else {
-                    let mut inv = SCRIPTS.push.prepare_invoke();
-                    for key in &keys {
-                        inv.key(key);
-                    }
-                    for arg in &args {
-                        inv.arg(*arg);
-                    }
-                    self.call("push", &inv).await?
-                };
-                if reply.len() != chunk.len() + 1 {
-                    return Err(Error::Malformed {
-                        location: "the reply to push".into(),
-                        reason: format!("{} codes for {} jobs", reply.len() - 1, chunk.len()),
-                    });
-                }
-                for (&i, code) in chunk.iter().zip(&reply[1..]) {
-                    outcomes[i] = read::<Reply<PushOutcome>>("push", code.clone())?.0;
-                }
+                let reply = self.push_chunk(shard, &jobs, chunk, mode).await?;
+                read_pushed(&reply, chunk, &mut outcomes)?;
             }
         }
         Ok(outcomes)

@@ -326,6 +326,27 @@ pub(super) fn parse_member(m: &str) -> Option<(Topic, JobId)> {
     Some((Topic::new(t).ok()?, JobId::new(i).ok()?))
 }
 
+/// throughput.lua: the shard's current minute, then `minute, done, failed` triples.
+pub(super) struct ShardThroughput {
+    pub(super) now_minute: u64,
+    pub(super) tallies: Vec<(u64, u64, u64)>,
+}
+
+reader!(ShardThroughput, |v| {
+    let items = items(v)?;
+    let number = |i| -> std::result::Result<u64, ParsingError> {
+        Ok(u64::try_from(whole(items.get(i).unwrap_or(&Value::Nil))?).unwrap_or(0))
+    };
+    let tallies = (1..items.len())
+        .step_by(3)
+        .map(|i| Ok((number(i)?, number(i + 1)?, number(i + 2)?)))
+        .collect::<std::result::Result<_, ParsingError>>()?;
+    Ok(ShardThroughput {
+        now_minute: number(0)?,
+        tallies,
+    })
+});
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -410,24 +431,3 @@ mod tests {
         assert!(read::<Reply<ChangeOutcome>>("cancel", Value::Int(-1)).is_err());
     }
 }
-
-/// throughput.lua: the shard's current minute, then `minute, done, failed` triples.
-pub(super) struct ShardThroughput {
-    pub(super) now_minute: u64,
-    pub(super) tallies: Vec<(u64, u64, u64)>,
-}
-
-reader!(ShardThroughput, |v| {
-    let items = items(v)?;
-    let number = |i| -> std::result::Result<u64, ParsingError> {
-        Ok(u64::try_from(whole(items.get(i).unwrap_or(&Value::Nil))?).unwrap_or(0))
-    };
-    let tallies = (1..items.len())
-        .step_by(3)
-        .map(|i| Ok((number(i)?, number(i + 1)?, number(i + 2)?)))
-        .collect::<std::result::Result<_, ParsingError>>()?;
-    Ok(ShardThroughput {
-        now_minute: number(0)?,
-        tallies,
-    })
-});

@@ -20,16 +20,14 @@ impl Schedules for RedisStore {
 
     async fn remove_schedule(&self, id: &str) -> Result<bool> {
         let k = self.keys(0);
-        let mut conn = self.conn.clone();
-        let (removed, _, _, _): (u64, Value, Value, Value) = redis::pipe()
-            .atomic()
+        let mut pipe = redis::pipe();
+        pipe.atomic()
             .hdel(k.schedules(), id)
             .zrem(k.schedule_next(), id)
             .hdel(k.schedule_last(), id)
-            .hdel(k.schedule_gen(), id)
-            .query_async(&mut conn)
-            .await
-            .map_err(crate::error::redis("remove schedule"))?;
+            .hdel(k.schedule_gen(), id);
+        let (removed, _, _, _): (u64, Value, Value, Value) =
+            self.query_pipe("remove schedule", &pipe).await?;
         // Its tick fences, one per shard its ticks went to. One declared again under this id
         // starts at a generation above them anyway (Redis' clock), so this only frees memory.
         for keys in &self.shards {
@@ -41,20 +39,14 @@ impl Schedules for RedisStore {
 
     async fn schedule(&self, id: &str) -> Result<Option<ScheduleEntry>> {
         let k = self.keys(0);
-        let mut conn = self.conn.clone();
-        let (spec, next, last, generation): (
-            Option<String>,
-            Option<String>,
-            Option<String>,
-            Option<String>,
-        ) = redis::pipe()
-            .hget(k.schedules(), id)
+        let mut pipe = redis::pipe();
+        pipe.hget(k.schedules(), id)
             .zscore(k.schedule_next(), id)
             .hget(k.schedule_last(), id)
-            .hget(k.schedule_gen(), id)
-            .query_async(&mut conn)
-            .await
-            .map_err(crate::error::redis("read schedule"))?;
+            .hget(k.schedule_gen(), id);
+        type Field = Option<String>;
+        let (spec, next, last, generation): (Field, Field, Field, Field) =
+            self.query_pipe("read schedule", &pipe).await?;
         Ok(spec.map(|spec| {
             ScheduleEntry::new(id.to_owned(), spec, us(next), us(last))
                 .with_generation(us(generation).unwrap_or(0))
@@ -63,20 +55,18 @@ impl Schedules for RedisStore {
 
     async fn schedules(&self) -> Result<Vec<ScheduleEntry>> {
         let k = self.keys(0);
-        let mut conn = self.conn.clone();
-        type Pairs = Vec<(String, String)>;
-        let (specs, next, last, gens): (Pairs, Pairs, Pairs, Pairs) = redis::pipe()
-            .hgetall(k.schedules())
+        let mut pipe = redis::pipe();
+        pipe.hgetall(k.schedules())
             .cmd("ZRANGE")
             .arg(k.schedule_next())
             .arg(0)
             .arg(-1)
             .arg("WITHSCORES")
             .hgetall(k.schedule_last())
-            .hgetall(k.schedule_gen())
-            .query_async(&mut conn)
-            .await
-            .map_err(crate::error::redis("list schedules"))?;
+            .hgetall(k.schedule_gen());
+        type Pairs = Vec<(String, String)>;
+        let (specs, next, last, gens): (Pairs, Pairs, Pairs, Pairs) =
+            self.query_pipe("list schedules", &pipe).await?;
         let next: std::collections::HashMap<String, String> = next.into_iter().collect();
         let last: std::collections::HashMap<String, String> = last.into_iter().collect();
         let gens: std::collections::HashMap<String, String> = gens.into_iter().collect();
@@ -93,19 +83,16 @@ impl Schedules for RedisStore {
     }
 
     async fn due_schedules(&self, until_us: u64, limit: usize) -> Result<Vec<(String, u64)>> {
-        let mut conn = self.conn.clone();
-        let due: Vec<(String, String)> = redis::cmd("ZRANGE")
-            .arg(self.keys(0).schedule_next())
+        let mut cmd = redis::cmd("ZRANGE");
+        cmd.arg(self.keys(0).schedule_next())
             .arg("-inf")
             .arg(until_us)
             .arg("BYSCORE")
             .arg("LIMIT")
             .arg(0)
             .arg(limit)
-            .arg("WITHSCORES")
-            .query_async(&mut conn)
-            .await
-            .map_err(crate::error::redis("due schedules"))?;
+            .arg("WITHSCORES");
+        let due: Vec<(String, String)> = self.query("due schedules", &cmd).await?;
         Ok(due
             .into_iter()
             .filter_map(|(id, tick)| Some((id, us(Some(tick))?)))
