@@ -214,7 +214,7 @@ impl RedisStore {
     }
 
     /// The keys of one shard.
-    pub fn keys(&self, shard: u16) -> &ShardKeys {
+    pub(crate) fn keys(&self, shard: u16) -> &ShardKeys {
         &self.shards[usize::from(shard) % self.shards.len()]
     }
 
