@@ -136,6 +136,9 @@ pub enum JobState {
     Running,
     /// Failed past its retries (or poison); kept with its error until retried or purged.
     Dead,
+    /// Succeeded, with the value its handler returned; kept while its topic's retention lasts
+    /// ([`Retention`](crate::Retention)), and only when it has one.
+    Done,
 }
 
 impl JobState {
@@ -146,18 +149,19 @@ impl JobState {
             JobState::Ready => "ready",
             JobState::Running => "running",
             JobState::Dead => "dead",
+            JobState::Done => "done",
         }
     }
 }
 
-/// `delayed`, `ready`, `running` or `dead`.
+/// `delayed`, `ready`, `running`, `dead` or `done`.
 impl std::fmt::Display for JobState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
 }
 
-/// Reads `delayed`, `ready`, `running` or `dead` (any case), as [`JobState`]'s `Display`
+/// Reads `delayed`, `ready`, `running`, `dead` or `done` (any case), as [`JobState`]'s `Display`
 /// writes it.
 impl std::str::FromStr for JobState {
     type Err = String;
@@ -168,10 +172,13 @@ impl std::str::FromStr for JobState {
             JobState::Ready,
             JobState::Running,
             JobState::Dead,
+            JobState::Done,
         ]
         .into_iter()
         .find(|s| s.as_str().eq_ignore_ascii_case(text.trim()))
-        .ok_or_else(|| format!("unknown job state {text:?}: use delayed, ready, running or dead"))
+        .ok_or_else(|| {
+            format!("unknown job state {text:?}: use delayed, ready, running, dead or done")
+        })
     }
 }
 
@@ -194,12 +201,16 @@ pub struct JobInfo {
     pub created: SystemTime,
     /// When it is (or was) due.
     pub due: SystemTime,
-    /// The lease deadline when running, the time of death when dead.
+    /// The lease deadline when running, the time of death when dead, when it succeeded when
+    /// done.
     pub state_since_or_until: Option<SystemTime>,
     /// The error of the latest failed run.
     pub last_error: Option<String>,
     /// The serialized message.
     pub payload: Vec<u8>,
+    /// What its handler returned, as JSON, when it is [`Done`](JobState::Done) and returned a
+    /// value (`None` for `()`).
+    pub result: Option<Vec<u8>>,
 }
 
 impl JobInfo {
@@ -223,6 +234,7 @@ impl JobInfo {
             state_since_or_until: score_us.map(from_us),
             last_error: env.last_error,
             payload: env.payload,
+            result: None,
         }
     }
 }

@@ -49,6 +49,16 @@ pub struct LeaseRef {
     pub shard: u16,
 }
 
+/// A job whose handler succeeded, to ack: its lease and the value its handler returned (JSON;
+/// `None` for no value). The value is kept only when the topic has a retention.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Succeeded {
+    /// The lease the run held.
+    pub lease: LeaseRef,
+    /// The handler's value, as JSON.
+    pub result: Option<Vec<u8>>,
+}
+
 /// What one fetch call returned.
 ///
 /// A store of your own starts from `default()` and sets the fields (more may come).

@@ -12,6 +12,7 @@ mod lease;
 mod message;
 pub mod metric;
 mod name;
+mod result;
 pub mod schedule;
 pub mod store;
 
@@ -22,7 +23,8 @@ pub use crate::job::{
     from_us, to_us, Due, JobInfo, JobState, NewJob, OnConflict, PushOutcome, DEFAULT_RETRIES,
     MAX_DELAY, MAX_RETRIES,
 };
-pub use crate::lease::{Acked, Fetched, LeaseRef, LeasedJob, Promoted, Reclaimed};
+pub use crate::lease::{Acked, Fetched, LeaseRef, LeasedJob, Promoted, Reclaimed, Succeeded};
+pub use crate::result::{JobResult, Retention, Waited};
 pub use client::{Client, PushBuilder, Pushed};
 pub use config::{
     parse_duration, Config, ConfigBuilder, CLUSTER_SHARDS, DEFAULT_MAX_PAYLOAD_BYTES,

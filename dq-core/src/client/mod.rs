@@ -2,6 +2,7 @@
 
 mod admin;
 mod push;
+mod results;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};

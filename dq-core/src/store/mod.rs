@@ -22,7 +22,8 @@ pub use self::shard::shard_of;
 pub use crate::envelope::{Envelope, ENVELOPE_VERSION};
 pub use crate::job::{from_us, to_us, FiredTick, NewJob};
 pub use crate::lease::check_retry_delay;
-pub use crate::lease::{Acked, Fetched, LeaseRef, LeasedJob, Promoted, Reclaimed};
+pub use crate::lease::{Acked, Fetched, LeaseRef, LeasedJob, Promoted, Reclaimed, Succeeded};
+pub use crate::result::{Retention, Waited};
 
 use crate::admin::{ChangeOutcome, Cursor, Page, Throughput, TopicCounts, TopicStats, WorkerInfo};
 use crate::error::Result;
@@ -125,8 +126,14 @@ pub trait Producer: Sharded {
     /// Moves a job that has not started to a new due time.
     async fn reschedule(&self, topic: &Topic, id: &JobId, when: Due) -> Result<ChangeOutcome>;
 
-    /// One job's state and data, `None` when no such job is pending or dead.
+    /// One job's state and data, `None` when no such job is pending, dead or kept done.
     async fn status(&self, topic: &Topic, id: &JobId) -> Result<Option<JobInfo>>;
+
+    /// Waits until the job is done or dead, at most `timeout`, woken by the store (never by
+    /// polling). Answers at once when it has ended, when it is not found, or when its topic
+    /// keeps no records (no retention), and never waits past `timeout`, whatever becomes of
+    /// the job or the connection meanwhile.
+    async fn wait_finished(&self, topic: &Topic, id: &JobId, timeout: Duration) -> Result<Waited>;
 }
 
 /// The workers' side of a job's life: due jobs made ready, leased, renewed, settled, and taken
@@ -154,8 +161,24 @@ pub trait Leases: Sharded {
         self.fetch(shard, topic, max, ttl).await
     }
 
-    /// Completes jobs (any shards); stale leases are refused and reported.
-    async fn ack(&self, leases: &[LeaseRef]) -> Result<Acked>;
+    /// Completes jobs (any shards) whose handler returned no value; stale leases are refused
+    /// and reported. The same as [`Leases::ack_succeeded`] without values.
+    async fn ack(&self, leases: &[LeaseRef]) -> Result<Acked> {
+        let done: Vec<Succeeded> = leases
+            .iter()
+            .map(|lease| Succeeded {
+                lease: lease.clone(),
+                result: None,
+            })
+            .collect();
+        self.ack_succeeded(&done).await
+    }
+
+    /// Completes jobs (any shards); stale leases are refused and reported. A job of a topic
+    /// with a retention ([`Leases::set_retention`]) is kept as [`Done`](crate::JobState::Done)
+    /// with its value, in the same atomic step, and the records past the retention go; anyone
+    /// waiting for it ([`Producer::wait_finished`]) is woken.
+    async fn ack_succeeded(&self, done: &[Succeeded]) -> Result<Acked>;
 
     /// Schedules a failed job to run again after `delay`, recording `error`.
     /// Returns false when the lease was no longer held.
@@ -186,6 +209,11 @@ pub trait Leases: Sharded {
     /// worker died by it, so that a listener's `retries` holds whichever process reclaims the
     /// job. Each job's envelope keeps the limit given at push.
     async fn set_attempt_limit(&self, topic: &Topic, max_attempts: Option<u32>) -> Result<()>;
+
+    /// Records how long, and how many, records of `topic`'s succeeded jobs are kept (`None`:
+    /// none, the default), in every shard. Written at runtime start from the listener, as the
+    /// attempt limit is.
+    async fn set_retention(&self, topic: &Topic, retention: Option<Retention>) -> Result<()>;
 
     /// A waiter for ready jobs of `topic` in `shard` (each holds its own blocking connection).
     fn ready_waiter(&self, shard: u16, topic: &Topic) -> Box<dyn ReadyWaiter>;

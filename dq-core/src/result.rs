@@ -1,0 +1,79 @@
+//! What became of a job: the value its handler returned, kept for a while, and the wait for
+//! it.
+//!
+//! A topic keeps the records of its succeeded jobs (their values) only when its listener asks
+//! for it (`#[dq::listener(retain = "1h")]`, [`Retention`]); without that, nothing is kept and
+//! memory stays flat. Dead letters are kept until they are retried or purged, whatever the
+//! retention.
+
+use std::time::Duration;
+
+use crate::job::JobInfo;
+
+/// How long, and how many, records of succeeded jobs a topic keeps (as BullMQ's
+/// `removeOnComplete: { age, count }`): a record goes when it is older than `age` or when
+/// more than `count` newer ones are kept (per shard). Set on the listener; the last runtime
+/// started decides for its topic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retention {
+    /// Longest a record is kept.
+    pub age: Duration,
+    /// Most records kept per shard of the topic.
+    pub count: u64,
+}
+
+impl Retention {
+    /// Records kept for `age`, at most [`Retention::DEFAULT_COUNT`] per shard.
+    pub fn for_age(age: Duration) -> Retention {
+        Retention {
+            age,
+            count: Retention::DEFAULT_COUNT,
+        }
+    }
+
+    /// The count bound when only an age is given: 10,000 per shard.
+    pub const DEFAULT_COUNT: u64 = 10_000;
+}
+
+/// What a store's wait for a job's end found (`Producer::wait_finished`).
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum Waited {
+    /// It ended: its record, [`Done`](crate::JobState::Done) (with its value) or
+    /// [`Dead`](crate::JobState::Dead) (with its last error).
+    Finished(JobInfo),
+    /// Its topic keeps no records of succeeded jobs (no retention): its end cannot be waited
+    /// for, nor its value read.
+    NotKept,
+    /// No such job, pending or kept: never pushed, cancelled, purged, or its record outlived
+    /// its topic's retention.
+    NotFound,
+    /// Still pending when the wait ran out.
+    TimedOut,
+}
+
+/// What became of a job, as [`Client::result`](crate::Client::result) and
+/// [`Client::wait`](crate::Client::wait) tell it, with its value decoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum JobResult<T> {
+    /// It succeeded and its handler returned this value.
+    Succeeded(T),
+    /// It succeeded; its handler returned no value (`()`).
+    SucceededEmpty,
+    /// It failed past its retries (or was dead-lettered): its last error and the runs made.
+    Dead {
+        /// The last run's error.
+        error: String,
+        /// Runs that ended without success.
+        attempts: u32,
+    },
+    /// Still delayed, ready or running (a `wait` that ran out says so).
+    Pending,
+    /// Its topic keeps no records of succeeded jobs: give its listener a retention
+    /// (`#[dq::listener(retain = "1h")]`) to read values and wait for ends.
+    NotKept,
+    /// No such job, pending or kept: never pushed, cancelled, purged, or its record outlived
+    /// its topic's retention.
+    NotFound,
+}
