@@ -26,6 +26,11 @@
 //! | `schedule_next` | ZSET | (shard 0 only) schedule id scored by its next tick (us); a paused one is absent |
 //! | `schedule_last` | HASH | (shard 0 only) schedule id -> the last tick fired (us) |
 //! | `workers` | HASH | (shard 0 only) worker id -> JSON: host, pid, topics, last heartbeat |
+//! | `done:<topic>` | ZSET | kept records of the topic's succeeded jobs (retention only): `topic:id` scored by when it succeeded (us) |
+//! | `finished` | HASH | `topic:id` -> the envelope of a kept succeeded job |
+//! | `results` | HASH | `topic:id` -> the value its handler returned (JSON) |
+//! | `retain` | HASH | topic -> `<age us>:<count>`: how long and how many succeeded jobs it keeps (written at runtime start) |
+//! | `ended` | pub/sub channel | `topic:id` of a job of a retained topic that succeeded, died or was cancelled: wakes the waits for it |
 //! | `wake` | pub/sub channel | the new earliest due time, when a push makes one |
 
 use dq_core::{JobId, Topic};
@@ -144,6 +149,29 @@ impl ShardKeys {
     /// A topic's dead letters.
     pub fn dead(&self, topic: &Topic) -> String {
         format!("{}dead:{topic}", self.prefix)
+    }
+    /// A topic's kept records of succeeded jobs (when it has a retention): `topic:id` scored
+    /// by when it succeeded (us).
+    pub fn done(&self, topic: &Topic) -> String {
+        format!("{}done:{topic}", self.prefix)
+    }
+    /// The envelopes of the kept records of succeeded jobs: `topic:id` -> envelope.
+    pub fn finished(&self) -> String {
+        self.key("finished")
+    }
+    /// The values of the kept records of succeeded jobs: `topic:id` -> the handler's JSON.
+    pub fn results(&self) -> String {
+        self.key("results")
+    }
+    /// Each topic's retention of succeeded jobs: topic -> `<age us>:<count>` (written at
+    /// runtime start, in every shard).
+    pub fn retain(&self) -> String {
+        self.key("retain")
+    }
+    /// The pub/sub channel that announces that a job of a retained topic ended (`topic:id`):
+    /// what waits for its end listen to.
+    pub fn ended_channel(&self) -> String {
+        self.key("ended")
     }
     /// The pub/sub channel that announces a new earliest due time.
     pub fn wake(&self) -> String {

@@ -49,6 +49,7 @@ scripts!(
     stats,
     list,
     dead_list,
+    done_list,
     requeue_dead,
     purge_dead,
     delete_dead,

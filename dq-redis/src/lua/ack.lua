@@ -1,23 +1,35 @@
--- ack: completes jobs whose lease the caller still holds; refuses stale ones.
+-- ack: completes jobs whose lease the caller still holds; refuses stale ones. A job of a topic
+-- with a retention (`retain`) is kept as a succeeded record with its handler's value (its
+-- envelope in `finished`, its value in `results`, indexed by `done:<topic>`), the records past
+-- the retention go, and `ended` announces it to the waits for it.
 -- Batched: one HMGET, one ZREM and two HDELs for the whole batch.
 -- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] counts  KEYS[4] leases  KEYS[5] unique  KEYS[6] unique_for
+-- KEYS[7] retain  KEYS[8] finished  KEYS[9] results  KEYS[10..] done:<topic> of each topic of
+-- the call, in the order of ARGV's topic list.
 -- A job pushed with unique_for keeps its id reserved (in `unique`) for that long from now.
--- ARGV: member_1, token_1, member_2, token_2, ... (at most 1000 pairs)
+-- ARGV[1] n, the number of topics; ARGV[2..n+1] the topics; then member, token, value triples
+-- (value '' for none; at most 1000 triples).
 -- Returns {acked, stale_member_1, ...}: a stale member's lease was taken over (or it was cancelled).
 local jobs, inflight, counts, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local members, tokens = {}, {}
-for i = 1, #ARGV, 2 do
+local retain, finished, results = KEYS[7], KEYS[8], KEYS[9]
+local n_topics = tonumber(ARGV[1])
+local done_key = {}
+for i = 1, n_topics do done_key[ARGV[1 + i]] = KEYS[9 + i] end
+local members, tokens, values = {}, {}, {}
+for i = 2 + n_topics, #ARGV, 3 do
   members[#members + 1] = ARGV[i]
   tokens[#tokens + 1] = ARGV[i + 1]
+  values[#values + 1] = ARGV[i + 2]
 end
 local out = {0}
 if #members == 0 then return out end
 local held = redis.call('HMGET', leases, unpack(members))
-local done, per_topic, seen = {}, {}, {}
+local done, done_values, per_topic, seen = {}, {}, {}, {}
 for i, member in ipairs(members) do
   if held[i] == tokens[i] and not seen[member] then
     seen[member] = true
     done[#done + 1] = member
+    done_values[#done] = values[i]
     local topic = topic_of(member)
     per_topic[topic] = (per_topic[topic] or 0) + 1
   else
@@ -26,6 +38,28 @@ for i, member in ipairs(members) do
 end
 local now = #done > 0 and now_us()
 local holds = #done > 0 and redis.call('EXISTS', KEYS[6]) == 1 and redis.call('HMGET', KEYS[6], unpack(done))
+-- The topics that keep their succeeded jobs, and what they keep: read before any write.
+local kept = {}
+if #done > 0 and redis.call('EXISTS', retain) == 1 then
+  local names = {}
+  for topic in pairs(per_topic) do names[#names + 1] = topic end
+  local specs = redis.call('HMGET', retain, unpack(names))
+  for i, topic in ipairs(names) do
+    local age, count = string.match(specs[i] or '', '^(%d+):(%d+)$')
+    if age and done_key[topic] then
+      kept[topic] = {age = tonumber(age), count = tonumber(count)}
+      redis.call('EXISTS', done_key[topic])
+    end
+  end
+end
+local keep, envelopes = {}, nil
+for _, member in ipairs(done) do
+  if kept[topic_of(member)] then keep[#keep + 1] = member end
+end
+if #keep > 0 then
+  redis.call('EXISTS', finished, results)
+  envelopes = redis.call('HMGET', jobs, unpack(keep))
+end
 if #done > 0 then proceed_when_full(leases) end -- an ack must go through when Redis is full
 local reserved, released = {}, {}
 if holds then
@@ -41,6 +75,26 @@ end
 if #done > 0 then
   end_leases(inflight, leases, done)
   redis.call('HDEL', jobs, unpack(done))
+end
+if #keep > 0 then
+  local value_of = {}
+  for i, member in ipairs(done) do value_of[member] = done_values[i] end
+  local stamp = fmt(now)
+  for i, member in ipairs(keep) do
+    local topic = topic_of(member)
+    redis.call('ZADD', done_key[topic], stamp, member)
+    redis.call('HSET', finished, member, envelopes[i] or '')
+    if value_of[member] ~= '' then
+      redis.call('HSET', results, member, value_of[member])
+    else
+      redis.call('HDEL', results, member)
+    end
+    -- `finished` is <prefix>finished: the channel is <prefix>ended.
+    redis.call('PUBLISH', string.sub(finished, 1, -9) .. 'ended', member)
+  end
+  for topic, spec in pairs(kept) do
+    trim_done(done_key[topic], finished, results, now - spec.age, spec.count)
+  end
 end
 out[1] = #done
 for topic, k in pairs(per_topic) do

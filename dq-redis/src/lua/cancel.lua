@@ -2,14 +2,25 @@
 -- KEYS[1] jobs  KEYS[2] delayed  KEYS[3] inflight  KEYS[4] counts  KEYS[5] ready:<topic>
 -- KEYS[6] dead:<topic>  KEYS[7] gen:<topic> (declared for a cluster's reshard: see push.lua)
 -- KEYS[8] unique_for (a cancelled job reserves nothing: its entry goes)
+-- KEYS[9] done:<topic>  KEYS[10] finished  KEYS[11] results: a kept succeeded job's record is
+-- deleted by a cancel of its id  KEYS[12] retain: a topic that keeps its ends announces a
+-- cancelled job on `ended`, for the waits for it
 -- ARGV[1] key prefix  ARGV[2] topic  ARGV[3] id
--- Returns 1 cancelled, 0 not found, 2 running (left alone: it is too late to cancel).
+-- Returns 1 cancelled (or a kept record deleted), 0 not found, 2 running (left alone: it is
+-- too late to cancel).
 -- A ready job's entry stays in its list, made stale (lib.lua): O(1) however long the list.
 local jobs, delayed, inflight, counts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local prefix, topic, id = ARGV[1], ARGV[2], ARGV[3]
 local member = topic .. ':' .. id
-if redis.call('HEXISTS', jobs, member) == 0 then return 0 end
+if redis.call('HEXISTS', jobs, member) == 0 then
+  redis.call('EXISTS', KEYS[10], KEYS[11]) -- touched before the first write
+  if redis.call('ZREM', KEYS[9], member) == 0 then return 0 end
+  redis.call('HDEL', KEYS[10], member)
+  redis.call('HDEL', KEYS[11], member)
+  return 1
+end
 if redis.call('ZSCORE', inflight, member) then return 2 end
+local announced = redis.call('HEXISTS', KEYS[12], topic) == 1
 if redis.call('ZREM', delayed, member) == 1 then
   bump(counts, topic, 'delayed', -1)
 elseif redis.call('ZREM', prefix .. 'dead:' .. topic, member) == 0 then
@@ -17,4 +28,5 @@ elseif redis.call('ZREM', prefix .. 'dead:' .. topic, member) == 0 then
 end
 redis.call('HDEL', jobs, member)
 redis.call('HDEL', KEYS[8], member)
+if announced then redis.call('PUBLISH', prefix .. 'ended', member) end
 return 1

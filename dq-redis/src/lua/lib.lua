@@ -226,3 +226,20 @@ local function new_generation(schedule_gen, id)
   redis.call('HSET', schedule_gen, id, fmt(gen))
   return gen
 end
+
+-- Drops a retained topic's succeeded records older than `before` (us) and beyond its newest
+-- `count`, at most 200 of each per call: bounded work, and every ack trims again.
+local function trim_done(done, finished, results, before, count)
+  local gone = redis.call('ZRANGEBYSCORE', done, '-inf', '(' .. fmt(before), 'LIMIT', 0, 200)
+  local over = redis.call('ZCARD', done) - count
+  if over > 0 then
+    for _, member in ipairs(redis.call('ZRANGE', done, 0, math.min(over, 200) - 1)) do
+      gone[#gone + 1] = member
+    end
+  end
+  if #gone > 0 then
+    redis.call('ZREM', done, unpack(gone))
+    redis.call('HDEL', finished, unpack(gone))
+    redis.call('HDEL', results, unpack(gone))
+  end
+end

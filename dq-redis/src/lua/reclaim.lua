@@ -7,7 +7,9 @@
 -- ignored), or the one given at push when no runtime said. The envelope keeps the push's, as
 -- for failed runs, which each runtime judges by its listener.
 -- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] counts  KEYS[4] leases  KEYS[5] attempts
--- KEYS[6..] ready:<topic>, dead:<topic> and gen:<topic> of each topic the caller knows
+-- KEYS[6] retain (a job dead-lettered here, of a topic that keeps its ends, is announced on
+-- `ended` for the waits for it)
+-- KEYS[7..] ready:<topic>, dead:<topic> and gen:<topic> of each topic the caller knows
 -- ARGV[1] key prefix  ARGV[2] most jobs (at most 1000)
 -- Returns {requeued, dead_lettered, unknown_topic_1, ...}.
 -- Only jobs whose ready and dead keys are declared are taken back; the others stay expired
@@ -17,7 +19,7 @@
 local jobs, inflight, counts, leases, attempts = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local prefix, limit = ARGV[1], math.min(tonumber(ARGV[2]), 1000)
 local declared = {}
-for i = 6, #KEYS do declared[KEYS[i]] = true end
+for i = 7, #KEYS do declared[KEYS[i]] = true end
 local now = now_us()
 local found = redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0, limit)
 local expired, unknown, seen_unknown = {}, {}, {}
@@ -95,10 +97,17 @@ for i = #expired, 1, -1 do
     requeued = requeued + 1
   end
 end
+local announced = {}
+for topic in pairs(dead_by) do
+  announced[topic] = redis.call('HEXISTS', KEYS[6], topic) == 1
+end
 proceed_when_full(leases) -- taking back expired leases must go through when Redis is full
 if #writes > 0 then redis.call('HSET', jobs, unpack(writes)) end
 for topic, entries in pairs(dead_by) do
   redis.call('ZADD', prefix .. 'dead:' .. topic, unpack(entries))
+  if announced[topic] then
+    for i = 2, #entries, 2 do redis.call('PUBLISH', prefix .. 'ended', entries[i]) end
+  end
 end
 for topic, ids in pairs(ready) do
   push_all('LPUSH', prefix .. 'ready:' .. topic, entries_for(prefix .. 'gen:' .. topic, ids))

@@ -1,12 +1,19 @@
 -- status: one job's state and envelope (read-only).
--- KEYS[1] jobs  KEYS[2] delayed  KEYS[3] inflight  KEYS[4] dead:<topic>
+-- KEYS[1] jobs  KEYS[2] delayed  KEYS[3] inflight  KEYS[4] dead:<topic>  KEYS[5] done:<topic>
+-- KEYS[6] finished  KEYS[7] results
 -- ARGV[1] member
--- Returns {} when unknown, else {state, envelope, score_us}; state is delayed, ready, running or
--- dead; the score is the due time, the lease deadline or the time of death (-1 when ready).
+-- Returns {} when unknown, else {state, envelope, score_us[, value]}; state is delayed, ready,
+-- running, dead or done; the score is the due time, the lease deadline, the time of death or
+-- when it succeeded (-1 when ready); a done job's value is '' when its handler returned none.
 local jobs, delayed, inflight, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local member = ARGV[1]
 local raw = redis.call('HGET', jobs, member)
-if not raw then return {} end
+if not raw then
+  local at = redis.call('ZSCORE', KEYS[5], member)
+  if not at then return {} end
+  local env = redis.call('HGET', KEYS[6], member) or ''
+  return {'done', env, at, redis.call('HGET', KEYS[7], member) or ''}
+end
 local score = redis.call('ZSCORE', delayed, member)
 if score then return {'delayed', raw, score} end
 score = redis.call('ZSCORE', inflight, member)

@@ -111,6 +111,9 @@ impl Admin for RedisStore {
     }
 
     async fn list(&self, topic: &Topic, state: JobState, at: Cursor, limit: usize) -> Result<Page> {
+        if state == JobState::Done {
+            return self.done_jobs(topic, at, limit).await;
+        }
         let (mut shard, mut pos) = shard_and_position(at);
         let limit = batch_limit(limit);
         let mut page = Page::default();
@@ -333,6 +336,50 @@ impl Registry for RedisStore {
         inv.key(self.keys(0).meta());
         self.call::<String>("read the namespace's epoch", &inv)
             .await
+    }
+}
+
+impl RedisStore {
+    /// A page of a topic's kept succeeded jobs, shard by shard, newest first in each (as
+    /// `dead_jobs` pages dead letters).
+    async fn done_jobs(&self, topic: &Topic, at: Cursor, limit: usize) -> Result<Page> {
+        let (mut shard, mut pos) = shard_and_position(at);
+        let limit = batch_limit(limit);
+        let mut page = Page::default();
+        while shard < self.shards() && page.jobs.len() < limit {
+            let k = self.keys(shard);
+            let want = limit - page.jobs.len();
+            let mut inv = SCRIPTS.done_list.prepare_invoke();
+            inv.key(k.finished())
+                .key(k.done(topic))
+                .key(k.results())
+                .arg(pos)
+                .arg(want);
+            let reply: Vec<Value> = self.call("done_list", &inv).await?;
+            let entries = reply.len() / 4;
+            for quad in reply.chunks(4) {
+                let mut found = decode_jobs(
+                    &quad[..3.min(quad.len())],
+                    &k.finished(),
+                    JobState::Done,
+                    true,
+                );
+                if let (Some(job), Some(Value::BulkString(value))) =
+                    (found.first_mut(), quad.get(3))
+                {
+                    job.result = Some(value.clone()).filter(|v| !v.is_empty());
+                }
+                page.jobs.extend(found);
+            }
+            if entries >= want {
+                pos += u64::try_from(entries).unwrap_or(u64::MAX);
+            } else {
+                shard += 1;
+                pos = 0;
+            }
+        }
+        page.next = (shard < self.shards()).then(|| cursor(shard, pos));
+        Ok(page)
     }
 }
 

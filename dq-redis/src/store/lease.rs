@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis::{Script, Value};
 
-use super::reply::{AckReply, Applied, Count, Promotion, Reclamation};
+use super::reply::{Applied, Count, Promotion, Reclamation};
 use super::waiters::{RedisReadyWaiter, RedisWakeListener};
 use super::{micros, RedisStore};
 use crate::connection::Server;
@@ -14,7 +14,9 @@ use crate::keys::member;
 use crate::scripts::SCRIPTS;
 use crate::subscription::ShardSubscription;
 use dq_core::store::policy::{batch_limit, promote_limit};
-use dq_core::store::{Fetcher, Leases, ReadyWaiter, Sharded, WakeListener, MAX_BATCH};
+use dq_core::store::{
+    Fetcher, Leases, ReadyWaiter, Retention, Sharded, Succeeded, WakeListener, MAX_BATCH,
+};
 use dq_core::Result;
 use dq_core::Topic;
 use dq_core::{Acked, Fetched, LeaseRef, Promoted, Reclaimed};
@@ -177,28 +179,8 @@ impl Leases for RedisStore {
         self.read_fetched(shard, topic, reply).await
     }
 
-    async fn ack(&self, leases: &[LeaseRef]) -> Result<Acked> {
-        let mut out = Acked::default();
-        for (shard, chunk) in self.lease_chunks(leases) {
-            let k = self.keys(shard);
-            let inv = Self::lease_invocation(
-                &SCRIPTS.ack,
-                &[
-                    k.jobs(),
-                    k.inflight(),
-                    k.counts(),
-                    k.leases(),
-                    k.unique(),
-                    k.unique_for(),
-                ],
-                &[],
-                &chunk,
-            );
-            let reply: AckReply = self.call("ack", &inv).await?;
-            out.acked += reply.acked;
-            out.stale.extend(named_leases(&chunk, reply.stale));
-        }
-        Ok(out)
+    async fn ack_succeeded(&self, done: &[Succeeded]) -> Result<Acked> {
+        self.ack_jobs(done).await
     }
 
     async fn retry(&self, lease: &LeaseRef, delay: Duration, error: &str) -> Result<bool> {
@@ -217,6 +199,7 @@ impl Leases for RedisStore {
             .key(k.counts())
             .key(k.dead(&lease.topic))
             .key(k.leases())
+            .key(k.retain())
             .arg(member(&lease.topic, &lease.id))
             .arg(lease.token)
             .arg(error);
@@ -268,7 +251,8 @@ impl Leases for RedisStore {
                     .key(k.inflight())
                     .key(k.counts())
                     .key(k.leases())
-                    .key(k.attempts());
+                    .key(k.attempts())
+                    .key(k.retain());
                 for t in topics {
                     inv.key(k.ready(t)).key(k.dead(t)).key(k.ready_gen(t));
                 }
@@ -301,6 +285,10 @@ impl Leases for RedisStore {
                 .await?;
         }
         Ok(())
+    }
+
+    async fn set_retention(&self, topic: &Topic, retention: Option<Retention>) -> Result<()> {
+        self.record_retention(topic, retention).await
     }
 
     fn ready_waiter(&self, shard: u16, topic: &Topic) -> Box<dyn ReadyWaiter> {

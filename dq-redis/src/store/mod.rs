@@ -6,7 +6,9 @@
 //! [`Schedules`](dq_core::store::Schedules) in `schedules`), the blocking waiters in
 //! `waiters`, and the reading of script replies in `reply`.
 
+mod ack;
 mod admin;
+mod ended;
 mod fetch;
 mod lease;
 mod produce;
@@ -78,6 +80,8 @@ pub struct RedisStore {
     shards: Vec<ShardKeys>,
     /// Ready notifications for consumers on a cluster (see `hub`).
     hub: Arc<ReadyHub>,
+    /// The announcements of job ends that wake waits (see `ended`).
+    ended: Arc<ended::EndedHub>,
     /// `wait_replicas` and `wait_timeout` of the configuration.
     wait: (Option<u32>, Duration),
     /// The topics this store has met (pushed, fetched, or found due by `promote` and
@@ -107,6 +111,7 @@ impl RedisStore {
             conn,
             shards: Vec::new(),
             hub: Arc::default(),
+            ended: Arc::default(),
             wait: (config.wait_replicas, config.wait_timeout),
             known: Arc::default(),
         };

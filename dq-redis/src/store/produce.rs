@@ -2,6 +2,7 @@
 //! replicas), cancel, reschedule and status.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::Value;
@@ -12,7 +13,7 @@ use crate::cluster::pipeline_on_owner_of;
 use crate::keys::{member, ShardKeys};
 use crate::scripts::SCRIPTS;
 use dq_core::store::shard_of;
-use dq_core::store::{Producer, Sharded, MAX_BATCH};
+use dq_core::store::{Producer, Sharded, Waited, MAX_BATCH};
 use dq_core::Envelope;
 use dq_core::{to_us, ChangeOutcome, Due, JobInfo, JobState, NewJob, OnConflict, PushOutcome};
 use dq_core::{Error, Result};
@@ -37,6 +38,10 @@ impl RedisStore {
             .key(k.dead(topic))
             .key(k.ready_gen(topic))
             .key(k.unique_for())
+            .key(k.done(topic))
+            .key(k.finished())
+            .key(k.results())
+            .key(k.retain())
             .arg(k.prefix())
             .arg(topic.as_str())
             .arg(id.as_str());
@@ -251,6 +256,10 @@ impl Producer for RedisStore {
             .0)
     }
 
+    async fn wait_finished(&self, topic: &Topic, id: &JobId, timeout: Duration) -> Result<Waited> {
+        self.wait_for_end(topic, id, timeout).await
+    }
+
     async fn status(&self, topic: &Topic, id: &JobId) -> Result<Option<JobInfo>> {
         let k = self.keys_of(topic, id);
         let m = member(topic, id);
@@ -259,13 +268,29 @@ impl Producer for RedisStore {
             .key(k.delayed())
             .key(k.inflight())
             .key(k.dead(topic))
+            .key(k.done(topic))
+            .key(k.finished())
+            .key(k.results())
             .arg(&m);
         let StatusReply(found) = self.call("status", &inv).await?;
-        let Some((state, raw, score)) = found else {
+        let Some(super::reply::Status {
+            state,
+            raw,
+            score,
+            value,
+        }) = found
+        else {
             return Ok(None);
         };
-        let env = Envelope::decode(&raw, &format!("{} field {m}", k.jobs()))?;
+        let at = if state == JobState::Done {
+            k.finished()
+        } else {
+            k.jobs()
+        };
+        let env = Envelope::decode(&raw, &format!("{at} field {m}"))?;
         let score = score.filter(|_| state != JobState::Delayed);
-        Ok(Some(job_info(topic.clone(), id.clone(), state, env, score)))
+        let mut info = job_info(topic.clone(), id.clone(), state, env, score);
+        info.result = value.filter(|v| !v.is_empty());
+        Ok(Some(info))
     }
 }

@@ -287,23 +287,44 @@ pub(super) fn decode_jobs(
 
 /// status.lua's reply: nothing (no such job), or the job's state, its raw envelope and the
 /// score of its state (when it is due, or when it died or its lease ends).
-pub(super) struct StatusReply(pub(super) Option<(JobState, Vec<u8>, Option<u64>)>);
+pub(super) struct StatusReply(pub(super) Option<Status>);
+
+/// A job status.lua found.
+pub(super) struct Status {
+    pub(super) state: JobState,
+    /// Its raw envelope.
+    pub(super) raw: Vec<u8>,
+    /// The score of its state.
+    pub(super) score: Option<u64>,
+    /// A done job's value ('' for none).
+    pub(super) value: Option<Vec<u8>>,
+}
 
 reader!(StatusReply, |v| {
     let parts = items(v)?;
     if parts.is_empty() {
         return Ok(StatusReply(None));
     }
-    if parts.len() != 3 {
+    if parts.len() != 3 && parts.len() != 4 {
         return Err(unexpected(
-            "nothing, or a state, an envelope and a score",
+            "nothing, or a state, an envelope, a score (and a done job's value)",
             v,
         ));
     }
     let Reply(state) = item(parts, 0)?;
     let raw: Vec<u8> = item(parts, 1)?;
     let Unsigned(score) = item(parts, 2)?;
-    Ok(StatusReply(Some((state, raw, score))))
+    let value: Option<Vec<u8>> = if parts.len() == 4 {
+        Some(item(parts, 3)?)
+    } else {
+        None
+    };
+    Ok(StatusReply(Some(Status {
+        state,
+        raw,
+        score,
+        value,
+    })))
 });
 
 /// A stored job as seen from outside: a running job is on the run after the ones its envelope

@@ -1,0 +1,88 @@
+//! Acks, with the values of jobs whose topic keeps its succeeded jobs, and the retention that
+//! says which topics do.
+
+use std::collections::BTreeMap;
+
+use super::reply::AckReply;
+use super::RedisStore;
+use crate::keys::member;
+use crate::scripts::SCRIPTS;
+use dq_core::store::{Retention, Sharded, Succeeded, MAX_BATCH};
+use dq_core::{Acked, Result, Topic};
+
+impl RedisStore {
+    /// Acks `done`, shard by shard in calls of at most [`MAX_BATCH`] jobs (ack.lua keeps the
+    /// values of retained topics in the same step).
+    pub(super) async fn ack_jobs(&self, done: &[Succeeded]) -> Result<Acked> {
+        let mut by_shard: BTreeMap<u16, Vec<&Succeeded>> = BTreeMap::new();
+        for job in done {
+            let shard = dq_core::store::shard_of(&job.lease.topic, &job.lease.id, self.shards());
+            by_shard.entry(shard).or_default().push(job);
+        }
+        let mut out = Acked::default();
+        for (shard, jobs) in by_shard {
+            for chunk in jobs.chunks(MAX_BATCH) {
+                let reply = self.ack_chunk(shard, chunk).await?;
+                out.acked += reply.acked;
+                out.stale.extend(chunk.iter().filter_map(|j| {
+                    let m = member(&j.lease.topic, &j.lease.id);
+                    reply.stale.contains(&m).then(|| j.lease.clone())
+                }));
+            }
+        }
+        Ok(out)
+    }
+
+    /// One ack.lua call: the shard's keys, each topic's `done` key, then the jobs.
+    async fn ack_chunk(&self, shard: u16, chunk: &[&Succeeded]) -> Result<AckReply> {
+        let k = self.keys(shard);
+        let topics: std::collections::BTreeSet<&Topic> =
+            chunk.iter().map(|j| &j.lease.topic).collect();
+        let mut inv = SCRIPTS.ack.prepare_invoke();
+        inv.key(k.jobs())
+            .key(k.inflight())
+            .key(k.counts())
+            .key(k.leases())
+            .key(k.unique())
+            .key(k.unique_for())
+            .key(k.retain())
+            .key(k.finished())
+            .key(k.results());
+        for topic in &topics {
+            inv.key(k.done(topic));
+        }
+        inv.arg(topics.len());
+        for topic in &topics {
+            inv.arg(topic.as_str());
+        }
+        for job in chunk {
+            inv.arg(member(&job.lease.topic, &job.lease.id))
+                .arg(job.lease.token)
+                .arg(job.result.as_deref().unwrap_or_default());
+        }
+        self.call("ack", &inv).await
+    }
+
+    /// Writes (or removes) `topic`'s retention in every shard, as `<age us>:<count>`.
+    pub(super) async fn record_retention(
+        &self,
+        topic: &Topic,
+        retention: Option<Retention>,
+    ) -> Result<()> {
+        for k in &self.shards {
+            let cmd = match retention {
+                Some(r) => redis::cmd("HSET")
+                    .arg(k.retain())
+                    .arg(topic.as_str())
+                    .arg(format!("{}:{}", r.age.as_micros(), r.count))
+                    .to_owned(),
+                None => redis::cmd("HDEL")
+                    .arg(k.retain())
+                    .arg(topic.as_str())
+                    .to_owned(),
+            };
+            self.simple("record the listeners' retention", &cmd).await?;
+        }
+        Ok(())
+    }
+}

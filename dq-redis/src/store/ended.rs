@@ -1,0 +1,197 @@
+//! Waiting for a job's end: one subscription per store to every shard's `ended` channel
+//! (announced by ack, dead letter and cancel for topics that keep their ends), shared by every
+//! wait of the process. A wait registers before it looks, so no announcement falls between the
+//! look and the wait; when the subscription is made again (Redis restarted, a shard moved),
+//! every wait looks again, since an announcement may have reached nobody meanwhile.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use tokio::sync::{broadcast, watch};
+use tokio::time::Instant;
+
+use super::RedisStore;
+use crate::connection::{Conn, Server};
+use crate::keys::member;
+use crate::subscription::{Delivery, ShardSubscription, PING_EVERY};
+use dq_core::store::{Producer, Waited};
+use dq_core::{JobId, JobState, Result, Topic};
+
+/// What tells every wait to look again (the subscription was made again).
+const LOOK_AGAIN: &str = "*";
+
+/// The shared subscription to the `ended` channels and the waits listening to it.
+#[derive(Debug)]
+pub(crate) struct EndedHub {
+    /// Each announced `topic:id`, and [`LOOK_AGAIN`].
+    ended: broadcast::Sender<String>,
+    /// Whether the subscription is in place now.
+    live: watch::Sender<bool>,
+    started: Mutex<bool>,
+}
+
+impl Default for EndedHub {
+    fn default() -> Self {
+        EndedHub {
+            ended: broadcast::channel(4096).0,
+            live: watch::channel(false).0,
+            started: Mutex::new(false),
+        }
+    }
+}
+
+impl EndedHub {
+    /// A listener of the announcements, and of whether they are heard; starts the
+    /// subscription on first use.
+    fn listen(
+        self: &Arc<Self>,
+        store: &RedisStore,
+    ) -> (broadcast::Receiver<String>, watch::Receiver<bool>) {
+        let listener = (self.ended.subscribe(), self.live.subscribe());
+        let mut started = self.started.lock().unwrap_or_else(|p| p.into_inner());
+        if !*started {
+            *started = true;
+            let channels: HashMap<String, u16> = store
+                .shards
+                .iter()
+                .zip(0u16..)
+                .map(|(k, s)| (k.ended_channel(), s))
+                .collect();
+            tokio::spawn(subscribe(
+                Arc::downgrade(self),
+                store.server.clone(),
+                store.conn.clone(),
+                channels,
+            ));
+        }
+        listener
+    }
+}
+
+/// Keeps the subscription while the hub lives, opening it again after a failure.
+async fn subscribe(
+    hub: Weak<EndedHub>,
+    server: Server,
+    conn: Conn,
+    channels: HashMap<String, u16>,
+) {
+    let mut failures = 0u32;
+    while hub.strong_count() > 0 {
+        let started = std::time::Instant::now();
+        let Err(e) = listen(&hub, &server, &conn, &channels).await else {
+            return; // the store is gone
+        };
+        if let Some(h) = hub.upgrade() {
+            h.live.send_replace(false);
+        }
+        if started.elapsed() > PING_EVERY * 2 {
+            failures = 0;
+        }
+        failures += 1;
+        let delay = Duration::from_millis(100 * 2u64.pow(failures.min(5)));
+        tracing::warn!(error = %e, retry_in = ?delay, "the subscription that wakes waits for job ends failed; they wait until it is back (or their timeout)");
+        tokio::time::sleep(delay).await;
+    }
+}
+
+/// One subscription's life: subscribe, tell every wait to look again, then pass on what is
+/// announced until it fails.
+async fn listen(
+    hub: &Weak<EndedHub>,
+    server: &Server,
+    conn: &Conn,
+    channels: &HashMap<String, u16>,
+) -> Result<()> {
+    let mut sub =
+        ShardSubscription::open("job-end subscription", server, conn, channels.clone()).await?;
+    let Some(h) = hub.upgrade() else {
+        return Ok(());
+    };
+    h.live.send_replace(true);
+    let _ = h.ended.send(LOOK_AGAIN.to_owned());
+    drop(h);
+    loop {
+        let delivery = tokio::select! {
+            d = sub.next() => d?,
+            _ = tokio::time::sleep(PING_EVERY) => {
+                if hub.strong_count() == 0 {
+                    return Ok(());
+                }
+                continue;
+            }
+        };
+        let Some(h) = hub.upgrade() else {
+            return Ok(());
+        };
+        let said = match delivery {
+            Delivery::Message { payload, .. } => payload,
+            Delivery::Resubscribed => LOOK_AGAIN.to_owned(),
+        };
+        let _ = h.ended.send(said);
+    }
+}
+
+impl RedisStore {
+    /// `Producer::wait_finished`: looks, then waits for an announcement of this job (or word
+    /// to look again) and looks again, until it has an answer or `timeout` runs out.
+    pub(super) async fn wait_for_end(
+        &self,
+        topic: &Topic,
+        id: &JobId,
+        timeout: Duration,
+    ) -> Result<Waited> {
+        let deadline = Instant::now() + timeout;
+        if let Some(answer) = self.end_now(topic, id).await? {
+            return Ok(answer);
+        }
+        let (mut ended, mut live) = self.ended.listen(self);
+        // Until the subscription is in place, an announcement could reach nobody.
+        while !*live.borrow_and_update() {
+            if tokio::time::timeout_at(deadline, live.changed())
+                .await
+                .is_err()
+            {
+                return Ok(Waited::TimedOut);
+            }
+        }
+        let me = member(topic, id);
+        loop {
+            if let Some(answer) = self.end_now(topic, id).await? {
+                return Ok(answer);
+            }
+            loop {
+                match tokio::time::timeout_at(deadline, ended.recv()).await {
+                    Err(_) => return Ok(Waited::TimedOut),
+                    Ok(Ok(said)) if said == me || said == LOOK_AGAIN => break,
+                    Ok(Ok(_)) => continue,
+                    // Behind (a flood of ends): look again rather than miss its own.
+                    Ok(Err(broadcast::error::RecvError::Lagged(_))) => break,
+                    Ok(Err(broadcast::error::RecvError::Closed)) => return Ok(Waited::TimedOut),
+                }
+            }
+        }
+    }
+
+    /// What a wait answers now: the job's record when it ended, whether its topic keeps
+    /// none or it is gone, `None` while it is pending in a topic that keeps its ends.
+    async fn end_now(&self, topic: &Topic, id: &JobId) -> Result<Option<Waited>> {
+        let info = self.status(topic, id).await?;
+        if let Some(info) = &info {
+            if matches!(info.state, JobState::Done | JobState::Dead) {
+                return Ok(Some(Waited::Finished(info.clone())));
+            }
+        }
+        let k = self.keys_of(topic, id);
+        let cmd = redis::cmd("HEXISTS")
+            .arg(k.retain())
+            .arg(topic.as_str())
+            .to_owned();
+        let kept: bool = self.query("read the topic's retention", &cmd).await?;
+        Ok(match (info, kept) {
+            (_, false) => Some(Waited::NotKept),
+            (None, true) => Some(Waited::NotFound),
+            (Some(_), true) => None,
+        })
+    }
+}
