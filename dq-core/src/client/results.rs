@@ -46,7 +46,10 @@ impl Client {
         match self.store.status(&topic, &id).await? {
             Some(info) => decode(info),
             // Not pending and no record: the wait answers which (no retention, or gone).
-            None => self.wait_in(topic.as_str(), id.as_str(), Duration::ZERO).await,
+            None => {
+                self.wait_in(topic.as_str(), id.as_str(), Duration::ZERO)
+                    .await
+            }
         }
     }
 
