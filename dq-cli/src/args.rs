@@ -77,14 +77,14 @@ pub(crate) enum Command {
     Stats,
     /// A page of one topic's jobs in one state.
     Jobs(JobsArgs),
-    /// One job: state, attempts, times, last error, payload.
+    /// One job: state, attempts, times, last error, payload, and a done job's result.
     Show {
         /// The job's topic.
         topic: String,
         /// The job's id.
         id: String,
     },
-    /// Delete a job that has not started (or a dead letter).
+    /// Delete a job that has not started (or a dead letter, or a done job's record).
     Cancel {
         /// The job's topic.
         topic: String,
@@ -153,7 +153,8 @@ impl Command {
 pub(crate) struct JobsArgs {
     /// The topic whose jobs to list.
     pub(crate) topic: String,
-    /// The state of the jobs to list.
+    /// The state of the jobs to list (done: succeeded jobs with their results, newest first,
+    /// kept only when the topic's listener has a retention, `retain = "1h"`).
     #[arg(long, default_value = "delayed", value_parser = job_state())]
     pub(crate) state: JobState,
     /// Most jobs on the page (at most 1000).
@@ -294,7 +295,7 @@ pub(crate) enum DeadCommand {
 
 /// `--state`: the states `JobState` reads, listed in `--help` and completions.
 fn job_state() -> impl clap::builder::TypedValueParser<Value = JobState> {
-    clap::builder::PossibleValuesParser::new(["delayed", "ready", "running", "dead"])
+    clap::builder::PossibleValuesParser::new(["delayed", "ready", "running", "dead", "done"])
         .try_map(|s| s.parse::<JobState>())
 }
 

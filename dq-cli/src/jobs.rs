@@ -2,12 +2,17 @@
 //! job that has not started (`dq cancel`, `dq reschedule`).
 
 use dq::admin::ChangeOutcome;
-use dq::{Client, Due, JobInfo};
+use dq::{Client, Due, JobInfo, JobState};
 use serde_json::json;
 
 use crate::args::{JobsArgs, RescheduleArgs};
-use crate::output::{ago, job_json, print_page, print_table, report, until};
+use crate::output::{
+    ago, job_json, print_page, print_table, report, result_line, result_pretty, until,
+};
 use crate::Exit;
+
+/// How much of a done job's result a row of `dq jobs --state done` shows.
+const RESULT_PREVIEW: usize = 60;
 
 /// `dq jobs`: a page, then the command that prints the next one.
 pub(crate) async fn list(client: &Client, args: JobsArgs, json: bool) -> Result<(), Exit> {
@@ -18,6 +23,22 @@ pub(crate) async fn list(client: &Client, args: JobsArgs, json: bool) -> Result<
         cursor,
     } = args;
     let page = client.jobs(&topic, state, cursor, limit).await?;
+    let next = format!("dq jobs {topic} --state {state} --limit {limit} --cursor");
+    if state == JobState::Done {
+        // When each succeeded and what its handler returned, where the others have a due time
+        // and an error.
+        let row = |j: &JobInfo| {
+            vec![
+                j.id.to_string(),
+                j.state_since_or_until.map(ago).unwrap_or_default(),
+                format!("{}/{}", j.attempt, j.max_attempts),
+                result_line(j, RESULT_PREVIEW),
+            ]
+        };
+        let headers = ["ID", "SUCCEEDED", "ATTEMPT", "RESULT"];
+        print_page(json, &page, &headers, row, &next);
+        return Ok(());
+    }
     let row = |j: &JobInfo| {
         vec![
             j.id.to_string(),
@@ -27,7 +48,6 @@ pub(crate) async fn list(client: &Client, args: JobsArgs, json: bool) -> Result<
             j.last_error.clone().unwrap_or_default(),
         ]
     };
-    let next = format!("dq jobs {topic} --state {state} --limit {limit} --cursor");
     let headers = ["ID", "STATE", "ATTEMPT", "DUE", "LAST ERROR"];
     print_page(json, &page, &headers, row, &next);
     Ok(())
@@ -38,7 +58,9 @@ pub(crate) async fn show(client: &Client, topic: &str, id: &str, json: bool) -> 
     let Some(job) = client.status_in(topic, id).await? else {
         return Err(Exit(
             3,
-            format!("no job {id:?} in topic {topic:?} (finished, cancelled, or never pushed)"),
+            format!(
+                "no job {id:?} in topic {topic:?} (finished, cancelled, or never pushed; a finished job is kept only while its topic's retention lasts)"
+            ),
         ));
     };
     if json {
@@ -49,9 +71,10 @@ pub(crate) async fn show(client: &Client, topic: &str, id: &str, json: bool) -> 
     Ok(())
 }
 
-/// The rows of `dq show`'s table.
+/// The rows of `dq show`'s table; a done job's say when it succeeded and what its handler
+/// returned.
 fn job_fields(job: &JobInfo) -> Vec<Vec<String>> {
-    vec![
+    let mut rows = vec![
         vec!["topic".into(), job.topic.to_string()],
         vec!["id".into(), job.id.to_string()],
         vec!["state".into(), job.state.as_str().into()],
@@ -69,7 +92,14 @@ fn job_fields(job: &JobInfo) -> Vec<Vec<String>> {
             "payload".into(),
             String::from_utf8_lossy(&job.payload).into_owned(),
         ],
-    ]
+    ];
+    if job.state == JobState::Done {
+        let succeeded = job.state_since_or_until.map_or_else(|| "-".into(), ago);
+        // After `pushed`, and the result last, under the payload.
+        rows.insert(6, vec!["succeeded".into(), succeeded]);
+        rows.push(vec!["result".into(), result_pretty(job)]);
+    }
+    rows
 }
 
 /// `dq cancel`.

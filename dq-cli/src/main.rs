@@ -4,7 +4,8 @@
 //! export DQ_REDIS_URL=redis://127.0.0.1:6379/
 //! dq stats                                   # every topic: counts, lag, runs done/failed in the last hour
 //! dq jobs order-cancel --state delayed       # a page of jobs (--limit, --cursor)
-//! dq show order-cancel 42                    # one job: state, attempts, last error, payload
+//! dq jobs order-cancel --state done          # succeeded jobs and their results (kept with `retain`)
+//! dq show order-cancel 42                    # one job: state, attempts, last error, payload, result
 //! dq push order-cancel @order.json --in 10m  # the payload as JSON, `-` (stdin) or `@file`
 //! dq dead retry order-cancel --all           # run dead letters again
 //! dq pause order-cancel; dq resume order-cancel  # --force: a topic not pushed to yet

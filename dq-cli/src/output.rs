@@ -35,7 +35,8 @@ pub(crate) fn report(json: bool, value: Value, text: &str) {
     }
 }
 
-/// Prints rows under headers, each column as wide as its widest cell.
+/// Prints rows under headers, each column as wide as its widest cell. A cell of the last
+/// column may hold several lines (a pretty result): they go on under its column.
 pub(crate) fn print_table(headers: &[&str], rows: Vec<Vec<String>>) {
     let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
     for row in &rows {
@@ -43,13 +44,15 @@ pub(crate) fn print_table(headers: &[&str], rows: Vec<Vec<String>>) {
             *w = (*w).max(cell.chars().count());
         }
     }
+    let last_column: usize = widths.iter().rev().skip(1).map(|w| w + 2).sum();
+    let go_on = format!("\n{}", " ".repeat(last_column));
     let line = |cells: Vec<String>| {
         let text: Vec<String> = cells
             .iter()
             .zip(&widths)
             .map(|(c, w)| format!("{c:<w$}"))
             .collect();
-        println!("{}", text.join("  ").trim_end());
+        println!("{}", text.join("  ").trim_end().replace('\n', &go_on));
     };
     line(headers.iter().map(|h| (*h).to_owned()).collect());
     if rows.is_empty() {
@@ -88,6 +91,42 @@ fn human(secs: f64) -> String {
     }
 }
 
+/// Nested JSON when `bytes` are JSON (as dq's clients push payloads and keep results), else
+/// their text.
+fn nested(bytes: &[u8]) -> Value {
+    serde_json::from_slice::<Value>(bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()))
+}
+
+/// A done job's result on one line, cut after `n` characters ("-" when its handler returned
+/// no value).
+pub(crate) fn result_line(j: &JobInfo, n: usize) -> String {
+    let Some(result) = &j.result else {
+        return "-".into();
+    };
+    let text = match serde_json::from_slice::<Value>(result) {
+        Ok(value) => value.to_string(),
+        Err(_) => String::from_utf8_lossy(result).replace(['\n', '\r'], " "),
+    };
+    match text.char_indices().nth(n) {
+        Some((i, _)) => format!("{}…", &text[..i]),
+        None => text,
+    }
+}
+
+/// A done job's result for `dq show`: pretty JSON, or its text ("-" when its handler returned
+/// no value).
+pub(crate) fn result_pretty(j: &JobInfo) -> String {
+    let Some(result) = &j.result else {
+        return "-".into();
+    };
+    match serde_json::from_slice::<Value>(result) {
+        Ok(value) => serde_json::to_string_pretty(&value)
+            .unwrap_or_else(|_| String::from_utf8_lossy(result).into_owned()),
+        Err(_) => String::from_utf8_lossy(result).into_owned(),
+    }
+}
+
 pub(crate) fn job_json(j: &dq::JobInfo) -> Value {
     json!({
         "topic": j.topic.as_str(),
@@ -99,9 +138,9 @@ pub(crate) fn job_json(j: &dq::JobInfo) -> Value {
         "created_ms": ms(j.created),
         "state_time_ms": j.state_since_or_until.map(ms),
         "last_error": j.last_error,
-        // Nested JSON when the payload is JSON (as pushed by dq's clients), else its text.
-        "payload": serde_json::from_slice::<Value>(&j.payload)
-            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&j.payload).into_owned())),
+        "payload": nested(&j.payload),
+        // A done job's value (null for none, and for a job that is not done).
+        "result": j.result.as_deref().map(nested),
     })
 }
 

@@ -73,6 +73,29 @@ async fn dead_letter_all(store: &Arc<dyn Store>, topic: &str, max: usize, reason
     leased.jobs.len()
 }
 
+/// Job `id` of `topic`, pushed, leased and acked as a worker whose handler returned `result`
+/// would, the topic keeping its done jobs for an hour.
+async fn succeed(c: &dq::Client, store: &Arc<dyn Store>, topic: &str, id: &str, result: &[u8]) {
+    let name = dq::Topic::new(topic).unwrap();
+    let keep = dq::store::Retention::for_age(Duration::from_secs(3600));
+    store.set_retention(&name, Some(keep)).await.unwrap();
+    c.push_json(topic, r#"{"order_id":7}"#)
+        .id(id)
+        .await
+        .unwrap();
+    let leased = store
+        .fetch(0, &name, 1, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let lease = leased.jobs[0].lease.clone();
+    assert_eq!(lease.id.as_str(), id);
+    let done = [dq::store::Succeeded {
+        lease,
+        result: Some(result.to_vec()),
+    }];
+    assert_eq!(store.ack_succeeded(&done).await.unwrap().acked, 1);
+}
+
 /// Job `id` of `topic`, with an empty payload, due in `delay`.
 async fn push_delayed(c: &dq::Client, topic: &str, id: &str, delay: Duration) {
     c.push_json(topic, "{}").id(id).delay(delay).await.unwrap();
@@ -189,6 +212,42 @@ async fn push_then_show_and_an_unknown_job_exits_3() {
     );
     assert!(fails(&redis, &["show", "t", "nope"], 3).contains("no job \"nope\""));
     assert!(fails(&redis, &["push", "t", "not json"], 1).contains("not JSON"));
+}
+
+#[tokio::test]
+async fn a_done_job_shows_its_result_in_show_and_in_jobs_state_done() {
+    let redis = RedisServer::start();
+    let (c, store) = client_and_store(&redis).await;
+    succeed(&c, &store, "t", "paid", br#"{"receipt":"R-1"}"#).await;
+    let job = json(&dq(&redis, &["show", "t", "paid", "--json"]));
+    assert_eq!(job["state"], "done", "{job}");
+    assert_eq!(
+        job["result"],
+        serde_json::json!({ "receipt": "R-1" }),
+        "the result is shown as nested JSON"
+    );
+    assert!(job["state_time_ms"].is_u64(), "when it succeeded: {job}");
+    let table = ok(&dq(&redis, &["show", "t", "paid"]));
+    assert!(
+        table.contains("succeeded") && table.contains(" ago"),
+        "{table}"
+    );
+    assert!(
+        table.lines().any(|l| l.trim() == r#""receipt": "R-1""#),
+        "the result as pretty JSON: {table}"
+    );
+    let page = json(&dq(&redis, &["jobs", "t", "--state", "done", "--json"]));
+    assert_eq!(page["jobs"][0]["id"], "paid", "{page}");
+    assert_eq!(page["jobs"][0]["result"]["receipt"], "R-1", "{page}");
+    let table = ok(&dq(&redis, &["jobs", "t", "--state", "done"]));
+    assert!(
+        table.starts_with("ID") && table.contains("SUCCEEDED") && table.contains("R-1"),
+        "{table}"
+    );
+    // A job that has not run has no result.
+    push_delayed(&c, "t", "later", Duration::from_secs(60)).await;
+    let job = json(&dq(&redis, &["show", "t", "later", "--json"]));
+    assert!(job["result"].is_null(), "{job}");
 }
 
 #[tokio::test]

@@ -49,7 +49,7 @@
 //! - [`Options::authorize`] decides, per request, between [`Access::Full`],
 //!   [`Access::ReadOnly`] and [`Access::Denied`]; [`Options::token`] asks for a bearer token
 //!   (or HTTP Basic with the token as password, so a browser can log in).
-//! - Payloads, ids, errors and topic names are HTML-escaped.
+//! - Payloads, results, ids, errors and topic names are HTML-escaped.
 //! - Every page does bounded work on Redis whatever the queue size: counts are kept by the
 //!   scripts, listings are pages of at most 50 jobs (filters look at 500), and throughput is a
 //!   ring of 60 one-minute slots.
@@ -65,6 +65,11 @@
 //! - **Delete** on a dead letter deletes it only while it is a dead letter
 //!   ([`dq_core::Client::delete_dead`]): if its id was pushed again or retried meanwhile, the
 //!   new job is left alone and the page says so.
+//! - A topic's **done** tab lists the succeeded jobs it keeps (only with a retention:
+//!   `#[dq::listener(retain = "1h")]`), newest first, with when each succeeded and its result;
+//!   a done job's page shows its whole result. No bulk action applies to them; **Delete** on a
+//!   done job's page deletes its record, only while it is one (an id pushed again since is left
+//!   alone).
 //! - A topic page for a name never pushed to (not among the topics, nothing counted, not
 //!   paused) is `404`.
 //! - Schedules can be paused, resumed, run now and removed (`dq schedules remove`; asks first).

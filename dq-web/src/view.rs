@@ -153,6 +153,14 @@ pub(crate) fn pretty_payload(payload: &[u8]) -> String {
     }
 }
 
+/// A done job's result on one line, for a listing's preview: compact JSON, or its text.
+pub(crate) fn result_line(result: &[u8]) -> String {
+    match serde_json::from_slice::<serde_json::Value>(result) {
+        Ok(v) => v.to_string(),
+        Err(_) => String::from_utf8_lossy(result).replace(['\n', '\r'], " "),
+    }
+}
+
 /// The first `n` characters, with an ellipsis when cut.
 pub(crate) fn clip(text: &str, n: usize) -> String {
     match text.char_indices().nth(n) {
@@ -223,5 +231,11 @@ mod tests {
         assert_eq!(pretty_payload(b"not json"), "not json");
         assert_eq!(clip("abcdef", 3), "abc…");
         assert_eq!(clip("abc", 3), "abc");
+    }
+
+    #[test]
+    fn results_are_previewed_on_one_line() {
+        assert_eq!(result_line(b"{\n  \"a\": 1\n}"), r#"{"a":1}"#);
+        assert_eq!(result_line(b"two\nlines"), "two lines");
     }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dq_core::schedule::ScheduleBuilder;
-use dq_core::store::{Leases, MemoryStore};
+use dq_core::store::{Leases, MemoryStore, Retention, Succeeded};
 use dq_core::{Client, Config, Cursor, JobInfo, JobState, Topic};
 use dq_testkit::RedisServer;
 use dq_web::Options;
@@ -146,6 +146,26 @@ async fn dead_letter(store: &MemoryStore, max: usize, ids: &[&str]) {
         let job = job.unwrap_or_else(|| panic!("{id} was not leased"));
         assert!(store.dead_letter(&job.lease, "boom").await.unwrap(), "{id}");
     }
+}
+
+/// Job `id` of [`TOPIC`], pushed, leased and acked as a worker whose handler returned
+/// `result` would, the topic keeping its done jobs for an hour.
+async fn succeed(client: &Client, store: &MemoryStore, id: &str, result: &[u8]) {
+    let topic = Topic::new(TOPIC).unwrap();
+    let keep = Retention::for_age(Duration::from_secs(3600));
+    store.set_retention(&topic, Some(keep)).await.unwrap();
+    push(client, id, 7).await;
+    let leased = store
+        .fetch(0, &topic, 1, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let job = leased.jobs.iter().find(|j| j.lease.id.as_str() == id);
+    let job = job.unwrap_or_else(|| panic!("{id} was not leased"));
+    let done = [Succeeded {
+        lease: job.lease.clone(),
+        result: Some(result.to_vec()),
+    }];
+    assert_eq!(store.ack_succeeded(&done).await.unwrap().acked, 1, "{id}");
 }
 
 /// Schedule `nightly`: at 3:00 every day, to topic `cleanup`.
@@ -297,6 +317,7 @@ async fn every_page_answers_on_the_in_memory_store() {
         "/fragments/topics",
         "/workers",
         "/topics/order-cancel",
+        "/topics/order-cancel?state=done",
         "/topics/order-cancel/jobs/o1",
         "/assets/dq.css",
         "/assets/dq.js",
@@ -304,7 +325,7 @@ async fn every_page_answers_on_the_in_memory_store() {
     all_answer(&addr, &pages).await;
     let (status, text) = get(&addr, "/topics/order-cancel/jobs/nope").await;
     assert_eq!(status, 404);
-    assert!(text.contains("dq keeps no finished jobs"), "{text}");
+    assert!(text.contains("dq keeps finished jobs only while"), "{text}");
     let (status, _) = get(&addr, "/topics/bad%20topic").await;
     assert_eq!(status, 400, "an invalid topic name is the caller's mistake");
 }
@@ -539,6 +560,50 @@ async fn deleting_a_dead_letter_leaves_a_job_pushed_again_alone() {
         "{text}"
     );
     assert!(!has(&client, "d4").await);
+}
+
+#[tokio::test]
+async fn a_done_job_shows_its_result_on_its_page_and_in_the_done_tab() {
+    let (client, store) = memory_client_and_store().await;
+    succeed(&client, &store, "s1", br#"{"receipt":"R-1"}"#).await;
+    let (addr, body) = dashboard_and_form(&client).await;
+    let (status, page) = get(&addr, "/topics/order-cancel/jobs/s1").await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains(r#"data-state="done""#), "{page}");
+    assert!(
+        page.contains("Succeeded at") && page.contains("R-1"),
+        "{page}"
+    );
+    // Nothing is run, retried or rescheduled: the record is deleted only, asking first.
+    for action in ["run", "cancel", "retry", "reschedule"] {
+        let offered = format!("/jobs/s1/{action}\"");
+        assert!(!page.contains(&offered), "{action}: {page}");
+    }
+    assert!(
+        page.contains(r#"action="/topics/order-cancel/jobs/s1/delete-done" data-confirm="#),
+        "{page}"
+    );
+    // The done tab: when it succeeded and its result, and nothing to select for bulk actions.
+    let (status, tab) = get(&addr, "/topics/order-cancel?state=done").await;
+    assert_eq!(status, 200, "{tab}");
+    assert!(
+        tab.contains(r#"data-id="s1""#) && tab.contains("R-1"),
+        "{tab}"
+    );
+    assert!(tab.contains(">Succeeded<"), "{tab}");
+    assert!(!tab.contains(r#"type="checkbox""#), "{tab}");
+    assert!(!tab.contains(r#"name="action""#), "{tab}");
+    let text = act(&addr, "/topics/order-cancel/jobs/s1/delete-done", &body).await;
+    assert!(
+        location(&text).starts_with("/topics/order-cancel?state=done&note="),
+        "{text}"
+    );
+    let (_, tab) = follow(&addr, &text).await;
+    assert!(
+        tab.contains("The record of done job s1 was deleted."),
+        "{tab}"
+    );
+    assert!(!has(&client, "s1").await);
 }
 
 #[tokio::test]

@@ -1,4 +1,5 @@
-//! One job's actions: run now, cancel, delete or retry a dead letter, reschedule.
+//! One job's actions: run now, cancel, delete or retry a dead letter, reschedule, delete a
+//! done job's record.
 
 use std::time::{Duration, SystemTime};
 
@@ -28,6 +29,7 @@ pub(crate) async fn job(
             .await
             .map(|o| (describe(o, &id, "was deleted"), true)),
         "delete" => delete_dead_letter(&post, &topic, &id).await,
+        "delete-done" => delete_done(&post, &topic, &id).await,
         "retry" => client.retry_dead(&topic, &[&id]).await.map(|n| {
             let note = if n == 1 {
                 format!("{id} runs again with fresh attempts.")
@@ -41,7 +43,9 @@ pub(crate) async fn job(
             Err(refused) => return *refused,
         },
         other => {
-            let message = format!("No action {other:?}: run, cancel, delete, retry or reschedule.");
+            let message = format!(
+                "No action {other:?}: run, cancel, delete, retry, reschedule or delete-done."
+            );
             return post.error(StatusCode::NOT_FOUND, &message);
         }
     };
@@ -50,6 +54,9 @@ pub(crate) async fn job(
             tracing::info!(topic, id, action, "dq dashboard: {note}");
             let to = match (gone, action.as_str()) {
                 (true, "delete") => format!("{}?state=dead", topic_page(&post.viewer, &topic)),
+                (true, "delete-done") => {
+                    format!("{}?state=done", topic_page(&post.viewer, &topic))
+                }
                 (true, _) => topic_page(&post.viewer, &topic),
                 (false, _) => format!("{}/jobs/{}", topic_page(&post.viewer, &topic), seg(&id)),
             };
@@ -90,6 +97,25 @@ async fn delete_dead_letter(post: &Post, topic: &str, id: &str) -> dq_core::Resu
         );
         (note, false)
     })
+}
+
+/// A done job's Delete: its record goes (a cancel removes it), only while it is one. An id
+/// pushed again since it succeeded is a new job, pending now, which a cancel would delete.
+async fn delete_done(post: &Post, topic: &str, id: &str) -> dq_core::Result<Done> {
+    let client = &post.web.client;
+    let Some(job) = client.status_in(topic, id).await? else {
+        let note = format!(
+            "{id} is gone already (its topic's retention ended its record, or it was deleted)."
+        );
+        return Ok((note, true));
+    };
+    if job.state == JobState::Done && client.cancel_in(topic, id).await? == ChangeOutcome::Done {
+        return Ok((format!("The record of done job {id} was deleted."), true));
+    }
+    let note = format!(
+        "{id} is not a done job any more (it was pushed again meanwhile): nothing was deleted."
+    );
+    Ok((note, false))
 }
 
 /// Reschedule to the form's time. The outer error is a refusal to show as it is (the store's

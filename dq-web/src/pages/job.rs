@@ -1,4 +1,5 @@
-//! One job's page: its fields, its payload, and what can be done to it in its state.
+//! One job's page: its fields, its payload (and a done job's result), and what can be done to
+//! it in its state.
 
 use std::time::{Duration, SystemTime};
 
@@ -30,7 +31,7 @@ pub(crate) async fn job(
     let link = format!("{base}/topics/{}/jobs/{}", seg(&topic), seg(&id));
     let Some(job) = info else {
         let message = format!(
-            "No job {id:?} in topic {topic:?}: it finished, was cancelled or deleted, or never existed (dq keeps no finished jobs)."
+            "No job {id:?} in topic {topic:?}: it finished, was cancelled or deleted, or never existed (dq keeps finished jobs only while their topic's retention lasts, and only when it has one)."
         );
         return view::error(StatusCode::NOT_FOUND, Some(&viewer), &message);
     };
@@ -40,6 +41,14 @@ pub(crate) async fn job(
         (fields(&job, now))
         h2 { "Payload" }
         pre.payload { (pretty_payload(&job.payload)) }
+        @if job.state == JobState::Done {
+            h2 { "Result" }
+            @if let Some(result) = &job.result {
+                pre.payload.result { (pretty_payload(result)) }
+            } @else {
+                p.hint { "No value: its handler returned nothing." }
+            }
+        }
         @if viewer.can_act {
             h2 { "Actions" }
             (actions(&job, &id, &link, &web.csrf))
@@ -59,7 +68,7 @@ fn fields(job: &JobInfo, now: SystemTime) -> Markup {
             tr { th { "Enqueued" } td { (utc(job.created)) " UTC (" (relative(job.created, now)) ")" } }
             @if let Some(t) = job.state_since_or_until {
                 tr {
-                    th { @if job.state == JobState::Dead { "Died" } @else { "Lease until" } }
+                    th { (state_time(job.state)) }
                     td { (utc(t)) " UTC (" (relative(t, now)) ")" }
                 }
             }
@@ -68,8 +77,18 @@ fn fields(job: &JobInfo, now: SystemTime) -> Markup {
     }
 }
 
+/// What `state_since_or_until` is in `state`.
+fn state_time(state: JobState) -> &'static str {
+    match state {
+        JobState::Dead => "Died",
+        JobState::Done => "Succeeded at",
+        _ => "Lease until",
+    }
+}
+
 /// What can be done to job `id` in its state (`link` is its page's address): a pending job is
-/// run now (delayed only), cancelled or rescheduled; a dead letter retried or deleted.
+/// run now (delayed only), cancelled or rescheduled; a dead letter retried or deleted; a done
+/// job's record deleted.
 fn actions(job: &JobInfo, id: &str, link: &str, csrf: &str) -> Markup {
     html! {
         @match job.state {
@@ -101,6 +120,16 @@ fn actions(job: &JobInfo, id: &str, link: &str, csrf: &str) -> Markup {
                         csrf,
                         "Delete",
                         &format!("Delete dead letter {id}? This cannot be undone."),
+                    ))
+                }
+            }
+            JobState::Done => {
+                div.actions {
+                    (confirm_button(
+                        &format!("{link}/delete-done"),
+                        csrf,
+                        "Delete",
+                        &format!("Delete the record of done job {id} and its result? This cannot be undone."),
                     ))
                 }
             }

@@ -1,5 +1,7 @@
 //! The topic page's markup, part by part: the summary, the state tabs, the filters, the
 //! dead-letter actions, the jobs (in the bulk form when the viewer may act) and the pager.
+//! The done tab lists the succeeded jobs a topic keeps, with their results; no bulk action
+//! applies to them.
 
 use dq_core::{Cursor, JobInfo, JobState};
 use maud::{html, Markup};
@@ -7,7 +9,7 @@ use maud::{html, Markup};
 use super::lag;
 use super::listing::TopicView;
 use crate::clock::{relative, utc};
-use crate::view::{button, clip, confirm_button, pause_or_resume, seg, state_name};
+use crate::view::{button, clip, confirm_button, pause_or_resume, result_line, seg, state_name};
 
 /// The topic page's body.
 pub(super) fn topic_body(v: &TopicView<'_>) -> Markup {
@@ -46,20 +48,23 @@ fn summary(v: &TopicView<'_>) -> Markup {
     }
 }
 
-/// One tab per state, with its count; the listed state's is the current one.
+/// One tab per state, with its count (none for done: the records a topic keeps are not
+/// counted); the listed state's is the current one.
 fn tabs(v: &TopicView<'_>) -> Markup {
     let c = v.stats.counts;
-    let tab = |s: JobState, n: u64| {
+    let tab = |s: JobState, n: Option<u64>| {
         html! {
             a.tab.current[s == v.listing.state] href={ (v.link) "?state=" (s.as_str()) } data-state=(s.as_str()) {
-                (state_name(s)) " " span.count { (n) }
+                (state_name(s))
+                @if let Some(n) = n { " " span.count { (n) } }
             }
         }
     };
     html! {
         nav.tabs {
-            (tab(JobState::Delayed, c.delayed)) (tab(JobState::Ready, c.ready))
-            (tab(JobState::Running, c.running)) (tab(JobState::Dead, c.dead))
+            (tab(JobState::Delayed, Some(c.delayed))) (tab(JobState::Ready, Some(c.ready)))
+            (tab(JobState::Running, Some(c.running))) (tab(JobState::Dead, Some(c.dead)))
+            (tab(JobState::Done, None))
         }
     }
 }
@@ -100,9 +105,10 @@ fn dead_letter_actions(v: &TopicView<'_>) -> Markup {
     }
 }
 
-/// Whether the jobs of the listed state can be selected (running ones cannot be changed).
+/// Whether the jobs of the listed state can be selected: running ones cannot be changed, and
+/// no bulk action applies to done ones.
 fn selectable(v: &TopicView<'_>) -> bool {
-    v.viewer.can_act && v.listing.state != JobState::Running
+    v.viewer.can_act && !matches!(v.listing.state, JobState::Running | JobState::Done)
 }
 
 /// The jobs looked at that match, then the actions on the selected ones.
@@ -118,30 +124,43 @@ fn jobs_table(v: &TopicView<'_>) -> Markup {
                 @match state {
                     JobState::Running => { th { "Lease until" } }
                     JobState::Dead => { th { "Died" } }
+                    JobState::Done => { th { "Succeeded" } }
                     _ => {}
                 }
                 th { "Last error" } th { "Payload" }
+                @if state == JobState::Done { th { "Result" } }
             } }
             tbody {
                 @for job in &v.jobs {
                     (job_row(v, job))
                 }
                 @if v.jobs.is_empty() {
-                    tr { td colspan="7" {
-                        @if v.listing.filtered() { "No job on this page matches the filters." }
-                        @else { "No " (state.as_str()) " jobs." }
-                    } }
+                    tr { td colspan="7" { (nothing_listed(v)) } }
                 }
             }
         }
-        @if v.viewer.can_act && !v.jobs.is_empty() {
+        @if v.viewer.can_act && !v.jobs.is_empty() && state != JobState::Done {
             (bulk_buttons(state))
         }
     }
 }
 
-/// One job's row: its id (a link to its page), due time, attempts, lease or death, last
-/// error and payload, clipped.
+/// What an empty listing says: that the filters match nothing, or that there is no job in
+/// the state (for done, that a topic keeps them only with a retention).
+fn nothing_listed(v: &TopicView<'_>) -> Markup {
+    let state = v.listing.state;
+    html! {
+        @if v.listing.filtered() { "No job on this page matches the filters." }
+        @else if state == JobState::Done {
+            "No done jobs kept. A topic keeps its succeeded jobs and their results only when its listener has a retention: "
+            code { "#[dq::listener(retain = \"1h\")]" } "."
+        }
+        @else { "No " (state.as_str()) " jobs." }
+    }
+}
+
+/// One job's row: its id (a link to its page), due time, attempts, lease, death or success,
+/// last error and payload, clipped, and a done job's result, clipped.
 fn job_row(v: &TopicView<'_>, job: &JobInfo) -> Markup {
     let (state, now) = (v.listing.state, v.now);
     html! {
@@ -153,12 +172,19 @@ fn job_row(v: &TopicView<'_>, job: &JobInfo) -> Markup {
             td title=(utc(job.due)) { (relative(job.due, now)) }
             td.num { (job.attempt) " / " (job.max_attempts) }
             @match (state, job.state_since_or_until) {
-                (JobState::Running | JobState::Dead, Some(t)) => { td title=(utc(t)) { (relative(t, now)) } }
-                (JobState::Running | JobState::Dead, None) => { td { "-" } }
+                (JobState::Running | JobState::Dead | JobState::Done, Some(t)) => { td title=(utc(t)) { (relative(t, now)) } }
+                (JobState::Running | JobState::Dead | JobState::Done, None) => { td { "-" } }
                 _ => {}
             }
             td.error { (clip(job.last_error.as_deref().unwrap_or(""), 80)) }
             td.payload { code { (clip(&String::from_utf8_lossy(&job.payload), 60)) } }
+            @if state == JobState::Done {
+                @if let Some(result) = &job.result {
+                    td.payload.result { code { (clip(&result_line(result), 60)) } }
+                } @else {
+                    td.result.hint { "no value" }
+                }
+            }
         }
     }
 }
