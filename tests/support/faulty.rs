@@ -11,8 +11,8 @@ use dq::admin::{ChangeOutcome, Cursor, Page, Throughput, TopicCounts, TopicStats
 use dq::push::{OnConflict, PushOutcome};
 use dq::store::{
     Acked, Admin, DeadLetters, Fetched, Fetcher, FiredTick, LeaseRef, Leases, NewJob, Producer,
-    Promoted, ReadyWaiter, Reclaimed, RedisStore, Registry, ScheduleEntry, Schedules, Sharded,
-    WakeListener,
+    Promoted, ReadyWaiter, Reclaimed, RedisStore, Registry, Retention, ScheduleEntry, Schedules,
+    Sharded, Succeeded, Waited, WakeListener,
 };
 use dq::{Config, Due, JobId, JobInfo, JobState, Topic};
 use tokio::sync::{Notify, Semaphore};
@@ -119,6 +119,14 @@ impl Producer for Faulty {
     async fn status(&self, topic: &Topic, id: &JobId) -> dq::Result<Option<JobInfo>> {
         self.inner.status(topic, id).await
     }
+    async fn wait_finished(
+        &self,
+        topic: &Topic,
+        id: &JobId,
+        timeout: Duration,
+    ) -> dq::Result<Waited> {
+        self.inner.wait_finished(topic, id, timeout).await
+    }
 }
 
 #[async_trait]
@@ -162,9 +170,10 @@ impl Leases for Faulty {
         }
         Ok(fetched)
     }
-    async fn ack(&self, leases: &[LeaseRef]) -> dq::Result<Acked> {
-        self.stall_if_touched(leases).await;
-        self.inner.ack(leases).await
+    async fn ack_succeeded(&self, done: &[Succeeded]) -> dq::Result<Acked> {
+        let leases: Vec<LeaseRef> = done.iter().map(|d| d.lease.clone()).collect();
+        self.stall_if_touched(&leases).await;
+        self.inner.ack_succeeded(done).await
     }
     async fn retry(&self, lease: &LeaseRef, delay: Duration, error: &str) -> dq::Result<bool> {
         self.inner.retry(lease, delay, error).await
@@ -187,6 +196,9 @@ impl Leases for Faulty {
     }
     async fn set_attempt_limit(&self, topic: &Topic, max: Option<u32>) -> dq::Result<()> {
         self.inner.set_attempt_limit(topic, max).await
+    }
+    async fn set_retention(&self, topic: &Topic, retention: Option<Retention>) -> dq::Result<()> {
+        self.inner.set_retention(topic, retention).await
     }
     fn ready_waiter(&self, shard: u16, topic: &Topic) -> Box<dyn ReadyWaiter> {
         self.inner.ready_waiter(shard, topic)
