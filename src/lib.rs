@@ -29,14 +29,15 @@
 //!
 //! ## What is where
 //!
-//! The root holds what a program that pushes and handles jobs uses (20 names); the rest is in
+//! The root holds what a program that pushes and handles jobs uses (21 names); the rest is in
 //! modules: [`push`] (the push builder and its outcomes), [`admin`] (counts, listings, workers),
 //! [`limits`] (defaults and bounds), [`runtime`] (the shutdown handle, what a handler may
 //! return), [`schedule`] (periodic schedules), [`config`], [`metric`] (metric names), [`store`] (the store's role traits, the Redis
 //! and memory stores and their records, for tools that work below the client) and [`testing`].
 
 pub use dq_core::{
-    Client, Config, Due, Error, ErrorKind, JobId, JobInfo, JobState, Message, Result, Topic,
+    Client, Config, Due, Error, ErrorKind, JobId, JobInfo, JobResult, JobState, Message, Result,
+    Topic,
 };
 pub use dq_runtime::{
     Backoff, FromJob, JobContext, Listener, Outcome, Runtime, RuntimeBuilder, State,
@@ -96,10 +97,11 @@ pub mod limits {
 }
 
 /// The running side beyond [`Runtime`](crate::Runtime): a handle that stops it from anywhere,
-/// what a handler may return, what [`Listener::new`](crate::Listener::new) accepts, and the
-/// registered state a [`FromJob`](crate::FromJob) may check.
+/// what a handler may return (and what the `Ok` of its `Result` may hold: [`Output`]), what
+/// [`Listener::new`](crate::Listener::new) accepts, and the registered state a
+/// [`FromJob`](crate::FromJob) may check.
 pub mod runtime {
-    pub use dq_runtime::{Handler, IntoOutcome, ShutdownHandle, ShutdownReport, States};
+    pub use dq_runtime::{Handler, IntoOutcome, Output, ShutdownHandle, ShutdownReport, States};
 }
 
 /// Configuration: the builder [`Config::builder`] returns, and reading values as the `DQ_*`
@@ -153,6 +155,8 @@ pub use dq_macros::Message;
 /// | `tz = "..."` | `"UTC"` | the IANA zone `cron` is read in (`"Europe/Paris"`) |
 /// | `every = "5m"` | none | a schedule ticking at multiples of the interval (at least `1s`) |
 /// | `missed = "..."` | `"skip"` | ticks missed while every process was down: `"skip"`, `"run_once"`, `"all:N"` |
+/// | `retain = "1h"` | none | keep each succeeded job's record, with the value its handler returned, this long (see below) |
+/// | `retain_count = N` | 10,000 | most records kept per shard of the topic (with `retain` only) |
 /// | `crate = "..."` | `"dq"` | the path of this crate, for re-exporters |
 ///
 /// With `cron` or `every`, the runtime stores the schedule under the topic's name at start (see
@@ -169,9 +173,41 @@ pub use dq_macros::Message;
 /// [`RuntimeBuilder::state`]), [`Client`], or your own [`FromJob`] types; one that is not an
 /// extractor is a compile error on that argument, and a listener needing state nobody
 /// registered fails [`RuntimeBuilder::start`]. The return type is `()`, [`Outcome`], or
-/// `Result<_, E>` where `E: Display`; the handler's future must be `Send` (a compile error
+/// `Result<T, E>` where `E: Display` and `T` is `()`, [`Outcome`] or a value that implements
+/// `Serialize` ([`runtime::Output`]); the handler's future must be `Send` (a compile error
 /// names the local that is not). Two listeners on one topic are refused when the runtime
 /// starts.
+///
+/// The value a handler returns in its `Ok` is the job's result: with `retain`, the topic keeps
+/// the record of each succeeded job (its value as JSON) for that long, and the program that
+/// pushed it reads the value with [`Client::result`] or waits for it with [`Client::wait`]
+/// ([`JobResult`]). Without `retain` nothing is kept (the default: memory stays flat), and a
+/// wait answers [`JobResult::NotKept`]. The runtime records the retention at start; a listener
+/// without `retain` turns it off for its topic.
+///
+/// ```
+/// # #[derive(serde::Serialize, serde::Deserialize, dq::Message)]
+/// # #[message(topic = "invoice")]
+/// # struct Invoice { order_id: u64 }
+/// #[derive(Debug, serde::Serialize, serde::Deserialize)]
+/// struct Receipt { number: String }
+///
+/// #[dq::listener(retain = "1h")]
+/// async fn send_invoice(msg: Invoice) -> Result<Receipt, String> {
+///     Ok(Receipt { number: format!("R-{}", msg.order_id) })
+/// }
+///
+/// # async fn push(client: dq::Client) -> dq::Result<()> {
+/// // In the program that pushes:
+/// let id = client.push(Invoice { order_id: 42 }).await?;
+/// let waited = client.wait::<Invoice, Receipt>(id.as_str(), std::time::Duration::from_secs(30));
+/// match waited.await? {
+///     dq::JobResult::Succeeded(receipt) => println!("receipt {}", receipt.number),
+///     dq::JobResult::Dead { error, .. } => println!("failed: {error}"),
+///     other => println!("not yet: {other:?}"),
+/// }
+/// # Ok(()) }
+/// ```
 ///
 /// ```
 /// # #[derive(serde::Serialize, serde::Deserialize, dq::Message)]

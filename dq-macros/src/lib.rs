@@ -88,6 +88,48 @@ mod tests {
     }
 
     #[test]
+    fn a_listener_retaining_results_sets_them_with_the_builder() {
+        let out = expanded(
+            quote::quote!(topic = "t", retain = "1h", retain_count = 1000),
+            quote::quote!(
+                async fn handler(_n: u64) -> Result<u64, String> {
+                    Ok(1)
+                }
+            ),
+        );
+        assert!(
+            out.contains(".retain(::core::time::Duration::new(3600u64,0u32))"),
+            "{out}"
+        );
+        assert!(out.contains(".retain_count(1000u64)"), "{out}");
+        assert!(!out.contains("compile_error"), "{out}");
+    }
+
+    #[test]
+    fn a_retain_count_without_retain_is_refused() {
+        let out = expanded(
+            quote::quote!(topic = "t", retain_count = 1000),
+            quote::quote!(
+                async fn handler(_n: u64) {}
+            ),
+        );
+        assert!(out.contains("compile_error"), "{out}");
+        assert!(out.contains("`retain_count`goeswith`retain`"), "{out}");
+        for zero in [
+            quote::quote!(topic = "t", retain = "1h", retain_count = 0),
+            quote::quote!(topic = "t", retain = "0s"),
+        ] {
+            let out = expanded(
+                zero,
+                quote::quote!(
+                    async fn handler(_n: u64) {}
+                ),
+            );
+            assert!(out.contains("compile_error"), "{out}");
+        }
+    }
+
+    #[test]
     fn a_listener_taking_an_extractor_first_is_told_that_the_payload_comes_first() {
         for payload in [
             quote::quote!(JobContext),

@@ -28,6 +28,7 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenS
     let func: ItemFn = syn::parse2(item)?;
     let sig = signature(&func.sig)?;
     options::check_schedule(&options, sig.payload)?;
+    options::check_retention(&options)?;
     let krate = attr::crate_path(options.krate.clone())?;
     Ok(registration(&func, &sig, &options, &krate))
 }

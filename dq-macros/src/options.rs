@@ -11,7 +11,8 @@ use syn::{LitInt, LitStr, Type};
 
 use crate::attr;
 
-const KEYS: &str = "topic, concurrency, timeout, retries, backoff, cron, tz, every, missed, crate";
+const KEYS: &str =
+    "topic, concurrency, timeout, retries, backoff, cron, tz, every, missed, retain, retain_count, crate";
 
 #[derive(Default)]
 pub(crate) struct Options {
@@ -24,6 +25,9 @@ pub(crate) struct Options {
     tz: Option<LitStr>,
     every: Option<Duration>,
     missed: Option<TokenStream>,
+    retain: Option<Duration>,
+    /// The count, and its literal (where a count without `retain` is reported).
+    retain_count: Option<(u64, LitInt)>,
     pub(crate) krate: Option<LitStr>,
 }
 
@@ -58,6 +62,8 @@ fn set(o: &mut Options, key: &str, meta: &ParseNestedMeta<'_>) -> syn::Result<()
         "tz" => o.tz = Some(meta.value()?.parse()?),
         "every" => o.every = Some(attr::duration(&meta.value()?.parse()?)?),
         "missed" => o.missed = Some(missed(&meta.value()?.parse()?)?),
+        "retain" => o.retain = Some(attr::duration(&meta.value()?.parse()?)?),
+        "retain_count" => o.retain_count = Some(retain_count(meta.value()?.parse()?)?),
         "crate" => o.krate = Some(meta.value()?.parse()?),
         _ => {
             return Err(meta.error(format!(
@@ -78,6 +84,18 @@ fn concurrency(lit: &LitInt) -> syn::Result<usize> {
         ));
     }
     Ok(n)
+}
+
+/// The most records kept per shard: at least 1.
+fn retain_count(lit: LitInt) -> syn::Result<(u64, LitInt)> {
+    let n: u64 = lit.base10_parse()?;
+    if n == 0 {
+        return Err(syn::Error::new(
+            lit.span(),
+            "retain_count must be at least 1: leave `retain` out to keep no records",
+        ));
+    }
+    Ok((n, lit))
 }
 
 /// A duration, or `None` for `"none"` (no limit).
@@ -163,6 +181,17 @@ pub(crate) fn check_schedule(options: &Options, payload: &Type) -> syn::Result<(
     Ok(())
 }
 
+/// `retain_count` goes with `retain`, which says how long the records are kept.
+pub(crate) fn check_retention(options: &Options) -> syn::Result<()> {
+    match (&options.retain, &options.retain_count) {
+        (None, Some((_, lit))) => Err(syn::Error::new(
+            lit.span(),
+            "`retain_count` goes with `retain`, which says how long the records of succeeded jobs are kept: add `retain = \"1h\"`",
+        )),
+        _ => Ok(()),
+    }
+}
+
 fn type_name_is(ty: &Type, name: &str) -> bool {
     match ty {
         Type::Path(p) => p.path.segments.last().is_some_and(|s| s.ident == name),
@@ -190,6 +219,13 @@ pub(crate) fn builder_calls(options: &Options, payload: &Type, krate: &syn::Path
     }
     if let Some(b) = &options.backoff {
         calls.extend(quote!(.backoff(#krate::Backoff::#b)));
+    }
+    if let Some(d) = options.retain {
+        let d = attr::duration_tokens(d);
+        calls.extend(quote!(.retain(#d)));
+    }
+    if let Some((n, _)) = &options.retain_count {
+        calls.extend(quote!(.retain_count(#n)));
     }
     calls.extend(schedule_calls(options, payload, krate));
     calls

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dq_core::store::{Admin, Leases, Registry};
-use dq_core::{LeaseRef, Store, Topic, WorkerInfo};
+use dq_core::{Store, Succeeded, Topic, WorkerInfo};
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -64,8 +64,8 @@ pub(crate) struct Plan<'a> {
     pub(crate) declared: Declared,
     /// This worker's record, renewed by the heartbeat; its id names the consumers.
     pub(crate) me: WorkerInfo,
-    /// The finished jobs the acker acks.
-    pub(crate) acks: mpsc::UnboundedReceiver<LeaseRef>,
+    /// The finished jobs the acker acks, with their handlers' values.
+    pub(crate) acks: mpsc::UnboundedReceiver<Succeeded>,
 }
 
 /// Starts every task of the runtime.

@@ -39,9 +39,10 @@ use crate::states::States;
 /// A failed extraction does not run the handler: the job ends with the [`Outcome`] returned,
 /// as if the handler had returned it (`Outcome::DeadLetter` for a job that can never be
 /// served, `Outcome::Error` to retry it with the listener's backoff). Do not return
-/// `Outcome::Done` (the job would be acked without its handler ever running) or
-/// `Outcome::RetryAfter` for a condition that lasts (a postponed run spends no attempt, so it
-/// would be postponed for ever). A panic in `from_job` counts as `Outcome::Error`.
+/// `Outcome::Done` or `Outcome::DoneWith` (the job would be acked without its handler ever
+/// running) or `Outcome::RetryAfter` for a condition that lasts (a postponed run spends no
+/// attempt, so it would be postponed for ever). A panic in `from_job` counts as
+/// `Outcome::Error`.
 ///
 /// The default [`check`](FromJob::check) accepts every listener; override it when your
 /// extractor needs something registered (as `State<T>` does), or a listener missing it fails
@@ -187,7 +188,7 @@ pub type HandlerFuture = Pin<Box<dyn Future<Output = Outcome> + Send>>;
 #[diagnostic::on_unimplemented(
     message = "this cannot be the handler of a dq listener",
     label = "not a handler",
-    note = "a handler takes the payload, then up to eight extractors (`dq::JobContext`, `dq::State<T>`, `dq::Client`, types implementing `dq::FromJob`), and returns a `Send` future of `()`, `dq::Outcome` or `Result<_, E: Display>`; annotate the closure's arguments (`|msg: OrderCancel, ctx: dq::JobContext| async move {{ .. }}`)"
+    note = "a handler takes the payload, then up to eight extractors (`dq::JobContext`, `dq::State<T>`, `dq::Client`, types implementing `dq::FromJob`), and returns a `Send` future of `()`, `dq::Outcome` or `Result<T, E: Display>` (`T`: `()`, `dq::Outcome` or a value that implements `Serialize`, kept as the job's result); annotate the closure's arguments (`|msg: OrderCancel, ctx: dq::JobContext| async move {{ .. }}`)"
 )]
 pub trait Handler<M, Args>: Send + Sync + 'static {
     /// Extracts the arguments from `job` and starts the run.

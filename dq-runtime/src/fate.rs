@@ -27,8 +27,9 @@ pub(crate) enum Ended {
 /// What becomes of the job.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Fate {
-    /// Acked (in a batch, by the acker) and deleted.
-    Ack,
+    /// Acked (in a batch, by the acker) and deleted; with the handler's value (JSON), kept as
+    /// the job's result when its topic has a retention.
+    Ack { result: Option<Vec<u8>> },
     /// Run again after `delay`; the failed attempt is recorded with `error`.
     Retry { delay: Duration, error: String },
     /// Run again after `delay`, no attempt spent and the last error kept (`RetryAfter`).
@@ -67,7 +68,8 @@ pub(crate) fn fate(
             why: Why::Poison,
         },
         Ended::Cancelled => Fate::Release,
-        Ended::Returned(Outcome::Done) => Fate::Ack,
+        Ended::Returned(Outcome::Done) => Fate::Ack { result: None },
+        Ended::Returned(Outcome::DoneWith(json)) => Fate::Ack { result: Some(json) },
         Ended::Returned(Outcome::RetryAfter(delay)) => again(delay, None),
         Ended::Returned(Outcome::DeadLetter(reason)) => Fate::DeadLetter {
             reason,
@@ -137,6 +139,7 @@ pub(crate) fn task_failed(error: impl Display) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::outcome::IntoOutcome;
 
     const MAX: u32 = 3;
     const FIRST: u32 = 1;
@@ -277,7 +280,48 @@ mod tests {
     fn a_done_run_is_acked_on_any_attempt_with_any_backoff() {
         assert_on_every_attempt_and_backoff(
             |attempt, backoff| returned(Outcome::Done, attempt, backoff),
-            Fate::Ack,
+            Fate::Ack { result: None },
+        );
+    }
+
+    #[test]
+    fn a_run_done_with_a_value_is_acked_with_it_on_any_attempt_with_any_backoff() {
+        let json = br#"{"number":"R-42"}"#.to_vec();
+        assert_on_every_attempt_and_backoff(
+            |attempt, backoff| returned(Outcome::DoneWith(json.clone()), attempt, backoff),
+            Fate::Ack {
+                result: Some(json.clone()),
+            },
+        );
+    }
+
+    #[test]
+    fn a_run_whose_value_is_nothing_is_acked_without_a_value() {
+        for returned_nothing in [
+            Ok::<(), String>(()).into_outcome(),
+            Ok::<Option<u64>, String>(None).into_outcome(),
+            Outcome::done_with(&()),
+        ] {
+            let got = returned(returned_nothing, FIRST, &fixed());
+            assert_eq!(got, Fate::Ack { result: None });
+        }
+    }
+
+    #[test]
+    fn a_returned_value_reaches_the_ack_as_its_json() {
+        #[derive(serde::Serialize)]
+        struct Receipt {
+            number: String,
+        }
+        let value: Result<Receipt, String> = Ok(Receipt {
+            number: "R-42".into(),
+        });
+        let got = returned(value.into_outcome(), LAST, &fixed());
+        assert_eq!(
+            got,
+            Fate::Ack {
+                result: Some(br#"{"number":"R-42"}"#.to_vec())
+            }
         );
     }
 

@@ -154,7 +154,7 @@ fn record(topic: &str, took: Duration, ran: &Ran) {
                 crate::metrics::count(metric::JOBS_TIMED_OUT, topic);
             }
         }
-        Outcome::Done => {
+        Outcome::Done | Outcome::DoneWith(_) => {
             tracing::debug!(took_ms = took.as_secs_f64() * 1000.0, "job done");
             crate::metrics::count(metric::JOBS_SUCCEEDED, topic);
         }

@@ -31,7 +31,7 @@ pub use listener::{
     decode, ArgumentCheck, ErasedHandler, Listener, ListenerRegistration, ListenerSchedule,
     DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT,
 };
-pub use outcome::{IntoOutcome, Outcome};
+pub use outcome::{IntoOutcome, Outcome, Output};
 pub use runtime::{Runtime, RuntimeBuilder, ShutdownHandle};
 pub use shutdown::{ShutdownReport, HOOK_DEADLINE};
 pub use states::States;

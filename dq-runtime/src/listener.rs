@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dq_core::schedule::{Missed, Tick, TickPayload};
+use dq_core::Retention;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -52,7 +53,9 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// ```
 ///
 /// It may declare a schedule for its topic as `#[dq::listener(cron = .., every = ..)]` does:
-/// see [`cron`](Listener::cron) and [`every`](Listener::every).
+/// see [`cron`](Listener::cron) and [`every`](Listener::every); and keep the values its
+/// handler returns for the programs that pushed the jobs, as `#[dq::listener(retain = "1h")]`
+/// does: see [`retain`](Listener::retain).
 #[derive(Clone)]
 #[must_use]
 pub struct Listener {
@@ -65,6 +68,10 @@ pub struct Listener {
     pub(crate) check: ArgumentCheck,
     pub(crate) name: String,
     pub(crate) schedule: Option<ListenerSchedule>,
+    /// How long the records of succeeded jobs are kept (`retain`); none by default.
+    pub(crate) retain: Option<Duration>,
+    /// How many of them are kept per shard (`retain_count`); it goes with `retain`.
+    pub(crate) retain_count: Option<u64>,
     /// What the ticks of a schedule set later carry.
     tick_payload: TickPayloadFn,
     /// The handler's payload type, when known (not for an erased handler).
@@ -95,6 +102,8 @@ impl fmt::Debug for Listener {
             .field("retries", &self.retries)
             .field("backoff", &self.backoff)
             .field("schedule", &self.schedule)
+            .field("retain", &self.retain)
+            .field("retain_count", &self.retain_count)
             .finish_non_exhaustive()
     }
 }
@@ -137,6 +146,8 @@ impl Listener {
             check,
             name,
             schedule: None,
+            retain: None,
+            retain_count: None,
             tick_payload: <Tick as TickPayload>::tick_payload,
             payload_type: None,
         }
@@ -174,6 +185,56 @@ impl Listener {
     pub fn backoff(mut self, backoff: Backoff) -> Self {
         self.backoff = backoff;
         self
+    }
+
+    /// Keeps the record of each succeeded job of this topic, with the value its handler
+    /// returned (a handler returning `Result<T, E>` with `T: Serialize`), for `age` after it
+    /// succeeded, as `#[dq::listener(retain = "1h")]` does; at most
+    /// [`Retention::DEFAULT_COUNT`] (10,000) records per shard unless
+    /// [`retain_count`](Listener::retain_count) says otherwise. A program that pushed a job
+    /// then reads its value with `Client::result`, or waits for its end with `Client::wait`.
+    ///
+    /// Default: none. Nothing is kept, and `Client::wait` on a job of the topic answers
+    /// `JobResult::NotKept` at once. The runtime records the retention in the store at start
+    /// (the last runtime started decides for its topic), and a listener without one turns it
+    /// off there: the jobs that succeed from then on leave no record.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use dq_runtime::Listener;
+    ///
+    /// # #[derive(serde::Deserialize)] struct Invoice { order_id: u64 }
+    /// #[derive(serde::Serialize)]
+    /// struct Receipt { number: String }
+    ///
+    /// let invoices = Listener::new("invoice", |msg: Invoice| async move {
+    ///     Ok::<_, String>(Receipt { number: format!("R-{}", msg.order_id) })
+    /// })
+    /// .retain(Duration::from_secs(3600))
+    /// .retain_count(1_000);
+    /// ```
+    pub fn retain(mut self, age: Duration) -> Self {
+        self.retain = Some(age);
+        self
+    }
+
+    /// The most records of succeeded jobs kept per shard of the topic (default
+    /// [`Retention::DEFAULT_COUNT`], 10,000), as `#[dq::listener(retain_count = 1000)]`: the
+    /// oldest go first. It goes with [`retain`](Listener::retain), which says for how long:
+    /// alone, or zero, it fails `Runtime::start`.
+    pub fn retain_count(mut self, n: u64) -> Self {
+        self.retain_count = Some(n);
+        self
+    }
+
+    /// What [`retain`](Listener::retain) and [`retain_count`](Listener::retain_count) ask for:
+    /// `None` without `retain` (a `retain_count` alone is refused at start).
+    pub(crate) fn retention(&self) -> Option<Retention> {
+        let age = self.retain?;
+        Some(match self.retain_count {
+            Some(count) => Retention { age, count },
+            None => Retention::for_age(age),
+        })
     }
 
     /// Declares a schedule for this listener's topic, as `#[dq::listener(cron = "..")]` does:

@@ -1,11 +1,12 @@
-//! Writes a job's [`Fate`] to the store: the ack goes to the acker's batches, a retry,
-//! postponement or dead letter is written here (again with backoff while the store fails), a
-//! release is left to shutdown. Each is logged for the person on call and counted.
+//! Writes a job's [`Fate`] to the store: the ack (with the handler's value) goes to the
+//! acker's batches, a retry, postponement or dead letter is written here (again with backoff
+//! while the store fails), a release is left to shutdown. Each is logged for the person on
+//! call and counted.
 
 use std::time::Duration;
 
 use dq_core::store::Leases;
-use dq_core::{metric, LeaseRef};
+use dq_core::{metric, LeaseRef, Succeeded};
 
 use crate::fate::{Fate, Why};
 use crate::health::Health;
@@ -16,8 +17,8 @@ use crate::shared::Shared;
 /// let its lease expire.
 pub(crate) async fn settle(shared: &Shared, leases: &dyn Leases, lease: LeaseRef, fate: Fate) {
     match fate {
-        Fate::Ack => {
-            let _ = shared.acks.send(lease);
+        Fate::Ack { result } => {
+            let _ = shared.acks.send(Succeeded { lease, result });
             return;
         }
         Fate::Release => {

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use dq_core::{Client, Config, LeaseRef};
+use dq_core::{Client, Config, Succeeded};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -23,8 +23,8 @@ pub(crate) struct Shared {
     /// Leases of this process's jobs, from the start of the handler until the job's fate is
     /// written: renewed by the heartbeat, counted in the worker record.
     pub(crate) running: RunningLeases,
-    /// Finished jobs waiting to be acked in a batch.
-    pub(crate) acks: mpsc::UnboundedSender<LeaseRef>,
+    /// Finished jobs waiting to be acked in a batch, each with its handler's value.
+    pub(crate) acks: mpsc::UnboundedSender<Succeeded>,
     /// Bumped when some topic is resumed (by any process): paused consumers look again.
     pub(crate) resumed: watch::Sender<u64>,
     /// What listeners are handed: the runtime's client and the registered state.
@@ -35,7 +35,7 @@ pub(crate) struct Shared {
 impl Shared {
     pub(crate) fn new(
         config: Config,
-        acks: mpsc::UnboundedSender<LeaseRef>,
+        acks: mpsc::UnboundedSender<Succeeded>,
         client: Client,
         states: Arc<States>,
     ) -> Shared {

@@ -1,5 +1,6 @@
 //! The steps of `RuntimeBuilder::start` before any task runs: the configuration, the
-//! listeners checked, the store opened, the listeners' schedules and retries declared.
+//! listeners checked, the store opened, the listeners' schedules, retries and retentions
+//! declared.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,8 +14,8 @@ use crate::listener::{self, Listener};
 use crate::states::States;
 use crate::ticker::{check_schedule, Declared};
 
-/// How long `start` tries to declare its listeners' schedules and retries in the store (all of
-/// them) before it starts anyway and leaves them to the ticker.
+/// How long `start` tries to declare its listeners' schedules, retries and retentions in the
+/// store (all of them) before it starts anyway and leaves them to the ticker.
 const DECLARE_AT_START: Duration = Duration::from_secs(5);
 
 /// The configuration given to the builder (validated), else the environment's. Refused when a
@@ -59,10 +60,10 @@ pub(crate) async fn open_store(
     Ok(Arc::new(redis))
 }
 
-/// Declares the listeners' schedules and retries now when the store answers; else the ticker
-/// declares them as soon as it does: a master down or a full Redis must not keep workers from
-/// starting. Bounded as a whole, so that a stalled Redis does not delay the start either. Only
-/// a schedule that can never be stored stops the start.
+/// Declares the listeners' schedules, retries and retentions now when the store answers; else
+/// the ticker declares them as soon as it does: a master down or a full Redis must not keep
+/// workers from starting. Bounded as a whole, so that a stalled Redis does not delay the start
+/// either. Only a schedule that can never be stored stops the start.
 pub(crate) async fn declare(
     declared: &mut Declared,
     client: &Client,
@@ -78,18 +79,20 @@ pub(crate) async fn declare(
             Err(e)
         }
         Ok(Err(e)) => {
-            tracing::warn!(error = %e, "could not declare the listeners' schedules and retries in the store yet; the runtime starts anyway and declares them as soon as the store answers (until then a job of theirs whose worker dies is judged by the retries given at push, and their schedules do not tick unless another process declared them)");
+            tracing::warn!(error = %e, "could not declare the listeners' schedules, retries and retentions in the store yet; the runtime starts anyway and declares them as soon as the store answers (until then a job of theirs whose worker dies is judged by the retries given at push, their schedules do not tick unless another process declared them, and their succeeded jobs are kept as the retention declared before says)");
             Ok(())
         }
         Err(_) => {
-            tracing::warn!(after = ?DECLARE_AT_START, "the store did not answer while the listeners' schedules and retries were declared; the runtime starts anyway and declares them as soon as it does");
+            tracing::warn!(after = ?DECLARE_AT_START, "the store did not answer while the listeners' schedules, retries and retentions were declared; the runtime starts anyway and declares them as soon as it does");
             Ok(())
         }
     }
 }
 
-/// What the runtime declares for its listeners: their schedules, and the most runs each allows
-/// a job whose worker died (the last runtime to declare decides, should two disagree).
+/// What the runtime declares for its listeners: their schedules, the most runs each allows a
+/// job whose worker died, and how long the records of their succeeded jobs are kept (none for a
+/// listener without `retain`, which turns a retention declared before off). The last runtime to
+/// declare decides, should two disagree.
 pub(crate) fn declarations(listeners: &[(Topic, Listener)]) -> Declared {
     let schedules = listeners
         .iter()
@@ -99,12 +102,17 @@ pub(crate) fn declarations(listeners: &[(Topic, Listener)]) -> Declared {
         .iter()
         .map(|(t, l)| (t.clone(), l.retries.map(|r| r.saturating_add(1))))
         .collect();
-    Declared::new(schedules, limits)
+    let retentions = listeners
+        .iter()
+        .map(|(t, l)| (t.clone(), l.retention()))
+        .collect();
+    Declared::new(schedules, limits, retentions)
 }
 
 /// This runtime's listeners, each with its topic checked once here; refused with an error naming
 /// the listener when a topic is invalid, taken twice, a concurrency is zero, its retries are
-/// over `MAX_RETRIES`, or an argument cannot be provided (a `State<T>` nobody registered).
+/// over `MAX_RETRIES`, its retention is zero or a count without an age, or an argument cannot be
+/// provided (a `State<T>` nobody registered).
 pub(crate) fn collect_listeners(
     registered: bool,
     extra: Vec<Listener>,
@@ -149,9 +157,76 @@ fn check_listener(l: &Listener, states: &States) -> Result<Topic> {
             dq_core::MAX_RETRIES
         )));
     }
+    check_retention(l).map_err(invalid)?;
     (l.check)(states).map_err(invalid)?;
     if let Some(schedule) = &l.schedule {
         check_schedule(schedule).map_err(invalid)?;
     }
     Ok(topic)
+}
+
+/// Whether a listener's retention can be recorded: `retain_count` goes with `retain`, and
+/// neither is zero (as the macro checks).
+fn check_retention(l: &Listener) -> std::result::Result<(), String> {
+    if l.retain_count.is_some() && l.retain.is_none() {
+        return Err("`retain_count` goes with `retain`, which says how long the records of succeeded jobs are kept: add `.retain(Duration::from_secs(3600))` (`retain = \"1h\"`)".into());
+    }
+    if l.retain.is_some_and(|age| age.is_zero()) {
+        return Err("`retain` must be positive: leave it out to keep no records".into());
+    }
+    if l.retain_count == Some(0) {
+        return Err(
+            "`retain_count` must be at least 1: leave `retain` out to keep no records".into(),
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dq_core::Retention;
+
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    fn listener() -> Listener {
+        Listener::new("t", |_: u64| async {})
+    }
+
+    #[test]
+    fn a_listener_keeps_no_records_unless_it_retains_them_with_the_default_count_unless_given() {
+        assert_eq!(listener().retention(), None);
+        assert_eq!(
+            listener().retain(HOUR).retention(),
+            Some(Retention::for_age(HOUR))
+        );
+        assert_eq!(
+            listener().retain(HOUR).retain_count(5).retention(),
+            Some(Retention {
+                age: HOUR,
+                count: 5
+            })
+        );
+    }
+
+    #[test]
+    fn a_retain_count_without_retain_or_a_zero_retention_fails_the_start_naming_it() {
+        let refused = [
+            (
+                listener().retain_count(5),
+                "`retain_count` goes with `retain`",
+            ),
+            (
+                listener().retain(Duration::ZERO),
+                "`retain` must be positive",
+            ),
+            (listener().retain(HOUR).retain_count(0), "at least 1"),
+        ];
+        for (l, why) in refused {
+            let e = collect_listeners(false, vec![l], &States::default()).unwrap_err();
+            assert!(e.to_string().contains(why), "{e}");
+        }
+        let kept = collect_listeners(false, vec![listener().retain(HOUR)], &States::default());
+        assert!(kept.is_ok(), "{kept:?}");
+    }
 }

@@ -142,7 +142,12 @@ impl TestRuntime {
         })
     }
 
-    /// A client that pushes to this runtime.
+    /// A client that pushes to this runtime. The values handlers return work through it as
+    /// on Redis: `client().result::<M, T>(id)` reads a job's value (or its last error) and
+    /// `client().wait::<M, T>(id, timeout)` waits for its end, for the topics whose listener
+    /// keeps them ([`Listener::retain`]). The records live in the memory store, and a wait's
+    /// `timeout` is real time, not the test clock: [`advance`](TestRuntime::advance) first
+    /// (it returns once the jobs due have run), and the wait answers at once.
     pub fn client(&self) -> &Client {
         self.runtime.client()
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use dq_core::schedule::Repeat;
 use dq_core::store::{Leases, Registry};
-use dq_core::{Client, Result, Topic};
+use dq_core::{Client, Result, Retention, Topic};
 
 use crate::health::Health;
 use crate::listener::ListenerSchedule;
@@ -26,8 +26,8 @@ pub(crate) const LOOKAHEAD: Duration = Duration::from_secs(5);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 /// Fires the schedules through the runtime's client every [`EVERY`], and keeps the listeners'
-/// declarations (the namespace's epoch read from the registry, the retries written with the
-/// lease role) until shutdown.
+/// declarations (the namespace's epoch read from the registry, the retries and retentions
+/// written with the lease role) until shutdown.
 pub(crate) async fn ticker(
     shared: Arc<Shared>,
     registry: Arc<dyn Registry>,
@@ -60,8 +60,9 @@ pub(crate) async fn ticker(
 }
 
 /// What a runtime declares in the store for its listeners, and keeps declared: their
-/// schedules (`cron`, `every`) and retries (the most runs the reclaimer allows a job of theirs
-/// whose worker died).
+/// schedules (`cron`, `every`), retries (the most runs the reclaimer allows a job of theirs
+/// whose worker died) and retentions (how long, and how many, records of their succeeded jobs
+/// are kept; `None` turns it off).
 ///
 /// Declared at start when the store answers, else as soon as it does (a master down or a full
 /// Redis does not keep workers from starting). Then checked at every look of the ticker: when
@@ -73,6 +74,7 @@ pub(crate) async fn ticker(
 pub(crate) struct Declared {
     schedules: Vec<(Topic, ListenerSchedule)>,
     limits: Vec<(Topic, Option<u32>)>,
+    retentions: Vec<(Topic, Option<Retention>)>,
     /// The namespace's epoch when everything was last declared; `None` until it was.
     epoch: Option<String>,
 }
@@ -81,10 +83,12 @@ impl Declared {
     pub(crate) fn new(
         schedules: Vec<(Topic, ListenerSchedule)>,
         limits: Vec<(Topic, Option<u32>)>,
+        retentions: Vec<(Topic, Option<Retention>)>,
     ) -> Declared {
         Declared {
             schedules,
             limits,
+            retentions,
             epoch: None,
         }
     }
@@ -92,7 +96,8 @@ impl Declared {
     /// Declares everything unless the store still holds it (the epoch is the one declared
     /// under). Errors of input (a schedule that never ticks again) are returned at once; a
     /// store that fails leaves it to the next call. The epoch is the registry's; the retries
-    /// are written through the lease role, which the reclaimer judges by.
+    /// and retentions are written through the lease role, which the reclaimer judges by and
+    /// the acks keep records by.
     pub(crate) async fn keep(
         &mut self,
         client: &Client,
@@ -109,7 +114,7 @@ impl Declared {
             tracing::warn!(
                 schedules = ?self.schedules.iter().map(|(t, _)| t.as_str()).collect::<Vec<_>>(),
                 retries = ?self.limits.iter().map(|(t, _)| t.as_str()).collect::<Vec<_>>(),
-                "Redis no longer holds what this runtime declared (it restarted without persistence, was flushed, or failed over to a replica that never had it); declaring the listeners' schedules and retries again. Jobs pushed before the loss are gone with it unless Redis persisted them"
+                "Redis no longer holds what this runtime declared (it restarted without persistence, was flushed, or failed over to a replica that never had it); declaring the listeners' schedules, retries and retentions again. Jobs pushed before the loss are gone with it unless Redis persisted them"
             );
         }
         for (topic, schedule) in &self.schedules {
@@ -118,8 +123,11 @@ impl Declared {
         for (topic, max_attempts) in &self.limits {
             leases.set_attempt_limit(topic, *max_attempts).await?;
         }
+        for (topic, retention) in &self.retentions {
+            leases.set_retention(topic, *retention).await?;
+        }
         if again {
-            tracing::info!("the listeners' schedules and retries are declared again");
+            tracing::info!("the listeners' schedules, retries and retentions are declared again");
         }
         self.epoch = Some(epoch);
         Ok(())

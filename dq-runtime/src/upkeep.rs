@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use dq_core::store::{Leases, Registry};
-use dq_core::{Acked, LeaseRef, WorkerInfo, MAX_BATCH};
+use dq_core::{Acked, LeaseRef, Succeeded, WorkerInfo, MAX_BATCH};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -30,19 +30,20 @@ pub(crate) fn renewal_limit(lease: Duration) -> Duration {
     lease / 4
 }
 
-/// Acks finished jobs in batches, one lane per shard: whatever has queued up for a shard while
-/// its previous call was in flight goes in the next one, so acks cost one round trip per batch
-/// under load and add no delay when idle. A shard that fails or stalls holds up only its own
+/// Acks finished jobs in batches, each with its handler's value (`Leases::ack_succeeded`), one
+/// lane per shard: whatever has queued up for a shard while its previous call was in flight
+/// goes in the next one, so acks cost one round trip per batch under load and add no delay
+/// when idle. A shard that fails or stalls holds up only its own
 /// acks, and only its own batch is tried again (a batch acked on one shard is never sent
 /// twice, which would report its jobs as "ack refused"). When `done` is cancelled (after the
 /// job tasks finished) it acks what is left and ends.
 pub(crate) async fn acker(
     shared: Arc<Shared>,
     leases: Arc<dyn Leases>,
-    mut rx: mpsc::UnboundedReceiver<LeaseRef>,
+    mut rx: mpsc::UnboundedReceiver<Succeeded>,
     done: CancellationToken,
 ) {
-    let mut lanes: HashMap<u16, mpsc::UnboundedSender<LeaseRef>> = HashMap::new();
+    let mut lanes: HashMap<u16, mpsc::UnboundedSender<Succeeded>> = HashMap::new();
     // Dropping the set (the acker aborted at the end of shutdown) aborts the lanes too.
     let mut lane_tasks = JoinSet::new();
     loop {
@@ -54,14 +55,14 @@ pub(crate) async fn acker(
                 continue;
             }
         };
-        let Some(lease) = next else { break };
-        let shard = lease.shard;
+        let Some(succeeded) = next else { break };
+        let shard = succeeded.lease.shard;
         let lane = lanes.entry(shard).or_insert_with(|| {
             let (tx, lane_rx) = mpsc::unbounded_channel();
             lane_tasks.spawn(ack_lane(shared.clone(), leases.clone(), shard, lane_rx));
             tx
         });
-        let _ = lane.send(lease);
+        let _ = lane.send(succeeded);
     }
     drop(lanes);
     while lane_tasks.join_next().await.is_some() {}
@@ -72,7 +73,7 @@ async fn ack_lane(
     shared: Arc<Shared>,
     leases: Arc<dyn Leases>,
     shard: u16,
-    mut rx: mpsc::UnboundedReceiver<LeaseRef>,
+    mut rx: mpsc::UnboundedReceiver<Succeeded>,
 ) {
     let mut health = Health::new(format!("acker of shard {shard}"));
     let mut batch = Vec::with_capacity(MAX_BATCH);
@@ -85,7 +86,7 @@ async fn ack_lane(
             }
         }
         loop {
-            match leases.ack(&batch).await {
+            match leases.ack_succeeded(&batch).await {
                 Ok(acked) => {
                     health.ok();
                     acked_batch(&shared, &batch, &acked);
@@ -104,9 +105,9 @@ async fn ack_lane(
 
 /// The batch is acked: its jobs stop running here. A refused ack is news only when the
 /// heartbeat did not already say the lease was lost.
-fn acked_batch(shared: &Shared, batch: &[LeaseRef], acked: &Acked) {
+fn acked_batch(shared: &Shared, batch: &[Succeeded], acked: &Acked) {
     let mut told = HashSet::new();
-    for lease in batch {
+    for Succeeded { lease, .. } in batch {
         if shared.running.stop(lease) {
             told.insert(lease);
         }

@@ -1,0 +1,313 @@
+//! The values handlers return, end to end against a real redis-server: a program that pushed a
+//! job (with a client of its own) waits for the value a worker's handler returned, or for its
+//! last error; a topic without a retention keeps nothing and says so at once; a wait never
+//! hangs; and the retention a listener asks for is recorded at each start, so that leaving
+//! `retain` out turns it off.
+
+#![allow(clippy::unwrap_used, unreachable_pub)] // test code: a panic is the failure report
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use dq::admin::ChangeOutcome;
+use dq::{Client, Config, Due, JobInfo, JobResult, JobState, Listener, Message, Runtime};
+use serde::{Deserialize, Serialize};
+use support::RedisServer;
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Invoice {
+    order_id: u64,
+}
+
+impl Message for Invoice {
+    const TOPIC: &'static str = "invoice";
+}
+
+/// What the invoicing handler returns.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Receipt {
+    number: String,
+    cents: u64,
+}
+
+/// Longest a test waits for a job's end.
+const WAIT: Duration = Duration::from_secs(10);
+/// How long the listeners that keep records keep them.
+const RETAIN: Duration = Duration::from_secs(3600);
+/// A wait that answers without waiting answers within this.
+const AT_ONCE: Duration = Duration::from_secs(2);
+
+fn config(redis: &RedisServer) -> Config {
+    Config::builder()
+        .redis_url(redis.url())
+        .namespace("results")
+        .build()
+        .unwrap()
+}
+
+/// A runtime on `redis` with only `listener`.
+async fn runtime(redis: &RedisServer, listener: Listener) -> Runtime {
+    support::start_on(config(redis), None, listener).await
+}
+
+/// The program that pushes: a client of its own, not the runtime's.
+async fn producer(redis: &RedisServer) -> Client {
+    Client::connect(config(redis)).await.unwrap()
+}
+
+fn receipt_of(order_id: u64) -> Receipt {
+    Receipt {
+        number: format!("R-{order_id}"),
+        cents: order_id * 100,
+    }
+}
+
+/// Answers each invoice with its receipt (no retention unless the test adds one).
+fn invoicing() -> Listener {
+    Listener::new(Invoice::TOPIC, |msg: Invoice| async move {
+        Ok::<_, String>(receipt_of(msg.order_id))
+    })
+}
+
+/// Pushes `Invoice { order_id }`, due now; returns its id.
+async fn push(client: &Client, order_id: u64) -> String {
+    let id = client.push(Invoice { order_id }).await.unwrap();
+    id.as_str().to_owned()
+}
+
+/// Pushes `Invoice { order_id }`, due in an hour; returns its id.
+async fn push_delayed(client: &Client, order_id: u64) -> String {
+    let pushed = client
+        .push(Invoice { order_id })
+        .delay(Duration::from_secs(3600));
+    pushed.await.unwrap().as_str().to_owned()
+}
+
+/// Waits (at most [`WAIT`]) for the end of invoice `id`, its value read as a [`Receipt`].
+async fn wait(client: &Client, id: &str) -> JobResult<Receipt> {
+    client.wait::<Invoice, Receipt>(id, WAIT).await.unwrap()
+}
+
+/// The invoice's record once it is no longer pending (5 s at most): `None` when none is kept.
+async fn once_ended(client: &Client, id: &str) -> Option<JobInfo> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let info = client.status::<Invoice>(id).await.unwrap();
+        match info.as_ref().map(|i| i.state) {
+            None => return None,
+            Some(JobState::Done | JobState::Dead) => return info,
+            Some(state) => assert!(
+                Instant::now() < deadline,
+                "invoice {id} still {state} after 5 s"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_producer_waits_for_the_value_a_worker_returns() {
+    let redis = RedisServer::start();
+    let rt = runtime(&redis, invoicing().retain(RETAIN)).await;
+    let client = producer(&redis).await;
+
+    // Waited for as soon as it is pushed: the store wakes the wait when the job succeeds.
+    let id = push(&client, 42).await;
+    assert_eq!(
+        wait(&client, &id).await,
+        JobResult::Succeeded(receipt_of(42))
+    );
+
+    // The record stays: read, or waited for again, it answers at once with the same value.
+    let begun = Instant::now();
+    assert_eq!(
+        wait(&client, &id).await,
+        JobResult::Succeeded(receipt_of(42))
+    );
+    assert!(begun.elapsed() < AT_ONCE, "took {:?}", begun.elapsed());
+    let read = client.result::<Invoice, Receipt>(&id).await.unwrap();
+    assert_eq!(read, JobResult::Succeeded(receipt_of(42)));
+    let info = client.status::<Invoice>(&id).await.unwrap().unwrap();
+    assert_eq!(info.state, JobState::Done);
+    let json = info.result.expect("the value is in the record");
+    let kept: Receipt = serde_json::from_slice(&json).unwrap();
+    assert_eq!(kept, receipt_of(42));
+
+    // Read as some other type, the value is an error that says so, not a panic nor a default.
+    let misread = client.result::<Invoice, Vec<u64>>(&id).await;
+    assert!(misread.is_err(), "{misread:?}");
+    rt.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_returning_nothing_ends_the_wait_as_a_success_without_a_value() {
+    let redis = RedisServer::start();
+    let quiet = Listener::new(
+        Invoice::TOPIC,
+        |_: Invoice| async move { Ok::<(), String>(()) },
+    );
+    let rt = runtime(&redis, quiet.retain(RETAIN)).await;
+    let client = producer(&redis).await;
+
+    let id = push(&client, 1).await;
+    assert_eq!(wait(&client, &id).await, JobResult::SucceededEmpty);
+    let info = client.status::<Invoice>(&id).await.unwrap().unwrap();
+    assert_eq!((info.state, info.result), (JobState::Done, None));
+    rt.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_job_ends_the_wait_with_its_last_error() {
+    let redis = RedisServer::start();
+    let declining = Listener::new(Invoice::TOPIC, |_: Invoice| async move {
+        Err::<Receipt, _>("the card was declined")
+    })
+    .retries(0)
+    .retain(RETAIN);
+    let rt = runtime(&redis, declining).await;
+    let client = producer(&redis).await;
+
+    let id = push(&client, 7).await;
+    match wait(&client, &id).await {
+        JobResult::Dead { error, attempts } => {
+            assert!(error.contains("the card was declined"), "{error}");
+            assert_eq!(attempts, 1, "retries(0): one run");
+        }
+        other => panic!("invoice {id} should be dead, not {other:?}"),
+    }
+    // The dead letter says the same, and so does a read.
+    let info = once_ended(&client, &id)
+        .await
+        .expect("a dead letter is kept");
+    assert_eq!(info.state, JobState::Dead);
+    let read = client.result::<Invoice, Receipt>(&id).await.unwrap();
+    assert!(matches!(read, JobResult::Dead { .. }), "{read:?}");
+    rt.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_on_a_topic_without_retention_answers_not_kept() {
+    let redis = RedisServer::start();
+    let rt = runtime(&redis, invoicing()).await;
+    let client = producer(&redis).await;
+
+    // A job that ran (no record of it is kept) and one still delayed: neither can be waited
+    // for, and neither wait waits.
+    let ran = push(&client, 1).await;
+    assert!(
+        once_ended(&client, &ran).await.is_none(),
+        "no record kept without a retention"
+    );
+    let delayed = push_delayed(&client, 2).await;
+    for id in [&ran, &delayed] {
+        let begun = Instant::now();
+        assert_eq!(wait(&client, id).await, JobResult::NotKept, "invoice {id}");
+        assert!(
+            begun.elapsed() < AT_ONCE,
+            "invoice {id}: answered after {:?}, not at once",
+            begun.elapsed()
+        );
+    }
+    // A read of the one that ran says why there is nothing; the delayed one is still pending.
+    let read = client.result::<Invoice, Receipt>(&ran).await.unwrap();
+    assert_eq!(read, JobResult::NotKept);
+    let read = client.result::<Invoice, Receipt>(&delayed).await.unwrap();
+    assert_eq!(read, JobResult::Pending);
+    rt.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_times_out_cleanly_on_a_job_still_delayed() {
+    let redis = RedisServer::start();
+    let rt = runtime(&redis, invoicing().retain(RETAIN)).await;
+    let client = producer(&redis).await;
+
+    let id = push_delayed(&client, 3).await;
+    let timeout = Duration::from_millis(500);
+    let begun = Instant::now();
+    let waited = client.wait::<Invoice, Receipt>(&id, timeout).await.unwrap();
+    let took = begun.elapsed();
+    assert_eq!(waited, JobResult::Pending);
+    assert!(
+        took >= timeout - Duration::from_millis(100) && took < timeout + AT_ONCE,
+        "a wait of {timeout:?} took {took:?}"
+    );
+
+    // The job is as it was, and the client goes on working: moved to now, the job runs, and
+    // the next wait gets its value.
+    let info = client.status::<Invoice>(&id).await.unwrap().unwrap();
+    assert_eq!(info.state, JobState::Delayed);
+    let now = Due::After(Duration::ZERO);
+    let moved = client.reschedule::<Invoice>(&id, now).await.unwrap();
+    assert_eq!(moved, ChangeOutcome::Done);
+    assert_eq!(
+        wait(&client, &id).await,
+        JobResult::Succeeded(receipt_of(3))
+    );
+    rt.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_without_retain_turns_retention_off_at_its_next_start() {
+    let redis = RedisServer::start();
+    let client = producer(&redis).await;
+
+    let rt = runtime(&redis, invoicing().retain(RETAIN)).await;
+    let kept = push(&client, 1).await;
+    assert_eq!(
+        wait(&client, &kept).await,
+        JobResult::Succeeded(receipt_of(1))
+    );
+    rt.shutdown().await.unwrap();
+
+    // The same listener without `retain`, started again: the jobs that succeed from now on
+    // leave no record, and waits for them say so at once.
+    let rt = runtime(&redis, invoicing()).await;
+    let not_kept = push(&client, 2).await;
+    assert!(
+        once_ended(&client, &not_kept).await.is_none(),
+        "the retention is off: no record kept"
+    );
+    let begun = Instant::now();
+    assert_eq!(wait(&client, &not_kept).await, JobResult::NotKept);
+    assert!(begun.elapsed() < AT_ONCE, "took {:?}", begun.elapsed());
+    rt.shutdown().await.unwrap();
+
+    // And `retain` given again turns it back on.
+    let rt = runtime(&redis, invoicing().retain(RETAIN)).await;
+    let kept_again = push(&client, 3).await;
+    assert_eq!(
+        wait(&client, &kept_again).await,
+        JobResult::Succeeded(receipt_of(3))
+    );
+    rt.shutdown().await.unwrap();
+}
+
+/// Redis lost what the runtime declared (restarted without persistence, flushed): the ticker
+/// declares the retention again, as it does the schedules and retries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retention_redis_lost_is_declared_again() {
+    let redis = RedisServer::start();
+    let rt = runtime(&redis, invoicing().retain(RETAIN)).await;
+    let client = producer(&redis).await;
+    redis.command(&["FLUSHALL"]);
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for order_id in 1_u64.. {
+        let id = push(&client, order_id).await;
+        match wait(&client, &id).await {
+            JobResult::Succeeded(receipt) => {
+                assert_eq!(receipt, receipt_of(order_id));
+                break;
+            }
+            JobResult::NotKept => assert!(
+                Instant::now() < deadline,
+                "the retention was not declared again within 10 s"
+            ),
+            other => panic!("invoice {id}: {other:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    rt.shutdown().await.unwrap();
+}
