@@ -21,7 +21,7 @@ impl Client {
     /// # #[derive(serde::Serialize, serde::Deserialize)]
     /// # struct Invoice { order_id: u64 }
     /// # impl dq_core::Message for Invoice { const TOPIC: &'static str = "invoice"; }
-    /// # #[derive(serde::Deserialize)]
+    /// # #[derive(Debug, serde::Deserialize)]
     /// # struct Receipt { number: String }
     /// # async fn f(client: dq_core::Client) -> dq_core::Result<()> {
     /// use dq_core::JobResult;
@@ -64,7 +64,7 @@ impl Client {
     /// # #[derive(serde::Serialize, serde::Deserialize)]
     /// # struct Invoice { order_id: u64 }
     /// # impl dq_core::Message for Invoice { const TOPIC: &'static str = "invoice"; }
-    /// # #[derive(serde::Deserialize)]
+    /// # #[derive(Debug, serde::Deserialize)]
     /// # struct Receipt { number: String }
     /// # async fn f(client: dq_core::Client) -> dq_core::Result<()> {
     /// let id = client.push(Invoice { order_id: 42 }).await?;
