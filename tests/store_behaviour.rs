@@ -20,6 +20,8 @@ mod dead_letters;
 mod leases;
 #[path = "store_behaviour/push.rs"]
 mod push;
+#[path = "store_behaviour/results.rs"]
+mod results;
 #[path = "store_behaviour/ticks.rs"]
 mod ticks;
 #[path = "store_behaviour/uniqueness.rs"]
@@ -169,6 +171,21 @@ on_every_store!(
     ticks: [
         a_ticks_job_is_created_once_per_generation_even_after_it_is_gone,
         a_schedule_moves_on_only_under_the_generation_its_look_read,
+    ],
+    results: [
+        a_topic_without_retention_keeps_nothing_of_a_succeeded_job,
+        a_succeeded_job_of_a_topic_with_retention_is_done_with_its_value,
+        done_records_past_the_count_go_oldest_first,
+        done_records_older_than_the_age_go_at_a_later_ack,
+        done_records_are_listed_newest_first_page_by_page,
+        a_push_of_a_done_id_makes_a_new_job,
+        a_cancel_deletes_a_done_record,
+        wait_answers_at_once_for_a_done_a_dead_and_an_unknown_job,
+        wait_answers_not_kept_for_a_topic_without_retention,
+        wait_is_woken_when_the_job_is_acked,
+        wait_times_out_on_a_job_still_pending,
+        a_dead_letter_ends_the_wait_with_its_error,
+        a_cancel_ends_the_wait_as_not_found,
     ],
 );
 

@@ -60,12 +60,19 @@ impl Admin for MemoryStore {
                 .unwrap_or_default(),
             JobState::Delayed => of_topic(&s.delayed, topic),
             JobState::Running => of_topic(&s.inflight, topic),
+            // The records its retention keeps, newest first.
+            JobState::Done => s
+                .done_order
+                .get(topic)
+                .into_iter()
+                .flat_map(|o| o.iter().rev())
+                .map(|(_, id)| (topic.clone(), id.clone()))
+                .collect(),
             _ => {
                 return Err(crate::Error::Config {
                     key: "state",
                     value: state.as_str().to_owned(),
-                    reason: "list delayed, ready or running jobs here; dead ones with dead_jobs"
-                        .into(),
+                    reason: "list dead jobs with dead_jobs".into(),
                 })
             }
         };

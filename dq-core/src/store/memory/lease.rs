@@ -10,10 +10,14 @@ use super::waiters::{MemoryReadyWaiter, MemoryWakeListener};
 use super::{lock, Event, MemoryStore};
 use crate::error::Result;
 use crate::job::Due;
-use crate::lease::{Acked, Fetched, LeaseRef, LeasedJob, Promoted, Reclaimed};
+use crate::lease::{Acked, Fetched, LeaseRef, LeasedJob, Promoted, Reclaimed, Succeeded};
 use crate::name::Topic;
+use crate::result::Retention;
 use crate::store::policy::{batch_limit, lease_expired, promote_limit};
 use crate::store::{Leases, ReadyWaiter, Wake, WakeListener};
+
+/// Most done records an ack trims beyond one per job it acks.
+const TRIM_PER_ACK: usize = 256;
 
 impl MemoryStore {
     /// A failed run to retry (with its `error`), or a postponed one (`None`: the run does not
@@ -156,28 +160,46 @@ impl Leases for MemoryStore {
         Ok(out)
     }
 
-    async fn ack(&self, leases: &[LeaseRef]) -> Result<Acked> {
+    async fn ack_succeeded(&self, done: &[Succeeded]) -> Result<Acked> {
         let now = self.now_us();
         let mut s = lock(&self.state);
         let mut out = Acked::default();
-        for l in leases {
-            match s.holds(l) {
-                Some(m) => {
-                    s.end_lease(&m);
-                    s.tally(&m.0, Tally::Done, 1, now);
-                    if let Some(hold) = s.unique_for.remove(&m) {
-                        s.unique.insert(m.clone(), now.saturating_add(hold));
-                    }
-                    let attempt = s.jobs.remove(&m).map_or(0, |e| e.attempt.saturating_add(1));
-                    s.record(Event::Acked {
-                        topic: m.0,
-                        id: m.1,
-                        attempt,
-                    });
-                    out.acked += 1;
-                }
-                None => out.stale.push(l.clone()),
+        let mut topics = BTreeSet::new();
+        for d in done {
+            let l = &d.lease;
+            let Some(m) = s.holds(l) else {
+                out.stale.push(l.clone());
+                continue;
+            };
+            s.end_lease(&m);
+            s.tally(&m.0, Tally::Done, 1, now);
+            if let Some(hold) = s.unique_for.remove(&m) {
+                s.unique.insert(m.clone(), now.saturating_add(hold));
             }
+            let envelope = s.jobs.remove(&m);
+            let attempt = envelope.as_ref().map_or(0, |e| e.attempt.saturating_add(1));
+            let kept = s.retention.contains_key(&m.0);
+            if let (Some(envelope), true) = (envelope, kept) {
+                s.keep_done(m.clone(), envelope, d.result.clone(), now);
+            }
+            // Before the trim below: a waiter is told the value even when a count of 0 drops
+            // the record at once.
+            s.wake_waiters(&m);
+            if kept || s.done_order.contains_key(&m.0) {
+                topics.insert(m.0.clone());
+            }
+            s.record(Event::Acked {
+                topic: m.0,
+                id: m.1,
+                attempt,
+            });
+            out.acked += 1;
+        }
+        // Bounded: one record per job acked here and a few hundred more, so the records past
+        // the retention (older than its age, say) go over a few calls, and the count holds.
+        let mut budget = out.acked.saturating_add(TRIM_PER_ACK);
+        for t in &topics {
+            budget = budget.saturating_sub(s.trim_done(t, now, budget));
         }
         Ok(out)
     }
@@ -296,6 +318,15 @@ impl Leases for MemoryStore {
         match max_attempts {
             Some(max) => s.attempt_limits.insert(topic.clone(), max.max(1)),
             None => s.attempt_limits.remove(topic),
+        };
+        Ok(())
+    }
+
+    async fn set_retention(&self, topic: &Topic, retention: Option<Retention>) -> Result<()> {
+        let mut s = lock(&self.state);
+        match retention {
+            Some(r) => s.retention.insert(topic.clone(), r),
+            None => s.retention.remove(topic),
         };
         Ok(())
     }

@@ -2,8 +2,11 @@
 //! backend whose clock a test can move. Same semantics as the Redis store (the behaviour suite
 //! in `tests/store_behaviour.rs` runs against both); not durable: jobs live as long as the
 //! process. One shard; a timer-ordered set for delayed jobs and leases, a queue per topic, so
-//! no operation scans, and memory is bounded by what is pending (plus the per-topic tallies and
-//! the ids reserved by `unique_for`); the history of events is kept only where a test asks.
+//! no operation scans, and memory is bounded by what is pending (plus the per-topic tallies,
+//! the ids reserved by `unique_for`, and the records of succeeded jobs that a topic with a
+//! retention keeps, trimmed at each ack); the history of events is kept only where a test asks.
+//! A wait for a job's end is told by the step that ends it (ack, dead letter, cancel), in real
+//! time whatever the store's clock.
 //!
 //! `state` holds the jobs and every change to them as plain synchronous code; the role traits
 //! are implemented over it in `produce`, `lease` and `admin`, the waits in `waiters`.
@@ -129,7 +132,9 @@ impl MemoryStore {
 
     /// A store whose clock starts at `start` and moves only with [`MemoryStore::advance`]:
     /// tests move time instead of sleeping. It keeps the [`history`](MemoryStore::history)
-    /// of what happened to its jobs (`dq::testing` reads it).
+    /// of what happened to its jobs (`dq::testing` reads it). Due times, leases and the age of
+    /// done records follow this clock; the timeout of a wait for a job's end
+    /// ([`Producer::wait_finished`](super::Producer::wait_finished)) is real time.
     pub fn with_manual_clock(start: SystemTime) -> MemoryStore {
         MemoryStore::with_clock(Clock::Manual(Arc::new(AtomicU64::new(to_us(start)))))
             .with_history()

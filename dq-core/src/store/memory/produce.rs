@@ -3,6 +3,10 @@
 use async_trait::async_trait;
 
 use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
 
 use super::state::{due_of, Member, State};
 use super::{lock, Event, MemoryStore};
@@ -11,12 +15,14 @@ use crate::envelope::Envelope;
 use crate::error::Result;
 use crate::job::{Due, JobInfo, NewJob, OnConflict, PushOutcome};
 use crate::name::{JobId, Topic};
+use crate::result::Waited;
 use crate::store::{Producer, Wake};
 
 /// What pushing `job` (member `m`) does, given what the store holds: a tick a later
 /// generation fenced off, an id still reserved by `unique_for`, a pending job of the same id
 /// (kept, replaced, or running). A dead letter of the same id is taken out of the dead set here
-/// (its envelope is overwritten by the new job).
+/// (its envelope is overwritten by the new job), and so is the done record of a job of the same
+/// id that succeeded: neither blocks its id.
 fn outcome_of(s: &mut State, job: &NewJob, m: &Member, now: u64, replace: bool) -> PushOutcome {
     let reserved = s.unique.get(m).copied().filter(|&until| until > now);
     let stored = job
@@ -37,6 +43,7 @@ fn outcome_of(s: &mut State, job: &NewJob, m: &Member, now: u64, replace: bool) 
         };
     }
     if !s.jobs.contains_key(m) {
+        s.forget_done(m);
         return PushOutcome::Created;
     }
     if let Some(died) = s.died_at.remove(m) {
@@ -136,7 +143,12 @@ impl Producer for MemoryStore {
         let mut s = lock(&self.state);
         let m = (topic.clone(), id.clone());
         if !s.jobs.contains_key(&m) {
-            return Ok(ChangeOutcome::NotFound);
+            // A done record goes as a dead letter does.
+            return Ok(if s.forget_done(&m) {
+                ChangeOutcome::Done
+            } else {
+                ChangeOutcome::NotFound
+            });
         }
         if s.leases.contains_key(&m) {
             return Ok(ChangeOutcome::Running);
@@ -150,6 +162,8 @@ impl Producer for MemoryStore {
         }
         s.jobs.remove(&m);
         s.unique_for.remove(&m);
+        // Those waiting for it hear it is gone.
+        s.wake_waiters(&m);
         Ok(ChangeOutcome::Done)
     }
 
@@ -190,5 +204,60 @@ impl Producer for MemoryStore {
 
     async fn status(&self, topic: &Topic, id: &JobId) -> Result<Option<JobInfo>> {
         Ok(lock(&self.state).info(&(topic.clone(), id.clone())))
+    }
+
+    /// Registers the wait under the store's lock, in the same step that finds the job
+    /// pending, so no end is missed; the end (ack, dead letter, the reclaimer's dead letter,
+    /// cancel) tells the waiter what became of the job, and nothing polls.
+    ///
+    /// `timeout` is real time (tokio's timer), also on a store with a manual clock
+    /// ([`MemoryStore::with_manual_clock`]): [`MemoryStore::advance`] does not end a wait.
+    async fn wait_finished(&self, topic: &Topic, id: &JobId, timeout: Duration) -> Result<Waited> {
+        let m = (topic.clone(), id.clone());
+        let rx = {
+            let mut s = lock(&self.state);
+            if let Some(answer) = s.wait_answer(&m) {
+                return Ok(answer);
+            }
+            if timeout.is_zero() {
+                return Ok(Waited::TimedOut);
+            }
+            s.forget_gone_waiters(&m);
+            let (tx, rx) = oneshot::channel();
+            s.waiters.entry(m.clone()).or_default().push(tx);
+            rx
+        };
+        let mut waiting = Waiting {
+            state: Arc::clone(&self.state),
+            m,
+            rx,
+        };
+        let woken = tokio::time::timeout(timeout, &mut waiting.rx).await;
+        let answer = match woken {
+            Ok(Ok(answer)) => answer,
+            // Its sender went without a word (it cannot: an end always answers): look again.
+            Ok(Err(_)) => {
+                let s = lock(&self.state);
+                s.wait_answer(&waiting.m).unwrap_or(Waited::TimedOut)
+            }
+            Err(_) => Waited::TimedOut,
+        };
+        // `waiting` goes here, and its drop takes the lock: none is held now.
+        Ok(answer)
+    }
+}
+
+/// A wait registered in the store, taken out when it ends or is dropped, so waits that time
+/// out on a job still pending leave nothing behind.
+struct Waiting {
+    state: Arc<Mutex<State>>,
+    m: Member,
+    rx: oneshot::Receiver<Waited>,
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.rx.close();
+        lock(&self.state).forget_gone_waiters(&self.m);
     }
 }

@@ -2,6 +2,9 @@
 //! store's lock.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
 
 use super::Event;
 use crate::admin::{Throughput, TopicCounts, WorkerInfo};
@@ -9,9 +12,21 @@ use crate::envelope::Envelope;
 use crate::job::{to_us, Due, JobInfo, JobState};
 use crate::lease::LeaseRef;
 use crate::name::{JobId, Topic};
+use crate::result::{Retention, Waited};
 
 /// A job's place in the store: its topic and id.
 pub(super) type Member = (Topic, JobId);
+
+/// What is kept of a succeeded job while its topic's retention lasts.
+#[derive(Debug)]
+pub(super) struct DoneRecord {
+    /// Its envelope as it was when it succeeded (`attempt`: the runs that failed before).
+    pub(super) envelope: Envelope,
+    /// What its handler returned, as JSON.
+    pub(super) result: Option<Vec<u8>>,
+    /// When it succeeded (us, the store's clock).
+    pub(super) at: u64,
+}
 
 #[derive(Default)]
 pub(super) struct State {
@@ -51,6 +66,16 @@ pub(super) struct State {
     /// Each schedule's generation, and the latest (generation, tick) whose job was created.
     pub(super) schedule_gen: HashMap<String, u64>,
     pub(super) tick_fence: HashMap<String, (u64, u64)>,
+    /// How long, and how many, records of succeeded jobs each topic keeps (none without).
+    pub(super) retention: HashMap<Topic, Retention>,
+    /// The records of succeeded jobs (never of a pending or dead one: a push of their id
+    /// takes them out).
+    pub(super) done: HashMap<Member, DoneRecord>,
+    /// Per topic, its done records by when they succeeded, oldest first.
+    pub(super) done_order: HashMap<Topic, BTreeSet<(u64, JobId)>>,
+    /// Those waiting for a pending job's end (`Producer::wait_finished`), told what it was.
+    /// An entry goes when the job ends, or when its last waiter gives up.
+    pub(super) waiters: HashMap<Member, Vec<oneshot::Sender<Waited>>>,
 }
 
 /// Which tally of [`State::tally`] a run adds to.
@@ -62,9 +87,14 @@ pub(super) enum Tally {
 
 pub(super) fn due_of(when: Due, now: u64) -> u64 {
     match when {
-        Due::After(d) => now.saturating_add(u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
+        Due::After(d) => now.saturating_add(micros(d)),
         Due::At(t) => to_us(t),
     }
+}
+
+/// `d` in microseconds (saturating).
+pub(super) fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 impl State {
@@ -172,6 +202,7 @@ impl State {
             .or_default()
             .insert((now, m.1.clone()));
         self.died_at.insert(m.clone(), now);
+        self.wake_waiters(&m);
         self.record(Event::DeadLettered {
             topic: m.0,
             id: m.1,
@@ -179,8 +210,127 @@ impl State {
         });
     }
 
+    /// Keeps the record of job `m`, which succeeded at `now` with `result`.
+    pub(super) fn keep_done(
+        &mut self,
+        m: Member,
+        envelope: Envelope,
+        result: Option<Vec<u8>>,
+        now: u64,
+    ) {
+        let order = self.done_order.entry(m.0.clone()).or_default();
+        order.insert((now, m.1.clone()));
+        let record = DoneRecord {
+            envelope,
+            result,
+            at: now,
+        };
+        if let Some(old) = self.done.insert(m.clone(), record) {
+            if old.at != now {
+                order.remove(&(old.at, m.1));
+            }
+        }
+    }
+
+    /// Takes out the record of job `m`, if it is kept; true when it was.
+    pub(super) fn forget_done(&mut self, m: &Member) -> bool {
+        let Some(old) = self.done.remove(m) else {
+            return false;
+        };
+        if let Some(order) = self.done_order.get_mut(&m.0) {
+            order.remove(&(old.at, m.1.clone()));
+            if order.is_empty() {
+                self.done_order.remove(&m.0);
+            }
+        }
+        true
+    }
+
+    /// Drops `topic`'s done records past its retention as of `now` (all of them when it has
+    /// none), the oldest first, at most `budget` of them; returns how many went. A record goes
+    /// when it is older than the retention's age, or when `count` newer ones are kept.
+    pub(super) fn trim_done(&mut self, topic: &Topic, now: u64, budget: usize) -> usize {
+        let retention = self.retention.get(topic).copied();
+        let Some(order) = self.done_order.get_mut(topic) else {
+            return 0;
+        };
+        let mut dropped = 0;
+        while dropped < budget {
+            let Some(&(at, _)) = order.first() else {
+                break;
+            };
+            let past = retention.is_none_or(|r| {
+                order.len() as u64 > r.count || now.saturating_sub(at) > micros(r.age)
+            });
+            if !past {
+                break;
+            }
+            let Some((_, id)) = order.pop_first() else {
+                break;
+            };
+            self.done.remove(&(topic.clone(), id));
+            dropped += 1;
+        }
+        if order.is_empty() {
+            self.done_order.remove(topic);
+        }
+        dropped
+    }
+
+    /// What a wait for job `m` answers now: its record when it is done or dead, `NotKept` when
+    /// its topic keeps no records, `NotFound` when it is not pending; `None` while it is
+    /// pending (and its end will be kept): then the wait goes on.
+    pub(super) fn wait_answer(&self, m: &Member) -> Option<Waited> {
+        if self.done.contains_key(m) || self.died_at.contains_key(m) {
+            return self.info(m).map(Waited::Finished);
+        }
+        if !self.retention.contains_key(&m.0) {
+            return Some(Waited::NotKept);
+        }
+        if self.jobs.contains_key(m) {
+            None
+        } else {
+            Some(Waited::NotFound)
+        }
+    }
+
+    /// Tells those waiting for job `m` what became of it, once it ended (acked, dead,
+    /// cancelled): they are taken out of the waiters.
+    pub(super) fn wake_waiters(&mut self, m: &Member) {
+        if !self.waiters.contains_key(m) {
+            return;
+        }
+        let Some(answer) = self.wait_answer(m) else {
+            return;
+        };
+        for tx in self.waiters.remove(m).unwrap_or_default() {
+            let _ = tx.send(answer.clone());
+        }
+    }
+
+    /// Takes out the waiters for job `m` that gave up (timed out or dropped).
+    pub(super) fn forget_gone_waiters(&mut self, m: &Member) {
+        if let Some(waiting) = self.waiters.get_mut(m) {
+            waiting.retain(|tx| !tx.is_closed());
+            if waiting.is_empty() {
+                self.waiters.remove(m);
+            }
+        }
+    }
+
     pub(super) fn info(&self, m: &Member) -> Option<JobInfo> {
-        let env = self.jobs.get(m)?;
+        let Some(env) = self.jobs.get(m) else {
+            let record = self.done.get(m)?;
+            let mut info = JobInfo::from_envelope(
+                m.0.clone(),
+                m.1.clone(),
+                JobState::Done,
+                record.envelope.clone(),
+                Some(record.at),
+            );
+            info.result = record.result.clone();
+            return Some(info);
+        };
         let mut env = env.clone();
         let (state, score) = if self.delayed.contains(&(env.due_us, m.clone())) {
             (JobState::Delayed, None)
@@ -338,6 +488,85 @@ mod tests {
         assert!(
             matches!(s.history.last(), Some(Event::DeadLettered { error, .. }) if error == "boom")
         );
+    }
+
+    fn envelope() -> Envelope {
+        Envelope {
+            attempt: 0,
+            max_attempts: 3,
+            created_us: 0,
+            due_us: 0,
+            last_error: None,
+            payload: b"{}".to_vec(),
+        }
+    }
+
+    #[test]
+    fn done_records_go_past_the_count_oldest_first_and_past_the_age_a_budget_at_a_time() {
+        let mut s = State::default();
+        let t = member("a").0;
+        let retention = Retention {
+            age: std::time::Duration::from_micros(1_000),
+            count: 2,
+        };
+        s.retention.insert(t.clone(), retention);
+        for (at, id) in [(100, "a"), (101, "b"), (102, "c")] {
+            s.keep_done(member(id), envelope(), Some(b"1".to_vec()), at);
+        }
+        assert_eq!(s.trim_done(&t, 102, 10), 1, "a: two newer ones are kept");
+        assert!(s.info(&member("a")).is_none());
+        let b = s.info(&member("b")).unwrap();
+        assert_eq!((b.state, b.result), (JobState::Done, Some(b"1".to_vec())));
+        assert_eq!(s.trim_done(&t, 1_101, 10), 0, "b is not older than the age");
+        assert_eq!(s.trim_done(&t, 5_000, 1), 1, "b: the budget leaves c");
+        assert_eq!(s.trim_done(&t, 5_000, 10), 1, "c");
+        assert!(s.done.is_empty() && s.done_order.is_empty());
+    }
+
+    #[test]
+    fn a_topic_without_retention_loses_its_done_records_and_a_forgotten_one_goes() {
+        let mut s = State::default();
+        s.keep_done(member("a"), envelope(), None, 100);
+        s.keep_done(member("b"), envelope(), None, 101);
+        assert!(s.forget_done(&member("b")));
+        assert!(!s.forget_done(&member("b")), "only once");
+        assert_eq!(s.trim_done(&member("a").0, 100, 10), 1, "no retention");
+        assert!(s.done.is_empty() && s.done_order.is_empty());
+    }
+
+    #[test]
+    fn a_wait_answers_at_once_unless_the_job_is_pending_and_its_end_is_kept() {
+        let (mut s, m) = with_job("j", 100);
+        assert!(matches!(s.wait_answer(&m), Some(Waited::NotKept)));
+        s.retention.insert(
+            m.0.clone(),
+            Retention::for_age(std::time::Duration::from_secs(60)),
+        );
+        assert!(s.wait_answer(&m).is_none(), "pending: the wait goes on");
+        let unknown = s.wait_answer(&member("never"));
+        assert!(matches!(unknown, Some(Waited::NotFound)));
+    }
+
+    #[test]
+    fn waiters_are_told_the_end_and_those_that_gave_up_are_forgotten() {
+        let (mut s, m) = with_job("j", 100);
+        s.retention.insert(
+            m.0.clone(),
+            Retention::for_age(std::time::Duration::from_secs(60)),
+        );
+        let (tx, mut rx) = oneshot::channel();
+        let (gone, gone_rx) = oneshot::channel();
+        s.waiters.entry(m.clone()).or_default().extend([tx, gone]);
+        drop(gone_rx);
+        s.forget_gone_waiters(&m);
+        assert_eq!(s.waiters[&m].len(), 1);
+        s.ready.clear();
+        s.kill(m.clone(), "boom".into(), 300);
+        assert!(s.waiters.is_empty());
+        match rx.try_recv() {
+            Ok(Waited::Finished(info)) => assert_eq!(info.state, JobState::Dead),
+            other => panic!("told {other:?}"),
+        }
     }
 
     #[test]

@@ -1,0 +1,457 @@
+//! Results: what a topic with a retention keeps of its succeeded jobs (their values, the
+//! newest within its count and age, listed newest first), what a push or a cancel of such a
+//! record's id does, and the wait for a job's end, answered at once when there is nothing to
+//! wait for and woken by the store (not at its timeout) when the job ends.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use dq::admin::{ChangeOutcome, Cursor};
+use dq::push::PushOutcome;
+use dq::store::{LeasedJob, Retention, Succeeded, Waited};
+use dq::{JobInfo, JobState};
+// The decoded answers of `Client::result` and `Client::wait` (not re-exported by `dq` yet).
+use dq_core::JobResult;
+use serde_json::{json, Value};
+
+use super::{existing, outcome, push_and_lease, Harness, Kind};
+use crate::support::{id, lease_one, push_order, topic, OrderCancel, TestClient};
+
+/// The value the handlers of these tests returned, as JSON.
+const VALUE: &[u8] = br#"{"n":1}"#;
+
+/// A timeout no wait here reaches unless the store fails to answer or to wake it.
+const LONG: Duration = Duration::from_secs(10);
+
+/// Well under [`LONG`]: a wait that took less was answered, not timed out.
+const AT_ONCE: Duration = Duration::from_secs(5);
+
+/// Gives `order-cancel` a retention of an hour and at most `count` records.
+async fn retain(c: &TestClient, count: u64) {
+    let retention = Retention {
+        age: Duration::from_secs(3600),
+        count,
+    };
+    let t = topic("order-cancel");
+    c.store().set_retention(&t, Some(retention)).await.unwrap();
+}
+
+/// The ack of `job`, whose handler returned [`VALUE`].
+fn with_value(job: &LeasedJob) -> Succeeded {
+    Succeeded {
+        lease: job.lease.clone(),
+        result: Some(VALUE.to_vec()),
+    }
+}
+
+/// Pushes the order-cancel job `id` (order 1), leases it and acks it with [`VALUE`].
+async fn succeed(c: &TestClient, id: &str) {
+    let job = push_and_lease(c, id).await;
+    let acked = c.store().ack_succeeded(&[with_value(&job)]).await.unwrap();
+    assert_eq!(acked.acked, 1);
+}
+
+/// What a wait found, which must be the job's end.
+fn finished(waited: Waited) -> JobInfo {
+    match waited {
+        Waited::Finished(info) => info,
+        other => panic!("the wait found no end: {other:?}"),
+    }
+}
+
+/// The ids of `jobs`, in order.
+fn ids_of(jobs: &[JobInfo]) -> Vec<String> {
+    jobs.iter().map(|j| j.id.to_string()).collect()
+}
+
+/// What the store keeps of order-cancel's job `id`, decoded as JSON.
+async fn result(c: &TestClient, id: &str) -> JobResult<Value> {
+    c.result_in::<Value>("order-cancel", id).await.unwrap()
+}
+
+pub(crate) async fn a_topic_without_retention_keeps_nothing_of_a_succeeded_job(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    succeed(c, "a").await;
+    let status = c.status_in("order-cancel", "a").await.unwrap();
+    assert!(status.is_none(), "nothing is kept: {status:?}");
+    let done = c.jobs("order-cancel", JobState::Done, Cursor::START, 10);
+    assert!(done.await.unwrap().jobs.is_empty());
+    assert_eq!(result(c, "a").await, JobResult::NotKept);
+}
+
+pub(crate) async fn a_succeeded_job_of_a_topic_with_retention_is_done_with_its_value(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    retain(c, 100).await;
+    let before = SystemTime::now() - Duration::from_secs(1);
+    succeed(c, "a").await;
+    let info = existing(c, "order-cancel", "a").await;
+    assert_eq!(info.state, JobState::Done);
+    assert_eq!(info.result.as_deref(), Some(VALUE));
+    assert_eq!(info.payload, br#"{"order_id":1}"#);
+    assert_eq!((info.attempt, info.last_error), (0, None), "no run failed");
+    let at = info.state_since_or_until.expect("when it succeeded");
+    let after = SystemTime::now() + Duration::from_secs(1);
+    assert!(before < at && at < after, "succeeded at {at:?}");
+    assert_eq!(result(c, "a").await, JobResult::Succeeded(json!({"n": 1})));
+    // A handler that returned no value: done all the same, without one.
+    let job = push_and_lease(c, "b").await;
+    let acked = c.store().ack(std::slice::from_ref(&job.lease)).await;
+    assert_eq!(acked.unwrap().acked, 1);
+    let info = existing(c, "order-cancel", "b").await;
+    assert_eq!((info.state, info.result), (JobState::Done, None));
+    assert_eq!(result(c, "b").await, JobResult::SucceededEmpty);
+    let counts = c.counts("order-cancel").await.unwrap();
+    let pending_or_dead = (counts.delayed, counts.ready, counts.running, counts.dead);
+    assert_eq!(pending_or_dead, (0, 0, 0, 0), "a done job is none of these");
+}
+
+pub(crate) async fn done_records_past_the_count_go_oldest_first(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    retain(c, 2).await;
+    for id in ["0", "1", "2"] {
+        succeed(c, id).await;
+        tokio::time::sleep(Duration::from_millis(2)).await; // each at a time of its own
+    }
+    let oldest = c.status_in("order-cancel", "0").await.unwrap();
+    assert!(oldest.is_none(), "the oldest went: {oldest:?}");
+    for id in ["1", "2"] {
+        let info = existing(c, "order-cancel", id).await;
+        assert_eq!(info.state, JobState::Done, "{id}");
+    }
+    let done = c.jobs("order-cancel", JobState::Done, Cursor::START, 10);
+    assert_eq!(
+        ids_of(&done.await.unwrap().jobs),
+        ["2", "1"],
+        "newest first"
+    );
+    assert_eq!(
+        result(c, "0").await,
+        JobResult::NotFound,
+        "its record outlived the retention"
+    );
+}
+
+pub(crate) async fn done_records_older_than_the_age_go_at_a_later_ack(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let retention = Retention {
+        age: Duration::from_millis(300),
+        count: 100,
+    };
+    let t = topic("order-cancel");
+    c.store().set_retention(&t, Some(retention)).await.unwrap();
+    succeed(c, "old").await;
+    let young = existing(c, "order-cancel", "old").await;
+    assert_eq!(
+        young.state,
+        JobState::Done,
+        "kept while younger than the age"
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    succeed(c, "new").await;
+    let old = c.status_in("order-cancel", "old").await.unwrap();
+    assert!(old.is_none(), "older than the age: {old:?}");
+    let new = existing(c, "order-cancel", "new").await;
+    assert_eq!(new.state, JobState::Done);
+}
+
+pub(crate) async fn done_records_are_listed_newest_first_page_by_page(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    retain(c, 100).await;
+    for i in 0..5 {
+        succeed(c, &i.to_string()).await;
+        tokio::time::sleep(Duration::from_millis(2)).await; // each at a time of its own
+    }
+    let mut seen = Vec::new();
+    let mut cursor = Some(Cursor::START);
+    let mut pages = 0;
+    while let Some(at) = cursor {
+        let page = c.jobs("order-cancel", JobState::Done, at, 2).await.unwrap();
+        assert!(page.jobs.len() <= 2, "a page holds at most the limit");
+        for j in &page.jobs {
+            assert_eq!(
+                (j.state, j.result.as_deref()),
+                (JobState::Done, Some(VALUE))
+            );
+        }
+        seen.extend(ids_of(&page.jobs));
+        cursor = page.next;
+        pages += 1;
+        assert!(pages < 10, "the cursor ends");
+    }
+    assert_eq!(seen, ["4", "3", "2", "1", "0"], "each once, newest first");
+}
+
+pub(crate) async fn a_push_of_a_done_id_makes_a_new_job(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    retain(c, 100).await;
+    succeed(c, "a").await;
+    let again = c.push(OrderCancel { order_id: 2 }).id("a");
+    assert_eq!(outcome(again).await, PushOutcome::Created);
+    let info = existing(c, "order-cancel", "a").await;
+    let fresh = (info.state, info.attempt, info.result, info.last_error);
+    assert_eq!(fresh, (JobState::Ready, 0, None, None));
+    assert_eq!(info.payload, br#"{"order_id":2}"#);
+    let done = c.jobs("order-cancel", JobState::Done, Cursor::START, 10);
+    assert!(done.await.unwrap().jobs.is_empty(), "its record went");
+    assert_eq!(result(c, "a").await, JobResult::Pending);
+    // The new job runs, and is done with its own value.
+    let job = lease_one(c.store(), "order-cancel").await;
+    assert_eq!(job.envelope.attempt, 1, "the new job's first run");
+    let succeeded = Succeeded {
+        lease: job.lease.clone(),
+        result: Some(br#"{"n":2}"#.to_vec()),
+    };
+    let acked = c.store().ack_succeeded(&[succeeded]).await.unwrap();
+    assert_eq!(acked.acked, 1);
+    assert_eq!(result(c, "a").await, JobResult::Succeeded(json!({"n": 2})));
+}
+
+pub(crate) async fn a_cancel_deletes_a_done_record(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    retain(c, 100).await;
+    succeed(c, "a").await;
+    let cancel = c.cancel_in("order-cancel", "a").await.unwrap();
+    assert_eq!(cancel, ChangeOutcome::Done);
+    assert!(c.status_in("order-cancel", "a").await.unwrap().is_none());
+    let again = c.cancel_in("order-cancel", "a").await.unwrap();
+    assert_eq!(again, ChangeOutcome::NotFound);
+    assert_eq!(result(c, "a").await, JobResult::NotFound);
+}
+
+pub(crate) async fn wait_answers_at_once_for_a_done_a_dead_and_an_unknown_job(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let s = c.store();
+    let t = topic("order-cancel");
+    retain(c, 100).await;
+    succeed(c, "done").await;
+    let job = push_and_lease(c, "dead").await;
+    assert!(s.dead_letter(&job.lease, "boom").await.unwrap());
+    let start = Instant::now();
+    let done = finished(s.wait_finished(&t, &id("done"), LONG).await.unwrap());
+    let value = (done.state, done.result.as_deref());
+    assert_eq!(value, (JobState::Done, Some(VALUE)));
+    let dead = finished(s.wait_finished(&t, &id("dead"), LONG).await.unwrap());
+    let error = (dead.state, dead.last_error.as_deref());
+    assert_eq!(error, (JobState::Dead, Some("boom")));
+    let unknown = s.wait_finished(&t, &id("never"), LONG).await.unwrap();
+    assert!(matches!(unknown, Waited::NotFound), "{unknown:?}");
+    // The same through the client, decoded.
+    let done = c
+        .wait_in::<Value>("order-cancel", "done", LONG)
+        .await
+        .unwrap();
+    assert_eq!(done, JobResult::Succeeded(json!({"n": 1})));
+    let dead = c
+        .wait_in::<Value>("order-cancel", "dead", LONG)
+        .await
+        .unwrap();
+    assert!(
+        matches!(&dead, JobResult::Dead { error, .. } if error == "boom"),
+        "{dead:?}"
+    );
+    let unknown = c.wait_in::<Value>("order-cancel", "never", LONG).await;
+    assert_eq!(unknown.unwrap(), JobResult::NotFound);
+    let waited = start.elapsed();
+    assert!(
+        waited < AT_ONCE,
+        "answered at once, not at the timeout: {waited:?}"
+    );
+}
+
+pub(crate) async fn wait_answers_not_kept_for_a_topic_without_retention(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let s = c.store();
+    let t = topic("order-cancel");
+    let job = push_and_lease(c, "dead").await;
+    assert!(s.dead_letter(&job.lease, "boom").await.unwrap());
+    succeed(c, "gone").await;
+    c.push(OrderCancel { order_id: 2 })
+        .id("pending")
+        .await
+        .unwrap();
+    let start = Instant::now();
+    for name in ["pending", "gone", "never"] {
+        let waited = s.wait_finished(&t, &id(name), LONG).await.unwrap();
+        assert!(matches!(waited, Waited::NotKept), "{name}: {waited:?}");
+        let read = c.wait_in::<Value>("order-cancel", name, LONG).await;
+        assert_eq!(read.unwrap(), JobResult::NotKept, "{name}");
+    }
+    // A dead letter is kept whatever the retention: its end is told.
+    let dead = finished(s.wait_finished(&t, &id("dead"), LONG).await.unwrap());
+    assert_eq!(dead.state, JobState::Dead);
+    let waited = start.elapsed();
+    assert!(
+        waited < AT_ONCE,
+        "answered at once, not at the timeout: {waited:?}"
+    );
+    assert_eq!(result(c, "pending").await, JobResult::Pending);
+}
+
+pub(crate) async fn wait_is_woken_when_the_job_is_acked(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let t = topic("order-cancel");
+    retain(c, 100).await;
+    let job = push_and_lease(c, "a").await;
+    let store = Arc::clone(c.store());
+    let ack = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        store
+            .ack_succeeded(&[with_value(&job)])
+            .await
+            .unwrap()
+            .acked
+    });
+    let start = Instant::now();
+    let info = finished(c.store().wait_finished(&t, &id("a"), LONG).await.unwrap());
+    let waited = start.elapsed();
+    assert_eq!(
+        (info.state, info.result.as_deref()),
+        (JobState::Done, Some(VALUE))
+    );
+    assert!(
+        waited >= Duration::from_millis(150),
+        "it waited for the ack: {waited:?}"
+    );
+    assert!(
+        waited < AT_ONCE,
+        "woken by the ack, not at the timeout: {waited:?}"
+    );
+    assert_eq!(ack.await.unwrap(), 1);
+    // Through the client: the value, decoded.
+    let job = push_and_lease(c, "b").await;
+    let store = Arc::clone(c.store());
+    let ack = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        store
+            .ack_succeeded(&[with_value(&job)])
+            .await
+            .unwrap()
+            .acked
+    });
+    let start = Instant::now();
+    let read = c.wait_in::<Value>("order-cancel", "b", LONG).await.unwrap();
+    assert_eq!(read, JobResult::Succeeded(json!({"n": 1})));
+    let waited = start.elapsed();
+    assert!(
+        waited < AT_ONCE,
+        "woken by the ack, not at the timeout: {waited:?}"
+    );
+    assert_eq!(ack.await.unwrap(), 1);
+}
+
+pub(crate) async fn wait_times_out_on_a_job_still_pending(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let s = c.store();
+    let t = topic("order-cancel");
+    retain(c, 100).await;
+    let running = push_and_lease(c, "running").await;
+    c.push(OrderCancel { order_id: 2 })
+        .id("ready")
+        .await
+        .unwrap();
+    push_order(c, 3, "delayed", Duration::from_secs(60)).await;
+    for name in ["running", "ready", "delayed"] {
+        let start = Instant::now();
+        let short = Duration::from_millis(200);
+        let waited = s.wait_finished(&t, &id(name), short).await.unwrap();
+        let took = start.elapsed();
+        assert!(matches!(waited, Waited::TimedOut), "{name}: {waited:?}");
+        assert!(
+            took >= Duration::from_millis(100),
+            "{name} waited: {took:?}"
+        );
+        assert!(took < AT_ONCE, "{name} waited about its timeout: {took:?}");
+    }
+    let read = c.wait_in::<Value>("order-cancel", "ready", Duration::from_millis(100));
+    assert_eq!(read.await.unwrap(), JobResult::Pending);
+    assert_eq!(result(c, "running").await, JobResult::Pending);
+    // The waits left the jobs alone: the running one is still leased, and acked as usual.
+    let acked = s.ack(std::slice::from_ref(&running.lease)).await.unwrap();
+    assert_eq!(acked.acked, 1);
+    let counts = c.counts("order-cancel").await.unwrap();
+    assert_eq!((counts.delayed, counts.ready), (1, 1));
+}
+
+pub(crate) async fn a_dead_letter_ends_the_wait_with_its_error(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let s = c.store();
+    let t = topic("order-cancel");
+    retain(c, 100).await;
+    let job = push_and_lease(c, "a").await;
+    let store = Arc::clone(s);
+    let kill = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        store
+            .dead_letter(&job.lease, "order 1 not found")
+            .await
+            .unwrap()
+    });
+    let start = Instant::now();
+    let read = c.wait_in::<Value>("order-cancel", "a", LONG).await.unwrap();
+    assert!(
+        matches!(&read, JobResult::Dead { error, .. } if error == "order 1 not found"),
+        "{read:?}"
+    );
+    let waited = start.elapsed();
+    assert!(waited < AT_ONCE, "woken by the dead letter: {waited:?}");
+    assert!(kill.await.unwrap());
+    // A lease that runs out on the last attempt ends the wait too, when the reclaimer
+    // dead-letters the job.
+    c.push(OrderCancel { order_id: 2 })
+        .id("b")
+        .max_retries(0)
+        .await
+        .unwrap();
+    let leased = s.fetch(0, &t, 1, Duration::from_millis(100)).await.unwrap();
+    assert_eq!(ids_of_leased(&leased.jobs), ["b"]);
+    let store = Arc::clone(s);
+    let reclaim = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        store.reclaim(0, 100).await.unwrap().dead
+    });
+    let start = Instant::now();
+    let dead = finished(s.wait_finished(&t, &id("b"), LONG).await.unwrap());
+    assert_eq!(dead.state, JobState::Dead);
+    assert!(dead.last_error.unwrap().contains("lease expired"));
+    let waited = start.elapsed();
+    assert!(waited < AT_ONCE, "woken by the reclaimer: {waited:?}");
+    assert_eq!(reclaim.await.unwrap(), 1);
+}
+
+pub(crate) async fn a_cancel_ends_the_wait_as_not_found(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let s = c.store();
+    let t = topic("order-cancel");
+    retain(c, 100).await;
+    push_order(c, 1, "a", Duration::from_secs(60)).await;
+    let store = Arc::clone(s);
+    let cancel = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let t = topic("order-cancel");
+        store.cancel(&t, &id("a")).await.unwrap()
+    });
+    let start = Instant::now();
+    let waited = s.wait_finished(&t, &id("a"), LONG).await.unwrap();
+    let took = start.elapsed();
+    assert!(matches!(waited, Waited::NotFound), "{waited:?}");
+    assert!(took < AT_ONCE, "woken by the cancel: {took:?}");
+    assert_eq!(cancel.await.unwrap(), ChangeOutcome::Done);
+}
+
+/// The ids of leased `jobs`, in order.
+fn ids_of_leased(jobs: &[LeasedJob]) -> Vec<String> {
+    jobs.iter().map(|j| j.lease.id.to_string()).collect()
+}
