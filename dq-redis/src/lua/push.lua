@@ -2,8 +2,9 @@
 -- Batched: one HMGET to find existing ids, one HSET, one ZADD, one RPUSH and one HINCRBY per
 -- topic for the whole call; only ids that already exist take the per-job path.
 -- KEYS[1] jobs  KEYS[2] delayed  KEYS[3] topics  KEYS[4] counts  KEYS[5] inflight
--- KEYS[6] unique  KEYS[7] unique_for  KEYS[8] tick_fence
--- KEYS[9..] ready:<topic>, dead:<topic> and gen:<topic> of every topic in the call (declared,
+-- KEYS[6] unique  KEYS[7] unique_for  KEYS[8] tick_fence  KEYS[9] finished  KEYS[10] results
+--   (a new job of an id kept as succeeded removes that record)
+-- KEYS[11..] ready:<topic>, dead:<topic>, gen:<topic> and done:<topic> of every topic in the call (declared,
 --   not used by position: on a cluster Redis refuses the call while declared keys are split between two
 --   nodes during a reshard, instead of running it where a key reads as missing)
 -- ARGV[1] key prefix  ARGV[2] 'keep' | 'replace'  ARGV[3] n (jobs in this call, at most 1000)
@@ -46,6 +47,8 @@ local dues, due_strs = {}, {}
 -- dead letters by topic. A replaced ready job's entry is left in its list and made stale
 -- (lib.lua): O(1), where an LREM would scan the list.
 local was_delayed, was_ready, revived = {}, {}, {}
+-- Kept records of succeeded jobs whose id is pushed again, by topic; whether a topic keeps any.
+local undone, has_done, any_undone = {}, {}, false
 local delayed_left = redis.call('ZCARD', delayed)
 for i = 0, n - 1 do
   local topic, id, when = ARGV[4 + i * 7], ARGV[5 + i * 7], ARGV[6 + i * 7]
@@ -97,6 +100,15 @@ for i = 0, n - 1 do
       else
         was_ready[member] = {topic, id}
       end
+    end
+  end
+  if (code == 1 or code == 2) and not existing[i + 1] and not earlier then
+    local done = prefix .. 'done:' .. topic
+    if has_done[topic] == nil then has_done[topic] = redis.call('EXISTS', done) == 1 end
+    if has_done[topic] and redis.call('ZSCORE', done, member) then
+      undone[topic] = undone[topic] or {}
+      table.insert(undone[topic], member)
+      any_undone = true
     end
   end
   if sched and not fenced and (code == 1 or code == 2) then
@@ -155,6 +167,7 @@ for _, i in ipairs(plan) do
 end
 -- Touch every ready list this call writes to before the first write.
 for topic in pairs(ready_by_topic) do redis.call('LLEN', prefix .. 'ready:' .. topic) end
+if any_undone then redis.call('EXISTS', KEYS[9], KEYS[10]) end
 -- Phase 2: writes.
 if #writes > 0 then redis.call('HSET', jobs, unpack(writes)) end
 if #reserve > 0 then redis.call('HSET', unique_for, unpack(reserve)) end
@@ -185,6 +198,11 @@ for topic, dead_members in pairs(revived) do
   redis.call('ZREM', prefix .. 'dead:' .. topic, unpack(dead_members))
 end
 if #unreserve > 0 then redis.call('HDEL', unique_for, unpack(unreserve)) end
+for topic, members_done in pairs(undone) do
+  redis.call('ZREM', prefix .. 'done:' .. topic, unpack(members_done))
+  redis.call('HDEL', KEYS[9], unpack(members_done))
+  redis.call('HDEL', KEYS[10], unpack(members_done))
+end
 -- Reservations that ended: a bounded batch per push, so the set stays the size of the live ones.
 if any_reserved then
   local ended = redis.call('ZRANGEBYSCORE', unique, '-inf', now, 'LIMIT', 0, 100)

@@ -82,7 +82,32 @@ impl RedisStore {
                     .to_owned(),
             };
             self.simple("record the listeners' retention", &cmd).await?;
+            if retention.is_none() {
+                self.forget_done(k, topic).await?;
+            }
         }
         Ok(())
+    }
+
+    /// Deletes the kept records of a topic that keeps none any more, a thousand at a time.
+    async fn forget_done(&self, k: &crate::keys::ShardKeys, topic: &Topic) -> Result<()> {
+        loop {
+            let page = redis::cmd("ZRANGE")
+                .arg(k.done(topic))
+                .arg(0)
+                .arg(MAX_BATCH - 1)
+                .to_owned();
+            let members: Vec<String> = self.query("read a topic's kept jobs", &page).await?;
+            if members.is_empty() {
+                return Ok(());
+            }
+            let mut forget = redis::pipe();
+            forget
+                .zrem(k.done(topic), &members)
+                .hdel(k.finished(), &members)
+                .hdel(k.results(), &members);
+            self.query_pipe::<redis::Value>("forget a topic's kept jobs", &forget)
+                .await?;
+        }
     }
 }

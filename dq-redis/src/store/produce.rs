@@ -179,11 +179,14 @@ fn push_keys(k: &ShardKeys, topics: &BTreeSet<&Topic>) -> Vec<String> {
         k.unique(),
         k.unique_for(),
         k.tick_fence(),
+        k.finished(),
+        k.results(),
     ];
     for t in topics {
         keys.push(k.ready(t));
         keys.push(k.dead(t));
         keys.push(k.ready_gen(t));
+        keys.push(k.done(t));
     }
     keys
 }
