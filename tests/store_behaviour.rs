@@ -12,6 +12,8 @@ mod support;
 
 #[path = "store_behaviour/admin.rs"]
 mod admin;
+#[path = "store_behaviour/cancel_running.rs"]
+mod cancel_running;
 #[path = "store_behaviour/changes.rs"]
 mod changes;
 #[path = "store_behaviour/dead_letters.rs"]
@@ -171,6 +173,11 @@ on_every_store!(
     ticks: [
         a_ticks_job_is_created_once_per_generation_even_after_it_is_gone,
         a_schedule_moves_on_only_under_the_generation_its_look_read,
+    ],
+    cancel_running: [
+        a_cancel_of_a_running_job_is_announced_and_recorded_against_its_lease,
+        cancel_running_deletes_the_job_and_ends_the_waits_for_it,
+        a_cancel_request_goes_with_the_lease_and_binds_no_later_run,
     ],
     results: [
         a_topic_without_retention_keeps_nothing_of_a_succeeded_job,

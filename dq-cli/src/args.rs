@@ -84,7 +84,8 @@ pub(crate) enum Command {
         /// The job's id.
         id: String,
     },
-    /// Delete a job that has not started (or a dead letter, or a done job's record).
+    /// Delete a job that has not started (or a dead letter, or a done job's record); a running
+    /// job's worker is asked to stop it.
     Cancel {
         /// The job's topic.
         topic: String,

@@ -119,8 +119,9 @@ pub(crate) async fn reschedule(
     change(outcome, "rescheduled", &topic, &id, json)
 }
 
-/// Says what a cancel or reschedule did: exit 4 when the job is running (it was left alone), 3
-/// when there is no such pending job.
+/// Says what a cancel or reschedule did: exit 0 when a cancel asked a running job's worker to
+/// stop it, 4 when the job is running and was left alone (a reschedule), 3 when there is no
+/// such pending job.
 fn change(
     outcome: ChangeOutcome,
     done: &str,
@@ -134,6 +135,14 @@ fn change(
                 json,
                 json!({ "id": id, "result": done }),
                 &format!("{topic}:{id} {done}"),
+            );
+            Ok(())
+        }
+        ChangeOutcome::CancelRequested => {
+            report(
+                json,
+                json!({ "id": id, "result": "cancel requested" }),
+                &format!("{topic}:{id} is running: asked its worker to stop it"),
             );
             Ok(())
         }

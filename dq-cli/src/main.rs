@@ -15,7 +15,8 @@
 //! ```
 //!
 //! Every command takes `--json` for scripts. Exit codes: 0 done, 1 error (Redis unreachable,
-//! bad input), 2 usage, 3 no such job or topic, 4 refused because the job is running.
+//! bad input), 2 usage, 3 no such job or topic, 4 refused because the job is running (a
+//! reschedule; a cancel of a running job asks its worker to stop it and exits 0).
 //!
 //! Here: the connection and the dispatch to one module per group of commands; `args` holds the
 //! command line, `output` the tables and JSON.

@@ -269,7 +269,13 @@ async fn cancel_and_reschedule_say_what_happened_by_exit_code() {
     fails(&redis, &["reschedule", "t", "running", "--in", "1m"], 4);
     ok(&dq(&redis, &["cancel", "t", "a"]));
     fails(&redis, &["cancel", "t", "a"], 3);
-    fails(&redis, &["cancel", "t", "running"], 4);
+    // A running job is not deleted: its worker (none here) is asked to stop it.
+    let said = ok(&dq(&redis, &["cancel", "t", "running"]));
+    assert!(said.contains("asked its worker to stop it"), "{said}");
+    let said = json(&dq(&redis, &["cancel", "t", "running", "--json"]));
+    assert_eq!(said["result"], "cancel requested", "{said}");
+    let still = json(&dq(&redis, &["show", "t", "running", "--json"]));
+    assert_eq!(still["state"], "running", "{still}");
 }
 
 #[tokio::test]

@@ -124,8 +124,14 @@ pub enum ChangeOutcome {
     Done,
     /// No pending job with that id.
     NotFound,
-    /// The job is running; it was left alone.
+    /// The job is running; it was left alone (a reschedule: a running job has no due time to
+    /// move).
     Running,
+    /// The job is running: a cancel asked its worker, in whatever process, to stop it. Its
+    /// handler sees the request in `JobContext::cancelled`; when the run then ends without
+    /// success (an error, a panic, a timeout), the job is deleted, not retried. A handler that
+    /// ignores the request runs to its end, and a run that succeeds is done as any.
+    CancelRequested,
 }
 
 /// How many jobs of one topic are in each state.

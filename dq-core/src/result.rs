@@ -45,8 +45,8 @@ pub enum Waited {
     /// Its topic keeps no records of succeeded jobs (no retention): its end cannot be waited
     /// for, nor its value read.
     NotKept,
-    /// No such job, pending or kept: never pushed, cancelled, purged, or its record outlived
-    /// its topic's retention.
+    /// No such job, pending or kept: never pushed, cancelled (before it ran, or while it ran
+    /// and its handler stopped), purged, or its record outlived its topic's retention.
     NotFound,
     /// Still pending when the wait ran out.
     TimedOut,
@@ -73,7 +73,7 @@ pub enum JobResult<T> {
     /// Its topic keeps no records of succeeded jobs: give its listener a retention
     /// (`#[dq::listener(retain = "1h")]`) to read values and wait for ends.
     NotKept,
-    /// No such job, pending or kept: never pushed, cancelled, purged, or its record outlived
-    /// its topic's retention.
+    /// No such job, pending or kept: never pushed, cancelled (before it ran, or while it ran
+    /// and its handler stopped), purged, or its record outlived its topic's retention.
     NotFound,
 }

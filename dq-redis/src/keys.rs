@@ -15,6 +15,7 @@
 //! | `meta` | HASH | shard 0 only: `epoch` -> when dq first used the namespace (us), gone when Redis loses its data; `shards` -> the namespace's shard count, recorded by the first process |
 //! | `fetched:<consumer>` | STRING | the last fetches of a consumer (process, topic), `<nonce>:<token>:<deadline>` joined by `\|`, expiring after three leases |
 //! | `leases` | HASH | `topic:id` -> lease token of each running job; `:next` -> the last token given (never below the shard's clock in us) |
+//! | `cancels` | HASH | `topic:id` -> the lease token of a running job a cancel asked to stop; the entry goes when the lease ends |
 //! | `dead:<topic>` | ZSET | `topic:id` scored by time of death (us); envelope stays in `jobs` |
 //! | `counts` | HASH | `<topic>:delayed`, `<topic>:inflight` -> counts, kept by the scripts; `<topic>:minute@<s>`, `<topic>:done@<s>`, `<topic>:failed@<s>` for 60 one-minute slots `s`: runs done and failed in the last hour |
 //! | `topics` | SET | every topic pushed to |
@@ -31,7 +32,7 @@
 //! | `results` | HASH | `topic:id` -> the value its handler returned (JSON) |
 //! | `retain` | HASH | topic -> `<age us>:<count>`: how long and how many succeeded jobs it keeps (written at runtime start) |
 //! | `ended` | pub/sub channel | `topic:id` of a job of a retained topic that succeeded, died or was cancelled: wakes the waits for it |
-//! | `wake` | pub/sub channel | the new earliest due time, when a push makes one |
+//! | `wake` | pub/sub channel | the new earliest due time, when a push makes one; `resumed <topic>` when a topic is resumed; `cancel <topic:id>` when a cancel asks a running job's worker to stop it |
 
 use dq_core::{JobId, Topic};
 
@@ -73,6 +74,10 @@ impl ShardKeys {
     /// The lease tokens of running jobs.
     pub fn leases(&self) -> String {
         self.key("leases")
+    }
+    /// The running jobs a cancel asked to stop: `topic:id` -> the lease token it applies to.
+    pub fn cancels(&self) -> String {
+        self.key("cancels")
     }
     /// Per-topic counters.
     pub fn counts(&self) -> String {

@@ -60,6 +60,7 @@ scripts!(
     epoch,
     schedule_raise,
     shard_count,
+    cancel_running,
 );
 
 #[cfg(test)]

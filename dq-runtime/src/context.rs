@@ -22,6 +22,7 @@ pub struct JobContext {
     pub(crate) last_error: Option<String>,
     pub(crate) shutdown: CancellationToken,
     pub(crate) lease_lost: CancellationToken,
+    pub(crate) cancel: CancellationToken,
     pub(crate) payload: Arc<Vec<u8>>,
     pub(crate) states: Arc<States>,
     pub(crate) client: Client,
@@ -44,6 +45,7 @@ impl JobContext {
             last_error: None,
             shutdown: CancellationToken::new(),
             lease_lost: CancellationToken::new(),
+            cancel: CancellationToken::new(),
             payload: Arc::new(Vec::new()),
             states: Arc::new(States::default()),
             client,
@@ -154,5 +156,33 @@ impl JobContext {
     /// True once this run's lease was found lost (see [`lease_lost`](JobContext::lease_lost)).
     pub fn is_lease_lost(&self) -> bool {
         self.lease_lost.is_cancelled()
+    }
+
+    /// Resolves when a cancel asked this job to stop (`Client::cancel` of the running job, from
+    /// any process: it answers `ChangeOutcome::CancelRequested`). A handler that stops here and
+    /// returns an error (any failure: a panic, its timeout) ends the job as cancelled: it is
+    /// deleted, neither retried nor dead-lettered. A handler that ignores the request runs to
+    /// its end, and a run that succeeds is done as any, its value kept as any.
+    ///
+    /// The request reaches the worker at once through the store's announcement, or at its next
+    /// lease renewal (a third of the lease) should the announcement be lost.
+    ///
+    /// ```no_run
+    /// # async fn long_work() {}
+    /// # use dq_runtime::{JobContext, Outcome};
+    /// # async fn handler(ctx: JobContext) -> Outcome {
+    /// tokio::select! {
+    ///     () = long_work() => Outcome::Done,
+    ///     () = ctx.cancelled() => Outcome::Error("cancelled".into()),
+    /// }
+    /// # }
+    /// ```
+    pub async fn cancelled(&self) {
+        self.cancel.cancelled().await
+    }
+
+    /// True once a cancel asked this job to stop (see [`cancelled`](JobContext::cancelled)).
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
     }
 }

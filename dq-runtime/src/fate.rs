@@ -22,6 +22,11 @@ pub(crate) enum Ended {
     Returned(Outcome),
     /// Shutdown's grace period ran out and cancelled the handler.
     Cancelled,
+    /// A cancel asked the job to stop while its handler ran ([`JobContext::cancelled`]), and
+    /// the run ended with this (an error too when shutdown then cancelled the handler).
+    ///
+    /// [`JobContext::cancelled`]: crate::JobContext::cancelled
+    CancelRequested(Outcome),
 }
 
 /// What becomes of the job.
@@ -38,6 +43,9 @@ pub(crate) enum Fate {
     DeadLetter { reason: String, why: Why },
     /// Put back to the front of its ready list at once, no attempt spent.
     Release,
+    /// Deleted, neither retried nor dead-lettered: a cancel asked it to stop and the run did
+    /// not succeed.
+    Cancel,
 }
 
 /// Why a job is dead-lettered: what the log says to the person on call.
@@ -68,6 +76,16 @@ pub(crate) fn fate(
             why: Why::Poison,
         },
         Ended::Cancelled => Fate::Release,
+        // A handler that ignored the cancel and succeeded is done as any; whatever else the run
+        // ended with (a failure, a postponement, a dead letter) ends the job as cancelled.
+        Ended::CancelRequested(outcome @ (Outcome::Done | Outcome::DoneWith(_))) => fate(
+            Ended::Returned(outcome),
+            attempt,
+            max_attempts,
+            backoff,
+            jitter,
+        ),
+        Ended::CancelRequested(_) => Fate::Cancel,
         Ended::Returned(Outcome::Done) => Fate::Ack { result: None },
         Ended::Returned(Outcome::DoneWith(json)) => Fate::Ack { result: Some(json) },
         Ended::Returned(Outcome::RetryAfter(delay)) => again(delay, None),
@@ -526,6 +544,70 @@ mod tests {
         assert_on_every_attempt_and_backoff(
             |attempt, backoff| fate(Ended::Cancelled, attempt, MAX, backoff, PLAIN),
             Fate::Release,
+        );
+    }
+
+    fn cancel_requested(outcome: Outcome, attempt: u32, backoff: &Backoff) -> Fate {
+        fate(
+            Ended::CancelRequested(outcome),
+            attempt,
+            MAX,
+            backoff,
+            PLAIN,
+        )
+    }
+
+    #[test]
+    fn a_cancelled_run_that_failed_is_deleted_on_any_attempt_not_retried_nor_dead_lettered() {
+        assert_on_every_attempt_and_backoff(
+            |attempt, backoff| {
+                cancel_requested(Outcome::Error("cancelled".into()), attempt, backoff)
+            },
+            Fate::Cancel,
+        );
+    }
+
+    #[test]
+    fn a_cancelled_run_whose_handler_panicked_is_deleted() {
+        assert_on_every_attempt_and_backoff(
+            |attempt, backoff| cancel_requested(panicked("boom"), attempt, backoff),
+            Fate::Cancel,
+        );
+    }
+
+    #[test]
+    fn a_cancelled_run_that_timed_out_is_deleted() {
+        assert_on_every_attempt_and_backoff(
+            |attempt, backoff| cancel_requested(timed_out(secs(30)), attempt, backoff),
+            Fate::Cancel,
+        );
+    }
+
+    #[test]
+    fn a_cancelled_run_that_postponed_or_dead_lettered_is_deleted() {
+        for outcome in [
+            Outcome::RetryAfter(secs(60)),
+            Outcome::DeadLetter("gone".into()),
+        ] {
+            assert_on_every_attempt_and_backoff(
+                |attempt, backoff| cancel_requested(outcome.clone(), attempt, backoff),
+                Fate::Cancel,
+            );
+        }
+    }
+
+    #[test]
+    fn a_cancelled_run_that_succeeded_anyway_is_acked_with_its_value() {
+        assert_on_every_attempt_and_backoff(
+            |attempt, backoff| cancel_requested(Outcome::Done, attempt, backoff),
+            Fate::Ack { result: None },
+        );
+        let json = br#"{"number":"R-42"}"#.to_vec();
+        assert_on_every_attempt_and_backoff(
+            |attempt, backoff| cancel_requested(Outcome::DoneWith(json.clone()), attempt, backoff),
+            Fate::Ack {
+                result: Some(json.clone()),
+            },
         );
     }
 

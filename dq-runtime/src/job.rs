@@ -81,7 +81,9 @@ impl Runner {
     ) -> Ended {
         let due_us = envelope.due_us;
         let lease_lost = CancellationToken::new();
-        let (ctx, payload) = self.context(lease, envelope, max_attempts, lease_lost.clone());
+        let cancel = CancellationToken::new();
+        let tokens = (lease_lost.clone(), cancel.clone());
+        let (ctx, payload) = self.context(lease, envelope, max_attempts, tokens);
         let started = Instant::now();
         let future = match self.decode(&payload, ctx) {
             Ok(future) => future,
@@ -94,14 +96,23 @@ impl Runner {
         crate::metrics::started(lease.topic.as_str(), lateness);
         // The lease stays in the running set until the job's fate is written (the acker removes
         // it after the ack), so a slow ack cannot let the lease expire.
-        self.shared.running.start(lease, lease_lost);
+        self.shared.running.start(lease, lease_lost, cancel.clone());
         let ran = supervise(&self.shared, &self.listener, future).await;
         drop(permit);
         let Some(ran) = ran else {
+            // Shutdown cancelled the handler of a job a cancel had asked to stop: it ends as
+            // cancelled rather than going back to ready.
+            if cancel.is_cancelled() {
+                let stopped = Outcome::Error("cancelled by shutdown".to_owned());
+                return Ended::CancelRequested(stopped);
+            }
             return Ended::Cancelled;
         };
         self.shared.running.settling(lease);
         record(lease.topic.as_str(), started.elapsed(), &ran);
+        if cancel.is_cancelled() {
+            return Ended::CancelRequested(ran.outcome);
+        }
         Ended::Returned(ran.outcome)
     }
 
@@ -111,7 +122,7 @@ impl Runner {
         lease: &LeaseRef,
         envelope: Envelope,
         max_attempts: u32,
-        lease_lost: CancellationToken,
+        (lease_lost, cancel): (CancellationToken, CancellationToken),
     ) -> (JobContext, Arc<Vec<u8>>) {
         let payload = Arc::new(envelope.payload);
         let ctx = JobContext {
@@ -124,6 +135,7 @@ impl Runner {
             last_error: envelope.last_error,
             shutdown: self.shared.stop.child_token(),
             lease_lost,
+            cancel,
             payload: payload.clone(),
             states: self.shared.states.clone(),
             client: self.shared.client.clone(),

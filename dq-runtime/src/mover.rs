@@ -108,11 +108,12 @@ async fn sleep_until_precisely(deadline: Instant) {
     }
 }
 
-/// Routes wake announcements from the store to the shards' movers (and resumed topics to the
-/// consumers waiting out a pause); resubscribes with backoff
-/// when the subscription breaks. After every subscription, the first one included, it wakes every
-/// mover: a push announced before the subscription was in place (right after start-up, or while
-/// it was broken) reached nobody.
+/// Routes wake announcements from the store to the shards' movers (resumed topics to the
+/// consumers waiting out a pause, cancels of running jobs to their handlers); resubscribes with
+/// backoff when the subscription breaks. After every subscription, the first one included, it
+/// wakes every mover: a push announced before the subscription was in place (right after
+/// start-up, or while it was broken) reached nobody. A cancel announced meanwhile is found by
+/// the heartbeat.
 pub(crate) async fn route_wakeups(
     shared: Arc<Shared>,
     leases: Arc<dyn Leases>,
@@ -155,6 +156,12 @@ pub(crate) async fn route_wakeups(
                 Ok(Wake::Resumed(topic)) => {
                     tracing::debug!(%topic, "topic resumed: paused consumers look again");
                     shared.resumed.send_modify(|n| *n = n.wrapping_add(1));
+                }
+                Ok(Wake::Cancel { topic, id }) => {
+                    // Most processes do not run the job: only the one that does says so.
+                    if shared.running.cancel(&topic, &id) {
+                        tracing::info!(%topic, %id, "a cancel asked this running job to stop; its handler sees it in JobContext::cancelled");
+                    }
                 }
                 Ok(_) => {}
                 Err(e) => {

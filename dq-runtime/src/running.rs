@@ -1,6 +1,7 @@
 //! [`RunningLeases`]: the leases of this process's jobs from the start of their handler until
 //! their fate is written. The heartbeat renews them, the worker record counts them, shutdown
-//! releases the cancelled ones and reports those whose fate could not be written.
+//! releases the cancelled ones and reports those whose fate could not be written, and a cancel
+//! of a running job (announced by the store, or found by the heartbeat) is told to its handler.
 //!
 //! Only this module locks the map: the job tasks, the acker, the heartbeat and shutdown change
 //! it through the methods below, each one step under the lock.
@@ -9,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use dq_core::LeaseRef;
+use dq_core::{JobId, LeaseRef, Topic};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Default)]
@@ -29,6 +30,10 @@ struct Running {
     ///
     /// [`JobContext::lease_lost`]: crate::JobContext::lease_lost
     lost: CancellationToken,
+    /// Cancelled when a cancel asks the job to stop ([`JobContext::cancelled`]).
+    ///
+    /// [`JobContext::cancelled`]: crate::JobContext::cancelled
+    cancel: CancellationToken,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,11 +54,18 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl RunningLeases {
-    /// The handler starts; `lost` is cancelled if its lease is lost meanwhile.
-    pub(crate) fn start(&self, lease: &LeaseRef, lost: CancellationToken) {
+    /// The handler starts; `lost` is cancelled if its lease is lost meanwhile, `cancel` if a
+    /// cancel asks the job to stop.
+    pub(crate) fn start(
+        &self,
+        lease: &LeaseRef,
+        lost: CancellationToken,
+        cancel: CancellationToken,
+    ) {
         let running = Running {
             stage: Stage::Handler,
             lost,
+            cancel,
         };
         lock(&self.leases).insert(lease.clone(), running);
     }
@@ -81,6 +93,27 @@ impl RunningLeases {
             }
             _ => false,
         }
+    }
+
+    /// A cancel asked job `topic:id` to stop. True when that is news: its handler runs here and
+    /// was not told yet (it is told now, through its [`JobContext`]). A job whose handler
+    /// returned already takes the fate its run decided.
+    ///
+    /// [`JobContext`]: crate::JobContext
+    pub(crate) fn cancel(&self, topic: &Topic, id: &JobId) -> bool {
+        let leases = lock(&self.leases);
+        let mut news = false;
+        for (lease, r) in leases.iter() {
+            if lease.topic == *topic
+                && lease.id == *id
+                && r.stage == Stage::Handler
+                && !r.cancel.is_cancelled()
+            {
+                r.cancel.cancel();
+                news = true;
+            }
+        }
+        news
     }
 
     /// The job's fate is written (or given up); true when its lease had been found lost.
@@ -144,8 +177,12 @@ mod tests {
     fn a_lost_lease_is_told_to_its_handler_once_and_renewed_no_more() {
         let running = RunningLeases::default();
         let told = CancellationToken::new();
-        running.start(&lease("a"), told.clone());
-        running.start(&lease("b"), CancellationToken::new());
+        running.start(&lease("a"), told.clone(), CancellationToken::new());
+        running.start(
+            &lease("b"),
+            CancellationToken::new(),
+            CancellationToken::new(),
+        );
         assert!(running.lost(&lease("a")));
         assert!(told.is_cancelled());
         assert!(!running.lost(&lease("a")), "said once");
@@ -157,7 +194,11 @@ mod tests {
     #[test]
     fn a_settling_job_is_renewed_and_counted_unsettled_but_its_lease_is_not_lost_news() {
         let running = RunningLeases::default();
-        running.start(&lease("a"), CancellationToken::new());
+        running.start(
+            &lease("a"),
+            CancellationToken::new(),
+            CancellationToken::new(),
+        );
         running.settling(&lease("a"));
         assert!(!running.lost(&lease("a")), "its handler returned already");
         assert_eq!(running.to_renew(), vec![lease("a")]);
@@ -166,9 +207,36 @@ mod tests {
     }
 
     #[test]
+    fn a_cancel_is_told_to_the_running_handler_of_that_job_once_and_not_after_it_returned() {
+        let running = RunningLeases::default();
+        let (a, b) = (CancellationToken::new(), CancellationToken::new());
+        running.start(&lease("a"), CancellationToken::new(), a.clone());
+        running.start(&lease("b"), CancellationToken::new(), b.clone());
+        let (t, id) = (Topic::new("t").unwrap(), JobId::new("a").unwrap());
+        assert!(running.cancel(&t, &id));
+        assert!(a.is_cancelled() && !b.is_cancelled(), "only job a is told");
+        assert!(!running.cancel(&t, &id), "said once");
+        assert!(
+            !running.cancel(&t, &JobId::new("gone").unwrap()),
+            "not running here"
+        );
+        running.settling(&lease("b"));
+        assert!(
+            !running.cancel(&t, &JobId::new("b").unwrap()),
+            "b returned already"
+        );
+        assert!(!b.is_cancelled());
+        assert_eq!(running.to_renew().len(), 2, "a cancel renews as before");
+    }
+
+    #[test]
     fn an_interrupted_job_leaves_the_renewed_set_and_waits_for_release() {
         let running = RunningLeases::default();
-        running.start(&lease("a"), CancellationToken::new());
+        running.start(
+            &lease("a"),
+            CancellationToken::new(),
+            CancellationToken::new(),
+        );
         running.interrupted(lease("a"));
         assert!(running.to_renew().is_empty());
         assert_eq!(running.take_interrupted(), vec![lease("a")]);

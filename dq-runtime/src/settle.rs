@@ -1,7 +1,7 @@
 //! Writes a job's [`Fate`] to the store: the ack (with the handler's value) goes to the
-//! acker's batches, a retry, postponement or dead letter is written here (again with backoff
-//! while the store fails), a release is left to shutdown. Each is logged for the person on
-//! call and counted.
+//! acker's batches, a retry, postponement, dead letter or the deletion of a cancelled job is
+//! written here (again with backoff while the store fails), a release is left to shutdown.
+//! Each is logged for the person on call and counted.
 
 use std::time::Duration;
 
@@ -37,6 +37,10 @@ pub(crate) async fn settle(shared: &Shared, leases: &dyn Leases, lease: LeaseRef
         Fate::DeadLetter { reason, why } => {
             log_dead_letter(&reason, &why);
             write_dead_letter(shared, leases, &lease, &reason).await;
+        }
+        Fate::Cancel => {
+            tracing::info!("job cancelled while running; deleted, not retried");
+            write_cancel(shared, leases, &lease).await;
         }
     }
     shared.running.stop(&lease);
@@ -112,4 +116,11 @@ async fn write_dead_letter(shared: &Shared, leases: &dyn Leases, lease: &LeaseRe
         leases.dead_letter(lease, error)
     })
     .await;
+}
+
+/// Deletes a job a cancel asked to stop, whose run did not succeed.
+async fn write_cancel(shared: &Shared, leases: &dyn Leases, lease: &LeaseRef) {
+    let what = format!("deletion of cancelled job {}:{}", lease.topic, lease.id);
+    let taken_over = "the lease was taken over while the job ran; not deleted here";
+    keep_writing(shared, what, taken_over, || leases.cancel_running(lease)).await;
 }

@@ -118,7 +118,9 @@ fn acked_batch(shared: &Shared, batch: &[Succeeded], acked: &Acked) {
 }
 
 /// Renews the leases of this process's running jobs every third of the lease, and records the
-/// worker as alive (for `dq workers`); removes that record when it ends.
+/// worker as alive (for `dq workers`); removes that record when it ends. Beside each renewal it
+/// reads which of the jobs a cancel asked to stop (`Leases::cancel_requests`), in case the
+/// store's announcement of the cancel reached nobody.
 ///
 /// Each shard is renewed on its own, at once and with a time limit under a third of the lease,
 /// and the worker record is written beside the renewals rather than before them: a master that
@@ -181,8 +183,13 @@ impl Heartbeat {
         });
         for (shard, leases) in by_shard(running) {
             let store = self.leases.clone();
+            let shared = self.shared.clone();
             calls.spawn(async move {
                 let renewed = renew(store.as_ref(), &leases, lease, limit).await;
+                if renewed.is_ok() {
+                    // On its own: a slow read must not hold up the next beat's renewals.
+                    tokio::spawn(cancel_requests(shared, store, leases.clone(), limit));
+                }
                 Some((shard, leases.len(), renewed))
             });
         }
@@ -250,6 +257,34 @@ async fn renew(
             op: "renew leases",
             after: limit,
         }),
+    }
+}
+
+/// Tells the handlers of those of `leases` whose job a cancel asked to stop, within `limit`: the
+/// way a cancel reaches its worker when the store's announcement ([`dq_core::Wake::Cancel`])
+/// was lost.
+async fn cancel_requests(
+    shared: Arc<Shared>,
+    store: Arc<dyn Leases>,
+    leases: Vec<LeaseRef>,
+    limit: Duration,
+) {
+    match tokio::time::timeout(limit, store.cancel_requests(&leases)).await {
+        Ok(Ok(asked)) => {
+            for l in asked
+                .iter()
+                .filter(|l| shared.running.cancel(&l.topic, &l.id))
+            {
+                tracing::info!(topic = %l.topic, id = %l.id, "a cancel asked this running job to stop (found at the lease renewal); its handler sees it in JobContext::cancelled");
+            }
+        }
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "could not read the cancel requests of running jobs; the next heartbeat tries again")
+        }
+        Err(_) => tracing::debug!(
+            ?limit,
+            "reading the cancel requests of running jobs timed out; the next heartbeat tries again"
+        ),
     }
 }
 

@@ -32,7 +32,8 @@ pub(crate) async fn cancel_deletes_delayed_and_ready_jobs_but_not_running_ones(k
     for (id, cancelled) in [
         ("delayed", ChangeOutcome::Done),
         ("ready", ChangeOutcome::Done),
-        ("running", ChangeOutcome::Running),
+        // Not deleted: its worker is asked to stop it (see `cancel_running`).
+        ("running", ChangeOutcome::CancelRequested),
         ("nope", ChangeOutcome::NotFound),
     ] {
         let outcome = c.cancel_in("order-cancel", id).await.unwrap();

@@ -191,6 +191,12 @@ impl Leases for Faulty {
         self.stall_if_touched(leases).await;
         self.inner.extend(leases, lease).await
     }
+    async fn cancel_requests(&self, leases: &[LeaseRef]) -> dq::Result<Vec<LeaseRef>> {
+        self.inner.cancel_requests(leases).await
+    }
+    async fn cancel_running(&self, lease: &LeaseRef) -> dq::Result<bool> {
+        self.inner.cancel_running(lease).await
+    }
     async fn reclaim(&self, shard: u16, limit: usize) -> dq::Result<Reclaimed> {
         self.inner.reclaim(shard, limit).await
     }

@@ -193,7 +193,8 @@ impl Client {
     }
 
     /// Deletes a job of message type `M` that has not started yet (or a dead letter), by id:
-    /// `client.cancel::<OrderCancel>("42")`. For a topic named at run time, [`Client::cancel_in`].
+    /// `client.cancel::<OrderCancel>("42")`; asks the worker of a running one to stop it
+    /// ([`ChangeOutcome::CancelRequested`]). For a topic named at run time, [`Client::cancel_in`].
     pub async fn cancel<M: Message>(&self, id: &str) -> Result<ChangeOutcome> {
         self.cancel_in(M::TOPIC, id).await
     }
@@ -209,8 +210,16 @@ impl Client {
         self.status_in(M::TOPIC, id).await
     }
 
-    /// Deletes a job that has not started yet. A running job is left alone
-    /// ([`ChangeOutcome::Running`]); a dead letter is deleted.
+    /// Deletes a job that has not started yet; a dead letter, or the kept record of a
+    /// succeeded job, is deleted too.
+    ///
+    /// A running job is not deleted at once: its worker, in whatever process, is asked to stop
+    /// it ([`ChangeOutcome::CancelRequested`]). Its handler sees the request in
+    /// `JobContext::cancelled` (a future to `select!` on, as the shutdown signal); when the run
+    /// then ends without success (an error, a panic, a timeout) the job is deleted, neither
+    /// retried nor dead-lettered. A handler that ignores the request runs to its end: if it
+    /// succeeds the job is done as any. A wait for the job's end ([`Client::wait`]) answers
+    /// [`JobResult::NotFound`](crate::JobResult::NotFound) once it is deleted.
     pub async fn cancel_in(&self, topic: &str, id: &str) -> Result<ChangeOutcome> {
         self.store
             .cancel(&Topic::new(topic)?, &JobId::new(id)?)

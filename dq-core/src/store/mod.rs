@@ -88,10 +88,19 @@ pub enum Wake {
     },
     /// An operator resumed the topic: consumers waiting out the pause look again at once.
     Resumed(Topic),
+    /// A cancel of a running job ([`Producer::cancel`] answered
+    /// [`ChangeOutcome::CancelRequested`]): the process running it tells its handler. An
+    /// announcement that reaches nobody is made up for by [`Leases::cancel_requests`].
+    Cancel {
+        /// The job's topic.
+        topic: Topic,
+        /// The job's id.
+        id: JobId,
+    },
 }
 
-/// Receives the announcements that a push made a new earliest due time, or that a topic was
-/// resumed, from any process.
+/// Receives the announcements that a push made a new earliest due time, that a topic was
+/// resumed, or that a running job was cancelled, from any process.
 #[async_trait]
 pub trait WakeListener: Send + std::fmt::Debug {
     /// The next announcement.
@@ -120,7 +129,10 @@ pub trait Producer: Sharded {
     /// Stores jobs; returns one outcome per job, in order.
     async fn push(&self, jobs: Vec<NewJob>, on_conflict: OnConflict) -> Result<Vec<PushOutcome>>;
 
-    /// Deletes a job that has not started (or a dead letter).
+    /// Deletes a job that has not started (or a dead letter, or a kept record of a succeeded
+    /// job). A running job is not deleted here: the request is recorded against its lease and
+    /// announced ([`Wake::Cancel`]), and the answer is [`ChangeOutcome::CancelRequested`]; its
+    /// worker stops it and deletes it ([`Leases::cancel_running`]) unless the run succeeds.
     async fn cancel(&self, topic: &Topic, id: &JobId) -> Result<ChangeOutcome>;
 
     /// Moves a job that has not started to a new due time.
@@ -201,6 +213,17 @@ pub trait Leases: Sharded {
     /// Renews leases for another `lease`; returns those no longer held.
     async fn extend(&self, leases: &[LeaseRef], lease: Duration) -> Result<Vec<LeaseRef>>;
 
+    /// Those of `leases` whose job a cancel asked to stop ([`Producer::cancel`] of a running
+    /// job, recorded against that very lease). The heartbeat reads it beside each renewal, in
+    /// case the announcement ([`Wake::Cancel`]) reached nobody.
+    async fn cancel_requests(&self, leases: &[LeaseRef]) -> Result<Vec<LeaseRef>>;
+
+    /// Deletes a running job whose cancel was requested and whose run ended without success:
+    /// no retry, no dead letter, nothing kept (a cancelled job reserves no id); anyone waiting
+    /// for its end ([`Producer::wait_finished`]) is woken (it is not found). Returns false when
+    /// the lease was no longer held (nothing changed).
+    async fn cancel_running(&self, lease: &LeaseRef) -> Result<bool>;
+
     /// Takes back up to `limit` jobs of a shard whose lease expired.
     async fn reclaim(&self, shard: u16, limit: usize) -> Result<Reclaimed>;
 
@@ -218,7 +241,8 @@ pub trait Leases: Sharded {
     /// A waiter for ready jobs of `topic` in `shard` (each holds its own blocking connection).
     fn ready_waiter(&self, shard: u16, topic: &Topic) -> Box<dyn ReadyWaiter>;
 
-    /// Subscribes to the new-earliest-due-time announcements of every shard.
+    /// Subscribes to the announcements of every shard ([`Wake`]): new earliest due times,
+    /// resumed topics, cancels of running jobs.
     async fn wake_listener(&self) -> Result<Box<dyn WakeListener>>;
 }
 

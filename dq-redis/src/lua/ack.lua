@@ -4,17 +4,18 @@
 -- the retention go, and `ended` announces it to the waits for it.
 -- Batched: one HMGET, one ZREM and two HDELs for the whole batch.
 -- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] counts  KEYS[4] leases  KEYS[5] unique  KEYS[6] unique_for
--- KEYS[7] retain  KEYS[8] finished  KEYS[9] results  KEYS[10..] done:<topic> of each topic of
--- the call, in the order of ARGV's topic list.
+-- KEYS[7] retain  KEYS[8] finished  KEYS[9] results  KEYS[10] cancels (a cancel's request goes
+-- with the lease)  KEYS[11..] done:<topic> of each topic of the call, in the order of ARGV's
+-- topic list.
 -- A job pushed with unique_for keeps its id reserved (in `unique`) for that long from now.
 -- ARGV[1] n, the number of topics; ARGV[2..n+1] the topics; then member, token, value triples
 -- (value '' for none; at most 1000 triples).
 -- Returns {acked, stale_member_1, ...}: a stale member's lease was taken over (or it was cancelled).
 local jobs, inflight, counts, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local retain, finished, results = KEYS[7], KEYS[8], KEYS[9]
+local retain, finished, results, cancels = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local n_topics = tonumber(ARGV[1])
 local done_key = {}
-for i = 1, n_topics do done_key[ARGV[1 + i]] = KEYS[9 + i] end
+for i = 1, n_topics do done_key[ARGV[1 + i]] = KEYS[10 + i] end
 local members, tokens, values = {}, {}, {}
 for i = 2 + n_topics, #ARGV, 3 do
   members[#members + 1] = ARGV[i]
@@ -60,6 +61,7 @@ if #keep > 0 then
   redis.call('EXISTS', finished, results)
   envelopes = redis.call('HMGET', jobs, unpack(keep))
 end
+local cancelled = #done > 0 and redis.call('EXISTS', cancels) == 1
 if #done > 0 then proceed_when_full(leases) end -- an ack must go through when Redis is full
 local reserved, released = {}, {}
 if holds then
@@ -76,6 +78,7 @@ if #done > 0 then
   end_leases(inflight, leases, done)
   redis.call('HDEL', jobs, unpack(done))
 end
+if cancelled then redis.call('HDEL', cancels, unpack(done)) end
 if #keep > 0 then
   local value_of = {}
   for i, member in ipairs(done) do value_of[member] = done_values[i] end

@@ -5,9 +5,13 @@
 -- KEYS[9] done:<topic>  KEYS[10] finished  KEYS[11] results: a kept succeeded job's record is
 -- deleted by a cancel of its id  KEYS[12] retain: a topic that keeps its ends announces a
 -- cancelled job on `ended`, for the waits for it
+-- KEYS[13] leases  KEYS[14] cancels: a running job is not deleted here; the cancel is recorded
+-- against its lease (member -> token) and announced on the shard's `wake` channel as
+-- `cancel <topic:id>`, for its worker to stop it (it deletes the job with cancel_running.lua
+-- unless the run succeeds; the heartbeat reads `cancels` should the announcement be lost)
 -- ARGV[1] key prefix  ARGV[2] topic  ARGV[3] id
--- Returns 1 cancelled (or a kept record deleted), 0 not found, 2 running (left alone: it is
--- too late to cancel).
+-- Returns 1 cancelled (or a kept record deleted), 0 not found, 3 running (its worker was asked
+-- to stop it), 2 running with no lease token (left alone; not expected).
 -- A ready job's entry stays in its list, made stale (lib.lua): O(1) however long the list.
 local jobs, delayed, inflight, counts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local prefix, topic, id = ARGV[1], ARGV[2], ARGV[3]
@@ -19,7 +23,14 @@ if redis.call('HEXISTS', jobs, member) == 0 then
   redis.call('HDEL', KEYS[11], member)
   return 1
 end
-if redis.call('ZSCORE', inflight, member) then return 2 end
+if redis.call('ZSCORE', inflight, member) then
+  local token = redis.call('HGET', KEYS[13], member)
+  if not token then return 2 end
+  redis.call('HEXISTS', KEYS[14], member) -- touched before the first write
+  redis.call('HSET', KEYS[14], member, token)
+  redis.call('PUBLISH', prefix .. 'wake', 'cancel ' .. member)
+  return 3
+end
 local announced = redis.call('HEXISTS', KEYS[12], topic) == 1
 if redis.call('ZREM', delayed, member) == 1 then
   bump(counts, topic, 'delayed', -1)

@@ -6,6 +6,8 @@
 -- Batched: one HMGET, one HSET and one ZADD for the whole batch.
 -- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] ready:<topic>  KEYS[4] counts  KEYS[5] paused
 -- KEYS[6] leases  KEYS[7] gen:<topic>  KEYS[8] delayed  KEYS[9] fetched:<consumer>
+-- KEYS[10] cancels: a cancel asked of a job taken back (its handler never started) follows it,
+-- to its new lease, or away when it goes back to ready
 -- ARGV[1] topic  ARGV[2] most jobs (at most 1000)  ARGV[3] lease length (us)
 -- ARGV[4] this fetch's nonce ('': not recorded)  ARGV[5] nonces of the consumer's earlier
 --   fetches whose reply did not arrive, comma-separated
@@ -50,6 +52,8 @@ if nonce ~= '' then
     end
   end
 end
+local back_cancels = #back > 0 and redis.call('EXISTS', KEYS[10]) == 1
+  and redis.call('HMGET', KEYS[10], unpack(back))
 if paused then
   -- Nothing of the topic runs while it is paused: what a lost fetch leased goes back to the
   -- front of the ready list, no run counted (as a release does), for the first fetch after
@@ -62,6 +66,7 @@ if paused then
     proceed_when_full(leases)
     push_all('LPUSH', ready, entries)
     bump(counts, topic, 'inflight', -#back)
+    if back_cancels then redis.call('HDEL', KEYS[10], unpack(back)) end
     end_leases(inflight, leases, back)
   end
   return {'paused'}
@@ -120,6 +125,7 @@ for i, member in ipairs(back) do
     deadlines[#deadlines + 1] = member
     out[#out + 1] = string.sub(member, #topic + 2)
     out[#out + 1] = back_raws[i]
+    if back_cancels and back_cancels[i] then redis.call('HSET', KEYS[10], member, token) end
   end
 end
 local taken = #held / 2

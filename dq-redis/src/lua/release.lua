@@ -1,7 +1,8 @@
 -- release: returns jobs the caller holds to the front of their ready lists at once, without
 -- counting a run (graceful shutdown interrupted them; they did not fail).
--- KEYS[1] inflight  KEYS[2] counts  KEYS[3] leases
--- KEYS[4..] ready:<topic> and gen:<topic> of every topic in the call (declared for a cluster's reshard: see
+-- KEYS[1] inflight  KEYS[2] counts  KEYS[3] leases  KEYS[4] cancels (a cancel's request goes
+-- with the lease)
+-- KEYS[5..] ready:<topic> and gen:<topic> of every topic in the call (declared for a cluster's reshard: see
 --   push.lua)
 -- ARGV[1] key prefix, then member_1, token_1, ... (at most 1000 pairs)
 -- Returns the number released.
@@ -28,6 +29,7 @@ for k, member in ipairs(members) do
   end
 end
 if #held == 0 then return 0 end
+local cancelled = redis.call('EXISTS', KEYS[4]) == 1
 proceed_when_full(leases) -- a release must go through when Redis is full
 for _, topic in ipairs(order) do
   -- One LPUSH of a, b, c leaves c first, as one LPUSH each in turn did.
@@ -35,5 +37,6 @@ for _, topic in ipairs(order) do
   ring(prefix, topic)
   bump(counts, topic, 'inflight', -#by_topic[topic])
 end
+if cancelled then redis.call('HDEL', KEYS[4], unpack(held)) end
 end_leases(inflight, leases, held)
 return #held

@@ -3,6 +3,7 @@
 -- counts the run nor changes the last error.
 -- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] delayed  KEYS[4] counts  KEYS[5] leases
 -- KEYS[6] ready:<topic>  KEYS[7] gen:<topic> (declared for a cluster's reshard: see push.lua)
+-- KEYS[8] cancels (a cancel's request goes with the lease)
 -- ARGV[1] key prefix  ARGV[2] member  ARGV[3] token  ARGV[4] delay (us)  ARGV[5] error
 -- ARGV[6] '1' when the run counts as an attempt, '0' when it was postponed
 -- Returns 1, or 0 when the caller's lease was taken over (nothing changed).
@@ -15,6 +16,7 @@ if not e then return 0 end
 local now = now_us()
 local before = earliest(delayed)
 local topic, id = split_member(member)
+local cancelled = redis.call('HEXISTS', KEYS[8], member) == 1
 proceed_when_full(leases) -- a retry must go through when Redis is full
 if ARGV[6] ~= '0' then
   e.attempt = e.attempt + 1
@@ -27,5 +29,6 @@ redis.call('HSET', jobs, member, encode(e))
 place(prefix, delayed, counts, member, topic, id, e.due, now)
 bump(counts, topic, 'inflight', -1)
 announce(prefix, delayed, before)
+if cancelled then redis.call('HDEL', KEYS[8], member) end
 end_leases(inflight, leases, {member})
 return 1

@@ -47,7 +47,8 @@ impl RedisStore {
             .key(k.unique_for())
             .key(k.retain())
             .key(k.finished())
-            .key(k.results());
+            .key(k.results())
+            .key(k.cancels());
         for topic in &topics {
             inv.key(k.done(topic));
         }

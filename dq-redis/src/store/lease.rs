@@ -40,6 +40,7 @@ impl RedisStore {
             .key(k.leases())
             .key(k.ready(&lease.topic))
             .key(k.ready_gen(&lease.topic))
+            .key(k.cancels())
             .arg(k.prefix())
             .arg(member(&lease.topic, &lease.id))
             .arg(lease.token)
@@ -166,6 +167,7 @@ impl Leases for RedisStore {
             .key(k.ready_gen(topic))
             .key(k.delayed())
             .key(k.fetched(&fetcher.consumer))
+            .key(k.cancels())
             .arg(topic.as_str())
             .arg(batch_limit(max))
             .arg(micros(ttl))
@@ -200,6 +202,7 @@ impl Leases for RedisStore {
             .key(k.dead(&lease.topic))
             .key(k.leases())
             .key(k.retain())
+            .key(k.cancels())
             .arg(member(&lease.topic, &lease.id))
             .arg(lease.token)
             .arg(error);
@@ -210,7 +213,7 @@ impl Leases for RedisStore {
         let mut released = 0;
         for (shard, chunk) in self.lease_chunks(leases) {
             let k = self.keys(shard);
-            let mut keys = vec![k.inflight(), k.counts(), k.leases()];
+            let mut keys = vec![k.inflight(), k.counts(), k.leases(), k.cancels()];
             let topics: std::collections::BTreeSet<&Topic> =
                 chunk.iter().map(|l| &l.topic).collect();
             for t in topics {
@@ -240,6 +243,42 @@ impl Leases for RedisStore {
         Ok(lost)
     }
 
+    async fn cancel_requests(&self, leases: &[LeaseRef]) -> Result<Vec<LeaseRef>> {
+        let mut asked = Vec::new();
+        for (shard, chunk) in self.lease_chunks(leases) {
+            let members: Vec<String> = chunk.iter().map(|l| member(&l.topic, &l.id)).collect();
+            let cmd = redis::cmd("HMGET")
+                .arg(self.keys(shard).cancels())
+                .arg(&members)
+                .to_owned();
+            let tokens: Vec<Option<String>> = self.query("read the cancel requests", &cmd).await?;
+            // A request applies to the lease it was made against, not to a later run.
+            asked.extend(
+                chunk
+                    .iter()
+                    .zip(tokens)
+                    .filter(|(l, token)| token.as_deref() == Some(l.token.to_string().as_str()))
+                    .map(|(l, _)| (*l).clone()),
+            );
+        }
+        Ok(asked)
+    }
+
+    async fn cancel_running(&self, lease: &LeaseRef) -> Result<bool> {
+        let k = self.keys_of(&lease.topic, &lease.id);
+        let mut inv = SCRIPTS.cancel_running.prepare_invoke();
+        inv.key(k.jobs())
+            .key(k.inflight())
+            .key(k.counts())
+            .key(k.leases())
+            .key(k.cancels())
+            .key(k.unique_for())
+            .key(k.retain())
+            .arg(member(&lease.topic, &lease.id))
+            .arg(lease.token);
+        Ok(self.call::<Applied>("cancel_running", &inv).await?.0)
+    }
+
     async fn reclaim(&self, shard: u16, limit: usize) -> Result<Reclaimed> {
         let k = self.keys(shard);
         self.declaring_topics(
@@ -252,7 +291,8 @@ impl Leases for RedisStore {
                     .key(k.counts())
                     .key(k.leases())
                     .key(k.attempts())
-                    .key(k.retain());
+                    .key(k.retain())
+                    .key(k.cancels());
                 for t in topics {
                     inv.key(k.ready(t)).key(k.dead(t)).key(k.ready_gen(t));
                 }

@@ -246,7 +246,10 @@ impl Producer for RedisStore {
     }
 
     async fn cancel(&self, topic: &Topic, id: &JobId) -> Result<ChangeOutcome> {
-        let inv = self.change_invocation(&SCRIPTS.cancel, topic, id);
+        let mut inv = self.change_invocation(&SCRIPTS.cancel, topic, id);
+        // A running job's cancel is recorded against its lease (cancel.lua's KEYS[13], [14]).
+        let k = self.keys_of(topic, id);
+        inv.key(k.leases()).key(k.cancels());
         Ok(self.call::<Reply<ChangeOutcome>>("cancel", &inv).await?.0)
     }
 

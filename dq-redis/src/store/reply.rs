@@ -118,7 +118,8 @@ reader!(Reply<ChangeOutcome>, |v| {
         1 => Ok(Reply(ChangeOutcome::Done)),
         0 => Ok(Reply(ChangeOutcome::NotFound)),
         2 => Ok(Reply(ChangeOutcome::Running)),
-        _ => Err(unexpected("0, 1 or 2", v)),
+        3 => Ok(Reply(ChangeOutcome::CancelRequested)),
+        _ => Err(unexpected("0, 1, 2 or 3", v)),
     }
 });
 
@@ -449,6 +450,11 @@ mod tests {
             read::<Reply<ChangeOutcome>>("cancel", Value::Int(2)),
             Ok(Reply(ChangeOutcome::Running))
         ));
+        assert!(matches!(
+            read::<Reply<ChangeOutcome>>("cancel", Value::Int(3)),
+            Ok(Reply(ChangeOutcome::CancelRequested))
+        ));
         assert!(read::<Reply<ChangeOutcome>>("cancel", Value::Int(-1)).is_err());
+        assert!(read::<Reply<ChangeOutcome>>("cancel", Value::Int(4)).is_err());
     }
 }

@@ -13,6 +13,10 @@ use dq_core::{Error, Result};
 /// The prefix of a `wake` message announcing that a topic was resumed (due times are numbers).
 pub(super) const RESUMED: &str = "resumed ";
 
+/// The prefix of a `wake` message announcing that a cancel asked a running job's worker to stop
+/// it (`cancel <topic:id>`, published by cancel.lua).
+const CANCEL: &str = "cancel ";
+
 /// How much longer than its own timeout a blocking wait may go without a reply.
 const WAIT_MARGIN: Duration = Duration::from_secs(2);
 
@@ -129,6 +133,11 @@ impl WakeListener for RedisWakeListener {
             if let Some(topic) = payload.strip_prefix(RESUMED) {
                 if let Ok(topic) = Topic::new(topic) {
                     return Ok(Wake::Resumed(topic));
+                }
+            }
+            if let Some(member) = payload.strip_prefix(CANCEL) {
+                if let Some((topic, id)) = super::reply::parse_member(member) {
+                    return Ok(Wake::Cancel { topic, id });
                 }
             }
         }

@@ -142,6 +142,9 @@ fn describe(outcome: ChangeOutcome, id: &str, done: &str) -> String {
     match outcome {
         ChangeOutcome::Done => format!("{id} {done}."),
         ChangeOutcome::Running => format!("{id} is running: it was left alone."),
+        ChangeOutcome::CancelRequested => {
+            format!("{id} is running: its worker was asked to stop it.")
+        }
         ChangeOutcome::NotFound => format!("{id} is no longer pending: nothing was changed."),
         _ => format!("{id}: {outcome:?}."),
     }

@@ -266,6 +266,31 @@ impl Leases for MemoryStore {
         Ok(lost)
     }
 
+    async fn cancel_requests(&self, leases: &[LeaseRef]) -> Result<Vec<LeaseRef>> {
+        let s = lock(&self.state);
+        Ok(leases
+            .iter()
+            .filter(|l| {
+                let m = (l.topic.clone(), l.id.clone());
+                s.cancels.get(&m) == Some(&l.token)
+            })
+            .cloned()
+            .collect())
+    }
+
+    async fn cancel_running(&self, lease: &LeaseRef) -> Result<bool> {
+        let mut s = lock(&self.state);
+        let Some(m) = s.holds(lease) else {
+            return Ok(false);
+        };
+        s.end_lease(&m);
+        s.jobs.remove(&m);
+        s.unique_for.remove(&m);
+        // Those waiting for it hear it is gone, as after a cancel of a pending job.
+        s.wake_waiters(&m);
+        Ok(true)
+    }
+
     async fn reclaim(&self, _shard: u16, limit: usize) -> Result<Reclaimed> {
         let limit = batch_limit(limit);
         let now = self.now_us();
@@ -287,6 +312,7 @@ impl Leases for MemoryStore {
             // Backwards, so the job that expired first ends up first in line.
             for m in expired.into_iter().rev() {
                 s.leases.remove(&m);
+                s.cancels.remove(&m);
                 State::bump(&mut s.running_count, &m.0, false);
                 s.tally(&m.0, Tally::Failed, 1, now);
                 let limit = s.attempt_limits.get(&m.0).copied();

@@ -150,8 +150,14 @@ impl Producer for MemoryStore {
                 ChangeOutcome::NotFound
             });
         }
-        if s.leases.contains_key(&m) {
-            return Ok(ChangeOutcome::Running);
+        if let Some(&(_, token)) = s.leases.get(&m) {
+            // Running: its worker is asked to stop it (and deletes it unless the run succeeds).
+            s.cancels.insert(m, token);
+            let _ = self.wake.send(Wake::Cancel {
+                topic: topic.clone(),
+                id: id.clone(),
+            });
+            return Ok(ChangeOutcome::CancelRequested);
         }
         if let Some(died) = s.died_at.remove(&m) {
             if let Some(d) = s.dead.get_mut(topic) {

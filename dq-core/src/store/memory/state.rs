@@ -36,6 +36,9 @@ pub(super) struct State {
     pub(super) inflight: BTreeSet<(u64, Member)>,
     /// Running jobs: lease deadline and token.
     pub(super) leases: HashMap<Member, (u64, u64)>,
+    /// Running jobs a cancel asked to stop: the lease token the request applies to. An entry
+    /// goes when the lease ends, whatever ends it.
+    pub(super) cancels: HashMap<Member, u64>,
     /// The last lease token given.
     pub(super) last_token: u64,
     pub(super) dead: HashMap<Topic, BTreeSet<(u64, JobId)>>,
@@ -187,6 +190,7 @@ impl State {
     }
 
     pub(super) fn end_lease(&mut self, m: &Member) {
+        self.cancels.remove(m);
         if let Some((deadline, _)) = self.leases.remove(m) {
             self.inflight.remove(&(deadline, m.clone()));
             State::bump(&mut self.running_count, &m.0, false);
