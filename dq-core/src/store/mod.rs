@@ -120,7 +120,8 @@ pub trait Producer: Sharded {
     /// Stores jobs; returns one outcome per job, in order.
     async fn push(&self, jobs: Vec<NewJob>, on_conflict: OnConflict) -> Result<Vec<PushOutcome>>;
 
-    /// Deletes a job that has not started (or a dead letter).
+    /// Deletes a job that has not started, a dead letter, or the kept record of a succeeded
+    /// job.
     async fn cancel(&self, topic: &Topic, id: &JobId) -> Result<ChangeOutcome>;
 
     /// Moves a job that has not started to a new due time.
@@ -235,7 +236,8 @@ pub trait Admin: Sharded {
     /// shards (bounded: 60 slots per shard).
     async fn throughput(&self, topic: &Topic) -> Result<Throughput>;
 
-    /// A page of a topic's jobs that are delayed, ready or running (dead ones: [`Admin::dead_jobs`]).
+    /// A page of a topic's jobs that are delayed, ready or running, or of its kept succeeded
+    /// jobs (done, newest first); dead ones: [`Admin::dead_jobs`].
     /// `cursor` is [`Cursor::START`] for the first page, then the page's `next`.
     async fn list(&self, topic: &Topic, state: JobState, at: Cursor, limit: usize) -> Result<Page>;
 
