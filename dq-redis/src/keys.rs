@@ -15,6 +15,7 @@
 //! | `meta` | HASH | shard 0 only: `epoch` -> when dq first used the namespace (us), gone when Redis loses its data; `shards` -> the namespace's shard count, recorded by the first process |
 //! | `fetched:<consumer>` | STRING | the last fetches of a consumer (process, topic), `<nonce>:<token>:<deadline>` joined by `\|`, expiring after three leases |
 //! | `leases` | HASH | `topic:id` -> lease token of each running job; `:next` -> the last token given (never below the shard's clock in us) |
+//! | `progress` | HASH | `topic:id` -> the latest progress a running job reported (JSON), gone when it leaves running |
 //! | `dead:<topic>` | ZSET | `topic:id` scored by time of death (us); envelope stays in `jobs` |
 //! | `counts` | HASH | `<topic>:delayed`, `<topic>:inflight` -> counts, kept by the scripts; `<topic>:minute@<s>`, `<topic>:done@<s>`, `<topic>:failed@<s>` for 60 one-minute slots `s`: runs done and failed in the last hour |
 //! | `topics` | SET | every topic pushed to |
@@ -73,6 +74,10 @@ impl ShardKeys {
     /// The lease tokens of running jobs.
     pub fn leases(&self) -> String {
         self.key("leases")
+    }
+    /// The latest progress of running jobs: `topic:id` -> JSON.
+    pub fn progress(&self) -> String {
+        self.key("progress")
     }
     /// Per-topic counters.
     pub fn counts(&self) -> String {

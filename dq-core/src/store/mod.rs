@@ -21,7 +21,7 @@ pub use self::memory::{Event, MemoryStore};
 pub use self::shard::shard_of;
 pub use crate::envelope::{Envelope, ENVELOPE_VERSION};
 pub use crate::job::{from_us, to_us, FiredTick, NewJob};
-pub use crate::lease::check_retry_delay;
+pub use crate::lease::{check_progress, check_retry_delay};
 pub use crate::lease::{Acked, Fetched, LeaseRef, LeasedJob, Promoted, Reclaimed, Succeeded};
 pub use crate::result::{Retention, Waited};
 
@@ -198,6 +198,15 @@ pub trait Leases: Sharded {
 
     /// Returns jobs to the front of their ready lists at once, not counting the attempt.
     async fn release(&self, leases: &[LeaseRef]) -> Result<usize>;
+
+    /// Records `value` (JSON, at most [`MAX_PROGRESS_BYTES`](crate::MAX_PROGRESS_BYTES)) as the
+    /// progress of the running job `lease` names, replacing the one before; [`Producer::status`]
+    /// reads it back in [`JobInfo::progress`] while the job runs, and it goes when the job leaves
+    /// running. Returns false when the lease is no longer held (the job ended, or its lease was
+    /// taken over): nothing is written. A larger value is refused with
+    /// [`Error::InvalidProgress`](crate::Error::InvalidProgress) before anything is sent
+    /// ([`check_progress`]).
+    async fn progress(&self, lease: &LeaseRef, value: &[u8]) -> Result<bool>;
 
     /// Renews leases for another `lease`; returns those no longer held.
     async fn extend(&self, leases: &[LeaseRef], lease: Duration) -> Result<Vec<LeaseRef>>;

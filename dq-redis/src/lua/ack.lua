@@ -2,10 +2,11 @@
 -- with a retention (`retain`) is kept as a succeeded record with its handler's value (its
 -- envelope in `finished`, its value in `results`, indexed by `done:<topic>`), the records past
 -- the retention go, and `ended` announces it to the waits for it.
--- Batched: one HMGET, one ZREM and two HDELs for the whole batch.
+-- Batched: one HMGET, one ZREM and two HDELs (three when jobs reported progress) for the whole
+-- batch.
 -- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] counts  KEYS[4] leases  KEYS[5] unique  KEYS[6] unique_for
 -- KEYS[7] retain  KEYS[8] finished  KEYS[9] results  KEYS[10..] done:<topic> of each topic of
--- the call, in the order of ARGV's topic list.
+-- the call, in the order of ARGV's topic list; then progress (the acked jobs' entries go).
 -- A job pushed with unique_for keeps its id reserved (in `unique`) for that long from now.
 -- ARGV[1] n, the number of topics; ARGV[2..n+1] the topics; then member, token, value triples
 -- (value '' for none; at most 1000 triples).
@@ -13,6 +14,7 @@
 local jobs, inflight, counts, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local retain, finished, results = KEYS[7], KEYS[8], KEYS[9]
 local n_topics = tonumber(ARGV[1])
+local progress = KEYS[10 + n_topics]
 local done_key = {}
 for i = 1, n_topics do done_key[ARGV[1 + i]] = KEYS[9 + i] end
 local members, tokens, values = {}, {}, {}
@@ -60,6 +62,7 @@ if #keep > 0 then
   redis.call('EXISTS', finished, results)
   envelopes = redis.call('HMGET', jobs, unpack(keep))
 end
+local reported = #done > 0 and has_progress(progress)
 if #done > 0 then proceed_when_full(leases) end -- an ack must go through when Redis is full
 local reserved, released = {}, {}
 if holds then
@@ -102,4 +105,5 @@ for topic, k in pairs(per_topic) do
   tally(counts, topic, 'done', k, now)
 end
 if #released > 0 then redis.call('HDEL', KEYS[6], unpack(released)) end
+if reported then clear_progress(progress, done) end
 return out

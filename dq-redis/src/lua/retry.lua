@@ -3,10 +3,12 @@
 -- counts the run nor changes the last error.
 -- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] delayed  KEYS[4] counts  KEYS[5] leases
 -- KEYS[6] ready:<topic>  KEYS[7] gen:<topic> (declared for a cluster's reshard: see push.lua)
+-- KEYS[8] progress (the run's progress goes: the next run starts without one)
 -- ARGV[1] key prefix  ARGV[2] member  ARGV[3] token  ARGV[4] delay (us)  ARGV[5] error
 -- ARGV[6] '1' when the run counts as an attempt, '0' when it was postponed
 -- Returns 1, or 0 when the caller's lease was taken over (nothing changed).
--- Reads first, writes after; the write that may delete a key (ZREM inflight) comes last.
+-- Reads first, writes after; the writes that may delete a key (ZREM inflight, HDEL progress)
+-- come last.
 local jobs, inflight, delayed, counts, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local prefix, member, token, delay, err = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
 if redis.call('HGET', leases, member) ~= token then return 0 end
@@ -15,6 +17,7 @@ if not e then return 0 end
 local now = now_us()
 local before = earliest(delayed)
 local topic, id = split_member(member)
+local reported = has_progress(KEYS[8])
 proceed_when_full(leases) -- a retry must go through when Redis is full
 if ARGV[6] ~= '0' then
   e.attempt = e.attempt + 1
@@ -28,4 +31,5 @@ place(prefix, delayed, counts, member, topic, id, e.due, now)
 bump(counts, topic, 'inflight', -1)
 announce(prefix, delayed, before)
 end_leases(inflight, leases, {member})
+if reported then clear_progress(KEYS[8], {member}) end
 return 1

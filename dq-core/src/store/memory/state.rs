@@ -36,6 +36,9 @@ pub(super) struct State {
     pub(super) inflight: BTreeSet<(u64, Member)>,
     /// Running jobs: lease deadline and token.
     pub(super) leases: HashMap<Member, (u64, u64)>,
+    /// The latest progress each running job reported (JSON); an entry goes with its lease
+    /// ([`State::end_lease`]).
+    pub(super) progress: HashMap<Member, Vec<u8>>,
     /// The last lease token given.
     pub(super) last_token: u64,
     pub(super) dead: HashMap<Topic, BTreeSet<(u64, JobId)>>,
@@ -186,7 +189,9 @@ impl State {
         held.then_some(m)
     }
 
+    /// Ends the lease of job `m`: it is no longer running, and its progress goes.
     pub(super) fn end_lease(&mut self, m: &Member) {
+        self.progress.remove(m);
         if let Some((deadline, _)) = self.leases.remove(m) {
             self.inflight.remove(&(deadline, m.clone()));
             State::bump(&mut self.running_count, &m.0, false);
@@ -345,13 +350,11 @@ impl State {
             // A running job is on the run after the ones its envelope counts.
             env.attempt = env.attempt.saturating_add(1);
         }
-        Some(JobInfo::from_envelope(
-            m.0.clone(),
-            m.1.clone(),
-            state,
-            env,
-            score,
-        ))
+        let mut info = JobInfo::from_envelope(m.0.clone(), m.1.clone(), state, env, score);
+        if state == JobState::Running {
+            info.progress = self.progress.get(m).cloned();
+        }
+        Some(info)
     }
 }
 
@@ -461,9 +464,12 @@ mod tests {
             None,
             "another token"
         );
+        s.progress.insert(m.clone(), b"0.5".to_vec());
+        assert_eq!(s.info(&m).unwrap().progress.as_deref(), Some(&b"0.5"[..]));
         s.end_lease(&m);
         assert!(s.inflight.is_empty());
         assert_eq!(s.counts(&m.0).running, 0);
+        assert!(s.progress.is_empty(), "its progress went with its lease");
     }
 
     #[test]
