@@ -179,7 +179,7 @@ impl RedisStore {
         let info = self.status(topic, id).await?;
         if let Some(info) = &info {
             if matches!(info.state, JobState::Done | JobState::Dead) {
-                return Ok(Some(Waited::Finished(info.clone())));
+                return Ok(Some(Waited::Finished(Box::new(info.clone()))));
             }
         }
         let k = self.keys_of(topic, id);

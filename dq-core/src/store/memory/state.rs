@@ -287,7 +287,7 @@ impl State {
     /// pending (and its end will be kept): then the wait goes on.
     pub(super) fn wait_answer(&self, m: &Member) -> Option<Waited> {
         if self.done.contains_key(m) || self.died_at.contains_key(m) {
-            return self.info(m).map(Waited::Finished);
+            return self.info(m).map(|info| Waited::Finished(Box::new(info)));
         }
         if !self.retention.contains_key(&m.0) {
             return Some(Waited::NotKept);
