@@ -83,18 +83,26 @@ if #keep > 0 then
   local value_of = {}
   for i, member in ipairs(done) do value_of[member] = done_values[i] end
   local stamp = fmt(now)
+  -- One command per key for the whole call: the index per topic, the envelopes, the values.
+  local index, kept_envelopes, kept_values, no_value = {}, {}, {}, {}
   for i, member in ipairs(keep) do
     local topic = topic_of(member)
-    redis.call('ZADD', done_key[topic], stamp, member)
-    redis.call('HSET', finished, member, envelopes[i] or '')
+    index[topic] = index[topic] or {}
+    push_all_pairs(index[topic], stamp, member)
+    push_all_pairs(kept_envelopes, member, envelopes[i] or '')
     if value_of[member] ~= '' then
-      redis.call('HSET', results, member, value_of[member])
+      push_all_pairs(kept_values, member, value_of[member])
     else
-      redis.call('HDEL', results, member)
+      no_value[#no_value + 1] = member
     end
-    -- `finished` is <prefix>finished: the channel is <prefix>ended.
-    redis.call('PUBLISH', string.sub(finished, 1, -9) .. 'ended', member)
   end
+  for topic, pairs_of in pairs(index) do redis.call('ZADD', done_key[topic], unpack(pairs_of)) end
+  redis.call('HSET', finished, unpack(kept_envelopes))
+  if #kept_values > 0 then redis.call('HSET', results, unpack(kept_values)) end
+  if #no_value > 0 then redis.call('HDEL', results, unpack(no_value)) end
+  -- `finished` is <prefix>finished: the channel is <prefix>ended. One message for the call,
+  -- the members one per line.
+  redis.call('PUBLISH', string.sub(finished, 1, -9) .. 'ended', table.concat(keep, '\n'))
   for topic, spec in pairs(kept) do
     trim_done(done_key[topic], finished, results, now - spec.age, spec.count)
   end

@@ -240,6 +240,12 @@ local function new_generation(schedule_gen, id)
   return gen
 end
 
+-- Appends two values to a list of arguments.
+local function push_all_pairs(list, a, b)
+  list[#list + 1] = a
+  list[#list + 1] = b
+end
+
 -- Drops a retained topic's succeeded records older than `before` (us) and beyond its newest
 -- `count`, at most 200 of each per call: bounded work, and every ack trims again.
 local function trim_done(done, finished, results, before, count)
