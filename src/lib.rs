@@ -90,8 +90,8 @@ pub mod admin {
 /// Defaults and bounds.
 pub mod limits {
     pub use dq_core::{
-        DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_RETRIES, MAX_DELAY, MAX_JOB_ID_LEN, MAX_RETRIES,
-        MAX_TOPIC_LEN,
+        DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_RETRIES, MAX_DELAY, MAX_JOB_ID_LEN, MAX_PROGRESS_BYTES,
+        MAX_RETRIES, MAX_TOPIC_LEN,
     };
     pub use dq_runtime::{DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT};
 }

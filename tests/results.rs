@@ -1,19 +1,24 @@
 //! The values handlers return, end to end against a real redis-server: a program that pushed a
 //! job (with a client of its own) waits for the value a worker's handler returned, or for its
 //! last error; a topic without a retention keeps nothing and says so at once; a wait never
-//! hangs; and the retention a listener asks for is recorded at each start, so that leaving
-//! `retain` out turns it off.
+//! hangs; the retention a listener asks for is recorded at each start, so that leaving
+//! `retain` out turns it off; and the progress a running handler reports is read by the
+//! program that pushed, until the job ends.
 
 #![allow(clippy::unwrap_used, unreachable_pub)] // test code: a panic is the failure report
 
 mod support;
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dq::admin::ChangeOutcome;
-use dq::{Client, Config, Due, JobInfo, JobResult, JobState, Listener, Message, Runtime};
+use dq::{
+    Client, Config, Due, JobContext, JobInfo, JobResult, JobState, Listener, Message, Runtime,
+};
 use serde::{Deserialize, Serialize};
 use support::RedisServer;
+use tokio::sync::oneshot;
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Invoice {
@@ -309,5 +314,69 @@ async fn a_retention_redis_lost_is_declared_again() {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    rt.shutdown().await.unwrap();
+}
+
+/// How far an invoice's handler has come, as it reports it.
+#[derive(Debug, Serialize)]
+struct Step {
+    done: u32,
+    of: u32,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_handlers_progress_is_read_by_the_producer_until_the_job_ends() {
+    let redis = RedisServer::start();
+    // The handler reports its progress, then waits for the test to let it finish.
+    let (go_on, gate) = oneshot::channel::<()>();
+    let gate = Arc::new(Mutex::new(Some(gate)));
+    let reporting = Listener::new(Invoice::TOPIC, move |msg: Invoice, ctx: JobContext| {
+        let gate = gate.clone();
+        async move {
+            let step = Step { done: 1, of: 2 };
+            ctx.progress(&step).await.map_err(|e| e.to_string())?;
+            let gate = gate.lock().unwrap().take();
+            if let Some(gate) = gate {
+                let _ = gate.await;
+            }
+            Ok::<_, String>(receipt_of(msg.order_id))
+        }
+    });
+    let rt = runtime(&redis, reporting.retain(RETAIN)).await;
+    let client = producer(&redis).await;
+
+    let id = push(&client, 5).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let progress = loop {
+        let info = client.status_in(Invoice::TOPIC, &id).await.unwrap();
+        if let Some(JobInfo {
+            state: JobState::Running,
+            progress: Some(progress),
+            ..
+        }) = info
+        {
+            break progress;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no progress within 5 s: {info:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let read: serde_json::Value = serde_json::from_slice(&progress).unwrap();
+    assert_eq!(read, serde_json::json!({ "done": 1, "of": 2 }));
+
+    // Let go, the job ends: its record has its value, and the progress of its run is gone.
+    go_on.send(()).unwrap();
+    assert_eq!(
+        wait(&client, &id).await,
+        JobResult::Succeeded(receipt_of(5))
+    );
+    let info = client
+        .status_in(Invoice::TOPIC, &id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((info.state, info.progress), (JobState::Done, None));
     rt.shutdown().await.unwrap();
 }

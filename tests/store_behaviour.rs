@@ -20,6 +20,8 @@ mod changes;
 mod dead_letters;
 #[path = "store_behaviour/leases.rs"]
 mod leases;
+#[path = "store_behaviour/progress.rs"]
+mod progress;
 #[path = "store_behaviour/push.rs"]
 mod push;
 #[path = "store_behaviour/results.rs"]
@@ -193,6 +195,12 @@ on_every_store!(
         wait_times_out_on_a_job_still_pending,
         a_dead_letter_ends_the_wait_with_its_error,
         a_cancel_ends_the_wait_as_not_found,
+    ],
+    progress: [
+        a_running_jobs_progress_is_read_back_and_replaced_by_the_next,
+        progress_is_refused_for_a_lease_no_longer_held_and_over_the_bound,
+        progress_goes_when_the_job_is_acked,
+        progress_goes_whenever_the_job_leaves_running,
     ],
 );
 

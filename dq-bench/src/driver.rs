@@ -19,6 +19,9 @@ pub(crate) const TOPIC: &str = "bench";
 /// Topics the jobs are spread over (`--topics`, 1 by default): job i goes to `topic_of(i)`.
 pub(crate) static TOPICS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
 
+/// Whether the workers keep their succeeded jobs' records (`--retain`).
+pub(crate) static RETAIN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// The topic of job i: `bench` with one topic, else `bench-<i mod topics>`.
 pub(crate) fn topic_of(i: usize) -> String {
     match TOPICS.load(std::sync::atomic::Ordering::Relaxed) {
@@ -332,6 +335,11 @@ async fn spawn_worker(
         "--topics",
         &all_topics().len().to_string(),
     ])
+    .args(
+        RETAIN
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .then_some("--retain"),
+    )
     .stdin(Stdio::piped())
     .stdout(Stdio::piped())
     .kill_on_drop(true)

@@ -67,6 +67,10 @@ struct Cli {
     /// Pushes wait until this many replicas have them (Redis WAIT, DQ_WAIT_REPLICAS).
     #[arg(long)]
     wait_replicas: Option<u32>,
+    /// The workers' listeners keep each succeeded job's record with a small value (retain 1h),
+    /// as `#[dq::listener(retain = "1h")]` does: the cost of results on the drain.
+    #[arg(long)]
+    retain: bool,
     /// Pin every redis-server to these CPUs (e.g. `1` or `2,3`) and this program and its worker
     /// processes to the others, so that Redis has cores of its own (Linux `taskset`).
     #[arg(long, value_delimiter = ',')]
@@ -86,6 +90,8 @@ enum Role {
         concurrency: usize,
         #[arg(long, default_value_t = 1)]
         topics: usize,
+        #[arg(long)]
+        retain: bool,
     },
     /// The producer process of the cross-process workload (spawned by the driver).
     #[command(hide = true)]
@@ -117,8 +123,10 @@ fn main() -> anyhow::Result<()> {
             n,
             concurrency,
             topics,
+            retain,
         }) => {
             driver::TOPICS.store(topics, std::sync::atomic::Ordering::Relaxed);
+            driver::RETAIN.store(retain, std::sync::atomic::Ordering::Relaxed);
             rt.block_on(worker::run(url, n, concurrency))
         }
         Some(Role::Producer {
@@ -143,6 +151,7 @@ fn main() -> anyhow::Result<()> {
         None => {
             driver::STEADY_RATE.store(cli.rate, std::sync::atomic::Ordering::Relaxed);
             driver::TOPICS.store(cli.topics.max(1), std::sync::atomic::Ordering::Relaxed);
+            driver::RETAIN.store(cli.retain, std::sync::atomic::Ordering::Relaxed);
             let n = match (cli.workload.as_str(), cli.n) {
                 ("steady", None) => Some(cli.rate * 15),
                 (_, n) => n,

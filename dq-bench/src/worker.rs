@@ -59,7 +59,8 @@ pub(crate) async fn run(url: String, n: usize, concurrency: usize) -> anyhow::Re
 /// A listener that records each job's first start and counts its runs.
 fn listener(topic: &str, record: &Arc<Record>, concurrency: usize) -> dq::Listener {
     let r = record.clone();
-    dq::Listener::new(topic, move |p: Payload, _ctx: dq::JobContext| {
+    let keep = crate::driver::RETAIN.load(Ordering::Relaxed);
+    let listener = dq::Listener::new(topic, move |p: Payload, _ctx: dq::JobContext| {
         let r = r.clone();
         async move {
             let now = now_us();
@@ -70,7 +71,14 @@ fn listener(topic: &str, record: &Arc<Record>, concurrency: usize) -> dq::Listen
                     r.counts[i].fetch_add(1, Ordering::SeqCst);
                 }
             }
+            // A small value when the run retains results (`--retain`); none otherwise (null).
+            Ok::<_, String>(keep.then_some(p.order_id))
         }
     })
-    .concurrency(concurrency)
+    .concurrency(concurrency);
+    if keep {
+        listener.retain(Duration::from_secs(3600))
+    } else {
+        listener
+    }
 }

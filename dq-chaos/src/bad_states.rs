@@ -72,7 +72,7 @@ pub(crate) async fn redis_empty_restart(full: bool, seed: u64) -> anyhow::Result
         .map(|slot| {
             let log = std::fs::read_to_string(h.dir.join(format!("worker-{slot}.log")));
             log.unwrap_or_default()
-                .matches("declaring the listeners' schedules and retries again")
+                .matches("declaring the listeners' schedules, retries and retentions again")
                 .count()
         })
         .collect();

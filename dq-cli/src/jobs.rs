@@ -7,7 +7,7 @@ use serde_json::json;
 
 use crate::args::{JobsArgs, RescheduleArgs};
 use crate::output::{
-    ago, job_json, print_page, print_table, report, result_line, result_pretty, until,
+    ago, job_json, pretty, print_page, print_table, report, result_line, result_pretty, until,
 };
 use crate::Exit;
 
@@ -72,7 +72,7 @@ pub(crate) async fn show(client: &Client, topic: &str, id: &str, json: bool) -> 
 }
 
 /// The rows of `dq show`'s table; a done job's say when it succeeded and what its handler
-/// returned.
+/// returned, a running job's the progress it reported last (when it reported one).
 fn job_fields(job: &JobInfo) -> Vec<Vec<String>> {
     let mut rows = vec![
         vec!["topic".into(), job.topic.to_string()],
@@ -98,6 +98,10 @@ fn job_fields(job: &JobInfo) -> Vec<Vec<String>> {
         // After `pushed`, and the result last, under the payload.
         rows.insert(6, vec!["succeeded".into(), succeeded]);
         rows.push(vec!["result".into(), result_pretty(job)]);
+    }
+    if let Some(progress) = &job.progress {
+        // Last, under the payload, as a done job's result.
+        rows.push(vec!["progress".into(), pretty(progress)]);
     }
     rows
 }

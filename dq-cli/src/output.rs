@@ -117,13 +117,16 @@ pub(crate) fn result_line(j: &JobInfo, n: usize) -> String {
 /// A done job's result for `dq show`: pretty JSON, or its text ("-" when its handler returned
 /// no value).
 pub(crate) fn result_pretty(j: &JobInfo) -> String {
-    let Some(result) = &j.result else {
-        return "-".into();
-    };
-    match serde_json::from_slice::<Value>(result) {
-        Ok(value) => serde_json::to_string_pretty(&value)
-            .unwrap_or_else(|_| String::from_utf8_lossy(result).into_owned()),
-        Err(_) => String::from_utf8_lossy(result).into_owned(),
+    j.result.as_deref().map_or_else(|| "-".into(), pretty)
+}
+
+/// A value a job holds as JSON (a result, a progress): pretty JSON, or its text when it is not
+/// JSON.
+pub(crate) fn pretty(value: &[u8]) -> String {
+    match serde_json::from_slice::<Value>(value) {
+        Ok(parsed) => serde_json::to_string_pretty(&parsed)
+            .unwrap_or_else(|_| String::from_utf8_lossy(value).into_owned()),
+        Err(_) => String::from_utf8_lossy(value).into_owned(),
     }
 }
 
@@ -141,6 +144,8 @@ pub(crate) fn job_json(j: &dq::JobInfo) -> Value {
         "payload": nested(&j.payload),
         // A done job's value (null for none, and for a job that is not done).
         "result": j.result.as_deref().map(nested),
+        // A running job's latest progress (null when it reported none, and when not running).
+        "progress": j.progress.as_deref().map(nested),
     })
 }
 

@@ -251,6 +251,44 @@ async fn a_done_job_shows_its_result_in_show_and_in_jobs_state_done() {
 }
 
 #[tokio::test]
+async fn a_running_job_shows_the_progress_it_reported_in_show() {
+    let redis = RedisServer::start();
+    let (c, store) = client_and_store(&redis).await;
+    c.push_json("t", r#"{"order_id":7}"#)
+        .id("busy")
+        .await
+        .unwrap();
+    let leased = store
+        .fetch(0, &dq::Topic::new("t").unwrap(), 1, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let lease = leased.jobs[0].lease.clone();
+    // Running, nothing reported yet: no progress row, a null field.
+    let job = json(&dq(&redis, &["show", "t", "busy", "--json"]));
+    assert_eq!(job["state"], "running", "{job}");
+    assert!(job["progress"].is_null(), "{job}");
+    let table = ok(&dq(&redis, &["show", "t", "busy"]));
+    assert!(!table.contains("progress"), "{table}");
+    let reported = store.progress(&lease, br#"{"done":3,"of":10}"#).await;
+    assert!(reported.unwrap());
+    let job = json(&dq(&redis, &["show", "t", "busy", "--json"]));
+    assert_eq!(
+        job["progress"],
+        serde_json::json!({ "done": 3, "of": 10 }),
+        "the progress is shown as nested JSON"
+    );
+    let table = ok(&dq(&redis, &["show", "t", "busy"]));
+    assert!(
+        table.lines().any(|l| l.starts_with("progress")),
+        "a progress row: {table}"
+    );
+    assert!(
+        table.lines().any(|l| l.trim() == r#""done": 3,"#),
+        "the progress as pretty JSON: {table}"
+    );
+}
+
+#[tokio::test]
 async fn cancel_and_reschedule_say_what_happened_by_exit_code() {
     let redis = RedisServer::start();
     let (c, store) = client_and_store(&redis).await;

@@ -77,6 +77,17 @@ pub enum Error {
         /// Why the time was rejected.
         reason: &'static str,
     },
+    /// A progress report that cannot be stored: its value does not serialize, or its JSON is
+    /// over [`MAX_PROGRESS_BYTES`](crate::MAX_PROGRESS_BYTES). Nothing was written.
+    #[error("invalid progress of job {topic}:{id}: {reason}")]
+    InvalidProgress {
+        /// The job's topic.
+        topic: String,
+        /// The job's id.
+        id: String,
+        /// What is wrong, quoting the size and the limit, or what serde said.
+        reason: String,
+    },
     /// A periodic schedule that cannot be: a cron expression or time zone that does not parse,
     /// an interval under a second.
     #[error("invalid schedule: {reason}")]
@@ -223,6 +234,7 @@ impl Error {
             | Error::Serialize { .. }
             | Error::InvalidPush { .. }
             | Error::InvalidSchedule { .. }
+            | Error::InvalidProgress { .. }
             | Error::InvalidPeriodic { .. }
             | Error::DuplicateListener { .. }
             | Error::InvalidListener { .. } => ErrorKind::InvalidInput,

@@ -211,6 +211,13 @@ pub struct JobInfo {
     /// What its handler returned, as JSON, when it is [`Done`](JobState::Done) and returned a
     /// value (`None` for `()`).
     pub result: Option<Vec<u8>>,
+    /// The latest progress its handler reported (`JobContext::progress`), as JSON, while it is
+    /// [`Running`](JobState::Running). A job's progress belongs to its run: it goes when the
+    /// job leaves running, however it leaves (acked, retried, postponed, dead-lettered,
+    /// released, reclaimed), so a retried job starts without one and a done job shows its
+    /// [`result`](JobInfo::result) instead. Read by `status` (`Client::status`); listings
+    /// need not carry it.
+    pub progress: Option<Vec<u8>>,
 }
 
 impl JobInfo {
@@ -235,6 +242,7 @@ impl JobInfo {
             last_error: env.last_error,
             payload: env.payload,
             result: None,
+            progress: None,
         }
     }
 }

@@ -28,6 +28,27 @@ pub fn check_retry_delay(lease: &LeaseRef, delay: Duration) -> crate::Result<()>
     Ok(())
 }
 
+/// The largest progress a running job may report ([`Leases::progress`](crate::store::Leases::progress)),
+/// as JSON: 64 KiB. Progress is rewritten at every report and read by every status call; a
+/// report is a fraction, a count or a short note, not data (return that as the job's result).
+pub const MAX_PROGRESS_BYTES: usize = 64 * 1024;
+
+/// Refuses a progress value over [`MAX_PROGRESS_BYTES`] (both stores call it before sending
+/// anything), naming the job.
+pub fn check_progress(lease: &LeaseRef, value: &[u8]) -> crate::Result<()> {
+    if value.len() > MAX_PROGRESS_BYTES {
+        return Err(crate::Error::InvalidProgress {
+            topic: lease.topic.to_string(),
+            id: lease.id.to_string(),
+            reason: format!(
+                "{} bytes of JSON, over the limit of {MAX_PROGRESS_BYTES} bytes (report a fraction, a count or a short note; return larger data as the job's result)",
+                value.len()
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// Names one lease on one job: the fencing token that refuses writes from a worker whose
 /// lease was taken over.
 ///

@@ -23,7 +23,9 @@ pub use crate::job::{
     from_us, to_us, Due, JobInfo, JobState, NewJob, OnConflict, PushOutcome, DEFAULT_RETRIES,
     MAX_DELAY, MAX_RETRIES,
 };
-pub use crate::lease::{Acked, Fetched, LeaseRef, LeasedJob, Promoted, Reclaimed, Succeeded};
+pub use crate::lease::{
+    Acked, Fetched, LeaseRef, LeasedJob, Promoted, Reclaimed, Succeeded, MAX_PROGRESS_BYTES,
+};
 pub use crate::result::{JobResult, Retention, Waited};
 pub use client::{Client, PushBuilder, Pushed};
 pub use config::{

@@ -41,7 +41,7 @@ impl Retention {
 pub enum Waited {
     /// It ended: its record, [`Done`](crate::JobState::Done) (with its value) or
     /// [`Dead`](crate::JobState::Dead) (with its last error).
-    Finished(JobInfo),
+    Finished(Box<JobInfo>),
     /// Its topic keeps no records of succeeded jobs (no retention): its end cannot be waited
     /// for, nor its value read.
     NotKept,

@@ -16,6 +16,7 @@
 //! | `fetched:<consumer>` | STRING | the last fetches of a consumer (process, topic), `<nonce>:<token>:<deadline>` joined by `\|`, expiring after three leases |
 //! | `leases` | HASH | `topic:id` -> lease token of each running job; `:next` -> the last token given (never below the shard's clock in us) |
 //! | `cancels` | HASH | `topic:id` -> the lease token of a running job a cancel asked to stop; the entry goes when the lease ends |
+//! | `progress` | HASH | `topic:id` -> the latest progress a running job reported (JSON), gone when it leaves running |
 //! | `dead:<topic>` | ZSET | `topic:id` scored by time of death (us); envelope stays in `jobs` |
 //! | `counts` | HASH | `<topic>:delayed`, `<topic>:inflight` -> counts, kept by the scripts; `<topic>:minute@<s>`, `<topic>:done@<s>`, `<topic>:failed@<s>` for 60 one-minute slots `s`: runs done and failed in the last hour |
 //! | `topics` | SET | every topic pushed to |
@@ -78,6 +79,11 @@ impl ShardKeys {
     /// The running jobs a cancel asked to stop: `topic:id` -> the lease token it applies to.
     pub fn cancels(&self) -> String {
         self.key("cancels")
+
+    }
+    /// The latest progress of running jobs: `topic:id` -> JSON.
+    pub fn progress(&self) -> String {
+        self.key("progress")
     }
     /// Per-topic counters.
     pub fn counts(&self) -> String {

@@ -41,6 +41,7 @@ scripts!(
     dead,
     release,
     extend,
+    progress,
     reclaim,
     cancel,
     reschedule,

@@ -1,9 +1,12 @@
 //! [`JobContext`]: what a handler may know about the job it runs.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use dq_core::{Client, Config, JobId, MemoryStore, Topic};
+use dq_core::store::Leases;
+use dq_core::{Client, Config, Error, JobId, LeaseRef, MemoryStore, Topic};
+use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::states::States;
@@ -26,12 +29,23 @@ pub struct JobContext {
     pub(crate) payload: Arc<Vec<u8>>,
     pub(crate) states: Arc<States>,
     pub(crate) client: Client,
+    /// Where [`JobContext::progress`] writes: the run's lease and the store's lease role
+    /// (`None` in a [`JobContext::for_test`] context, which has no run).
+    pub(crate) progress_to: Option<ProgressTo>,
+}
+
+/// The run a context belongs to, as a progress report needs it.
+#[derive(Clone, Debug)]
+pub(crate) struct ProgressTo {
+    pub(crate) lease: LeaseRef,
+    pub(crate) leases: Arc<dyn Leases>,
 }
 
 impl JobContext {
     /// A context for calling a handler or an extractor directly, in a unit test: attempt 1 of
     /// 3, due now, an empty payload, no state, and a client on a fresh in-memory store (see
-    /// the `with_*` methods to change them).
+    /// the `with_*` methods to change them). It belongs to no run: its
+    /// [`progress`](JobContext::progress) checks the value and writes nothing.
     pub fn for_test(topic: &str, id: &str) -> dq_core::Result<JobContext> {
         let now = SystemTime::now();
         let client = Client::new(Arc::new(MemoryStore::new()), Config::builder().build()?);
@@ -49,6 +63,7 @@ impl JobContext {
             payload: Arc::new(Vec::new()),
             states: Arc::new(States::default()),
             client,
+            progress_to: None,
         })
     }
 
@@ -184,5 +199,100 @@ impl JobContext {
     /// True once a cancel asked this job to stop (see [`cancelled`](JobContext::cancelled)).
     pub fn is_cancelled(&self) -> bool {
         self.cancel.is_cancelled()
+
+    }
+
+    /// Reports how far this run has come: `value` (anything that serializes: a fraction, a
+    /// count, a struct) is stored as the job's progress, as JSON, replacing the one before.
+    /// `Client::status` reads it back (`JobInfo::progress`) while the job runs, and so do
+    /// `dq show` and the dashboard's job page; it goes when the job leaves running (done,
+    /// retried, dead), so the next run starts without one.
+    ///
+    /// Each call is one write to the store: report at a human pace (each second, each
+    /// percent), not for every item. A value that does not serialize, or whose JSON is over
+    /// [`MAX_PROGRESS_BYTES`](dq_core::MAX_PROGRESS_BYTES) (64 KiB), is an
+    /// [`Error::InvalidProgress`] and nothing is written; an error of the store is returned
+    /// as it is. A run whose lease is no longer held (see [`lease_lost`](JobContext::lease_lost))
+    /// writes nothing and gets `Ok`: its report is logged at debug level and dropped.
+    ///
+    /// In a [`JobContext::for_test`] context, which belongs to no run, it checks the value
+    /// (it serializes, within the bound) and writes nothing.
+    ///
+    /// ```no_run
+    /// # #[derive(serde::Serialize)] struct Step { done: u64, of: u64 }
+    /// # async fn handler(ctx: dq_runtime::JobContext) -> dq_core::Result<()> {
+    /// for done in 0..100 {
+    ///     // ... one percent of the work ...
+    ///     ctx.progress(&Step { done, of: 100 }).await?;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn progress<T: Serialize + ?Sized>(
+        &self,
+        value: &T,
+    ) -> impl Future<Output = dq_core::Result<()>> + Send + '_ {
+        // Serialized here, before the future: it holds the JSON, not `value`, so a handler's
+        // future stays `Send` whatever `T` is (an `async fn` would hold `&T`, asking `T: Sync`).
+        let json = serde_json::to_vec(value).map_err(|e| Error::InvalidProgress {
+            topic: self.topic.to_string(),
+            id: self.id.to_string(),
+            reason: format!(
+                "the value ({}) cannot be serialized as JSON: {e}",
+                std::any::type_name::<T>()
+            ),
+        });
+        async move {
+            let json = json?;
+            let Some(to) = &self.progress_to else {
+                let lease = LeaseRef {
+                    topic: self.topic.clone(),
+                    id: self.id.clone(),
+                    token: 0,
+                    shard: 0,
+                };
+                return dq_core::store::check_progress(&lease, &json);
+            };
+            if !to.leases.progress(&to.lease, &json).await? {
+                tracing::debug!(
+                    topic = %self.topic, id = %self.id,
+                    "progress not recorded: this run's lease is no longer held"
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A value whose serialization fails.
+    struct Unserializable;
+
+    impl Serialize for Unserializable {
+        fn serialize<S: serde::Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
+            Err(<S::Error as serde::ser::Error>::custom("no way"))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_test_contexts_progress_checks_the_value_and_writes_nothing() {
+        let ctx = JobContext::for_test("invoice", "7").unwrap();
+        ctx.progress(&0.5).await.unwrap();
+        ctx.progress("half way").await.unwrap();
+        let err = ctx.progress(&Unserializable).await.unwrap_err();
+        assert_eq!(err.kind(), dq_core::ErrorKind::InvalidInput);
+        let text = err.to_string();
+        assert!(
+            text.contains("invoice:7") && text.contains("no way"),
+            "{text}"
+        );
+        // Its JSON is two bytes over the bound (the quotes).
+        let big = "x".repeat(dq_core::MAX_PROGRESS_BYTES);
+        let err = ctx.progress(&big).await.unwrap_err();
+        assert_eq!(err.kind(), dq_core::ErrorKind::InvalidInput);
+        assert!(err.to_string().contains("65538 bytes"), "{err}");
     }
 }

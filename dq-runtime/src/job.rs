@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::backoff::unit_random;
-use crate::context::JobContext;
+use crate::context::{JobContext, ProgressTo};
 use crate::extract::HandlerFuture;
 use crate::fate::{self, Ended};
 use crate::listener::Listener;
@@ -139,6 +139,10 @@ impl Runner {
             payload: payload.clone(),
             states: self.shared.states.clone(),
             client: self.shared.client.clone(),
+            progress_to: Some(ProgressTo {
+                lease: lease.clone(),
+                leases: self.leases.clone(),
+            }),
         };
         (ctx, payload)
     }

@@ -607,6 +607,34 @@ async fn a_done_job_shows_its_result_on_its_page_and_in_the_done_tab() {
 }
 
 #[tokio::test]
+async fn a_running_job_shows_its_progress_on_its_page_escaped() {
+    let (client, store) = memory_client_and_store().await;
+    push(&client, "p1", 7).await;
+    let topic = Topic::new(TOPIC).unwrap();
+    let leased = store
+        .fetch(0, &topic, 1, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let lease = &leased.jobs[0].lease;
+    assert_eq!(lease.id.as_str(), "p1");
+    let addr = serve(client.clone(), Options::new()).await;
+    let (status, page) = get(&addr, "/topics/order-cancel/jobs/p1").await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("None reported"), "{page}");
+    let progress = br#"{"step":"<b>copying</b>","done":3}"#;
+    assert!(store.progress(lease, progress).await.unwrap());
+    let (status, page) = get(&addr, "/topics/order-cancel/jobs/p1").await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains(r#"data-state="running""#), "{page}");
+    assert!(page.contains(">Progress<"), "{page}");
+    assert!(
+        page.contains("&lt;b&gt;copying&lt;/b&gt;"),
+        "escaped: {page}"
+    );
+    assert!(!page.contains("<b>copying</b>"), "{page}");
+}
+
+#[tokio::test]
 async fn run_now_on_a_ready_job_keeps_its_place() {
     let client = memory_client().await;
     for id in ["r1", "r2", "r3"] {

@@ -54,7 +54,7 @@ async fn succeed(c: &TestClient, id: &str) {
 /// What a wait found, which must be the job's end.
 fn finished(waited: Waited) -> JobInfo {
     match waited {
-        Waited::Finished(info) => info,
+        Waited::Finished(info) => *info,
         other => panic!("the wait found no end: {other:?}"),
     }
 }

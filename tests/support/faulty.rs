@@ -187,6 +187,9 @@ impl Leases for Faulty {
     async fn release(&self, leases: &[LeaseRef]) -> dq::Result<usize> {
         self.inner.release(leases).await
     }
+    async fn progress(&self, lease: &LeaseRef, value: &[u8]) -> dq::Result<bool> {
+        self.inner.progress(lease, value).await
+    }
     async fn extend(&self, leases: &[LeaseRef], lease: Duration) -> dq::Result<Vec<LeaseRef>> {
         self.stall_if_touched(leases).await;
         self.inner.extend(leases, lease).await

@@ -204,8 +204,9 @@ impl Client {
         self.reschedule_in(M::TOPIC, id, when).await
     }
 
-    /// A job of message type `M`: its state, attempts, due time, last error and payload;
-    /// `None` when no such job is pending or dead.
+    /// A job of message type `M`: its state, attempts, due time, last error and payload (and a
+    /// running job's latest [`progress`](JobInfo::progress)); `None` when no such job is
+    /// pending or dead.
     pub async fn status<M: Message>(&self, id: &str) -> Result<Option<JobInfo>> {
         self.status_in(M::TOPIC, id).await
     }
@@ -234,8 +235,9 @@ impl Client {
             .await
     }
 
-    /// A job's state, attempts, last error and payload; `None` when it is neither pending nor
-    /// dead (never pushed, finished, or cancelled).
+    /// A job's state, attempts, last error and payload (and a running job's latest
+    /// [`progress`](JobInfo::progress)); `None` when it is neither pending nor dead (never
+    /// pushed, finished, or cancelled).
     pub async fn status_in(&self, topic: &str, id: &str) -> Result<Option<JobInfo>> {
         self.store
             .status(&Topic::new(topic)?, &JobId::new(id)?)

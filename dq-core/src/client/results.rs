@@ -88,7 +88,7 @@ impl Client {
     ) -> Result<JobResult<T>> {
         let (topic, id) = (Topic::new(topic)?, JobId::new(id)?);
         match self.store.wait_finished(&topic, &id, timeout).await? {
-            Waited::Finished(info) => decode(info),
+            Waited::Finished(info) => decode(*info),
             Waited::NotKept => Ok(JobResult::NotKept),
             Waited::NotFound => Ok(JobResult::NotFound),
             Waited::TimedOut => Ok(JobResult::Pending),

@@ -21,7 +21,7 @@ pub use self::memory::{Event, MemoryStore};
 pub use self::shard::shard_of;
 pub use crate::envelope::{Envelope, ENVELOPE_VERSION};
 pub use crate::job::{from_us, to_us, FiredTick, NewJob};
-pub use crate::lease::check_retry_delay;
+pub use crate::lease::{check_progress, check_retry_delay};
 pub use crate::lease::{Acked, Fetched, LeaseRef, LeasedJob, Promoted, Reclaimed, Succeeded};
 pub use crate::result::{Retention, Waited};
 
@@ -210,6 +210,15 @@ pub trait Leases: Sharded {
     /// Returns jobs to the front of their ready lists at once, not counting the attempt.
     async fn release(&self, leases: &[LeaseRef]) -> Result<usize>;
 
+    /// Records `value` (JSON, at most [`MAX_PROGRESS_BYTES`](crate::MAX_PROGRESS_BYTES)) as the
+    /// progress of the running job `lease` names, replacing the one before; [`Producer::status`]
+    /// reads it back in [`JobInfo::progress`] while the job runs, and it goes when the job leaves
+    /// running. Returns false when the lease is no longer held (the job ended, or its lease was
+    /// taken over): nothing is written. A larger value is refused with
+    /// [`Error::InvalidProgress`](crate::Error::InvalidProgress) before anything is sent
+    /// ([`check_progress`]).
+    async fn progress(&self, lease: &LeaseRef, value: &[u8]) -> Result<bool>;
+
     /// Renews leases for another `lease`; returns those no longer held.
     async fn extend(&self, leases: &[LeaseRef], lease: Duration) -> Result<Vec<LeaseRef>>;
 
@@ -259,7 +268,8 @@ pub trait Admin: Sharded {
     /// shards (bounded: 60 slots per shard).
     async fn throughput(&self, topic: &Topic) -> Result<Throughput>;
 
-    /// A page of a topic's jobs that are delayed, ready or running (dead ones: [`Admin::dead_jobs`]).
+    /// A page of a topic's jobs that are delayed, ready or running, or of its kept succeeded
+    /// jobs (done, newest first); dead ones: [`Admin::dead_jobs`].
     /// `cursor` is [`Cursor::START`] for the first page, then the page's `next`.
     async fn list(&self, topic: &Topic, state: JobState, at: Cursor, limit: usize) -> Result<Page>;
 

@@ -2,11 +2,12 @@
 -- with a retention (`retain`) is kept as a succeeded record with its handler's value (its
 -- envelope in `finished`, its value in `results`, indexed by `done:<topic>`), the records past
 -- the retention go, and `ended` announces it to the waits for it.
--- Batched: one HMGET, one ZREM and two HDELs for the whole batch.
+-- Batched: one HMGET, one ZREM and two HDELs (three when jobs reported progress) for the whole
+-- batch.
 -- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] counts  KEYS[4] leases  KEYS[5] unique  KEYS[6] unique_for
 -- KEYS[7] retain  KEYS[8] finished  KEYS[9] results  KEYS[10] cancels (a cancel's request goes
 -- with the lease)  KEYS[11..] done:<topic> of each topic of the call, in the order of ARGV's
--- topic list.
+-- topic list; then progress (the acked jobs' entries go).
 -- A job pushed with unique_for keeps its id reserved (in `unique`) for that long from now.
 -- ARGV[1] n, the number of topics; ARGV[2..n+1] the topics; then member, token, value triples
 -- (value '' for none; at most 1000 triples).
@@ -14,6 +15,7 @@
 local jobs, inflight, counts, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local retain, finished, results, cancels = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local n_topics = tonumber(ARGV[1])
+local progress = KEYS[11 + n_topics]
 local done_key = {}
 for i = 1, n_topics do done_key[ARGV[1 + i]] = KEYS[10 + i] end
 local members, tokens, values = {}, {}, {}
@@ -62,6 +64,7 @@ if #keep > 0 then
   envelopes = redis.call('HMGET', jobs, unpack(keep))
 end
 local cancelled = #done > 0 and redis.call('EXISTS', cancels) == 1
+local reported = #done > 0 and has_progress(progress)
 if #done > 0 then proceed_when_full(leases) end -- an ack must go through when Redis is full
 local reserved, released = {}, {}
 if holds then
@@ -83,18 +86,26 @@ if #keep > 0 then
   local value_of = {}
   for i, member in ipairs(done) do value_of[member] = done_values[i] end
   local stamp = fmt(now)
+  -- One command per key for the whole call: the index per topic, the envelopes, the values.
+  local index, kept_envelopes, kept_values, no_value = {}, {}, {}, {}
   for i, member in ipairs(keep) do
     local topic = topic_of(member)
-    redis.call('ZADD', done_key[topic], stamp, member)
-    redis.call('HSET', finished, member, envelopes[i] or '')
+    index[topic] = index[topic] or {}
+    push_all_pairs(index[topic], stamp, member)
+    push_all_pairs(kept_envelopes, member, envelopes[i] or '')
     if value_of[member] ~= '' then
-      redis.call('HSET', results, member, value_of[member])
+      push_all_pairs(kept_values, member, value_of[member])
     else
-      redis.call('HDEL', results, member)
+      no_value[#no_value + 1] = member
     end
-    -- `finished` is <prefix>finished: the channel is <prefix>ended.
-    redis.call('PUBLISH', string.sub(finished, 1, -9) .. 'ended', member)
   end
+  for topic, pairs_of in pairs(index) do redis.call('ZADD', done_key[topic], unpack(pairs_of)) end
+  redis.call('HSET', finished, unpack(kept_envelopes))
+  if #kept_values > 0 then redis.call('HSET', results, unpack(kept_values)) end
+  if #no_value > 0 then redis.call('HDEL', results, unpack(no_value)) end
+  -- `finished` is <prefix>finished: the channel is <prefix>ended. One message for the call,
+  -- the members one per line.
+  redis.call('PUBLISH', string.sub(finished, 1, -9) .. 'ended', table.concat(keep, '\n'))
   for topic, spec in pairs(kept) do
     trim_done(done_key[topic], finished, results, now - spec.age, spec.count)
   end
@@ -105,4 +116,5 @@ for topic, k in pairs(per_topic) do
   tally(counts, topic, 'done', k, now)
 end
 if #released > 0 then redis.call('HDEL', KEYS[6], unpack(released)) end
+if reported then clear_progress(progress, done) end
 return out

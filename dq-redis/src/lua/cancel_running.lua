@@ -4,7 +4,7 @@
 -- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] counts  KEYS[4] leases  KEYS[5] cancels
 -- KEYS[6] unique_for (a cancelled job reserves nothing: its entry goes)
 -- KEYS[7] retain (a topic that keeps its ends announces this one on `ended`, for the waits for
--- it, which then find it gone)
+-- it, which then find it gone)  KEYS[8] progress (the run's progress goes)
 -- ARGV[1] member  ARGV[2] token
 -- Returns 1, or 0 when the caller's lease was taken over (nothing changed).
 local jobs, inflight, counts, leases, cancels = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -13,12 +13,14 @@ if redis.call('HGET', leases, member) ~= token then return 0 end
 local topic = topic_of(member)
 local announced = redis.call('HEXISTS', KEYS[7], topic) == 1
 redis.call('EXISTS', jobs, inflight, counts, cancels, KEYS[6]) -- touched before the first write
+local reported = has_progress(KEYS[8])
 proceed_when_full(leases) -- deleting a job must go through when Redis is full
 redis.call('HDEL', jobs, member)
 redis.call('HDEL', cancels, member)
 redis.call('HDEL', KEYS[6], member)
 bump(counts, topic, 'inflight', -1)
 end_leases(inflight, leases, {member})
+if reported then clear_progress(KEYS[8], {member}) end
 -- `jobs` is <prefix>jobs: the channel is <prefix>ended.
 if announced then redis.call('PUBLISH', string.sub(jobs, 1, -5) .. 'ended', member) end
 return 1

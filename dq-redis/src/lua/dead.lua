@@ -2,7 +2,7 @@
 -- the error that killed it. An envelope that cannot be read is kept whole as the payload.
 -- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] counts  KEYS[4] dead:<topic>  KEYS[5] leases
 -- KEYS[6] retain (a topic that keeps its ends announces this one on `ended`)
--- KEYS[7] cancels (a cancel's request goes with the lease)
+-- KEYS[7] cancels (a cancel's request goes with the lease)  KEYS[8] progress
 -- ARGV[1] member  ARGV[2] token  ARGV[3] error
 -- Returns 1, or 0 when the caller's lease was taken over (nothing changed).
 local jobs, inflight, counts, dead, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -22,6 +22,7 @@ e.err = err
 local topic = split_member(member)
 local announced = redis.call('HEXISTS', KEYS[6], topic) == 1
 local cancelled = redis.call('HEXISTS', KEYS[7], member) == 1
+local reported = has_progress(KEYS[8])
 proceed_when_full(leases) -- a dead letter must go through when Redis is full
 redis.call('HSET', jobs, member, encode(e))
 end_leases(inflight, leases, {member})
@@ -30,4 +31,5 @@ tally(counts, topic, 'failed', 1, now)
 redis.call('ZADD', dead, now, member)
 if cancelled then redis.call('HDEL', KEYS[7], member) end
 if announced then redis.call('PUBLISH', string.sub(jobs, 1, -5) .. 'ended', member) end
+if reported then clear_progress(KEYS[8], {member}) end
 return 1

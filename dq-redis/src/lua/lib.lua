@@ -55,6 +55,19 @@ local function end_leases(inflight, leases, members)
   redis.call('HDEL', leases, unpack(members))
 end
 
+-- Progress (progress.lua): the `progress` hash holds the latest progress of running jobs, and a
+-- job's entry goes when it leaves running. A script that ends leases calls `has_progress` before
+-- its first write (the touch lib.lua's rule asks for; nothing to clear when the hash is absent,
+-- as it is while no job reports progress), then `clear_progress` after its writes: the HDEL may
+-- delete the key, so nothing uses it after.
+local function has_progress(progress)
+  return redis.call('EXISTS', progress) == 1
+end
+
+local function clear_progress(progress, members)
+  redis.call('HDEL', progress, unpack(members))
+end
+
 -- The topic of a `topic:id` member (one string made, not two).
 local function topic_of(member)
   local colon = string.find(member, ':', 1, true)
@@ -225,6 +238,12 @@ local function new_generation(schedule_gen, id)
   local gen = math.max(tonumber(redis.call('HGET', schedule_gen, id) or 0) + 1, now_us())
   redis.call('HSET', schedule_gen, id, fmt(gen))
   return gen
+end
+
+-- Appends two values to a list of arguments.
+local function push_all_pairs(list, a, b)
+  list[#list + 1] = a
+  list[#list + 1] = b
 end
 
 -- Drops a retained topic's succeeded records older than `before` (us) and beyond its newest

@@ -10,7 +10,8 @@
 -- KEYS[6] retain (a job dead-lettered here, of a topic that keeps its ends, is announced on
 -- `ended` for the waits for it)
 -- KEYS[7] cancels (a cancel's request goes with the lease: the job is taken back as any)
--- KEYS[8..] ready:<topic>, dead:<topic> and gen:<topic> of each topic the caller knows
+-- KEYS[8..] ready:<topic>, dead:<topic> and gen:<topic> of each topic the caller knows, then
+-- progress (the last key: the entries of the jobs taken back go)
 -- ARGV[1] key prefix  ARGV[2] most jobs (at most 1000)
 -- Returns {requeued, dead_lettered, unknown_topic_1, ...}.
 -- Only jobs whose ready and dead keys are declared are taken back; the others stay expired
@@ -19,8 +20,9 @@
 -- write that may delete a key (ZREM inflight) last.
 local jobs, inflight, counts, leases, attempts = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local prefix, limit = ARGV[1], math.min(tonumber(ARGV[2]), 1000)
+local progress = KEYS[#KEYS]
 local declared = {}
-for i = 8, #KEYS do declared[KEYS[i]] = true end
+for i = 8, #KEYS - 1 do declared[KEYS[i]] = true end
 local now = now_us()
 local found = redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0, limit)
 local expired, unknown, seen_unknown = {}, {}, {}
@@ -103,6 +105,7 @@ for topic in pairs(dead_by) do
   announced[topic] = redis.call('HEXISTS', KEYS[6], topic) == 1
 end
 local cancelled = redis.call('EXISTS', KEYS[7]) == 1
+local reported = has_progress(progress)
 proceed_when_full(leases) -- taking back expired leases must go through when Redis is full
 if #writes > 0 then redis.call('HSET', jobs, unpack(writes)) end
 for topic, entries in pairs(dead_by) do
@@ -122,5 +125,6 @@ for topic, k in pairs(running) do
 end
 if cancelled then redis.call('HDEL', KEYS[7], unpack(expired)) end
 end_leases(inflight, leases, expired)
+if reported then clear_progress(progress, expired) end
 out[1], out[2] = requeued, dead
 return out

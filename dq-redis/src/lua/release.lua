@@ -3,11 +3,11 @@
 -- KEYS[1] inflight  KEYS[2] counts  KEYS[3] leases  KEYS[4] cancels (a cancel's request goes
 -- with the lease)
 -- KEYS[5..] ready:<topic> and gen:<topic> of every topic in the call (declared for a cluster's reshard: see
---   push.lua)
+--   push.lua), then progress (the last key: the released jobs' entries go)
 -- ARGV[1] key prefix, then member_1, token_1, ... (at most 1000 pairs)
 -- Returns the number released.
 -- Reads first (tokens, and a touch of each ready list), writes after; ZREM inflight last.
-local inflight, counts, leases = KEYS[1], KEYS[2], KEYS[3]
+local inflight, counts, leases, progress = KEYS[1], KEYS[2], KEYS[3], KEYS[#KEYS]
 local prefix = ARGV[1]
 local members = {}
 for i = 2, #ARGV, 2 do members[#members + 1] = ARGV[i] end
@@ -30,6 +30,7 @@ for k, member in ipairs(members) do
 end
 if #held == 0 then return 0 end
 local cancelled = redis.call('EXISTS', KEYS[4]) == 1
+local reported = has_progress(progress)
 proceed_when_full(leases) -- a release must go through when Redis is full
 for _, topic in ipairs(order) do
   -- One LPUSH of a, b, c leaves c first, as one LPUSH each in turn did.
@@ -39,4 +40,5 @@ for _, topic in ipairs(order) do
 end
 if cancelled then redis.call('HDEL', KEYS[4], unpack(held)) end
 end_leases(inflight, leases, held)
+if reported then clear_progress(progress, held) end
 return #held

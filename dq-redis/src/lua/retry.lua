@@ -4,10 +4,12 @@
 -- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] delayed  KEYS[4] counts  KEYS[5] leases
 -- KEYS[6] ready:<topic>  KEYS[7] gen:<topic> (declared for a cluster's reshard: see push.lua)
 -- KEYS[8] cancels (a cancel's request goes with the lease)
+-- KEYS[9] progress (the run's progress goes: the next run starts without one)
 -- ARGV[1] key prefix  ARGV[2] member  ARGV[3] token  ARGV[4] delay (us)  ARGV[5] error
 -- ARGV[6] '1' when the run counts as an attempt, '0' when it was postponed
 -- Returns 1, or 0 when the caller's lease was taken over (nothing changed).
--- Reads first, writes after; the write that may delete a key (ZREM inflight) comes last.
+-- Reads first, writes after; the writes that may delete a key (ZREM inflight, HDEL progress)
+-- come last.
 local jobs, inflight, delayed, counts, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local prefix, member, token, delay, err = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
 if redis.call('HGET', leases, member) ~= token then return 0 end
@@ -17,6 +19,7 @@ local now = now_us()
 local before = earliest(delayed)
 local topic, id = split_member(member)
 local cancelled = redis.call('HEXISTS', KEYS[8], member) == 1
+local reported = has_progress(KEYS[9])
 proceed_when_full(leases) -- a retry must go through when Redis is full
 if ARGV[6] ~= '0' then
   e.attempt = e.attempt + 1
@@ -31,4 +34,5 @@ bump(counts, topic, 'inflight', -1)
 announce(prefix, delayed, before)
 if cancelled then redis.call('HDEL', KEYS[8], member) end
 end_leases(inflight, leases, {member})
+if reported then clear_progress(KEYS[9], {member}) end
 return 1

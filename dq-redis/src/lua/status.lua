@@ -1,10 +1,12 @@
 -- status: one job's state and envelope (read-only).
 -- KEYS[1] jobs  KEYS[2] delayed  KEYS[3] inflight  KEYS[4] dead:<topic>  KEYS[5] done:<topic>
--- KEYS[6] finished  KEYS[7] results
+-- KEYS[6] finished  KEYS[7] results  KEYS[8] progress
 -- ARGV[1] member
--- Returns {} when unknown, else {state, envelope, score_us[, value]}; state is delayed, ready,
--- running, dead or done; the score is the due time, the lease deadline, the time of death or
--- when it succeeded (-1 when ready); a done job's value is '' when its handler returned none.
+-- Returns {} when unknown, else {state, envelope, score_us[, value[, progress]]}; state is
+-- delayed, ready, running, dead or done; the score is the due time, the lease deadline, the time
+-- of death or when it succeeded (-1 when ready); a done job's value is '' when its handler
+-- returned none; a running job's reply is {'running', envelope, deadline, '', progress}, its
+-- progress '' when it reported none.
 local jobs, delayed, inflight, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local member = ARGV[1]
 local raw = redis.call('HGET', jobs, member)
@@ -17,7 +19,7 @@ end
 local score = redis.call('ZSCORE', delayed, member)
 if score then return {'delayed', raw, score} end
 score = redis.call('ZSCORE', inflight, member)
-if score then return {'running', raw, score} end
+if score then return {'running', raw, score, '', redis.call('HGET', KEYS[8], member) or ''} end
 score = redis.call('ZSCORE', dead, member)
 if score then return {'dead', raw, score} end
 return {'ready', raw, '-1'}

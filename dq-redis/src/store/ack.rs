@@ -52,6 +52,7 @@ impl RedisStore {
         for topic in &topics {
             inv.key(k.done(topic));
         }
+        inv.key(k.progress());
         inv.arg(topics.len());
         for topic in &topics {
             inv.arg(topic.as_str());

@@ -1,5 +1,6 @@
 //! Waiting for a job's end: one subscription per store to every shard's `ended` channel
-//! (announced by ack, dead letter and cancel for topics that keep their ends), shared by every
+//! (announced by ack, dead letter and cancel for topics that keep their ends; an ack announces
+//! the jobs of its call in one message, one `topic:id` a line), shared by every
 //! wait of the process. A wait registers before it looks, so no announcement falls between the
 //! look and the wait; when the subscription is made again (Redis restarted, a shard moved),
 //! every wait looks again, since an announcement may have reached nobody meanwhile.
@@ -163,7 +164,9 @@ impl RedisStore {
             loop {
                 match tokio::time::timeout_at(deadline, ended.recv()).await {
                     Err(_) => return Ok(Waited::TimedOut),
-                    Ok(Ok(said)) if said == me || said == LOOK_AGAIN => break,
+                    Ok(Ok(said)) if said == LOOK_AGAIN || said.split('\n').any(|m| m == me) => {
+                        break
+                    }
                     Ok(Ok(_)) => continue,
                     // Behind (a flood of ends): look again rather than miss its own.
                     Ok(Err(broadcast::error::RecvError::Lagged(_))) => break,
@@ -179,7 +182,7 @@ impl RedisStore {
         let info = self.status(topic, id).await?;
         if let Some(info) = &info {
             if matches!(info.state, JobState::Done | JobState::Dead) {
-                return Ok(Some(Waited::Finished(info.clone())));
+                return Ok(Some(Waited::Finished(Box::new(info.clone()))));
             }
         }
         let k = self.keys_of(topic, id);

@@ -1,5 +1,5 @@
 //! The workers' side of a job's life: promote, fetch, ack, retry and postpone, dead-letter,
-//! release, extend, reclaim, and the waits for ready jobs and new due times.
+//! release, progress, extend, reclaim, and the waits for ready jobs and new due times.
 
 use std::time::Duration;
 
@@ -41,6 +41,7 @@ impl RedisStore {
             .key(k.ready(&lease.topic))
             .key(k.ready_gen(&lease.topic))
             .key(k.cancels())
+            .key(k.progress())
             .arg(k.prefix())
             .arg(member(&lease.topic, &lease.id))
             .arg(lease.token)
@@ -203,6 +204,7 @@ impl Leases for RedisStore {
             .key(k.leases())
             .key(k.retain())
             .key(k.cancels())
+            .key(k.progress())
             .arg(member(&lease.topic, &lease.id))
             .arg(lease.token)
             .arg(error);
@@ -220,11 +222,24 @@ impl Leases for RedisStore {
                 keys.push(k.ready(t));
                 keys.push(k.ready_gen(t));
             }
+            keys.push(k.progress());
             let inv =
                 Self::lease_invocation(&SCRIPTS.release, &keys, &[k.prefix().to_owned()], &chunk);
             released += self.call::<Count>("release", &inv).await?.0;
         }
         Ok(released)
+    }
+
+    async fn progress(&self, lease: &LeaseRef, value: &[u8]) -> Result<bool> {
+        dq_core::store::check_progress(lease, value)?;
+        let k = self.keys_of(&lease.topic, &lease.id);
+        let mut inv = SCRIPTS.progress.prepare_invoke();
+        inv.key(k.leases())
+            .key(k.progress())
+            .arg(member(&lease.topic, &lease.id))
+            .arg(lease.token)
+            .arg(value);
+        Ok(self.call::<Applied>("progress", &inv).await?.0)
     }
 
     async fn extend(&self, leases: &[LeaseRef], lease: Duration) -> Result<Vec<LeaseRef>> {
@@ -274,6 +289,7 @@ impl Leases for RedisStore {
             .key(k.cancels())
             .key(k.unique_for())
             .key(k.retain())
+            .key(k.progress())
             .arg(member(&lease.topic, &lease.id))
             .arg(lease.token);
         Ok(self.call::<Applied>("cancel_running", &inv).await?.0)
@@ -296,6 +312,7 @@ impl Leases for RedisStore {
                 for t in topics {
                     inv.key(k.ready(t)).key(k.dead(t)).key(k.ready_gen(t));
                 }
+                inv.key(k.progress());
                 inv.arg(k.prefix()).arg(batch_limit(limit));
                 inv
             },

@@ -277,6 +277,7 @@ impl Producer for RedisStore {
             .key(k.done(topic))
             .key(k.finished())
             .key(k.results())
+            .key(k.progress())
             .arg(&m);
         let StatusReply(found) = self.call("status", &inv).await?;
         let Some(super::reply::Status {
@@ -284,6 +285,7 @@ impl Producer for RedisStore {
             raw,
             score,
             value,
+            progress,
         }) = found
         else {
             return Ok(None);
@@ -297,6 +299,7 @@ impl Producer for RedisStore {
         let score = score.filter(|_| state != JobState::Delayed);
         let mut info = job_info(topic.clone(), id.clone(), state, env, score);
         info.result = value.filter(|v| !v.is_empty());
+        info.progress = progress.filter(|p| !p.is_empty());
         Ok(Some(info))
     }
 }

@@ -287,7 +287,8 @@ pub(super) fn decode_jobs(
 }
 
 /// status.lua's reply: nothing (no such job), or the job's state, its raw envelope and the
-/// score of its state (when it is due, or when it died or its lease ends).
+/// score of its state (when it is due, or when it died or its lease ends), then a done job's
+/// value, or a running job's '' and progress.
 pub(super) struct StatusReply(pub(super) Option<Status>);
 
 /// A job status.lua found.
@@ -299,6 +300,8 @@ pub(super) struct Status {
     pub(super) score: Option<u64>,
     /// A done job's value ('' for none).
     pub(super) value: Option<Vec<u8>>,
+    /// A running job's latest progress ('' for none).
+    pub(super) progress: Option<Vec<u8>>,
 }
 
 reader!(StatusReply, |v| {
@@ -306,17 +309,22 @@ reader!(StatusReply, |v| {
     if parts.is_empty() {
         return Ok(StatusReply(None));
     }
-    if parts.len() != 3 && parts.len() != 4 {
+    if !(3..=5).contains(&parts.len()) {
         return Err(unexpected(
-            "nothing, or a state, an envelope, a score (and a done job's value)",
+            "nothing, or a state, an envelope, a score (and a done job's value, a running job's progress)",
             v,
         ));
     }
     let Reply(state) = item(parts, 0)?;
     let raw: Vec<u8> = item(parts, 1)?;
     let Unsigned(score) = item(parts, 2)?;
-    let value: Option<Vec<u8>> = if parts.len() == 4 {
+    let value: Option<Vec<u8>> = if parts.len() >= 4 {
         Some(item(parts, 3)?)
+    } else {
+        None
+    };
+    let progress: Option<Vec<u8>> = if parts.len() == 5 {
+        Some(item(parts, 4)?)
     } else {
         None
     };
@@ -325,6 +333,7 @@ reader!(StatusReply, |v| {
         raw,
         score,
         value,
+        progress,
     })))
 });
 
@@ -437,6 +446,34 @@ mod tests {
             .map(|(t, n)| (t.as_str().to_owned(), n))
             .collect();
         assert_eq!(ready, [("orders".to_owned(), 3), ("emails".to_owned(), 2)]);
+    }
+
+    #[test]
+    fn a_running_jobs_status_carries_its_progress_and_a_done_jobs_its_value() {
+        let running = Value::Array(vec![
+            text("running"),
+            text("2:0:3:1:1:0:{}"),
+            Value::Int(5),
+            text(""),
+            text("0.5"),
+        ]);
+        let StatusReply(Some(s)) = read::<StatusReply>("status", running).unwrap() else {
+            panic!("a job was found");
+        };
+        assert_eq!(s.state, JobState::Running);
+        assert_eq!(s.progress.as_deref(), Some(&b"0.5"[..]));
+        let done = Value::Array(vec![
+            text("done"),
+            text("2:0:3:1:1:0:{}"),
+            Value::Int(5),
+            text("1"),
+        ]);
+        let StatusReply(Some(s)) = read::<StatusReply>("status", done).unwrap() else {
+            panic!("a job was found");
+        };
+        assert_eq!((s.value.as_deref(), s.progress), (Some(&b"1"[..]), None));
+        let six = Value::Array(vec![text("ready"); 6]);
+        assert!(read::<StatusReply>("status", six).is_err());
     }
 
     #[test]

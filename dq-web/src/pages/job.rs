@@ -1,5 +1,5 @@
-//! One job's page: its fields, its payload (and a done job's result), and what can be done to
-//! it in its state.
+//! One job's page: its fields, its payload (and a done job's result, a running job's progress),
+//! and what can be done to it in its state.
 
 use std::time::{Duration, SystemTime};
 
@@ -41,6 +41,14 @@ pub(crate) async fn job(
         (fields(&job, now))
         h2 { "Payload" }
         pre.payload { (pretty_payload(&job.payload)) }
+        @if job.state == JobState::Running {
+            h2 { "Progress" }
+            @if let Some(progress) = &job.progress {
+                pre.payload.progress { (pretty_payload(progress)) }
+            } @else {
+                p.hint { "None reported: its handler has not called ctx.progress in this run." }
+            }
+        }
         @if job.state == JobState::Done {
             h2 { "Result" }
             @if let Some(result) = &job.result {

@@ -246,6 +246,16 @@ impl Leases for MemoryStore {
         Ok(n)
     }
 
+    async fn progress(&self, lease: &LeaseRef, value: &[u8]) -> Result<bool> {
+        crate::lease::check_progress(lease, value)?;
+        let mut s = lock(&self.state);
+        let Some(m) = s.holds(lease) else {
+            return Ok(false);
+        };
+        s.progress.insert(m, value.to_vec());
+        Ok(true)
+    }
+
     async fn extend(&self, leases: &[LeaseRef], lease: Duration) -> Result<Vec<LeaseRef>> {
         let deadline = self
             .now_us()
@@ -313,6 +323,7 @@ impl Leases for MemoryStore {
             for m in expired.into_iter().rev() {
                 s.leases.remove(&m);
                 s.cancels.remove(&m);
+                s.progress.remove(&m);
                 State::bump(&mut s.running_count, &m.0, false);
                 s.tally(&m.0, Tally::Failed, 1, now);
                 let limit = s.attempt_limits.get(&m.0).copied();

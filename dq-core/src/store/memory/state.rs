@@ -39,6 +39,9 @@ pub(super) struct State {
     /// Running jobs a cancel asked to stop: the lease token the request applies to. An entry
     /// goes when the lease ends, whatever ends it.
     pub(super) cancels: HashMap<Member, u64>,
+    /// The latest progress each running job reported (JSON); an entry goes with its lease
+    /// ([`State::end_lease`]).
+    pub(super) progress: HashMap<Member, Vec<u8>>,
     /// The last lease token given.
     pub(super) last_token: u64,
     pub(super) dead: HashMap<Topic, BTreeSet<(u64, JobId)>>,
@@ -189,8 +192,10 @@ impl State {
         held.then_some(m)
     }
 
+    /// Ends the lease of job `m`: it is no longer running, and its progress goes.
     pub(super) fn end_lease(&mut self, m: &Member) {
         self.cancels.remove(m);
+        self.progress.remove(m);
         if let Some((deadline, _)) = self.leases.remove(m) {
             self.inflight.remove(&(deadline, m.clone()));
             State::bump(&mut self.running_count, &m.0, false);
@@ -286,7 +291,7 @@ impl State {
     /// pending (and its end will be kept): then the wait goes on.
     pub(super) fn wait_answer(&self, m: &Member) -> Option<Waited> {
         if self.done.contains_key(m) || self.died_at.contains_key(m) {
-            return self.info(m).map(Waited::Finished);
+            return self.info(m).map(|info| Waited::Finished(Box::new(info)));
         }
         if !self.retention.contains_key(&m.0) {
             return Some(Waited::NotKept);
@@ -349,13 +354,11 @@ impl State {
             // A running job is on the run after the ones its envelope counts.
             env.attempt = env.attempt.saturating_add(1);
         }
-        Some(JobInfo::from_envelope(
-            m.0.clone(),
-            m.1.clone(),
-            state,
-            env,
-            score,
-        ))
+        let mut info = JobInfo::from_envelope(m.0.clone(), m.1.clone(), state, env, score);
+        if state == JobState::Running {
+            info.progress = self.progress.get(m).cloned();
+        }
+        Some(info)
     }
 }
 
@@ -465,9 +468,12 @@ mod tests {
             None,
             "another token"
         );
+        s.progress.insert(m.clone(), b"0.5".to_vec());
+        assert_eq!(s.info(&m).unwrap().progress.as_deref(), Some(&b"0.5"[..]));
         s.end_lease(&m);
         assert!(s.inflight.is_empty());
         assert_eq!(s.counts(&m.0).running, 0);
+        assert!(s.progress.is_empty(), "its progress went with its lease");
     }
 
     #[test]
