@@ -79,7 +79,6 @@ impl ShardKeys {
     /// The running jobs a cancel asked to stop: `topic:id` -> the lease token it applies to.
     pub fn cancels(&self) -> String {
         self.key("cancels")
-
     }
     /// The latest progress of running jobs: `topic:id` -> JSON.
     pub fn progress(&self) -> String {

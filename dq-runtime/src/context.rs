@@ -199,7 +199,6 @@ impl JobContext {
     /// True once a cancel asked this job to stop (see [`cancelled`](JobContext::cancelled)).
     pub fn is_cancelled(&self) -> bool {
         self.cancel.is_cancelled()
-
     }
 
     /// Reports how far this run has come: `value` (anything that serializes: a fraction, a

@@ -57,7 +57,10 @@ pub(crate) async fn a_cancel_of_a_running_job_is_announced_and_recorded_against_
     assert_eq!(c.counts("order-cancel").await.unwrap().running, 2);
     // The heartbeat's fallback finds the request, for that lease only.
     let both = [a.lease.clone(), b.lease.clone()];
-    assert_eq!(s.cancel_requests(&both).await.unwrap(), [a.lease.clone()]);
+    assert_eq!(
+        s.cancel_requests(&both).await.unwrap(),
+        vec![a.lease.clone()]
+    );
     let other_run = LeaseRef {
         token: a.lease.token + 1,
         ..a.lease.clone()

@@ -102,13 +102,17 @@ if #keep > 0 then
   for topic, pairs_of in pairs(index) do redis.call('ZADD', done_key[topic], unpack(pairs_of)) end
   redis.call('HSET', finished, unpack(kept_envelopes))
   if #kept_values > 0 then redis.call('HSET', results, unpack(kept_values)) end
-  if #no_value > 0 then redis.call('HDEL', results, unpack(no_value)) end
   -- `finished` is <prefix>finished: the channel is <prefix>ended. One message for the call,
   -- the members one per line.
   redis.call('PUBLISH', string.sub(finished, 1, -9) .. 'ended', table.concat(keep, '\n'))
+  local gone = {}
   for topic, spec in pairs(kept) do
-    trim_done(done_key[topic], finished, results, now - spec.age, spec.count)
+    trim_done(done_key[topic], now - spec.age, spec.count, gone)
   end
+  -- Each hash once, last: an HDEL may delete its key.
+  for _, member in ipairs(gone) do no_value[#no_value + 1] = member end
+  if #gone > 0 then redis.call('HDEL', finished, unpack(gone)) end
+  if #no_value > 0 then redis.call('HDEL', results, unpack(no_value)) end
 end
 out[1] = #done
 for topic, k in pairs(per_topic) do

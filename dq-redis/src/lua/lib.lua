@@ -247,18 +247,19 @@ local function push_all_pairs(list, a, b)
 end
 
 -- Drops a retained topic's succeeded records older than `before` (us) and beyond its newest
--- `count`, at most 200 of each per call: bounded work, and every ack trims again.
-local function trim_done(done, finished, results, before, count)
-  local gone = redis.call('ZRANGEBYSCORE', done, '-inf', '(' .. fmt(before), 'LIMIT', 0, 200)
+-- `count` from its index, at most 200 of each per call (bounded work: every ack trims again),
+-- and adds them to `gone`: the caller deletes their envelopes and values once for the whole
+-- call, since an HDEL may delete its hash and nothing may use a key after that (the rule above).
+local function trim_done(done, before, count, gone)
+  local old = redis.call('ZRANGEBYSCORE', done, '-inf', '(' .. fmt(before), 'LIMIT', 0, 200)
   local over = redis.call('ZCARD', done) - count
   if over > 0 then
     for _, member in ipairs(redis.call('ZRANGE', done, 0, math.min(over, 200) - 1)) do
-      gone[#gone + 1] = member
+      old[#old + 1] = member
     end
   end
-  if #gone > 0 then
-    redis.call('ZREM', done, unpack(gone))
-    redis.call('HDEL', finished, unpack(gone))
-    redis.call('HDEL', results, unpack(gone))
+  if #old > 0 then
+    redis.call('ZREM', done, unpack(old))
+    for _, member in ipairs(old) do gone[#gone + 1] = member end
   end
 end

@@ -198,10 +198,15 @@ for topic, dead_members in pairs(revived) do
   redis.call('ZREM', prefix .. 'dead:' .. topic, unpack(dead_members))
 end
 if #unreserve > 0 then redis.call('HDEL', unique_for, unpack(unreserve)) end
+local all_undone = {}
 for topic, members_done in pairs(undone) do
   redis.call('ZREM', prefix .. 'done:' .. topic, unpack(members_done))
-  redis.call('HDEL', KEYS[9], unpack(members_done))
-  redis.call('HDEL', KEYS[10], unpack(members_done))
+  for _, member in ipairs(members_done) do all_undone[#all_undone + 1] = member end
+end
+-- Each hash once: an HDEL may delete its key.
+if #all_undone > 0 then
+  redis.call('HDEL', KEYS[9], unpack(all_undone))
+  redis.call('HDEL', KEYS[10], unpack(all_undone))
 end
 -- Reservations that ended: a bounded batch per push, so the set stays the size of the live ones.
 if any_reserved then

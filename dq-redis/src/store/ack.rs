@@ -76,7 +76,11 @@ impl RedisStore {
                 Some(r) => redis::cmd("HSET")
                     .arg(k.retain())
                     .arg(topic.as_str())
-                    .arg(format!("{}:{}", r.age.as_micros(), r.count))
+                    .arg(format!(
+                        "{}:{}",
+                        r.age.min(dq_core::MAX_DELAY).as_micros(),
+                        r.count
+                    ))
                     .to_owned(),
                 None => redis::cmd("HDEL")
                     .arg(k.retain())

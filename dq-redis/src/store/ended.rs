@@ -143,36 +143,42 @@ impl RedisStore {
         timeout: Duration,
     ) -> Result<Waited> {
         let deadline = Instant::now() + timeout;
+        // One look always, bounded by the store's reply limit rather than the timeout: a wait
+        // of zero (`Client::result`) asks for exactly that look.
         if let Some(answer) = self.end_now(topic, id).await? {
             return Ok(answer);
         }
         let (mut ended, mut live) = self.ended.listen(self);
-        // Until the subscription is in place, an announcement could reach nobody.
-        while !*live.borrow_and_update() {
-            if tokio::time::timeout_at(deadline, live.changed())
-                .await
-                .is_err()
-            {
-                return Ok(Waited::TimedOut);
-            }
-        }
         let me = member(topic, id);
         loop {
-            if let Some(answer) = self.end_now(topic, id).await? {
+            // Besides the announcements, a look every few seconds: an end may go unannounced
+            // (its topic's retention removed meanwhile), or the subscription be down.
+            let look_again = (Instant::now() + PING_EVERY).min(deadline);
+            // Until the subscription is in place, an announcement could reach nobody.
+            if !*live.borrow_and_update() {
+                let _ = tokio::time::timeout_at(look_again, live.changed()).await;
+            }
+            if let Some(answer) = self.end_before(deadline, topic, id).await? {
                 return Ok(answer);
             }
-            loop {
-                match tokio::time::timeout_at(deadline, ended.recv()).await {
-                    Err(_) => return Ok(Waited::TimedOut),
-                    Ok(Ok(said)) if said == LOOK_AGAIN || said.split('\n').any(|m| m == me) => {
-                        break
-                    }
-                    Ok(Ok(_)) => continue,
-                    // Behind (a flood of ends): look again rather than miss its own.
-                    Ok(Err(broadcast::error::RecvError::Lagged(_))) => break,
-                    Ok(Err(broadcast::error::RecvError::Closed)) => return Ok(Waited::TimedOut),
-                }
+            if Instant::now() >= deadline {
+                return Ok(Waited::TimedOut);
             }
+            word_of(&mut ended, &me, look_again).await;
+        }
+    }
+
+    /// [`RedisStore::end_now`], or `TimedOut` once `deadline` has passed: a stalled Redis does
+    /// not hold a wait past its timeout.
+    async fn end_before(
+        &self,
+        deadline: Instant,
+        topic: &Topic,
+        id: &JobId,
+    ) -> Result<Option<Waited>> {
+        match tokio::time::timeout_at(deadline, self.end_now(topic, id)).await {
+            Ok(answer) => answer,
+            Err(_) => Ok(Some(Waited::TimedOut)),
         }
     }
 
@@ -196,5 +202,22 @@ impl RedisStore {
             (None, true) => Some(Waited::NotFound),
             (Some(_), true) => None,
         })
+    }
+}
+
+/// Waits until `me` (a `topic:id`) is announced, or word comes to look again, or `until`.
+async fn word_of(ended: &mut broadcast::Receiver<String>, me: &str, until: Instant) {
+    loop {
+        match tokio::time::timeout_at(until, ended.recv()).await {
+            Err(_) => return,
+            Ok(Ok(said)) if said == LOOK_AGAIN || said.split('\n').any(|m| m == me) => return,
+            Ok(Ok(_)) => continue,
+            // Behind (a flood of ends): look again rather than miss its own.
+            Ok(Err(broadcast::error::RecvError::Lagged(_))) => return,
+            Ok(Err(broadcast::error::RecvError::Closed)) => {
+                tokio::time::sleep_until(until).await;
+                return;
+            }
+        }
     }
 }
