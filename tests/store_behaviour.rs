@@ -188,6 +188,7 @@ on_every_store!(
         done_records_older_than_the_age_go_at_a_later_ack,
         done_records_are_listed_newest_first_page_by_page,
         a_push_of_a_done_id_makes_a_new_job,
+        a_done_record_keeps_its_unique_for_reservation_and_is_not_rescheduled,
         a_cancel_deletes_a_done_record,
         wait_answers_at_once_for_a_done_a_dead_and_an_unknown_job,
         wait_answers_not_kept_for_a_topic_without_retention,

@@ -18,7 +18,10 @@ use crate::job::JobInfo;
 pub struct Retention {
     /// Longest a record is kept.
     pub age: Duration,
-    /// Most records kept per shard of the topic.
+    /// Most records kept per shard of the topic. Redis lets the count run over by a twentieth
+    /// (at most 500 records) before a trim takes the whole excess in one step, so a count of
+    /// 10,000 keeps between 10,000 and 10,500; a count under 40 is exact. The memory store
+    /// keeps it exactly.
     pub count: u64,
 }
 

@@ -28,8 +28,7 @@
 //! | `schedule_next` | ZSET | (shard 0 only) schedule id scored by its next tick (us); a paused one is absent |
 //! | `schedule_last` | HASH | (shard 0 only) schedule id -> the last tick fired (us) |
 //! | `workers` | HASH | (shard 0 only) worker id -> JSON: host, pid, topics, last heartbeat |
-//! | `done:<topic>` | ZSET | kept records of the topic's succeeded jobs (retention only): `topic:id` scored by when it succeeded (us) |
-//! | `finished` | HASH | `topic:id` -> the envelope of a kept succeeded job |
+//! | `done:<topic>` | ZSET | kept records of the topic's succeeded jobs (retention only): `topic:id` scored by when it succeeded (us); envelope stays in `jobs` |
 //! | `results` | HASH | `topic:id` -> the value its handler returned (JSON) |
 //! | `retain` | HASH | topic -> `<age us>:<count>`: how long and how many succeeded jobs it keeps (written at runtime start) |
 //! | `ended` | pub/sub channel | `topic:id` of a job of a retained topic that succeeded, died or was cancelled: wakes the waits for it |
@@ -164,10 +163,6 @@ impl ShardKeys {
     /// by when it succeeded (us).
     pub fn done(&self, topic: &Topic) -> String {
         format!("{}done:{topic}", self.prefix)
-    }
-    /// The envelopes of the kept records of succeeded jobs: `topic:id` -> envelope.
-    pub fn finished(&self) -> String {
-        self.key("finished")
     }
     /// The values of the kept records of succeeded jobs: `topic:id` -> the handler's JSON.
     pub fn results(&self) -> String {

@@ -212,6 +212,35 @@ pub(crate) async fn a_push_of_a_done_id_makes_a_new_job(kind: Kind) {
     assert_eq!(result(c, "a").await, JobResult::Succeeded(json!({"n": 2})));
 }
 
+/// A kept record's envelope stays where the job's was: the id it holds must still be reserved
+/// by `unique_for`, and the record is not a pending job a reschedule could move.
+pub(crate) async fn a_done_record_keeps_its_unique_for_reservation_and_is_not_rescheduled(
+    kind: Kind,
+) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    retain(c, 100).await;
+    let hour = Duration::from_secs(3600);
+    let first = c.push(OrderCancel { order_id: 1 }).id("a").unique_for(hour);
+    assert_eq!(outcome(first).await, PushOutcome::Created);
+    let job = lease_one(c.store(), "order-cancel").await;
+    let acked = c.store().ack_succeeded(&[with_value(&job)]).await.unwrap();
+    assert_eq!(acked.acked, 1);
+    let again = outcome(c.push(OrderCancel { order_id: 2 }).id("a").unique_for(hour)).await;
+    assert!(
+        matches!(again, PushOutcome::Unique { .. }),
+        "reserved for an hour after it succeeded: {again:?}"
+    );
+    let moved = c.reschedule_in("order-cancel", "a", dq::Due::After(Duration::ZERO));
+    assert_eq!(moved.await.unwrap(), ChangeOutcome::NotFound);
+    let info = existing(c, "order-cancel", "a").await;
+    assert_eq!(
+        (info.state, info.payload),
+        (JobState::Done, br#"{"order_id":1}"#.to_vec())
+    );
+    assert_eq!(result(c, "a").await, JobResult::Succeeded(json!({"n": 1})));
+}
+
 pub(crate) async fn a_cancel_deletes_a_done_record(kind: Kind) {
     let h = Harness::new(kind, |b| b).await;
     let c = &h.client;

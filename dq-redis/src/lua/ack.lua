@@ -1,23 +1,24 @@
 -- ack: completes jobs whose lease the caller still holds; refuses stale ones. A job of a topic
--- with a retention (`retain`) is kept as a succeeded record with its handler's value (its
--- envelope in `finished`, its value in `results`, indexed by `done:<topic>`), the records past
--- the retention go, and `ended` announces it to the waits for it.
+-- with a retention (`retain`) is kept as a succeeded record with its handler's value: its
+-- envelope stays where it is, in `jobs` (as a dead letter's does: no copy), indexed by
+-- `done:<topic>`, its value in `results`; the records past the retention go, and `ended`
+-- announces the kept ones to the waits for them.
 -- Batched: one HMGET, one ZREM and two HDELs (three when jobs reported progress) for the whole
 -- batch.
 -- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] counts  KEYS[4] leases  KEYS[5] unique  KEYS[6] unique_for
--- KEYS[7] retain  KEYS[8] finished  KEYS[9] results  KEYS[10] cancels (a cancel's request goes
--- with the lease)  KEYS[11..] done:<topic> of each topic of the call, in the order of ARGV's
--- topic list; then progress (the acked jobs' entries go).
+-- KEYS[7] retain  KEYS[8] results  KEYS[9] cancels (a cancel's request goes with the lease)
+-- KEYS[10..] done:<topic> of each topic of the call, in the order of ARGV's topic list; then
+-- progress (the acked jobs' entries go).
 -- A job pushed with unique_for keeps its id reserved (in `unique`) for that long from now.
 -- ARGV[1] n, the number of topics; ARGV[2..n+1] the topics; then member, token, value triples
 -- (value '' for none; at most 1000 triples).
 -- Returns {acked, stale_member_1, ...}: a stale member's lease was taken over (or it was cancelled).
 local jobs, inflight, counts, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local retain, finished, results, cancels = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local retain, results, cancels = KEYS[7], KEYS[8], KEYS[9]
 local n_topics = tonumber(ARGV[1])
-local progress = KEYS[11 + n_topics]
+local progress = KEYS[10 + n_topics]
 local done_key = {}
-for i = 1, n_topics do done_key[ARGV[1 + i]] = KEYS[10 + i] end
+for i = 1, n_topics do done_key[ARGV[1 + i]] = KEYS[9 + i] end
 local members, tokens, values = {}, {}, {}
 for i = 2 + n_topics, #ARGV, 3 do
   members[#members + 1] = ARGV[i]
@@ -27,13 +28,14 @@ end
 local out = {0}
 if #members == 0 then return out end
 local held = redis.call('HMGET', leases, unpack(members))
-local done, done_values, per_topic, seen = {}, {}, {}, {}
+local done, done_values, done_topics, per_topic, seen = {}, {}, {}, {}, {}
 for i, member in ipairs(members) do
   if held[i] == tokens[i] and not seen[member] then
     seen[member] = true
     done[#done + 1] = member
     done_values[#done] = values[i]
     local topic = topic_of(member)
+    done_topics[#done] = topic
     per_topic[topic] = (per_topic[topic] or 0) + 1
   else
     out[#out + 1] = member
@@ -55,14 +57,17 @@ if #done > 0 and redis.call('EXISTS', retain) == 1 then
     end
   end
 end
-local keep, envelopes = {}, nil
-for _, member in ipairs(done) do
-  if kept[topic_of(member)] then keep[#keep + 1] = member end
+-- The jobs kept (their envelopes stay) and the ones whose envelopes go.
+local keep, keep_at, drop = {}, {}, {}
+for i, member in ipairs(done) do
+  if kept[done_topics[i]] then
+    keep[#keep + 1] = member
+    keep_at[#keep] = i
+  else
+    drop[#drop + 1] = member
+  end
 end
-if #keep > 0 then
-  redis.call('EXISTS', finished, results)
-  envelopes = redis.call('HMGET', jobs, unpack(keep))
-end
+if #done > 0 then redis.call('EXISTS', jobs, results) end -- touched before the first write
 local cancelled = #done > 0 and redis.call('EXISTS', cancels) == 1
 local reported = #done > 0 and has_progress(progress)
 if #done > 0 then proceed_when_full(leases) end -- an ack must go through when Redis is full
@@ -77,41 +82,38 @@ if holds then
   end
   if #reserved > 0 then redis.call('ZADD', KEYS[5], unpack(reserved)) end
 end
-if #done > 0 then
-  end_leases(inflight, leases, done)
-  redis.call('HDEL', jobs, unpack(done))
-end
+if #done > 0 then end_leases(inflight, leases, done) end
 if cancelled then redis.call('HDEL', cancels, unpack(done)) end
 if #keep > 0 then
-  local value_of = {}
-  for i, member in ipairs(done) do value_of[member] = done_values[i] end
   local stamp = fmt(now)
-  -- One command per key for the whole call: the index per topic, the envelopes, the values.
-  local index, kept_envelopes, kept_values, no_value = {}, {}, {}, {}
-  for i, member in ipairs(keep) do
-    local topic = topic_of(member)
+  -- One command per key for the whole call: the index per topic, the values.
+  local index, kept_values, no_value = {}, {}, {}
+  for k, member in ipairs(keep) do
+    local topic = done_topics[keep_at[k]]
     index[topic] = index[topic] or {}
     push_all_pairs(index[topic], stamp, member)
-    push_all_pairs(kept_envelopes, member, envelopes[i] or '')
-    if value_of[member] ~= '' then
-      push_all_pairs(kept_values, member, value_of[member])
+    local value = done_values[keep_at[k]]
+    if value ~= '' then
+      push_all_pairs(kept_values, member, value)
     else
       no_value[#no_value + 1] = member
     end
   end
   for topic, pairs_of in pairs(index) do redis.call('ZADD', done_key[topic], unpack(pairs_of)) end
-  redis.call('HSET', finished, unpack(kept_envelopes))
   if #kept_values > 0 then redis.call('HSET', results, unpack(kept_values)) end
-  -- `finished` is <prefix>finished: the channel is <prefix>ended. One message for the call,
-  -- the members one per line.
-  redis.call('PUBLISH', string.sub(finished, 1, -9) .. 'ended', table.concat(keep, '\n'))
+  -- `results` is <prefix>results: the channel is <prefix>ended. One message for the call, the
+  -- members one per line.
+  redis.call('PUBLISH', string.sub(results, 1, -8) .. 'ended', table.concat(keep, '\n'))
   local gone = {}
   for topic, spec in pairs(kept) do
     trim_done(done_key[topic], now - spec.age, spec.count, gone)
   end
-  -- Each hash once, last: an HDEL may delete its key.
-  for _, member in ipairs(gone) do no_value[#no_value + 1] = member end
-  if #gone > 0 then redis.call('HDEL', finished, unpack(gone)) end
+  -- The records past the retention: their envelopes go with the others (below), their values
+  -- now; each hash once, last: an HDEL may delete its key.
+  for _, member in ipairs(gone) do
+    no_value[#no_value + 1] = member
+    drop[#drop + 1] = member
+  end
   if #no_value > 0 then redis.call('HDEL', results, unpack(no_value)) end
 end
 out[1] = #done
@@ -120,5 +122,6 @@ for topic, k in pairs(per_topic) do
   tally(counts, topic, 'done', k, now)
 end
 if #released > 0 then redis.call('HDEL', KEYS[6], unpack(released)) end
+if #drop > 0 then redis.call('HDEL', jobs, unpack(drop)) end
 if reported then clear_progress(progress, done) end
 return out

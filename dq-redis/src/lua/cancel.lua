@@ -2,10 +2,10 @@
 -- KEYS[1] jobs  KEYS[2] delayed  KEYS[3] inflight  KEYS[4] counts  KEYS[5] ready:<topic>
 -- KEYS[6] dead:<topic>  KEYS[7] gen:<topic> (declared for a cluster's reshard: see push.lua)
 -- KEYS[8] unique_for (a cancelled job reserves nothing: its entry goes)
--- KEYS[9] done:<topic>  KEYS[10] finished  KEYS[11] results: a kept succeeded job's record is
--- deleted by a cancel of its id  KEYS[12] retain: a topic that keeps its ends announces a
--- cancelled job on `ended`, for the waits for it
--- KEYS[13] leases  KEYS[14] cancels: a running job is not deleted here; the cancel is recorded
+-- KEYS[9] done:<topic>  KEYS[10] results: a kept succeeded job's record (its envelope in `jobs`,
+-- its value in `results`) is deleted by a cancel of its id  KEYS[11] retain: a topic that keeps
+-- its ends announces a cancelled job on `ended`, for the waits for it
+-- KEYS[12] leases  KEYS[13] cancels: a running job is not deleted here; the cancel is recorded
 -- against its lease (member -> token) and announced on the shard's `wake` channel as
 -- `cancel <topic:id>`, for its worker to stop it (it deletes the job with cancel_running.lua
 -- unless the run succeeds; the heartbeat reads `cancels` should the announcement be lost)
@@ -16,22 +16,23 @@
 local jobs, delayed, inflight, counts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local prefix, topic, id = ARGV[1], ARGV[2], ARGV[3]
 local member = topic .. ':' .. id
-if redis.call('HEXISTS', jobs, member) == 0 then
-  redis.call('EXISTS', KEYS[10], KEYS[11]) -- touched before the first write
-  if redis.call('ZREM', KEYS[9], member) == 0 then return 0 end
+if redis.call('HEXISTS', jobs, member) == 0 then return 0 end
+if redis.call('ZSCORE', KEYS[9], member) then
+  redis.call('EXISTS', KEYS[10]) -- touched before the first write
+  redis.call('ZREM', KEYS[9], member)
   redis.call('HDEL', KEYS[10], member)
-  redis.call('HDEL', KEYS[11], member)
+  redis.call('HDEL', jobs, member)
   return 1
 end
 if redis.call('ZSCORE', inflight, member) then
-  local token = redis.call('HGET', KEYS[13], member)
+  local token = redis.call('HGET', KEYS[12], member)
   if not token then return 2 end
-  redis.call('HEXISTS', KEYS[14], member) -- touched before the first write
-  redis.call('HSET', KEYS[14], member, token)
+  redis.call('HEXISTS', KEYS[13], member) -- touched before the first write
+  redis.call('HSET', KEYS[13], member, token)
   redis.call('PUBLISH', prefix .. 'wake', 'cancel ' .. member)
   return 3
 end
-local announced = redis.call('HEXISTS', KEYS[12], topic) == 1
+local announced = redis.call('HEXISTS', KEYS[11], topic) == 1
 if redis.call('ZREM', delayed, member) == 1 then
   bump(counts, topic, 'delayed', -1)
 elseif redis.call('ZREM', prefix .. 'dead:' .. topic, member) == 0 then

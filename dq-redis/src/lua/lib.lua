@@ -247,14 +247,16 @@ local function push_all_pairs(list, a, b)
 end
 
 -- Drops a retained topic's succeeded records older than `before` (us) and beyond its newest
--- `count` from its index, at most 200 of each per call (bounded work: every ack trims again),
--- and adds them to `gone`: the caller deletes their envelopes and values once for the whole
--- call, since an HDEL may delete its hash and nothing may use a key after that (the rule above).
+-- `count` from its index, and adds them to `gone`: the caller deletes their envelopes and values
+-- once for the whole call, since an HDEL may delete its hash and nothing may use a key after
+-- that (the rule above). The count is let run over by a twentieth (at most 500) before a trim
+-- takes the whole excess at once: fewer, larger removals than one small one per ack. At most
+-- 1000 of each per call (bounded work: every ack trims again).
 local function trim_done(done, before, count, gone)
-  local old = redis.call('ZRANGEBYSCORE', done, '-inf', '(' .. fmt(before), 'LIMIT', 0, 200)
+  local old = redis.call('ZRANGEBYSCORE', done, '-inf', '(' .. fmt(before), 'LIMIT', 0, 1000)
   local over = redis.call('ZCARD', done) - count
-  if over > 0 then
-    for _, member in ipairs(redis.call('ZRANGE', done, 0, math.min(over, 200) - 1)) do
+  if over > math.min(math.floor(count / 20), 500) then
+    for _, member in ipairs(redis.call('ZRANGE', done, 0, math.min(over, 1000) - 1)) do
       old[#old + 1] = member
     end
   end

@@ -2,9 +2,9 @@
 -- Batched: one HMGET to find existing ids, one HSET, one ZADD, one RPUSH and one HINCRBY per
 -- topic for the whole call; only ids that already exist take the per-job path.
 -- KEYS[1] jobs  KEYS[2] delayed  KEYS[3] topics  KEYS[4] counts  KEYS[5] inflight
--- KEYS[6] unique  KEYS[7] unique_for  KEYS[8] tick_fence  KEYS[9] finished  KEYS[10] results
---   (a new job of an id kept as succeeded removes that record)
--- KEYS[11..] ready:<topic>, dead:<topic>, gen:<topic> and done:<topic> of every topic in the call (declared,
+-- KEYS[6] unique  KEYS[7] unique_for  KEYS[8] tick_fence  KEYS[9] results (a new job of an id
+--   kept as succeeded replaces that record: its envelope in `jobs`, its value, its index entry)
+-- KEYS[10..] ready:<topic>, dead:<topic>, gen:<topic> and done:<topic> of every topic in the call (declared,
 --   not used by position: on a cluster Redis refuses the call while declared keys are split between two
 --   nodes during a reshard, instead of running it where a key reads as missing)
 -- ARGV[1] key prefix  ARGV[2] 'keep' | 'replace'  ARGV[3] n (jobs in this call, at most 1000)
@@ -55,7 +55,16 @@ for i = 0, n - 1 do
   local member = members[i + 1]
   local code = 1
   local earlier = planned[member]
-  local reserved = any_reserved and not earlier and not existing[i + 1]
+  -- A kept record of a succeeded job (its envelope stays in `jobs`): pushed again, it is a new
+  -- job. Only ids found in `jobs` pay for the look.
+  local record = false
+  if existing[i + 1] and not earlier then
+    local done = prefix .. 'done:' .. topic
+    if has_done[topic] == nil then has_done[topic] = redis.call('EXISTS', done) == 1 end
+    record = has_done[topic] and redis.call('ZSCORE', done, member) ~= false
+  end
+  local fresh = record or not existing[i + 1]
+  local reserved = any_reserved and not earlier and fresh
     and tonumber(redis.call('ZSCORE', unique, member) or 0) or 0
   local fence = ARGV[9 + i * 7]
   local fenced, sched, gen, tick, stored = false
@@ -85,7 +94,7 @@ for i = 0, n - 1 do
     else
       code = 0
     end
-  elseif existing[i + 1] then
+  elseif not fresh then
     if redis.call('ZSCORE', prefix .. 'dead:' .. topic, member) then
       revived[topic] = revived[topic] or {}
       table.insert(revived[topic], member)
@@ -102,14 +111,10 @@ for i = 0, n - 1 do
       end
     end
   end
-  if (code == 1 or code == 2) and not existing[i + 1] and not earlier then
-    local done = prefix .. 'done:' .. topic
-    if has_done[topic] == nil then has_done[topic] = redis.call('EXISTS', done) == 1 end
-    if has_done[topic] and redis.call('ZSCORE', done, member) then
-      undone[topic] = undone[topic] or {}
-      table.insert(undone[topic], member)
-      any_undone = true
-    end
+  if record and code == 1 then
+    undone[topic] = undone[topic] or {}
+    table.insert(undone[topic], member)
+    any_undone = true
   end
   if sched and not fenced and (code == 1 or code == 2) then
     fences[sched] = {gen, tick}
@@ -167,7 +172,7 @@ for _, i in ipairs(plan) do
 end
 -- Touch every ready list this call writes to before the first write.
 for topic in pairs(ready_by_topic) do redis.call('LLEN', prefix .. 'ready:' .. topic) end
-if any_undone then redis.call('EXISTS', KEYS[9], KEYS[10]) end
+if any_undone then redis.call('EXISTS', KEYS[9]) end
 -- Phase 2: writes.
 if #writes > 0 then redis.call('HSET', jobs, unpack(writes)) end
 if #reserve > 0 then redis.call('HSET', unique_for, unpack(reserve)) end
@@ -203,11 +208,8 @@ for topic, members_done in pairs(undone) do
   redis.call('ZREM', prefix .. 'done:' .. topic, unpack(members_done))
   for _, member in ipairs(members_done) do all_undone[#all_undone + 1] = member end
 end
--- Each hash once: an HDEL may delete its key.
-if #all_undone > 0 then
-  redis.call('HDEL', KEYS[9], unpack(all_undone))
-  redis.call('HDEL', KEYS[10], unpack(all_undone))
-end
+-- Once: an HDEL may delete its key.
+if #all_undone > 0 then redis.call('HDEL', KEYS[9], unpack(all_undone)) end
 -- Reservations that ended: a bounded batch per push, so the set stays the size of the live ones.
 if any_reserved then
   local ended = redis.call('ZRANGEBYSCORE', unique, '-inf', now, 'LIMIT', 0, 100)

@@ -1,8 +1,10 @@
 -- reschedule: moves a job that has not started to a new due time.
 -- KEYS[1] jobs  KEYS[2] delayed  KEYS[3] inflight  KEYS[4] counts  KEYS[5] ready:<topic>
 -- KEYS[6] dead:<topic>  KEYS[7] gen:<topic> (declared for a cluster's reshard: see push.lua)
+-- KEYS[8] unique_for  KEYS[9] done:<topic> (a kept succeeded job's record is not rescheduled)
+-- KEYS[10..] the rest of cancel.lua's keys (declared, unused)
 -- ARGV[1] key prefix  ARGV[2] topic  ARGV[3] id  ARGV[4] when ('+<us>' after now, or '<us>')
--- Returns 1 rescheduled, 0 not found (or dead), 2 running (left alone).
+-- Returns 1 rescheduled, 0 not found (or dead, or a kept record), 2 running (left alone).
 -- A ready job's entry stays in its list, made stale (lib.lua), and a new one is made if it is
 -- to run now: O(1) however long the list. The write that may delete a key (ZREM delayed) is
 -- last.
@@ -14,6 +16,7 @@ local e = parse(redis.call('HGET', jobs, member))
 if not e then return 0 end
 if redis.call('ZSCORE', inflight, member) then return 2 end
 if redis.call('ZSCORE', prefix .. 'dead:' .. topic, member) then return 0 end
+if redis.call('ZSCORE', KEYS[9], member) then return 0 end
 local now = now_us()
 local before = earliest(delayed)
 local was_delayed = redis.call('ZSCORE', delayed, member) ~= false

@@ -1,6 +1,8 @@
 -- status: one job's state and envelope (read-only).
 -- KEYS[1] jobs  KEYS[2] delayed  KEYS[3] inflight  KEYS[4] dead:<topic>  KEYS[5] done:<topic>
--- KEYS[6] finished  KEYS[7] results  KEYS[8] progress
+-- KEYS[6] results  KEYS[7] progress
+-- A kept succeeded job's envelope stays in `jobs`, as a dead letter's does: `done:<topic>` says
+-- which are.
 -- ARGV[1] member
 -- Returns {} when unknown, else {state, envelope, score_us[, value[, progress]]}; state is
 -- delayed, ready, running, dead or done; the score is the due time, the lease deadline, the time
@@ -10,16 +12,13 @@
 local jobs, delayed, inflight, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local member = ARGV[1]
 local raw = redis.call('HGET', jobs, member)
-if not raw then
-  local at = redis.call('ZSCORE', KEYS[5], member)
-  if not at then return {} end
-  local env = redis.call('HGET', KEYS[6], member) or ''
-  return {'done', env, at, redis.call('HGET', KEYS[7], member) or ''}
-end
+if not raw then return {} end
 local score = redis.call('ZSCORE', delayed, member)
 if score then return {'delayed', raw, score} end
 score = redis.call('ZSCORE', inflight, member)
-if score then return {'running', raw, score, '', redis.call('HGET', KEYS[8], member) or ''} end
+if score then return {'running', raw, score, '', redis.call('HGET', KEYS[7], member) or ''} end
 score = redis.call('ZSCORE', dead, member)
 if score then return {'dead', raw, score} end
+score = redis.call('ZSCORE', KEYS[5], member)
+if score then return {'done', raw, score, redis.call('HGET', KEYS[6], member) or ''} end
 return {'ready', raw, '-1'}

@@ -46,7 +46,6 @@ impl RedisStore {
             .key(k.unique())
             .key(k.unique_for())
             .key(k.retain())
-            .key(k.finished())
             .key(k.results())
             .key(k.cancels());
         for topic in &topics {
@@ -110,7 +109,7 @@ impl RedisStore {
             let mut forget = redis::pipe();
             forget
                 .zrem(k.done(topic), &members)
-                .hdel(k.finished(), &members)
+                .hdel(k.jobs(), &members)
                 .hdel(k.results(), &members);
             self.query_pipe::<redis::Value>("forget a topic's kept jobs", &forget)
                 .await?;

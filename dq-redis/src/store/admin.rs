@@ -350,7 +350,7 @@ impl RedisStore {
             let k = self.keys(shard);
             let want = limit - page.jobs.len();
             let mut inv = SCRIPTS.done_list.prepare_invoke();
-            inv.key(k.finished())
+            inv.key(k.jobs())
                 .key(k.done(topic))
                 .key(k.results())
                 .arg(pos)
@@ -358,12 +358,8 @@ impl RedisStore {
             let reply: Vec<Value> = self.call("done_list", &inv).await?;
             let entries = reply.len() / 4;
             for quad in reply.chunks(4) {
-                let mut found = decode_jobs(
-                    &quad[..3.min(quad.len())],
-                    &k.finished(),
-                    JobState::Done,
-                    true,
-                );
+                let mut found =
+                    decode_jobs(&quad[..3.min(quad.len())], &k.jobs(), JobState::Done, true);
                 if let (Some(job), Some(Value::BulkString(value))) =
                     (found.first_mut(), quad.get(3))
                 {

@@ -39,7 +39,6 @@ impl RedisStore {
             .key(k.ready_gen(topic))
             .key(k.unique_for())
             .key(k.done(topic))
-            .key(k.finished())
             .key(k.results())
             .key(k.retain())
             .arg(k.prefix())
@@ -179,7 +178,6 @@ fn push_keys(k: &ShardKeys, topics: &BTreeSet<&Topic>) -> Vec<String> {
         k.unique(),
         k.unique_for(),
         k.tick_fence(),
-        k.finished(),
         k.results(),
     ];
     for t in topics {
@@ -247,7 +245,7 @@ impl Producer for RedisStore {
 
     async fn cancel(&self, topic: &Topic, id: &JobId) -> Result<ChangeOutcome> {
         let mut inv = self.change_invocation(&SCRIPTS.cancel, topic, id);
-        // A running job's cancel is recorded against its lease (cancel.lua's KEYS[13], [14]).
+        // A running job's cancel is recorded against its lease (cancel.lua's KEYS[12], [13]).
         let k = self.keys_of(topic, id);
         inv.key(k.leases()).key(k.cancels());
         Ok(self.call::<Reply<ChangeOutcome>>("cancel", &inv).await?.0)
@@ -275,7 +273,6 @@ impl Producer for RedisStore {
             .key(k.inflight())
             .key(k.dead(topic))
             .key(k.done(topic))
-            .key(k.finished())
             .key(k.results())
             .key(k.progress())
             .arg(&m);
@@ -290,12 +287,7 @@ impl Producer for RedisStore {
         else {
             return Ok(None);
         };
-        let at = if state == JobState::Done {
-            k.finished()
-        } else {
-            k.jobs()
-        };
-        let env = Envelope::decode(&raw, &format!("{at} field {m}"))?;
+        let env = Envelope::decode(&raw, &format!("{} field {m}", k.jobs()))?;
         let score = score.filter(|_| state != JobState::Delayed);
         let mut info = job_info(topic.clone(), id.clone(), state, env, score);
         info.result = value.filter(|v| !v.is_empty());
