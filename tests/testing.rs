@@ -178,3 +178,91 @@ async fn a_unique_window_ends_with_the_virtual_clock() {
     );
     rt.shutdown().await;
 }
+
+/// What the invoicing listener of the wait tests returns for an order.
+fn receipt_of(order_id: u32) -> String {
+    format!("R-{order_id}")
+}
+
+/// A test runtime whose "invoice" listener answers each invoice with its receipt and keeps the
+/// ends for an hour, with invoice `i1` pushed, due in ten minutes of the test clock.
+async fn invoice_due_in_ten_minutes() -> TestRuntime {
+    let invoicing = Listener::new("invoice", |r: Reminder| async move {
+        Ok::<_, String>(receipt_of(r.ride))
+    })
+    .retain(Duration::from_secs(3600));
+    let rt = only(invoicing).await;
+    rt.client()
+        .push_to("invoice", &Reminder { ride: 42 })
+        .id("i1")
+        .delay(Duration::from_secs(10 * 60))
+        .await
+        .unwrap();
+    rt
+}
+
+/// Waits at most `timeout` for invoice `i1` while the test clock moves by `by`; returns the
+/// answer and the real time it took. The wait is polled first, so it starts at the current
+/// test time, before the clock moves.
+async fn wait_while_advancing(
+    rt: &TestRuntime,
+    timeout: Duration,
+    by: Duration,
+) -> (dq::JobResult<String>, Duration) {
+    let real = Instant::now();
+    let wait = rt.client().wait_in::<String>("invoice", "i1", timeout);
+    let (answer, ()) = tokio::join!(biased; wait, rt.advance(by));
+    (answer.unwrap(), real.elapsed())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_times_out_when_the_test_clock_passes_its_timeout_not_after_real_seconds() {
+    let rt = invoice_due_in_ten_minutes().await;
+
+    let minute = Duration::from_secs(60);
+    let (answer, real) = wait_while_advancing(&rt, minute, Duration::from_secs(61)).await;
+
+    assert_eq!(answer, dq::JobResult::Pending, "the job is due in 10 min");
+    assert!(
+        real < Duration::from_secs(5),
+        "a wait of a minute on the test clock took {real:?} of real time"
+    );
+    let info = rt.client().status_in("invoice", "i1").await.unwrap();
+    assert_eq!(info.map(|i| i.state), Some(dq::JobState::Delayed));
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_gets_the_value_of_a_job_due_in_ten_minutes_when_the_test_advances_ten_minutes() {
+    let rt = invoice_due_in_ten_minutes().await;
+
+    let quarter = Duration::from_secs(15 * 60);
+    let ten_minutes = Duration::from_secs(10 * 60);
+    let (answer, real) = wait_while_advancing(&rt, quarter, ten_minutes).await;
+
+    assert_eq!(answer, dq::JobResult::Succeeded(receipt_of(42)));
+    assert!(real < Duration::from_secs(5), "took {real:?} of real time");
+    rt.shutdown().await;
+}
+
+/// One move of the clock from before the job's due time to after the wait's deadline: the
+/// wait ran out first, as it would have in real time, though the job then runs in the same
+/// move and its value is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_shorter_than_the_jobs_delay_runs_out_even_when_one_advance_passes_both() {
+    let rt = invoice_due_in_ten_minutes().await;
+
+    let minute = Duration::from_secs(60);
+    let ten_minutes = Duration::from_secs(10 * 60);
+    let (answer, _) = wait_while_advancing(&rt, minute, ten_minutes).await;
+
+    assert_eq!(answer, dq::JobResult::Pending, "ran out at minute 1");
+    assert_eq!(rt.handled("invoice").len(), 1, "the job ran at minute 10");
+    let kept = rt
+        .client()
+        .result_in::<String>("invoice", "i1")
+        .await
+        .unwrap();
+    assert_eq!(kept, dq::JobResult::Succeeded(receipt_of(42)));
+    rt.shutdown().await;
+}

@@ -29,6 +29,43 @@
 //! rt.shutdown().await;
 //! # Ok(()) }
 //! ```
+//!
+//! # Results and waits on the test clock
+//!
+//! `rt.client().result::<M, T>(id)` and `rt.client().wait::<M, T>(id, timeout)` work as on
+//! Redis, for the topics whose listener keeps its ends ([`Listener::retain`]), and the
+//! timeout of a wait counts the test clock, not real time. A wait runs beside
+//! [`advance`](TestRuntime::advance) (in `tokio::join!`, or a spawned task): it answers the
+//! job's end when a move of the clock makes the job run, and `Pending` when the clock reaches
+//! its deadline first, however little real time passed. A move in one step from before a
+//! job's due time to after a wait's deadline ends the wait before the job runs, as real time
+//! would have. A wait the clock never reaches still ends after its timeout of real time, so a
+//! test that forgets to advance fails instead of hanging.
+//!
+//! ```
+//! use std::time::Duration;
+//!
+//! #[derive(serde::Serialize, serde::Deserialize)]
+//! struct Invoice { order_id: u64 }
+//! impl dq_core::Message for Invoice { const TOPIC: &'static str = "invoice"; }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> dq_core::Result<()> {
+//! let invoicing = dq_runtime::Listener::new("invoice", |msg: Invoice| async move {
+//!     Ok::<_, String>(format!("R-{}", msg.order_id))
+//! })
+//! .retain(Duration::from_secs(3600));
+//! let rt = dq_runtime::testing::TestRuntime::start_with(
+//!     dq_runtime::Runtime::builder().without_registered_listeners().listener(invoicing),
+//! ).await?;
+//!
+//! let id = rt.client().push(Invoice { order_id: 42 }).delay(Duration::from_secs(600)).await?;
+//! let wait = rt.client().wait::<Invoice, String>(id.as_str(), Duration::from_secs(900));
+//! let (end, ()) = tokio::join!(wait, rt.advance(Duration::from_secs(600)));
+//! assert_eq!(end?, dq_core::JobResult::Succeeded("R-42".to_owned()));
+//! rt.shutdown().await;
+//! # Ok(()) }
+//! ```
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -146,8 +183,7 @@ impl TestRuntime {
     /// on Redis: `client().result::<M, T>(id)` reads a job's value (or its last error) and
     /// `client().wait::<M, T>(id, timeout)` waits for its end, for the topics whose listener
     /// keeps them ([`Listener::retain`]). The records live in the memory store, and a wait's
-    /// `timeout` is real time, not the test clock: [`advance`](TestRuntime::advance) first
-    /// (it returns once the jobs due have run), and the wait answers at once.
+    /// `timeout` counts the test clock: see the [module documentation](crate::testing).
     pub fn client(&self) -> &Client {
         self.runtime.client()
     }

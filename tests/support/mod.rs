@@ -2,6 +2,7 @@
 #![allow(dead_code, unreachable_pub, unused_imports)]
 
 pub mod faulty;
+pub mod worker;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

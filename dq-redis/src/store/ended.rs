@@ -3,7 +3,10 @@
 //! the jobs of its call in one message, one `topic:id` a line), shared by every
 //! wait of the process. A wait registers before it looks, so no announcement falls between the
 //! look and the wait; when the subscription is made again (Redis restarted, a shard moved),
-//! every wait looks again, since an announcement may have reached nobody meanwhile.
+//! every wait looks again, since an announcement may have reached nobody meanwhile. A look
+//! that fails for want of a connection (Redis restarting, the shared connection being made
+//! again) does not end the wait: it looks again soon, and answers that error only if its
+//! timeout comes before a look gets through.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -17,10 +20,13 @@ use crate::connection::{Conn, Server};
 use crate::keys::member;
 use crate::subscription::{Delivery, ShardSubscription, PING_EVERY};
 use dq_core::store::{Producer, Waited};
-use dq_core::{JobId, JobState, Result, Topic};
+use dq_core::{Error, JobId, JobState, Result, Topic};
 
 /// What tells every wait to look again (the subscription was made again).
 const LOOK_AGAIN: &str = "*";
+
+/// How soon a wait looks again after a look failed for want of a connection.
+const LOOK_AFTER_FAILURE: Duration = Duration::from_millis(250);
 
 /// The shared subscription to the `ended` channels and the waits listening to it.
 #[derive(Debug)]
@@ -150,6 +156,8 @@ impl RedisStore {
         }
         let (mut ended, mut live) = self.ended.listen(self);
         let me = member(topic, id);
+        // Why the last look failed, while the connection is away.
+        let mut failed: Option<Error> = None;
         loop {
             // Besides the announcements, a look every few seconds: an end may go unannounced
             // (its topic's retention removed meanwhile), or the subscription be down.
@@ -158,13 +166,24 @@ impl RedisStore {
             if !*live.borrow_and_update() {
                 let _ = tokio::time::timeout_at(look_again, live.changed()).await;
             }
-            if let Some(answer) = self.end_before(deadline, topic, id).await? {
-                return Ok(answer);
+            match self.end_before(deadline, topic, id).await {
+                Ok(Some(answer)) => return Ok(answer),
+                Ok(None) => failed = None,
+                // Redis restarting, or the connection being made again: the wait goes on.
+                Err(e) if e.is_connection() => {
+                    tracing::debug!(error = %e, %topic, %id, "a wait's look failed; it looks again");
+                    failed = Some(e);
+                }
+                Err(e) => return Err(e),
             }
             if Instant::now() >= deadline {
-                return Ok(Waited::TimedOut);
+                return failed.map_or(Ok(Waited::TimedOut), Err);
             }
-            word_of(&mut ended, &me, look_again).await;
+            let until = match failed {
+                Some(_) => (Instant::now() + LOOK_AFTER_FAILURE).min(deadline),
+                None => look_again,
+            };
+            word_of(&mut ended, &me, until).await;
         }
     }
 

@@ -5,13 +5,16 @@
 //! no operation scans, and memory is bounded by what is pending (plus the per-topic tallies,
 //! the ids reserved by `unique_for`, and the records of succeeded jobs that a topic with a
 //! retention keeps, trimmed at each ack); the history of events is kept only where a test asks.
-//! A wait for a job's end is told by the step that ends it (ack, dead letter, cancel), in real
-//! time whatever the store's clock.
+//! A wait for a job's end is told by the step that ends it (ack, dead letter, cancel); on a
+//! manual clock its timeout counts that clock, so a test that moves the clock past a wait's
+//! deadline ends it at once.
 //!
 //! `state` holds the jobs and every change to them as plain synchronous code; the role traits
-//! are implemented over it in `produce`, `lease` and `admin`, the waits in `waiters`.
+//! are implemented over it in `produce`, `lease` and `admin`, the waits for ready jobs and
+//! announcements in `waiters`, the waits for a job's end in `ends`.
 
 mod admin;
+mod ends;
 mod lease;
 mod produce;
 mod schedules;
@@ -132,9 +135,11 @@ impl MemoryStore {
 
     /// A store whose clock starts at `start` and moves only with [`MemoryStore::advance`]:
     /// tests move time instead of sleeping. It keeps the [`history`](MemoryStore::history)
-    /// of what happened to its jobs (`dq::testing` reads it). Due times, leases and the age of
-    /// done records follow this clock; the timeout of a wait for a job's end
-    /// ([`Producer::wait_finished`](super::Producer::wait_finished)) is real time.
+    /// of what happened to its jobs (`dq::testing` reads it). Due times, leases, the age of
+    /// done records and the timeout of a wait for a job's end
+    /// ([`Producer::wait_finished`](super::Producer::wait_finished)) follow this clock: moving
+    /// it to a wait's deadline or past it ends the wait (a wait is also never held longer than
+    /// its timeout of real time, so a test that does not move the clock is not stuck).
     pub fn with_manual_clock(start: SystemTime) -> MemoryStore {
         MemoryStore::with_clock(Clock::Manual(Arc::new(AtomicU64::new(to_us(start)))))
             .with_history()
@@ -166,7 +171,8 @@ impl MemoryStore {
         }
     }
 
-    /// Moves a manual clock forward by `by` and wakes the movers (no effect on the system
+    /// Moves a manual clock forward by `by`, ends the waits for a job's end whose timeout ran
+    /// out by then (they answer `TimedOut`), and wakes the movers (no effect on the system
     /// clock, which moves by itself).
     pub fn advance(&self, by: Duration) {
         if let Clock::Manual(us) = &self.clock {
@@ -174,23 +180,33 @@ impl MemoryStore {
                 u64::try_from(by.as_micros()).unwrap_or(u64::MAX),
                 Ordering::SeqCst,
             );
-            let _ = self.wake.send(Wake::Due {
-                shard: 0,
-                due_us: 0,
-            });
+            self.clock_moved();
         }
     }
 
-    /// Moves a manual clock forward to `us` microseconds since the epoch (never backwards) and
-    /// wakes the movers.
+    /// Moves a manual clock forward to `us` microseconds since the epoch (never backwards),
+    /// ends the waits whose timeout ran out by then, and wakes the movers.
     pub fn advance_to(&self, us: u64) {
         if let Clock::Manual(now) = &self.clock {
             now.fetch_max(us, Ordering::SeqCst);
-            let _ = self.wake.send(Wake::Due {
-                shard: 0,
-                due_us: 0,
-            });
+            self.clock_moved();
         }
+    }
+
+    /// After a move of the manual clock: the waits that ran out end first, under the lock, so
+    /// that no job the move made due can end them with its value; then the movers look.
+    fn clock_moved(&self) {
+        let now = self.now_us();
+        lock(&self.state).expire_waits(now);
+        let _ = self.wake.send(Wake::Due {
+            shard: 0,
+            due_us: 0,
+        });
+    }
+
+    /// Whether the clock is manual (moved by [`MemoryStore::advance`]).
+    fn is_manual(&self) -> bool {
+        matches!(self.clock, Clock::Manual(_))
     }
 
     /// The due time of the earliest delayed job, in microseconds since the epoch.

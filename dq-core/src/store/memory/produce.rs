@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use super::state::{due_of, Member, State};
+use super::state::{due_of, micros, Member, State};
 use super::{lock, Event, MemoryStore};
 use crate::admin::ChangeOutcome;
 use crate::envelope::Envelope;
@@ -216,8 +216,10 @@ impl Producer for MemoryStore {
     /// pending, so no end is missed; the end (ack, dead letter, the reclaimer's dead letter,
     /// cancel) tells the waiter what became of the job, and nothing polls.
     ///
-    /// `timeout` is real time (tokio's timer), also on a store with a manual clock
-    /// ([`MemoryStore::with_manual_clock`]): [`MemoryStore::advance`] does not end a wait.
+    /// On a store with a manual clock ([`MemoryStore::with_manual_clock`]) `timeout` counts
+    /// that clock: [`MemoryStore::advance`] to the deadline or past it ends the wait
+    /// (`TimedOut`), before any job the move made due can run. Real time bounds it too (tokio's
+    /// timer, as on the system clock), so that a wait the clock never reaches still ends.
     async fn wait_finished(&self, topic: &Topic, id: &JobId, timeout: Duration) -> Result<Waited> {
         let m = (topic.clone(), id.clone());
         let rx = {
@@ -228,10 +230,10 @@ impl Producer for MemoryStore {
             if timeout.is_zero() {
                 return Ok(Waited::TimedOut);
             }
-            s.forget_gone_waiters(&m);
-            let (tx, rx) = oneshot::channel();
-            s.waiters.entry(m.clone()).or_default().push(tx);
-            rx
+            let until = self
+                .is_manual()
+                .then(|| self.now_us().saturating_add(micros(timeout)));
+            s.add_waiter(&m, until)
         };
         let mut waiting = Waiting {
             state: Arc::clone(&self.state),

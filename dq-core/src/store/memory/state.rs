@@ -4,15 +4,14 @@
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
 
-use tokio::sync::oneshot;
-
+use super::ends::Waiter;
 use super::Event;
 use crate::admin::{Throughput, TopicCounts, WorkerInfo};
 use crate::envelope::Envelope;
 use crate::job::{to_us, Due, JobInfo, JobState};
 use crate::lease::LeaseRef;
 use crate::name::{JobId, Topic};
-use crate::result::{Retention, Waited};
+use crate::result::Retention;
 
 /// A job's place in the store: its topic and id.
 pub(super) type Member = (Topic, JobId);
@@ -79,9 +78,10 @@ pub(super) struct State {
     pub(super) done: HashMap<Member, DoneRecord>,
     /// Per topic, its done records by when they succeeded, oldest first.
     pub(super) done_order: HashMap<Topic, BTreeSet<(u64, JobId)>>,
-    /// Those waiting for a pending job's end (`Producer::wait_finished`), told what it was.
-    /// An entry goes when the job ends, or when its last waiter gives up.
-    pub(super) waiters: HashMap<Member, Vec<oneshot::Sender<Waited>>>,
+    /// Those waiting for a pending job's end (`Producer::wait_finished`), told what it was
+    /// (see `ends`). An entry goes when the job ends, or when its last waiter gives up or
+    /// runs out.
+    pub(super) waiters: HashMap<Member, Vec<Waiter>>,
 }
 
 /// Which tally of [`State::tally`] a run adds to.
@@ -286,47 +286,6 @@ impl State {
         dropped
     }
 
-    /// What a wait for job `m` answers now: its record when it is done or dead, `NotKept` when
-    /// its topic keeps no records, `NotFound` when it is not pending; `None` while it is
-    /// pending (and its end will be kept): then the wait goes on.
-    pub(super) fn wait_answer(&self, m: &Member) -> Option<Waited> {
-        if self.done.contains_key(m) || self.died_at.contains_key(m) {
-            return self.info(m).map(|info| Waited::Finished(Box::new(info)));
-        }
-        if !self.retention.contains_key(&m.0) {
-            return Some(Waited::NotKept);
-        }
-        if self.jobs.contains_key(m) {
-            None
-        } else {
-            Some(Waited::NotFound)
-        }
-    }
-
-    /// Tells those waiting for job `m` what became of it, once it ended (acked, dead,
-    /// cancelled): they are taken out of the waiters.
-    pub(super) fn wake_waiters(&mut self, m: &Member) {
-        if !self.waiters.contains_key(m) {
-            return;
-        }
-        let Some(answer) = self.wait_answer(m) else {
-            return;
-        };
-        for tx in self.waiters.remove(m).unwrap_or_default() {
-            let _ = tx.send(answer.clone());
-        }
-    }
-
-    /// Takes out the waiters for job `m` that gave up (timed out or dropped).
-    pub(super) fn forget_gone_waiters(&mut self, m: &Member) {
-        if let Some(waiting) = self.waiters.get_mut(m) {
-            waiting.retain(|tx| !tx.is_closed());
-            if waiting.is_empty() {
-                self.waiters.remove(m);
-            }
-        }
-    }
-
     pub(super) fn info(&self, m: &Member) -> Option<JobInfo> {
         let Some(env) = self.jobs.get(m) else {
             let record = self.done.get(m)?;
@@ -365,6 +324,7 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::result::Waited;
 
     fn member(id: &str) -> Member {
         (Topic::new("t").unwrap(), JobId::new(id).unwrap())
@@ -564,9 +524,8 @@ mod tests {
             m.0.clone(),
             Retention::for_age(std::time::Duration::from_secs(60)),
         );
-        let (tx, mut rx) = oneshot::channel();
-        let (gone, gone_rx) = oneshot::channel();
-        s.waiters.entry(m.clone()).or_default().extend([tx, gone]);
+        let mut rx = s.add_waiter(&m, None);
+        let gone_rx = s.add_waiter(&m, None);
         drop(gone_rx);
         s.forget_gone_waiters(&m);
         assert_eq!(s.waiters[&m].len(), 1);
