@@ -1,17 +1,63 @@
-//! The Prometheus endpoint, scraped over HTTP on 127.0.0.1 while a topic runs: lateness,
-//! durations, outcomes and queue depth per topic and state.
+//! The Prometheus endpoint, scraped over HTTP on 127.0.0.1 while topics run: lateness,
+//! durations, outcomes and queue depth per topic and state; cancels of running jobs, progress
+//! reports, kept results and waits by answer.
+//!
+//! The `metrics` recorder is one per process, so the tests share one endpoint (see
+//! [`endpoint`]) and each looks at topics of its own.
 
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 mod support;
 
 use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use dq::{JobContext, Listener, Outcome, Runtime};
+use dq::admin::ChangeOutcome;
+use dq::{JobContext, JobResult, Listener, Outcome, Runtime};
 use support::RedisServer;
 
-fn scrape(addr: std::net::SocketAddr) -> String {
+/// A wait no job of these tests reaches unless something is broken.
+const LONG: Duration = Duration::from_secs(10);
+
+/// The Prometheus endpoint of this test process: installed once through
+/// `RuntimeBuilder::metrics_addr`, by a runtime on the in-memory store that runs on a tokio
+/// runtime of its own (on a thread that outlives every test), so that each test's runtime
+/// records into it whichever test comes first.
+fn endpoint() -> SocketAddr {
+    static ENDPOINT: OnceLock<SocketAddr> = OnceLock::new();
+    *ENDPOINT.get_or_init(|| {
+        let addr: SocketAddr = format!("127.0.0.1:{}", dq_testkit::unused_port())
+            .parse()
+            .unwrap();
+        let (installed, is_installed) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let tokio = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            tokio.block_on(async move {
+                let in_memory = dq::Config::builder().build().unwrap();
+                let rt = Runtime::builder()
+                    .config(in_memory)
+                    .without_registered_listeners()
+                    .metrics_addr(addr)
+                    .start()
+                    .await
+                    .unwrap();
+                installed.send(()).unwrap();
+                // Serve for as long as the process lives.
+                std::future::pending::<()>().await;
+                drop(rt);
+            });
+        });
+        is_installed.recv().unwrap();
+        addr
+    })
+}
+
+fn scrape(addr: SocketAddr) -> String {
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
     stream
         .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
@@ -22,12 +68,32 @@ fn scrape(addr: std::net::SocketAddr) -> String {
     text
 }
 
+/// Scrapes until every line of `expected` is there (15 s at most), and asserts that they are.
+async fn scrape_until(expected: &[&str]) -> String {
+    let addr = endpoint();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let text = loop {
+        let text = scrape(addr);
+        if expected.iter().all(|e| text.contains(e)) || Instant::now() > deadline {
+            break text;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    for e in expected {
+        assert!(text.contains(e), "missing {e} in:\n{text}");
+    }
+    text
+}
+
+/// A runtime on `redis` running only `listener`.
+async fn worker(redis: &RedisServer, listener: Listener) -> Runtime {
+    endpoint(); // the recorder is installed before anything is recorded
+    support::start_on(support::config(redis), None, listener).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prometheus_endpoint_shows_lateness_outcomes_and_depth_of_a_running_topic() {
     let redis = RedisServer::start();
-    let addr: std::net::SocketAddr = format!("127.0.0.1:{}", dq_testkit::unused_port())
-        .parse()
-        .unwrap();
     let listener = Listener::new("orders", |n: u32, _: JobContext| async move {
         if n == 0 {
             Outcome::DeadLetter("order not found".into())
@@ -35,11 +101,7 @@ async fn prometheus_endpoint_shows_lateness_outcomes_and_depth_of_a_running_topi
             Outcome::Done
         }
     });
-    let builder = Runtime::builder()
-        .config(support::config(&redis))
-        .without_registered_listeners()
-        .listener(listener);
-    let rt = builder.metrics_addr(addr).start().await.unwrap();
+    let rt = worker(&redis, listener).await;
     let c = rt.client();
     c.push_batch((0..4u32).map(|n| c.push_to("orders", &n).delay(Duration::from_millis(50))))
         .await
@@ -48,18 +110,7 @@ async fn prometheus_endpoint_shows_lateness_outcomes_and_depth_of_a_running_topi
         .delay(Duration::from_secs(3600))
         .await
         .unwrap();
-
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let text = loop {
-        let text = scrape(addr);
-        let ready = text.contains(r#"dq_jobs_succeeded_total{topic="orders"} 3"#)
-            && text.contains(r#"dq_queue_jobs{topic="orders",state="delayed"} 1"#);
-        if ready || Instant::now() > deadline {
-            break text;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    for expected in [
+    scrape_until(&[
         r#"dq_jobs_pushed_total{topic="orders"} 5"#,
         r#"dq_jobs_started_total{topic="orders"} 4"#,
         r#"dq_jobs_succeeded_total{topic="orders"} 3"#,
@@ -68,9 +119,114 @@ async fn prometheus_endpoint_shows_lateness_outcomes_and_depth_of_a_running_topi
         r#"dq_job_duration_seconds_count{topic="orders"} 4"#,
         r#"dq_queue_jobs{topic="orders",state="delayed"} 1"#,
         r#"dq_queue_jobs{topic="orders",state="dead"} 1"#,
+        r#"dq_queue_jobs{topic="orders",state="done"} 0"#,
         r#"dq_queue_lag_seconds{topic="orders"}"#,
-    ] {
-        assert!(text.contains(expected), "missing {expected} in:\n{text}");
+    ])
+    .await;
+    rt.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_job_stopped_by_a_cancel_is_counted_as_cancelled_not_retried() {
+    let redis = RedisServer::start();
+    let (started, mut has_started) = tokio::sync::mpsc::unbounded_channel();
+    let listener = Listener::new("reports", move |_: u32, ctx: JobContext| {
+        let started = started.clone();
+        async move {
+            let _ = started.send(());
+            ctx.cancelled().await;
+            Err::<(), String>("stopped: cancelled".into())
+        }
+    })
+    .no_timeout()
+    .retries(3);
+    let rt = worker(&redis, listener).await;
+    let c = rt.client();
+    c.push_to("reports", &1u32).id("r1").await.unwrap();
+    let run = tokio::time::timeout(LONG, has_started.recv())
+        .await
+        .unwrap();
+    assert_eq!(run, Some(()), "the handler started");
+    let cancel = c.cancel_in("reports", "r1").await.unwrap();
+    assert_eq!(cancel, ChangeOutcome::CancelRequested);
+    let text = scrape_until(&[r#"dq_jobs_cancelled_total{topic="reports"} 1"#]).await;
+    assert!(
+        !text.contains(r#"dq_jobs_retried_total{topic="reports"}"#),
+        "{text}"
+    );
+    rt.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waits_are_counted_by_what_they_answered() {
+    let redis = RedisServer::start();
+    let listener = Listener::new("invoices", |n: u32, _: JobContext| async move {
+        if n == 0 {
+            Outcome::DeadLetter("no such invoice".into())
+        } else {
+            Outcome::Done
+        }
+    })
+    .retain(Duration::from_secs(3600));
+    let rt = worker(&redis, listener).await;
+    let c = rt.client();
+    c.push_to("invoices", &1u32).id("paid").await.unwrap();
+    c.push_to("invoices", &0u32).id("bad").await.unwrap();
+    c.push_to("invoices", &1u32)
+        .id("later")
+        .delay(Duration::from_secs(3600))
+        .await
+        .unwrap();
+    let wait = move |topic: &'static str, id: &'static str, timeout: Duration| async move {
+        c.wait_in::<serde_json::Value>(topic, id, timeout)
+            .await
+            .unwrap()
+    };
+    assert_eq!(
+        wait("invoices", "paid", LONG).await,
+        JobResult::SucceededEmpty
+    );
+    let bad = wait("invoices", "bad", LONG).await;
+    assert!(matches!(bad, JobResult::Dead { .. }), "{bad:?}");
+    let short = Duration::from_millis(100);
+    assert_eq!(wait("invoices", "later", short).await, JobResult::Pending);
+    assert_eq!(wait("invoices", "never", LONG).await, JobResult::NotFound);
+    // A topic no listener keeps records of: nothing to wait for.
+    assert_eq!(wait("mails", "m1", LONG).await, JobResult::NotKept);
+    scrape_until(&[
+        r#"dq_waits_total{topic="invoices",answer="finished"} 1"#,
+        r#"dq_waits_total{topic="invoices",answer="dead"} 1"#,
+        r#"dq_waits_total{topic="invoices",answer="timed_out"} 1"#,
+        r#"dq_waits_total{topic="invoices",answer="not_found"} 1"#,
+        r#"dq_waits_total{topic="mails",answer="not_kept"} 1"#,
+    ])
+    .await;
+    rt.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_reports_written_and_results_kept_are_counted() {
+    let redis = RedisServer::start();
+    let listener = Listener::new("exports", |rows: u32, ctx: JobContext| async move {
+        ctx.progress(&(rows / 2)).await?;
+        ctx.progress(&rows).await?;
+        anyhow::Ok(rows)
+    })
+    .retain(Duration::from_secs(3600));
+    let rt = worker(&redis, listener).await;
+    let c = rt.client();
+    for (id, rows) in [("e1", 10u32), ("e2", 20)] {
+        c.push_to("exports", &rows).id(id).await.unwrap();
     }
+    for id in ["e1", "e2"] {
+        let end = c.wait_in::<u32>("exports", id, LONG).await.unwrap();
+        assert!(matches!(end, JobResult::Succeeded(_)), "{id}: {end:?}");
+    }
+    scrape_until(&[
+        r#"dq_progress_reports_total{topic="exports"} 4"#,
+        r#"dq_results_kept_total{topic="exports"} 2"#,
+        r#"dq_queue_jobs{topic="exports",state="done"} 2"#,
+    ])
+    .await;
     rt.shutdown().await.unwrap();
 }

@@ -190,6 +190,7 @@ on_every_store!(
         a_push_of_a_done_id_makes_a_new_job,
         a_done_record_keeps_its_unique_for_reservation_and_is_not_rescheduled,
         a_cancel_deletes_a_done_record,
+        the_done_count_follows_acks_pushes_and_trims,
         wait_answers_at_once_for_a_done_a_dead_and_an_unknown_job,
         wait_answers_not_kept_for_a_topic_without_retention,
         wait_is_woken_when_the_job_is_acked,

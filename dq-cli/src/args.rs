@@ -72,8 +72,9 @@ pub(crate) struct Connection {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
-    /// Counts per topic, the age of the oldest ready job (how far behind the workers are) and
-    /// the next due time.
+    /// Counts per topic (DONE: the succeeded jobs it keeps, with a retention), the age of the
+    /// oldest ready job (how far behind the workers are), the next due time, and the runs done
+    /// and failed in the last hour.
     Stats,
     /// A page of one topic's jobs in one state.
     Jobs(JobsArgs),

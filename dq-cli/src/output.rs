@@ -160,6 +160,8 @@ pub(crate) fn stats_json(
         "ready": s.counts.ready,
         "running": s.counts.running,
         "dead": s.counts.dead,
+        // The records of succeeded jobs it keeps (only with a retention).
+        "done": s.counts.done,
         "oldest_ready_due_ms": s.oldest_ready_due.map(ms),
         "next_due_ms": s.next_due.map(ms),
         "paused": s.paused,

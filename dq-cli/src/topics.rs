@@ -27,7 +27,8 @@ pub(crate) async fn known_topic(client: &Client, topic: &str) -> Result<(), Exit
     ))
 }
 
-/// `dq stats`: one row per topic.
+/// `dq stats`: one row per topic (DONE: the records of succeeded jobs it keeps, with a
+/// retention; DONE 1H and FAILED 1H: the runs of the last hour).
 pub(crate) async fn stats(client: &Client, json: bool) -> Result<(), Exit> {
     let topics = client.topics().await?;
     let mut all = Vec::new();
@@ -54,6 +55,7 @@ pub(crate) async fn stats(client: &Client, json: bool) -> Result<(), Exit> {
             "READY",
             "RUNNING",
             "DEAD",
+            "DONE",
             "LAG",
             "NEXT DUE",
             "DONE 1H",
@@ -72,6 +74,7 @@ fn stats_row(topic: &str, s: &TopicStats, hour: &Throughput, now: SystemTime) ->
         s.counts.ready.to_string(),
         s.counts.running.to_string(),
         s.counts.dead.to_string(),
+        s.counts.done.to_string(),
         s.oldest_ready_due
             .and_then(|d| now.duration_since(d).ok())
             .map_or("-".into(), |d| format!("{:.1}s", d.as_secs_f64())),

@@ -139,6 +139,29 @@ async fn stats_lists_every_topic_with_its_counts_and_lag() {
 }
 
 #[tokio::test]
+async fn stats_count_the_done_jobs_a_topic_keeps() {
+    let redis = RedisServer::start();
+    let (c, store) = client_and_store(&redis).await;
+    succeed(&c, &store, "invoices", "i1", br#"{"receipt":"R-1"}"#).await;
+    succeed(&c, &store, "invoices", "i2", br#"{"receipt":"R-2"}"#).await;
+    c.push_json("mails", "{}").await.unwrap();
+    let invoices = stats_row(&redis, "invoices");
+    assert_eq!(invoices["done"].as_u64(), Some(2), "{invoices}");
+    assert_eq!(invoices["ready"].as_u64(), Some(0), "{invoices}");
+    assert_eq!(stats_row(&redis, "mails")["done"].as_u64(), Some(0));
+    let table = ok(&dq(&redis, &["stats"]));
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    let row: Vec<&str> = table
+        .lines()
+        .find(|l| l.starts_with("invoices "))
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    let done = header.iter().position(|h| *h == "DONE").unwrap();
+    assert_eq!(row[done], "2", "{table}");
+}
+
+#[tokio::test]
 async fn jobs_pages_through_a_state_with_the_printed_cursor() {
     let redis = RedisServer::start();
     let c = client(&redis).await;

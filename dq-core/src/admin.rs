@@ -134,7 +134,8 @@ pub enum ChangeOutcome {
     CancelRequested,
 }
 
-/// How many jobs of one topic are in each state.
+/// How many jobs of one topic are in each state, and how many records of its succeeded jobs
+/// it keeps.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
 pub struct TopicCounts {
@@ -146,6 +147,9 @@ pub struct TopicCounts {
     pub running: u64,
     /// Dead letters.
     pub dead: u64,
+    /// Succeeded jobs whose records the topic keeps (only with a retention:
+    /// `#[dq::listener(retain = "1h")]`); they go as the retention trims them.
+    pub done: u64,
 }
 
 impl TopicCounts {
@@ -155,6 +159,7 @@ impl TopicCounts {
         self.ready += other.ready;
         self.running += other.running;
         self.dead += other.dead;
+        self.done += other.done;
     }
 }
 

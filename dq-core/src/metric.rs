@@ -23,11 +23,23 @@ pub const JOBS_TAKEN_BACK: &str = "dq_jobs_taken_back_total";
 /// Counter, label `topic`: runs whose lease was found lost while the handler ran (the job may
 /// run elsewhere too; its outcome will be refused).
 pub const LEASES_LOST: &str = "dq_leases_lost_total";
+/// Counter, label `topic`: running jobs a cancel asked to stop whose run then ended without
+/// success: deleted, neither retried nor dead-lettered.
+pub const JOBS_CANCELLED: &str = "dq_jobs_cancelled_total";
+/// Counter, label `topic`: progress reports (`JobContext::progress`) written to the store.
+pub const PROGRESS_REPORTS: &str = "dq_progress_reports_total";
+/// Counter, label `topic`: succeeded jobs acked with their record kept (the listener has a
+/// retention), value or not.
+pub const RESULTS_KEPT: &str = "dq_results_kept_total";
+/// Counter, labels `topic` and `answer`: waits for a job's end (`Client::wait`), by what they
+/// answered: `finished` (succeeded), `dead`, `not_kept`, `not_found` or `timed_out`.
+pub const WAITS: &str = "dq_waits_total";
 /// Histogram, label `topic`: start of a run minus the job's due time, in seconds.
 pub const JOB_LATENESS: &str = "dq_job_lateness_seconds";
 /// Histogram, label `topic`: how long handlers ran, in seconds.
 pub const JOB_DURATION: &str = "dq_job_duration_seconds";
-/// Gauge, labels `topic` and `state`: jobs delayed, ready, running and dead.
+/// Gauge, labels `topic` and `state`: jobs delayed, ready, running and dead, and the records of
+/// succeeded jobs kept (`done`, with a retention).
 pub const QUEUE_JOBS: &str = "dq_queue_jobs";
 /// Gauge, label `topic`: age of the oldest ready job, in seconds.
 pub const QUEUE_LAG: &str = "dq_queue_lag_seconds";

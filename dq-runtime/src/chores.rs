@@ -3,6 +3,7 @@
 //! the worker registry; the ticker the registry (the namespace's epoch) and the lease role (the
 //! retries it declares); the queue gauges its admin role.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -97,10 +98,17 @@ pub(crate) fn spawn(shared: &Arc<Shared>, plan: Plan<'_>) -> Chores {
         me: plan.me,
     };
     let (acks, acker_shared) = (plan.acks, shared.clone());
+    let retained: Arc<HashSet<Topic>> = Arc::new(
+        plan.listeners
+            .iter()
+            .filter(|(_, l)| l.retention().is_some())
+            .map(|(t, _)| t.clone())
+            .collect(),
+    );
     Chores {
         loops,
         heartbeat: Closing::spawn(|done| heartbeat.run(done)),
-        acker: Closing::spawn(|done| acker(acker_shared, leases, acks, done)),
+        acker: Closing::spawn(|done| acker(acker_shared, leases, acks, retained, done)),
     }
 }
 

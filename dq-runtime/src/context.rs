@@ -215,7 +215,8 @@ impl JobContext {
     /// writes nothing and gets `Ok`: its report is logged at debug level and dropped.
     ///
     /// In a [`JobContext::for_test`] context, which belongs to no run, it checks the value
-    /// (it serializes, within the bound) and writes nothing.
+    /// (it serializes, within the bound) and writes nothing. The reports written are counted
+    /// in the metric `dq_progress_reports_total{topic}`.
     ///
     /// ```no_run
     /// # #[derive(serde::Serialize)] struct Step { done: u64, of: u64 }
@@ -252,7 +253,9 @@ impl JobContext {
                 };
                 return dq_core::store::check_progress(&lease, &json);
             };
-            if !to.leases.progress(&to.lease, &json).await? {
+            if to.leases.progress(&to.lease, &json).await? {
+                crate::metrics::count(dq_core::metric::PROGRESS_REPORTS, self.topic.as_str());
+            } else {
                 tracing::debug!(
                     topic = %self.topic, id = %self.id,
                     "progress not recorded: this run's lease is no longer held"

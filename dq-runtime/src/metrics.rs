@@ -13,9 +13,13 @@
 //! | `dq_jobs_dead_lettered_total` | counter | topic | jobs moved to the dead letters (poison included) |
 //! | `dq_jobs_taken_back_total` | counter | topic | jobs of a fetch whose reply was lost, taken back by the consumer's next fetch (no run counted) |
 //! | `dq_leases_lost_total` | counter | topic | runs whose lease was found lost while the handler ran (the job may run elsewhere too) |
+//! | `dq_jobs_cancelled_total` | counter | topic | running jobs a cancel asked to stop whose run then ended without success: deleted, not retried (a run that succeeds anyway counts as succeeded) |
+//! | `dq_progress_reports_total` | counter | topic | progress reports (`ctx.progress`) written to the store (those of a run that lost its lease are not) |
+//! | `dq_results_kept_total` | counter | topic | succeeded jobs acked with their record kept: the listener has a retention (`retain`) |
+//! | `dq_waits_total` | counter | topic, answer | waits for a job's end (`Client::wait`, any process that waits, not only workers), by answer: `finished` (succeeded), `dead`, `not_kept` (no retention), `not_found`, `timed_out` |
 //! | `dq_job_lateness_seconds` | histogram | topic | start of a run minus the job's due time |
 //! | `dq_job_duration_seconds` | histogram | topic | how long handlers ran |
-//! | `dq_queue_jobs` | gauge | topic, state | jobs delayed, ready, running, dead (every 5 s) |
+//! | `dq_queue_jobs` | gauge | topic, state | jobs delayed, ready, running, dead, and `done`: the records of succeeded jobs kept (every 5 s) |
 //! | `dq_queue_lag_seconds` | gauge | topic | age of the oldest ready job: how far behind workers are |
 
 use std::sync::Arc;
@@ -69,6 +73,7 @@ pub(crate) async fn queue_gauges(
                     ("ready", s.counts.ready),
                     ("running", s.counts.running),
                     ("dead", s.counts.dead),
+                    ("done", s.counts.done),
                 ] {
                     metrics::gauge!(metric::QUEUE_JOBS, "topic" => t.clone(), "state" => state)
                         .set(n as f64);

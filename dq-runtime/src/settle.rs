@@ -120,6 +120,7 @@ async fn write_dead_letter(shared: &Shared, leases: &dyn Leases, lease: &LeaseRe
 
 /// Deletes a job a cancel asked to stop, whose run did not succeed.
 async fn write_cancel(shared: &Shared, leases: &dyn Leases, lease: &LeaseRef) {
+    crate::metrics::count(metric::JOBS_CANCELLED, lease.topic.as_str());
     let what = format!("deletion of cancelled job {}:{}", lease.topic, lease.id);
     let taken_over = "the lease was taken over while the job ran; not deleted here";
     keep_writing(shared, what, taken_over, || leases.cancel_running(lease)).await;

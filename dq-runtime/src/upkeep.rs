@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use dq_core::store::{Leases, Registry};
-use dq_core::{Acked, LeaseRef, Succeeded, WorkerInfo, MAX_BATCH};
+use dq_core::{metric, Acked, LeaseRef, Succeeded, Topic, WorkerInfo, MAX_BATCH};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -36,11 +36,13 @@ pub(crate) fn renewal_limit(lease: Duration) -> Duration {
 /// when idle. A shard that fails or stalls holds up only its own
 /// acks, and only its own batch is tried again (a batch acked on one shard is never sent
 /// twice, which would report its jobs as "ack refused"). When `done` is cancelled (after the
-/// job tasks finished) it acks what is left and ends.
+/// job tasks finished) it acks what is left and ends. The acks of `retained` topics (whose
+/// listeners have a retention) are counted as results kept.
 pub(crate) async fn acker(
     shared: Arc<Shared>,
     leases: Arc<dyn Leases>,
     mut rx: mpsc::UnboundedReceiver<Succeeded>,
+    retained: Arc<HashSet<Topic>>,
     done: CancellationToken,
 ) {
     let mut lanes: HashMap<u16, mpsc::UnboundedSender<Succeeded>> = HashMap::new();
@@ -59,7 +61,13 @@ pub(crate) async fn acker(
         let shard = succeeded.lease.shard;
         let lane = lanes.entry(shard).or_insert_with(|| {
             let (tx, lane_rx) = mpsc::unbounded_channel();
-            lane_tasks.spawn(ack_lane(shared.clone(), leases.clone(), shard, lane_rx));
+            let acks_of_shard = AckLane {
+                shared: shared.clone(),
+                leases: leases.clone(),
+                retained: retained.clone(),
+                shard,
+            };
+            lane_tasks.spawn(acks_of_shard.run(lane_rx));
             tx
         });
         let _ = lane.send(succeeded);
@@ -68,38 +76,46 @@ pub(crate) async fn acker(
     while lane_tasks.join_next().await.is_some() {}
 }
 
-/// Acks one shard's finished jobs until its sender is gone and its queue is empty.
-async fn ack_lane(
+/// One shard's lane of the acker.
+struct AckLane {
     shared: Arc<Shared>,
     leases: Arc<dyn Leases>,
+    /// The topics whose listeners have a retention: their acks keep records.
+    retained: Arc<HashSet<Topic>>,
     shard: u16,
-    mut rx: mpsc::UnboundedReceiver<Succeeded>,
-) {
-    let mut health = Health::new(format!("acker of shard {shard}"));
-    let mut batch = Vec::with_capacity(MAX_BATCH);
-    while let Some(first) = rx.recv().await {
-        batch.push(first);
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(l) => batch.push(l),
-                Err(_) => break,
-            }
-        }
-        loop {
-            match leases.ack_succeeded(&batch).await {
-                Ok(acked) => {
-                    health.ok();
-                    acked_batch(&shared, &batch, &acked);
-                    break;
-                }
-                Err(e) => {
-                    // Leases keep being renewed while we wait: the acks are still valid later.
-                    // Shutdown bounds this wait; unacked jobs then run again after their lease.
-                    tokio::time::sleep(health.failed(&e)).await;
+}
+
+impl AckLane {
+    /// Acks the shard's finished jobs until its sender is gone and its queue is empty.
+    async fn run(self, mut rx: mpsc::UnboundedReceiver<Succeeded>) {
+        let mut health = Health::new(format!("acker of shard {}", self.shard));
+        let mut batch = Vec::with_capacity(MAX_BATCH);
+        while let Some(first) = rx.recv().await {
+            batch.push(first);
+            while batch.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(l) => batch.push(l),
+                    Err(_) => break,
                 }
             }
+            loop {
+                match self.leases.ack_succeeded(&batch).await {
+                    Ok(acked) => {
+                        health.ok();
+                        acked_batch(&self.shared, &batch, &acked);
+                        count_kept(&batch, &acked, &self.retained);
+                        break;
+                    }
+                    Err(e) => {
+                        // Leases keep being renewed while we wait: the acks are still valid
+                        // later. Shutdown bounds this wait; unacked jobs then run again after
+                        // their lease.
+                        tokio::time::sleep(health.failed(&e)).await;
+                    }
+                }
+            }
+            batch.clear();
         }
-        batch.clear();
     }
 }
 
@@ -114,6 +130,24 @@ fn acked_batch(shared: &Shared, batch: &[Succeeded], acked: &Acked) {
     }
     for stale in acked.stale.iter().filter(|l| !told.contains(l)) {
         tracing::warn!(topic = %stale.topic, id = %stale.id, "ack refused: the lease was taken over (it expired while the job ran), so the job may run again");
+    }
+}
+
+/// Counts the jobs of the batch that were acked (not refused) with their record kept: those of
+/// the `retained` topics.
+fn count_kept(batch: &[Succeeded], acked: &Acked, retained: &HashSet<Topic>) {
+    if retained.is_empty() {
+        return;
+    }
+    let refused: HashSet<&LeaseRef> = acked.stale.iter().collect();
+    let mut kept: HashMap<&Topic, usize> = HashMap::new();
+    for Succeeded { lease, .. } in batch {
+        if retained.contains(&lease.topic) && !refused.contains(lease) {
+            *kept.entry(&lease.topic).or_default() += 1;
+        }
+    }
+    for (topic, n) in kept {
+        crate::metrics::count_n(metric::RESULTS_KEPT, topic.as_str(), n);
     }
 }
 

@@ -27,6 +27,24 @@
 //! # }
 //! ```
 //!
+//! # What the pages show
+//!
+//! - The **overview** charts the last hour of every topic summed (runs done and failed per
+//!   minute, with a time axis, the peak minutes labelled and a legend), then lists each topic
+//!   with its counts (the done jobs it keeps among them, linking to its done tab), lag, next due
+//!   time and a sparkline of its hour. A **topic's page** has the same larger chart for the
+//!   topic, and a tab per state with its count. Charts are inline SVG drawn from numbers only,
+//!   without a script.
+//! - The **search** box in every page's header finds a job by id in every topic (the first
+//!   200, as the overview lists them): `GET <base>/search?id=<id>` looks the id up in all of
+//!   them at once. One match goes straight to its job's page (a `303`: the job is what was
+//!   asked for); several are listed with their topic and state, each linked; none says so.
+//! - A **job's page** shows its state, which attempt of how many it is on (or was on: the one
+//!   that succeeded, the one that dead-lettered it), its times, its payload, a running job's
+//!   latest progress and a done job's result. Of its errors, only the **last** is kept (in the
+//!   job's record, replaced by each failed run), so the page shows that one and says which run
+//!   it came from; the errors of the runs before it are not stored, and not shown.
+//!
 //! # Safety
 //!
 //! - Every action is a `POST` carrying a CSRF token (random per router, compared in constant
@@ -51,8 +69,8 @@
 //!   (or HTTP Basic with the token as password, so a browser can log in).
 //! - Payloads, results, ids, errors and topic names are HTML-escaped.
 //! - Every page does bounded work on Redis whatever the queue size: counts are kept by the
-//!   scripts, listings are pages of at most 50 jobs (filters look at 500), and throughput is a
-//!   ring of 60 one-minute slots.
+//!   scripts, listings are pages of at most 50 jobs (filters look at 500), throughput is a
+//!   ring of 60 one-minute slots, and a search is one status call per topic (200 at most).
 //!
 //! # What the actions do
 //!
@@ -75,6 +93,7 @@
 //! - Schedules can be paused, resumed, run now and removed (`dq schedules remove`; asks first).
 
 mod actions;
+mod chart;
 mod clock;
 mod guard;
 mod hosts;
@@ -128,6 +147,7 @@ pub fn router(client: Client, options: Options) -> Router {
         .route("/", get(pages::overview))
         .route("/fragments/topics", get(pages::topics_fragment))
         .route("/workers", get(pages::workers))
+        .route("/search", get(pages::search))
         .route("/schedules", get(pages::schedules))
         .route("/schedules/{id}/{action}", post(actions::schedule))
         .route("/topics/{topic}", get(pages::topic))

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use axum::http::{header, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
-use dq_core::{JobState, Throughput};
-use maud::{html, Markup, PreEscaped, DOCTYPE};
+use dq_core::JobState;
+use maud::{html, Markup, DOCTYPE};
 
 use crate::Viewer;
 
@@ -59,6 +59,7 @@ pub(crate) fn page(
                         a href={ (base) "/schedules" } { "Schedules" }
                         a href={ (base) "/workers" } { "Workers" }
                     }
+                    (search_box(viewer))
                     @if !viewer.can_act {
                         span.badge.readonly title="Actions are hidden and refused" { "read-only" }
                     }
@@ -73,6 +74,17 @@ pub(crate) fn page(
         }
     };
     Html(markup.into_string())
+}
+
+/// The header's search: a job by id, in every topic (`GET <base>/search?id=...`).
+fn search_box(viewer: &Viewer) -> Markup {
+    html! {
+        form.search role="search" method="get" action={ (viewer.base) "/search" } {
+            input type="search" name="id" placeholder="Job id" aria-label="Find a job by id in every topic" required;
+            " "
+            button type="submit" { "Find" }
+        }
+    }
 }
 
 /// The overview's address: the mount point itself (`/dq`; axum's `nest` does not route
@@ -171,47 +183,6 @@ pub(crate) fn clip(text: &str, n: usize) -> String {
 
 pub(crate) fn state_name(state: JobState) -> &'static str {
     state.as_str()
-}
-
-/// The last hour as a small bar chart: done above the line, failed below, one bar a minute.
-pub(crate) fn chart(hour: &Throughput) -> Markup {
-    const W: usize = 180;
-    const H: u64 = 28;
-    let most = hour
-        .minutes
-        .iter()
-        .map(|m| m.done.max(m.failed))
-        .max()
-        .unwrap_or(0)
-        .max(1);
-    let bar = |n: u64| (n * (H / 2)).div_ceil(most);
-    let mut bars = String::new();
-    for (i, m) in hour.minutes.iter().enumerate() {
-        let x = i * W / 60;
-        if m.done > 0 {
-            let h = bar(m.done);
-            bars.push_str(&format!(
-                r#"<rect class="done" x="{x}" y="{}" width="2" height="{h}"/>"#,
-                H / 2 - h
-            ));
-        }
-        if m.failed > 0 {
-            bars.push_str(&format!(
-                r#"<rect class="failed" x="{x}" y="{}" width="2" height="{}"/>"#,
-                H / 2,
-                bar(m.failed)
-            ));
-        }
-    }
-    let label = format!("last hour: {} done, {} failed", hour.done(), hour.failed());
-    html! {
-        svg.chart viewBox={ "0 0 " (W) " " (H) } width=(W) height=(H) role="img" aria-label=(label) {
-            title { (label) }
-            line.axis x1="0" y1=(H / 2) x2=(W) y2=(H / 2) {}
-            // Numbers only, formatted above: nothing from the store is in this string.
-            (PreEscaped(bars))
-        }
-    }
 }
 
 #[cfg(test)]

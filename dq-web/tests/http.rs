@@ -1,6 +1,8 @@
 //! The dashboard's safety rules over plain HTTP (no browser needed): CSRF, cross-site posts,
 //! the Origin and Host checks, notes, the token, a store that does not answer, the in-memory
-//! store, and actions that do exactly what they say (issue 30, findings 5 and 6).
+//! store, and actions that do exactly what they say (issue 30, findings 5 and 6); what the
+//! pages show of results, progress and runs: the charts of the last hour, the done counts,
+//! the search for a job by id, a job's attempt and last error (issue 32).
 
 #![allow(clippy::unwrap_used, missing_docs)] // test code: a panic is the failure report
 
@@ -319,6 +321,7 @@ async fn every_page_answers_on_the_in_memory_store() {
         "/topics/order-cancel",
         "/topics/order-cancel?state=done",
         "/topics/order-cancel/jobs/o1",
+        "/search",
         "/assets/dq.css",
         "/assets/dq.js",
     ];
@@ -805,4 +808,226 @@ async fn the_dashboard_works_as_the_documented_acl_user() {
     }
     assert_eq!(ready_ids(&client, TOPIC).await, ["o1"]);
     assert!(client.schedules().await.unwrap().is_empty());
+}
+
+/// Job `id` of `topic`, pushed, leased and acked as a worker whose handler returned nothing
+/// would.
+async fn run_in(client: &Client, store: &MemoryStore, topic: &str, id: &str) {
+    client.push_to(topic, &1).id(id).await.unwrap();
+    let name = Topic::new(topic).unwrap();
+    let leased = store
+        .fetch(0, &name, 1, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let job = leased.jobs.iter().find(|j| j.lease.id.as_str() == id);
+    let lease = job
+        .unwrap_or_else(|| panic!("{id} was not leased"))
+        .lease
+        .clone();
+    assert_eq!(store.ack(&[lease]).await.unwrap().acked, 1, "{id}");
+}
+
+/// Two done jobs kept and a dead letter in [`TOPIC`] (kept for an hour), a run done in
+/// `mails` (which keeps nothing): 3 done and 1 failed in the hour, over two topics.
+async fn an_hour_of_runs() -> (Client, Arc<MemoryStore>) {
+    let (client, store) = memory_client_and_store().await;
+    succeed(&client, &store, "s1", br#"{"receipt":"R-1"}"#).await;
+    succeed(&client, &store, "s2", br#"{"receipt":"R-2"}"#).await;
+    push(&client, "d1", 9).await;
+    dead_letter(&store, 1, &["d1"]).await;
+    run_in(&client, &store, "mails", "m1").await;
+    (client, store)
+}
+
+#[tokio::test]
+async fn the_overview_charts_every_topics_hour_summed_and_counts_kept_done_jobs() {
+    let (client, _store) = an_hour_of_runs().await;
+    let addr = serve(client, Options::new()).await;
+    let (status, page) = get(&addr, "/").await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains(r#"class="chart hour overall""#), "{page}");
+    assert!(
+        page.contains("every topic, last hour: 3 done, 1 failed"),
+        "both topics summed: {page}"
+    );
+    for axis in [">-60 min<", ">-30 min<", ">now<"] {
+        assert!(page.contains(axis), "{axis}: {page}");
+    }
+    // Each topic's row: its kept done jobs, linking to its done tab, and its own sparkline.
+    assert!(
+        page.contains(
+            r#"<td class="num" data-count="done"><a href="/topics/order-cancel?state=done">2</a>"#
+        ),
+        "{page}"
+    );
+    assert!(
+        page.contains(
+            r#"<td class="num" data-count="done"><a href="/topics/mails?state=done">0</a>"#
+        ),
+        "mails keeps nothing: {page}"
+    );
+    assert!(page.contains("last hour: 2 done, 1 failed"), "{page}");
+    assert!(page.contains("last hour: 1 done, 0 failed"), "{page}");
+}
+
+#[tokio::test]
+async fn a_topic_page_charts_its_hour_and_counts_its_kept_done_jobs() {
+    let (client, _store) = an_hour_of_runs().await;
+    let addr = serve(client, Options::new()).await;
+    let (status, page) = get(&addr, "/topics/order-cancel").await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains(r#"class="chart hour topic""#), "{page}");
+    assert!(
+        page.contains("this topic, last hour: 2 done, 1 failed"),
+        "its own runs only: {page}"
+    );
+    assert!(page.contains("done: 2 in the hour"), "the legend: {page}");
+    assert!(
+        page.contains(r#"data-state="done">done <span class="count">2</span>"#),
+        "{page}"
+    );
+    // A topic whose only jobs are kept done ones is a topic, and opens on its done tab.
+    let (client, store) = memory_client_and_store().await;
+    client.cancel_in(TOPIC, "o1").await.unwrap();
+    succeed(&client, &store, "s1", b"1").await;
+    let addr = serve(client, Options::new()).await;
+    let (status, page) = get(&addr, "/topics/order-cancel").await;
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains(r#"class="tab current" href="/topics/order-cancel?state=done""#),
+        "{page}"
+    );
+    assert!(page.contains(r#"data-id="s1""#), "{page}");
+}
+
+#[tokio::test]
+async fn every_page_has_the_search_box() {
+    let addr = serve(memory_client().await, Options::new()).await;
+    for path in [
+        "/",
+        "/topics/order-cancel",
+        "/topics/order-cancel/jobs/o1",
+        "/workers",
+        "/search",
+    ] {
+        let (status, page) = get(&addr, path).await;
+        assert_eq!(status, 200, "{path}: {page}");
+        assert!(
+            page.contains(r#"<form class="search" role="search" method="get" action="/search">"#),
+            "{path}: {page}"
+        );
+        assert!(page.contains(r#"name="id""#), "{path}: {page}");
+    }
+}
+
+#[tokio::test]
+async fn a_job_found_in_one_topic_opens_its_page() {
+    let client = memory_client().await;
+    client.push_to("mails", &1).id("m1").await.unwrap();
+    let addr = serve(client, Options::new()).await;
+    let (status, text) = get(&addr, "/search?id=o1").await;
+    assert_eq!(status, 303, "{text}");
+    assert_eq!(location(&text), "/topics/order-cancel/jobs/o1");
+    let (status, page) = follow(&addr, &text).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains(r#"data-state="delayed""#), "{page}");
+    // What a paste brings along around an id is dropped.
+    let (status, text) = get(&addr, "/search?id=+m1+").await;
+    assert_eq!(status, 303, "{text}");
+    assert_eq!(location(&text), "/topics/mails/jobs/m1");
+}
+
+#[tokio::test]
+async fn a_job_id_found_in_two_topics_is_listed_with_each_topic_and_state() {
+    let client = memory_client().await;
+    client.push_to("mails", &2).id("o1").await.unwrap();
+    let addr = serve(client, Options::new()).await;
+    let (status, page) = get(&addr, "/search?id=o1").await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("2 topics hold a job with this id."), "{page}");
+    for (topic, state) in [("mails", "ready"), ("order-cancel", "delayed")] {
+        let row = format!(r#"<tr data-topic="{topic}">"#);
+        let at = page
+            .find(&row)
+            .unwrap_or_else(|| panic!("no row of {topic}: {page}"));
+        let row = &page[at..at + page[at..].find("</tr>").unwrap()];
+        assert!(row.contains(&format!(r#"data-state="{state}""#)), "{row}");
+        assert!(
+            row.contains(&format!(r#"href="/topics/{topic}/jobs/o1""#)),
+            "{row}"
+        );
+    }
+    assert!(
+        page.find(r#"data-topic="mails""#) < page.find(r#"data-topic="order-cancel""#),
+        "by topic name"
+    );
+}
+
+#[tokio::test]
+async fn a_job_id_no_topic_holds_is_not_found_and_an_impossible_one_is_refused() {
+    let (client, store) = memory_client_and_store().await;
+    run_in(&client, &store, "mails", "gone").await; // done, and its topic keeps nothing
+    let addr = serve(client, Options::new()).await;
+    for id in ["nope", "gone"] {
+        let (status, page) = get(&addr, &format!("/search?id={id}")).await;
+        assert_eq!(status, 200, "{id}: {page}");
+        assert!(page.contains("No job"), "{id}: {page}");
+        assert!(
+            page.contains("in any of the 2 topics looked in"),
+            "{id}: {page}"
+        );
+        assert!(!page.contains("<tr data-topic"), "{id}: {page}");
+    }
+    let (status, page) = get(&addr, &format!("/search?id={}", encode("a:b"))).await;
+    assert_eq!(status, 400, "{page}");
+    assert!(page.contains("No job can have this id"), "{page}");
+}
+
+#[tokio::test]
+async fn a_job_id_with_slash_question_mark_and_angle_bracket_is_found_escaped() {
+    const ID: &str = "a/b?c<d";
+    let client = memory_client().await;
+    client.push_to(TOPIC, &1).id(ID).await.unwrap();
+    let addr = serve(client.clone(), Options::new()).await;
+    let search = format!("/search?id={}", encode(ID));
+    let (status, text) = get(&addr, &search).await;
+    assert_eq!(status, 303, "{text}");
+    assert_eq!(location(&text), "/topics/order-cancel/jobs/a%2Fb%3Fc%3Cd");
+    let (status, page) = follow(&addr, &text).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("a/b?c&lt;d"), "{page}");
+    // In two topics: listed, escaped, each linked with the id as one path segment.
+    client.push_to("mails", &2).id(ID).await.unwrap();
+    let (status, page) = get(&addr, &search).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("a/b?c&lt;d"), "{page}");
+    assert!(!page.contains("a/b?c<d"), "unescaped: {page}");
+    for topic in ["mails", "order-cancel"] {
+        let link = format!(r#"href="/topics/{topic}/jobs/a%2Fb%3Fc%3Cd""#);
+        assert!(page.contains(&link), "{link}: {page}");
+    }
+}
+
+#[tokio::test]
+async fn a_job_page_says_which_attempt_and_whose_the_last_error_is() {
+    let (client, store) = memory_client_and_store().await;
+    push(&client, "d1", 9).await;
+    dead_letter(&store, 1, &["d1"]).await;
+    let addr = serve(client, Options::new()).await;
+    let (_, page) = get(&addr, "/topics/order-cancel/jobs/o1").await;
+    assert!(page.contains("attempt 1 of 3, to come"), "{page}");
+    assert!(
+        !page.contains("only the latest is kept"),
+        "no error: {page}"
+    );
+    let (_, page) = get(&addr, "/topics/order-cancel/jobs/d1").await;
+    assert!(
+        page.contains("attempt 1 of 3 failed; dead-lettered"),
+        "{page}"
+    );
+    assert!(page.contains("boom"), "{page}");
+    assert!(
+        page.contains("The error of its last run, which dead-lettered it."),
+        "{page}"
+    );
 }

@@ -254,6 +254,47 @@ pub(crate) async fn a_cancel_deletes_a_done_record(kind: Kind) {
     assert_eq!(result(c, "a").await, JobResult::NotFound);
 }
 
+/// How many records order-cancel keeps, as `counts` and `stats` say it (they must agree).
+async fn done_count(c: &TestClient) -> u64 {
+    let counted = c.counts("order-cancel").await.unwrap().done;
+    let stats = c.stats("order-cancel").await.unwrap().counts.done;
+    assert_eq!(counted, stats, "counts and stats disagree");
+    counted
+}
+
+pub(crate) async fn the_done_count_follows_acks_pushes_and_trims(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    retain(c, 2).await;
+    assert_eq!(done_count(c).await, 0);
+    for (id, kept) in [("a", 1), ("b", 2)] {
+        succeed(c, id).await;
+        tokio::time::sleep(Duration::from_millis(2)).await; // each at a time of its own
+        assert_eq!(done_count(c).await, kept, "acked {id}");
+    }
+    // A push of a kept id makes a new job: its record goes.
+    let again = c.push(OrderCancel { order_id: 2 }).id("a");
+    assert_eq!(outcome(again).await, PushOutcome::Created);
+    assert_eq!(done_count(c).await, 1, "a is pending again");
+    let job = lease_one(c.store(), "order-cancel").await;
+    assert_eq!(job.lease.id.as_str(), "a");
+    let acked = c.store().ack_succeeded(&[with_value(&job)]).await.unwrap();
+    assert_eq!(acked.acked, 1);
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    assert_eq!(done_count(c).await, 2, "b and a");
+    // Past the retention's count of 2, the oldest record (b) is trimmed at the ack.
+    succeed(c, "c").await;
+    assert_eq!(done_count(c).await, 2, "a and c: b was trimmed");
+    assert!(c.status_in("order-cancel", "b").await.unwrap().is_none());
+    // A cancel of a kept id deletes its record.
+    let cancel = c.cancel_in("order-cancel", "c").await.unwrap();
+    assert_eq!(cancel, ChangeOutcome::Done);
+    assert_eq!(done_count(c).await, 1, "a");
+    let counts = c.counts("order-cancel").await.unwrap();
+    let others = (counts.delayed, counts.ready, counts.running, counts.dead);
+    assert_eq!(others, (0, 0, 0, 0), "a done job is counted as done only");
+}
+
 pub(crate) async fn wait_answers_at_once_for_a_done_a_dead_and_an_unknown_job(kind: Kind) {
     let h = Harness::new(kind, |b| b).await;
     let c = &h.client;

@@ -244,7 +244,8 @@ impl Client {
             .await
     }
 
-    /// How many jobs of a topic are delayed, ready, running and dead.
+    /// How many jobs of a topic are delayed, ready, running and dead, and how many records of
+    /// succeeded jobs it keeps (done).
     pub async fn counts(&self, topic: &str) -> Result<TopicCounts> {
         self.store.counts(&Topic::new(topic)?).await
     }

@@ -9,6 +9,7 @@ use super::Client;
 use crate::error::{Error, Result};
 use crate::job::{JobInfo, JobState};
 use crate::message::Message;
+use crate::metric;
 use crate::name::{JobId, Topic};
 use crate::result::{JobResult, Waited};
 
@@ -45,11 +46,13 @@ impl Client {
         let (topic, id) = (Topic::new(topic)?, JobId::new(id)?);
         match self.store.status(&topic, &id).await? {
             Some(info) => decode(info),
-            // Not pending and no record: the wait answers which (no retention, or gone).
-            None => {
-                self.wait_in(topic.as_str(), id.as_str(), Duration::ZERO)
-                    .await
-            }
+            // Not pending and no record: the store's wait answers which (no retention, or
+            // gone). A read, not a wait: not counted in `dq_waits_total`.
+            None => answered(
+                self.store
+                    .wait_finished(&topic, &id, Duration::ZERO)
+                    .await?,
+            ),
         }
     }
 
@@ -57,7 +60,8 @@ impl Client {
     /// of it: woken by the store when the job succeeds or dies (from whatever process ran it),
     /// never by polling. It never hangs: a job that is not found, whose topic keeps no records,
     /// or that is still pending at `timeout` is answered as such ([`JobResult::NotFound`],
-    /// [`JobResult::NotKept`], [`JobResult::Pending`]).
+    /// [`JobResult::NotKept`], [`JobResult::Pending`]). Each wait is counted in the metric
+    /// `dq_waits_total{topic, answer}` ([`metric::WAITS`]).
     ///
     /// ```no_run
     /// # use std::time::Duration;
@@ -87,12 +91,35 @@ impl Client {
         timeout: Duration,
     ) -> Result<JobResult<T>> {
         let (topic, id) = (Topic::new(topic)?, JobId::new(id)?);
-        match self.store.wait_finished(&topic, &id, timeout).await? {
-            Waited::Finished(info) => decode(*info),
-            Waited::NotKept => Ok(JobResult::NotKept),
-            Waited::NotFound => Ok(JobResult::NotFound),
-            Waited::TimedOut => Ok(JobResult::Pending),
-        }
+        let waited = self.store.wait_finished(&topic, &id, timeout).await?;
+        metrics::counter!(
+            metric::WAITS,
+            "topic" => topic.to_string(),
+            "answer" => answer(&waited)
+        )
+        .increment(1);
+        answered(waited)
+    }
+}
+
+/// What a store's wait found, as the caller reads it.
+fn answered<T: DeserializeOwned>(waited: Waited) -> Result<JobResult<T>> {
+    match waited {
+        Waited::Finished(info) => decode(*info),
+        Waited::NotKept => Ok(JobResult::NotKept),
+        Waited::NotFound => Ok(JobResult::NotFound),
+        Waited::TimedOut => Ok(JobResult::Pending),
+    }
+}
+
+/// The `answer` label of [`metric::WAITS`]: what a wait found.
+fn answer(waited: &Waited) -> &'static str {
+    match waited {
+        Waited::Finished(info) if info.state == JobState::Dead => "dead",
+        Waited::Finished(_) => "finished",
+        Waited::NotKept => "not_kept",
+        Waited::NotFound => "not_found",
+        Waited::TimedOut => "timed_out",
     }
 }
 

@@ -2,10 +2,10 @@
 -- paused (read-only, bounded: the next due time is looked for among the shard's first 1000
 -- delayed entries).
 -- KEYS[1] counts  KEYS[2] ready:<topic>  KEYS[3] dead:<topic>  KEYS[4] jobs  KEYS[5] delayed
--- KEYS[6] paused  KEYS[7] gen:<topic>
+-- KEYS[6] paused  KEYS[7] gen:<topic>  KEYS[8] done:<topic>
 -- ARGV[1] topic
--- Returns {delayed, ready, running, dead, oldest_ready_due_us or -1, next_due_us or -1, paused,
---   now_us}.
+-- Returns {delayed, ready, running, dead, done, oldest_ready_due_us or -1, next_due_us or -1,
+--   paused, now_us} (the head as counts.lua's; done: the records of succeeded jobs kept).
 local counts, ready, dead, jobs, delayed, paused = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local topic = ARGV[1]
 local oldest = -1
@@ -30,6 +30,7 @@ return {
   math.max(redis.call('LLEN', ready) - tonumber(redis.call('HGET', counts, topic .. ':stale') or 0), 0),
   tonumber(redis.call('HGET', counts, topic .. ':inflight') or 0),
   redis.call('ZCARD', dead),
+  redis.call('ZCARD', KEYS[8]),
   oldest,
   next_due,
   redis.call('SISMEMBER', paused, topic),

@@ -57,7 +57,7 @@ impl Admin for RedisStore {
     async fn counts(&self, topic: &Topic) -> Result<TopicCounts> {
         let shards: Vec<Reply<TopicCounts>> = self
             .read_topic("counts", &SCRIPTS.counts, topic, |k| {
-                vec![k.counts(), k.ready(topic), k.dead(topic)]
+                vec![k.counts(), k.ready(topic), k.dead(topic), k.done(topic)]
             })
             .await?;
         let mut total = TopicCounts::default();
@@ -78,6 +78,7 @@ impl Admin for RedisStore {
                     k.delayed(),
                     k.paused(),
                     k.ready_gen(topic),
+                    k.done(topic),
                 ]
             })
             .await?;

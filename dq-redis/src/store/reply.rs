@@ -160,7 +160,7 @@ reader!(Reply<JobState>, |v| {
         .map_err(|e: String| e.into())
 });
 
-// counts.lua, and the head of stats.lua: delayed, ready, running, dead.
+// counts.lua, and the head of stats.lua: delayed, ready, running, dead, done.
 reader!(Reply<TopicCounts>, |v| {
     let items = items(v)?;
     // Kept by the scripts' counters: one that drifted below zero reads as none, as listings
@@ -171,6 +171,7 @@ reader!(Reply<TopicCounts>, |v| {
     counts.ready = n(1)?;
     counts.running = n(2)?;
     counts.dead = n(3)?;
+    counts.done = n(4)?;
     Ok(Reply(counts))
 });
 
@@ -186,9 +187,9 @@ reader!(ShardStats, |v| {
     let items = items(v)?;
     Ok(ShardStats {
         counts: Reply::<TopicCounts>::from_redis_value_ref(v)?.0,
-        oldest_ready_due_us: item::<Unsigned>(items, 4)?.0,
-        next_due_us: item::<Unsigned>(items, 5)?.0,
-        paused: item::<Applied>(items, 6)?.0,
+        oldest_ready_due_us: item::<Unsigned>(items, 5)?.0,
+        next_due_us: item::<Unsigned>(items, 6)?.0,
+        paused: item::<Applied>(items, 7)?.0,
     })
 });
 
@@ -402,23 +403,41 @@ mod tests {
 
     #[test]
     fn a_counter_that_drifted_below_zero_counts_none() {
-        let drifted = vec![Value::Int(-2), Value::Int(2), Value::Int(0), Value::Int(1)];
+        let drifted = vec![
+            Value::Int(-2),
+            Value::Int(2),
+            Value::Int(0),
+            Value::Int(1),
+            Value::Int(3),
+        ];
         let Reply(c) = read::<Reply<TopicCounts>>("counts", Value::Array(drifted)).unwrap();
-        assert_eq!((c.delayed, c.ready, c.running, c.dead), (0, 2, 0, 1));
+        assert_eq!(
+            (c.delayed, c.ready, c.running, c.dead, c.done),
+            (0, 2, 0, 1, 3)
+        );
     }
 
     #[test]
     fn counts_short_of_a_state_are_malformed() {
+        let five = Value::Array(vec![
+            Value::Int(1),
+            Value::Int(2),
+            Value::Int(3),
+            Value::Int(4),
+            Value::Int(5),
+        ]);
+        let Reply(c) = read::<Reply<TopicCounts>>("counts", five).unwrap();
+        assert_eq!(
+            (c.delayed, c.ready, c.running, c.dead, c.done),
+            (1, 2, 3, 4, 5)
+        );
         let four = Value::Array(vec![
             Value::Int(1),
             Value::Int(2),
             Value::Int(3),
             Value::Int(4),
         ]);
-        let Reply(c) = read::<Reply<TopicCounts>>("counts", four).unwrap();
-        assert_eq!((c.delayed, c.ready, c.running, c.dead), (1, 2, 3, 4));
-        let three = Value::Array(vec![Value::Int(1), Value::Int(2), Value::Int(3)]);
-        assert!(read::<Reply<TopicCounts>>("counts", three).is_err());
+        assert!(read::<Reply<TopicCounts>>("counts", four).is_err());
     }
 
     #[test]

@@ -66,12 +66,12 @@ pub(crate) async fn job(
     with_note(&web, &viewer, &q, &title, Duration::ZERO, body)
 }
 
-/// The job's state, attempts, times (UTC and relative to the store's clock) and last error.
+/// The job's state, attempt, times (UTC and relative to the store's clock) and last error.
 fn fields(job: &JobInfo, now: SystemTime) -> Markup {
     html! {
         table.fields {
             tr { th { "State" } td { (job.state.as_str()) } }
-            tr { th { "Attempts" } td { (job.attempt) " of " (job.max_attempts) } }
+            tr { th { "Attempt" } td data-attempt=(job.attempt) { (attempt(job)) } }
             tr { th { "Due" } td { (utc(job.due)) " UTC (" (relative(job.due, now)) ")" } }
             tr { th { "Enqueued" } td { (utc(job.created)) " UTC (" (relative(job.created, now)) ")" } }
             @if let Some(t) = job.state_since_or_until {
@@ -80,9 +80,46 @@ fn fields(job: &JobInfo, now: SystemTime) -> Markup {
                     td { (utc(t)) " UTC (" (relative(t, now)) ")" }
                 }
             }
-            tr { th { "Last error" } td.error { pre { (job.last_error.as_deref().unwrap_or("-")) } } }
+            tr {
+                th { "Last error" }
+                td.error {
+                    pre { (job.last_error.as_deref().unwrap_or("-")) }
+                    @if let Some(whose) = whose_error(job) { p.hint { (whose) } }
+                }
+            }
         }
     }
+}
+
+/// Which run of how many the job is on, was on, or comes to, in its state: `attempt` counts
+/// the runs that failed, and the run under way when it is running.
+fn attempt(job: &JobInfo) -> String {
+    let (n, max) = (job.attempt, job.max_attempts);
+    let next = n.saturating_add(1);
+    match job.state {
+        JobState::Delayed | JobState::Ready if n == 0 => format!("attempt 1 of {max}, to come"),
+        JobState::Delayed | JobState::Ready => {
+            format!("attempt {next} of {max}, to come ({n} failed)")
+        }
+        JobState::Running => format!("attempt {n} of {max}, running"),
+        JobState::Dead => format!("attempt {n} of {max} failed; dead-lettered"),
+        JobState::Done => format!("attempt {next} of {max} succeeded"),
+        _ => format!("attempt {n} of {max}"),
+    }
+}
+
+/// Which run the last error is of, when there is one: only the latest failed run's error is
+/// kept, so the errors of the runs before it are gone (see the crate's documentation).
+fn whose_error(job: &JobInfo) -> Option<&'static str> {
+    let whose = match job.state {
+        JobState::Dead => "The error of its last run, which dead-lettered it.",
+        JobState::Done => {
+            "The error of a run that failed before it succeeded; only the latest is kept."
+        }
+        JobState::Running => "The error of the run before this one; only the latest is kept.",
+        _ => "The error of its latest failed run; only the latest is kept.",
+    };
+    job.last_error.as_ref().map(|_| whose)
 }
 
 /// What `state_since_or_until` is in `state`.

@@ -2,7 +2,7 @@
 
 use std::time::SystemTime;
 
-use dq_core::{Cursor, JobInfo, JobState, TopicStats};
+use dq_core::{Cursor, JobInfo, JobState, Throughput, TopicStats};
 
 use super::Query;
 use crate::clock::parse_utc;
@@ -75,6 +75,8 @@ pub(super) struct TopicView<'a> {
     /// The CSRF token the forms carry.
     pub(super) csrf: &'a str,
     pub(super) stats: &'a TopicStats,
+    /// Its runs done and failed in each of the last 60 minutes.
+    pub(super) hour: &'a Throughput,
     /// The store's clock.
     pub(super) now: SystemTime,
     pub(super) listing: Listing,

@@ -1,10 +1,11 @@
 //! The pages: topics (the overview), one topic's jobs by state, one job, the workers, the
-//! schedules.
+//! schedules, and the search for a job by id.
 
 mod job;
 mod listing;
 mod overview;
 mod schedules;
+mod search;
 mod topic;
 mod topic_body;
 mod workers;
@@ -12,6 +13,7 @@ mod workers;
 pub(crate) use job::job;
 pub(crate) use overview::{overview, topics_fragment};
 pub(crate) use schedules::schedules;
+pub(crate) use search::search;
 pub(crate) use topic::topic;
 pub(crate) use workers::workers;
 

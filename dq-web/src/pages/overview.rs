@@ -1,4 +1,5 @@
-//! The overview: every topic's counts, lag, last hour and state, refreshed live.
+//! The overview: the last hour of every topic summed, then every topic's counts (the done
+//! jobs it keeps among them), lag, last hour and state, refreshed live.
 
 use std::time::SystemTime;
 
@@ -10,12 +11,13 @@ use dq_core::{Error, Throughput, TopicStats};
 use maud::{html, Markup};
 
 use super::{lag, query, store_error, with_note};
+use crate::chart::{hour_chart, sparkline, summed, Scope};
 use crate::clock::{relative, span};
-use crate::view::{chart, pause_or_resume};
+use crate::view::pause_or_resume;
 use crate::{Shared, Viewer};
 
-/// Most topics the overview shows (each costs two calls per shard).
-const MAX_TOPICS: usize = 200;
+/// Most topics the overview shows (each costs two calls per shard), and the search looks in.
+pub(super) const MAX_TOPICS: usize = 200;
 
 struct TopicRow {
     name: String,
@@ -56,11 +58,12 @@ fn topic_table_rows(web: &Shared, viewer: &Viewer, rows: &[TopicRow], now: Syste
                 td.num.bad[c.dead > 0] data-count="dead" {
                     a href={ (link) "?state=dead" } { (c.dead) }
                 }
+                td.num data-count="done" { a href={ (link) "?state=done" } { (c.done) } }
                 td.num { (lag(&row.stats, now)) }
                 td { @if let Some(next) = row.stats.next_due { (relative(next, now)) } @else { "-" } }
                 td.num { (row.hour.done()) }
                 td.num.bad[row.hour.failed() > 0] { (row.hour.failed()) }
-                td { (chart(&row.hour)) }
+                td { (sparkline(&row.hour)) }
                 td {
                     @if row.stats.paused { span.badge.paused { "paused" } } @else { "running" }
                     @if viewer.can_act {
@@ -71,7 +74,7 @@ fn topic_table_rows(web: &Shared, viewer: &Viewer, rows: &[TopicRow], now: Syste
             }
         }
         @if rows.is_empty() {
-            tr { td colspan="11" { "No topics yet: nothing was ever pushed in this namespace." } }
+            tr { td colspan="12" { "No topics yet: nothing was ever pushed in this namespace." } }
         }
     }
 }
@@ -86,14 +89,24 @@ pub(crate) async fn overview(
         Ok(found) => found,
         Err(e) => return store_error(&viewer, "read the topics", &e),
     };
+    let all = summed(rows.iter().map(|r| &r.hour));
     let body = html! {
         h1 { "Topics" }
         @if total > rows.len() {
             p.hint { "The first " (rows.len()) " of " (total) " topics; the others by URL: /topics/<name>." }
         }
+        figure.hour {
+            (hour_chart(&all, Scope::EveryTopic))
+            figcaption.hint {
+                "Runs done and failed per minute over the last hour, every topic "
+                @if total > rows.len() { "shown " }
+                "summed (as of this page's load)."
+            }
+        }
         table.topics {
             thead { tr {
                 th { "Topic" } th.num { "Delayed" } th.num { "Ready" } th.num { "Running" } th.num { "Dead" }
+                th.num title="Succeeded jobs the topic keeps (only with a retention: retain = \"1h\")" { "Done (kept)" }
                 th.num title="How long the oldest ready job has waited past its due time" { "Lag" }
                 th { "Next due" } th.num { "Done (1h)" } th.num { "Failed (1h)" }
                 th { "Last hour, per minute" } th { "State" }

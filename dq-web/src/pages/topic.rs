@@ -1,5 +1,6 @@
-//! A topic's page: its jobs in one state, a page at a time, with filters; what is read from
-//! the store and the query string. [`topic_body`](super::topic_body) renders it.
+//! A topic's page: its last hour, and its jobs in one state, a page at a time, with filters;
+//! what is read from the store and the query string. [`topic_body`](super::topic_body)
+//! renders it.
 
 use axum::extract::{Path, State};
 use axum::http::{StatusCode, Uri};
@@ -26,7 +27,12 @@ pub(crate) async fn topic(
 ) -> Response {
     let q = query(&uri);
     let client = &web.client;
-    let (stats, now) = match tokio::try_join!(client.stats(&topic), client.store_time()) {
+    let read = tokio::try_join!(
+        client.stats(&topic),
+        client.throughput(&topic),
+        client.store_time()
+    );
+    let (stats, hour, now) = match read {
         Ok(found) => found,
         Err(e) => return store_error(&viewer, &format!("read topic {topic:?}"), &e),
     };
@@ -60,6 +66,7 @@ pub(crate) async fn topic(
         viewer: &viewer,
         csrf: &web.csrf,
         stats: &stats,
+        hour: &hour,
         now,
         query: &q,
         looked_at: found.jobs.len(),
@@ -79,7 +86,8 @@ async fn known(
     stats: &TopicStats,
 ) -> Result<(), Box<Response>> {
     let c = stats.counts;
-    if c.delayed > 0 || c.ready > 0 || c.running > 0 || c.dead > 0 || stats.paused {
+    let counted = c.delayed > 0 || c.ready > 0 || c.running > 0 || c.dead > 0 || c.done > 0;
+    if counted || stats.paused {
         return Ok(());
     }
     match web.client.topics().await {
@@ -102,14 +110,15 @@ async fn known(
     }
 }
 
-/// The state a topic page opens on: the first of ready, delayed, running and dead that has
-/// jobs (delayed when none has).
+/// The state a topic page opens on: the first of ready, delayed, running, dead and done that
+/// has jobs (delayed when none has).
 fn default_state(c: &TopicCounts) -> JobState {
     [
         (JobState::Ready, c.ready),
         (JobState::Delayed, c.delayed),
         (JobState::Running, c.running),
         (JobState::Dead, c.dead),
+        (JobState::Done, c.done),
     ]
     .into_iter()
     .find(|(_, n)| *n > 0)

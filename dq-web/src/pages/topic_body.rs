@@ -1,5 +1,6 @@
-//! The topic page's markup, part by part: the summary, the state tabs, the filters, the
-//! dead-letter actions, the jobs (in the bulk form when the viewer may act) and the pager.
+//! The topic page's markup, part by part: the summary, the last hour's chart, the state tabs,
+//! the filters, the dead-letter actions, the jobs (in the bulk form when the viewer may act)
+//! and the pager.
 //! The done tab lists the succeeded jobs a topic keeps, with their results; no bulk action
 //! applies to them.
 
@@ -8,6 +9,7 @@ use maud::{html, Markup};
 
 use super::lag;
 use super::listing::TopicView;
+use crate::chart::{hour_chart, Scope};
 use crate::clock::{relative, utc};
 use crate::view::{button, clip, confirm_button, pause_or_resume, result_line, seg, state_name};
 
@@ -16,6 +18,10 @@ pub(super) fn topic_body(v: &TopicView<'_>) -> Markup {
     html! {
         h1 { "Topic " code { (v.topic) } }
         (summary(v))
+        figure.hour {
+            (hour_chart(v.hour, Scope::Topic))
+            figcaption.hint { "Runs done and failed per minute over the last hour." }
+        }
         (tabs(v))
         (filters(v))
         (dead_letter_actions(v))
@@ -48,23 +54,22 @@ fn summary(v: &TopicView<'_>) -> Markup {
     }
 }
 
-/// One tab per state, with its count (none for done: the records a topic keeps are not
-/// counted); the listed state's is the current one.
+/// One tab per state, with its count (done: the records of succeeded jobs the topic keeps);
+/// the listed state's is the current one.
 fn tabs(v: &TopicView<'_>) -> Markup {
     let c = v.stats.counts;
-    let tab = |s: JobState, n: Option<u64>| {
+    let tab = |s: JobState, n: u64| {
         html! {
             a.tab.current[s == v.listing.state] href={ (v.link) "?state=" (s.as_str()) } data-state=(s.as_str()) {
-                (state_name(s))
-                @if let Some(n) = n { " " span.count { (n) } }
+                (state_name(s)) " " span.count { (n) }
             }
         }
     };
     html! {
         nav.tabs {
-            (tab(JobState::Delayed, Some(c.delayed))) (tab(JobState::Ready, Some(c.ready)))
-            (tab(JobState::Running, Some(c.running))) (tab(JobState::Dead, Some(c.dead)))
-            (tab(JobState::Done, None))
+            (tab(JobState::Delayed, c.delayed)) (tab(JobState::Ready, c.ready))
+            (tab(JobState::Running, c.running)) (tab(JobState::Dead, c.dead))
+            (tab(JobState::Done, c.done))
         }
     }
 }

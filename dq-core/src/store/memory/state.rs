@@ -183,6 +183,7 @@ impl State {
             ready: self.ready.get(topic).map_or(0, |q| q.len() as u64),
             running: self.running_count.get(topic).copied().unwrap_or(0),
             dead: self.dead.get(topic).map_or(0, |d| d.len() as u64),
+            done: self.done_order.get(topic).map_or(0, |o| o.len() as u64),
         }
     }
 
