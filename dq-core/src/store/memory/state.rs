@@ -385,6 +385,7 @@ mod tests {
                 created_us: 0,
                 due_us: due,
                 last_error: None,
+                trace: None,
                 payload: b"{}".to_vec(),
             },
         );
@@ -507,6 +508,7 @@ mod tests {
             created_us: 0,
             due_us: 0,
             last_error: None,
+            trace: None,
             payload: b"{}".to_vec(),
         }
     }
