@@ -34,6 +34,16 @@
 //! [`limits`] (defaults and bounds), [`runtime`] (the shutdown handle, what a handler may
 //! return), [`schedule`] (periodic schedules), [`config`], [`metric`] (metric names), [`store`] (the store's role traits, the Redis
 //! and memory stores and their records, for tools that work below the client) and [`testing`].
+//!
+//! ## Features
+//!
+//! None is on by default.
+//!
+//! * `web`: the dashboard, `dq::web::router(client, options)`.
+//! * `prometheus`: metrics served over HTTP, `Runtime::builder().metrics_addr(..)`.
+//! * `otel`: traces across processes: a push records the W3C trace context of the span it is
+//!   made in, and the job's run continues it (`dq::trace`; README's "Tracing across processes").
+//! * `rustls`, `tls`: `rediss://` URLs, through rustls or the system's OpenSSL.
 
 pub use dq_core::{
     Client, Config, Due, Error, ErrorKind, JobId, JobInfo, JobResult, JobState, Message, Result,
@@ -112,6 +122,12 @@ pub mod config {
 
 /// Testing handlers without Redis and without waiting; see [`testing::TestRuntime`].
 pub use dq_runtime::testing;
+
+/// Traces across processes (feature `otel`): what a push records of the current span, and how
+/// a run continues it. The runtime and the client use it by themselves; install a
+/// `tracing-opentelemetry` layer to export the spans (README's "Tracing across processes").
+#[cfg(feature = "otel")]
+pub use dq_core::trace;
 
 /// The web dashboard (feature `web`): [`web::router`] gives an axum `Router` to mount under
 /// any path of your web server; `dq web` serves it on its own. See README's Dashboard section.

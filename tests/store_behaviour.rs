@@ -28,6 +28,8 @@ mod push;
 mod results;
 #[path = "store_behaviour/ticks.rs"]
 mod ticks;
+#[path = "store_behaviour/trace_context.rs"]
+mod trace_context;
 #[path = "store_behaviour/uniqueness.rs"]
 mod uniqueness;
 
@@ -203,6 +205,10 @@ on_every_store!(
         progress_is_refused_for_a_lease_no_longer_held_and_over_the_bound,
         progress_goes_when_the_job_is_acked,
         progress_goes_whenever_the_job_leaves_running,
+    ],
+    trace_context: [
+        a_jobs_trace_context_reaches_every_run_whatever_rewrote_the_job,
+        a_traced_job_is_read_listed_and_counted_as_any,
     ],
 );
 

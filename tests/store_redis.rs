@@ -643,3 +643,51 @@ async fn a_lost_fetchs_jobs_come_back_when_it_is_resent_or_the_topic_is_paused()
     assert_eq!(after.jobs.len(), 1);
     assert_eq!(after.jobs[0].envelope.attempt, 1, "no run counted");
 }
+
+/// The envelope as Redis holds it for job `topic:id` of shard 0 (`HGET` of the `jobs` hash).
+fn stored_envelope(redis: &RedisServer, member: &str) -> String {
+    let reply = redis.command(&["HGET", "dq:{test:0}:jobs", member]);
+    // A bulk reply: `$<len>`, then the value.
+    let (_len, value) = reply.split_once("\r\n").unwrap();
+    value.trim_end_matches("\r\n").to_owned()
+}
+
+/// A job without a trace context is stored in envelope format 2, which the release before
+/// format 3 reads (a rollback finds its jobs); one with a trace context in format 3, which its
+/// retry keeps.
+#[tokio::test]
+async fn only_a_job_with_a_trace_context_is_stored_in_envelope_format_3() {
+    let redis = RedisServer::start();
+    let c = client(&redis).await;
+    let s = c.store();
+    push_order(&c, 1, "plain", Duration::ZERO).await;
+    let plain = stored_envelope(&redis, "order-cancel:plain");
+    assert!(plain.starts_with("2:0:3:"), "{plain}");
+    let trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let job = dq::store::NewJob {
+        topic: topic("traced"),
+        id: dq::JobId::new("t").unwrap(),
+        due: dq::Due::After(Duration::ZERO),
+        max_attempts: 3,
+        unique_for: None,
+        fence: None,
+        trace: Some(trace.to_owned()),
+        payload: b"{}".to_vec(),
+    };
+    s.push(vec![job], dq::push::OnConflict::Keep).await.unwrap();
+    let traced = stored_envelope(&redis, "traced:t");
+    let tail = format!(":0:{}:{trace}{{}}", trace.len());
+    assert!(
+        traced.starts_with("3:0:3:") && traced.ends_with(&tail),
+        "{traced}"
+    );
+    let leased = s.fetch(0, &topic("traced"), 1, LEASE).await.unwrap();
+    let lease = &leased.jobs[0].lease;
+    assert!(s.retry(lease, Duration::ZERO, "boom").await.unwrap());
+    let retried = stored_envelope(&redis, "traced:t");
+    let tail = format!(":4:{}:boom{trace}{{}}", trace.len());
+    assert!(
+        retried.starts_with("3:1:3:") && retried.ends_with(&tail),
+        "{retried}"
+    );
+}

@@ -5,25 +5,35 @@
 //!
 //! ```text
 //! 2:<attempt>:<max_attempts>:<created_us>:<due_us>:<error_len>:<error bytes><payload bytes>
+//! 3:<attempt>:<max_attempts>:<created_us>:<due_us>:<error_len>:<trace_len>:<error bytes><trace bytes><payload bytes>
 //! ```
 //!
-//! * `2` is the format version. Format 1, which development builds before 0.1.0 wrote, also
-//!   held a lease token; it is refused as unknown (the job is dead-lettered with its raw value
-//!   kept, never dropped).
+//! * `2` or `3` is the format version. Format 3 is written only for a job that carries a trace
+//!   context ([`Envelope::trace`], recorded by a push with the `otel` feature); every other job
+//!   is written as format 2, which the release before format 3 reads, so that a rollback finds
+//!   its jobs. Format 1, which development builds before 0.1.0 wrote, also held a lease token;
+//!   it is refused as unknown (the job is dead-lettered with its raw value kept, never dropped).
 //! * `attempt` counts the runs that ended without success: failed, timed out, or lost with
 //!   their worker (counted when the lease is reclaimed). A fetch does not rewrite the envelope:
 //!   the lease token that refuses an ack from a worker whose lease was taken over lives in the
 //!   shard's `leases` hash. A running job is on run `attempt + 1`, which is what
 //!   [`LeasedJob`](crate::LeasedJob) and [`JobInfo`](crate::JobInfo) show.
 //! * times are integer microseconds since the Unix epoch, from Redis `TIME`.
-//! * `error_len` bytes of the last error (0 when none), then the payload (JSON from serde).
+//! * `error_len` bytes of the last error (0 when none), then (format 3) `trace_len` bytes of the
+//!   trace context, then the payload (JSON from serde). Every rewrite (a retry, a reclaim, a
+//!   dead letter and its requeue, a reschedule) keeps the trace context.
 //!
 //! The same parser lives in `lua/lib.lua`; both must change together.
 
 use crate::error::{Error, Result};
 
-/// Current envelope format version.
-pub const ENVELOPE_VERSION: u32 = 2;
+/// The newest envelope format version this release reads and writes: 3, written for a job that
+/// carries a trace context. A job without one is written as format 2 (the format of the
+/// release before), and both are read.
+pub const ENVELOPE_VERSION: u32 = 3;
+
+/// The format of a job without a trace context, which the release before format 3 reads too.
+const UNTRACED_VERSION: u32 = 2;
 
 /// A job as stored: bookkeeping and the serialized payload.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,22 +49,35 @@ pub struct Envelope {
     pub due_us: u64,
     /// The error of the latest failed attempt.
     pub last_error: Option<String>,
+    /// The W3C trace context the push recorded (feature `otel`; see `dq_core::trace` for the
+    /// text), kept through every rewrite of the envelope; `None` for a job pushed outside any
+    /// traced span, or without the feature. Stored only when not empty.
+    pub trace: Option<String>,
     /// The serialized message.
     pub payload: Vec<u8>,
 }
 
 impl Envelope {
-    /// Encodes the envelope in the current format.
+    /// Encodes the envelope: format 3 when it carries a trace context, format 2 otherwise.
     pub fn encode(&self) -> Vec<u8> {
         let err = self.last_error.as_deref().unwrap_or("");
-        let mut out = format!(
-            "{ENVELOPE_VERSION}:{}:{}:{}:{}:{}:{err}",
+        let (attempt, max, created, due) = (
             self.attempt,
             self.max_attempts,
             self.created_us,
             self.due_us,
-            err.len()
-        )
+        );
+        let mut out = match self.trace.as_deref().filter(|t| !t.is_empty()) {
+            None => format!(
+                "{UNTRACED_VERSION}:{attempt}:{max}:{created}:{due}:{}:{err}",
+                err.len()
+            ),
+            Some(trace) => format!(
+                "{ENVELOPE_VERSION}:{attempt}:{max}:{created}:{due}:{}:{}:{err}{trace}",
+                err.len(),
+                trace.len()
+            ),
+        }
         .into_bytes();
         out.extend_from_slice(&self.payload);
         out
@@ -73,33 +96,34 @@ impl Envelope {
             location: location(),
             reason: format!("{reason} (envelope starts {:?})", preview(raw)),
         };
-        let mut fields = [0u64; 6];
         let mut pos = 0;
-        for (n, field) in fields.iter_mut().enumerate() {
-            let end = raw[pos..]
-                .iter()
-                .position(|&b| b == b':')
-                .ok_or_else(|| malformed("header ends early"))?;
-            let text = std::str::from_utf8(&raw[pos..pos + end])
-                .map_err(|_| malformed("header is not text"))?;
-            *field = text
-                .parse()
-                .map_err(|_| malformed(&format!("header field {n} is not a number")))?;
-            pos += end + 1;
+        let version = header_number(raw, &mut pos, 0).map_err(|r| malformed(&r))?;
+        let fields = match version {
+            2 => 6,
+            3 => 7,
+            _ => {
+                return Err(malformed(&format!(
+                    "envelope version {version} is not known to this release of dq (it reads versions {UNTRACED_VERSION} and {ENVELOPE_VERSION})"
+                )))
+            }
+        };
+        // version, attempt, max_attempts, created, due, error length, trace length (format 3).
+        let mut header = [version, 0, 0, 0, 0, 0, 0];
+        for (n, field) in header.iter_mut().enumerate().take(fields).skip(1) {
+            *field = header_number(raw, &mut pos, n).map_err(|r| malformed(&r))?;
         }
-        let [version, attempt, max_attempts, created_us, due_us, err_len] = fields;
-        if version != u64::from(ENVELOPE_VERSION) {
-            return Err(malformed(&format!(
-                "envelope version {version} is not known to this release of dq (it reads version {ENVELOPE_VERSION})"
-            )));
-        }
-        let err_len = usize::try_from(err_len).map_err(|_| malformed("error length too large"))?;
-        if raw.len() < pos + err_len {
-            return Err(malformed("error length runs past the end"));
-        }
-        let last_error = match err_len {
-            0 => None,
-            _ => Some(String::from_utf8_lossy(&raw[pos..pos + err_len]).into_owned()),
+        let [_, attempt, max_attempts, created_us, due_us, err_len, trace_len] = header;
+        let end_of = |start: usize, len: u64, what: &str| {
+            usize::try_from(len)
+                .ok()
+                .and_then(|len| start.checked_add(len))
+                .filter(|&end| end <= raw.len())
+                .ok_or_else(|| malformed(&format!("{what} length runs past the end")))
+        };
+        let err_end = end_of(pos, err_len, "error")?;
+        let trace_end = end_of(err_end, trace_len, "trace context")?;
+        let text = |from: usize, to: usize| {
+            (from < to).then(|| String::from_utf8_lossy(&raw[from..to]).into_owned())
         };
         let small = |v: u64, what: &str| {
             u32::try_from(v).map_err(|_| malformed(&format!("{what} out of range")))
@@ -109,10 +133,27 @@ impl Envelope {
             max_attempts: small(max_attempts, "max_attempts")?,
             created_us,
             due_us,
-            last_error,
-            payload: raw[pos + err_len..].to_vec(),
+            last_error: text(pos, err_end),
+            trace: text(err_end, trace_end),
+            payload: raw[trace_end..].to_vec(),
         })
     }
+}
+
+/// Reads header field `n`, the number at `*pos` up to its `:`, and moves past it; `Err` says
+/// what is wrong with it.
+fn header_number(raw: &[u8], pos: &mut usize, n: usize) -> std::result::Result<u64, String> {
+    let rest = &raw[*pos..];
+    let end = rest
+        .iter()
+        .position(|&b| b == b':')
+        .ok_or_else(|| "header ends early".to_owned())?;
+    let text = std::str::from_utf8(&rest[..end]).map_err(|_| "header is not text".to_owned())?;
+    let value = text
+        .parse()
+        .map_err(|_| format!("header field {n} is not a number"))?;
+    *pos += end + 1;
+    Ok(value)
 }
 
 fn preview(raw: &[u8]) -> String {
@@ -123,19 +164,63 @@ fn preview(raw: &[u8]) -> String {
 mod tests {
     use super::*;
 
-    #[test]
-    fn envelope_round_trips_with_and_without_error() {
-        let mut env = Envelope {
+    fn envelope() -> Envelope {
+        Envelope {
             attempt: 2,
             max_attempts: 3,
             created_us: 1_700_000_000_000_123,
             due_us: 1_700_000_000_600_456,
             last_error: None,
+            trace: None,
             payload: br#"{"order_id":42}"#.to_vec(),
-        };
+        }
+    }
+
+    /// A W3C trace context as a push records it: traceparent, newline, tracestate.
+    const TRACE: &str =
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\nrojo=00f067aa0ba902b7";
+
+    #[test]
+    fn envelope_round_trips_with_and_without_error() {
+        let mut env = envelope();
         assert_eq!(Envelope::decode(&env.encode(), "t").unwrap(), env);
         env.last_error = Some("boom: a:b:c".into());
         assert_eq!(Envelope::decode(&env.encode(), "t").unwrap(), env);
+    }
+
+    #[test]
+    fn a_job_without_trace_context_is_written_in_format_2_as_before() {
+        let mut env = envelope();
+        env.last_error = Some("boom".into());
+        let raw = env.encode();
+        let expected = br#"2:2:3:1700000000000123:1700000000600456:4:boom{"order_id":42}"#;
+        assert_eq!(raw, expected.to_vec(), "what the release before reads");
+        env.trace = Some(String::new());
+        assert_eq!(env.encode(), expected.to_vec(), "an empty context is none");
+    }
+
+    #[test]
+    fn a_trace_context_is_written_in_format_3_and_round_trips_with_and_without_error() {
+        let mut env = envelope();
+        env.trace = Some(TRACE.into());
+        let raw = env.encode();
+        assert!(raw.starts_with(b"3:2:3:"), "{}", preview(&raw));
+        assert_eq!(Envelope::decode(&raw, "t").unwrap(), env);
+        env.last_error = Some("boom: a:b:c".into());
+        let raw = env.encode();
+        let head = format!(
+            "3:2:3:1700000000000123:1700000000600456:11:{}:boom: a:b:c",
+            TRACE.len()
+        );
+        assert!(raw.starts_with(head.as_bytes()), "{}", preview(&raw));
+        assert_eq!(Envelope::decode(&raw, "t").unwrap(), env);
+    }
+
+    #[test]
+    fn format_3_without_a_trace_context_reads_as_none() {
+        let env = Envelope::decode(b"3:0:3:1:2:0:0:{}", "t").unwrap();
+        assert_eq!((env.trace, env.last_error), (None, None));
+        assert_eq!(env.payload, b"{}");
     }
 
     #[test]
@@ -145,6 +230,9 @@ mod tests {
             b"9:0:3:1:1:0:",
             b"2:0:3:1:1:99:short",
             b"1:0:3:0:1:1:0:{}",
+            b"3:0:3:1:1:0:99:short",
+            b"3:0:3:1:1:2:18446744073709551615:ab",
+            b"3:0:3:1:1:0:{}",
         ] {
             let err = Envelope::decode(raw, "dq:{app:0}:jobs/t:1").unwrap_err();
             let text = err.to_string();

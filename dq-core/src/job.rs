@@ -93,6 +93,10 @@ pub struct NewJob {
     pub unique_for: Option<Duration>,
     /// For the job of a schedule's tick: created only after the ticks created before it.
     pub fence: Option<FiredTick>,
+    /// The W3C trace context of the span the push was made in (feature `otel`; the text is
+    /// described in `dq_core::trace`), stored in the job's [`Envelope::trace`] so that its run
+    /// continues the trace; `None` stores nothing.
+    pub trace: Option<String>,
     /// The serialized message.
     pub payload: Vec<u8>,
 }

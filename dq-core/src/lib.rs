@@ -15,6 +15,8 @@ mod name;
 mod result;
 pub mod schedule;
 pub mod store;
+#[cfg(feature = "otel")]
+pub mod trace;
 
 pub use crate::admin::{
     ChangeOutcome, Cursor, MinuteTally, Page, Throughput, TopicCounts, TopicStats, WorkerInfo,

@@ -48,13 +48,17 @@ impl Runner {
         permit: OwnedSemaphorePermit,
         fetched_at_us: u64,
     ) {
-        let LeasedJob { lease, envelope } = job;
-        let max_attempts = fate::max_attempts(self.listener.retries, envelope.max_attempts);
-        let lateness_ms = (fetched_at_us as f64 - envelope.due_us as f64) / 1000.0;
+        let max_attempts = fate::max_attempts(self.listener.retries, job.envelope.max_attempts);
+        let lateness_ms = (fetched_at_us as f64 - job.envelope.due_us as f64) / 1000.0;
         let span = tracing::info_span!(
-            "job", topic = %lease.topic, id = %lease.id, attempt = envelope.attempt,
+            "job", topic = %job.lease.topic, id = %job.lease.id, attempt = job.envelope.attempt,
             max_attempts, lateness_ms
         );
+        // With `otel`, the run continues the trace its push recorded (before the span is
+        // entered: its parent cannot change after).
+        #[cfg(feature = "otel")]
+        dq_core::trace::continue_run(&span, &job);
+        let LeasedJob { lease, envelope } = job;
         async move {
             let attempt = envelope.attempt;
             let ended = self
@@ -181,7 +185,8 @@ fn record(topic: &str, took: Duration, ran: &Ran) {
 /// Runs the handler in a task of its own (so a panic is caught and a timeout can cancel it),
 /// until it ends, times out, or the shutdown grace period runs out (`None`).
 async fn supervise(shared: &Shared, listener: &Listener, future: HandlerFuture) -> Option<Ran> {
-    let mut task = tokio::spawn(future);
+    // In the job's span, as the handler's own spans and events (and with `otel`, its trace).
+    let mut task = tokio::spawn(future.in_current_span());
     let timeout = async {
         match listener.timeout {
             Some(t) => tokio::time::sleep(t).await,

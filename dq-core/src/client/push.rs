@@ -330,6 +330,11 @@ impl PushBuilder {
             }
             n => n,
         };
+        // The trace context of the span the push is made in, for the run to continue.
+        #[cfg(feature = "otel")]
+        let trace = crate::trace::of_push(self.fence.is_some());
+        #[cfg(not(feature = "otel"))]
+        let trace = None;
         Ok(NewJob {
             topic,
             id,
@@ -337,6 +342,7 @@ impl PushBuilder {
             max_attempts: retries.saturating_add(1),
             unique_for: self.unique_for,
             fence: self.fence,
+            trace,
             payload,
         })
     }

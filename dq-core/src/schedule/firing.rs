@@ -7,6 +7,8 @@
 use std::collections::VecDeque;
 use std::time::{Duration, SystemTime};
 
+use tracing::Instrument;
+
 use super::builder::{job_payload, tick_job_id, ScheduleInfo, MAX_TICKS_PER_LOOK};
 use super::spec::{Missed, ScheduleSpec};
 use crate::client::{Client, Pushed};
@@ -240,6 +242,9 @@ impl Client {
         // push with the time left.
         let period = spec.repeat.period_after(tick);
         let window = (period * 10).clamp(Duration::from_secs(600), Duration::from_secs(7 * 86_400));
+        // Pushed in a span of its own: with the `otel` feature the tick's job records it, and
+        // its runs link to it (a tick's run is no part of whatever trace was current here).
+        let span = tracing::info_span!("tick", schedule = id, tick_us = to_us(tick));
         self.push_json(&spec.topic, job_payload(spec, id, tick)?)
             .id(tick_job_id(id, tick))
             .at(due)
@@ -251,6 +256,7 @@ impl Client {
                 tick_us: to_us(tick),
             })
             .send()
+            .instrument(span)
             .await
     }
 }

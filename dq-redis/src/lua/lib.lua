@@ -4,8 +4,12 @@
 -- migrating, Redis aborts a script at the first key the node no longer holds, keeping what the
 -- script wrote until then; a script that aborts before its first write changed nothing, and dq
 -- retries it once the slot has moved (RELIABILITY.md, review findings of issue 15, finding 1).
--- Envelope format 2 (envelope.rs has the same parser):
+-- Envelope formats 2 and 3 (envelope.rs has the same parser):
 --   2:<attempt>:<max_attempts>:<created_us>:<due_us>:<err_len>:<err><payload>
+--   3:<attempt>:<max_attempts>:<created_us>:<due_us>:<err_len>:<trace_len>:<err><trace><payload>
+-- Format 3 is written only for a job that carries a trace context (the `otel` feature); encode
+-- keeps it through every rewrite, and writes a job without one as format 2, which the release
+-- before reads.
 -- attempt counts runs that ended without success; a running job is on run attempt + 1. A fetch
 -- does not rewrite the envelope: the lease token lives in the shard's `leases` hash.
 -- Times are integer microseconds from Redis TIME: workers' clocks never decide when a job is due.
@@ -36,17 +40,30 @@ end
 
 local function parse(raw)
   if not raw then return nil end
-  local a, m, c, d, el, pos = string.match(raw, '^2:(%d+):(%d+):(%d+):(%d+):(%d+):()')
-  if not a then return nil end
+  local v, a, m, c, d, el, pos = string.match(raw, '^([23]):(%d+):(%d+):(%d+):(%d+):(%d+):()')
+  if not v then return nil end
+  local tl = 0
+  if v == '3' then
+    local t, after = string.match(raw, '^(%d+):()', pos)
+    if not t then return nil end
+    tl, pos = tonumber(t), after
+  end
   el = tonumber(el)
-  if #raw < pos + el - 1 then return nil end
+  if #raw < pos + el + tl - 1 then return nil end
   return { attempt = tonumber(a), max = tonumber(m), created = tonumber(c), due = tonumber(d),
-           err = string.sub(raw, pos, pos + el - 1), payload = string.sub(raw, pos + el) }
+           err = string.sub(raw, pos, pos + el - 1), trace = string.sub(raw, pos + el, pos + el + tl - 1),
+           payload = string.sub(raw, pos + el + tl) }
 end
 
+-- Format 3 when the job carries a trace context (`e.trace`, absent in envelopes built here),
+-- else format 2.
 local function encode(e)
-  return '2:' .. fmt(e.attempt) .. ':' .. fmt(e.max) .. ':' .. fmt(e.created) .. ':' .. fmt(e.due) .. ':'
-    .. #e.err .. ':' .. e.err .. e.payload
+  local head = fmt(e.attempt) .. ':' .. fmt(e.max) .. ':' .. fmt(e.created) .. ':' .. fmt(e.due) .. ':'
+    .. #e.err .. ':'
+  if e.trace and e.trace ~= '' then
+    return '3:' .. head .. #e.trace .. ':' .. e.err .. e.trace .. e.payload
+  end
+  return '2:' .. head .. e.err .. e.payload
 end
 
 -- Ends leases: the jobs leave the inflight set and their tokens are forgotten.

@@ -13,6 +13,9 @@
 --   fence ('' or '<generation>:<tick us>:<schedule id>' for a schedule's tick: created only
 --   when the schedule's fence in tick_fence is below (generation, tick), and then raised to it;
 --   refused as kept otherwise), payload
+-- then, after the n jobs' values and only when a job of the call has one, one trace context per
+--   job, in order (ARGV[4 + n * 7 + i] for job i from 0; '' or absent: none): a job with one is
+--   written in envelope format 3, one without in format 2 (lib.lua)
 -- Returns {earliest_due_if_it_moved_earlier_or_-1, code_1, ..., code_n}; codes:
 --   0 kept (already pending), 1 created, 2 replaced, 3 running (replace refused: it is running),
 --   '4:<us>' refused: the id is reserved for <us> more (a job with unique_for finished)
@@ -139,7 +142,8 @@ for i = 0, n - 1 do
 end
 local writes, adds, ready_by_topic, delayed_by_topic = {}, {}, {}, {}
 local unready, undelay = {}, {}
--- The envelope of a new job (format 2 in lib.lua), built directly: only the due time varies.
+-- The envelope of a new job (format 2 in lib.lua, 3 with a trace context), built directly:
+-- only the due time varies.
 local created = ':' .. fmt(now) .. ':'
 for _, i in ipairs(plan) do
   if i then
@@ -147,7 +151,13 @@ for _, i in ipairs(plan) do
     local member = members[i + 1]
     local due_str = due_strs[when]
     writes[#writes + 1] = member
-    writes[#writes + 1] = '2:0:' .. ARGV[7 + i * 7] .. created .. due_str .. ':0:' .. ARGV[10 + i * 7]
+    local trace = ARGV[4 + n * 7 + i] or ''
+    if trace == '' then
+      writes[#writes + 1] = '2:0:' .. ARGV[7 + i * 7] .. created .. due_str .. ':0:' .. ARGV[10 + i * 7]
+    else
+      writes[#writes + 1] = '3:0:' .. ARGV[7 + i * 7] .. created .. due_str .. ':0:' .. #trace .. ':'
+        .. trace .. ARGV[10 + i * 7]
+    end
     if dues[when] <= now then
       local list = ready_by_topic[topic]
       if not list then

@@ -13,7 +13,7 @@ local oldest = -1
 local first = live_entries(KEYS[7], redis.call('LRANGE', ready, 0, 9))[1]
 if first then
   local raw = redis.call('HGET', jobs, topic .. ':' .. first)
-  local due = raw and string.match(raw, '^2:%d+:%d+:%d+:(%d+):')
+  local due = raw and string.match(raw, '^[23]:%d+:%d+:%d+:(%d+):')
   if due then oldest = due end
 end
 local next_due = -1

@@ -63,7 +63,7 @@ impl RedisStore {
         // The arguments borrow the payloads: only the numbers are printed here.
         let count = chunk.len().to_string();
         let numbers: Vec<[String; 4]> = chunk.iter().map(|&i| push_numbers(&jobs[i])).collect();
-        let mut args: Vec<&[u8]> = Vec::with_capacity(3 + 7 * chunk.len());
+        let mut args: Vec<&[u8]> = Vec::with_capacity(3 + 8 * chunk.len());
         args.extend([k.prefix().as_bytes(), mode.as_bytes(), count.as_bytes()]);
         for (&i, [when, max, hold, fence]) in chunk.iter().zip(&numbers) {
             let j = &jobs[i];
@@ -76,6 +76,15 @@ impl RedisStore {
                 fence.as_bytes(),
                 &j.payload[..],
             ]);
+        }
+        // The trace contexts after the jobs' values, one per job, only when a job has one:
+        // push.lua reads a missing one as none.
+        if chunk.iter().any(|&i| jobs[i].trace.is_some()) {
+            args.extend(
+                chunk
+                    .iter()
+                    .map(|&i| jobs[i].trace.as_deref().unwrap_or("").as_bytes()),
+            );
         }
         if self.wait.0.is_some() {
             read("push", self.push_and_wait(shard, &keys, &args).await?)

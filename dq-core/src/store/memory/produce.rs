@@ -89,6 +89,7 @@ fn store_job(s: &mut State, job: NewJob, m: Member, now: u64) -> bool {
             created_us: now,
             due_us: due,
             last_error: None,
+            trace: job.trace,
             payload: job.payload,
         },
     );

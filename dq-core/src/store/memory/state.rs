@@ -346,6 +346,7 @@ mod tests {
                 created_us: 0,
                 due_us: due,
                 last_error: None,
+                trace: None,
                 payload: b"{}".to_vec(),
             },
         );
@@ -468,6 +469,7 @@ mod tests {
             created_us: 0,
             due_us: 0,
             last_error: None,
+            trace: None,
             payload: b"{}".to_vec(),
         }
     }
