@@ -156,8 +156,6 @@ impl RedisStore {
         }
         let (mut ended, mut live) = self.ended.listen(self);
         let me = member(topic, id);
-        // Why the last look failed, while the connection is away.
-        let mut failed: Option<Error> = None;
         loop {
             // Besides the announcements, a look every few seconds: an end may go unannounced
             // (its topic's retention removed meanwhile), or the subscription be down.
@@ -166,16 +164,17 @@ impl RedisStore {
             if !*live.borrow_and_update() {
                 let _ = tokio::time::timeout_at(look_again, live.changed()).await;
             }
-            match self.end_before(deadline, topic, id).await {
+            // Why this look failed, while the connection is away.
+            let failed: Option<Error> = match self.end_before(deadline, topic, id).await {
                 Ok(Some(answer)) => return Ok(answer),
-                Ok(None) => failed = None,
+                Ok(None) => None,
                 // Redis restarting, or the connection being made again: the wait goes on.
                 Err(e) if e.is_connection() => {
                     tracing::debug!(error = %e, %topic, %id, "a wait's look failed; it looks again");
-                    failed = Some(e);
+                    Some(e)
                 }
                 Err(e) => return Err(e),
-            }
+            };
             if Instant::now() >= deadline {
                 return failed.map_or(Ok(Waited::TimedOut), Err);
             }
