@@ -18,6 +18,8 @@ mod cancel_running;
 mod changes;
 #[path = "store_behaviour/dead_letters.rs"]
 mod dead_letters;
+#[path = "store_behaviour/events.rs"]
+mod events;
 #[path = "store_behaviour/leases.rs"]
 mod leases;
 #[path = "store_behaviour/progress.rs"]
@@ -201,6 +203,15 @@ on_every_store!(
         progress_is_refused_for_a_lease_no_longer_held_and_over_the_bound,
         progress_goes_when_the_job_is_acked,
         progress_goes_whenever_the_job_leaves_running,
+    ],
+    events: [
+        a_jobs_life_gives_pushed_started_and_succeeded_in_order,
+        a_failing_job_gives_failed_and_retrying_then_dead,
+        a_cancel_gives_cancelled_before_or_while_the_job_runs,
+        every_other_step_of_a_job_is_announced_with_its_run,
+        a_succeeded_event_carries_the_value_only_when_the_topic_keeps_it,
+        a_topic_without_events_has_no_stream_at_all,
+        a_reader_resuming_behind_the_cap_is_told_how_many_it_missed,
     ],
 );
 

@@ -8,10 +8,17 @@
 //! A wait for a job's end is told by the step that ends it (ack, dead letter, cancel), in real
 //! time whatever the store's clock.
 //!
+//! A topic with job events on keeps its latest events (exactly its cap: Redis keeps the cap and
+//! a little more), appended by the same step that makes each change, numbered and placed as
+//! Redis numbers stream entries, stamped by the store's clock; readers are woken when events
+//! are added.
+//!
 //! `state` holds the jobs and every change to them as plain synchronous code; the role traits
-//! are implemented over it in `produce`, `lease` and `admin`, the waits in `waiters`.
+//! are implemented over it in `produce`, `lease` and `admin`, the waits in `waiters`, the job
+//! events in `events`.
 
 mod admin;
+mod events;
 mod lease;
 mod produce;
 mod schedules;
