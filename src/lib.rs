@@ -31,6 +31,7 @@
 //!
 //! The root holds what a program that pushes and handles jobs uses (21 names); the rest is in
 //! modules: [`push`] (the push builder and its outcomes), [`admin`] (counts, listings, workers),
+//! [`events`] (a topic's job events as a stream, resumable),
 //! [`limits`] (defaults and bounds), [`runtime`] (the shutdown handle, what a handler may
 //! return), [`schedule`] (periodic schedules), [`config`], [`metric`] (metric names), [`store`] (the store's role traits, the Redis
 //! and memory stores and their records, for tools that work below the client) and [`testing`].
@@ -95,6 +96,18 @@ pub mod admin {
     pub use dq_core::{
         ChangeOutcome, Cursor, MinuteTally, Page, Throughput, TopicCounts, TopicStats, WorkerInfo,
     };
+}
+
+/// Job events: what happened to the jobs of a topic (pushed, started, succeeded, failed,
+/// retrying, dead, ...), read as a `Stream` (the `futures` trait) from
+/// [`Client::events`](crate::Client::events), resumed after a restart from a saved
+/// [`EventCursor`] with [`Client::events_from`](crate::Client::events_from). A topic's listener
+/// turns its events on: `#[dq::listener(events = true)]`. See README's "Job events".
+pub mod events {
+    pub use dq_core::events::{
+        EventCursor, EventItem, EventKind, EventPosition, JobEvent, DEFAULT_EVENTS_CAP,
+    };
+    pub use dq_core::EventStream;
 }
 
 /// Defaults and bounds.
@@ -173,6 +186,8 @@ pub use dq_macros::Message;
 /// | `missed = "..."` | `"skip"` | ticks missed while every process was down: `"skip"`, `"run_once"`, `"all:N"` |
 /// | `retain = "1h"` | none | keep each succeeded job's record, with the value its handler returned, this long (see below) |
 /// | `retain_count = N` | 10,000 | most records kept per shard of the topic (with `retain` only) |
+/// | `events = true` | `false` | write the topic's job events, for [`Client::events`] to read (see below) |
+/// | `events_cap = N` | 10,000 | fewest events kept per shard of the topic (with `events = true` only) |
 /// | `crate = "..."` | `"dq"` | the path of this crate, for re-exporters |
 ///
 /// With `cron` or `every`, the runtime stores the schedule under the topic's name at start (see
@@ -200,6 +215,12 @@ pub use dq_macros::Message;
 /// ([`JobResult`]). Without `retain` nothing is kept (the default: memory stays flat), and a
 /// wait answers [`JobResult::NotKept`]. The runtime records the retention at start; a listener
 /// without `retain` turns it off for its topic.
+///
+/// With `events = true`, every step of the topic's jobs (pushed, started, succeeded, failed,
+/// retrying, dead, ...) is written to a capped stream per shard in the same atomic step as the
+/// change, and any program reads them with [`Client::events`] and resumes after a restart from
+/// a saved cursor ([`events`]). Off by default; a listener without it turns them off for its
+/// topic at start.
 ///
 /// ```
 /// # #[derive(serde::Serialize, serde::Deserialize, dq::Message)]

@@ -18,6 +18,8 @@ mod cancel_running;
 mod changes;
 #[path = "store_behaviour/dead_letters.rs"]
 mod dead_letters;
+#[path = "store_behaviour/events.rs"]
+mod events;
 #[path = "store_behaviour/leases.rs"]
 mod leases;
 #[path = "store_behaviour/progress.rs"]
@@ -209,6 +211,15 @@ on_every_store!(
     trace_context: [
         a_jobs_trace_context_reaches_every_run_whatever_rewrote_the_job,
         a_traced_job_is_read_listed_and_counted_as_any,
+    ],
+    events: [
+        a_jobs_life_gives_pushed_started_and_succeeded_in_order,
+        a_failing_job_gives_failed_and_retrying_then_dead,
+        a_cancel_gives_cancelled_before_or_while_the_job_runs,
+        every_other_step_of_a_job_is_announced_with_its_run,
+        a_succeeded_event_carries_the_value_only_when_the_topic_keeps_it,
+        a_topic_without_events_has_no_stream_at_all,
+        a_reader_resuming_behind_the_cap_is_told_how_many_it_missed,
     ],
 );
 

@@ -266,3 +266,48 @@ async fn a_wait_shorter_than_the_jobs_delay_runs_out_even_when_one_advance_passe
     assert_eq!(kept, dq::JobResult::Succeeded(receipt_of(42)));
     rt.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_events_are_stamped_by_the_virtual_clock() {
+    use dq::events::{EventItem, EventKind};
+    let listener = Listener::new("report", |_: Reminder, _: JobContext| async {}).events(true);
+    let start = std::time::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    let rt = TestRuntime::builder()
+        .without_registered_listeners()
+        .listener(listener)
+        .starting_at(start)
+        .start()
+        .await
+        .unwrap();
+    let mut events = rt.client().events("report").await.unwrap();
+    let hour = Duration::from_secs(3600);
+    let pushed_at = rt.now();
+    rt.client()
+        .push_to("report", &Reminder { ride: 1 })
+        .id("r")
+        .delay(hour)
+        .await
+        .unwrap();
+    rt.advance(hour).await;
+    let mut seen = Vec::new();
+    while seen.len() < 4 {
+        let item = tokio::time::timeout(Duration::from_secs(5), events.recv()).await;
+        if let EventItem::Event { event, .. } = item.unwrap().unwrap().unwrap() {
+            seen.push(event);
+        }
+    }
+    let kinds: Vec<&str> = seen.iter().map(|e| e.kind.name()).collect();
+    assert_eq!(kinds, ["pushed", "promoted", "started", "succeeded"]);
+    assert_eq!(seen[0].at, pushed_at, "stamped by the test clock");
+    assert_eq!(
+        seen[0].kind,
+        EventKind::Pushed {
+            due: Some(pushed_at + hour)
+        }
+    );
+    assert!(
+        seen[1..].iter().all(|e| e.at == pushed_at + hour),
+        "an hour later by the test clock: {seen:?}"
+    );
+    rt.shutdown().await;
+}

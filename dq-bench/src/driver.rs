@@ -22,6 +22,9 @@ pub(crate) static TOPICS: std::sync::atomic::AtomicUsize = std::sync::atomic::At
 /// Whether the workers keep their succeeded jobs' records (`--retain`).
 pub(crate) static RETAIN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// Whether the workers' topics have their job events on (`--events`).
+pub(crate) static EVENTS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// The topic of job i: `bench` with one topic, else `bench-<i mod topics>`.
 pub(crate) fn topic_of(i: usize) -> String {
     match TOPICS.load(std::sync::atomic::Ordering::Relaxed) {
@@ -339,6 +342,11 @@ async fn spawn_worker(
         RETAIN
             .load(std::sync::atomic::Ordering::Relaxed)
             .then_some("--retain"),
+    )
+    .args(
+        EVENTS
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .then_some("--events"),
     )
     .stdin(Stdio::piped())
     .stdout(Stdio::piped())

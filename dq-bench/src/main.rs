@@ -71,6 +71,11 @@ struct Cli {
     /// as `#[dq::listener(retain = "1h")]` does: the cost of results on the drain.
     #[arg(long)]
     retain: bool,
+    /// The workers' listeners turn their topics' job events on, as
+    /// `#[dq::listener(events = true)]` does: every push, start and ack also appends an event
+    /// (in the same script call), the cost of events on the drain.
+    #[arg(long)]
+    events: bool,
     /// Pin every redis-server to these CPUs (e.g. `1` or `2,3`) and this program and its worker
     /// processes to the others, so that Redis has cores of its own (Linux `taskset`).
     #[arg(long, value_delimiter = ',')]
@@ -92,6 +97,8 @@ enum Role {
         topics: usize,
         #[arg(long)]
         retain: bool,
+        #[arg(long)]
+        events: bool,
     },
     /// The producer process of the cross-process workload (spawned by the driver).
     #[command(hide = true)]
@@ -124,9 +131,11 @@ fn main() -> anyhow::Result<()> {
             concurrency,
             topics,
             retain,
+            events,
         }) => {
             driver::TOPICS.store(topics, std::sync::atomic::Ordering::Relaxed);
             driver::RETAIN.store(retain, std::sync::atomic::Ordering::Relaxed);
+            driver::EVENTS.store(events, std::sync::atomic::Ordering::Relaxed);
             rt.block_on(worker::run(url, n, concurrency))
         }
         Some(Role::Producer {
@@ -152,6 +161,7 @@ fn main() -> anyhow::Result<()> {
             driver::STEADY_RATE.store(cli.rate, std::sync::atomic::Ordering::Relaxed);
             driver::TOPICS.store(cli.topics.max(1), std::sync::atomic::Ordering::Relaxed);
             driver::RETAIN.store(cli.retain, std::sync::atomic::Ordering::Relaxed);
+            driver::EVENTS.store(cli.events, std::sync::atomic::Ordering::Relaxed);
             let n = match (cli.workload.as_str(), cli.n) {
                 ("steady", None) => Some(cli.rate * 15),
                 (_, n) => n,

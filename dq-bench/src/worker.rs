@@ -75,7 +75,8 @@ fn listener(topic: &str, record: &Arc<Record>, concurrency: usize) -> dq::Listen
             Ok::<_, String>(keep.then_some(p.order_id))
         }
     })
-    .concurrency(concurrency);
+    .concurrency(concurrency)
+    .events(crate::driver::EVENTS.load(Ordering::Relaxed));
     if keep {
         listener.retain(Duration::from_secs(3600))
     } else {

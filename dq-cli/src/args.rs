@@ -11,6 +11,7 @@ use std::time::Duration;
 use clap::builder::TypedValueParser as _;
 use clap::{Args, Parser, Subcommand};
 use dq::admin::Cursor;
+use dq::events::EventCursor;
 use dq::JobState;
 
 /// The help heading of the options every subcommand takes, listed after its own.
@@ -131,6 +132,9 @@ pub(crate) enum Command {
     },
     /// Serve the web dashboard (every topic and job, live, with actions) until Ctrl-C.
     Web(WebArgs),
+    /// Tail a topic's job events, one line each, until Ctrl-C (its listener turns them on:
+    /// `events = true`); then print the cursor to resume from.
+    Events(EventsArgs),
 }
 
 impl Command {
@@ -165,6 +169,20 @@ pub(crate) struct JobsArgs {
     /// The `next` cursor printed with the previous page (default: the first page).
     #[arg(long, default_value_t = Cursor::START)]
     pub(crate) cursor: Cursor,
+}
+
+// `dq events`.
+#[derive(Debug, Args)]
+pub(crate) struct EventsArgs {
+    /// The topic whose job events to tail.
+    pub(crate) topic: String,
+    /// Where to start: `now`, `start` (every event still kept), or a cursor printed by an
+    /// earlier `dq events` (it resumes right after the event it was printed with).
+    #[arg(long, default_value = "now", value_parser = cursor)]
+    pub(crate) from: EventCursor,
+    /// Stop after this many events (default: never).
+    #[arg(long)]
+    pub(crate) limit: Option<u64>,
 }
 
 // `dq reschedule`.
@@ -299,6 +317,10 @@ pub(crate) enum DeadCommand {
 fn job_state() -> impl clap::builder::TypedValueParser<Value = JobState> {
     clap::builder::PossibleValuesParser::new(["delayed", "ready", "running", "dead", "done"])
         .try_map(|s| s.parse::<JobState>())
+}
+
+fn cursor(text: &str) -> Result<EventCursor, String> {
+    text.parse().map_err(|e: dq::Error| e.to_string())
 }
 
 fn duration(text: &str) -> Result<Duration, String> {

@@ -12,6 +12,7 @@
 //! dq watch                                   # a live view, refreshed every second
 //! dq schedules; dq schedules pause <id>       # periodic schedules: list, pause, resume, remove, run
 //! dq web --listen 127.0.0.1:8080             # the web dashboard (DQ_WEB_TOKEN to require a token)
+//! dq events order-cancel --from start        # tail job events (a listener with `events = true`)
 //! ```
 //!
 //! Every command takes `--json` for scripts. Exit codes: 0 done, 1 error (Redis unreachable,
@@ -23,6 +24,7 @@
 
 mod args;
 mod dead;
+mod events;
 mod jobs;
 mod output;
 mod push;
@@ -148,5 +150,6 @@ async fn dispatch(
         Command::Schedules { command } => schedules::run(&client, command, json).await,
         Command::Workers => workers::list(&client, json).await,
         Command::Web(options) => web::serve(client, options).await,
+        Command::Events(args) => events::tail(&client, args, json).await,
     }
 }

@@ -672,6 +672,9 @@ async fn every_command_works_as_the_documented_acl_user() {
         .upsert()
         .await
         .unwrap();
+    // The pushes below write job events (XREVRANGE, XADD in the script); `dq events` reads them.
+    let t = dq::Topic::new("t").unwrap();
+    store.set_events(&t, Some(100)).await.unwrap();
     run(&["push", "t", "{}", "--id", "a", "--in", "10m"]);
     run(&["push", "t", "{}", "--id", "b"]);
     run(&["push", "t", "{}", "--id", "u", "--unique-for", "1m"]);
@@ -694,6 +697,54 @@ async fn every_command_works_as_the_documented_acl_user() {
     run(&["schedules", "run", "nightly"]);
     run(&["schedules", "remove", "nightly"]);
     assert!(c.schedules().await.unwrap().is_empty());
+    run(&["events", "t", "--from", "start", "--limit", "2"]);
+}
+
+/// `dq events` prints a topic's job events, one line each (JSON with the cursor after each),
+/// and a cursor given back with `--from` resumes right after its event.
+#[tokio::test]
+async fn events_prints_a_topics_job_events_and_resumes_from_a_printed_cursor() {
+    let redis = RedisServer::start();
+    let (c, store) = client_and_store(&redis).await;
+    let topic = dq::Topic::new("mails").unwrap();
+    store.set_events(&topic, Some(100)).await.unwrap();
+    c.push_json("mails", "{}").id("a").await.unwrap();
+    push_delayed(&c, "mails", "b", Duration::from_secs(60)).await;
+    let out = dq(
+        &redis,
+        &[
+            "events", "mails", "--from", "start", "--limit", "2", "--json",
+        ],
+    );
+    let lines: Vec<Value> = ok(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(lines[0]["event"], "pushed");
+    assert_eq!(lines[0]["id"], "a");
+    assert!(lines[0]["due_ms"].is_null(), "ready at once: {}", lines[0]);
+    assert!(lines[1]["due_ms"].is_u64(), "b waits: {}", lines[1]);
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(said.contains("--from"), "the cursor to resume from: {said}");
+    let cursor = lines[0]["cursor"].as_str().unwrap();
+    let next = json(&dq(
+        &redis,
+        &[
+            "events", "mails", "--from", cursor, "--limit", "1", "--json",
+        ],
+    ));
+    assert_eq!(next["id"], "b", "right after a: {next}");
+    let text = ok(&dq(
+        &redis,
+        &["events", "mails", "--from", "start", "--limit", "2"],
+    ));
+    let b = text
+        .lines()
+        .find(|l| l.contains("pushed") && l.contains(" b "));
+    assert!(b.is_some_and(|l| l.contains("due in")), "{text}");
+    let bad = fails(&redis, &["events", "mails", "--from", "yesterday"], 2);
+    assert!(bad.contains("yesterday"), "{bad}");
 }
 
 /// Issue 31: `dq push -` reads the payload from stdin and `dq push @path` from a file, both past

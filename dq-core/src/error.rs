@@ -88,6 +88,16 @@ pub enum Error {
         /// What is wrong, quoting the size and the limit, or what serde said.
         reason: String,
     },
+    /// A cursor of a topic's job events that cannot be read, or that belongs to another
+    /// number of shards than the namespace's
+    /// ([`EventCursor`](crate::events::EventCursor)).
+    #[error("invalid event cursor {cursor:?}: {reason}")]
+    InvalidCursor {
+        /// The cursor as given.
+        cursor: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A periodic schedule that cannot be: a cron expression or time zone that does not parse,
     /// an interval under a second.
     #[error("invalid schedule: {reason}")]
@@ -235,6 +245,7 @@ impl Error {
             | Error::InvalidPush { .. }
             | Error::InvalidSchedule { .. }
             | Error::InvalidProgress { .. }
+            | Error::InvalidCursor { .. }
             | Error::InvalidPeriodic { .. }
             | Error::DuplicateListener { .. }
             | Error::InvalidListener { .. } => ErrorKind::InvalidInput,

@@ -7,6 +7,7 @@ mod client;
 mod config;
 mod envelope;
 mod error;
+pub mod events;
 mod job;
 mod lease;
 mod message;
@@ -29,7 +30,7 @@ pub use crate::lease::{
     Acked, Fetched, LeaseRef, LeasedJob, Promoted, Reclaimed, Succeeded, MAX_PROGRESS_BYTES,
 };
 pub use crate::result::{JobResult, Retention, Waited};
-pub use client::{Client, PushBuilder, Pushed};
+pub use client::{Client, EventStream, PushBuilder, Pushed};
 pub use config::{
     parse_duration, Config, ConfigBuilder, CLUSTER_SHARDS, DEFAULT_MAX_PAYLOAD_BYTES,
 };

@@ -106,6 +106,62 @@ mod tests {
     }
 
     #[test]
+    fn a_listener_with_events_turns_them_on_with_the_builder() {
+        let out = expanded(
+            quote::quote!(topic = "t", events = true, events_cap = 50000),
+            quote::quote!(
+                async fn handler(_n: u64) {}
+            ),
+        );
+        assert!(out.contains(".events(true)"), "{out}");
+        assert!(out.contains(".events_cap(50000u64)"), "{out}");
+        assert!(!out.contains("compile_error"), "{out}");
+        let off = expanded(
+            quote::quote!(topic = "t", events = false),
+            quote::quote!(
+                async fn handler(_n: u64) {}
+            ),
+        );
+        assert!(
+            !off.contains(".events(") && !off.contains("compile_error"),
+            "{off}"
+        );
+    }
+
+    #[test]
+    fn events_that_are_not_a_bool_or_a_cap_without_events_are_refused() {
+        for (attr, why) in [
+            (
+                quote::quote!(topic = "t", events = "yes"),
+                "`events`is`true`or`false`",
+            ),
+            (
+                quote::quote!(topic = "t", events_cap = 10),
+                "`events_cap`goeswith`events=true`",
+            ),
+            (
+                quote::quote!(topic = "t", events = false, events_cap = 10),
+                "`events_cap`goeswith`events=true`",
+            ),
+            (
+                quote::quote!(topic = "t", events = true, events_cap = 0),
+                "events_capmustbeatleast1",
+            ),
+        ] {
+            let out = expanded(
+                attr,
+                quote::quote!(
+                    async fn handler(_n: u64) {}
+                ),
+            );
+            assert!(
+                out.contains("compile_error") && out.contains(why),
+                "{why}: {out}"
+            );
+        }
+    }
+
+    #[test]
     fn a_retain_count_without_retain_is_refused() {
         let out = expanded(
             quote::quote!(topic = "t", retain_count = 1000),

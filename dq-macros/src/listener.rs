@@ -29,6 +29,7 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenS
     let sig = signature(&func.sig)?;
     options::check_schedule(&options, sig.payload)?;
     options::check_retention(&options)?;
+    options::check_events(&options)?;
     let krate = attr::crate_path(options.krate.clone())?;
     Ok(registration(&func, &sig, &options, &krate))
 }

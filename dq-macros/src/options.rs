@@ -7,12 +7,12 @@ use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned};
 use syn::meta::ParseNestedMeta;
 use syn::spanned::Spanned;
-use syn::{LitInt, LitStr, Type};
+use syn::{Lit, LitInt, LitStr, Type};
 
 use crate::attr;
 
 const KEYS: &str =
-    "topic, concurrency, timeout, retries, backoff, cron, tz, every, missed, retain, retain_count, crate";
+    "topic, concurrency, timeout, retries, backoff, cron, tz, every, missed, retain, retain_count, events, events_cap, crate";
 
 #[derive(Default)]
 pub(crate) struct Options {
@@ -28,6 +28,9 @@ pub(crate) struct Options {
     retain: Option<Duration>,
     /// The count, and its literal (where a count without `retain` is reported).
     retain_count: Option<(u64, LitInt)>,
+    events: Option<bool>,
+    /// The cap, and its literal (where a cap without `events = true` is reported).
+    events_cap: Option<(u64, LitInt)>,
     pub(crate) krate: Option<LitStr>,
 }
 
@@ -64,6 +67,8 @@ fn set(o: &mut Options, key: &str, meta: &ParseNestedMeta<'_>) -> syn::Result<()
         "missed" => o.missed = Some(missed(&meta.value()?.parse()?)?),
         "retain" => o.retain = Some(attr::duration(&meta.value()?.parse()?)?),
         "retain_count" => o.retain_count = Some(retain_count(meta.value()?.parse()?)?),
+        "events" => o.events = Some(events(&meta.value()?.parse()?)?),
+        "events_cap" => o.events_cap = Some(events_cap(meta.value()?.parse()?)?),
         "crate" => o.krate = Some(meta.value()?.parse()?),
         _ => {
             return Err(meta.error(format!(
@@ -93,6 +98,29 @@ fn retain_count(lit: LitInt) -> syn::Result<(u64, LitInt)> {
         return Err(syn::Error::new(
             lit.span(),
             "retain_count must be at least 1: leave `retain` out to keep no records",
+        ));
+    }
+    Ok((n, lit))
+}
+
+/// `true` or `false`.
+fn events(lit: &Lit) -> syn::Result<bool> {
+    match lit {
+        Lit::Bool(b) => Ok(b.value),
+        other => Err(syn::Error::new(
+            other.span(),
+            "`events` is `true` or `false`: `events = true` turns the topic's job events on",
+        )),
+    }
+}
+
+/// The most events kept per shard: at least 1.
+fn events_cap(lit: LitInt) -> syn::Result<(u64, LitInt)> {
+    let n: u64 = lit.base10_parse()?;
+    if n == 0 {
+        return Err(syn::Error::new(
+            lit.span(),
+            "events_cap must be at least 1: leave `events` out to keep no events",
         ));
     }
     Ok((n, lit))
@@ -192,6 +220,17 @@ pub(crate) fn check_retention(options: &Options) -> syn::Result<()> {
     }
 }
 
+/// `events_cap` goes with `events = true`, which turns the events on.
+pub(crate) fn check_events(options: &Options) -> syn::Result<()> {
+    match (options.events, &options.events_cap) {
+        (None | Some(false), Some((_, lit))) => Err(syn::Error::new(
+            lit.span(),
+            "`events_cap` goes with `events = true`, which turns the topic's job events on",
+        )),
+        _ => Ok(()),
+    }
+}
+
 fn type_name_is(ty: &Type, name: &str) -> bool {
     match ty {
         Type::Path(p) => p.path.segments.last().is_some_and(|s| s.ident == name),
@@ -226,6 +265,12 @@ pub(crate) fn builder_calls(options: &Options, payload: &Type, krate: &syn::Path
     }
     if let Some((n, _)) = &options.retain_count {
         calls.extend(quote!(.retain_count(#n)));
+    }
+    if options.events == Some(true) {
+        calls.extend(quote!(.events(true)));
+    }
+    if let Some((n, _)) = &options.events_cap {
+        calls.extend(quote!(.events_cap(#n)));
     }
     calls.extend(schedule_calls(options, payload, krate));
     calls

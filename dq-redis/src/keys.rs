@@ -31,6 +31,8 @@
 //! | `done:<topic>` | ZSET | kept records of the topic's succeeded jobs (retention only): `topic:id` scored by when it succeeded (us); envelope stays in `jobs` |
 //! | `results` | HASH | `topic:id` -> the value its handler returned (JSON) |
 //! | `retain` | HASH | topic -> `<age us>:<count>`: how long and how many succeeded jobs it keeps (written at runtime start) |
+//! | `events` | HASH | topic -> how many events its streams keep (the cap, at least 1), for the topics whose job events are on (written at runtime start); absent: off |
+//! | `events:<topic>` | STREAM | the topic's job events in this shard, appended by the script that makes each change (`XADD MAXLEN ~ cap`: at least the cap's latest are kept). Fields: `n` (the entry's number, 1, 2, ...: a reader that finds a gap missed that many), `k` (`pushed`, `promoted`, `started`, `progress`, `succeeded`, `failed`, `retrying`, `postponed`, `dead`, `cancelled`, `stalled`, `released`), `id` (the job's id), `a` (the run, see `dq::events::EventKind`), `t` (when, us of Redis `TIME`); then one of `d` (due time, us: pushed to wait, retrying, postponed), `e` (error: failed, dead), `v` (JSON: progress, and succeeded in a topic that keeps its values) |
 //! | `ended` | pub/sub channel | `topic:id` of a job of a retained topic that succeeded, died or was cancelled: wakes the waits for it |
 //! | `wake` | pub/sub channel | the new earliest due time, when a push makes one; `resumed <topic>` when a topic is resumed; `cancel <topic:id>` when a cancel asks a running job's worker to stop it |
 
@@ -173,6 +175,14 @@ impl ShardKeys {
     pub fn retain(&self) -> String {
         self.key("retain")
     }
+    /// The topics whose job events are on: topic -> how many events each stream keeps.
+    pub fn events(&self) -> String {
+        self.key("events")
+    }
+    /// A topic's stream of job events in this shard.
+    pub fn events_stream(&self, topic: &Topic) -> String {
+        format!("{}events:{topic}", self.prefix)
+    }
     /// The pub/sub channel that announces that a job of a retained topic ended (`topic:id`):
     /// what waits for its end listen to.
     pub fn ended_channel(&self) -> String {
@@ -283,6 +293,8 @@ mod tests {
             k.topics(),
             k.ready(&t),
             k.dead(&t),
+            k.events(),
+            k.events_stream(&t),
             k.wake(),
         ] {
             assert!(key.starts_with(k.prefix()), "{key}");

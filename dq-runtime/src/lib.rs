@@ -5,6 +5,7 @@ mod backoff;
 mod chores;
 mod consumer;
 mod context;
+mod events;
 mod extract;
 mod fate;
 mod health;

@@ -55,7 +55,8 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// It may declare a schedule for its topic as `#[dq::listener(cron = .., every = ..)]` does:
 /// see [`cron`](Listener::cron) and [`every`](Listener::every); and keep the values its
 /// handler returns for the programs that pushed the jobs, as `#[dq::listener(retain = "1h")]`
-/// does: see [`retain`](Listener::retain).
+/// does: see [`retain`](Listener::retain); and turn on its topic's job events, as
+/// `#[dq::listener(events = true)]` does: see [`events`](Listener::events).
 #[derive(Clone)]
 #[must_use]
 pub struct Listener {
@@ -72,6 +73,10 @@ pub struct Listener {
     pub(crate) retain: Option<Duration>,
     /// How many of them are kept per shard (`retain_count`); it goes with `retain`.
     pub(crate) retain_count: Option<u64>,
+    /// Whether the topic's job events are on (`events`); off by default.
+    pub(crate) events: bool,
+    /// How many of them each shard keeps (`events_cap`); it goes with `events`.
+    pub(crate) events_cap: Option<u64>,
     /// What the ticks of a schedule set later carry.
     tick_payload: TickPayloadFn,
     /// The handler's payload type, when known (not for an erased handler).
@@ -104,6 +109,8 @@ impl fmt::Debug for Listener {
             .field("schedule", &self.schedule)
             .field("retain", &self.retain)
             .field("retain_count", &self.retain_count)
+            .field("events", &self.events)
+            .field("events_cap", &self.events_cap)
             .finish_non_exhaustive()
     }
 }
@@ -148,6 +155,8 @@ impl Listener {
             schedule: None,
             retain: None,
             retain_count: None,
+            events: false,
+            events_cap: None,
             tick_payload: <Tick as TickPayload>::tick_payload,
             payload_type: None,
         }

@@ -90,8 +90,9 @@ pub(crate) async fn declare(
 }
 
 /// What the runtime declares for its listeners: their schedules, the most runs each allows a
-/// job whose worker died, and how long the records of their succeeded jobs are kept (none for a
-/// listener without `retain`, which turns a retention declared before off). The last runtime to
+/// job whose worker died, how long the records of their succeeded jobs are kept (none for a
+/// listener without `retain`, which turns a retention declared before off), and whether their
+/// topics' job events are on (off for a listener without `events`). The last runtime to
 /// declare decides, should two disagree.
 pub(crate) fn declarations(listeners: &[(Topic, Listener)]) -> Declared {
     let schedules = listeners
@@ -106,7 +107,11 @@ pub(crate) fn declarations(listeners: &[(Topic, Listener)]) -> Declared {
         .iter()
         .map(|(t, l)| (t.clone(), l.retention()))
         .collect();
-    Declared::new(schedules, limits, retentions)
+    let events = listeners
+        .iter()
+        .map(|(t, l)| (t.clone(), l.event_cap()))
+        .collect();
+    Declared::new(schedules, limits, retentions, events)
 }
 
 /// This runtime's listeners, each with its topic checked once here; refused with an error naming
@@ -158,6 +163,7 @@ fn check_listener(l: &Listener, states: &States) -> Result<Topic> {
         )));
     }
     check_retention(l).map_err(invalid)?;
+    crate::events::check_events(l).map_err(invalid)?;
     (l.check)(states).map_err(invalid)?;
     if let Some(schedule) = &l.schedule {
         check_schedule(schedule).map_err(invalid)?;

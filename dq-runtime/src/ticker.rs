@@ -61,8 +61,8 @@ pub(crate) async fn ticker(
 
 /// What a runtime declares in the store for its listeners, and keeps declared: their
 /// schedules (`cron`, `every`), retries (the most runs the reclaimer allows a job of theirs
-/// whose worker died) and retentions (how long, and how many, records of their succeeded jobs
-/// are kept; `None` turns it off).
+/// whose worker died), retentions (how long, and how many, records of their succeeded jobs
+/// are kept; `None` turns it off) and job events (on, with how many each shard keeps, or off).
 ///
 /// Declared at start when the store answers, else as soon as it does (a master down or a full
 /// Redis does not keep workers from starting). Then checked at every look of the ticker: when
@@ -75,6 +75,8 @@ pub(crate) struct Declared {
     schedules: Vec<(Topic, ListenerSchedule)>,
     limits: Vec<(Topic, Option<u32>)>,
     retentions: Vec<(Topic, Option<Retention>)>,
+    /// Each topic's job events: how many each shard keeps, `None` for off.
+    events: Vec<(Topic, Option<u64>)>,
     /// The namespace's epoch when everything was last declared; `None` until it was.
     epoch: Option<String>,
 }
@@ -84,11 +86,13 @@ impl Declared {
         schedules: Vec<(Topic, ListenerSchedule)>,
         limits: Vec<(Topic, Option<u32>)>,
         retentions: Vec<(Topic, Option<Retention>)>,
+        events: Vec<(Topic, Option<u64>)>,
     ) -> Declared {
         Declared {
             schedules,
             limits,
             retentions,
+            events,
             epoch: None,
         }
     }
@@ -125,6 +129,9 @@ impl Declared {
         }
         for (topic, retention) in &self.retentions {
             leases.set_retention(topic, *retention).await?;
+        }
+        for (topic, cap) in &self.events {
+            leases.set_events(topic, *cap).await?;
         }
         if again {
             tracing::info!("the listeners' schedules, retries and retentions are declared again");

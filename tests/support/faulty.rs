@@ -8,11 +8,12 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use dq::admin::{ChangeOutcome, Cursor, Page, Throughput, TopicCounts, TopicStats, WorkerInfo};
+use dq::events::EventCursor;
 use dq::push::{OnConflict, PushOutcome};
 use dq::store::{
-    Acked, Admin, DeadLetters, Fetched, Fetcher, FiredTick, LeaseRef, Leases, NewJob, Producer,
-    Promoted, ReadyWaiter, Reclaimed, RedisStore, Registry, Retention, ScheduleEntry, Schedules,
-    Sharded, Succeeded, Waited, WakeListener,
+    Acked, Admin, DeadLetters, EventFeed, Fetched, Fetcher, FiredTick, LeaseRef, Leases, NewJob,
+    Producer, Promoted, ReadyWaiter, Reclaimed, RedisStore, Registry, Retention, ScheduleEntry,
+    Schedules, Sharded, Succeeded, Waited, WakeListener,
 };
 use dq::{Config, Due, JobId, JobInfo, JobState, Topic};
 use tokio::sync::{Notify, Semaphore};
@@ -127,6 +128,13 @@ impl Producer for Faulty {
     ) -> dq::Result<Waited> {
         self.inner.wait_finished(topic, id, timeout).await
     }
+    async fn event_feed(
+        &self,
+        topic: &Topic,
+        after: &EventCursor,
+    ) -> dq::Result<Box<dyn EventFeed>> {
+        self.inner.event_feed(topic, after).await
+    }
 }
 
 #[async_trait]
@@ -208,6 +216,9 @@ impl Leases for Faulty {
     }
     async fn set_retention(&self, topic: &Topic, retention: Option<Retention>) -> dq::Result<()> {
         self.inner.set_retention(topic, retention).await
+    }
+    async fn set_events(&self, topic: &Topic, cap: Option<u64>) -> dq::Result<()> {
+        self.inner.set_events(topic, cap).await
     }
     fn ready_waiter(&self, shard: u16, topic: &Topic) -> Box<dyn ReadyWaiter> {
         self.inner.ready_waiter(shard, topic)

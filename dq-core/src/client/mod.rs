@@ -1,6 +1,7 @@
 //! The producer API: [`Client`] pushes, cancels, reschedules and inspects jobs.
 
 mod admin;
+mod events;
 mod push;
 mod results;
 
@@ -17,6 +18,7 @@ use crate::message::Message;
 use crate::name::{JobId, Topic};
 use crate::store::Store;
 
+pub use self::events::EventStream;
 use self::push::Coalescer;
 pub use self::push::{PushBuilder, Pushed};
 

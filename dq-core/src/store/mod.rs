@@ -20,6 +20,7 @@ pub use self::backend::{open, Backend, Opening};
 pub use self::memory::{Event, MemoryStore};
 pub use self::shard::shard_of;
 pub use crate::envelope::{Envelope, ENVELOPE_VERSION};
+pub use crate::events::{EventEntry, EventFeed, EventPosition};
 pub use crate::job::{from_us, to_us, FiredTick, NewJob};
 pub use crate::lease::{check_progress, check_retry_delay};
 pub use crate::lease::{Acked, Fetched, LeaseRef, LeasedJob, Promoted, Reclaimed, Succeeded};
@@ -27,6 +28,7 @@ pub use crate::result::{Retention, Waited};
 
 use crate::admin::{ChangeOutcome, Cursor, Page, Throughput, TopicCounts, TopicStats, WorkerInfo};
 use crate::error::Result;
+use crate::events::EventCursor;
 use crate::job::{Due, JobInfo, JobState, OnConflict, PushOutcome};
 use crate::name::{JobId, Topic};
 
@@ -149,6 +151,12 @@ pub trait Producer: Sharded {
     /// `timeout` comes first. On a store with a manual clock (`MemoryStore::with_manual_clock`)
     /// `timeout` counts that clock.
     async fn wait_finished(&self, topic: &Topic, id: &JobId, timeout: Duration) -> Result<Waited>;
+
+    /// Opens a read of `topic`'s job events after `after` ([`EventCursor::now`]: those that
+    /// come from now on; [`EventCursor::start`]: every one still kept), in every shard. A topic
+    /// whose events are off ([`Leases::set_events`]) has none: the feed waits. `after` holds
+    /// one position per shard (callers [`check`](EventCursor::check) it).
+    async fn event_feed(&self, topic: &Topic, after: &EventCursor) -> Result<Box<dyn EventFeed>>;
 }
 
 /// The workers' side of a job's life: due jobs made ready, leased, renewed, settled, and taken
@@ -249,6 +257,13 @@ pub trait Leases: Sharded {
     /// none, the default), in every shard. Written at runtime start from the listener, as the
     /// attempt limit is.
     async fn set_retention(&self, topic: &Topic, retention: Option<Retention>) -> Result<()>;
+
+    /// Turns `topic`'s job events on, each shard keeping at least `cap` (at least 1) of the
+    /// latest, or off (`None`, the default: no event is written, and the streams kept so far
+    /// are deleted), in every shard. Written at runtime start from the listener, as the
+    /// retention is; every step that changes a job of the topic then appends its event in the
+    /// same atomic step (see [`events`](crate::events)).
+    async fn set_events(&self, topic: &Topic, cap: Option<u64>) -> Result<()>;
 
     /// A waiter for ready jobs of `topic` in `shard` (each holds its own blocking connection).
     fn ready_waiter(&self, shard: u16, topic: &Topic) -> Box<dyn ReadyWaiter>;

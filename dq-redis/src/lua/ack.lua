@@ -8,7 +8,9 @@
 -- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] counts  KEYS[4] leases  KEYS[5] unique  KEYS[6] unique_for
 -- KEYS[7] retain  KEYS[8] results  KEYS[9] cancels (a cancel's request goes with the lease)
 -- KEYS[10..] done:<topic> of each topic of the call, in the order of ARGV's topic list; then
--- progress (the acked jobs' entries go).
+-- progress (the acked jobs' entries go); then events and events:<topic> of each topic of the
+-- call, in the same order: when a topic's job events are on, each job acked is announced
+-- (`succeeded`, with its run, and its value when the topic keeps it).
 -- A job pushed with unique_for keeps its id reserved (in `unique`) for that long from now.
 -- ARGV[1] n, the number of topics; ARGV[2..n+1] the topics; then member, token, value triples
 -- (value '' for none; at most 1000 triples).
@@ -68,6 +70,24 @@ for i, member in ipairs(done) do
   end
 end
 if #done > 0 then redis.call('EXISTS', jobs, results) end -- touched before the first write
+-- Job events: the streams of the call's topics that have them on, and the runs of their jobs,
+-- read before the first write.
+local streams, runs = {}, {}
+if #done > 0 then
+  local names, stream_key = {}, {}
+  for i = 1, n_topics do stream_key[ARGV[1 + i]] = KEYS[11 + n_topics + i] end
+  for topic in pairs(per_topic) do names[#names + 1] = topic end
+  for topic, cap in pairs(events_on(KEYS[11 + n_topics], names)) do
+    if stream_key[topic] then streams[topic] = events_open(stream_key[topic], cap) end
+  end
+  if next(streams) then
+    local announced = {}
+    for _, member in ipairs(done) do
+      if streams[topic_of(member)] then announced[#announced + 1] = member end
+    end
+    for k, counted in ipairs(runs_of_all(jobs, announced)) do runs[announced[k]] = counted + 1 end
+  end
+end
 local cancelled = #done > 0 and redis.call('EXISTS', cancels) == 1
 local reported = #done > 0 and has_progress(progress)
 if #done > 0 then proceed_when_full(leases) end -- an ack must go through when Redis is full
@@ -124,4 +144,19 @@ end
 if #released > 0 then redis.call('HDEL', KEYS[6], unpack(released)) end
 if #drop > 0 then redis.call('HDEL', jobs, unpack(drop)) end
 if reported then clear_progress(progress, done) end
+if next(streams) then
+  local stamp = fmt(now)
+  for i, member in ipairs(done) do
+    local topic = topic_of(member)
+    local stream = streams[topic]
+    if stream then
+      local id = string.sub(member, #topic + 2)
+      if kept[topic] and done_values[i] ~= '' then
+        emit_event(stream, 'succeeded', id, runs[member], stamp, 'v', done_values[i])
+      else
+        emit_event(stream, 'succeeded', id, runs[member], stamp)
+      end
+    end
+  end
+end
 return out

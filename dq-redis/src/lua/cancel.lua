@@ -9,6 +9,8 @@
 -- against its lease (member -> token) and announced on the shard's `wake` channel as
 -- `cancel <topic:id>`, for its worker to stop it (it deletes the job with cancel_running.lua
 -- unless the run succeeds; the heartbeat reads `cancels` should the announcement be lost)
+-- KEYS[14] events  KEYS[15] events:<topic>: when the topic's job events are on, a job deleted
+-- here (not started, or dead) is announced (`cancelled`, with the runs it made)
 -- ARGV[1] key prefix  ARGV[2] topic  ARGV[3] id
 -- Returns 1 cancelled (or a kept record deleted), 0 not found, 3 running (its worker was asked
 -- to stop it), 2 running with no lease token (left alone; not expected).
@@ -33,6 +35,11 @@ if redis.call('ZSCORE', inflight, member) then
   return 3
 end
 local announced = redis.call('HEXISTS', KEYS[11], topic) == 1
+local stream, runs
+for _, cap in pairs(events_on(KEYS[14], {topic})) do
+  stream = events_open(KEYS[15], cap)
+  runs = runs_of(redis.call('HGET', jobs, member))
+end
 if redis.call('ZREM', delayed, member) == 1 then
   bump(counts, topic, 'delayed', -1)
 elseif redis.call('ZREM', prefix .. 'dead:' .. topic, member) == 0 then
@@ -41,4 +48,5 @@ end
 redis.call('HDEL', jobs, member)
 redis.call('HDEL', KEYS[8], member)
 if announced then redis.call('PUBLISH', prefix .. 'ended', member) end
+if stream then emit_event(stream, 'cancelled', id, runs, fmt(now_us())) end
 return 1

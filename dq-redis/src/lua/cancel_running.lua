@@ -5,6 +5,8 @@
 -- KEYS[6] unique_for (a cancelled job reserves nothing: its entry goes)
 -- KEYS[7] retain (a topic that keeps its ends announces this one on `ended`, for the waits for
 -- it, which then find it gone)  KEYS[8] progress (the run's progress goes)
+-- KEYS[9] events  KEYS[10] events:<topic>: when the topic's job events are on, `cancelled` (with
+-- the run) is announced
 -- ARGV[1] member  ARGV[2] token
 -- Returns 1, or 0 when the caller's lease was taken over (nothing changed).
 local jobs, inflight, counts, leases, cancels = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -14,6 +16,11 @@ local topic = topic_of(member)
 local announced = redis.call('HEXISTS', KEYS[7], topic) == 1
 redis.call('EXISTS', jobs, inflight, counts, cancels, KEYS[6]) -- touched before the first write
 local reported = has_progress(KEYS[8])
+local stream, run
+for _, cap in pairs(events_on(KEYS[9], {topic})) do
+  stream = events_open(KEYS[10], cap)
+  run = runs_of(redis.call('HGET', jobs, member)) + 1
+end
 proceed_when_full(leases) -- deleting a job must go through when Redis is full
 redis.call('HDEL', jobs, member)
 redis.call('HDEL', cancels, member)
@@ -23,4 +30,7 @@ end_leases(inflight, leases, {member})
 if reported then clear_progress(KEYS[8], {member}) end
 -- `jobs` is <prefix>jobs: the channel is <prefix>ended.
 if announced then redis.call('PUBLISH', string.sub(jobs, 1, -5) .. 'ended', member) end
+if stream then
+  emit_event(stream, 'cancelled', string.sub(member, #topic + 2), run, fmt(now_us()))
+end
 return 1

@@ -3,6 +3,8 @@
 -- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] counts  KEYS[4] dead:<topic>  KEYS[5] leases
 -- KEYS[6] retain (a topic that keeps its ends announces this one on `ended`)
 -- KEYS[7] cancels (a cancel's request goes with the lease)  KEYS[8] progress
+-- KEYS[9] events  KEYS[10] events:<topic>: when the topic's job events are on, `dead` (with the
+-- error and the run) is announced
 -- ARGV[1] member  ARGV[2] token  ARGV[3] error
 -- Returns 1, or 0 when the caller's lease was taken over (nothing changed).
 local jobs, inflight, counts, dead, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -23,6 +25,8 @@ local topic = split_member(member)
 local announced = redis.call('HEXISTS', KEYS[6], topic) == 1
 local cancelled = redis.call('HEXISTS', KEYS[7], member) == 1
 local reported = has_progress(KEYS[8])
+local stream
+for _, cap in pairs(events_on(KEYS[9], {topic})) do stream = events_open(KEYS[10], cap) end
 proceed_when_full(leases) -- a dead letter must go through when Redis is full
 redis.call('HSET', jobs, member, encode(e))
 end_leases(inflight, leases, {member})
@@ -32,4 +36,7 @@ redis.call('ZADD', dead, now, member)
 if cancelled then redis.call('HDEL', KEYS[7], member) end
 if announced then redis.call('PUBLISH', string.sub(jobs, 1, -5) .. 'ended', member) end
 if reported then clear_progress(KEYS[8], {member}) end
+if stream then
+  emit_event(stream, 'dead', string.sub(member, #topic + 2), e.attempt, fmt(now), 'e', err)
+end
 return 1

@@ -8,6 +8,9 @@
 -- KEYS[6] leases  KEYS[7] gen:<topic>  KEYS[8] delayed  KEYS[9] fetched:<consumer>
 -- KEYS[10] cancels: a cancel asked of a job taken back (its handler never started) follows it,
 -- to its new lease, or away when it goes back to ready
+-- KEYS[11] events  KEYS[12] events:<topic>: when the topic's job events are on, each job leased
+-- anew is announced (`started`, with its run; a job taken back was announced by the fetch whose
+-- reply was lost)
 -- ARGV[1] topic  ARGV[2] most jobs (at most 1000)  ARGV[3] lease length (us)
 -- ARGV[4] this fetch's nonce ('': not recorded)  ARGV[5] nonces of the consumer's earlier
 --   fetches whose reply did not arrive, comma-separated
@@ -54,6 +57,9 @@ if nonce ~= '' then
 end
 local back_cancels = #back > 0 and redis.call('EXISTS', KEYS[10]) == 1
   and redis.call('HMGET', KEYS[10], unpack(back))
+-- Job events: the topic's stream, opened before the first write when they are on.
+local stream
+for _, cap in pairs(events_on(KEYS[11], {topic})) do stream = events_open(KEYS[12], cap) end
 if paused then
   -- Nothing of the topic runs while it is paused: what a lost fetch leased goes back to the
   -- front of the ready list, no run counted (as a release does), for the first fetch after
@@ -149,6 +155,12 @@ if #held > 0 then
   redis.call('HSET', leases, unpack(held))
   redis.call('ZADD', inflight, unpack(deadlines))
   bump(counts, topic, 'inflight', #held / 2 - taken) -- the taken back ones were counted
+end
+if stream then
+  local stamp = fmt(now)
+  for i, id in ipairs(ids) do
+    if raws[i] then emit_event(stream, 'started', id, runs_of(raws[i]) + 1, stamp) end
+  end
 end
 if nonce ~= '' then
   local record = nonce .. ':' .. token .. ':' .. deadline

@@ -282,3 +282,63 @@ local function trim_done(done, before, count, gone)
     for _, member in ipairs(old) do gone[#gone + 1] = member end
   end
 end
+
+-- Job events (dq-core's events.rs; keys.rs has the fields). A topic has them on when the shard's
+-- `events` hash names it (topic -> cap). A script reads the hash once for the topics of its call
+-- (`events_on`: topics without events cost that one HMGET), opens the stream of each topic that
+-- has them on before its first write (`events_open`: reading its last entry is the touch this
+-- file's rule asks for, and gives the number to go on from), and appends each event with
+-- `emit_event` in the same call as the change, after its writes. The streams are never deleted
+-- by a script, so using them last is safe. A stream's entries are numbered (`n`) so that a
+-- reader resuming after entries were trimmed knows how many it missed.
+
+-- The caps (as stored) of those of `topics` (a list) whose events are on, by topic.
+local function events_on(events, topics)
+  local on = {}
+  if #topics == 0 then return on end
+  local caps = redis.call('HMGET', events, unpack(topics))
+  for i, topic in ipairs(topics) do
+    local cap = tonumber(caps[i])
+    if cap and cap >= 1 then on[topic] = caps[i] end
+  end
+  return on
+end
+
+-- A topic's stream `key`, keeping `cap` events, and the number of its last entry.
+local function events_open(key, cap)
+  local n = 0
+  local last = redis.call('XREVRANGE', key, '+', '-', 'COUNT', 1)[1]
+  if last and last[2][1] == 'n' then n = tonumber(last[2][2]) or 0 end
+  return { key = key, cap = cap, n = n }
+end
+
+-- Appends the event `kind` of job `id`'s run `attempt` at `stamp` (us, as text), with one more
+-- field when given (`d` due time, `e` error, `v` value).
+local function emit_event(stream, kind, id, attempt, stamp, field, value)
+  stream.n = stream.n + 1
+  if field then
+    redis.call('XADD', stream.key, 'MAXLEN', '~', stream.cap, '*', 'n', fmt(stream.n), 'k', kind,
+      'id', id, 'a', fmt(attempt), 't', stamp, field, value)
+  else
+    redis.call('XADD', stream.key, 'MAXLEN', '~', stream.cap, '*', 'n', fmt(stream.n), 'k', kind,
+      'id', id, 'a', fmt(attempt), 't', stamp)
+  end
+end
+
+-- The runs an envelope counts (0 for none, or one that cannot be read).
+local function runs_of(raw)
+  return raw and tonumber(string.match(raw, '^[23]:(%d+):')) or 0
+end
+
+-- The runs counted so far of each of `members` (their envelopes'), 1000 at a time.
+local function runs_of_all(jobs, members)
+  local out = {}
+  local i = 1
+  while i <= #members do
+    local j = math.min(i + 999, #members)
+    local raws = redis.call('HMGET', jobs, unpack(members, i, j))
+    for k = i, j do out[k] = runs_of(raws[k - i + 1]) end
+    i = j + 1
+  end
+  return out
+end

@@ -1,6 +1,8 @@
 -- promote: moves due jobs from the delayed set to their topics' ready lists, a bounded batch.
--- KEYS[1] delayed  KEYS[2] counts  KEYS[3..] ready:<topic> and gen:<topic> of each topic the
---   caller knows
+-- KEYS[1] delayed  KEYS[2] counts  KEYS[3] jobs (read for the runs of the jobs whose topic has
+--   job events on)  KEYS[4] events (the topics whose job events are on: `promoted` on their
+--   streams)  KEYS[5..] ready:<topic>, gen:<topic> and events:<topic> of each topic the caller
+--   knows
 -- ARGV[1] key prefix  ARGV[2] most jobs to move (at most 10000)
 -- Returns {moved, next_due_us or -1, now_us, n, unknown_topic_1, ..., unknown_topic_n,
 --          topic_1, count_1, topic_2, count_2, ...}
@@ -15,7 +17,7 @@
 local delayed, counts = KEYS[1], KEYS[2]
 local prefix, limit = ARGV[1], tonumber(ARGV[2])
 local declared = {}
-for i = 3, #KEYS do declared[KEYS[i]] = true end
+for i = 5, #KEYS do declared[KEYS[i]] = true end
 local now = now_us()
 local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, limit)
 local by_topic, order, unknown, gone = {}, {}, {}, {}
@@ -27,7 +29,8 @@ for _, member in ipairs(due) do
     local topic, id = string.sub(member, 1, colon - 1), string.sub(member, colon + 1)
     local ok = usable[topic]
     if ok == nil then
-      ok = declared[prefix .. 'ready:' .. topic] and declared[prefix .. 'gen:' .. topic] or false
+      ok = declared[prefix .. 'ready:' .. topic] and declared[prefix .. 'gen:' .. topic]
+        and declared[prefix .. 'events:' .. topic] or false
       usable[topic] = ok
       if ok then
         by_topic[topic] = {}
@@ -56,6 +59,15 @@ else
 end
 for _, topic in ipairs(unknown) do out[#out + 1] = topic end
 if #gone == 0 then return out end
+-- Job events: the streams of the topics that have them on, and the runs of their jobs, read
+-- before the first write.
+local streams, runs = {}, {}
+for topic, cap in pairs(events_on(KEYS[4], order)) do
+  streams[topic] = events_open(prefix .. 'events:' .. topic, cap)
+  local members = {}
+  for k, id in ipairs(by_topic[topic]) do members[k] = topic .. ':' .. id end
+  runs[topic] = runs_of_all(KEYS[3], members)
+end
 proceed_when_full(counts) -- due jobs move to ready when Redis is full too
 for _, topic in ipairs(order) do
   push_all('RPUSH', prefix .. 'ready:' .. topic, entries_for(prefix .. 'gen:' .. topic, by_topic[topic]))
@@ -63,6 +75,10 @@ for _, topic in ipairs(order) do
   bump(counts, topic, 'delayed', -#by_topic[topic])
   out[#out + 1] = topic
   out[#out + 1] = #by_topic[topic]
+end
+for topic, stream in pairs(streams) do
+  local stamp = fmt(now)
+  for k, id in ipairs(by_topic[topic]) do emit_event(stream, 'promoted', id, runs[topic][k], stamp) end
 end
 -- Last: this may empty (delete) the delayed set. When every due member moved they are exactly
 -- the lowest-ranked ones, so they go by rank in one call.

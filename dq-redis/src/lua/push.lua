@@ -4,9 +4,11 @@
 -- KEYS[1] jobs  KEYS[2] delayed  KEYS[3] topics  KEYS[4] counts  KEYS[5] inflight
 -- KEYS[6] unique  KEYS[7] unique_for  KEYS[8] tick_fence  KEYS[9] results (a new job of an id
 --   kept as succeeded replaces that record: its envelope in `jobs`, its value, its index entry)
--- KEYS[10..] ready:<topic>, dead:<topic>, gen:<topic> and done:<topic> of every topic in the call (declared,
---   not used by position: on a cluster Redis refuses the call while declared keys are split between two
---   nodes during a reshard, instead of running it where a key reads as missing)
+-- KEYS[10] events (the topics whose job events are on: a new job of one is announced on its
+--   stream, `pushed`, with its due time when it waits)
+-- KEYS[11..] ready:<topic>, dead:<topic>, gen:<topic>, done:<topic> and events:<topic> of every topic
+--   in the call (declared, not used by position: on a cluster Redis refuses the call while declared keys
+--   are split between two nodes during a reshard, instead of running it where a key reads as missing)
 -- ARGV[1] key prefix  ARGV[2] 'keep' | 'replace'  ARGV[3] n (jobs in this call, at most 1000)
 -- then 7 values per job: topic, id, when ('+<us>' after now, or '<us>' since the epoch),
 --   max_attempts, unique_for (us the id stays reserved after the job succeeds; 0: none),
@@ -180,6 +182,19 @@ for _, i in ipairs(plan) do
     if was_ready[member] then unready[#unready + 1] = was_ready[member] end
   end
 end
+-- Job events: the topics of this call's new jobs that have them on (one HMGET), their streams
+-- opened before the first write.
+local streams, event_topics, named = {}, {}, {}
+for _, i in ipairs(plan) do
+  local topic = i and ARGV[4 + i * 7]
+  if topic and not named[topic] then
+    named[topic] = true
+    event_topics[#event_topics + 1] = topic
+  end
+end
+for topic, cap in pairs(events_on(KEYS[10], event_topics)) do
+  streams[topic] = events_open(prefix .. 'events:' .. topic, cap)
+end
 -- Touch every ready list this call writes to before the first write.
 for topic in pairs(ready_by_topic) do redis.call('LLEN', prefix .. 'ready:' .. topic) end
 if any_undone then redis.call('EXISTS', KEYS[9]) end
@@ -205,6 +220,20 @@ for topic, k in pairs(delayed_by_topic) do
   touched[topic] = true
 end
 for topic in pairs(touched) do redis.call('SADD', topics, topic) end
+if next(streams) then
+  local stamp = fmt(now)
+  for _, i in ipairs(plan) do
+    local stream = i and streams[ARGV[4 + i * 7]]
+    if stream then
+      local when = ARGV[6 + i * 7]
+      if dues[when] > now then
+        emit_event(stream, 'pushed', ARGV[5 + i * 7], 0, stamp, 'd', due_strs[when])
+      else
+        emit_event(stream, 'pushed', ARGV[5 + i * 7], 0, stamp)
+      end
+    end
+  end
+end
 delayed_left = delayed_left - #undelay
 if delayed_left > 0 then out[1] = announce(prefix, delayed, before) end
 -- Removals last: each may delete its key, which nothing below uses again.

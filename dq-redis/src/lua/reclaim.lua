@@ -10,8 +10,10 @@
 -- KEYS[6] retain (a job dead-lettered here, of a topic that keeps its ends, is announced on
 -- `ended` for the waits for it)
 -- KEYS[7] cancels (a cancel's request goes with the lease: the job is taken back as any)
--- KEYS[8..] ready:<topic>, dead:<topic> and gen:<topic> of each topic the caller knows, then
--- progress (the last key: the entries of the jobs taken back go)
+-- KEYS[8] events (the topics whose job events are on: a job taken back is announced on its
+-- topic's stream, `stalled`, or `dead` with its error)
+-- KEYS[9..] ready:<topic>, dead:<topic>, gen:<topic> and events:<topic> of each topic the caller
+-- knows, then progress (the last key: the entries of the jobs taken back go)
 -- ARGV[1] key prefix  ARGV[2] most jobs (at most 1000)
 -- Returns {requeued, dead_lettered, unknown_topic_1, ...}.
 -- Only jobs whose ready and dead keys are declared are taken back; the others stay expired
@@ -22,14 +24,14 @@ local jobs, inflight, counts, leases, attempts = KEYS[1], KEYS[2], KEYS[3], KEYS
 local prefix, limit = ARGV[1], math.min(tonumber(ARGV[2]), 1000)
 local progress = KEYS[#KEYS]
 local declared = {}
-for i = 8, #KEYS - 1 do declared[KEYS[i]] = true end
+for i = 9, #KEYS - 1 do declared[KEYS[i]] = true end
 local now = now_us()
 local found = redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0, limit)
 local expired, unknown, seen_unknown = {}, {}, {}
 for _, member in ipairs(found) do
   local topic = topic_of(member)
   if topic and declared[prefix .. 'ready:' .. topic] and declared[prefix .. 'dead:' .. topic]
-    and declared[prefix .. 'gen:' .. topic] then
+    and declared[prefix .. 'gen:' .. topic] and declared[prefix .. 'events:' .. topic] then
     expired[#expired + 1] = member
   elseif topic and not seen_unknown[topic] then
     seen_unknown[topic] = true
@@ -51,6 +53,12 @@ end
 for i, limit_of in ipairs(redis.call('HMGET', attempts, unpack(topics))) do
   local n = tonumber(limit_of)
   if n and n >= 1 and n <= 4294967295 and n == math.floor(n) then limits[topics[i]] = n end
+end
+-- Job events: the streams of the topics that have them on, opened before the first write, and
+-- what to announce on them (topic, kind, id, run, error).
+local streams, happened = {}, {}
+for topic, cap in pairs(events_on(KEYS[8], topics)) do
+  streams[topic] = events_open(prefix .. 'events:' .. topic, cap)
 end
 local writes, ready, dead_by, running, requeued, dead = {}, {}, {}, {}, 0, 0
 local function to_dead(topic, member)
@@ -81,6 +89,8 @@ for i = #expired, 1, -1 do
       writes[#writes + 1] = encode({ attempt = 0, max = 0, created = now, due = now,
         err = 'malformed envelope found in Redis; the raw value is kept as the payload', payload = raw })
       to_dead(topic, member)
+      if streams[topic] then happened[#happened + 1] = {topic, 'dead', id, 0,
+        'malformed envelope found in Redis; the raw value is kept as the payload'} end
     end
   elseif e.attempt >= max then
     e.err = 'lease expired on attempt ' .. e.attempt .. ' of ' .. max
@@ -88,6 +98,7 @@ for i = #expired, 1, -1 do
     writes[#writes + 1] = member
     writes[#writes + 1] = encode(e)
     to_dead(topic, member)
+    if streams[topic] then happened[#happened + 1] = {topic, 'dead', id, e.attempt, e.err} end
   else
     e.err = 'lease expired on attempt ' .. e.attempt .. ' (the worker died or stopped renewing its lease)'
     writes[#writes + 1] = member
@@ -98,6 +109,7 @@ for i = #expired, 1, -1 do
     end
     table.insert(ready[topic], id)
     requeued = requeued + 1
+    if streams[topic] then happened[#happened + 1] = {topic, 'stalled', id, e.attempt} end
   end
 end
 local announced = {}
@@ -126,5 +138,13 @@ end
 if cancelled then redis.call('HDEL', KEYS[7], unpack(expired)) end
 end_leases(inflight, leases, expired)
 if reported then clear_progress(progress, expired) end
+local stamp = fmt(now)
+for _, h in ipairs(happened) do
+  if h[5] then
+    emit_event(streams[h[1]], h[2], h[3], h[4], stamp, 'e', h[5])
+  else
+    emit_event(streams[h[1]], h[2], h[3], h[4], stamp)
+  end
+end
 out[1], out[2] = requeued, dead
 return out

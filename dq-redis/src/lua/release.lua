@@ -1,9 +1,10 @@
 -- release: returns jobs the caller holds to the front of their ready lists at once, without
 -- counting a run (graceful shutdown interrupted them; they did not fail).
 -- KEYS[1] inflight  KEYS[2] counts  KEYS[3] leases  KEYS[4] cancels (a cancel's request goes
--- with the lease)
--- KEYS[5..] ready:<topic> and gen:<topic> of every topic in the call (declared for a cluster's reshard: see
---   push.lua), then progress (the last key: the released jobs' entries go)
+-- with the lease)  KEYS[5] jobs  KEYS[6] events: when a topic's job events are on, each job
+-- released is announced on its stream (`released`, with its run, read from its envelope)
+-- KEYS[7..] ready:<topic>, gen:<topic> and events:<topic> of every topic in the call (declared for
+--   a cluster's reshard: see push.lua), then progress (the last key: the released jobs' entries go)
 -- ARGV[1] key prefix, then member_1, token_1, ... (at most 1000 pairs)
 -- Returns the number released.
 -- Reads first (tokens, and a touch of each ready list), writes after; ZREM inflight last.
@@ -31,6 +32,18 @@ end
 if #held == 0 then return 0 end
 local cancelled = redis.call('EXISTS', KEYS[4]) == 1
 local reported = has_progress(progress)
+-- Job events: the streams of the call's topics that have them on, and the runs of their jobs.
+local streams, runs = {}, {}
+for topic, cap in pairs(events_on(KEYS[6], order)) do
+  streams[topic] = events_open(prefix .. 'events:' .. topic, cap)
+end
+if next(streams) then
+  local announced = {}
+  for _, member in ipairs(held) do
+    if streams[topic_of(member)] then announced[#announced + 1] = member end
+  end
+  for k, counted in ipairs(runs_of_all(KEYS[5], announced)) do runs[announced[k]] = counted + 1 end
+end
 proceed_when_full(leases) -- a release must go through when Redis is full
 for _, topic in ipairs(order) do
   -- One LPUSH of a, b, c leaves c first, as one LPUSH each in turn did.
@@ -41,4 +54,13 @@ end
 if cancelled then redis.call('HDEL', KEYS[4], unpack(held)) end
 end_leases(inflight, leases, held)
 if reported then clear_progress(progress, held) end
+if next(streams) then
+  local stamp = fmt(now_us())
+  for _, member in ipairs(held) do
+    local topic = topic_of(member)
+    if streams[topic] then
+      emit_event(streams[topic], 'released', string.sub(member, #topic + 2), runs[member], stamp)
+    end
+  end
+end
 return #held

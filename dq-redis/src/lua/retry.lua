@@ -5,6 +5,8 @@
 -- KEYS[6] ready:<topic>  KEYS[7] gen:<topic> (declared for a cluster's reshard: see push.lua)
 -- KEYS[8] cancels (a cancel's request goes with the lease)
 -- KEYS[9] progress (the run's progress goes: the next run starts without one)
+-- KEYS[10] events  KEYS[11] events:<topic>: when the topic's job events are on, the run is
+-- announced: `failed` (with its error) then `retrying` (with the due time), or `postponed`
 -- ARGV[1] key prefix  ARGV[2] member  ARGV[3] token  ARGV[4] delay (us)  ARGV[5] error
 -- ARGV[6] '1' when the run counts as an attempt, '0' when it was postponed
 -- Returns 1, or 0 when the caller's lease was taken over (nothing changed).
@@ -20,6 +22,8 @@ local before = earliest(delayed)
 local topic, id = split_member(member)
 local cancelled = redis.call('HEXISTS', KEYS[8], member) == 1
 local reported = has_progress(KEYS[9])
+local stream
+for _, cap in pairs(events_on(KEYS[10], {topic})) do stream = events_open(KEYS[11], cap) end
 proceed_when_full(leases) -- a retry must go through when Redis is full
 if ARGV[6] ~= '0' then
   e.attempt = e.attempt + 1
@@ -35,4 +39,14 @@ announce(prefix, delayed, before)
 if cancelled then redis.call('HDEL', KEYS[8], member) end
 end_leases(inflight, leases, {member})
 if reported then clear_progress(KEYS[9], {member}) end
+if stream then
+  local stamp, due = fmt(now), fmt(e.due)
+  if ARGV[6] ~= '0' then
+    emit_event(stream, 'failed', id, e.attempt, stamp, 'e', err)
+    emit_event(stream, 'retrying', id, e.attempt, stamp, 'd', due)
+  else
+    -- A postponed run is not counted: it is the one after those counted.
+    emit_event(stream, 'postponed', id, e.attempt + 1, stamp, 'd', due)
+  end
+end
 return 1

@@ -52,6 +52,11 @@ impl RedisStore {
             inv.key(k.done(topic));
         }
         inv.key(k.progress());
+        // Then the events of each topic, in the same order (ack.lua announces the jobs acked).
+        inv.key(k.events());
+        for topic in &topics {
+            inv.key(k.events_stream(topic));
+        }
         inv.arg(topics.len());
         for topic in &topics {
             inv.arg(topic.as_str());

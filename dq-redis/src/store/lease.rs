@@ -42,6 +42,8 @@ impl RedisStore {
             .key(k.ready_gen(&lease.topic))
             .key(k.cancels())
             .key(k.progress())
+            .key(k.events())
+            .key(k.events_stream(&lease.topic))
             .arg(k.prefix())
             .arg(member(&lease.topic, &lease.id))
             .arg(lease.token)
@@ -117,9 +119,14 @@ impl Leases for RedisStore {
             Promoted::default(),
             |out, topics| {
                 let mut inv = SCRIPTS.promote.prepare_invoke();
-                inv.key(k.delayed()).key(k.counts());
+                inv.key(k.delayed())
+                    .key(k.counts())
+                    .key(k.jobs())
+                    .key(k.events());
                 for t in topics {
-                    inv.key(k.ready(t)).key(k.ready_gen(t));
+                    inv.key(k.ready(t))
+                        .key(k.ready_gen(t))
+                        .key(k.events_stream(t));
                 }
                 inv.arg(k.prefix())
                     .arg(promote_limit(limit.saturating_sub(out.moved)));
@@ -169,6 +176,8 @@ impl Leases for RedisStore {
             .key(k.delayed())
             .key(k.fetched(&fetcher.consumer))
             .key(k.cancels())
+            .key(k.events())
+            .key(k.events_stream(topic))
             .arg(topic.as_str())
             .arg(batch_limit(max))
             .arg(micros(ttl))
@@ -205,6 +214,8 @@ impl Leases for RedisStore {
             .key(k.retain())
             .key(k.cancels())
             .key(k.progress())
+            .key(k.events())
+            .key(k.events_stream(&lease.topic))
             .arg(member(&lease.topic, &lease.id))
             .arg(lease.token)
             .arg(error);
@@ -215,12 +226,20 @@ impl Leases for RedisStore {
         let mut released = 0;
         for (shard, chunk) in self.lease_chunks(leases) {
             let k = self.keys(shard);
-            let mut keys = vec![k.inflight(), k.counts(), k.leases(), k.cancels()];
+            let mut keys = vec![
+                k.inflight(),
+                k.counts(),
+                k.leases(),
+                k.cancels(),
+                k.jobs(),
+                k.events(),
+            ];
             let topics: std::collections::BTreeSet<&Topic> =
                 chunk.iter().map(|l| &l.topic).collect();
             for t in topics {
                 keys.push(k.ready(t));
                 keys.push(k.ready_gen(t));
+                keys.push(k.events_stream(t));
             }
             keys.push(k.progress());
             let inv =
@@ -236,6 +255,9 @@ impl Leases for RedisStore {
         let mut inv = SCRIPTS.progress.prepare_invoke();
         inv.key(k.leases())
             .key(k.progress())
+            .key(k.jobs())
+            .key(k.events())
+            .key(k.events_stream(&lease.topic))
             .arg(member(&lease.topic, &lease.id))
             .arg(lease.token)
             .arg(value);
@@ -290,6 +312,8 @@ impl Leases for RedisStore {
             .key(k.unique_for())
             .key(k.retain())
             .key(k.progress())
+            .key(k.events())
+            .key(k.events_stream(&lease.topic))
             .arg(member(&lease.topic, &lease.id))
             .arg(lease.token);
         Ok(self.call::<Applied>("cancel_running", &inv).await?.0)
@@ -308,9 +332,13 @@ impl Leases for RedisStore {
                     .key(k.leases())
                     .key(k.attempts())
                     .key(k.retain())
-                    .key(k.cancels());
+                    .key(k.cancels())
+                    .key(k.events());
                 for t in topics {
-                    inv.key(k.ready(t)).key(k.dead(t)).key(k.ready_gen(t));
+                    inv.key(k.ready(t))
+                        .key(k.dead(t))
+                        .key(k.ready_gen(t))
+                        .key(k.events_stream(t));
                 }
                 inv.key(k.progress());
                 inv.arg(k.prefix()).arg(batch_limit(limit));
@@ -346,6 +374,10 @@ impl Leases for RedisStore {
 
     async fn set_retention(&self, topic: &Topic, retention: Option<Retention>) -> Result<()> {
         self.record_retention(topic, retention).await
+    }
+
+    async fn set_events(&self, topic: &Topic, cap: Option<u64>) -> Result<()> {
+        self.record_events(topic, cap).await
     }
 
     fn ready_waiter(&self, shard: u16, topic: &Topic) -> Box<dyn ReadyWaiter> {

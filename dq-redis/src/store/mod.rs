@@ -4,11 +4,14 @@
 //! [`Leases`](dq_core::store::Leases) in `lease` (its fetch in `fetch`),
 //! [`Admin`](dq_core::store::Admin) and [`Registry`](dq_core::store::Registry) in `admin`,
 //! [`Schedules`](dq_core::store::Schedules) in `schedules`), the blocking waiters in
-//! `waiters`, and the reading of script replies in `reply`.
+//! `waiters`, job events in `events` (read by `event_feed`), and the reading of script replies
+//! in `reply`.
 
 mod ack;
 mod admin;
 mod ended;
+mod event_feed;
+mod events;
 mod fetch;
 mod lease;
 mod produce;
@@ -66,7 +69,7 @@ pub const ACL_RULES: &str = "resetkeys ~dq:* resetchannels &dq:* -@all \
 +hset +hdel +hgetall +sadd +srem +smembers +config|get \
 +time +hget +hmget +hexists +hincrby +zadd +zrem +zscore +zrange +zrangebyscore \
 +zrevrange +zremrangebyrank +zcard +rpush +lpush +lrange +ltrim +lrem +llen +lindex +lpos +sismember \
-+publish +cluster|slots +exists +get +set +multi +exec +wait +asking";
++publish +cluster|slots +exists +get +set +multi +exec +wait +asking +xadd +xread +xrevrange +del";
 
 /// Jobs in Redis, shared by every process that uses the same namespace.
 ///

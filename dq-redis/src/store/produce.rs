@@ -12,8 +12,9 @@ use super::RedisStore;
 use crate::cluster::pipeline_on_owner_of;
 use crate::keys::{member, ShardKeys};
 use crate::scripts::SCRIPTS;
+use dq_core::events::EventCursor;
 use dq_core::store::shard_of;
-use dq_core::store::{Producer, Sharded, Waited, MAX_BATCH};
+use dq_core::store::{EventFeed, Producer, Sharded, Waited, MAX_BATCH};
 use dq_core::Envelope;
 use dq_core::{to_us, ChangeOutcome, Due, JobInfo, JobState, NewJob, OnConflict, PushOutcome};
 use dq_core::{Error, Result};
@@ -175,8 +176,8 @@ fn when_arg(when: Due) -> String {
     }
 }
 
-/// The keys push.lua declares: the shard's, then each topic's ready list, dead set and ready
-/// generation.
+/// The keys push.lua declares: the shard's, then each topic's ready list, dead set, ready
+/// generation, kept records and event stream.
 fn push_keys(k: &ShardKeys, topics: &BTreeSet<&Topic>) -> Vec<String> {
     let mut keys = vec![
         k.jobs(),
@@ -188,12 +189,14 @@ fn push_keys(k: &ShardKeys, topics: &BTreeSet<&Topic>) -> Vec<String> {
         k.unique_for(),
         k.tick_fence(),
         k.results(),
+        k.events(),
     ];
     for t in topics {
         keys.push(k.ready(t));
         keys.push(k.dead(t));
         keys.push(k.ready_gen(t));
         keys.push(k.done(t));
+        keys.push(k.events_stream(t));
     }
     keys
 }
@@ -254,9 +257,13 @@ impl Producer for RedisStore {
 
     async fn cancel(&self, topic: &Topic, id: &JobId) -> Result<ChangeOutcome> {
         let mut inv = self.change_invocation(&SCRIPTS.cancel, topic, id);
-        // A running job's cancel is recorded against its lease (cancel.lua's KEYS[12], [13]).
+        // A running job's cancel is recorded against its lease (cancel.lua's KEYS[12], [13]);
+        // a job deleted is announced on its topic's events (KEYS[14], [15]).
         let k = self.keys_of(topic, id);
-        inv.key(k.leases()).key(k.cancels());
+        inv.key(k.leases())
+            .key(k.cancels())
+            .key(k.events())
+            .key(k.events_stream(topic));
         Ok(self.call::<Reply<ChangeOutcome>>("cancel", &inv).await?.0)
     }
 
@@ -271,6 +278,10 @@ impl Producer for RedisStore {
 
     async fn wait_finished(&self, topic: &Topic, id: &JobId, timeout: Duration) -> Result<Waited> {
         self.wait_for_end(topic, id, timeout).await
+    }
+
+    async fn event_feed(&self, topic: &Topic, after: &EventCursor) -> Result<Box<dyn EventFeed>> {
+        self.open_event_feed(topic, after).await
     }
 
     async fn status(&self, topic: &Topic, id: &JobId) -> Result<Option<JobInfo>> {

@@ -9,7 +9,8 @@ use super::state::{due_of, State, Tally};
 use super::waiters::{MemoryReadyWaiter, MemoryWakeListener};
 use super::{lock, Event, MemoryStore};
 use crate::error::Result;
-use crate::job::Due;
+use crate::events::EventKind;
+use crate::job::{from_us, Due};
 use crate::lease::{Acked, Fetched, LeaseRef, LeasedJob, Promoted, Reclaimed, Succeeded};
 use crate::name::Topic;
 use crate::result::Retention;
@@ -42,6 +43,20 @@ impl MemoryStore {
                     e.last_error = Some(error.to_owned());
                 }
                 attempt = e.attempt;
+            }
+            let when = from_us(due);
+            match error {
+                Some(error) => {
+                    s.events.emit(&m, attempt, now, || EventKind::Failed {
+                        error: error.to_owned(),
+                    });
+                    s.events
+                        .emit(&m, attempt, now, || EventKind::Retrying { due: when });
+                }
+                // The postponed run is the one after those counted.
+                None => s.events.emit(&m, attempt.saturating_add(1), now, || {
+                    EventKind::Postponed { due: when }
+                }),
             }
             if error.is_some() {
                 s.tally(&m.0, Tally::Failed, 1, now);
@@ -97,6 +112,8 @@ impl Leases for MemoryStore {
                     break;
                 };
                 State::bump(&mut s.delayed_count, &m.0, false);
+                let attempt = s.jobs.get(&m).map_or(0, |e| e.attempt);
+                s.events.emit(&m, attempt, now, || EventKind::Promoted);
                 match moved.iter_mut().find(|(t, _)| *t == m.0) {
                     Some((_, n)) => *n += 1,
                     None => moved.push((m.0.clone(), 1)),
@@ -145,6 +162,8 @@ impl Leases for MemoryStore {
             s.last_token += 1;
             let token = s.last_token;
             s.inflight.insert((deadline, m.clone()));
+            s.events
+                .emit(&m, envelope.attempt, now, || EventKind::Started);
             s.leases.insert(m, (deadline, token));
             State::bump(&mut s.running_count, topic, true);
             out.jobs.push(LeasedJob {
@@ -179,6 +198,9 @@ impl Leases for MemoryStore {
             let envelope = s.jobs.remove(&m);
             let attempt = envelope.as_ref().map_or(0, |e| e.attempt.saturating_add(1));
             let kept = s.retention.contains_key(&m.0);
+            s.events.emit(&m, attempt, now, || EventKind::Succeeded {
+                value: d.result.clone().filter(|_| kept),
+            });
             if let (Some(envelope), true) = (envelope, kept) {
                 s.keep_done(m.clone(), envelope, d.result.clone(), now);
             }
@@ -230,11 +252,14 @@ impl Leases for MemoryStore {
     async fn release(&self, leases: &[LeaseRef]) -> Result<usize> {
         let mut topics = BTreeSet::new();
         let mut n = 0;
+        let now = self.now_us();
         {
             let mut s = lock(&self.state);
             for l in leases {
                 let Some(m) = s.holds(l) else { continue };
                 s.end_lease(&m);
+                let run = s.jobs.get(&m).map_or(1, |e| e.attempt.saturating_add(1));
+                s.events.emit(&m, run, now, || EventKind::Released);
                 s.ready.entry(m.0.clone()).or_default().push_front(m.1);
                 topics.insert(m.0);
                 n += 1;
@@ -252,6 +277,11 @@ impl Leases for MemoryStore {
         let Some(m) = s.holds(lease) else {
             return Ok(false);
         };
+        let run = s.jobs.get(&m).map_or(1, |e| e.attempt.saturating_add(1));
+        let now = self.now_us();
+        s.events.emit(&m, run, now, || EventKind::Progress {
+            value: value.to_vec(),
+        });
         s.progress.insert(m, value.to_vec());
         Ok(true)
     }
@@ -294,8 +324,10 @@ impl Leases for MemoryStore {
             return Ok(false);
         };
         s.end_lease(&m);
-        s.jobs.remove(&m);
+        let run = s.jobs.remove(&m).map_or(1, |e| e.attempt.saturating_add(1));
         s.unique_for.remove(&m);
+        let now = self.now_us();
+        s.events.emit(&m, run, now, || EventKind::Cancelled);
         // Those waiting for it hear it is gone, as after a cancel of a pending job.
         s.wake_waiters(&m);
         Ok(true)
@@ -338,6 +370,8 @@ impl Leases for MemoryStore {
                     out.dead += 1;
                 } else {
                     e.last_error = Some(lease_expired(e.attempt, None));
+                    let run = e.attempt;
+                    s.events.emit(&m, run, now, || EventKind::Stalled);
                     s.ready.entry(m.0.clone()).or_default().push_front(m.1);
                     topics.insert(m.0);
                     out.requeued += 1;
@@ -365,6 +399,11 @@ impl Leases for MemoryStore {
             Some(r) => s.retention.insert(topic.clone(), r),
             None => s.retention.remove(topic),
         };
+        Ok(())
+    }
+
+    async fn set_events(&self, topic: &Topic, cap: Option<u64>) -> Result<()> {
+        lock(&self.state).events.set_cap(topic, cap);
         Ok(())
     }
 

@@ -9,12 +9,18 @@
 //! manual clock its timeout counts that clock, so a test that moves the clock past a wait's
 //! deadline ends it at once.
 //!
+//! A topic with job events on keeps its latest events (exactly its cap: Redis keeps the cap and
+//! a little more), appended by the same step that makes each change, numbered and placed as
+//! Redis numbers stream entries, stamped by the store's clock; readers are woken when events
+//! are added.
+//!
 //! `state` holds the jobs and every change to them as plain synchronous code; the role traits
 //! are implemented over it in `produce`, `lease` and `admin`, the waits for ready jobs and
-//! announcements in `waiters`, the waits for a job's end in `ends`.
+//! announcements in `waiters`, the waits for a job's end in `ends`, the job events in `events`.
 
 mod admin;
 mod ends;
+mod events;
 mod lease;
 mod produce;
 mod schedules;

@@ -8,15 +8,17 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
+use super::events::MemoryEventFeed;
 use super::state::{due_of, micros, Member, State};
 use super::{lock, Event, MemoryStore};
 use crate::admin::ChangeOutcome;
 use crate::envelope::Envelope;
 use crate::error::Result;
-use crate::job::{Due, JobInfo, NewJob, OnConflict, PushOutcome};
+use crate::events::{EventCursor, EventKind};
+use crate::job::{from_us, Due, JobInfo, NewJob, OnConflict, PushOutcome};
 use crate::name::{JobId, Topic};
 use crate::result::Waited;
-use crate::store::{Producer, Wake};
+use crate::store::{EventFeed, Producer, Wake};
 
 /// What pushing `job` (member `m`) does, given what the store holds: a tick a later
 /// generation fenced off, an id still reserved by `unique_for`, a pending job of the same id
@@ -98,6 +100,9 @@ fn store_job(s: &mut State, job: NewJob, m: Member, now: u64) -> bool {
         topic: m.0.clone(),
         id: m.1.clone(),
     });
+    s.events.emit(&m, 0, now, || EventKind::Pushed {
+        due: (due > now).then(|| from_us(due)),
+    });
     s.place(m, due, now)
 }
 
@@ -167,8 +172,10 @@ impl Producer for MemoryStore {
         } else {
             s.unplace(&m);
         }
-        s.jobs.remove(&m);
+        let attempt = s.jobs.remove(&m).map_or(0, |e| e.attempt);
         s.unique_for.remove(&m);
+        let now = self.now_us();
+        s.events.emit(&m, attempt, now, || EventKind::Cancelled);
         // Those waiting for it hear it is gone.
         s.wake_waiters(&m);
         Ok(ChangeOutcome::Done)
@@ -211,6 +218,10 @@ impl Producer for MemoryStore {
 
     async fn status(&self, topic: &Topic, id: &JobId) -> Result<Option<JobInfo>> {
         Ok(lock(&self.state).info(&(topic.clone(), id.clone())))
+    }
+
+    async fn event_feed(&self, topic: &Topic, after: &EventCursor) -> Result<Box<dyn EventFeed>> {
+        Ok(Box::new(MemoryEventFeed::open(self, topic, after)))
     }
 
     /// Registers the wait under the store's lock, in the same step that finds the job

@@ -5,9 +5,11 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
 
 use super::ends::Waiter;
+use super::events::EventLog;
 use super::Event;
 use crate::admin::{Throughput, TopicCounts, WorkerInfo};
 use crate::envelope::Envelope;
+use crate::events::EventKind;
 use crate::job::{to_us, Due, JobInfo, JobState};
 use crate::lease::LeaseRef;
 use crate::name::{JobId, Topic};
@@ -82,6 +84,8 @@ pub(super) struct State {
     /// (see `ends`). An entry goes when the job ends, or when its last waiter gives up or
     /// runs out.
     pub(super) waiters: HashMap<Member, Vec<Waiter>>,
+    /// The job events of the topics that have them on.
+    pub(super) events: EventLog,
 }
 
 /// Which tally of [`State::tally`] a run adds to.
@@ -213,6 +217,10 @@ impl State {
             .insert((now, m.1.clone()));
         self.died_at.insert(m.clone(), now);
         self.wake_waiters(&m);
+        let attempt = self.jobs.get(&m).map_or(0, |e| e.attempt);
+        self.events.emit(&m, attempt, now, || EventKind::Dead {
+            error: error.clone(),
+        });
         self.record(Event::DeadLettered {
             topic: m.0,
             id: m.1,
