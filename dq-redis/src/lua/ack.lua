@@ -81,11 +81,14 @@ if #done > 0 then
     if stream_key[topic] then streams[topic] = events_open(stream_key[topic], cap) end
   end
   if next(streams) then
-    local announced = {}
-    for _, member in ipairs(done) do
-      if streams[topic_of(member)] then announced[#announced + 1] = member end
+    local announced, at = {}, {}
+    for i, member in ipairs(done) do
+      if streams[done_topics[i]] then
+        announced[#announced + 1] = member
+        at[#announced] = i
+      end
     end
-    for k, counted in ipairs(runs_of_all(jobs, announced)) do runs[announced[k]] = counted + 1 end
+    for k, counted in ipairs(runs_of_all(jobs, announced)) do runs[at[k]] = counted + 1 end
   end
 end
 local cancelled = #done > 0 and redis.call('EXISTS', cancels) == 1
@@ -146,17 +149,20 @@ if #drop > 0 then redis.call('HDEL', jobs, unpack(drop)) end
 if reported then clear_progress(progress, done) end
 if next(streams) then
   local stamp = fmt(now)
+  -- One entry per topic: the ids, their runs, and their values when the topic keeps them.
+  local batch = {}
   for i, member in ipairs(done) do
-    local topic = topic_of(member)
-    local stream = streams[topic]
-    if stream then
-      local id = string.sub(member, #topic + 2)
-      if kept[topic] and done_values[i] ~= '' then
-        emit_event(stream, 'succeeded', id, runs[member], stamp, 'v', done_values[i])
-      else
-        emit_event(stream, 'succeeded', id, runs[member], stamp)
-      end
+    local topic = done_topics[i]
+    if streams[topic] then
+      local b = batch[topic] or {ids = {}, runs = {}, values = {}}
+      batch[topic] = b
+      b.ids[#b.ids + 1] = string.sub(member, #topic + 2)
+      b.runs[#b.runs + 1] = runs[i]
+      b.values[#b.values + 1] = kept[topic] and done_values[i] or ''
     end
+  end
+  for topic, b in pairs(batch) do
+    emit_events(streams[topic], 'succeeded', b.ids, b.runs, stamp, 'v', b.values)
   end
 end
 return out

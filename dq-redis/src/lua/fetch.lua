@@ -158,9 +158,14 @@ if #held > 0 then
 end
 if stream then
   local stamp = fmt(now)
+  local started, runs = {}, {}
   for i, id in ipairs(ids) do
-    if raws[i] then emit_event(stream, 'started', id, runs_of(raws[i]) + 1, stamp) end
+    if raws[i] then
+      started[#started + 1] = id
+      runs[#runs + 1] = runs_of(raws[i]) + 1
+    end
   end
+  emit_events(stream, 'started', started, runs, stamp)
 end
 if nonce ~= '' then
   local record = nonce .. ':' .. token .. ':' .. deadline

@@ -325,6 +325,54 @@ local function emit_event(stream, kind, id, attempt, stamp, field, value)
   end
 end
 
+-- Appends the events `kind` of the jobs `ids` (their runs `attempts`, or none: `a` left out,
+-- read as 0; and with `values` each one's `field`, '' for none) as ONE entry when there are several: `c` events numbered up to
+-- `n`, each per-job field one line per job (ids hold no whitespace; a value holding a line
+-- break goes in an entry of its own). A stream entry costs about what its XADD costs whatever
+-- it holds: a drain with one entry per job and kind lost half its throughput (BENCHMARKS.md).
+local function emit_events(stream, kind, ids, attempts, stamp, field, values)
+  local lines, alone = {}, {}
+  for i = 1, #ids do
+    if values and string.find(values[i], '\n', 1, true) then
+      alone[#alone + 1] = i
+    else
+      lines[#lines + 1] = i
+    end
+  end
+  if #lines == 1 then alone[#alone + 1] = lines[1] end
+  if #lines > 1 then
+    -- Runs are small numbers, mostly the same few: each printed once.
+    local ids_of, runs, vals, printed = {}, {}, {}, {}
+    for k, i in ipairs(lines) do
+      ids_of[k] = ids[i]
+      if attempts then
+        local a = attempts[i]
+        local text = printed[a]
+        if not text then
+          text = fmt(a)
+          printed[a] = text
+        end
+        runs[k] = text
+      end
+      if values then vals[k] = values[i] end
+    end
+    stream.n = stream.n + #lines
+    local args = {'XADD', stream.key, 'MAXLEN', '~', stream.cap, '*', 'n', fmt(stream.n),
+      'c', fmt(#lines), 'k', kind, 'id', table.concat(ids_of, '\n'), 't', stamp}
+    if attempts then push_all_pairs(args, 'a', table.concat(runs, '\n')) end
+    if values then push_all_pairs(args, field, table.concat(vals, '\n')) end
+    redis.call(unpack(args))
+  end
+  for _, i in ipairs(alone) do
+    local a = attempts and attempts[i] or 0
+    if values and values[i] ~= '' then
+      emit_event(stream, kind, ids[i], a, stamp, field, values[i])
+    else
+      emit_event(stream, kind, ids[i], a, stamp)
+    end
+  end
+end
+
 -- The runs an envelope counts (0 for none, or one that cannot be read).
 local function runs_of(raw)
   return raw and tonumber(string.match(raw, '^[23]:(%d+):')) or 0

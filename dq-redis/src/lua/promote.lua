@@ -59,14 +59,12 @@ else
 end
 for _, topic in ipairs(unknown) do out[#out + 1] = topic end
 if #gone == 0 then return out end
--- Job events: the streams of the topics that have them on, and the runs of their jobs, read
--- before the first write.
-local streams, runs = {}, {}
+-- Job events: the streams of the topics that have them on, read before the first write. A
+-- promotion does not read the jobs it moves, so `promoted` carries no run (read as 0): reading
+-- every envelope for it cost more than the rest of the promotion.
+local streams = {}
 for topic, cap in pairs(events_on(KEYS[4], order)) do
   streams[topic] = events_open(prefix .. 'events:' .. topic, cap)
-  local members = {}
-  for k, id in ipairs(by_topic[topic]) do members[k] = topic .. ':' .. id end
-  runs[topic] = runs_of_all(KEYS[3], members)
 end
 proceed_when_full(counts) -- due jobs move to ready when Redis is full too
 for _, topic in ipairs(order) do
@@ -78,7 +76,7 @@ for _, topic in ipairs(order) do
 end
 for topic, stream in pairs(streams) do
   local stamp = fmt(now)
-  for k, id in ipairs(by_topic[topic]) do emit_event(stream, 'promoted', id, runs[topic][k], stamp) end
+  emit_events(stream, 'promoted', by_topic[topic], nil, stamp)
 end
 -- Last: this may empty (delete) the delayed set. When every due member moved they are exactly
 -- the lowest-ranked ones, so they go by rank in one call.

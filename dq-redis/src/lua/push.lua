@@ -222,16 +222,24 @@ end
 for topic in pairs(touched) do redis.call('SADD', topics, topic) end
 if next(streams) then
   local stamp = fmt(now)
+  -- One entry per topic: the ids, no runs yet, the due time of each one that waits.
+  local batch = {}
   for _, i in ipairs(plan) do
-    local stream = i and streams[ARGV[4 + i * 7]]
-    if stream then
-      local when = ARGV[6 + i * 7]
-      if dues[when] > now then
-        emit_event(stream, 'pushed', ARGV[5 + i * 7], 0, stamp, 'd', due_strs[when])
-      else
-        emit_event(stream, 'pushed', ARGV[5 + i * 7], 0, stamp)
+    local topic = i and ARGV[4 + i * 7]
+    if topic and streams[topic] then
+      local b = batch[topic]
+      if not b then
+        b = {ids = {}, runs = {}, dues = {}}
+        batch[topic] = b
       end
+      local when = ARGV[6 + i * 7]
+      b.ids[#b.ids + 1] = ARGV[5 + i * 7]
+      b.runs[#b.runs + 1] = 0
+      b.dues[#b.dues + 1] = dues[when] > now and due_strs[when] or ''
     end
+  end
+  for topic, b in pairs(batch) do
+    emit_events(streams[topic], 'pushed', b.ids, b.runs, stamp, 'd', b.dues)
   end
 end
 delayed_left = delayed_left - #undelay

@@ -56,11 +56,16 @@ end_leases(inflight, leases, held)
 if reported then clear_progress(progress, held) end
 if next(streams) then
   local stamp = fmt(now_us())
+  local batch = {}
   for _, member in ipairs(held) do
     local topic = topic_of(member)
     if streams[topic] then
-      emit_event(streams[topic], 'released', string.sub(member, #topic + 2), runs[member], stamp)
+      local b = batch[topic] or {ids = {}, runs = {}}
+      batch[topic] = b
+      b.ids[#b.ids + 1] = string.sub(member, #topic + 2)
+      b.runs[#b.runs + 1] = runs[member]
     end
   end
+  for topic, b in pairs(batch) do emit_events(streams[topic], 'released', b.ids, b.runs, stamp) end
 end
 return #held

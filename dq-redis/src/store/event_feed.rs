@@ -82,6 +82,7 @@ impl RedisEventFeed {
                 topic: topic.clone(),
                 shards,
                 tx: tx.clone(),
+                resuming: true,
             };
             readers.spawn(reader.run());
         }
@@ -120,9 +121,13 @@ struct Reader {
     server: Server,
     conn: Conn,
     topic: Topic,
-    /// Each shard read, its stream, and the last entry read there.
+    /// Each shard read, its stream, and the last event read there.
     shards: Vec<(u16, String, EventPosition)>,
     tx: mpsc::Sender<Batch>,
+    /// Until its first read: the cursor it starts from may stand inside an entry of several
+    /// events (a consumer stopped halfway through it), so that entry is read again and the
+    /// events up to the cursor's are left out. Later reads go on after whole entries.
+    resuming: bool,
 }
 
 impl Reader {
@@ -133,7 +138,10 @@ impl Reader {
         while !self.tx.is_closed() {
             let read = self.read(&mut conn).await;
             match read {
-                Ok(entries) => {
+                Ok(mut entries) => {
+                    if std::mem::take(&mut self.resuming) {
+                        entries.retain(|e| !self.already_read(e));
+                    }
                     if failures > 0 {
                         tracing::info!(topic = %self.topic, "the read of job events is back; it goes on from the last event read");
                     }
@@ -190,7 +198,11 @@ impl Reader {
             cmd.arg(key);
         }
         for (_, _, at) in &self.shards {
-            cmd.arg(at.stream_id());
+            if self.resuming {
+                cmd.arg(before(at));
+            } else {
+                cmd.arg(at.stream_id());
+            }
         }
         // The reply must come by the end of the block and a margin: a connection silent past
         // that is dropped (its peer is gone) and the next read opens a new one.
@@ -207,6 +219,15 @@ impl Reader {
             .map(|(shard, key, _)| (*shard, key.clone()))
             .collect();
         read_reply(&self.topic, &keys, &reply)
+    }
+
+    /// Whether `e` is one of the events of the cursor's entry up to the cursor's event.
+    fn already_read(&self, e: &EventEntry) -> bool {
+        self.shards.iter().any(|(shard, _, at)| {
+            *shard == e.shard
+                && (e.position.ms, e.position.seq) == (at.ms, at.seq)
+                && e.position.n <= at.n
+        })
     }
 
     /// A connection of its own to the server (on a cluster, the master) holding the streams.
@@ -235,6 +256,16 @@ impl Reader {
             .get_multiplexed_async_connection_with_config(&config)
             .await
             .map_err(crate::error::redis(OP))
+    }
+}
+
+/// The stream id just before `at`'s entry, so that an `XREAD` after it reads that entry again
+/// (`0-0`, the start, stays the start).
+fn before(at: &EventPosition) -> String {
+    match (at.ms, at.seq) {
+        (0, 0) => "0-0".to_owned(),
+        (ms, 0) => format!("{}-{}", ms - 1, u64::MAX),
+        (ms, seq) => format!("{ms}-{}", seq - 1),
     }
 }
 

@@ -81,7 +81,10 @@ impl RedisStore {
             .await?;
         match &reply {
             Value::Array(entries) => match entries.first() {
-                Some(last) => Ok(entry(topic, 0, last)?.position),
+                Some(last) => Ok(entries_of(topic, 0, last)?
+                    .last()
+                    .map(|e| e.position)
+                    .unwrap_or_default()),
                 None => Ok(EventPosition::default()),
             },
             Value::Nil => Ok(EventPosition::default()),
@@ -124,16 +127,17 @@ pub(super) fn read_reply(
             return Err(malformed_reply(OP, entries));
         };
         for e in entries {
-            out.push(entry(topic, *shard, e)?);
+            out.extend(entries_of(topic, *shard, e)?);
         }
     }
     Ok(out)
 }
 
-/// One stream entry, `[id, [field, value, ...]]`, of `topic` in `shard`. An entry whose event
-/// this version cannot read (a kind added later, a field missing) keeps its place, without
-/// its event, and is logged.
-fn entry(topic: &Topic, shard: u16, v: &Value) -> Result<EventEntry> {
+/// The events of one stream entry, `[id, [field, value, ...]]`, of `topic` in `shard`, each at
+/// its own position: an entry holds one event, or `c` of one kind (numbered up to `n`, each
+/// per-job field one line per job: lib.lua's `emit_events`). An event this version cannot read
+/// (a kind added later, a field missing) keeps its place, without its event, and is logged.
+fn entries_of(topic: &Topic, shard: u16, v: &Value) -> Result<Vec<EventEntry>> {
     let bad = || malformed_reply(OP, v);
     let Value::Array(parts) = v else {
         return Err(bad());
@@ -146,25 +150,52 @@ fn entry(topic: &Topic, shard: u16, v: &Value) -> Result<EventEntry> {
         .and_then(EventPosition::parse_stream_id)
         .ok_or_else(bad)?;
     let fields = Fields::of(fields);
-    let event = job_event(topic, &fields);
-    if event.is_none() {
-        tracing::warn!(topic = %topic, shard, entry = %format!("{ms}-{seq}"), "a job event that this version of dq cannot read was skipped");
+    let last = fields.number("n").unwrap_or(0);
+    let count = fields.number("c").unwrap_or(1).max(1);
+    let mut out = Vec::new();
+    for i in 0..count {
+        let event = job_event(
+            topic,
+            &fields,
+            usize::try_from(i).unwrap_or(usize::MAX),
+            count,
+        );
+        if event.is_none() {
+            tracing::warn!(topic = %topic, shard, entry = %format!("{ms}-{seq}"), "a job event that this version of dq cannot read was skipped");
+        }
+        let n = (last + i + 1).saturating_sub(count);
+        out.push(EventEntry {
+            shard,
+            position: EventPosition::new(ms, seq, n),
+            event,
+        });
     }
-    Ok(EventEntry {
-        shard,
-        position: EventPosition::new(ms, seq, fields.number("n").unwrap_or(0)),
-        event,
-    })
+    Ok(out)
 }
 
-/// The event an entry's fields describe (keys.rs lists them).
-fn job_event(topic: &Topic, f: &Fields<'_>) -> Option<JobEvent> {
-    let id = JobId::new(f.text("id")?).ok()?;
-    let attempt = u32::try_from(f.number("a")?).ok()?;
+/// Event `i` of the `count` an entry's fields describe (keys.rs lists them).
+fn job_event(topic: &Topic, f: &Fields<'_>, i: usize, count: u64) -> Option<JobEvent> {
+    // A field of a batched entry holds one line per job; one of a single event, its value
+    // whole (an error may hold line breaks).
+    let nth = |name: &str| -> Option<&[u8]> {
+        let whole = f.get(name)?;
+        if count == 1 {
+            return Some(whole);
+        }
+        whole.split(|&b| b == b'\n').nth(i)
+    };
+    let text = |name: &str| nth(name).and_then(|b| std::str::from_utf8(b).ok());
+    let number = |name: &str| text(name).and_then(|t| t.parse::<u64>().ok());
+    let id = JobId::new(text("id")?).ok()?;
+    // An entry without runs (`promoted`: a promotion does not read the jobs) reads as 0.
+    let attempt = match f.get("a") {
+        None => 0,
+        Some(_) => u32::try_from(number("a")?).ok()?,
+    };
     let at = from_us(f.number("t")?);
-    let due = || f.number("d").map(from_us);
-    let error = || f.get("e").map(|e| String::from_utf8_lossy(e).into_owned());
-    let value = || f.get("v").map(<[u8]>::to_vec);
+    let due = || number("d").map(from_us);
+    let error = || nth("e").map(|e| String::from_utf8_lossy(e).into_owned());
+    let value = || nth("v").filter(|v| !v.is_empty()).map(<[u8]>::to_vec);
     let kind = match f.text("k")? {
         "pushed" => EventKind::Pushed { due: due() },
         "promoted" => EventKind::Promoted,
@@ -284,5 +315,42 @@ mod tests {
         );
         assert_eq!(entries[2].position.n, 6);
         assert!(read_reply(&topic, &keys, &Value::Nil).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_batched_entry_becomes_one_event_per_job_each_numbered() {
+        let topic = Topic::new("mail").unwrap();
+        let keys = vec![(0, "s0".to_owned())];
+        let pushed = [
+            "n", "12", "c", "3", "k", "pushed", "id", "a\nb\nc", "a", "0\n0\n0", "t", "7000", "d",
+            "\n9000\n",
+        ];
+        let reply = Value::Array(vec![Value::Array(vec![
+            bulk("s0"),
+            Value::Array(vec![stream_entry("7-0", &pushed)]),
+        ])]);
+        let entries = read_reply(&topic, &keys, &reply).unwrap();
+        let numbers: Vec<u64> = entries.iter().map(|e| e.position.n).collect();
+        assert_eq!(numbers, [10, 11, 12]);
+        let kinds: Vec<(&str, EventKind)> = entries
+            .iter()
+            .map(|e| {
+                let e = e.event.as_ref().unwrap();
+                (e.id.as_str(), e.kind.clone())
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("a", EventKind::Pushed { due: None }),
+                (
+                    "b",
+                    EventKind::Pushed {
+                        due: Some(from_us(9000))
+                    }
+                ),
+                ("c", EventKind::Pushed { due: None }),
+            ]
+        );
     }
 }

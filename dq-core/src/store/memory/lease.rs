@@ -112,8 +112,8 @@ impl Leases for MemoryStore {
                     break;
                 };
                 State::bump(&mut s.delayed_count, &m.0, false);
-                let attempt = s.jobs.get(&m).map_or(0, |e| e.attempt);
-                s.events.emit(&m, attempt, now, || EventKind::Promoted);
+                // No run on `promoted`, as on Redis (events.rs says why).
+                s.events.emit(&m, 0, now, || EventKind::Promoted);
                 match moved.iter_mut().find(|(t, _)| *t == m.0) {
                     Some((_, n)) => *n += 1,
                     None => moved.push((m.0.clone(), 1)),
