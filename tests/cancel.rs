@@ -149,7 +149,7 @@ async fn a_running_job_cancelled_from_another_client_stops_at_once_and_is_not_re
         .wait_in::<serde_json::Value>(TOPIC, "j", Duration::from_secs(5))
         .await
         .unwrap();
-    assert_eq!(waited, JobResult::NotFound);
+    assert_eq!(waited, JobResult::Cancelled);
     assert!(client.status_in(TOPIC, "j").await.unwrap().is_none());
     tokio::time::sleep(WATCH).await;
     assert_eq!(seen.runs(), 1, "the job ran again");

@@ -200,7 +200,8 @@ on_every_store!(
         wait_is_woken_when_the_job_is_acked,
         wait_times_out_on_a_job_still_pending,
         a_dead_letter_ends_the_wait_with_its_error,
-        a_cancel_ends_the_wait_as_not_found,
+        a_cancel_ends_the_wait_as_cancelled,
+        a_cancelled_job_past_the_retention_count_is_not_found,
     ],
     progress: [
         a_running_jobs_progress_is_read_back_and_replaced_by_the_next,

@@ -48,8 +48,12 @@ pub enum Waited {
     /// Its topic keeps no records of succeeded jobs (no retention): its end cannot be waited
     /// for, nor its value read.
     NotKept,
-    /// No such job, pending or kept: never pushed, cancelled (before it ran, or while it ran
-    /// and its handler stopped), purged, or its record outlived its topic's retention.
+    /// It was cancelled (before it ran, or while it ran and its handler stopped), within its
+    /// topic's retention: a topic that keeps its ends keeps a mark of each cancelled job for as
+    /// long, and as many, as its records of succeeded ones.
+    Cancelled,
+    /// No such job, pending or kept: never pushed, purged, its record outlived its topic's
+    /// retention, or cancelled before its topic kept its ends.
     NotFound,
     /// Still pending when the wait ran out.
     TimedOut,
@@ -76,7 +80,10 @@ pub enum JobResult<T> {
     /// Its topic keeps no records of succeeded jobs: give its listener a retention
     /// (`#[dq::listener(retain = "1h")]`) to read values and wait for ends.
     NotKept,
-    /// No such job, pending or kept: never pushed, cancelled (before it ran, or while it ran
-    /// and its handler stopped), purged, or its record outlived its topic's retention.
+    /// It was cancelled (before it ran, or while it ran and its handler stopped); told for as
+    /// long as its topic's retention keeps records.
+    Cancelled,
+    /// No such job, pending or kept: never pushed, purged, its record outlived its topic's
+    /// retention, or cancelled longer ago than the retention keeps.
     NotFound,
 }

@@ -29,6 +29,7 @@
 //! | `schedule_last` | HASH | (shard 0 only) schedule id -> the last tick fired (us) |
 //! | `workers` | HASH | (shard 0 only) worker id -> JSON: host, pid, topics, last heartbeat |
 //! | `done:<topic>` | ZSET | kept records of the topic's succeeded jobs (retention only): `topic:id` scored by when it succeeded (us); envelope stays in `jobs` |
+//! | `cancelled:<topic>` | ZSET | marks of the topic's cancelled jobs (retention only): `topic:id` scored by when it was cancelled (us), trimmed to the retention's age and count by each cancel; a wait that finds a job gone and marked answers `Cancelled` |
 //! | `results` | HASH | `topic:id` -> the value its handler returned (JSON) |
 //! | `retain` | HASH | topic -> `<age us>:<count>`: how long and how many succeeded jobs it keeps (written at runtime start) |
 //! | `events` | HASH | topic -> how many events its streams keep (the cap, at least 1), for the topics whose job events are on (written at runtime start); absent: off |
@@ -178,6 +179,11 @@ impl ShardKeys {
     /// The topics whose job events are on: topic -> how many events each stream keeps.
     pub fn events(&self) -> String {
         self.key("events")
+    }
+    /// Marks of a topic's cancelled jobs (when it keeps its ends): `topic:id` scored by when
+    /// it was cancelled (us), trimmed to the topic's retention.
+    pub fn cancelled(&self, topic: &Topic) -> String {
+        format!("{}cancelled:{topic}", self.prefix)
     }
     /// A topic's stream of job events in this shard.
     pub fn events_stream(&self, topic: &Topic) -> String {

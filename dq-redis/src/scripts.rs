@@ -51,6 +51,7 @@ scripts!(
     list,
     dead_list,
     done_list,
+    forget_done,
     requeue_dead,
     purge_dead,
     delete_dead,

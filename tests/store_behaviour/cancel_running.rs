@@ -94,7 +94,7 @@ pub(crate) async fn cancel_running_deletes_the_job_and_ends_the_waits_for_it(kin
     let start = Instant::now();
     let waited = s.wait_finished(&t, &id("a"), LONG).await.unwrap();
     let took = start.elapsed();
-    assert!(matches!(waited, Waited::NotFound), "{waited:?}");
+    assert!(matches!(waited, Waited::Cancelled), "{waited:?}");
     assert!(took < AT_ONCE, "woken by the deletion: {took:?}");
     assert!(stop.await.unwrap(), "the worker held the lease");
 

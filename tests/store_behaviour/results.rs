@@ -500,7 +500,7 @@ pub(crate) async fn a_dead_letter_ends_the_wait_with_its_error(kind: Kind) {
     assert_eq!(reclaim.await.unwrap(), 1);
 }
 
-pub(crate) async fn a_cancel_ends_the_wait_as_not_found(kind: Kind) {
+pub(crate) async fn a_cancel_ends_the_wait_as_cancelled(kind: Kind) {
     let h = Harness::new(kind, |b| b).await;
     let c = &h.client;
     let s = c.store();
@@ -516,9 +516,36 @@ pub(crate) async fn a_cancel_ends_the_wait_as_not_found(kind: Kind) {
     let start = Instant::now();
     let waited = s.wait_finished(&t, &id("a"), LONG).await.unwrap();
     let took = start.elapsed();
-    assert!(matches!(waited, Waited::NotFound), "{waited:?}");
+    assert!(matches!(waited, Waited::Cancelled), "{waited:?}");
     assert!(took < AT_ONCE, "woken by the cancel: {took:?}");
     assert_eq!(cancel.await.unwrap(), ChangeOutcome::Done);
+    // A wait that begins after the cancel is told the same, at once.
+    assert_eq!(result(c, "a").await, JobResult::Cancelled);
+}
+
+/// The marks of cancelled jobs are kept as the records are: within the count (and age).
+pub(crate) async fn a_cancelled_job_past_the_retention_count_is_not_found(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    retain(c, 2).await;
+    for name in ["a", "b", "c"] {
+        push_order(c, 1, name, Duration::from_secs(60)).await;
+        let cancelled = c.cancel_in("order-cancel", name).await.unwrap();
+        assert_eq!(cancelled, ChangeOutcome::Done);
+    }
+    assert_eq!(
+        result(c, "a").await,
+        JobResult::NotFound,
+        "the oldest mark went"
+    );
+    assert_eq!(result(c, "b").await, JobResult::Cancelled);
+    assert_eq!(result(c, "c").await, JobResult::Cancelled);
+    // Pushed again, the id is a job like any other: pending, then done with its value.
+    push_order(c, 2, "c", Duration::ZERO).await;
+    let job = lease_one(c.store(), "order-cancel").await;
+    let acked = c.store().ack_succeeded(&[with_value(&job)]).await.unwrap();
+    assert_eq!(acked.acked, 1);
+    assert_eq!(result(c, "c").await, JobResult::Succeeded(json!({"n": 1})));
 }
 
 /// The ids of leased `jobs`, in order.

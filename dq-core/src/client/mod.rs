@@ -222,7 +222,8 @@ impl Client {
     /// then ends without success (an error, a panic, a timeout) the job is deleted, neither
     /// retried nor dead-lettered. A handler that ignores the request runs to its end: if it
     /// succeeds the job is done as any. A wait for the job's end ([`Client::wait`]) answers
-    /// [`JobResult::NotFound`](crate::JobResult::NotFound) once it is deleted.
+    /// [`JobResult::Cancelled`](crate::JobResult::Cancelled) once it is deleted (within its
+    /// topic's retention).
     pub async fn cancel_in(&self, topic: &str, id: &str) -> Result<ChangeOutcome> {
         self.store
             .cancel(&Topic::new(topic)?, &JobId::new(id)?)

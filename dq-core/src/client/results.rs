@@ -59,8 +59,9 @@ impl Client {
     /// Waits until job `id` of `M`'s topic has ended, at most `timeout`, and says what became
     /// of it: woken by the store when the job succeeds or dies (from whatever process ran it),
     /// never by polling. It never hangs: a job that is not found, whose topic keeps no records,
-    /// or that is still pending at `timeout` is answered as such ([`JobResult::NotFound`],
-    /// [`JobResult::NotKept`], [`JobResult::Pending`]). Each wait is counted in the metric
+    /// that was cancelled, or that is still pending at `timeout` is answered as such
+    /// ([`JobResult::NotFound`], [`JobResult::NotKept`], [`JobResult::Cancelled`],
+    /// [`JobResult::Pending`]). Each wait is counted in the metric
     /// `dq_waits_total{topic, answer}` ([`metric::WAITS`]).
     ///
     /// ```no_run
@@ -108,6 +109,7 @@ fn answered<T: DeserializeOwned>(waited: Waited) -> Result<JobResult<T>> {
         Waited::Finished(info) => decode(*info),
         Waited::NotKept => Ok(JobResult::NotKept),
         Waited::NotFound => Ok(JobResult::NotFound),
+        Waited::Cancelled => Ok(JobResult::Cancelled),
         Waited::TimedOut => Ok(JobResult::Pending),
     }
 }
@@ -118,6 +120,7 @@ fn answer(waited: &Waited) -> &'static str {
         Waited::Finished(info) if info.state == JobState::Dead => "dead",
         Waited::Finished(_) => "finished",
         Waited::NotKept => "not_kept",
+        Waited::Cancelled => "cancelled",
         Waited::NotFound => "not_found",
         Waited::TimedOut => "timed_out",
     }

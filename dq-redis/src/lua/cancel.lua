@@ -11,6 +11,8 @@
 -- unless the run succeeds; the heartbeat reads `cancels` should the announcement be lost)
 -- KEYS[14] events  KEYS[15] events:<topic>: when the topic's job events are on, a job deleted
 -- here (not started, or dead) is announced (`cancelled`, with the runs it made)
+-- KEYS[16] cancelled:<topic>: a job deleted here of a topic that keeps its ends is marked
+-- cancelled there, within the retention, for the waits that come after
 -- ARGV[1] key prefix  ARGV[2] topic  ARGV[3] id
 -- Returns 1 cancelled (or a kept record deleted), 0 not found, 3 running (its worker was asked
 -- to stop it), 2 running with no lease token (left alone; not expected).
@@ -34,7 +36,9 @@ if redis.call('ZSCORE', inflight, member) then
   redis.call('PUBLISH', prefix .. 'wake', 'cancel ' .. member)
   return 3
 end
-local announced = redis.call('HEXISTS', KEYS[11], topic) == 1
+local spec = redis.call('HGET', KEYS[11], topic)
+local announced = spec ~= false
+if announced then redis.call('EXISTS', KEYS[16]) end -- touched before the first write
 local stream, runs
 for _, cap in pairs(events_on(KEYS[14], {topic})) do
   stream = events_open(KEYS[15], cap)
@@ -47,6 +51,9 @@ elseif redis.call('ZREM', prefix .. 'dead:' .. topic, member) == 0 then
 end
 redis.call('HDEL', jobs, member)
 redis.call('HDEL', KEYS[8], member)
-if announced then redis.call('PUBLISH', prefix .. 'ended', member) end
+if announced then
+  bury(KEYS[16], member, spec, now_us())
+  redis.call('PUBLISH', prefix .. 'ended', member)
+end
 if stream then emit_event(stream, 'cancelled', id, runs, fmt(now_us())) end
 return 1

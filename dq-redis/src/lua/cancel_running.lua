@@ -6,15 +6,17 @@
 -- KEYS[7] retain (a topic that keeps its ends announces this one on `ended`, for the waits for
 -- it, which then find it gone)  KEYS[8] progress (the run's progress goes)
 -- KEYS[9] events  KEYS[10] events:<topic>: when the topic's job events are on, `cancelled` (with
--- the run) is announced
+-- the run) is announced  KEYS[11] cancelled:<topic> (a topic that keeps its ends marks the job
+-- cancelled, within its retention, for the waits that come after)
 -- ARGV[1] member  ARGV[2] token
 -- Returns 1, or 0 when the caller's lease was taken over (nothing changed).
 local jobs, inflight, counts, leases, cancels = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local member, token = ARGV[1], ARGV[2]
 if redis.call('HGET', leases, member) ~= token then return 0 end
 local topic = topic_of(member)
-local announced = redis.call('HEXISTS', KEYS[7], topic) == 1
-redis.call('EXISTS', jobs, inflight, counts, cancels, KEYS[6]) -- touched before the first write
+local spec = redis.call('HGET', KEYS[7], topic)
+local announced = spec ~= false
+redis.call('EXISTS', jobs, inflight, counts, cancels, KEYS[6], KEYS[11]) -- touched before the first write
 local reported = has_progress(KEYS[8])
 local stream, run
 for _, cap in pairs(events_on(KEYS[9], {topic})) do
@@ -29,7 +31,10 @@ bump(counts, topic, 'inflight', -1)
 end_leases(inflight, leases, {member})
 if reported then clear_progress(KEYS[8], {member}) end
 -- `jobs` is <prefix>jobs: the channel is <prefix>ended.
-if announced then redis.call('PUBLISH', string.sub(jobs, 1, -5) .. 'ended', member) end
+if announced then
+  bury(KEYS[11], member, spec, now_us())
+  redis.call('PUBLISH', string.sub(jobs, 1, -5) .. 'ended', member)
+end
 if stream then
   emit_event(stream, 'cancelled', string.sub(member, #topic + 2), run, fmt(now_us()))
 end

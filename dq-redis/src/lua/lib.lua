@@ -257,6 +257,18 @@ local function new_generation(schedule_gen, id)
   return gen
 end
 
+-- Marks job `member` cancelled at `now` in `key` (cancelled:<topic>) for the waits that come
+-- after, when its topic keeps its ends (`spec`: its retention, `<age us>:<count>`, or nil), and
+-- drops the marks past the retention: two range removals on a set the retention bounds. The
+-- key was touched before the script's first write; nothing uses it after.
+local function bury(key, member, spec, now)
+  local age, count = string.match(spec or '', '^(%d+):(%d+)$')
+  if not age then return end
+  redis.call('ZADD', key, fmt(now), member)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. fmt(now - tonumber(age)))
+  redis.call('ZREMRANGEBYRANK', key, 0, -(tonumber(count) + 1))
+end
+
 -- Appends two values to a list of arguments.
 local function push_all_pairs(list, a, b)
   list[#list + 1] = a

@@ -210,13 +210,15 @@ impl RedisStore {
             }
         }
         let k = self.keys_of(topic, id);
-        let cmd = redis::cmd("HEXISTS")
-            .arg(k.retain())
-            .arg(topic.as_str())
-            .to_owned();
-        let kept: bool = self.query("read the topic's retention", &cmd).await?;
+        let mut look = redis::pipe();
+        look.hexists(k.retain(), topic.as_str())
+            .zscore(k.cancelled(topic), member(topic, id));
+        let (kept, cancelled): (bool, Option<f64>) = self
+            .query_pipe("read the topic's retention and cancelled jobs", &look)
+            .await?;
         Ok(match (info, kept) {
             (_, false) => Some(Waited::NotKept),
+            (None, true) if cancelled.is_some() => Some(Waited::Cancelled),
             (None, true) => Some(Waited::NotFound),
             (Some(_), true) => None,
         })

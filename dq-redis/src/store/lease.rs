@@ -314,6 +314,7 @@ impl Leases for RedisStore {
             .key(k.progress())
             .key(k.events())
             .key(k.events_stream(&lease.topic))
+            .key(k.cancelled(&lease.topic))
             .arg(member(&lease.topic, &lease.id))
             .arg(lease.token);
         Ok(self.call::<Applied>("cancel_running", &inv).await?.0)

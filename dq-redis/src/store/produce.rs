@@ -258,12 +258,14 @@ impl Producer for RedisStore {
     async fn cancel(&self, topic: &Topic, id: &JobId) -> Result<ChangeOutcome> {
         let mut inv = self.change_invocation(&SCRIPTS.cancel, topic, id);
         // A running job's cancel is recorded against its lease (cancel.lua's KEYS[12], [13]);
-        // a job deleted is announced on its topic's events (KEYS[14], [15]).
+        // a job deleted is announced on its topic's events (KEYS[14], [15]) and marked
+        // cancelled for the waits (KEYS[16]).
         let k = self.keys_of(topic, id);
         inv.key(k.leases())
             .key(k.cancels())
             .key(k.events())
-            .key(k.events_stream(topic));
+            .key(k.events_stream(topic))
+            .key(k.cancelled(topic));
         Ok(self.call::<Reply<ChangeOutcome>>("cancel", &inv).await?.0)
     }
 

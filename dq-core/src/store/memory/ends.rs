@@ -25,8 +25,9 @@ pub(super) struct Waiter {
 
 impl State {
     /// What a wait for job `m` answers now: its record when it is done or dead, `NotKept` when
-    /// its topic keeps no records, `NotFound` when it is not pending; `None` while it is
-    /// pending (and its end will be kept): then the wait goes on.
+    /// its topic keeps no records, `Cancelled` when it was cancelled within the retention,
+    /// `NotFound` when it is not pending; `None` while it is pending (and its end will be
+    /// kept): then the wait goes on.
     pub(super) fn wait_answer(&self, m: &Member) -> Option<Waited> {
         if self.done.contains_key(m) || self.died_at.contains_key(m) {
             return self.info(m).map(|info| Waited::Finished(Box::new(info)));
@@ -36,8 +37,42 @@ impl State {
         }
         if self.jobs.contains_key(m) {
             None
+        } else if self.cancelled.contains_key(m) {
+            Some(Waited::Cancelled)
         } else {
             Some(Waited::NotFound)
+        }
+    }
+
+    /// Marks job `m` cancelled at `now` when its topic keeps its ends, as Redis does
+    /// (`cancelled:<topic>`), and drops the marks past the topic's retention (older than its
+    /// age, or beyond its count).
+    pub(super) fn bury(&mut self, m: &Member, now: u64) {
+        let Some(r) = self.retention.get(&m.0).copied() else {
+            return;
+        };
+        self.cancelled.insert(m.clone(), now);
+        let order = self.cancelled_order.entry(m.0.clone()).or_default();
+        order.push_back((now, m.1.clone()));
+        let oldest = now.saturating_sub(u64::try_from(r.age.as_micros()).unwrap_or(u64::MAX));
+        let count = usize::try_from(r.count).unwrap_or(usize::MAX);
+        while let Some((at, id)) = order.front().cloned() {
+            if at >= oldest && order.len() <= count {
+                break;
+            }
+            order.pop_front();
+            let gone = (m.0.clone(), id);
+            // A job cancelled again since has a later mark, which stays.
+            if self.cancelled.get(&gone) == Some(&at) {
+                self.cancelled.remove(&gone);
+            }
+        }
+    }
+
+    /// Forgets the marks of `topic`'s cancelled jobs (its retention was taken away).
+    pub(super) fn forget_cancelled(&mut self, topic: &crate::name::Topic) {
+        for (_, id) in self.cancelled_order.remove(topic).unwrap_or_default() {
+            self.cancelled.remove(&(topic.clone(), id));
         }
     }
 

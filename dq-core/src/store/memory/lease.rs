@@ -328,7 +328,8 @@ impl Leases for MemoryStore {
         s.unique_for.remove(&m);
         let now = self.now_us();
         s.events.emit(&m, run, now, || EventKind::Cancelled);
-        // Those waiting for it hear it is gone, as after a cancel of a pending job.
+        // Those waiting for it hear it was cancelled, as after a cancel of a pending job.
+        s.bury(&m, now);
         s.wake_waiters(&m);
         Ok(true)
     }
@@ -397,7 +398,10 @@ impl Leases for MemoryStore {
         let mut s = lock(&self.state);
         match retention {
             Some(r) => s.retention.insert(topic.clone(), r),
-            None => s.retention.remove(topic),
+            None => {
+                s.forget_cancelled(topic);
+                s.retention.remove(topic)
+            }
         };
         Ok(())
     }

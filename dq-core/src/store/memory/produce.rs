@@ -176,7 +176,8 @@ impl Producer for MemoryStore {
         s.unique_for.remove(&m);
         let now = self.now_us();
         s.events.emit(&m, attempt, now, || EventKind::Cancelled);
-        // Those waiting for it hear it is gone.
+        // Those waiting for it hear it was cancelled.
+        s.bury(&m, now);
         s.wake_waiters(&m);
         Ok(ChangeOutcome::Done)
     }

@@ -86,6 +86,11 @@ pub(super) struct State {
     pub(super) waiters: HashMap<Member, Vec<Waiter>>,
     /// The job events of the topics that have them on.
     pub(super) events: EventLog,
+    /// Marks of the cancelled jobs of topics that keep their ends (when each was cancelled,
+    /// us), for the waits that come after the cancel (see `ends`).
+    pub(super) cancelled: HashMap<Member, u64>,
+    /// Per topic, its marks in the order they were made, for the trim.
+    pub(super) cancelled_order: HashMap<Topic, std::collections::VecDeque<(u64, JobId)>>,
 }
 
 /// Which tally of [`State::tally`] a run adds to.
