@@ -222,6 +222,7 @@ on_every_store!(
         a_topic_without_events_has_no_stream_at_all,
         a_reader_resuming_behind_the_cap_is_told_how_many_it_missed,
         a_reader_resumed_inside_a_bulk_push_gets_the_rest_of_it_once,
+        the_cap_counts_events_however_many_an_entry_holds,
     ],
 );
 

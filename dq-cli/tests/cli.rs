@@ -92,6 +92,7 @@ async fn succeed(c: &dq::Client, store: &Arc<dyn Store>, topic: &str, id: &str, 
     let done = [dq::store::Succeeded {
         lease,
         result: Some(result.to_vec()),
+        run: 1,
     }];
     assert_eq!(store.ack_succeeded(&done).await.unwrap().acked, 1);
 }

@@ -8,10 +8,12 @@
 //! own). A program that only pushes writes the `pushed` events too once the topic has them on.
 //!
 //! Each shard keeps its jobs' events in one capped stream per topic (on Redis, the Stream
-//! `events:<topic>` of the shard, trimmed with `XADD MAXLEN ~ cap`): at least `cap` of the latest
+//! `events:<topic>` of the shard, trimmed with `XADD MINID ~`): at least `cap` of the latest
 //! events are kept per shard (10,000 unless the listener says otherwise). The trimming is
-//! approximate, as Redis does it cheaply: a stream holds the cap and up to a hundred or so more,
-//! never fewer: the cap is a floor.
+//! approximate, as Redis does it cheaply: a stream holds the cap and up to a hundred or so
+//! entries more, never fewer: the cap is a floor. On Redis the events of one kind that one step
+//! makes (a bulk push, a promotion, a fetch, an ack) share one stream entry, whose id is
+//! `0-<n>`, `n` the number of its last event: the trim counts events, not entries.
 //!
 //! A reader ([`Client::events`](crate::Client::events)) holds an [`EventCursor`], where it stands
 //! in each shard's stream. Saved as a string (`Display`) and given back
@@ -153,16 +155,18 @@ impl JobEvent {
     }
 }
 
-/// Where a reader stands in one shard's stream of a topic: the last entry it read, by its id in
-/// the stream (`<ms>-<seq>`, as Redis numbers stream entries) and its number (1, 2, ...: how a
-/// reader knows it missed some). The default (`0-0`, number 0) is before the first entry.
+/// Where a reader stands in one shard's stream of a topic: the last event it read, by the id
+/// of its entry in the stream (`<ms>-<seq>`, as Redis writes stream ids: dq's Redis store writes
+/// `0-<n>`, the memory store the time and rank) and the event's number (1, 2, ...: how a reader
+/// knows it missed some, and where it stands inside an entry of several). The default (`0-0`,
+/// number 0) is before the first entry.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct EventPosition {
-    /// The first part of the stream id: milliseconds of the store's clock.
+    /// The first part of the entry's stream id.
     pub ms: u64,
-    /// The second part of the stream id: the entry's rank among those of its millisecond.
+    /// The second part of the entry's stream id.
     pub seq: u64,
-    /// The entry's number in the stream, from 1.
+    /// The event's number in the stream, from 1.
     pub n: u64,
 }
 

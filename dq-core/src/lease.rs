@@ -78,6 +78,10 @@ pub struct Succeeded {
     pub lease: LeaseRef,
     /// The handler's value, as JSON.
     pub result: Option<Vec<u8>>,
+    /// Which run succeeded, from 1, as `JobContext::attempt` numbers it; 0 when the caller
+    /// does not know (a store that needs it, for the job's `succeeded` event, reads it from the
+    /// job then, at a cost: the runtime always says).
+    pub run: u32,
 }
 
 /// What one fetch call returned.

@@ -66,7 +66,8 @@ impl Runner {
                 .await;
             let backoff = &self.listener.backoff;
             let fate = fate::fate(ended, attempt, max_attempts, backoff, unit_random());
-            settle(&self.shared, self.leases.as_ref(), lease, fate).await;
+            let run = attempt.saturating_add(1);
+            settle(&self.shared, self.leases.as_ref(), lease, fate, run).await;
         }
         .instrument(span)
         .await

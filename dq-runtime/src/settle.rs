@@ -12,13 +12,19 @@ use crate::fate::{Fate, Why};
 use crate::health::Health;
 use crate::shared::Shared;
 
-/// Writes `fate` for the run of `lease` (in the job's span), then takes the lease out of the
-/// running set; a job to ack leaves it when the acker has acked it, so that a slow ack cannot
-/// let its lease expire.
-pub(crate) async fn settle(shared: &Shared, leases: &dyn Leases, lease: LeaseRef, fate: Fate) {
+/// Writes `fate` for run `run` (from 1) of `lease` (in the job's span), then takes the lease
+/// out of the running set; a job to ack leaves it when the acker has acked it, so that a slow
+/// ack cannot let its lease expire.
+pub(crate) async fn settle(
+    shared: &Shared,
+    leases: &dyn Leases,
+    lease: LeaseRef,
+    fate: Fate,
+    run: u32,
+) {
     match fate {
         Fate::Ack { result } => {
-            let _ = shared.acks.send(Succeeded { lease, result });
+            let _ = shared.acks.send(Succeeded { lease, result, run });
             return;
         }
         Fate::Release => {

@@ -166,6 +166,7 @@ async fn succeed(client: &Client, store: &MemoryStore, id: &str, result: &[u8]) 
     let done = [Succeeded {
         lease: job.lease.clone(),
         result: Some(result.to_vec()),
+        run: 1,
     }];
     assert_eq!(store.ack_succeeded(&done).await.unwrap().acked, 1, "{id}");
 }

@@ -220,6 +220,7 @@ pub(crate) async fn a_succeeded_event_carries_the_value_only_when_the_topic_keep
         let done = Succeeded {
             lease,
             result: Some(b"42".to_vec()),
+            run: 1,
         };
         assert_eq!(s.ack_succeeded(&[done]).await.unwrap().acked, 1);
     };
@@ -339,4 +340,37 @@ pub(crate) async fn a_reader_resumed_inside_a_bulk_push_gets_the_rest_of_it_once
     assert_eq!(rest, ["3", "4", "5", "6", "7", "8", "9"]);
     let more = tokio::time::timeout(Duration::from_millis(300), resumed.recv()).await;
     assert!(more.is_err(), "nothing twice: {more:?}");
+}
+
+/// The cap counts events, not stream entries: fifty bulk pushes of a hundred jobs (fifty
+/// entries on Redis) keep about the cap's latest events, not five thousand.
+pub(crate) async fn the_cap_counts_events_however_many_an_entry_holds(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    events_on(c, 100).await;
+    for batch in 0..50u64 {
+        let jobs = (0..100u64).map(|i| {
+            let push = c.push(OrderCancel { order_id: i });
+            push.id(format!("{batch}-{i}"))
+        });
+        c.push_batch(jobs).await.unwrap();
+    }
+    // From the start: what is kept, oldest first (a reader from the start is owed nothing).
+    let mut all = c.events_from(TOPIC, EventCursor::start()).await.unwrap();
+    let mut read = 0u64;
+    loop {
+        match next_item(&mut all).await {
+            EventItem::Event { event, .. } => {
+                read += 1;
+                if event.id.as_str() == "49-99" {
+                    break;
+                }
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(
+        (100..1000).contains(&read),
+        "at least the cap kept, and about as many: {read}"
+    );
 }

@@ -41,6 +41,7 @@ fn with_value(job: &LeasedJob) -> Succeeded {
     Succeeded {
         lease: job.lease.clone(),
         result: Some(VALUE.to_vec()),
+        run: 1,
     }
 }
 
@@ -206,6 +207,7 @@ pub(crate) async fn a_push_of_a_done_id_makes_a_new_job(kind: Kind) {
     let succeeded = Succeeded {
         lease: job.lease.clone(),
         result: Some(br#"{"n":2}"#.to_vec()),
+        run: 1,
     };
     let acked = c.store().ack_succeeded(&[succeeded]).await.unwrap();
     assert_eq!(acked.acked, 1);

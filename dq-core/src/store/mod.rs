@@ -192,6 +192,7 @@ pub trait Leases: Sharded {
             .map(|lease| Succeeded {
                 lease: lease.clone(),
                 result: None,
+                run: 0,
             })
             .collect();
         self.ack_succeeded(&done).await

@@ -12,8 +12,9 @@
 -- call, in the same order: when a topic's job events are on, each job acked is announced
 -- (`succeeded`, with its run, and its value when the topic keeps it).
 -- A job pushed with unique_for keeps its id reserved (in `unique`) for that long from now.
--- ARGV[1] n, the number of topics; ARGV[2..n+1] the topics; then member, token, value triples
--- (value '' for none; at most 1000 triples).
+-- ARGV[1] n, the number of topics; ARGV[2..n+1] the topics; then member, token, value, run
+-- quadruples (value '' for none; run: which run succeeded, 0 when the caller does not know, for
+-- the `succeeded` event, read from the job then; at most 1000 quadruples).
 -- Returns {acked, stale_member_1, ...}: a stale member's lease was taken over (or it was cancelled).
 local jobs, inflight, counts, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local retain, results, cancels = KEYS[7], KEYS[8], KEYS[9]
@@ -21,21 +22,23 @@ local n_topics = tonumber(ARGV[1])
 local progress = KEYS[10 + n_topics]
 local done_key = {}
 for i = 1, n_topics do done_key[ARGV[1 + i]] = KEYS[9 + i] end
-local members, tokens, values = {}, {}, {}
-for i = 2 + n_topics, #ARGV, 3 do
+local members, tokens, values, said_runs = {}, {}, {}, {}
+for i = 2 + n_topics, #ARGV, 4 do
   members[#members + 1] = ARGV[i]
   tokens[#tokens + 1] = ARGV[i + 1]
   values[#values + 1] = ARGV[i + 2]
+  said_runs[#said_runs + 1] = ARGV[i + 3]
 end
 local out = {0}
 if #members == 0 then return out end
 local held = redis.call('HMGET', leases, unpack(members))
-local done, done_values, done_topics, per_topic, seen = {}, {}, {}, {}, {}
+local done, done_values, done_runs, done_topics, per_topic, seen = {}, {}, {}, {}, {}, {}
 for i, member in ipairs(members) do
   if held[i] == tokens[i] and not seen[member] then
     seen[member] = true
     done[#done + 1] = member
     done_values[#done] = values[i]
+    done_runs[#done] = said_runs[i]
     local topic = topic_of(member)
     done_topics[#done] = topic
     per_topic[topic] = (per_topic[topic] or 0) + 1
@@ -81,14 +84,19 @@ if #done > 0 then
     if stream_key[topic] then streams[topic] = events_open(stream_key[topic], cap) end
   end
   if next(streams) then
-    local announced, at = {}, {}
+    -- The runs the caller said; the others read from the jobs (before their envelopes go).
+    local unsaid, at = {}, {}
     for i, member in ipairs(done) do
       if streams[done_topics[i]] then
-        announced[#announced + 1] = member
-        at[#announced] = i
+        if done_runs[i] ~= '0' then
+          runs[i] = done_runs[i]
+        else
+          unsaid[#unsaid + 1] = member
+          at[#unsaid] = i
+        end
       end
     end
-    for k, counted in ipairs(runs_of_all(jobs, announced)) do runs[at[k]] = counted + 1 end
+    for k, counted in ipairs(runs_of_all(jobs, unsaid)) do runs[at[k]] = counted + 1 end
   end
 end
 local cancelled = #done > 0 and redis.call('EXISTS', cancels) == 1
@@ -154,15 +162,16 @@ if next(streams) then
   for i, member in ipairs(done) do
     local topic = done_topics[i]
     if streams[topic] then
-      local b = batch[topic] or {ids = {}, runs = {}, values = {}}
+      -- Values only for a topic that keeps them.
+      local b = batch[topic] or {ids = {}, runs = {}, values = kept[topic] and {}}
       batch[topic] = b
       b.ids[#b.ids + 1] = string.sub(member, #topic + 2)
       b.runs[#b.runs + 1] = runs[i]
-      b.values[#b.values + 1] = kept[topic] and done_values[i] or ''
+      if b.values then b.values[#b.values + 1] = done_values[i] end
     end
   end
   for topic, b in pairs(batch) do
-    emit_events(streams[topic], 'succeeded', b.ids, b.runs, stamp, 'v', b.values)
+    emit_events(streams[topic], 'succeeded', b.ids, b.runs, stamp, 'v', b.values or nil)
   end
 end
 return out

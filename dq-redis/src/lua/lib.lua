@@ -324,17 +324,32 @@ local function events_open(key, cap)
   return { key = key, cap = cap, n = n }
 end
 
+-- An entry's stream id is `0-<n>`, the number of its last event: ids grow with the events, so
+-- trimming below `0-<n - cap + 1>` (XADD's MINID ~) keeps the latest `cap` events however many
+-- an entry holds (MAXLEN would count entries, and an entry may hold a thousand). The time of
+-- each event is its `t` field.
+local function stream_id(stream)
+  return '0-' .. fmt(stream.n)
+end
+
+local function stream_floor(stream)
+  return '0-' .. fmt(math.max(stream.n - tonumber(stream.cap) + 1, 0))
+end
+
+-- Appends an entry. An event that cannot be written (a stream key of another type, an entry
+-- id below the stream's last one) is lost, never the change it describes: the script goes on.
+local function append_entry(args)
+  redis.pcall(unpack(args))
+end
+
 -- Appends the event `kind` of job `id`'s run `attempt` at `stamp` (us, as text), with one more
 -- field when given (`d` due time, `e` error, `v` value).
 local function emit_event(stream, kind, id, attempt, stamp, field, value)
   stream.n = stream.n + 1
-  if field then
-    redis.call('XADD', stream.key, 'MAXLEN', '~', stream.cap, '*', 'n', fmt(stream.n), 'k', kind,
-      'id', id, 'a', fmt(attempt), 't', stamp, field, value)
-  else
-    redis.call('XADD', stream.key, 'MAXLEN', '~', stream.cap, '*', 'n', fmt(stream.n), 'k', kind,
-      'id', id, 'a', fmt(attempt), 't', stamp)
-  end
+  local args = {'XADD', stream.key, 'MINID', '~', stream_floor(stream), stream_id(stream),
+    'n', fmt(stream.n), 'k', kind, 'id', id, 'a', fmt(attempt), 't', stamp}
+  if field then push_all_pairs(args, field, value) end
+  append_entry(args)
 end
 
 -- Appends the events `kind` of the jobs `ids` (their runs `attempts`, or none: `a` left out,
@@ -361,7 +376,7 @@ local function emit_events(stream, kind, ids, attempts, stamp, field, values)
         local a = attempts[i]
         local text = printed[a]
         if not text then
-          text = fmt(a)
+          text = type(a) == 'string' and a or fmt(a)
           printed[a] = text
         end
         runs[k] = text
@@ -369,11 +384,11 @@ local function emit_events(stream, kind, ids, attempts, stamp, field, values)
       if values then vals[k] = values[i] end
     end
     stream.n = stream.n + #lines
-    local args = {'XADD', stream.key, 'MAXLEN', '~', stream.cap, '*', 'n', fmt(stream.n),
-      'c', fmt(#lines), 'k', kind, 'id', table.concat(ids_of, '\n'), 't', stamp}
+    local args = {'XADD', stream.key, 'MINID', '~', stream_floor(stream), stream_id(stream),
+      'n', fmt(stream.n), 'c', fmt(#lines), 'k', kind, 'id', table.concat(ids_of, '\n'), 't', stamp}
     if attempts then push_all_pairs(args, 'a', table.concat(runs, '\n')) end
     if values then push_all_pairs(args, field, table.concat(vals, '\n')) end
-    redis.call(unpack(args))
+    append_entry(args)
   end
   for _, i in ipairs(alone) do
     local a = attempts and attempts[i] or 0

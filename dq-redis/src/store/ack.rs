@@ -64,7 +64,8 @@ impl RedisStore {
         for job in chunk {
             inv.arg(member(&job.lease.topic, &job.lease.id))
                 .arg(job.lease.token)
-                .arg(job.result.as_deref().unwrap_or_default());
+                .arg(job.result.as_deref().unwrap_or_default())
+                .arg(job.run);
         }
         self.call("ack", &inv).await
     }

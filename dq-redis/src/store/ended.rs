@@ -148,12 +148,14 @@ impl RedisStore {
         id: &JobId,
         timeout: Duration,
     ) -> Result<Waited> {
-        let deadline = Instant::now() + timeout;
-        // One look always, bounded by the store's reply limit rather than the timeout: a wait
-        // of zero (`Client::result`) asks for exactly that look.
-        if let Some(answer) = self.end_now(topic, id).await? {
-            return Ok(answer);
+        // A wait of zero (`Client::result`) asks for exactly one look, bounded by the store's
+        // reply limit rather than the timeout.
+        if timeout.is_zero() {
+            return Ok(self.end_now(topic, id).await?.unwrap_or(Waited::TimedOut));
         }
+        let deadline = Instant::now() + timeout;
+        // Listening before the first look: no announcement falls between the two. Every look,
+        // the first too, is bounded by the deadline and goes on through a lost connection.
         let (mut ended, mut live) = self.ended.listen(self);
         let me = member(topic, id);
         loop {
