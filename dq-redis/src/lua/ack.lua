@@ -157,21 +157,26 @@ if #drop > 0 then redis.call('HDEL', jobs, unpack(drop)) end
 if reported then clear_progress(progress, done) end
 if next(streams) then
   local stamp = fmt(now)
-  -- One entry per topic: the ids, their runs, and their values when the topic keeps them.
-  local batch = {}
-  for i, member in ipairs(done) do
-    local topic = done_topics[i]
-    if streams[topic] then
-      -- Values only for a topic that keeps them.
-      local b = batch[topic] or {ids = {}, runs = {}, values = kept[topic] and {}}
-      batch[topic] = b
-      b.ids[#b.ids + 1] = string.sub(member, #topic + 2)
-      b.runs[#b.runs + 1] = runs[i]
-      if b.values then b.values[#b.values + 1] = done_values[i] end
+  -- One entry per topic: the jobs (as `topic:id`: the reader keeps the id), their runs, and
+  -- their values when the topic keeps them. A call of one topic hands its lists over as they are.
+  local only = n_topics == 1 and ARGV[2]
+  if only and streams[only] then
+    emit_events(streams[only], 'succeeded', done, runs, stamp, 'v', kept[only] and done_values or nil)
+  else
+    local batch = {}
+    for i, member in ipairs(done) do
+      local topic = done_topics[i]
+      if streams[topic] then
+        local b = batch[topic] or {ids = {}, runs = {}, values = kept[topic] and {}}
+        batch[topic] = b
+        b.ids[#b.ids + 1] = member
+        b.runs[#b.runs + 1] = runs[i]
+        if b.values then b.values[#b.values + 1] = done_values[i] end
+      end
     end
-  end
-  for topic, b in pairs(batch) do
-    emit_events(streams[topic], 'succeeded', b.ids, b.runs, stamp, 'v', b.values or nil)
+    for topic, b in pairs(batch) do
+      emit_events(streams[topic], 'succeeded', b.ids, b.runs, stamp, 'v', b.values or nil)
+    end
   end
 end
 return out

@@ -352,50 +352,56 @@ local function emit_event(stream, kind, id, attempt, stamp, field, value)
   append_entry(args)
 end
 
--- Appends the events `kind` of the jobs `ids` (their runs `attempts`, or none: `a` left out,
--- read as 0; and with `values` each one's `field`, '' for none) as ONE entry when there are several: `c` events numbered up to
--- `n`, each per-job field one line per job (ids hold no whitespace; a value holding a line
--- break goes in an entry of its own). A stream entry costs about what its XADD costs whatever
--- it holds: a drain with one entry per job and kind lost half its throughput (BENCHMARKS.md).
+-- Appends the events `kind` of the jobs `ids` (their runs `attempts`, numbers or their text, or
+-- none: `a` left out, read as 0; and with `values` each one's `field`, '' for none) as ONE entry
+-- when there are several: `c` events numbered up to `n`, each per-job field one line per job
+-- (ids hold no whitespace, and may be given as `topic:id`: the reader keeps what follows the
+-- colon; a value holding a line break goes in an entry of its own). A stream entry costs about
+-- what its XADD costs whatever it holds: a drain with one entry per job and kind lost half its
+-- throughput (BENCHMARKS.md). The lists go to the entry as they are (table.concat prints the
+-- small numbers of runs exactly): no copy per job unless a value holds a line break.
 local function emit_events(stream, kind, ids, attempts, stamp, field, values)
-  local lines, alone = {}, {}
-  for i = 1, #ids do
-    if values and string.find(values[i], '\n', 1, true) then
-      alone[#alone + 1] = i
-    else
-      lines[#lines + 1] = i
+  -- Events written one by one: {id, run, value}.
+  local singles = {}
+  if values then
+    local broken = false
+    for i = 1, #values do
+      if string.find(values[i], '\n', 1, true) then
+        broken = true
+        break
+      end
+    end
+    if broken then
+      local ids_of, runs, vals = {}, {}, {}
+      for i = 1, #ids do
+        local run = attempts and attempts[i] or 0
+        if string.find(values[i], '\n', 1, true) then
+          singles[#singles + 1] = {ids[i], run, values[i]}
+        else
+          ids_of[#ids_of + 1] = ids[i]
+          runs[#runs + 1] = run
+          vals[#vals + 1] = values[i]
+        end
+      end
+      ids, values = ids_of, vals
+      if attempts then attempts = runs end
     end
   end
-  if #lines == 1 then alone[#alone + 1] = lines[1] end
-  if #lines > 1 then
-    -- Runs are small numbers, mostly the same few: each printed once.
-    local ids_of, runs, vals, printed = {}, {}, {}, {}
-    for k, i in ipairs(lines) do
-      ids_of[k] = ids[i]
-      if attempts then
-        local a = attempts[i]
-        local text = printed[a]
-        if not text then
-          text = type(a) == 'string' and a or fmt(a)
-          printed[a] = text
-        end
-        runs[k] = text
-      end
-      if values then vals[k] = values[i] end
-    end
-    stream.n = stream.n + #lines
+  if #ids == 1 then
+    singles[#singles + 1] = {ids[1], attempts and attempts[1] or 0, values and values[1]}
+  elseif #ids > 1 then
+    stream.n = stream.n + #ids
     local args = {'XADD', stream.key, 'MINID', '~', stream_floor(stream), stream_id(stream),
-      'n', fmt(stream.n), 'c', fmt(#lines), 'k', kind, 'id', table.concat(ids_of, '\n'), 't', stamp}
-    if attempts then push_all_pairs(args, 'a', table.concat(runs, '\n')) end
-    if values then push_all_pairs(args, field, table.concat(vals, '\n')) end
+      'n', fmt(stream.n), 'c', fmt(#ids), 'k', kind, 'id', table.concat(ids, '\n'), 't', stamp}
+    if attempts then push_all_pairs(args, 'a', table.concat(attempts, '\n')) end
+    if values then push_all_pairs(args, field, table.concat(values, '\n')) end
     append_entry(args)
   end
-  for _, i in ipairs(alone) do
-    local a = attempts and attempts[i] or 0
-    if values and values[i] ~= '' then
-      emit_event(stream, kind, ids[i], a, stamp, field, values[i])
+  for _, e in ipairs(singles) do
+    if e[3] and e[3] ~= '' then
+      emit_event(stream, kind, e[1], e[2], stamp, field, e[3])
     else
-      emit_event(stream, kind, ids[i], a, stamp)
+      emit_event(stream, kind, e[1], e[2], stamp)
     end
   end
 end

@@ -186,7 +186,9 @@ fn job_event(topic: &Topic, f: &Fields<'_>, i: usize, count: u64) -> Option<JobE
     };
     let text = |name: &str| nth(name).and_then(|b| std::str::from_utf8(b).ok());
     let number = |name: &str| text(name).and_then(|t| t.parse::<u64>().ok());
-    let id = JobId::new(text("id")?).ok()?;
+    // A batch may name its jobs `topic:id` (neither holds a colon): the id follows it.
+    let named = text("id")?;
+    let id = JobId::new(named.rsplit_once(':').map_or(named, |(_, id)| id)).ok()?;
     // An entry without runs (`promoted`: a promotion does not read the jobs) reads as 0.
     let attempt = match f.get("a") {
         None => 0,
@@ -322,7 +324,19 @@ mod tests {
         let topic = Topic::new("mail").unwrap();
         let keys = vec![(0, "s0".to_owned())];
         let pushed = [
-            "n", "12", "c", "3", "k", "pushed", "id", "a\nb\nc", "a", "0\n0\n0", "t", "7000", "d",
+            "n",
+            "12",
+            "c",
+            "3",
+            "k",
+            "pushed",
+            "id",
+            "a\nmail:b\nc",
+            "a",
+            "0\n0\n0",
+            "t",
+            "7000",
+            "d",
             "\n9000\n",
         ];
         let reply = Value::Array(vec![Value::Array(vec![
