@@ -117,17 +117,22 @@ if #done > 0 then end_leases(inflight, leases, done) end
 if cancelled then redis.call('HDEL', cancels, unpack(done)) end
 if #keep > 0 then
   local stamp = fmt(now)
-  -- One command per key for the whole call: the index per topic, the values.
-  local index, kept_values, no_value = {}, {}, {}
+  -- One command per key for the whole call: the index per topic, the values. (A kept job has
+  -- no value from before: a push of its id, a cancel and the trim delete the record's.)
+  local index, kept_values = {}, {}
   for k, member in ipairs(keep) do
-    local topic = done_topics[keep_at[k]]
-    index[topic] = index[topic] or {}
-    push_all_pairs(index[topic], stamp, member)
-    local value = done_values[keep_at[k]]
+    local i = keep_at[k]
+    local list = index[done_topics[i]]
+    if not list then
+      list = {}
+      index[done_topics[i]] = list
+    end
+    list[#list + 1] = stamp
+    list[#list + 1] = member
+    local value = done_values[i]
     if value ~= '' then
-      push_all_pairs(kept_values, member, value)
-    else
-      no_value[#no_value + 1] = member
+      kept_values[#kept_values + 1] = member
+      kept_values[#kept_values + 1] = value
     end
   end
   for topic, pairs_of in pairs(index) do redis.call('ZADD', done_key[topic], unpack(pairs_of)) end
@@ -141,11 +146,8 @@ if #keep > 0 then
   end
   -- The records past the retention: their envelopes go with the others (below), their values
   -- now; each hash once, last: an HDEL may delete its key.
-  for _, member in ipairs(gone) do
-    no_value[#no_value + 1] = member
-    drop[#drop + 1] = member
-  end
-  if #no_value > 0 then redis.call('HDEL', results, unpack(no_value)) end
+  for _, member in ipairs(gone) do drop[#drop + 1] = member end
+  if #gone > 0 then redis.call('HDEL', results, unpack(gone)) end
 end
 out[1] = #done
 for topic, k in pairs(per_topic) do
