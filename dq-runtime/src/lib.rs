@@ -14,6 +14,7 @@ mod listener;
 pub mod metrics;
 mod mover;
 mod outcome;
+mod retention;
 mod running;
 mod runtime;
 mod settle;

@@ -10,6 +10,8 @@
 mod backend;
 mod memory;
 pub mod policy;
+mod registry;
+mod schedules;
 mod shard;
 
 use std::time::{Duration, SystemTime};
@@ -18,6 +20,8 @@ use async_trait::async_trait;
 
 pub use self::backend::{open, Backend, Opening};
 pub use self::memory::{Event, MemoryStore};
+pub use self::registry::Registry;
+pub use self::schedules::{ScheduleEntry, Schedules};
 pub use self::shard::shard_of;
 pub use crate::envelope::{Envelope, ENVELOPE_VERSION};
 pub use crate::events::{EventEntry, EventFeed, EventPosition};
@@ -26,7 +30,7 @@ pub use crate::lease::{check_progress, check_retry_delay};
 pub use crate::lease::{Acked, Fetched, LeaseRef, LeasedJob, Promoted, Reclaimed, Succeeded};
 pub use crate::result::{Retention, Waited};
 
-use crate::admin::{ChangeOutcome, Cursor, Page, Throughput, TopicCounts, TopicStats, WorkerInfo};
+use crate::admin::{ChangeOutcome, Cursor, Page, Throughput, TopicCounts, TopicStats};
 use crate::error::Result;
 use crate::events::EventCursor;
 use crate::job::{Due, JobInfo, JobState, OnConflict, PushOutcome};
@@ -347,100 +351,6 @@ impl DeadLetters<'_> {
             }
         }
     }
-}
-
-/// The live workers, as their heartbeats record them.
-#[async_trait]
-pub trait Registry: Sharded {
-    /// Records a worker's heartbeat.
-    async fn register_worker(&self, worker: &WorkerInfo) -> Result<()>;
-
-    /// Removes a worker that stopped.
-    async fn unregister_worker(&self, id: &str) -> Result<()>;
-
-    /// The workers seen in the last minute (older entries are dropped).
-    async fn workers(&self) -> Result<Vec<WorkerInfo>>;
-
-    /// A value that names what the store holds of this namespace: made when first asked, the
-    /// same from then on, and different once the store has lost it (on Redis: restarted
-    /// without persistence, `FLUSHALL`, failed over to a replica that never had it). Runtimes
-    /// compare it with the one they saw when they declared their listeners' schedules and
-    /// retries, and declare them again when it changed.
-    async fn namespace_epoch(&self) -> Result<String>;
-}
-
-/// A periodic schedule as the store keeps it, with where it stands.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ScheduleEntry {
-    /// Its id.
-    pub id: String,
-    /// Its [`ScheduleSpec`](crate::schedule::ScheduleSpec) as JSON.
-    pub spec_json: String,
-    /// Its next tick (us since the epoch); `None` while it is paused.
-    pub next_us: Option<u64>,
-    /// The last tick that was fired (us since the epoch).
-    pub last_us: Option<u64>,
-    /// Grows whenever the schedule is stored with a changed spec or resumed; a look fires
-    /// under the generation it read, and can move the schedule on only while it still holds.
-    pub generation: u64,
-}
-
-impl ScheduleEntry {
-    /// An entry (for stores of your own).
-    pub fn new(id: String, spec_json: String, next_us: Option<u64>, last_us: Option<u64>) -> Self {
-        ScheduleEntry {
-            id,
-            spec_json,
-            next_us,
-            last_us,
-            generation: 0,
-        }
-    }
-
-    /// The entry with this generation.
-    pub fn with_generation(mut self, generation: u64) -> Self {
-        self.generation = generation;
-        self
-    }
-}
-
-/// Periodic schedules, kept with the worker registry (on Redis, in shard 0) so that every
-/// process sees and fires the same ones.
-#[async_trait]
-pub trait Schedules: Sharded {
-    /// Stores a schedule, replacing one of the same id, ticking next at `next_us` (`None`:
-    /// paused), in a new generation (above the old one and the store's clock in us).
-    async fn put_schedule(&self, id: &str, spec_json: &str, next_us: Option<u64>) -> Result<()>;
-
-    /// Deletes a schedule; false when there was none. Jobs it already made are left alone.
-    async fn remove_schedule(&self, id: &str) -> Result<bool>;
-
-    /// One schedule.
-    async fn schedule(&self, id: &str) -> Result<Option<ScheduleEntry>>;
-
-    /// Every schedule, by id.
-    async fn schedules(&self) -> Result<Vec<ScheduleEntry>>;
-
-    /// Up to `limit` schedules whose next tick is at or before `until_us`, earliest first,
-    /// with that tick.
-    async fn due_schedules(&self, until_us: u64, limit: usize) -> Result<Vec<(String, u64)>>;
-
-    /// Moves the schedule of `fired` from its tick to `to_us` (`None`: it has no more) and
-    /// records that tick as fired, but only while its next tick is still that one and its
-    /// generation still the one fired under: false when another process moved it first (or it was
-    /// paused, removed, changed or resumed meanwhile).
-    async fn advance_schedule(&self, fired: &FiredTick, to_us: Option<u64>) -> Result<bool>;
-
-    /// Sets a schedule's next tick (`None`: paused; `Some`: resumed, in a new generation);
-    /// false when there is no such schedule. Atomic: a schedule removed meanwhile stays gone.
-    async fn set_schedule_next(&self, id: &str, next_us: Option<u64>) -> Result<bool>;
-
-    /// Moves a schedule to a new generation above `above` (and its last, and the store's clock
-    /// in us); `None` when there is no such schedule. For a generation that went back below
-    /// the one its ticks were made under in some shard (a failover lost its latest change, the
-    /// clock stepped back): that shard's fence would refuse every tick of it.
-    async fn raise_schedule_generation(&self, id: &str, above: u64) -> Result<Option<u64>>;
 }
 
 /// Every role of a store: what the runtime and the client hold (`Arc<dyn Store>`), and what

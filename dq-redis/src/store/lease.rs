@@ -73,7 +73,7 @@ impl RedisStore {
     }
 
     /// `leases` grouped by shard, in chunks of at most `MAX_BATCH`: one script call each.
-    fn lease_chunks<'a>(&self, leases: &'a [LeaseRef]) -> Vec<(u16, Vec<&'a LeaseRef>)> {
+    pub(super) fn lease_chunks<'a>(&self, leases: &'a [LeaseRef]) -> Vec<(u16, Vec<&'a LeaseRef>)> {
         let mut out = Vec::new();
         for (shard, group) in self.by_shard(leases) {
             for chunk in group.chunks(MAX_BATCH) {
@@ -250,18 +250,7 @@ impl Leases for RedisStore {
     }
 
     async fn progress(&self, lease: &LeaseRef, value: &[u8]) -> Result<bool> {
-        dq_core::store::check_progress(lease, value)?;
-        let k = self.keys_of(&lease.topic, &lease.id);
-        let mut inv = SCRIPTS.progress.prepare_invoke();
-        inv.key(k.leases())
-            .key(k.progress())
-            .key(k.jobs())
-            .key(k.events())
-            .key(k.events_stream(&lease.topic))
-            .arg(member(&lease.topic, &lease.id))
-            .arg(lease.token)
-            .arg(value);
-        Ok(self.call::<Applied>("progress", &inv).await?.0)
+        self.record_progress(lease, value).await
     }
 
     async fn extend(&self, leases: &[LeaseRef], lease: Duration) -> Result<Vec<LeaseRef>> {
@@ -281,43 +270,11 @@ impl Leases for RedisStore {
     }
 
     async fn cancel_requests(&self, leases: &[LeaseRef]) -> Result<Vec<LeaseRef>> {
-        let mut asked = Vec::new();
-        for (shard, chunk) in self.lease_chunks(leases) {
-            let members: Vec<String> = chunk.iter().map(|l| member(&l.topic, &l.id)).collect();
-            let cmd = redis::cmd("HMGET")
-                .arg(self.keys(shard).cancels())
-                .arg(&members)
-                .to_owned();
-            let tokens: Vec<Option<String>> = self.query("read the cancel requests", &cmd).await?;
-            // A request applies to the lease it was made against, not to a later run.
-            asked.extend(
-                chunk
-                    .iter()
-                    .zip(tokens)
-                    .filter(|(l, token)| token.as_deref() == Some(l.token.to_string().as_str()))
-                    .map(|(l, _)| (*l).clone()),
-            );
-        }
-        Ok(asked)
+        self.read_cancel_requests(leases).await
     }
 
     async fn cancel_running(&self, lease: &LeaseRef) -> Result<bool> {
-        let k = self.keys_of(&lease.topic, &lease.id);
-        let mut inv = SCRIPTS.cancel_running.prepare_invoke();
-        inv.key(k.jobs())
-            .key(k.inflight())
-            .key(k.counts())
-            .key(k.leases())
-            .key(k.cancels())
-            .key(k.unique_for())
-            .key(k.retain())
-            .key(k.progress())
-            .key(k.events())
-            .key(k.events_stream(&lease.topic))
-            .key(k.cancelled(&lease.topic))
-            .arg(member(&lease.topic, &lease.id))
-            .arg(lease.token);
-        Ok(self.call::<Applied>("cancel_running", &inv).await?.0)
+        self.delete_cancelled_run(lease).await
     }
 
     async fn reclaim(&self, shard: u16, limit: usize) -> Result<Reclaimed> {

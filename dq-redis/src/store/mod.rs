@@ -1,7 +1,8 @@
 //! The Redis store: the key layout of [`keys`](crate::keys), one Lua script per operation.
 //!
 //! One module per role of the store ([`Producer`](dq_core::store::Producer) in `produce`,
-//! [`Leases`](dq_core::store::Leases) in `lease` (its fetch in `fetch`),
+//! [`Leases`](dq_core::store::Leases) in `lease` (its fetch in `fetch`, the writes about a
+//! running job in `running`),
 //! [`Admin`](dq_core::store::Admin) and [`Registry`](dq_core::store::Registry) in `admin`,
 //! [`Schedules`](dq_core::store::Schedules) in `schedules`), the blocking waiters in
 //! `waiters`, job events in `events` (read by `event_feed`), and the reading of script replies
@@ -16,6 +17,7 @@ mod fetch;
 mod lease;
 mod produce;
 mod reply;
+mod running;
 mod schedules;
 mod waiters;
 

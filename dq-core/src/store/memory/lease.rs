@@ -272,18 +272,7 @@ impl Leases for MemoryStore {
     }
 
     async fn progress(&self, lease: &LeaseRef, value: &[u8]) -> Result<bool> {
-        crate::lease::check_progress(lease, value)?;
-        let mut s = lock(&self.state);
-        let Some(m) = s.holds(lease) else {
-            return Ok(false);
-        };
-        let run = s.jobs.get(&m).map_or(1, |e| e.attempt.saturating_add(1));
-        let now = self.now_us();
-        s.events.emit(&m, run, now, || EventKind::Progress {
-            value: value.to_vec(),
-        });
-        s.progress.insert(m, value.to_vec());
-        Ok(true)
+        self.record_progress(lease, value)
     }
 
     async fn extend(&self, leases: &[LeaseRef], lease: Duration) -> Result<Vec<LeaseRef>> {
@@ -307,31 +296,11 @@ impl Leases for MemoryStore {
     }
 
     async fn cancel_requests(&self, leases: &[LeaseRef]) -> Result<Vec<LeaseRef>> {
-        let s = lock(&self.state);
-        Ok(leases
-            .iter()
-            .filter(|l| {
-                let m = (l.topic.clone(), l.id.clone());
-                s.cancels.get(&m) == Some(&l.token)
-            })
-            .cloned()
-            .collect())
+        self.read_cancel_requests(leases)
     }
 
     async fn cancel_running(&self, lease: &LeaseRef) -> Result<bool> {
-        let mut s = lock(&self.state);
-        let Some(m) = s.holds(lease) else {
-            return Ok(false);
-        };
-        s.end_lease(&m);
-        let run = s.jobs.remove(&m).map_or(1, |e| e.attempt.saturating_add(1));
-        s.unique_for.remove(&m);
-        let now = self.now_us();
-        s.events.emit(&m, run, now, || EventKind::Cancelled);
-        // Those waiting for it hear it was cancelled, as after a cancel of a pending job.
-        s.bury(&m, now);
-        s.wake_waiters(&m);
-        Ok(true)
+        self.delete_cancelled_run(lease)
     }
 
     async fn reclaim(&self, _shard: u16, limit: usize) -> Result<Reclaimed> {

@@ -15,14 +15,16 @@
 //! are added.
 //!
 //! `state` holds the jobs and every change to them as plain synchronous code; the role traits
-//! are implemented over it in `produce`, `lease` and `admin`, the waits for ready jobs and
-//! announcements in `waiters`, the waits for a job's end in `ends`, the job events in `events`.
+//! are implemented over it in `produce`, `lease` (the writes about a running job in `running`)
+//! and `admin`, the waits for ready jobs and announcements in `waiters`, the waits for a job's
+//! end in `ends`, the job events in `events`.
 
 mod admin;
 mod ends;
 mod events;
 mod lease;
 mod produce;
+mod running;
 mod schedules;
 mod state;
 mod waiters;
