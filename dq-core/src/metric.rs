@@ -32,7 +32,8 @@ pub const PROGRESS_REPORTS: &str = "dq_progress_reports_total";
 /// retention), value or not.
 pub const RESULTS_KEPT: &str = "dq_results_kept_total";
 /// Counter, labels `topic` and `answer`: waits for a job's end (`Client::wait`), by what they
-/// answered: `finished` (succeeded), `dead`, `not_kept`, `not_found` or `timed_out`.
+/// answered: `finished` (succeeded), `dead`, `not_kept`, `cancelled`, `not_found` or
+/// `timed_out`.
 pub const WAITS: &str = "dq_waits_total";
 /// Histogram, label `topic`: start of a run minus the job's due time, in seconds.
 pub const JOB_LATENESS: &str = "dq_job_lateness_seconds";

@@ -18,10 +18,12 @@ use crate::job::JobInfo;
 pub struct Retention {
     /// Longest a record is kept.
     pub age: Duration,
-    /// Most records kept per shard of the topic. Redis lets the count run over by a twentieth
-    /// (at most 500 records) before a trim takes the whole excess in one step, so a count of
-    /// 10,000 keeps between 10,000 and 10,500; a count under 40 is exact. The memory store
-    /// keeps it exactly.
+    /// Most records kept per shard of the topic. Redis forgets them an ack call's worth at a
+    /// time (the jobs one ack kept, up to 1000), oldest first, once the rest still holds the
+    /// count: it keeps between the count and the count plus one call's worth (a call of one job
+    /// at a time keeps it exactly; the records a push or a cancel of their id took out may let it
+    /// run over by as many until later acks make up for them). The memory store keeps it
+    /// exactly.
     pub count: u64,
 }
 

@@ -28,9 +28,9 @@
 //! | `schedule_next` | ZSET | (shard 0 only) schedule id scored by its next tick (us); a paused one is absent |
 //! | `schedule_last` | HASH | (shard 0 only) schedule id -> the last tick fired (us) |
 //! | `workers` | HASH | (shard 0 only) worker id -> JSON: host, pid, topics, last heartbeat |
-//! | `done:<topic>` | ZSET | kept records of the topic's succeeded jobs (retention only): `topic:id` scored by when it succeeded (us); envelope stays in `jobs` |
+//! | `done:<topic>` | HASH | the topic's kept records of succeeded jobs (retention only): `topic:id` -> `<us it succeeded>:<value>` (the handler's JSON, '' for none); the envelope stays in `jobs` |
+//! | `done:<topic>:order` | LIST | one entry per ack call that kept records, oldest first: `<us>:<n>` then its n members, a line each; the records go a call's worth at a time, oldest first, once the rest holds the count or once they are older than the age (lib.lua) |
 //! | `cancelled:<topic>` | ZSET | marks of the topic's cancelled jobs (retention only): `topic:id` scored by when it was cancelled (us), trimmed to the retention's age and count by each cancel; a wait that finds a job gone and marked answers `Cancelled` |
-//! | `results` | HASH | `topic:id` -> the value its handler returned (JSON) |
 //! | `retain` | HASH | topic -> `<age us>:<count>`: how long and how many succeeded jobs it keeps (written at runtime start) |
 //! | `events` | HASH | topic -> how many events its streams keep (the cap, at least 1), for the topics whose job events are on (written at runtime start); absent: off |
 //! | `events:<topic>` | STREAM | the topic's job events in this shard, appended by the script that makes each change (`XADD MINID ~`: at least the cap's latest events are kept). An entry holds one event, or several of one kind from one call (`c` of them: a promotion, fetch, ack or push of many jobs writes one entry per topic and kind, each per-job field one line per job); its id is `0-<n>`. Fields: `n` (the number of the entry's last event, 1, 2, ...: a reader that finds a gap missed that many), `c` (how many events, 1 when absent), `k` (`pushed`, `promoted`, `started`, `progress`, `succeeded`, `failed`, `retrying`, `postponed`, `dead`, `cancelled`, `stalled`, `released`), `id` (the job's id), `a` (the run, see `dq::events::EventKind`), `t` (when, us of Redis `TIME`); then one of `d` (due time, us: pushed to wait, retrying, postponed), `e` (error: failed, dead), `v` (JSON: progress, and succeeded in a topic that keeps its values) |
@@ -162,14 +162,10 @@ impl ShardKeys {
     pub fn dead(&self, topic: &Topic) -> String {
         format!("{}dead:{topic}", self.prefix)
     }
-    /// A topic's kept records of succeeded jobs (when it has a retention): `topic:id` scored
-    /// by when it succeeded (us).
+    /// A topic's kept records of succeeded jobs (when it has a retention): `topic:id` ->
+    /// `<us>:<value>`, with their order in `done:<topic>:order` (lib.lua).
     pub fn done(&self, topic: &Topic) -> String {
         format!("{}done:{topic}", self.prefix)
-    }
-    /// The values of the kept records of succeeded jobs: `topic:id` -> the handler's JSON.
-    pub fn results(&self) -> String {
-        self.key("results")
     }
     /// Each topic's retention of succeeded jobs: topic -> `<age us>:<count>` (written at
     /// runtime start, in every shard).

@@ -16,7 +16,7 @@
 //! | `dq_jobs_cancelled_total` | counter | topic | running jobs a cancel asked to stop whose run then ended without success: deleted, not retried (a run that succeeds anyway counts as succeeded) |
 //! | `dq_progress_reports_total` | counter | topic | progress reports (`ctx.progress`) written to the store (those of a run that lost its lease are not) |
 //! | `dq_results_kept_total` | counter | topic | succeeded jobs acked with their record kept: the listener has a retention (`retain`) |
-//! | `dq_waits_total` | counter | topic, answer | waits for a job's end (`Client::wait`, any process that waits, not only workers), by answer: `finished` (succeeded), `dead`, `not_kept` (no retention), `not_found`, `timed_out` |
+//! | `dq_waits_total` | counter | topic, answer | waits for a job's end (`Client::wait`, any process that waits, not only workers), by answer: `finished` (succeeded), `dead`, `not_kept` (no retention), `cancelled`, `not_found`, `timed_out` |
 //! | `dq_job_lateness_seconds` | histogram | topic | start of a run minus the job's due time |
 //! | `dq_job_duration_seconds` | histogram | topic | how long handlers ran |
 //! | `dq_queue_jobs` | gauge | topic, state | jobs delayed, ready, running, dead, and `done`: the records of succeeded jobs kept (every 5 s) |

@@ -1,13 +1,14 @@
 -- ack: completes jobs whose lease the caller still holds; refuses stale ones. A job of a topic
 -- with a retention (`retain`) is kept as a succeeded record with its handler's value: its
--- envelope stays where it is, in `jobs` (as a dead letter's does: no copy), indexed by
--- `done:<topic>`, its value in `results`; the records past the retention go, and `ended`
--- announces the kept ones to the waits for them.
+-- envelope stays where it is, in `jobs` (as a dead letter's does: no copy), its time and value
+-- in `done:<topic>` (lib.lua); the records past the retention go a call's worth at a time, and
+-- `ended` announces the kept jobs to the waits for them.
 -- Batched: one HMGET, one ZREM and two HDELs (three when jobs reported progress) for the whole
 -- batch.
 -- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] counts  KEYS[4] leases  KEYS[5] unique  KEYS[6] unique_for
--- KEYS[7] retain  KEYS[8] results  KEYS[9] cancels (a cancel's request goes with the lease)
--- KEYS[10..] done:<topic> of each topic of the call, in the order of ARGV's topic list; then
+-- KEYS[7] retain  KEYS[8] cancels (a cancel's request goes with the lease)
+-- KEYS[9..] done:<topic> of each topic of the call, in the order of ARGV's topic list (its
+-- `done:<topic>:order` is named from it); then
 -- progress (the acked jobs' entries go); then events and events:<topic> of each topic of the
 -- call, in the same order: when a topic's job events are on, each job acked is announced
 -- (`succeeded`, with its run, and its value when the topic keeps it).
@@ -17,11 +18,11 @@
 -- the `succeeded` event, read from the job then; at most 1000 quadruples).
 -- Returns {acked, stale_member_1, ...}: a stale member's lease was taken over (or it was cancelled).
 local jobs, inflight, counts, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local retain, results, cancels = KEYS[7], KEYS[8], KEYS[9]
+local retain, cancels = KEYS[7], KEYS[8]
 local n_topics = tonumber(ARGV[1])
-local progress = KEYS[10 + n_topics]
+local progress = KEYS[9 + n_topics]
 local done_key = {}
-for i = 1, n_topics do done_key[ARGV[1 + i]] = KEYS[9 + i] end
+for i = 1, n_topics do done_key[ARGV[1 + i]] = KEYS[8 + i] end
 local members, tokens, values, said_runs = {}, {}, {}, {}
 for i = 2 + n_topics, #ARGV, 4 do
   members[#members + 1] = ARGV[i]
@@ -57,30 +58,37 @@ if #done > 0 and redis.call('EXISTS', retain) == 1 then
   for i, topic in ipairs(names) do
     local age, count = string.match(specs[i] or '', '^(%d+):(%d+)$')
     if age and done_key[topic] then
-      kept[topic] = {age = tonumber(age), count = tonumber(count)}
-      redis.call('EXISTS', done_key[topic])
+      kept[topic] = {age = tonumber(age), count = math.max(tonumber(count), 1)}
     end
   end
 end
 -- The jobs kept (their envelopes stay) and the ones whose envelopes go.
-local keep, keep_at, drop = {}, {}, {}
+local keep, drop, keep_of, value_of = {}, {}, {}, {}
 for i, member in ipairs(done) do
-  if kept[done_topics[i]] then
+  local topic = done_topics[i]
+  if kept[topic] then
     keep[#keep + 1] = member
-    keep_at[#keep] = i
+    keep_of[topic] = keep_of[topic] or {}
+    table.insert(keep_of[topic], member)
+    value_of[member] = done_values[i]
   else
     drop[#drop + 1] = member
   end
 end
-if #done > 0 then redis.call('EXISTS', jobs, results) end -- touched before the first write
+if #done > 0 then redis.call('EXISTS', jobs) end -- touched before the first write
+-- Where each kept topic's jobs go and which of its slices go (lib.lua), read before any write.
+local plans = {}
+for topic, members_kept in pairs(keep_of) do
+  plans[topic] = plan_records(done_key[topic], topic, kept[topic], now, members_kept)
+end
 -- Job events: the streams of the call's topics that have them on, and the runs of their jobs,
 -- read before the first write.
 local streams, runs = {}, {}
 if #done > 0 then
   local names, stream_key = {}, {}
-  for i = 1, n_topics do stream_key[ARGV[1 + i]] = KEYS[11 + n_topics + i] end
+  for i = 1, n_topics do stream_key[ARGV[1 + i]] = KEYS[10 + n_topics + i] end
   for topic in pairs(per_topic) do names[#names + 1] = topic end
-  for topic, cap in pairs(events_on(KEYS[11 + n_topics], names)) do
+  for topic, cap in pairs(events_on(KEYS[10 + n_topics], names)) do
     if stream_key[topic] then streams[topic] = events_open(stream_key[topic], cap) end
   end
   if next(streams) then
@@ -117,37 +125,15 @@ if #done > 0 then end_leases(inflight, leases, done) end
 if cancelled then redis.call('HDEL', cancels, unpack(done)) end
 if #keep > 0 then
   local stamp = fmt(now)
-  -- One command per key for the whole call: the index per topic, the values. (A kept job has
-  -- no value from before: a push of its id, a cancel and the trim delete the record's.)
-  local index, kept_values = {}, {}
-  for k, member in ipairs(keep) do
-    local i = keep_at[k]
-    local list = index[done_topics[i]]
-    if not list then
-      list = {}
-      index[done_topics[i]] = list
-    end
-    list[#list + 1] = stamp
-    list[#list + 1] = member
-    local value = done_values[i]
-    if value ~= '' then
-      kept_values[#kept_values + 1] = member
-      kept_values[#kept_values + 1] = value
-    end
+  for _, plan in pairs(plans) do
+    keep_records(plan, value_of, stamp)
+    -- The envelopes of the jobs not kept after all, and of the slices gone, go below.
+    for _, member in ipairs(plan.skipped) do drop[#drop + 1] = member end
+    for _, member in ipairs(plan.gone) do drop[#drop + 1] = member end
   end
-  for topic, pairs_of in pairs(index) do redis.call('ZADD', done_key[topic], unpack(pairs_of)) end
-  if #kept_values > 0 then redis.call('HSET', results, unpack(kept_values)) end
-  -- `results` is <prefix>results: the channel is <prefix>ended. One message for the call, the
+  -- `jobs` is <prefix>jobs: the channel is <prefix>ended. One message for the call, the
   -- members one per line.
-  redis.call('PUBLISH', string.sub(results, 1, -8) .. 'ended', table.concat(keep, '\n'))
-  local gone = {}
-  for topic, spec in pairs(kept) do
-    trim_done(done_key[topic], now - spec.age, spec.count, gone)
-  end
-  -- The records past the retention: their envelopes go with the others (below), their values
-  -- now; each hash once, last: an HDEL may delete its key.
-  for _, member in ipairs(gone) do drop[#drop + 1] = member end
-  if #gone > 0 then redis.call('HDEL', results, unpack(gone)) end
+  redis.call('PUBLISH', string.sub(jobs, 1, -5) .. 'ended', table.concat(keep, '\n'))
 end
 out[1] = #done
 for topic, k in pairs(per_topic) do

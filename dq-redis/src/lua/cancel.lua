@@ -2,16 +2,16 @@
 -- KEYS[1] jobs  KEYS[2] delayed  KEYS[3] inflight  KEYS[4] counts  KEYS[5] ready:<topic>
 -- KEYS[6] dead:<topic>  KEYS[7] gen:<topic> (declared for a cluster's reshard: see push.lua)
 -- KEYS[8] unique_for (a cancelled job reserves nothing: its entry goes)
--- KEYS[9] done:<topic>  KEYS[10] results: a kept succeeded job's record (its envelope in `jobs`,
--- its value in `results`) is deleted by a cancel of its id  KEYS[11] retain: a topic that keeps
--- its ends announces a cancelled job on `ended`, for the waits for it
--- KEYS[12] leases  KEYS[13] cancels: a running job is not deleted here; the cancel is recorded
+-- KEYS[9] done:<topic>: a kept succeeded job's record (its envelope in `jobs`, its time and
+-- value in `done:<topic>`) is deleted by a cancel of its id (its order entry stays: lib.lua)  KEYS[10] retain: a
+-- topic that keeps its ends announces a cancelled job on `ended`, for the waits for it
+-- KEYS[11] leases  KEYS[12] cancels: a running job is not deleted here; the cancel is recorded
 -- against its lease (member -> token) and announced on the shard's `wake` channel as
 -- `cancel <topic:id>`, for its worker to stop it (it deletes the job with cancel_running.lua
 -- unless the run succeeds; the heartbeat reads `cancels` should the announcement be lost)
--- KEYS[14] events  KEYS[15] events:<topic>: when the topic's job events are on, a job deleted
+-- KEYS[13] events  KEYS[14] events:<topic>: when the topic's job events are on, a job deleted
 -- here (not started, or dead) is announced (`cancelled`, with the runs it made)
--- KEYS[16] cancelled:<topic>: a job deleted here of a topic that keeps its ends is marked
+-- KEYS[15] cancelled:<topic>: a job deleted here of a topic that keeps its ends is marked
 -- cancelled there, within the retention, for the waits that come after
 -- ARGV[1] key prefix  ARGV[2] topic  ARGV[3] id
 -- Returns 1 cancelled (or a kept record deleted), 0 not found, 3 running (its worker was asked
@@ -21,27 +21,29 @@ local jobs, delayed, inflight, counts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local prefix, topic, id = ARGV[1], ARGV[2], ARGV[3]
 local member = topic .. ':' .. id
 if redis.call('HEXISTS', jobs, member) == 0 then return 0 end
-if redis.call('ZSCORE', KEYS[9], member) then
-  redis.call('EXISTS', KEYS[10]) -- touched before the first write
-  redis.call('ZREM', KEYS[9], member)
-  redis.call('HDEL', KEYS[10], member)
-  redis.call('HDEL', jobs, member)
-  return 1
-end
 if redis.call('ZSCORE', inflight, member) then
-  local token = redis.call('HGET', KEYS[12], member)
+  local token = redis.call('HGET', KEYS[11], member)
   if not token then return 2 end
-  redis.call('HEXISTS', KEYS[13], member) -- touched before the first write
-  redis.call('HSET', KEYS[13], member, token)
+  redis.call('HEXISTS', KEYS[12], member) -- touched before the first write
+  redis.call('HSET', KEYS[12], member, token)
   redis.call('PUBLISH', prefix .. 'wake', 'cancel ' .. member)
   return 3
 end
-local spec = redis.call('HGET', KEYS[11], topic)
+if not redis.call('ZSCORE', delayed, member)
+  and not redis.call('ZSCORE', prefix .. 'dead:' .. topic, member) then
+  -- Not waiting: a kept record, or a ready job.
+  if redis.call('HEXISTS', KEYS[9], member) == 1 then
+    redis.call('HDEL', KEYS[9], member)
+    redis.call('HDEL', jobs, member)
+    return 1
+  end
+end
+local spec = redis.call('HGET', KEYS[10], topic)
 local announced = spec ~= false
-if announced then redis.call('EXISTS', KEYS[16]) end -- touched before the first write
+if announced then redis.call('EXISTS', KEYS[15]) end -- touched before the first write
 local stream, runs
-for _, cap in pairs(events_on(KEYS[14], {topic})) do
-  stream = events_open(KEYS[15], cap)
+for _, cap in pairs(events_on(KEYS[13], {topic})) do
+  stream = events_open(KEYS[14], cap)
   runs = runs_of(redis.call('HGET', jobs, member))
 end
 if redis.call('ZREM', delayed, member) == 1 then
@@ -52,7 +54,7 @@ end
 redis.call('HDEL', jobs, member)
 redis.call('HDEL', KEYS[8], member)
 if announced then
-  bury(KEYS[16], member, spec, now_us())
+  bury(KEYS[15], member, spec, now_us())
   redis.call('PUBLISH', prefix .. 'ended', member)
 end
 if stream then emit_event(stream, 'cancelled', id, runs, fmt(now_us())) end

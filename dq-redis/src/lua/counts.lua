@@ -12,5 +12,5 @@ return {
   math.max(redis.call('LLEN', ready) - stale, 0),
   tonumber(redis.call('HGET', counts, topic .. ':inflight') or 0),
   redis.call('ZCARD', dead),
-  redis.call('ZCARD', done),
+  redis.call('HLEN', done),
 }

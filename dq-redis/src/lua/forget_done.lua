@@ -1,18 +1,29 @@
--- forget_done: deletes up to 1000 of the kept records of a topic that keeps none any more (its
--- retention was taken away), and its marks of cancelled jobs once the records are gone. One
--- step per page: a record's envelope lives in `jobs`, where a push of the same id writes the new
--- job's, so the page is read and deleted in the same step (a push between a read and a delete
--- would lose its job).
--- KEYS[1] jobs  KEYS[2] done:<topic>  KEYS[3] results  KEYS[4] cancelled:<topic>
--- Returns the number of records deleted (0: none left).
-local jobs, done, results = KEYS[1], KEYS[2], KEYS[3]
-local page = redis.call('ZRANGE', done, 0, 999)
-redis.call('EXISTS', jobs, results, KEYS[4]) -- touched before the first write
-if #page == 0 then
-  redis.call('DEL', KEYS[4])
-  return 0
+-- forget_done: deletes the kept records of a topic that keeps none any more (its retention was
+-- taken away), an ack call's worth at a time (at most 1000), and with the last its order list
+-- and its marks of cancelled jobs. One step per call's worth: a record's envelope lives in
+-- `jobs`, where a push of the same id writes the new job's (and takes the record out of
+-- `done:<topic>`), so the records are checked and deleted in the same step.
+-- KEYS[1] jobs  KEYS[2] done:<topic> (and `done:<topic>:order`, lib.lua)  KEYS[3] cancelled:<topic>
+-- Returns the number of records deleted, -1 when nothing is left.
+local jobs, done = KEYS[1], KEYS[2]
+local order = done .. ':order'
+local entry = redis.call('LINDEX', order, 0)
+redis.call('EXISTS', jobs, done, KEYS[3]) -- touched before the first write
+if not entry then
+  redis.call('DEL', done, KEYS[3])
+  return -1
 end
-redis.call('ZREM', done, unpack(page))
-redis.call('HDEL', results, unpack(page))
-redis.call('HDEL', jobs, unpack(page))
-return #page
+local at = order_head(entry)
+local members = order_members(entry)
+local current = #members > 0 and redis.call('HMGET', done, unpack(members)) or {}
+local still = {}
+for i, member in ipairs(members) do
+  local rec = current[i]
+  if rec and string.sub(rec, 1, #at + 1) == at .. ':' then still[#still + 1] = member end
+end
+redis.call('LPOP', order)
+if #still > 0 then
+  redis.call('HDEL', done, unpack(still))
+  redis.call('HDEL', jobs, unpack(still))
+end
+return #still

@@ -275,24 +275,94 @@ local function push_all_pairs(list, a, b)
   list[#list + 1] = b
 end
 
--- Drops a retained topic's succeeded records older than `before` (us) and beyond its newest
--- `count` from its index, and adds them to `gone`: the caller deletes their envelopes and values
--- once for the whole call, since an HDEL may delete its hash and nothing may use a key after
--- that (the rule above). The count is let run over by a twentieth (at most 500) before a trim
--- takes the whole excess at once: fewer, larger removals than one small one per ack. At most
--- 1000 of each per call (bounded work: every ack trims again).
-local function trim_done(done, before, count, gone)
-  local old = redis.call('ZRANGEBYSCORE', done, '-inf', '(' .. fmt(before), 'LIMIT', 0, 1000)
-  local over = redis.call('ZCARD', done) - count
-  if over > math.min(math.floor(count / 20), 500) then
-    for _, member in ipairs(redis.call('ZRANGE', done, 0, math.min(over, 1000) - 1)) do
-      old[#old + 1] = member
+-- Kept records of succeeded jobs (a topic with a retention), per topic and shard: the hash
+-- `done:<topic>` holds `topic:id` -> `<us it succeeded>:<value>` (the value '' for none; the
+-- job's envelope stays in `jobs`), and the list `done:<topic>:order` one entry per ack call,
+-- oldest first: `<us>:<n>` then the call's n members, a line each. An ack adds its jobs with one
+-- `HSET` and one `RPUSH`, and forgets the oldest calls' records once the rest still holds the
+-- count or once they are older than the age: a record is forgotten only if it is still the one
+-- that call kept (its time matches: a push or a cancel of its id may have taken it out, and a
+-- later ack kept it again). Kept in one hash of steady size: a hash that starts small and grows
+-- at each call cost twice as much per job (BENCHMARKS.md).
+
+-- When a record `<us>:<value>` was kept (text), and its value.
+local function record_parts(rec)
+  return string.match(rec, '^(%d+):(.*)$')
+end
+
+-- An order entry's head: when its call kept its records (text), and how many.
+local function order_head(entry)
+  local at, n = string.match(entry, '^(%d+):(%d+)')
+  return at, tonumber(n)
+end
+
+-- An order entry's members.
+local function order_members(entry)
+  local members = {}
+  for member in string.gmatch(string.match(entry, '^%d+:%d+\n(.*)$') or '', '[^\n]+') do
+    members[#members + 1] = member
+  end
+  return members
+end
+
+-- Plans what one ack keeps of `topic` (`members`, with `spec` {age, count}) and forgets: reads
+-- only (every key it names is touched here), for `keep_records` to write after. Members
+-- beyond the count in one call are not kept (`skipped`): they would go at once. At most 1000
+-- old records are forgotten per call (the next ack goes on).
+local function plan_records(done, topic, spec, now, members)
+  local order = done .. ':order'
+  local plan = {done = done, order = order, skipped = {}, kept = members, pops = 0, gone = {}}
+  if #members > spec.count then
+    local first = #members - spec.count + 1
+    plan.kept = {}
+    for i = 1, #members do
+      if i < first then
+        plan.skipped[#plan.skipped + 1] = members[i]
+      else
+        plan.kept[#plan.kept + 1] = members[i]
+      end
     end
   end
-  if #old > 0 then
-    redis.call('ZREM', done, unpack(old))
-    for _, member in ipairs(old) do gone[#gone + 1] = member end
+  local total = redis.call('HLEN', done) + #plan.kept
+  redis.call('EXISTS', order) -- touched before the first write
+  local budget, oldest = 1000, now - spec.age
+  while budget > 0 do
+    local entry = redis.call('LINDEX', order, plan.pops)
+    if not entry then break end
+    local at, n = order_head(entry)
+    -- Judged by its size first (some of its records may have gone since: then the count runs
+    -- over by those until later calls make up for them).
+    if n > budget or not (tonumber(at) < oldest or total - n >= spec.count) then break end
+    local old = order_members(entry)
+    local current, still = #old > 0 and redis.call('HMGET', done, unpack(old)) or {}, {}
+    for i, member in ipairs(old) do
+      local rec = current[i]
+      if rec and string.sub(rec, 1, #at + 1) == at .. ':' then still[#still + 1] = member end
+    end
+    for _, member in ipairs(still) do plan.gone[#plan.gone + 1] = member end
+    total = total - #still
+    budget = budget - n
+    plan.pops = plan.pops + 1
   end
+  return plan
+end
+
+-- Writes a plan of `plan_records`: the records (`value_of[member]`, '' for none, kept at
+-- `stamp`), the call's order entry, the records forgotten (their envelopes are the caller's to
+-- delete: `plan.gone`). The hash's HDEL is last: it may delete the hash.
+local function keep_records(plan, value_of, stamp)
+  if #plan.kept > 0 then
+    local args = {}
+    for _, member in ipairs(plan.kept) do
+      args[#args + 1] = member
+      args[#args + 1] = stamp .. ':' .. value_of[member]
+    end
+    redis.call('HSET', plan.done, unpack(args))
+    redis.call('RPUSH', plan.order,
+      stamp .. ':' .. #plan.kept .. '\n' .. table.concat(plan.kept, '\n'))
+  end
+  if plan.pops > 0 then redis.call('LTRIM', plan.order, plan.pops, -1) end
+  if #plan.gone > 0 then redis.call('HDEL', plan.done, unpack(plan.gone)) end
 end
 
 -- Job events (dq-core's events.rs; keys.rs has the fields). A topic has them on when the shard's

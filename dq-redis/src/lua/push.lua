@@ -2,9 +2,9 @@
 -- Batched: one HMGET to find existing ids, one HSET, one ZADD, one RPUSH and one HINCRBY per
 -- topic for the whole call; only ids that already exist take the per-job path.
 -- KEYS[1] jobs  KEYS[2] delayed  KEYS[3] topics  KEYS[4] counts  KEYS[5] inflight
--- KEYS[6] unique  KEYS[7] unique_for  KEYS[8] tick_fence  KEYS[9] results (a new job of an id
---   kept as succeeded replaces that record: its envelope in `jobs`, its value, its index entry)
--- KEYS[10] events (the topics whose job events are on: a new job of one is announced on its
+-- KEYS[6] unique  KEYS[7] unique_for  KEYS[8] tick_fence (a new job of an id kept as succeeded
+--   replaces that record: its envelope in `jobs`, its entry in `done:<topic>`)
+-- KEYS[9] events (the topics whose job events are on: a new job of one is announced on its
 --   stream, `pushed`, with its due time when it waits)
 -- KEYS[11..] ready:<topic>, dead:<topic>, gen:<topic>, done:<topic> and events:<topic> of every topic
 --   in the call (declared, not used by position: on a cluster Redis refuses the call while declared keys
@@ -53,7 +53,7 @@ local dues, due_strs = {}, {}
 -- (lib.lua): O(1), where an LREM would scan the list.
 local was_delayed, was_ready, revived = {}, {}, {}
 -- Kept records of succeeded jobs whose id is pushed again, by topic; whether a topic keeps any.
-local undone, has_done, any_undone = {}, {}, false
+local undone, has_done = {}, {}
 local delayed_left = redis.call('ZCARD', delayed)
 for i = 0, n - 1 do
   local topic, id, when = ARGV[4 + i * 7], ARGV[5 + i * 7], ARGV[6 + i * 7]
@@ -66,7 +66,7 @@ for i = 0, n - 1 do
   if existing[i + 1] and not earlier then
     local done = prefix .. 'done:' .. topic
     if has_done[topic] == nil then has_done[topic] = redis.call('EXISTS', done) == 1 end
-    record = has_done[topic] and redis.call('ZSCORE', done, member) ~= false
+    record = has_done[topic] and redis.call('HEXISTS', done, member) == 1
   end
   local fresh = record or not existing[i + 1]
   local reserved = any_reserved and not earlier and fresh
@@ -119,7 +119,6 @@ for i = 0, n - 1 do
   if record and code == 1 then
     undone[topic] = undone[topic] or {}
     table.insert(undone[topic], member)
-    any_undone = true
   end
   if sched and not fenced and (code == 1 or code == 2) then
     fences[sched] = {gen, tick}
@@ -192,12 +191,11 @@ for _, i in ipairs(plan) do
     event_topics[#event_topics + 1] = topic
   end
 end
-for topic, cap in pairs(events_on(KEYS[10], event_topics)) do
+for topic, cap in pairs(events_on(KEYS[9], event_topics)) do
   streams[topic] = events_open(prefix .. 'events:' .. topic, cap)
 end
 -- Touch every ready list this call writes to before the first write.
 for topic in pairs(ready_by_topic) do redis.call('LLEN', prefix .. 'ready:' .. topic) end
-if any_undone then redis.call('EXISTS', KEYS[9]) end
 -- Phase 2: writes.
 if #writes > 0 then redis.call('HSET', jobs, unpack(writes)) end
 if #reserve > 0 then redis.call('HSET', unique_for, unpack(reserve)) end
@@ -250,13 +248,10 @@ for topic, dead_members in pairs(revived) do
   redis.call('ZREM', prefix .. 'dead:' .. topic, unpack(dead_members))
 end
 if #unreserve > 0 then redis.call('HDEL', unique_for, unpack(unreserve)) end
-local all_undone = {}
+-- The records pushed again go (`done:<topic>` was read for them): one HDEL per hash, last.
 for topic, members_done in pairs(undone) do
-  redis.call('ZREM', prefix .. 'done:' .. topic, unpack(members_done))
-  for _, member in ipairs(members_done) do all_undone[#all_undone + 1] = member end
+  redis.call('HDEL', prefix .. 'done:' .. topic, unpack(members_done))
 end
--- Once: an HDEL may delete its key.
-if #all_undone > 0 then redis.call('HDEL', KEYS[9], unpack(all_undone)) end
 -- Reservations that ended: a bounded batch per push, so the set stays the size of the live ones.
 if any_reserved then
   local ended = redis.call('ZRANGEBYSCORE', unique, '-inf', now, 'LIMIT', 0, 100)

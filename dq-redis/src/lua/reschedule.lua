@@ -16,10 +16,10 @@ local e = parse(redis.call('HGET', jobs, member))
 if not e then return 0 end
 if redis.call('ZSCORE', inflight, member) then return 2 end
 if redis.call('ZSCORE', prefix .. 'dead:' .. topic, member) then return 0 end
-if redis.call('ZSCORE', KEYS[9], member) then return 0 end
+local was_delayed = redis.call('ZSCORE', delayed, member) ~= false
+if not was_delayed and redis.call('HEXISTS', KEYS[9], member) == 1 then return 0 end
 local now = now_us()
 local before = earliest(delayed)
-local was_delayed = redis.call('ZSCORE', delayed, member) ~= false
 local left = redis.call('ZCARD', delayed) -- delayed jobs after this call
 e.due = due_from(when, now)
 local to_ready = e.due <= now

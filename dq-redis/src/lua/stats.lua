@@ -30,7 +30,7 @@ return {
   math.max(redis.call('LLEN', ready) - tonumber(redis.call('HGET', counts, topic .. ':stale') or 0), 0),
   tonumber(redis.call('HGET', counts, topic .. ':inflight') or 0),
   redis.call('ZCARD', dead),
-  redis.call('ZCARD', KEYS[8]),
+  redis.call('HLEN', KEYS[8]),
   oldest,
   next_due,
   redis.call('SISMEMBER', paused, topic),

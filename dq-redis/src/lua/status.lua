@@ -1,8 +1,8 @@
 -- status: one job's state and envelope (read-only).
 -- KEYS[1] jobs  KEYS[2] delayed  KEYS[3] inflight  KEYS[4] dead:<topic>  KEYS[5] done:<topic>
--- KEYS[6] results  KEYS[7] progress
--- A kept succeeded job's envelope stays in `jobs`, as a dead letter's does: `done:<topic>` says
--- which are.
+-- KEYS[6] progress
+-- A kept succeeded job's envelope stays in `jobs`, as a dead letter's does; `done:<topic>`
+-- holds its time and value (lib.lua).
 -- ARGV[1] member
 -- Returns {} when unknown, else {state, envelope, score_us[, value[, progress]]}; state is
 -- delayed, ready, running, dead or done; the score is the due time, the lease deadline, the time
@@ -16,9 +16,12 @@ if not raw then return {} end
 local score = redis.call('ZSCORE', delayed, member)
 if score then return {'delayed', raw, score} end
 score = redis.call('ZSCORE', inflight, member)
-if score then return {'running', raw, score, '', redis.call('HGET', KEYS[7], member) or ''} end
+if score then return {'running', raw, score, '', redis.call('HGET', KEYS[6], member) or ''} end
 score = redis.call('ZSCORE', dead, member)
 if score then return {'dead', raw, score} end
-score = redis.call('ZSCORE', KEYS[5], member)
-if score then return {'done', raw, score, redis.call('HGET', KEYS[6], member) or ''} end
+local rec = redis.call('HGET', KEYS[5], member)
+if rec then
+  local at, value = record_parts(rec)
+  return {'done', raw, at, value}
+end
 return {'ready', raw, '-1'}

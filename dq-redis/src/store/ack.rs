@@ -46,7 +46,6 @@ impl RedisStore {
             .key(k.unique())
             .key(k.unique_for())
             .key(k.retain())
-            .key(k.results())
             .key(k.cancels());
         for topic in &topics {
             inv.key(k.done(topic));
@@ -107,12 +106,9 @@ impl RedisStore {
     async fn forget_done(&self, k: &crate::keys::ShardKeys, topic: &Topic) -> Result<()> {
         loop {
             let mut inv = SCRIPTS.forget_done.prepare_invoke();
-            inv.key(k.jobs())
-                .key(k.done(topic))
-                .key(k.results())
-                .key(k.cancelled(topic));
-            let deleted: u64 = self.call("forget_done", &inv).await?;
-            if deleted == 0 {
+            inv.key(k.jobs()).key(k.done(topic)).key(k.cancelled(topic));
+            let deleted: i64 = self.call("forget_done", &inv).await?;
+            if deleted < 0 {
                 return Ok(());
             }
         }

@@ -351,11 +351,7 @@ impl RedisStore {
             let k = self.keys(shard);
             let want = limit - page.jobs.len();
             let mut inv = SCRIPTS.done_list.prepare_invoke();
-            inv.key(k.jobs())
-                .key(k.done(topic))
-                .key(k.results())
-                .arg(pos)
-                .arg(want);
+            inv.key(k.jobs()).key(k.done(topic)).arg(pos).arg(want);
             let reply: Vec<Value> = self.call("done_list", &inv).await?;
             let entries = reply.len() / 4;
             for quad in reply.chunks(4) {

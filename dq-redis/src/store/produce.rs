@@ -40,7 +40,6 @@ impl RedisStore {
             .key(k.ready_gen(topic))
             .key(k.unique_for())
             .key(k.done(topic))
-            .key(k.results())
             .key(k.retain())
             .arg(k.prefix())
             .arg(topic.as_str())
@@ -188,7 +187,6 @@ fn push_keys(k: &ShardKeys, topics: &BTreeSet<&Topic>) -> Vec<String> {
         k.unique(),
         k.unique_for(),
         k.tick_fence(),
-        k.results(),
         k.events(),
     ];
     for t in topics {
@@ -257,9 +255,9 @@ impl Producer for RedisStore {
 
     async fn cancel(&self, topic: &Topic, id: &JobId) -> Result<ChangeOutcome> {
         let mut inv = self.change_invocation(&SCRIPTS.cancel, topic, id);
-        // A running job's cancel is recorded against its lease (cancel.lua's KEYS[12], [13]);
-        // a job deleted is announced on its topic's events (KEYS[14], [15]) and marked
-        // cancelled for the waits (KEYS[16]).
+        // A running job's cancel is recorded against its lease (cancel.lua's KEYS[11], [12]);
+        // a job deleted is announced on its topic's events (KEYS[13], [14]) and marked
+        // cancelled for the waits (KEYS[15]).
         let k = self.keys_of(topic, id);
         inv.key(k.leases())
             .key(k.cancels())
@@ -295,7 +293,6 @@ impl Producer for RedisStore {
             .key(k.inflight())
             .key(k.dead(topic))
             .key(k.done(topic))
-            .key(k.results())
             .key(k.progress())
             .arg(&m);
         let StatusReply(found) = self.call("status", &inv).await?;
