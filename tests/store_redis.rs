@@ -691,3 +691,78 @@ async fn only_a_job_with_a_trace_context_is_stored_in_envelope_format_3() {
         "{retried}"
     );
 }
+
+/// Acks `ids` of order-cancel (pushed, leased, acked in one call each), as one ack call.
+async fn ack_in_one_call(c: &support::TestClient, ids: &[String]) {
+    let s = c.store();
+    let jobs = ids
+        .iter()
+        .map(|id| c.push(OrderCancel { order_id: 1 }).id(id.as_str()));
+    c.push_batch(jobs).await.unwrap();
+    let t = topic("order-cancel");
+    let f = s.fetch(0, &t, ids.len(), LEASE).await.unwrap();
+    let leases: Vec<_> = f.jobs.iter().map(|j| j.lease.clone()).collect();
+    assert_eq!(s.ack(&leases).await.unwrap().acked, ids.len());
+}
+
+/// Review of issue 32, kept records: the count is forgotten an ack call at a time, and calls of
+/// unequal sizes must not let it run to twice the count.
+#[tokio::test]
+async fn kept_records_stay_within_a_calls_worth_of_the_count_whatever_the_calls_sizes() {
+    let redis = RedisServer::start();
+    let c = client(&redis).await;
+    let retention = dq::store::Retention {
+        age: Duration::from_secs(3600),
+        count: 2000,
+    };
+    c.store()
+        .set_retention(&topic("order-cancel"), Some(retention))
+        .await
+        .unwrap();
+    let mut next = 0u32;
+    for size in [999usize, 2, 1000, 2, 999, 1000, 3, 1000, 998, 1000] {
+        let ids: Vec<String> = (0..size)
+            .map(|_| {
+                next += 1;
+                format!("k{next}")
+            })
+            .collect();
+        ack_in_one_call(&c, &ids).await;
+    }
+    let kept: i64 = redis
+        .command(&["HLEN", "dq:{test:0}:done:order-cancel"])
+        .trim()
+        .trim_start_matches(':')
+        .parse()
+        .unwrap();
+    assert!(
+        (2000..=3000).contains(&kept),
+        "the count and at most a call's worth more: {kept}"
+    );
+}
+
+/// Review of issue 32, kept records: an id kept, pushed again and kept again, over and over,
+/// must not grow the list of ack calls without bound.
+#[tokio::test]
+async fn an_id_kept_again_and_again_does_not_grow_the_order_of_kept_records() {
+    let redis = RedisServer::start();
+    let c = client(&redis).await;
+    let retention = dq::store::Retention {
+        age: Duration::from_secs(3600),
+        count: 5,
+    };
+    c.store()
+        .set_retention(&topic("order-cancel"), Some(retention))
+        .await
+        .unwrap();
+    for _ in 0..60 {
+        ack_in_one_call(&c, &["same".to_owned()]).await;
+    }
+    let calls: i64 = redis
+        .command(&["LLEN", "dq:{test:0}:done:order-cancel:order"])
+        .trim()
+        .trim_start_matches(':')
+        .parse()
+        .unwrap();
+    assert!(calls <= 20, "one record, {calls} calls listed");
+}

@@ -307,8 +307,9 @@ end
 
 -- Plans what one ack keeps of `topic` (`members`, with `spec` {age, count}) and forgets: reads
 -- only (every key it names is touched here), for `keep_records` to write after. Members
--- beyond the count in one call are not kept (`skipped`): they would go at once. At most 1000
--- old records are forgotten per call (the next ack goes on).
+-- beyond the count in one call are not kept (`skipped`): they would go at once. About 2000 old
+-- records are looked at per call, at least one call's worth (the next ack goes on): more than
+-- a call adds, so the count is caught up with.
 local function plan_records(done, topic, spec, now, members)
   local order = done .. ':order'
   local plan = {done = done, order = order, skipped = {}, kept = members, pops = 0, gone = {}}
@@ -323,22 +324,27 @@ local function plan_records(done, topic, spec, now, members)
       end
     end
   end
-  local total = redis.call('HLEN', done) + #plan.kept
-  redis.call('EXISTS', order) -- touched before the first write
-  local budget, oldest = 1000, now - spec.age
+  local records = redis.call('HLEN', done)
+  local total = records + #plan.kept
+  -- Many more calls listed than records kept: calls whose records a push or a cancel took out
+  -- (the count and the age may not come for them); such empty calls go too.
+  local bloated = redis.call('LLEN', order) > records + 16
+  local budget, oldest = 2000, now - spec.age
   while budget > 0 do
     local entry = redis.call('LINDEX', order, plan.pops)
     if not entry then break end
     local at, n = order_head(entry)
     -- Judged by its size first (some of its records may have gone since: then the count runs
     -- over by those until later calls make up for them).
-    if n > budget or not (tonumber(at) < oldest or total - n >= spec.count) then break end
+    local due = tonumber(at) < oldest or total - n >= spec.count
+    if not (due or bloated) or (n > budget and plan.pops > 0) then break end
     local old = order_members(entry)
     local current, still = #old > 0 and redis.call('HMGET', done, unpack(old)) or {}, {}
     for i, member in ipairs(old) do
       local rec = current[i]
       if rec and string.sub(rec, 1, #at + 1) == at .. ':' then still[#still + 1] = member end
     end
+    if not due and #still > 0 then break end
     for _, member in ipairs(still) do plan.gone[#plan.gone + 1] = member end
     total = total - #still
     budget = budget - n

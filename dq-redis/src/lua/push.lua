@@ -6,7 +6,7 @@
 --   replaces that record: its envelope in `jobs`, its entry in `done:<topic>`)
 -- KEYS[9] events (the topics whose job events are on: a new job of one is announced on its
 --   stream, `pushed`, with its due time when it waits)
--- KEYS[11..] ready:<topic>, dead:<topic>, gen:<topic>, done:<topic> and events:<topic> of every topic
+-- KEYS[10..] ready:<topic>, dead:<topic>, gen:<topic>, done:<topic> and events:<topic> of every topic
 --   in the call (declared, not used by position: on a cluster Redis refuses the call while declared keys
 --   are split between two nodes during a reshard, instead of running it where a key reads as missing)
 -- ARGV[1] key prefix  ARGV[2] 'keep' | 'replace'  ARGV[3] n (jobs in this call, at most 1000)
