@@ -692,6 +692,22 @@ async fn only_a_job_with_a_trace_context_is_stored_in_envelope_format_3() {
     );
 }
 
+/// Gives order-cancel a retention of an hour and at most `count` records.
+async fn retain_order_cancel(c: &support::TestClient, count: u64) {
+    let retention = dq::store::Retention {
+        age: Duration::from_secs(3600),
+        count,
+    };
+    let t = topic("order-cancel");
+    c.store().set_retention(&t, Some(retention)).await.unwrap();
+}
+
+/// The integer Redis answers to `args`.
+fn integer_reply(redis: &RedisServer, args: &[&str]) -> i64 {
+    let reply = redis.command(args);
+    reply.trim().trim_start_matches(':').parse().unwrap()
+}
+
 /// Acks `ids` of order-cancel (pushed, leased, acked in one call each), as one ack call.
 async fn ack_in_one_call(c: &support::TestClient, ids: &[String]) {
     let s = c.store();
@@ -711,14 +727,7 @@ async fn ack_in_one_call(c: &support::TestClient, ids: &[String]) {
 async fn kept_records_stay_within_a_calls_worth_of_the_count_whatever_the_calls_sizes() {
     let redis = RedisServer::start();
     let c = client(&redis).await;
-    let retention = dq::store::Retention {
-        age: Duration::from_secs(3600),
-        count: 2000,
-    };
-    c.store()
-        .set_retention(&topic("order-cancel"), Some(retention))
-        .await
-        .unwrap();
+    retain_order_cancel(&c, 2000).await;
     let mut next = 0u32;
     for size in [999usize, 2, 1000, 2, 999, 1000, 3, 1000, 998, 1000] {
         let ids: Vec<String> = (0..size)
@@ -729,12 +738,7 @@ async fn kept_records_stay_within_a_calls_worth_of_the_count_whatever_the_calls_
             .collect();
         ack_in_one_call(&c, &ids).await;
     }
-    let kept: i64 = redis
-        .command(&["HLEN", "dq:{test:0}:done:order-cancel"])
-        .trim()
-        .trim_start_matches(':')
-        .parse()
-        .unwrap();
+    let kept = integer_reply(&redis, &["HLEN", "dq:{test:0}:done:order-cancel"]);
     assert!(
         (2000..=3000).contains(&kept),
         "the count and at most a call's worth more: {kept}"
@@ -747,22 +751,10 @@ async fn kept_records_stay_within_a_calls_worth_of_the_count_whatever_the_calls_
 async fn an_id_kept_again_and_again_does_not_grow_the_order_of_kept_records() {
     let redis = RedisServer::start();
     let c = client(&redis).await;
-    let retention = dq::store::Retention {
-        age: Duration::from_secs(3600),
-        count: 5,
-    };
-    c.store()
-        .set_retention(&topic("order-cancel"), Some(retention))
-        .await
-        .unwrap();
+    retain_order_cancel(&c, 5).await;
     for _ in 0..60 {
         ack_in_one_call(&c, &["same".to_owned()]).await;
     }
-    let calls: i64 = redis
-        .command(&["LLEN", "dq:{test:0}:done:order-cancel:order"])
-        .trim()
-        .trim_start_matches(':')
-        .parse()
-        .unwrap();
+    let calls = integer_reply(&redis, &["LLEN", "dq:{test:0}:done:order-cancel:order"]);
     assert!(calls <= 20, "one record, {calls} calls listed");
 }
