@@ -20,6 +20,8 @@ mod changes;
 mod dead_letters;
 #[path = "store_behaviour/events.rs"]
 mod events;
+#[path = "store_behaviour/history.rs"]
+mod history;
 #[path = "store_behaviour/leases.rs"]
 mod leases;
 #[path = "store_behaviour/progress.rs"]
@@ -195,6 +197,7 @@ on_every_store!(
         a_done_record_keeps_its_unique_for_reservation_and_is_not_rescheduled,
         a_cancel_deletes_a_done_record,
         the_done_count_follows_acks_pushes_and_trims,
+        an_id_cancelled_and_kept_again_outlives_the_call_that_first_kept_it,
         wait_answers_at_once_for_a_done_a_dead_and_an_unknown_job,
         wait_answers_not_kept_for_a_topic_without_retention,
         wait_is_woken_when_the_job_is_acked,
@@ -223,6 +226,10 @@ on_every_store!(
         a_reader_resuming_behind_the_cap_is_told_how_many_it_missed,
         a_reader_resumed_inside_a_bulk_push_gets_the_rest_of_it_once,
         the_cap_counts_events_however_many_an_entry_holds,
+    ],
+    history: [
+        a_jobs_history_keeps_the_error_of_each_run_that_failed,
+        a_jobs_history_is_empty_when_its_topic_has_no_events,
     ],
 );
 

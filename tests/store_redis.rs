@@ -755,6 +755,63 @@ async fn an_id_kept_again_and_again_does_not_grow_the_order_of_kept_records() {
     for _ in 0..60 {
         ack_in_one_call(&c, &["same".to_owned()]).await;
     }
-    let calls = integer_reply(&redis, &["LLEN", "dq:{test:0}:done:order-cancel:order"]);
+    // A call of one job is listed as three elements: its head, its member, its head again.
+    let listed = integer_reply(&redis, &["LLEN", "dq:{test:0}:done:order-cancel:order"]);
+    let calls = listed / 3;
     assert!(calls <= 20, "one record, {calls} calls listed");
+}
+
+/// Redis keeps a hash of up to 512 short fields (its default) as one packed list scanned at
+/// every lookup: the leases hash, with a field per running job (hundreds), must be a hash table
+/// from the first fetch, or each lease taken, checked and ended scans them all.
+#[tokio::test]
+async fn the_leases_hash_is_a_hash_table_from_the_first_fetch() {
+    let redis = RedisServer::start();
+    let c = client(&redis).await;
+    c.push(OrderCancel { order_id: 1 }).id("a").await.unwrap();
+    let t = topic("order-cancel");
+    let f = c.store().fetch(0, &t, 1, LEASE).await.unwrap();
+    assert_eq!(f.jobs.len(), 1);
+    let encoding = redis.command(&["OBJECT", "ENCODING", "dq:{test:0}:leases"]);
+    assert!(encoding.contains("hashtable"), "{encoding}");
+}
+
+/// Review of issue 32 (sixth session), finding 1: while a long list of calls whose records were
+/// taken out is forgotten, a call that still holds a record must not count down the ids it
+/// lists whose records were taken out, or a later call's record of such an id is forgotten with
+/// the first call, before its age.
+#[tokio::test]
+async fn a_call_not_forgotten_keeps_the_count_of_its_ids_taken_out() {
+    let redis = RedisServer::start();
+    let c = client(&redis).await;
+    let t = topic("order-cancel");
+    let retain = |age: Duration| dq::store::Retention { age, count: 1000 };
+    c.store()
+        .set_retention(&t, Some(retain(Duration::from_secs(3600))))
+        .await
+        .unwrap();
+    let zs: Vec<String> = (1..=50).map(|i| format!("z{i}")).collect();
+    ack_in_one_call(&c, &zs).await;
+    ack_in_one_call(&c, &["x".to_owned(), "y".to_owned()]).await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    ack_in_one_call(&c, &["y".to_owned()]).await; // y pushed again and kept again, a second later
+    for z in &zs {
+        c.cancel_in("order-cancel", z).await.unwrap();
+    }
+    // The list now holds many more elements than records: the calls of z go, x's stays.
+    ack_in_one_call(&c, &["w".to_owned()]).await;
+    // x's call is past the age, y's second record is not.
+    c.store()
+        .set_retention(&t, Some(retain(Duration::from_millis(500))))
+        .await
+        .unwrap();
+    ack_in_one_call(&c, &["v".to_owned()]).await;
+    let y = c.status_in("order-cancel", "y").await.unwrap();
+    assert_eq!(
+        y.map(|info| info.state),
+        Some(dq::JobState::Done),
+        "y's second record"
+    );
+    let x = c.status_in("order-cancel", "x").await.unwrap();
+    assert!(x.is_none(), "x's call is past the age: {x:?}");
 }

@@ -890,15 +890,15 @@ fn add(sums: &mut [u64; 6], counts: [u64; 6]) {
 }
 
 /// Job records, delayed, running, ready and dead jobs of one shard, and lease tokens held (the
-/// `leases` hash without its `:next` counter).
+/// `leases` hash without its `:next` counter and its `:table` field).
 async fn shard_counts<C: redis::aio::ConnectionLike>(
     c: &mut C,
     shard: u16,
     topic: &Topic,
 ) -> anyhow::Result<[u64; 6]> {
     let keys = ShardKeys::new(NAMESPACE, shard);
-    type Counts = (u64, u64, u64, u64, u64, u64, u64);
-    let (jobs, delayed, inflight, ready, dead, tokens, counter): Counts = redis::pipe()
+    type Counts = (u64, u64, u64, u64, u64, u64, u64, u64);
+    let (jobs, delayed, inflight, ready, dead, tokens, counter, table): Counts = redis::pipe()
         .cmd("HLEN")
         .arg(keys.jobs())
         .cmd("ZCARD")
@@ -914,6 +914,9 @@ async fn shard_counts<C: redis::aio::ConnectionLike>(
         .cmd("HEXISTS")
         .arg(keys.leases())
         .arg(":next")
+        .cmd("HEXISTS")
+        .arg(keys.leases())
+        .arg(":table")
         .query_async(c)
         .await?;
     Ok([
@@ -922,7 +925,7 @@ async fn shard_counts<C: redis::aio::ConnectionLike>(
         inflight,
         ready,
         dead,
-        tokens.saturating_sub(counter),
+        tokens.saturating_sub(counter + table),
     ])
 }
 

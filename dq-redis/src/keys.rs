@@ -14,7 +14,7 @@
 //! | `inflight` | ZSET | `topic:id` scored by lease deadline (us) |
 //! | `meta` | HASH | shard 0 only: `epoch` -> when dq first used the namespace (us), gone when Redis loses its data; `shards` -> the namespace's shard count, recorded by the first process |
 //! | `fetched:<consumer>` | STRING | the last fetches of a consumer (process, topic), `<nonce>:<token>:<deadline>` joined by `\|`, expiring after three leases |
-//! | `leases` | HASH | `topic:id` -> lease token of each running job; `:next` -> the last token given (never below the shard's clock in us) |
+//! | `leases` | HASH | `topic:id` -> lease token of each running job; `:next` -> the last token given (never below the shard's clock in us); `:table` -> a long text that keeps the hash a hash table (fetch.lua) |
 //! | `cancels` | HASH | `topic:id` -> the lease token of a running job a cancel asked to stop; the entry goes when the lease ends |
 //! | `progress` | HASH | `topic:id` -> the latest progress a running job reported (JSON), gone when it leaves running |
 //! | `dead:<topic>` | ZSET | `topic:id` scored by time of death (us); envelope stays in `jobs` |
@@ -29,7 +29,8 @@
 //! | `schedule_last` | HASH | (shard 0 only) schedule id -> the last tick fired (us) |
 //! | `workers` | HASH | (shard 0 only) worker id -> JSON: host, pid, topics, last heartbeat |
 //! | `done:<topic>` | HASH | the topic's kept records of succeeded jobs (retention only): `topic:id` -> `<us it succeeded>:<value>` (the handler's JSON, '' for none); the envelope stays in `jobs` |
-//! | `done:<topic>:order` | LIST | one entry per ack call that kept records, oldest first: `<us>:<n>` then its n members, a line each; the records go a call's worth at a time, oldest first, once the rest holds the count or once they are older than the age (lib.lua) |
+//! | `done:<topic>:order` | LIST | the ack calls that kept records, oldest first: per call its n members, an element each, between two heads `<us>:<n>`; the records go a call's worth at a time, oldest first, once the rest holds the count or once they are older than the age (lib.lua) |
+//! | `done:<topic>:taken` | HASH | `topic:id` -> how many of the id's listed records a push or a cancel took out (the ack that forgets their calls checks those records against the call's time, and counts down); absent when none (lib.lua) |
 //! | `cancelled:<topic>` | ZSET | marks of the topic's cancelled jobs (retention only): `topic:id` scored by when it was cancelled (us), trimmed to the retention's age and count by each cancel; a wait that finds a job gone and marked answers `Cancelled` |
 //! | `retain` | HASH | topic -> `<age us>:<count>`: how long and how many succeeded jobs it keeps (written at runtime start) |
 //! | `events` | HASH | topic -> how many events its streams keep (the cap, at least 1), for the topics whose job events are on (written at runtime start); absent: off |

@@ -1032,3 +1032,37 @@ async fn a_job_page_says_which_attempt_and_whose_the_last_error_is() {
         "{page}"
     );
 }
+
+/// A job whose runs failed twice then succeeded, on a topic with events on: its page lists
+/// each run's error in its history (the job itself keeps only the latest).
+#[tokio::test]
+async fn the_job_page_shows_each_failed_runs_error_in_its_history() {
+    let (client, store) = memory_client_and_store().await;
+    let topic = Topic::new(TOPIC).unwrap();
+    store.set_events(&topic, Some(100)).await.unwrap();
+    push(&client, "o2", 2).await;
+    for error in ["card declined", "gateway timeout"] {
+        let leased = store.fetch(0, &topic, 1, Duration::from_secs(60)).await;
+        let job = leased.unwrap().jobs.remove(0);
+        assert_eq!(job.lease.id.as_str(), "o2");
+        assert!(store
+            .retry(&job.lease, Duration::ZERO, error)
+            .await
+            .unwrap());
+    }
+    let addr = serve(client, Options::new()).await;
+    let (status, page) = get(&addr, "/topics/order-cancel/jobs/o2").await;
+    assert_eq!(status, 200, "{page}");
+    let history = &page[page.find("History").expect("a history section")..];
+    let first = history
+        .find("card declined")
+        .expect("the first run's error");
+    let second = history
+        .find("gateway timeout")
+        .expect("the second run's error");
+    assert!(first < second, "oldest first");
+    assert_eq!(history.matches(r#"data-event="failed""#).count(), 2);
+    // o1 was pushed before the topic's events were on: its page says why it has none.
+    let (_, page) = get(&addr, "/topics/order-cancel/jobs/o1").await;
+    assert!(page.contains("No events kept for this job"), "{page}");
+}

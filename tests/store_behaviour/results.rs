@@ -297,6 +297,32 @@ pub(crate) async fn the_done_count_follows_acks_pushes_and_trims(kind: Kind) {
     assert_eq!(others, (0, 0, 0, 0), "a done job is counted as done only");
 }
 
+/// A kept id cancelled, pushed again and kept again: when the call that first kept it is
+/// forgotten, its new record (and its new job's envelope) must stay.
+pub(crate) async fn an_id_cancelled_and_kept_again_outlives_the_call_that_first_kept_it(
+    kind: Kind,
+) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    retain(c, 2).await;
+    for id in ["a", "b"] {
+        succeed(c, id).await;
+        tokio::time::sleep(Duration::from_millis(2)).await; // each at a time of its own
+    }
+    let cancel = c.cancel_in("order-cancel", "a").await.unwrap();
+    assert_eq!(cancel, ChangeOutcome::Done, "a's record went");
+    succeed(c, "a").await;
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    // Past the count of 2: the oldest record, b's, goes; a's is newer.
+    succeed(c, "c").await;
+    assert!(c.status_in("order-cancel", "b").await.unwrap().is_none());
+    for id in ["a", "c"] {
+        let info = existing(c, "order-cancel", id).await;
+        assert_eq!(info.state, JobState::Done, "{id}");
+    }
+    assert_eq!(result(c, "a").await, JobResult::Succeeded(json!({"n": 1})));
+}
+
 pub(crate) async fn wait_answers_at_once_for_a_done_a_dead_and_an_unknown_job(kind: Kind) {
     let h = Harness::new(kind, |b| b).await;
     let c = &h.client;

@@ -2,6 +2,7 @@
 
 mod admin;
 mod events;
+mod history;
 mod push;
 mod results;
 

@@ -62,15 +62,22 @@ if #done > 0 and redis.call('EXISTS', retain) == 1 then
     end
   end
 end
--- The jobs kept (their envelopes stay) and the ones whose envelopes go.
-local keep, drop, keep_of, value_of = {}, {}, {}, {}
+-- The jobs kept (their envelopes stay), their records (member, `<us>:<value>` pairs for HSET),
+-- and the jobs whose envelopes go.
+local keep, drop, keep_of, records_of = {}, {}, {}, {}
+local stamp = now and fmt(now)
 for i, member in ipairs(done) do
   local topic = done_topics[i]
   if kept[topic] then
     keep[#keep + 1] = member
-    keep_of[topic] = keep_of[topic] or {}
-    table.insert(keep_of[topic], member)
-    value_of[member] = done_values[i]
+    local list, records = keep_of[topic], records_of[topic]
+    if not list then
+      list, records = {}, {}
+      keep_of[topic], records_of[topic] = list, records
+    end
+    list[#list + 1] = member
+    records[#records + 1] = member
+    records[#records + 1] = stamp .. ':' .. done_values[i]
   else
     drop[#drop + 1] = member
   end
@@ -124,12 +131,22 @@ end
 if #done > 0 then end_leases(inflight, leases, done) end
 if cancelled then redis.call('HDEL', cancels, unpack(done)) end
 if #keep > 0 then
-  local stamp = fmt(now)
-  for _, plan in pairs(plans) do
-    keep_records(plan, value_of, stamp)
-    -- The envelopes of the jobs not kept after all, and of the slices gone, go below.
-    for _, member in ipairs(plan.skipped) do drop[#drop + 1] = member end
-    for _, member in ipairs(plan.gone) do drop[#drop + 1] = member end
+  for topic, plan in pairs(plans) do
+    local records = records_of[topic]
+    if #plan.skipped > 0 then
+      -- More jobs than the count in one call: the records of the last ones only.
+      records = {}
+      for i = #records_of[topic] - 2 * #plan.kept + 1, #records_of[topic] do
+        records[#records + 1] = records_of[topic][i]
+      end
+      for _, member in ipairs(plan.skipped) do drop[#drop + 1] = member end
+    end
+    keep_records(plan, records, stamp)
+    -- The envelopes of the records forgotten: `jobs` still holds the ones just kept, so these
+    -- HDELs cannot delete it (the last one, of `drop`, may).
+    for _, gone in ipairs(plan.gone) do
+      if #gone > 0 then redis.call('HDEL', jobs, unpack(gone)) end
+    end
   end
   -- `jobs` is <prefix>jobs: the channel is <prefix>ended. One message for the call, the
   -- members one per line.
@@ -144,7 +161,6 @@ if #released > 0 then redis.call('HDEL', KEYS[6], unpack(released)) end
 if #drop > 0 then redis.call('HDEL', jobs, unpack(drop)) end
 if reported then clear_progress(progress, done) end
 if next(streams) then
-  local stamp = fmt(now)
   -- One entry per topic: the jobs (as `topic:id`: the reader keeps the id), their runs, and
   -- their values when the topic keeps them. A call of one topic hands its lists over as they are.
   local only = n_topics == 1 and ARGV[2]

@@ -33,8 +33,11 @@ if not redis.call('ZSCORE', delayed, member)
   and not redis.call('ZSCORE', prefix .. 'dead:' .. topic, member) then
   -- Not waiting: a kept record, or a ready job.
   if redis.call('HEXISTS', KEYS[9], member) == 1 then
+    local _, taken = record_keys(KEYS[9])
+    redis.call('EXISTS', taken) -- touched before the first write
     redis.call('HDEL', KEYS[9], member)
     redis.call('HDEL', jobs, member)
+    take_records(taken, {member})
     return 1
   end
 end

@@ -117,8 +117,16 @@ local now = now_us()
 -- below the shard's clock: a failover that rolls the counter back (the replica had not
 -- received the last fetches) cannot hand a lost lease's token out again, as long as the new
 -- master's clock is not behind the old one's by more than the failover took.
+-- ':table' keeps the hash a hash table: Redis keeps a hash of up to 512 small fields as one
+-- packed list (its default hash-max-listpack-entries) and scans it at every HGET, HSET and HDEL,
+-- and this hash holds a lease per running job (hundreds): a value longer than 64 bytes (its
+-- hash-max-listpack-value) turns it into a table for good, as both fields stay.
 local token = fmt(math.max(tonumber(redis.call('HGET', leases, ':next') or '0') + 1, now))
-redis.call('HSET', leases, ':next', token)
+if redis.call('HEXISTS', leases, ':table') == 1 then
+  redis.call('HSET', leases, ':next', token)
+else
+  redis.call('HSET', leases, ':next', token, ':table', LEASES_AS_TABLE)
+end
 local out = {fmt(now), token, 0}
 local deadline = fmt(now + lease_us)
 local held, deadlines = {}, {}

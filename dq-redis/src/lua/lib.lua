@@ -27,6 +27,10 @@ local function proceed_when_full(key)
   redis.call('HDEL', key, '')
 end
 
+-- The value of the `leases` hash's `:table` field (fetch.lua): longer than the 64 bytes of a
+-- small hash's values (Redis' default hash-max-listpack-value), so the hash is a hash table.
+local LEASES_AS_TABLE = 'this field keeps the leases hash a hash table, whose lookups do not scan it (fetch.lua)'
+
 local function now_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -277,12 +281,20 @@ end
 
 -- Kept records of succeeded jobs (a topic with a retention), per topic and shard: the hash
 -- `done:<topic>` holds `topic:id` -> `<us it succeeded>:<value>` (the value '' for none; the
--- job's envelope stays in `jobs`), and the list `done:<topic>:order` one entry per ack call,
--- oldest first: `<us>:<n>` then the call's n members, a line each. An ack adds its jobs with one
--- `HSET` and one `RPUSH`, and forgets the oldest calls' records once the rest still holds the
--- count or once they are older than the age: a record is forgotten only if it is still the one
--- that call kept (its time matches: a push or a cancel of its id may have taken it out, and a
--- later ack kept it again). Kept in one hash of steady size: a hash that starts small and grows
+-- job's envelope stays in `jobs`), and the list `done:<topic>:order` the ack calls that kept
+-- them, oldest first: per call its n members, an element each, between two heads `<us>:<n>`
+-- (the first read when the oldest calls go, the last when a page walks back from the newest).
+-- An ack adds its jobs with one `HSET` and one `RPUSH`, and forgets the oldest calls' records once the
+-- rest still holds the count or once they are older than the age, handing the members the list
+-- holds to `HDEL` as they come (no work per record in Lua: a record cost 2.6 us of Redis CPU when
+-- each was read and compared, BENCHMARKS.md).
+-- A push or a cancel of a kept id takes its record out (push.lua, cancel.lua), and a later ack
+-- may keep the id again: the call that first kept it must then forget neither the new record
+-- nor the new job's envelope. So a take counts the id in `done:<topic>:taken` (id -> how many of
+-- its listed records were taken out), and while that hash is not empty the ack checks the
+-- records of a call it forgets against the call's time, and counts down the ids whose record was
+-- not the call's. The hash holds the ids taken out and not yet forgotten: empty in a run that
+-- pushes no kept id again. Kept in one hash of steady size: a hash that starts small and grows
 -- at each call cost twice as much per job (BENCHMARKS.md).
 
 -- When a record `<us>:<value>` was kept (text), and its value.
@@ -290,19 +302,61 @@ local function record_parts(rec)
   return string.match(rec, '^(%d+):(.*)$')
 end
 
--- An order entry's head: when its call kept its records (text), and how many.
+-- An order head: when its call kept its records (text), and how many.
 local function order_head(entry)
-  local at, n = string.match(entry, '^(%d+):(%d+)')
+  local at, n = string.match(entry, '^(%d+):(%d+)$')
   return at, tonumber(n)
 end
 
--- An order entry's members.
-local function order_members(entry)
-  local members = {}
-  for member in string.gmatch(string.match(entry, '^%d+:%d+\n(.*)$') or '', '[^\n]+') do
-    members[#members + 1] = member
+-- The keys of a topic's kept records (`done` is `done:<topic>`).
+local function record_keys(done)
+  return done .. ':order', done .. ':taken'
+end
+
+-- Which of `members`, listed by the call that kept records at `at` (text), still hold that
+-- call's records (`current`, as HMGET of `done` read them), and the others.
+local function still_kept(at, members, current)
+  local prefix = at .. ':'
+  local still, not_ours = {}, {}
+  for i, member in ipairs(members) do
+    local rec = current[i]
+    if rec and string.sub(rec, 1, #prefix) == prefix then
+      still[#still + 1] = member
+    else
+      not_ours[#not_ours + 1] = member
+    end
   end
-  return members
+  return still, not_ours
+end
+
+-- Counts the ids of `members` whose records were taken out (a push or a cancel of a kept id:
+-- lib.lua's comment on kept records), in `taken`, after the take's other writes.
+local function take_records(taken, members)
+  for _, member in ipairs(members) do redis.call('HINCRBY', taken, member, 1) end
+end
+
+-- Counts down in `untaken` (id -> count left, from `taken` at first) the ids of `not_ours`: a
+-- call's records that were taken out, the call being forgotten.
+local function count_down(taken, not_ours, untaken)
+  if #not_ours == 0 then return end
+  local counts = redis.call('HMGET', taken, unpack(not_ours))
+  for i, member in ipairs(not_ours) do
+    local left = untaken[member] or tonumber(counts[i] or 0)
+    if left > 0 then untaken[member] = left - 1 end
+  end
+end
+
+-- Writes the counts of `count_down`. The HDEL may delete `taken`: it is last.
+local function write_untaken(taken, untaken)
+  local none_left = {}
+  for member, left in pairs(untaken) do
+    if left > 0 then
+      redis.call('HSET', taken, member, left)
+    else
+      none_left[#none_left + 1] = member
+    end
+  end
+  if #none_left > 0 then redis.call('HDEL', taken, unpack(none_left)) end
 end
 
 -- Plans what one ack keeps of `topic` (`members`, with `spec` {age, count}) and forgets: reads
@@ -311,8 +365,9 @@ end
 -- records are looked at per call, at least one call's worth (the next ack goes on): more than
 -- a call adds, so the count is caught up with.
 local function plan_records(done, topic, spec, now, members)
-  local order = done .. ':order'
-  local plan = {done = done, order = order, skipped = {}, kept = members, pops = 0, gone = {}}
+  local order, taken = record_keys(done)
+  local plan = {done = done, order = order, taken = taken, skipped = {}, kept = members,
+    trim = 0, gone = {}, untaken = {}}
   if #members > spec.count then
     local first = #members - spec.count + 1
     plan.kept = {}
@@ -326,49 +381,57 @@ local function plan_records(done, topic, spec, now, members)
   end
   local records = redis.call('HLEN', done)
   local total = records + #plan.kept
-  -- Many more calls listed than records kept: calls whose records a push or a cancel took out
-  -- (the count and the age may not come for them); such empty calls go too.
-  local bloated = redis.call('LLEN', order) > records + 16
+  local checked = redis.call('EXISTS', taken) == 1
+  -- Many more elements listed than records kept: calls whose records a push or a cancel took
+  -- out (the count and the age may not come for them); such calls go too.
+  local bloated = checked and redis.call('LLEN', order) > 3 * records + 48
   local budget, oldest = 2000, now - spec.age
   while budget > 0 do
-    local entry = redis.call('LINDEX', order, plan.pops)
-    if not entry then break end
-    local at, n = order_head(entry)
+    local head = redis.call('LINDEX', order, plan.trim)
+    if not head then break end
+    local at, n = order_head(head)
+    if not at then
+      -- Not a head (a list of another layout): it goes, so the calls after it can.
+      plan.trim = plan.trim + 1
+      break
+    end
     -- Judged by its size first (some of its records may have gone since: then the count runs
     -- over by those until later calls make up for them).
     local due = tonumber(at) < oldest or total - n >= spec.count
-    if not (due or bloated) or (n > budget and plan.pops > 0) then break end
-    local old = order_members(entry)
-    local current, still = #old > 0 and redis.call('HMGET', done, unpack(old)) or {}, {}
-    for i, member in ipairs(old) do
-      local rec = current[i]
-      if rec and string.sub(rec, 1, #at + 1) == at .. ':' then still[#still + 1] = member end
+    if not (due or bloated) or (n > budget and plan.trim > 0) then break end
+    local old = n > 0 and redis.call('LRANGE', order, plan.trim + 1, plan.trim + n) or {}
+    local still, not_ours = old, {}
+    if checked and #old > 0 then
+      still, not_ours = still_kept(at, old, redis.call('HMGET', done, unpack(old)))
     end
     if not due and #still > 0 then break end
-    for _, member in ipairs(still) do plan.gone[#plan.gone + 1] = member end
+    -- Counted down only for a call forgotten: a call that stays still lists them.
+    count_down(taken, not_ours, plan.untaken)
+    plan.gone[#plan.gone + 1] = still
     total = total - #still
     budget = budget - n
-    plan.pops = plan.pops + 1
+    plan.trim = plan.trim + n + 2
   end
   return plan
 end
 
--- Writes a plan of `plan_records`: the records (`value_of[member]`, '' for none, kept at
--- `stamp`), the call's order entry, the records forgotten (their envelopes are the caller's to
--- delete: `plan.gone`). The hash's HDEL is last: it may delete the hash.
-local function keep_records(plan, value_of, stamp)
+-- Writes a plan of `plan_records`: the records (`records`: member, `<stamp>:<value>` pairs of
+-- `plan.kept`), the call's order entry, the records forgotten (their envelopes are the caller's
+-- to delete: `plan.gone`, lists of members). The HDELs of `done` cannot delete it (the records
+-- just kept are in it), but the one of `taken` may: it is last.
+local function keep_records(plan, records, stamp)
   if #plan.kept > 0 then
-    local args = {}
-    for _, member in ipairs(plan.kept) do
-      args[#args + 1] = member
-      args[#args + 1] = stamp .. ':' .. value_of[member]
-    end
-    redis.call('HSET', plan.done, unpack(args))
-    redis.call('RPUSH', plan.order,
-      stamp .. ':' .. #plan.kept .. '\n' .. table.concat(plan.kept, '\n'))
+    redis.call('HSET', plan.done, unpack(records))
+    local head = stamp .. ':' .. #plan.kept
+    plan.kept[#plan.kept + 1] = head
+    redis.call('RPUSH', plan.order, head, unpack(plan.kept))
+    plan.kept[#plan.kept] = nil
   end
-  if plan.pops > 0 then redis.call('LTRIM', plan.order, plan.pops, -1) end
-  if #plan.gone > 0 then redis.call('HDEL', plan.done, unpack(plan.gone)) end
+  if plan.trim > 0 then redis.call('LTRIM', plan.order, plan.trim, -1) end
+  for _, gone in ipairs(plan.gone) do
+    if #gone > 0 then redis.call('HDEL', plan.done, unpack(gone)) end
+  end
+  write_untaken(plan.taken, plan.untaken)
 end
 
 -- Job events (dq-core's events.rs; keys.rs has the fields). A topic has them on when the shard's

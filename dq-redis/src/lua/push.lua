@@ -67,6 +67,8 @@ for i = 0, n - 1 do
     local done = prefix .. 'done:' .. topic
     if has_done[topic] == nil then has_done[topic] = redis.call('EXISTS', done) == 1 end
     record = has_done[topic] and redis.call('HEXISTS', done, member) == 1
+    -- The count of records taken out (lib.lua), touched before the first write.
+    if record then redis.call('EXISTS', done .. ':taken') end
   end
   local fresh = record or not existing[i + 1]
   local reserved = any_reserved and not earlier and fresh
@@ -248,9 +250,12 @@ for topic, dead_members in pairs(revived) do
   redis.call('ZREM', prefix .. 'dead:' .. topic, unpack(dead_members))
 end
 if #unreserve > 0 then redis.call('HDEL', unique_for, unpack(unreserve)) end
--- The records pushed again go (`done:<topic>` was read for them): one HDEL per hash, last.
+-- The records pushed again go (`done:<topic>` was read for them): one HDEL per hash, last;
+-- they are counted as taken out (lib.lua).
 for topic, members_done in pairs(undone) do
-  redis.call('HDEL', prefix .. 'done:' .. topic, unpack(members_done))
+  local done = prefix .. 'done:' .. topic
+  redis.call('HDEL', done, unpack(members_done))
+  take_records(select(2, record_keys(done)), members_done)
 end
 -- Reservations that ended: a bounded batch per push, so the set stays the size of the live ones.
 if any_reserved then

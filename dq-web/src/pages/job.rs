@@ -1,4 +1,5 @@
 //! One job's page: its fields, its payload (and a done job's result, a running job's progress),
+//! its history (its events still kept, with each failed run's error),
 //! and what can be done to it in its state.
 
 use std::time::{Duration, SystemTime};
@@ -7,6 +8,7 @@ use axum::extract::{Path, State};
 use axum::http::{StatusCode, Uri};
 use axum::response::Response;
 use axum::Extension;
+use dq_core::events::{EventKind, JobEvent};
 use dq_core::{JobInfo, JobState};
 use maud::{html, Markup};
 
@@ -23,9 +25,16 @@ pub(crate) async fn job(
 ) -> Response {
     let q = query(&uri);
     let client = &web.client;
-    let (info, now) = match tokio::try_join!(client.status_in(&topic, &id), client.store_time()) {
-        Ok(found) => found,
-        Err(e) => return store_error(&viewer, &format!("read job {id:?} of {topic:?}"), &e),
+    let read = tokio::join!(
+        client.status_in(&topic, &id),
+        client.store_time(),
+        client.job_history(&topic, &id)
+    );
+    let (info, now, history) = match read {
+        (Ok(info), Ok(now), history) => (info, now, history),
+        (Err(e), _, _) | (_, Err(e), _) => {
+            return store_error(&viewer, &format!("read job {id:?} of {topic:?}"), &e)
+        }
     };
     let base = &viewer.base;
     let link = format!("{base}/topics/{}/jobs/{}", seg(&topic), seg(&id));
@@ -57,6 +66,8 @@ pub(crate) async fn job(
                 p.hint { "No value: its handler returned nothing." }
             }
         }
+        h2 { "History" }
+        (history_of(&history, now))
         @if viewer.can_act {
             h2 { "Actions" }
             (actions(&job, &id, &link, &web.csrf))
@@ -91,6 +102,51 @@ fn fields(job: &JobInfo, now: SystemTime) -> Markup {
     }
 }
 
+/// The job's events still kept, oldest first, with each failed run's error
+/// (`Client::job_history`); a hint when there are none, and the error when they could not be
+/// read (the rest of the page stands).
+fn history_of(history: &dq_core::Result<Vec<JobEvent>>, now: SystemTime) -> Markup {
+    html! {
+        @match history {
+            Err(e) => p.hint.error { "Its events could not be read: " (e.to_string()) }
+            Ok(events) if events.is_empty() => p.hint {
+                "No events kept for this job: its topic's events are off (a listener with "
+                code { "events = true" } " keeps each step of its jobs, with each failed run's error), or they went past the topic's cap."
+            }
+            Ok(events) => table.history {
+                tr { th { "When (UTC)" } th { "Event" } th { "Run" } th { "Detail" } }
+                @for e in events {
+                    tr data-event=(e.kind.name()) {
+                        td { (utc(e.at)) " (" (relative(e.at, now)) ")" }
+                        td { (e.kind.name()) }
+                        td { (e.attempt) }
+                        td.detail { (event_detail(&e.kind, now)) }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What an event says beyond its name: the error of a failed run or a dead letter, when a
+/// job runs (again), the value or progress reported.
+fn event_detail(kind: &EventKind, now: SystemTime) -> Markup {
+    html! {
+        @match kind {
+            EventKind::Failed { error } | EventKind::Dead { error } => pre.error { (error) }
+            EventKind::Retrying { due } | EventKind::Postponed { due } => {
+                "runs again at " (utc(*due)) " (" (relative(*due, now)) ")"
+            }
+            EventKind::Pushed { due: Some(due) } => {
+                "due at " (utc(*due)) " (" (relative(*due, now)) ")"
+            }
+            EventKind::Progress { value } => code { (String::from_utf8_lossy(value)) }
+            EventKind::Succeeded { value: Some(value) } => code { (String::from_utf8_lossy(value)) }
+            _ => {}
+        }
+    }
+}
+
 /// Which run of how many the job is on, was on, or comes to, in its state: `attempt` counts
 /// the runs that failed, and the run under way when it is running.
 fn attempt(job: &JobInfo) -> String {
@@ -114,10 +170,10 @@ fn whose_error(job: &JobInfo) -> Option<&'static str> {
     let whose = match job.state {
         JobState::Dead => "The error of its last run, which dead-lettered it.",
         JobState::Done => {
-            "The error of a run that failed before it succeeded; only the latest is kept."
+            "The error of a run that failed before it succeeded: the job keeps only the latest (its history has each run's error while its topic's events are on)."
         }
-        JobState::Running => "The error of the run before this one; only the latest is kept.",
-        _ => "The error of its latest failed run; only the latest is kept.",
+        JobState::Running => "The error of the run before this one: the job keeps only the latest (its history has each run's error while its topic's events are on).",
+        _ => "The error of its latest failed run: the job keeps only the latest (its history has each run's error while its topic's events are on).",
     };
     job.last_error.as_ref().map(|_| whose)
 }
