@@ -187,3 +187,44 @@ async fn a_scheduled_listener_built_by_hand_on_a_message_says_what_its_ticks_car
     let text = refusal(wrong).await;
     assert!(text.contains("another type"), "{text}");
 }
+
+/// A schedule's ticks on a topic at its `max_pending` wait (nothing is fired past the bound,
+/// nothing is lost for good): once there is room, the schedule fires again.
+#[tokio::test]
+async fn a_schedules_ticks_wait_while_its_topic_is_full() {
+    let ticks = Arc::new(Mutex::new(Vec::new()));
+    let seen = ticks.clone();
+    let cleanup = Listener::new("cleanup", move |tick: Tick| {
+        let seen = seen.clone();
+        async move { seen.lock().unwrap().push(tick.at) }
+    })
+    .every(Duration::from_secs(60))
+    .max_pending(1);
+    let rt = TestRuntime::builder()
+        .without_registered_listeners()
+        .listener(cleanup)
+        .start()
+        .await
+        .unwrap();
+    // The topic's one place is taken by a job due in ten hours.
+    let far = Duration::from_secs(36_000);
+    rt.client()
+        .push_json("cleanup", "{}")
+        .id("blocker")
+        .delay(far)
+        .await
+        .unwrap();
+    rt.advance(Duration::from_secs(300)).await;
+    assert!(ticks.lock().unwrap().is_empty(), "fired past the bound");
+    rt.client().cancel_in("cleanup", "blocker").await.unwrap();
+    rt.advance(Duration::from_secs(180)).await;
+    assert!(
+        !ticks.lock().unwrap().is_empty(),
+        "never fired once there was room"
+    );
+    let pending = rt.client().counts("cleanup").await.unwrap();
+    assert!(
+        pending.delayed + pending.ready + pending.running <= 1,
+        "{pending:?}"
+    );
+}

@@ -230,3 +230,23 @@ async fn progress_reports_written_and_results_kept_are_counted() {
     .await;
     rt.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pushes_refused_by_max_pending_are_counted() {
+    let redis = RedisServer::start();
+    let listener = Listener::new("bounded", |_: u32| async { Ok::<(), String>(()) }).max_pending(1);
+    let rt = worker(&redis, listener).await;
+    let c = rt.client();
+    let hour = Duration::from_secs(3600);
+    c.push_to("bounded", &1u32).delay(hour).await.unwrap();
+    let full = c.push_to("bounded", &2u32).delay(hour).await.unwrap_err();
+    assert_eq!(full.kind(), dq::ErrorKind::TopicFull, "{full}");
+    let batch = (3..5u32).map(|n| c.push_to("bounded", &n).delay(hour));
+    c.push_batch(batch).await.unwrap();
+    scrape_until(&[
+        r#"dq_jobs_pushed_total{topic="bounded"} 1"#,
+        r#"dq_pushes_refused_full_total{topic="bounded"} 3"#,
+    ])
+    .await;
+    rt.shutdown().await.unwrap();
+}

@@ -12,6 +12,8 @@ mod support;
 
 #[path = "store_behaviour/admin.rs"]
 mod admin;
+#[path = "store_behaviour/backpressure.rs"]
+mod backpressure;
 #[path = "store_behaviour/cancel_running.rs"]
 mod cancel_running;
 #[path = "store_behaviour/changes.rs"]
@@ -226,6 +228,10 @@ on_every_store!(
         a_reader_resuming_behind_the_cap_is_told_how_many_it_missed,
         a_reader_resumed_inside_a_bulk_push_gets_the_rest_of_it_once,
         the_cap_counts_events_however_many_an_entry_holds,
+    ],
+    backpressure: [
+        a_push_past_max_pending_is_refused_and_stores_nothing,
+        a_batch_past_max_pending_says_which_jobs_it_refused,
     ],
     history: [
         a_jobs_history_keeps_the_error_of_each_run_that_failed,

@@ -815,3 +815,27 @@ async fn a_call_not_forgotten_keeps_the_count_of_its_ids_taken_out() {
     let x = c.status_in("order-cancel", "x").await.unwrap();
     assert!(x.is_none(), "x's call is past the age: {x:?}");
 }
+
+/// Backpressure on a namespace of four shards: each shard holds its share of the bound (8 / 4),
+/// so the topic takes about its bound, never more.
+#[tokio::test]
+async fn max_pending_is_held_by_each_shard_as_its_share() {
+    let redis = RedisServer::start();
+    let c = client_with(&redis, |b| b.shards(4)).await;
+    c.set_max_pending("order-cancel", Some(8)).await.unwrap();
+    let jobs = (0..40).map(|i| c.push(OrderCancel { order_id: i }).id(format!("o{i}")));
+    let pushed = c.push_batch(jobs).await.unwrap();
+    let created = pushed
+        .iter()
+        .filter(|p| p.outcome == dq::push::PushOutcome::Created)
+        .count();
+    assert_eq!(created, 8, "two in each of the four shards");
+    let refused = pushed
+        .iter()
+        .filter(|p| p.outcome == dq::push::PushOutcome::Full { max_pending: 8 })
+        .count();
+    assert_eq!(refused, 32);
+    let shard_0 = integer_reply(&redis, &["ZCARD", "dq:{test:0}:delayed"])
+        + integer_reply(&redis, &["LLEN", "dq:{test:0}:ready:order-cancel"]);
+    assert_eq!(shard_0, 2, "the share of shard 0");
+}

@@ -311,3 +311,33 @@ async fn job_events_are_stamped_by_the_virtual_clock() {
     );
     rt.shutdown().await;
 }
+
+/// A listener's `max_pending` holds in the test runtime as on Redis: the push past it fails
+/// with `TopicFull`, and once a job has run there is room again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listeners_max_pending_refuses_pushes_past_it_in_tests() {
+    let listener = Listener::new("reminders", |_: Reminder, _: JobContext| async {
+        Ok::<(), String>(())
+    })
+    .max_pending(2);
+    let rt = only(listener).await;
+    let later = Duration::from_secs(60);
+    for ride in [1, 2] {
+        rt.client()
+            .push_to("reminders", &Reminder { ride })
+            .delay(later)
+            .await
+            .unwrap();
+    }
+    let full = rt
+        .client()
+        .push_to("reminders", &Reminder { ride: 3 })
+        .await
+        .unwrap_err();
+    assert_eq!(full.kind(), dq::ErrorKind::TopicFull, "{full}");
+    rt.advance(later).await;
+    rt.client()
+        .push_to("reminders", &Reminder { ride: 3 })
+        .await
+        .unwrap();
+}

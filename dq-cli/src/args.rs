@@ -117,6 +117,15 @@ pub(crate) enum Command {
         /// The topic to resume.
         topic: String,
     },
+    /// A topic's bound on pending jobs: print it, set it (a push past it is refused with
+    /// "topic is full"), or lift it with `off`.
+    MaxPending {
+        /// The topic.
+        topic: String,
+        /// The most jobs it may hold pending (delayed, ready and running together), or `off`.
+        /// Without it, the bound is printed.
+        bound: Option<String>,
+    },
     /// Worker processes heard from in the last minute.
     Workers,
     /// `dq stats`, refreshed every second until Ctrl-C.

@@ -9,6 +9,7 @@
 //! dq push order-cancel @order.json --in 10m  # the payload as JSON, `-` (stdin) or `@file`
 //! dq dead retry order-cancel --all           # run dead letters again
 //! dq pause order-cancel; dq resume order-cancel  # --force: a topic not pushed to yet
+//! dq max-pending order-cancel 100000             # refuse pushes past it; `off` lifts it
 //! dq watch                                   # a live view, refreshed every second
 //! dq schedules; dq schedules pause <id>       # periodic schedules: list, pause, resume, remove, run
 //! dq web --listen 127.0.0.1:8080             # the web dashboard (DQ_WEB_TOKEN to require a token)
@@ -141,6 +142,9 @@ async fn dispatch(
         Command::Watch { iterations } => topics::watch(&client, namespace, iterations, json).await,
         Command::Pause { topic, force } => topics::pause(&client, &topic, force, json).await,
         Command::Resume { topic } => topics::resume(&client, &topic, json).await,
+        Command::MaxPending { topic, bound } => {
+            topics::max_pending(&client, &topic, bound.as_deref(), json).await
+        }
         Command::Jobs(page) => jobs::list(&client, page, json).await,
         Command::Show { topic, id } => jobs::show(&client, &topic, &id, json).await,
         Command::Cancel { topic, id } => jobs::cancel(&client, &topic, &id, json).await,

@@ -130,6 +130,45 @@ pub(crate) async fn pause(
     Ok(())
 }
 
+/// `dq max-pending`: prints the topic's bound, sets it, or lifts it (`off`).
+pub(crate) async fn max_pending(
+    client: &Client,
+    topic: &str,
+    bound: Option<&str>,
+    json: bool,
+) -> Result<(), Exit> {
+    let set = match bound {
+        None => {
+            let max = client.max_pending(topic).await?;
+            let said = match max {
+                Some(max) => format!("{topic}: at most {max} jobs pending"),
+                None => format!("{topic}: no bound on pending jobs"),
+            };
+            report(json, json!({ "topic": topic, "max_pending": max }), &said);
+            return Ok(());
+        }
+        Some("off") => None,
+        Some(text) => match text.parse::<u64>() {
+            Ok(n) if n > 0 => Some(n),
+            _ => {
+                return Err(Exit(
+                    2,
+                    format!(
+                        "max-pending takes a number of jobs of at least 1, or `off`; got {text:?}"
+                    ),
+                ))
+            }
+        },
+    };
+    client.set_max_pending(topic, set).await?;
+    let said = match set {
+        Some(max) => format!("{topic}: at most {max} jobs pending; a push past it is refused"),
+        None => format!("{topic}: no bound on pending jobs"),
+    };
+    report(json, json!({ "topic": topic, "max_pending": set }), &said);
+    Ok(())
+}
+
 /// `dq resume`.
 pub(crate) async fn resume(client: &Client, topic: &str, json: bool) -> Result<(), Exit> {
     client.resume(topic).await?;

@@ -846,3 +846,22 @@ fn the_command_reaches_a_tls_redis_with_the_certificate_files_of_the_environment
     let refused = stats(false);
     assert_eq!(refused.status.code(), Some(1), "{refused:?}");
 }
+
+/// `dq max-pending`: sets the bound a push past which is refused, prints it, lifts it.
+#[tokio::test]
+async fn max_pending_sets_prints_and_lifts_a_topics_bound() {
+    let redis = RedisServer::start();
+    let c = client(&redis).await;
+    assert!(ok(&dq(&redis, &["max-pending", "t"])).contains("no bound"));
+    ok(&dq(&redis, &["max-pending", "t", "1"]));
+    assert_eq!(c.max_pending("t").await.unwrap(), Some(1));
+    assert!(ok(&dq(&redis, &["max-pending", "t"])).contains("at most 1 jobs pending"));
+    c.push_json("t", "{}").await.unwrap();
+    let full = c.push_json("t", "{}").await.unwrap_err();
+    assert_eq!(full.kind(), dq::ErrorKind::TopicFull, "{full}");
+    let said = fails(&redis, &["max-pending", "t", "0"], 2);
+    assert!(said.contains("at least 1"), "{said}");
+    ok(&dq(&redis, &["max-pending", "t", "off"]));
+    assert_eq!(c.max_pending("t").await.unwrap(), None);
+    c.push_json("t", "{}").await.unwrap();
+}

@@ -169,6 +169,17 @@ pub enum Error {
         /// How long it was given.
         after: Duration,
     },
+    /// A push refused because its topic holds as many jobs as its `max_pending` allows
+    /// (delayed, ready and running together): nothing was stored. The workers make room as
+    /// they finish jobs; push again later (with backoff), or raise the bound
+    /// (`Client::set_max_pending`, the listener's `max_pending`).
+    #[error("topic {topic:?} is full: it is at its max_pending of {max_pending} jobs (delayed, ready and running; with several shards, the share of the shard this job's id falls in); nothing was stored. Push again once its workers have caught up, or raise the bound (the listener's max_pending, Client::set_max_pending, dq max-pending)")]
+    TopicFull {
+        /// The topic.
+        topic: String,
+        /// Its bound.
+        max_pending: u64,
+    },
     /// A part of dq failed in a way it should not (a task panicked): a bug to report.
     #[error("{what} failed: {reason} (a bug in dq or in a hook; please report it with the log)")]
     Internal {
@@ -204,6 +215,9 @@ pub enum ErrorKind {
     /// Redis is out of memory (`OOM` under `noeviction`): nothing was written. Free memory or
     /// raise `maxmemory`.
     Full,
+    /// The topic holds as many jobs as its `max_pending` allows ([`Error::TopicFull`]): nothing
+    /// was stored. Push again later, with backoff, or raise the bound.
+    TopicFull,
     /// Redis' ACL does not let dq's user run a command or touch a key (`NOPERM`, or a script's
     /// command denied), or the user and password were not accepted (`WRONGPASS`, `NOAUTH`).
     /// Grant what `dq::store::ACL_RULES` lists, or fix the credentials in
@@ -255,6 +269,7 @@ impl Error {
             Error::Internal { .. } => ErrorKind::Internal,
             Error::Batch(inner) => inner.kind(),
             Error::Timeout { .. } => ErrorKind::Unavailable,
+            Error::TopicFull { .. } => ErrorKind::TopicFull,
             Error::Redis { kind, .. } => *kind,
         }
     }

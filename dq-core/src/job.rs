@@ -76,6 +76,14 @@ pub enum PushOutcome {
         /// The generation the shard's ticks were made under.
         generation: u64,
     },
+    /// Refused: the topic holds as many jobs as its `max_pending` allows (delayed, ready and
+    /// running together); nothing was stored. A single push reports it as
+    /// [`Error::TopicFull`](crate::Error::TopicFull); a batch ([`Client::push_batch`](crate::Client::push_batch))
+    /// says it of each job it refused, and stores the others.
+    Full {
+        /// The topic's bound.
+        max_pending: u64,
+    },
 }
 
 /// A job to store, as built by [`Client::push`](crate::Client::push).

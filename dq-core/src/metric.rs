@@ -3,6 +3,8 @@
 
 /// Counter, label `topic`: jobs created or replaced by pushes of this process.
 pub const JOBS_PUSHED: &str = "dq_jobs_pushed_total";
+/// Counter, label `topic`: jobs a push refused because their topic was full (`max_pending`).
+pub const PUSHES_REFUSED_FULL: &str = "dq_pushes_refused_full_total";
 /// Counter, label `topic`: handler runs started.
 pub const JOBS_STARTED: &str = "dq_jobs_started_total";
 /// Counter, label `topic`: runs that finished the job.

@@ -129,6 +129,25 @@ mod tests {
     }
 
     #[test]
+    fn max_pending_becomes_the_builder_call_and_zero_is_refused() {
+        let out = expanded(
+            quote::quote!(topic = "t", max_pending = 100000),
+            quote::quote!(
+                async fn handler(_n: u64) {}
+            ),
+        );
+        assert!(out.contains(".max_pending(100000u64)"), "{out}");
+        assert!(!out.contains("compile_error"), "{out}");
+        let zero = expanded(
+            quote::quote!(topic = "t", max_pending = 0),
+            quote::quote!(
+                async fn handler(_n: u64) {}
+            ),
+        );
+        assert!(zero.contains("max_pendingmustbeatleast1"), "{zero}");
+    }
+
+    #[test]
     fn events_that_are_not_a_bool_or_a_cap_without_events_are_refused() {
         for (attr, why) in [
             (

@@ -12,7 +12,7 @@ use syn::{Lit, LitInt, LitStr, Type};
 use crate::attr;
 
 const KEYS: &str =
-    "topic, concurrency, timeout, retries, backoff, cron, tz, every, missed, retain, retain_count, events, events_cap, crate";
+    "topic, concurrency, timeout, retries, backoff, cron, tz, every, missed, retain, retain_count, events, events_cap, max_pending, crate";
 
 #[derive(Default)]
 pub(crate) struct Options {
@@ -31,6 +31,7 @@ pub(crate) struct Options {
     events: Option<bool>,
     /// The cap, and its literal (where a cap without `events = true` is reported).
     events_cap: Option<(u64, LitInt)>,
+    max_pending: Option<u64>,
     pub(crate) krate: Option<LitStr>,
 }
 
@@ -69,6 +70,7 @@ fn set(o: &mut Options, key: &str, meta: &ParseNestedMeta<'_>) -> syn::Result<()
         "retain_count" => o.retain_count = Some(retain_count(meta.value()?.parse()?)?),
         "events" => o.events = Some(events(&meta.value()?.parse()?)?),
         "events_cap" => o.events_cap = Some(events_cap(meta.value()?.parse()?)?),
+        "max_pending" => o.max_pending = Some(max_pending(&meta.value()?.parse()?)?),
         "crate" => o.krate = Some(meta.value()?.parse()?),
         _ => {
             return Err(meta.error(format!(
@@ -124,6 +126,18 @@ fn events_cap(lit: LitInt) -> syn::Result<(u64, LitInt)> {
         ));
     }
     Ok((n, lit))
+}
+
+/// The most jobs the topic may hold pending: at least 1.
+fn max_pending(lit: &LitInt) -> syn::Result<u64> {
+    let n: u64 = lit.base10_parse()?;
+    if n == 0 {
+        return Err(syn::Error::new(
+            lit.span(),
+            "max_pending must be at least 1: leave it out for no bound",
+        ));
+    }
+    Ok(n)
 }
 
 /// A duration, or `None` for `"none"` (no limit).
@@ -271,6 +285,9 @@ pub(crate) fn builder_calls(options: &Options, payload: &Type, krate: &syn::Path
     }
     if let Some((n, _)) = &options.events_cap {
         calls.extend(quote!(.events_cap(#n)));
+    }
+    if let Some(n) = options.max_pending {
+        calls.extend(quote!(.max_pending(#n)));
     }
     calls.extend(schedule_calls(options, payload, krate));
     calls

@@ -2,6 +2,7 @@
 //! Application code uses it through the `dq` crate.
 
 mod backoff;
+mod backpressure;
 mod chores;
 mod consumer;
 mod context;

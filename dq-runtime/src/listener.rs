@@ -76,6 +76,8 @@ pub struct Listener {
     pub(crate) events: bool,
     /// How many of them each shard keeps (`events_cap`); it goes with `events`.
     pub(crate) events_cap: Option<u64>,
+    /// The most jobs of the topic pending at once (`max_pending`); none by default.
+    pub(crate) max_pending: Option<u64>,
     /// What the ticks of a schedule set later carry.
     tick_payload: TickPayloadFn,
     /// The handler's payload type, when known (not for an erased handler).
@@ -156,6 +158,7 @@ impl Listener {
             retain_count: None,
             events: false,
             events_cap: None,
+            max_pending: None,
             tick_payload: <Tick as TickPayload>::tick_payload,
             payload_type: None,
         }

@@ -4,6 +4,7 @@
 //! | name | kind | labels | meaning |
 //! | --- | --- | --- | --- |
 //! | `dq_jobs_pushed_total` | counter | topic | jobs created or replaced by pushes of this process |
+//! | `dq_pushes_refused_full_total` | counter | topic | jobs a push of this process refused because their topic was at its `max_pending` (nothing stored) |
 //! | `dq_jobs_started_total` | counter | topic | handler runs started |
 //! | `dq_jobs_succeeded_total` | counter | topic | runs that finished the job |
 //! | `dq_jobs_failed_total` | counter | topic | runs that failed (error, panic, timeout) |

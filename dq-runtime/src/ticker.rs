@@ -77,6 +77,8 @@ pub(crate) struct Declared {
     retentions: Vec<(Topic, Option<Retention>)>,
     /// Each topic's job events: how many each shard keeps, `None` for off.
     events: Vec<(Topic, Option<u64>)>,
+    /// The bounds on pending jobs the listeners give (a listener without one declares none).
+    max_pending: Vec<(Topic, u64)>,
     /// The namespace's epoch when everything was last declared; `None` until it was.
     epoch: Option<String>,
 }
@@ -93,8 +95,15 @@ impl Declared {
             limits,
             retentions,
             events,
+            max_pending: Vec::new(),
             epoch: None,
         }
+    }
+
+    /// With the listeners' bounds on pending jobs (`max_pending`).
+    pub(crate) fn with_max_pending(mut self, max_pending: Vec<(Topic, u64)>) -> Declared {
+        self.max_pending = max_pending;
+        self
     }
 
     /// Declares everything unless the store still holds it (the epoch is the one declared
@@ -132,6 +141,9 @@ impl Declared {
         }
         for (topic, cap) in &self.events {
             leases.set_events(topic, *cap).await?;
+        }
+        for (topic, max) in &self.max_pending {
+            leases.set_max_pending(topic, Some(*max)).await?;
         }
         if again {
             tracing::info!("the listeners' schedules, retries and retentions are declared again");

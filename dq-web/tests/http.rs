@@ -1066,3 +1066,18 @@ async fn the_job_page_shows_each_failed_runs_error_in_its_history() {
     let (_, page) = get(&addr, "/topics/order-cancel/jobs/o1").await;
     assert!(page.contains("No events kept for this job"), "{page}");
 }
+
+/// A topic with a bound on its pending jobs shows how close it is, and says when it is full.
+#[tokio::test]
+async fn the_topic_page_shows_how_close_the_topic_is_to_its_max_pending() {
+    let client = memory_client().await; // holds o1
+    client.set_max_pending(TOPIC, Some(2)).await.unwrap();
+    let addr = serve(client.clone(), Options::new()).await;
+    let (status, page) = get(&addr, "/topics/order-cancel").await;
+    assert_eq!(status, 200);
+    assert!(page.contains("of at most 2"), "{page}");
+    assert!(!page.contains("full: pushes refused"), "{page}");
+    push(&client, "o2", 2).await;
+    let (_, page) = get(&addr, "/topics/order-cancel").await;
+    assert!(page.contains("full: pushes refused"), "{page}");
+}

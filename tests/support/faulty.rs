@@ -220,6 +220,12 @@ impl Leases for Faulty {
     async fn set_events(&self, topic: &Topic, cap: Option<u64>) -> dq::Result<()> {
         self.inner.set_events(topic, cap).await
     }
+    async fn set_max_pending(&self, topic: &Topic, max: Option<u64>) -> dq::Result<()> {
+        self.inner.set_max_pending(topic, max).await
+    }
+    async fn max_pending(&self, topic: &Topic) -> dq::Result<Option<u64>> {
+        self.inner.max_pending(topic).await
+    }
     fn ready_waiter(&self, shard: u16, topic: &Topic) -> Box<dyn ReadyWaiter> {
         self.inner.ready_waiter(shard, topic)
     }

@@ -152,6 +152,47 @@ impl Client {
         self.store.resume(&Topic::new(topic)?).await
     }
 
+    /// Bounds how many jobs of `topic` may be pending at once, delayed, ready and running
+    /// together (`None`: no bound, the default), in every process from now on: a push past it
+    /// stores nothing and fails with [`Error::TopicFull`](crate::Error::TopicFull)
+    /// ([`ErrorKind::TopicFull`](crate::ErrorKind::TopicFull)); a batch says which of its jobs
+    /// were refused ([`PushOutcome::Full`](crate::PushOutcome::Full)). So a runaway producer
+    /// cannot fill Redis' memory; the jobs already stored all run. A listener's `max_pending`
+    /// (`#[dq::listener(max_pending = 100000)]`) sets the same bound at runtime start.
+    ///
+    /// On Redis each shard of the namespace holds its share: the bound divided by the shard
+    /// count, rounded up. With one shard (the default) the bound is exact; with N shards the
+    /// topic holds at most N times its share (the bound itself when N divides it), and a push
+    /// is refused once the shard its id falls in holds its share, which for a bound of a few
+    /// jobs per shard can be before the topic as a whole reaches it. Zero is refused
+    /// ([`Error::InvalidPush`](crate::Error::InvalidPush)).
+    ///
+    /// Retrying dead letters (`retry_dead`, `dq dead retry`) is an operator's act and is not
+    /// bounded; a periodic schedule's tick on a full topic waits (tried again at each look,
+    /// with a warning) until the topic has room, its `missed` policy then deciding about the
+    /// ticks that came meanwhile.
+    ///
+    /// ```no_run
+    /// # async fn f(client: dq_core::Client) -> dq_core::Result<()> {
+    /// client.set_max_pending("send-email", Some(100_000)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn set_max_pending(&self, topic: &str, max: Option<u64>) -> Result<()> {
+        if max == Some(0) {
+            return Err(crate::Error::InvalidPush {
+                topic: topic.to_owned(),
+                reason: "max_pending must be at least 1 (None lifts the bound)".into(),
+            });
+        }
+        self.store.set_max_pending(&Topic::new(topic)?, max).await
+    }
+
+    /// The bound on `topic`'s pending jobs ([`Client::set_max_pending`]), `None` when it has
+    /// none.
+    pub async fn max_pending(&self, topic: &str) -> Result<Option<u64>> {
+        self.store.max_pending(&Topic::new(topic)?).await
+    }
+
     /// The worker processes heard from in the last minute.
     pub async fn workers(&self) -> Result<Vec<WorkerInfo>> {
         self.store.workers().await

@@ -134,7 +134,9 @@ impl Client {
     /// Pushes many jobs in as few round trips as the store allows (up to 1,000 jobs per call).
     ///
     /// Every job is checked before anything is sent: one invalid job fails the whole batch and
-    /// nothing is stored. Each job's own [`OnConflict`] is honoured, batched by mode.
+    /// nothing is stored. Each job's own [`OnConflict`] is honoured, batched by mode. A job
+    /// whose topic is full (its `max_pending`, [`Client::set_max_pending`]) is not stored and
+    /// says so ([`PushOutcome::Full`]); the others of the batch are.
     pub async fn push_batch(
         &self,
         jobs: impl IntoIterator<Item = PushBuilder>,
@@ -168,15 +170,24 @@ impl Client {
             self.store.push(replace, OnConflict::Replace).await?
         };
         let mut pushed: std::collections::HashMap<&Topic, u64> = std::collections::HashMap::new();
+        let mut refused: std::collections::HashMap<&Topic, u64> = std::collections::HashMap::new();
         for (topics, outs) in [(&keep_topics, &keep_out), (&replace_topics, &replace_out)] {
             for (topic, outcome) in topics.iter().zip(outs.iter()) {
-                if matches!(outcome, PushOutcome::Created | PushOutcome::Replaced) {
-                    *pushed.entry(topic).or_default() += 1;
+                match outcome {
+                    PushOutcome::Created | PushOutcome::Replaced => {
+                        *pushed.entry(topic).or_default() += 1
+                    }
+                    PushOutcome::Full { .. } => *refused.entry(topic).or_default() += 1,
+                    _ => {}
                 }
             }
         }
         for (topic, n) in pushed {
             metrics::counter!(crate::metric::JOBS_PUSHED, "topic" => topic.to_string())
+                .increment(n);
+        }
+        for (topic, n) in refused {
+            metrics::counter!(crate::metric::PUSHES_REFUSED_FULL, "topic" => topic.to_string())
                 .increment(n);
         }
         Ok(order

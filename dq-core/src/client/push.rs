@@ -236,7 +236,9 @@ impl PushBuilder {
         self
     }
 
-    /// Sends the push and reports the outcome along with the id.
+    /// Sends the push and reports the outcome along with the id. Fails with
+    /// [`Error::TopicFull`] when the topic holds as many jobs as its `max_pending` allows
+    /// ([`Client::set_max_pending`]): nothing is stored.
     pub async fn send(self) -> Result<Pushed> {
         let client = self.client.clone();
         let mode = self.on_conflict;
@@ -268,6 +270,14 @@ impl PushBuilder {
                 }
             }
         };
+        if let PushOutcome::Full { max_pending } = outcome {
+            metrics::counter!(crate::metric::PUSHES_REFUSED_FULL, "topic" => topic_name.clone())
+                .increment(1);
+            return Err(Error::TopicFull {
+                topic: topic_name,
+                max_pending,
+            });
+        }
         if matches!(outcome, PushOutcome::Created | PushOutcome::Replaced) {
             metrics::counter!(crate::metric::JOBS_PUSHED, "topic" => topic_name).increment(1);
         }

@@ -50,6 +50,10 @@ impl Client {
                 match self.fire_one(&id, tick_us, now_us, until).await {
                     Ok(n) => created += n,
                     Err(e) if e.kind() == crate::ErrorKind::Unavailable => return Err(e),
+                    Err(e) if e.kind() == crate::ErrorKind::TopicFull => {
+                        // Nothing lost: the tick stays due and is fired once there is room.
+                        tracing::warn!(schedule = %id, error = %e, "a schedule's tick waits: its topic is at its max_pending; it is tried again at the next look");
+                    }
                     Err(e) => {
                         // One schedule that cannot fire must not hold up the others.
                         tracing::error!(schedule = %id, error = %e, "a schedule's tick could not be fired; the others go on, and it is tried again at the next look");

@@ -270,6 +270,17 @@ pub trait Leases: Sharded {
     /// same atomic step (see [`events`](crate::events)).
     async fn set_events(&self, topic: &Topic, cap: Option<u64>) -> Result<()>;
 
+    /// Bounds how many jobs of `topic` may be pending (delayed, ready and running together) to
+    /// `max` (`None`: no bound, the default): a push that would create a job past it is refused
+    /// ([`PushOutcome::Full`](crate::PushOutcome::Full)), so a runaway producer cannot fill
+    /// Redis. On Redis each of the namespace's shards holds its share, `max` divided by the
+    /// shard count and rounded up (exact with one shard, the default).
+    async fn set_max_pending(&self, topic: &Topic, max: Option<u64>) -> Result<()>;
+
+    /// The bound [`set_max_pending`](Leases::set_max_pending) recorded for `topic`, `None`
+    /// when it has none.
+    async fn max_pending(&self, topic: &Topic) -> Result<Option<u64>>;
+
     /// A waiter for ready jobs of `topic` in `shard` (each holds its own blocking connection).
     fn ready_waiter(&self, shard: u16, topic: &Topic) -> Box<dyn ReadyWaiter>;
 

@@ -23,6 +23,8 @@
 --   '4:<us>' refused: the id is reserved for <us> more (a job with unique_for finished)
 --   '5:<generation>' refused: the schedule's ticks in this shard were made under <generation>,
 --     a later one than this push's (the schedule's generation went back in shard 0)
+--   '6:<bound>' refused: the topic holds as many pending jobs (delayed, ready, running) as its
+--     max_pending lets this shard hold (`limits`: `<topic>:max_pending` -> `<share>:<bound>`)
 -- Phase 1 only reads (and touches every ready list it will write); phase 2 writes, and the
 -- writes that may delete a key (ZREM of delayed or dead, LREM) come after every other use of
 -- that key: on a cluster whose slot is migrating a missing key aborts the script where it
@@ -55,6 +57,28 @@ local was_delayed, was_ready, revived = {}, {}, {}
 -- Kept records of succeeded jobs whose id is pushed again, by topic; whether a topic keeps any.
 local undone, has_done = {}, {}
 local delayed_left = redis.call('ZCARD', delayed)
+-- Topics bounded by max_pending (the `limits` hash): how many more jobs each may take in this
+-- shard, read at its first job that would create one (one EXISTS per call for the others).
+local limits = prefix .. 'limits'
+local bounded = redis.call('EXISTS', limits) == 1
+local rooms = {}
+local function room_of(topic)
+  if not bounded then return false end
+  local room = rooms[topic]
+  if room == nil then
+    room = false
+    local share, bound = string.match(redis.call('HGET', limits, topic .. ':max_pending') or '',
+      '^(%d+):(%d+)$')
+    if share then
+      local c = redis.call('HMGET', counts, topic .. ':delayed', topic .. ':inflight', topic .. ':stale')
+      local ready_now = redis.call('LLEN', prefix .. 'ready:' .. topic) - tonumber(c[3] or 0)
+      local pending = tonumber(c[1] or 0) + tonumber(c[2] or 0) + math.max(ready_now, 0)
+      room = {left = tonumber(share) - pending, bound = bound}
+    end
+    rooms[topic] = room
+  end
+  return room
+end
 for i = 0, n - 1 do
   local topic, id, when = ARGV[4 + i * 7], ARGV[5 + i * 7], ARGV[6 + i * 7]
   local member = members[i + 1]
@@ -116,6 +140,17 @@ for i = 0, n - 1 do
       else
         was_ready[member] = {topic, id}
       end
+    end
+  end
+  -- A job past its topic's max_pending is refused, whether new or a dead letter's id.
+  if code == 1 then
+    local room = room_of(topic)
+    if room and room.left <= 0 then
+      code = '6:' .. room.bound
+      local back = revived[topic]
+      if back and back[#back] == member then back[#back] = nil end
+    elseif room then
+      room.left = room.left - 1
     end
   end
   if record and code == 1 then

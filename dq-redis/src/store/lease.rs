@@ -338,6 +338,39 @@ impl Leases for RedisStore {
         self.record_events(topic, cap).await
     }
 
+    async fn max_pending(&self, topic: &Topic) -> Result<Option<u64>> {
+        let cmd = redis::cmd("HGET")
+            .arg(self.keys(0).limits())
+            .arg(format!("{topic}:max_pending"))
+            .to_owned();
+        let raw: Option<String> = self.query("read a topic's max_pending", &cmd).await?;
+        let Some(raw) = raw else { return Ok(None) };
+        let bound = raw
+            .split_once(':')
+            .and_then(|(_, bound)| bound.parse().ok());
+        bound.map(Some).ok_or_else(|| dq_core::Error::Malformed {
+            location: format!("{} field {topic}:max_pending", self.keys(0).limits()),
+            reason: format!("{raw:?} is not <share>:<bound>"),
+        })
+    }
+
+    async fn set_max_pending(&self, topic: &Topic, max: Option<u64>) -> Result<()> {
+        let field = format!("{topic}:max_pending");
+        let shards = self.shards.len() as u64;
+        for k in &self.shards {
+            let cmd = match max {
+                Some(max) => redis::cmd("HSET")
+                    .arg(k.limits())
+                    .arg(&field)
+                    .arg(format!("{}:{max}", max.div_ceil(shards)))
+                    .to_owned(),
+                None => redis::cmd("HDEL").arg(k.limits()).arg(&field).to_owned(),
+            };
+            self.simple("record a topic's max_pending", &cmd).await?;
+        }
+        Ok(())
+    }
+
     fn ready_waiter(&self, shard: u16, topic: &Topic) -> Box<dyn ReadyWaiter> {
         match &self.server {
             Server::Single(client) => Box::new(RedisReadyWaiter::new(

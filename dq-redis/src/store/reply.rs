@@ -135,6 +135,14 @@ reader!(Reply<PushOutcome>, |v| {
                 left: std::time::Duration::from_micros(us),
             }));
         }
+        // '6:<bound>': the topic holds as many pending jobs as its max_pending allows.
+        if let Some(bound) = b.strip_prefix(b"6:") {
+            let max_pending: u64 = std::str::from_utf8(bound)
+                .ok()
+                .and_then(|t| t.parse().ok())
+                .ok_or_else(|| unexpected("a topic's max_pending", v))?;
+            return Ok(Reply(PushOutcome::Full { max_pending }));
+        }
         if let Some(generation) = b.strip_prefix(b"5:") {
             let generation: u64 = std::str::from_utf8(generation)
                 .ok()

@@ -75,6 +75,8 @@ pub(super) struct TopicView<'a> {
     /// The CSRF token the forms carry.
     pub(super) csrf: &'a str,
     pub(super) stats: &'a TopicStats,
+    /// Its bound on pending jobs (`max_pending`), when it has one.
+    pub(super) max_pending: Option<u64>,
     /// Its runs done and failed in each of the last 60 minutes.
     pub(super) hour: &'a Throughput,
     /// The store's clock.

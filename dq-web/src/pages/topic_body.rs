@@ -46,6 +46,15 @@ fn summary(v: &TopicView<'_>) -> Markup {
             @if stats.paused { span.badge.paused { "paused" } " " }
             "Lag " strong { (lag(stats, now)) } " · next due "
             strong { @if let Some(t) = stats.next_due { (relative(t, now)) } @else { "-" } }
+            @if let Some(max) = v.max_pending {
+                @let c = stats.counts;
+                @let pending = c.delayed + c.ready + c.running;
+                " · pending " span.max-pending data-max=(max) {
+                    strong { (pending) } " of at most " (max)
+                    " (" (pending.saturating_mul(100) / max.max(1)) " %)"
+                }
+                @if pending >= max { " " span.badge.full { "full: pushes refused" } }
+            }
             @if v.viewer.can_act {
                 " "
                 (pause_or_resume(&v.link, stats.paused, v.csrf))

@@ -380,6 +380,19 @@ impl Leases for MemoryStore {
         Ok(())
     }
 
+    async fn max_pending(&self, topic: &Topic) -> Result<Option<u64>> {
+        Ok(lock(&self.state).max_pending.get(topic).copied())
+    }
+
+    async fn set_max_pending(&self, topic: &Topic, max: Option<u64>) -> Result<()> {
+        let mut s = lock(&self.state);
+        match max {
+            Some(max) => s.max_pending.insert(topic.clone(), max),
+            None => s.max_pending.remove(topic),
+        };
+        Ok(())
+    }
+
     fn ready_waiter(&self, _shard: u16, topic: &Topic) -> Box<dyn ReadyWaiter> {
         Box::new(MemoryReadyWaiter {
             store: self.clone(),

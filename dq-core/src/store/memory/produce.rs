@@ -67,6 +67,26 @@ fn outcome_of(s: &mut State, job: &NewJob, m: &Member, now: u64, replace: bool) 
     }
 }
 
+/// Whether pushing `job` (member `m`) would create a job, as [`outcome_of`] decides without
+/// changing anything: not fenced off, not reserved, and no pending job of its id (a dead
+/// letter's id makes a new job).
+fn creates(s: &State, job: &NewJob, m: &Member, now: u64) -> bool {
+    let exists = s.jobs.contains_key(m);
+    let reserved = !exists && s.unique.get(m).is_some_and(|&until| until > now);
+    let fenced = job
+        .fence
+        .as_ref()
+        .is_some_and(|f| !f.is_after(s.tick_fence.get(&f.schedule).copied()));
+    !fenced && !reserved && (!exists || s.died_at.contains_key(m))
+}
+
+/// The bound of `topic` when it holds as many pending jobs as it allows.
+fn full(s: &State, topic: &Topic) -> Option<u64> {
+    let max = s.max_pending.get(topic).copied()?;
+    let c = s.counts(topic);
+    (c.delayed + c.ready + c.running >= max).then_some(max)
+}
+
 /// Stores `job` as member `m`: its envelope, its tick's fence, its `unique_for` reservation,
 /// and its place in the delayed or ready set. True when it is ready now.
 fn store_job(s: &mut State, job: NewJob, m: Member, now: u64) -> bool {
@@ -122,7 +142,12 @@ impl Producer for MemoryStore {
             }
             for job in jobs {
                 let m = (job.topic.clone(), job.id.clone());
-                let outcome = outcome_of(&mut s, &job, &m, now, replace);
+                let outcome = match full(&s, &m.0) {
+                    Some(max_pending) if creates(&s, &job, &m, now) => {
+                        PushOutcome::Full { max_pending }
+                    }
+                    _ => outcome_of(&mut s, &job, &m, now, replace),
+                };
                 if matches!(outcome, PushOutcome::Created | PushOutcome::Replaced)
                     && store_job(&mut s, job, m.clone(), now)
                 {

@@ -75,6 +75,8 @@ pub(super) struct State {
     pub(super) tick_fence: HashMap<String, (u64, u64)>,
     /// How long, and how many, records of succeeded jobs each topic keeps (none without).
     pub(super) retention: HashMap<Topic, Retention>,
+    /// The most jobs each bounded topic may hold pending (delayed, ready and running).
+    pub(super) max_pending: HashMap<Topic, u64>,
     /// The records of succeeded jobs (never of a pending or dead one: a push of their id
     /// takes them out).
     pub(super) done: HashMap<Member, DoneRecord>,
