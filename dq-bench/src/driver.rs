@@ -22,6 +22,9 @@ pub(crate) static TOPICS: std::sync::atomic::AtomicUsize = std::sync::atomic::At
 /// Whether the workers keep their succeeded jobs' records (`--retain`).
 pub(crate) static RETAIN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// The bound on each bench topic's pending jobs (`--max-pending`; 0: none).
+pub(crate) static MAX_PENDING: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Whether the workers' topics have their job events on (`--events`).
 pub(crate) static EVENTS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
@@ -384,6 +387,12 @@ async fn fill_pending(client: &Client, fill: usize) -> anyhow::Result<()> {
 }
 
 async fn burst(client: &Client, n: usize, mode: &str) -> anyhow::Result<Pushes> {
+    let bound = MAX_PENDING.load(std::sync::atomic::Ordering::Relaxed);
+    if bound > 0 {
+        for topic in all_topics() {
+            client.set_max_pending(&topic, Some(bound)).await?;
+        }
+    }
     let t0 = now_ms();
     let d = t0 + BURST_DELAY_MS;
     let mut due = vec![0.0; n];

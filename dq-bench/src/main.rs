@@ -76,6 +76,11 @@ struct Cli {
     /// (in the same script call), the cost of events on the drain.
     #[arg(long)]
     events: bool,
+    /// Bound each bench topic's pending jobs to this many (`Client::set_max_pending`) before a
+    /// burst's pushes: with a bound above the burst every push pays the check and none is
+    /// refused, the cost of backpressure on the push.
+    #[arg(long)]
+    max_pending: Option<u64>,
     /// Pin every redis-server to these CPUs (e.g. `1` or `2,3`) and this program and its worker
     /// processes to the others, so that Redis has cores of its own (Linux `taskset`).
     #[arg(long, value_delimiter = ',')]
@@ -162,6 +167,10 @@ fn main() -> anyhow::Result<()> {
             driver::TOPICS.store(cli.topics.max(1), std::sync::atomic::Ordering::Relaxed);
             driver::RETAIN.store(cli.retain, std::sync::atomic::Ordering::Relaxed);
             driver::EVENTS.store(cli.events, std::sync::atomic::Ordering::Relaxed);
+            driver::MAX_PENDING.store(
+                cli.max_pending.unwrap_or(0),
+                std::sync::atomic::Ordering::Relaxed,
+            );
             let n = match (cli.workload.as_str(), cli.n) {
                 ("steady", None) => Some(cli.rate * 15),
                 (_, n) => n,

@@ -143,7 +143,7 @@ for i = 0, n - 1 do
     end
   end
   -- A job past its topic's max_pending is refused, whether new or a dead letter's id.
-  if code == 1 then
+  if code == 1 and bounded then
     local room = room_of(topic)
     if room and room.left <= 0 then
       code = '6:' .. room.bound
