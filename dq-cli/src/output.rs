@@ -153,6 +153,7 @@ pub(crate) fn stats_json(
     topic: &str,
     s: &dq::admin::TopicStats,
     hour: &dq::admin::Throughput,
+    max_pending: Option<u64>,
 ) -> Value {
     json!({
         "topic": topic,
@@ -167,5 +168,7 @@ pub(crate) fn stats_json(
         "paused": s.paused,
         "done_1h": hour.done(),
         "failed_1h": hour.failed(),
+        // Its bound on pending jobs (`dq max-pending`), null when it has none.
+        "max_pending": max_pending,
     })
 }

@@ -28,17 +28,24 @@ pub(crate) async fn known_topic(client: &Client, topic: &str) -> Result<(), Exit
 }
 
 /// `dq stats`: one row per topic (DONE: the records of succeeded jobs it keeps, with a
-/// retention; DONE 1H and FAILED 1H: the runs of the last hour).
+/// retention; MAX PENDING: its bound, `(full)` once its delayed, ready and running jobs reach
+/// it; DONE 1H and FAILED 1H: the runs of the last hour).
 pub(crate) async fn stats(client: &Client, json: bool) -> Result<(), Exit> {
     let topics = client.topics().await?;
     let mut all = Vec::new();
     for t in &topics {
-        let (stats, hour) =
-            tokio::try_join!(client.stats(t.as_str()), client.throughput(t.as_str()))?;
-        all.push((t.to_string(), stats, hour));
+        let (stats, hour, max) = tokio::try_join!(
+            client.stats(t.as_str()),
+            client.throughput(t.as_str()),
+            client.max_pending(t.as_str())
+        )?;
+        all.push((t.to_string(), stats, hour, max));
     }
     if json {
-        let list: Vec<_> = all.iter().map(|(t, s, h)| stats_json(t, s, h)).collect();
+        let list: Vec<_> = all
+            .iter()
+            .map(|(t, s, h, max)| stats_json(t, s, h, *max))
+            .collect();
         println!("{}", serde_json::Value::Array(list));
         return Ok(());
     }
@@ -46,7 +53,7 @@ pub(crate) async fn stats(client: &Client, json: bool) -> Result<(), Exit> {
     let now = client.store_time().await?;
     let rows = all
         .iter()
-        .map(|(t, s, hour)| stats_row(t, s, hour, now))
+        .map(|(t, s, hour, max)| stats_row(t, s, hour, *max, now))
         .collect();
     print_table(
         &[
@@ -56,6 +63,7 @@ pub(crate) async fn stats(client: &Client, json: bool) -> Result<(), Exit> {
             "RUNNING",
             "DEAD",
             "DONE",
+            "MAX PENDING",
             "LAG",
             "NEXT DUE",
             "DONE 1H",
@@ -67,7 +75,17 @@ pub(crate) async fn stats(client: &Client, json: bool) -> Result<(), Exit> {
 }
 
 /// One topic's row of `dq stats`; `now` is the store's time.
-fn stats_row(topic: &str, s: &TopicStats, hour: &Throughput, now: SystemTime) -> Vec<String> {
+fn stats_row(
+    topic: &str,
+    s: &TopicStats,
+    hour: &Throughput,
+    max_pending: Option<u64>,
+    now: SystemTime,
+) -> Vec<String> {
+    let pending = s.counts.delayed + s.counts.ready + s.counts.running;
+    let bound = max_pending.map_or("-".into(), |max| {
+        format!("{max}{}", if pending >= max { " (full)" } else { "" })
+    });
     vec![
         format!("{topic}{}", if s.paused { " (paused)" } else { "" }),
         s.counts.delayed.to_string(),
@@ -75,6 +93,7 @@ fn stats_row(topic: &str, s: &TopicStats, hour: &Throughput, now: SystemTime) ->
         s.counts.running.to_string(),
         s.counts.dead.to_string(),
         s.counts.done.to_string(),
+        bound,
         s.oldest_ready_due
             .and_then(|d| now.duration_since(d).ok())
             .map_or("-".into(), |d| format!("{:.1}s", d.as_secs_f64())),

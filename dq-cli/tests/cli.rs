@@ -857,6 +857,10 @@ async fn max_pending_sets_prints_and_lifts_a_topics_bound() {
     assert_eq!(c.max_pending("t").await.unwrap(), Some(1));
     assert!(ok(&dq(&redis, &["max-pending", "t"])).contains("at most 1 jobs pending"));
     c.push_json("t", "{}").await.unwrap();
+    assert!(
+        ok(&dq(&redis, &["stats"])).contains("1 (full)"),
+        "dq stats shows the bound"
+    );
     let full = c.push_json("t", "{}").await.unwrap_err();
     assert_eq!(full.kind(), dq::ErrorKind::TopicFull, "{full}");
     let said = fails(&redis, &["max-pending", "t", "0"], 2);
