@@ -192,6 +192,10 @@ pub(crate) struct EventsArgs {
     /// Stop after this many events (default: never).
     #[arg(long)]
     pub(crate) limit: Option<u64>,
+    /// Print the events of this one job still kept, oldest first (its history: each run's
+    /// start and end, the error of each that failed), and exit.
+    #[arg(long, conflicts_with_all = ["from", "limit"])]
+    pub(crate) job: Option<String>,
 }
 
 // `dq reschedule`.

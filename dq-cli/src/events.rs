@@ -11,8 +11,11 @@ use crate::args::EventsArgs;
 use crate::output::until;
 use crate::Exit;
 
-/// Tails the events of `args.topic` from `args.from`.
+/// Tails the events of `args.topic` from `args.from`; with `--job`, prints that job's history.
 pub(crate) async fn tail(client: &Client, args: EventsArgs, json: bool) -> Result<(), Exit> {
+    if let Some(id) = &args.job {
+        return history(client, &args.topic, id, json).await;
+    }
     let mut events = client.events_from(&args.topic, args.from).await?;
     let mut printed = 0u64;
     while args.limit.is_none_or(|limit| printed < limit) {
@@ -23,7 +26,7 @@ pub(crate) async fn tail(client: &Client, args: EventsArgs, json: bool) -> Resul
         let Some(item) = item else { break };
         match item? {
             EventItem::Event { event, cursor } => {
-                println!("{}", line(&event, &cursor, json));
+                println!("{}", line(&event, Some(&cursor), json));
                 printed += 1;
             }
             EventItem::Lagged { shard, missed } if json => {
@@ -46,8 +49,22 @@ pub(crate) async fn tail(client: &Client, args: EventsArgs, json: bool) -> Resul
     Ok(())
 }
 
-/// One event: JSON with the cursor that resumes after it, or a line of text.
-fn line(event: &JobEvent, cursor: &EventCursor, json: bool) -> String {
+/// `dq events TOPIC --job ID`: the job's events still kept, oldest first; says so when there
+/// are none (its topic's events off, or past the cap).
+async fn history(client: &Client, topic: &str, id: &str, json: bool) -> Result<(), Exit> {
+    let events = client.job_history(topic, id).await?;
+    if events.is_empty() && !json {
+        println!("no events kept for job {id} of {topic}: its topic's events are off (a listener with `events = true` keeps them), or they went past the topic's cap");
+    }
+    for event in &events {
+        println!("{}", line(event, None, json));
+    }
+    Ok(())
+}
+
+/// One event: JSON with the cursor that resumes after it (when read from the stream), or a
+/// line of text.
+fn line(event: &JobEvent, cursor: Option<&EventCursor>, json: bool) -> String {
     let (due, error, value) = details(&event.kind);
     if json {
         return json!({
@@ -59,7 +76,7 @@ fn line(event: &JobEvent, cursor: &EventCursor, json: bool) -> String {
             "due_ms": due.map(ms),
             "error": error,
             "value": value.map(nested),
-            "cursor": cursor.to_string(),
+            "cursor": cursor.map(|c| c.to_string()),
         })
         .to_string();
     }

@@ -869,3 +869,30 @@ async fn max_pending_sets_prints_and_lifts_a_topics_bound() {
     assert_eq!(c.max_pending("t").await.unwrap(), None);
     c.push_json("t", "{}").await.unwrap();
 }
+
+/// `dq events TOPIC --job ID`: one job's history, each failed run's error in order.
+#[tokio::test]
+async fn events_of_one_job_print_its_history_with_each_runs_error() {
+    let redis = RedisServer::start();
+    let (c, store) = client_and_store(&redis).await;
+    let t = dq::Topic::new("mails").unwrap();
+    store.set_events(&t, Some(100)).await.unwrap();
+    c.push_json("mails", "{}").id("m1").await.unwrap();
+    for error in ["smtp refused", "smtp timeout"] {
+        let f = store.fetch(0, &t, 1, Duration::from_secs(60)).await;
+        let f = f.unwrap();
+        let lease = &f.jobs[0].lease;
+        assert!(store.retry(lease, Duration::ZERO, error).await.unwrap());
+    }
+    let said = ok(&dq(&redis, &["events", "mails", "--job", "m1"]));
+    let first = said.find("smtp refused").expect(&said);
+    let second = said.find("smtp timeout").expect(&said);
+    assert!(first < second, "oldest first: {said}");
+    assert_eq!(
+        said.lines().count(),
+        7,
+        "pushed, then two runs of started, failed, retrying: {said}"
+    );
+    let none = ok(&dq(&redis, &["events", "mails", "--job", "nope"]));
+    assert!(none.contains("no events kept for job nope"), "{none}");
+}
