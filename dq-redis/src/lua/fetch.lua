@@ -121,8 +121,9 @@ local now = now_us()
 -- packed list (its default hash-max-listpack-entries) and scans it at every HGET, HSET and HDEL,
 -- and this hash holds a lease per running job (hundreds): a value longer than 64 bytes (its
 -- hash-max-listpack-value) turns it into a table for good, as both fields stay.
-local token = fmt(math.max(tonumber(redis.call('HGET', leases, ':next') or '0') + 1, now))
-if redis.call('HEXISTS', leases, ':table') == 1 then
+local counter = redis.call('HMGET', leases, ':next', ':table')
+local token = fmt(math.max(tonumber(counter[1] or '0') + 1, now))
+if counter[2] then
   redis.call('HSET', leases, ':next', token)
 else
   redis.call('HSET', leases, ':next', token, ':table', LEASES_AS_TABLE)

@@ -124,31 +124,30 @@ reader!(Reply<ChangeOutcome>, |v| {
 });
 
 reader!(Reply<PushOutcome>, |v| {
-    // '4:<us>': the id is reserved for <us> more.
     if let Value::BulkString(b) = v {
-        if let Some(left) = b.strip_prefix(b"4:") {
-            let us: u64 = std::str::from_utf8(left)
+        // A refusal with its number: `<code>:<n>`.
+        let number = |n: &[u8], what: &str| {
+            std::str::from_utf8(n)
                 .ok()
-                .and_then(|t| t.parse().ok())
-                .ok_or_else(|| unexpected("a reservation's time left", v))?;
+                .and_then(|t| t.parse::<u64>().ok())
+                .ok_or_else(|| unexpected(what, v))
+        };
+        // '4:<us>': the id is reserved for <us> more.
+        if let Some(left) = b.strip_prefix(b"4:") {
+            let us = number(left, "a reservation's time left")?;
             return Ok(Reply(PushOutcome::Unique {
                 left: std::time::Duration::from_micros(us),
             }));
         }
+        // '5:<generation>': the schedule's ticks were made under a later generation.
+        if let Some(generation) = b.strip_prefix(b"5:") {
+            let generation = number(generation, "a schedule's generation")?;
+            return Ok(Reply(PushOutcome::Superseded { generation }));
+        }
         // '6:<bound>': the topic holds as many pending jobs as its max_pending allows.
         if let Some(bound) = b.strip_prefix(b"6:") {
-            let max_pending: u64 = std::str::from_utf8(bound)
-                .ok()
-                .and_then(|t| t.parse().ok())
-                .ok_or_else(|| unexpected("a topic's max_pending", v))?;
+            let max_pending = number(bound, "a topic's max_pending")?;
             return Ok(Reply(PushOutcome::Full { max_pending }));
-        }
-        if let Some(generation) = b.strip_prefix(b"5:") {
-            let generation: u64 = std::str::from_utf8(generation)
-                .ok()
-                .and_then(|t| t.parse().ok())
-                .ok_or_else(|| unexpected("a schedule's generation", v))?;
-            return Ok(Reply(PushOutcome::Superseded { generation }));
         }
     }
     let outcome = match whole(v)? {
