@@ -47,8 +47,8 @@
 //! * `rustls`, `tls`: `rediss://` URLs, through rustls or the system's OpenSSL.
 
 pub use dq_core::{
-    Client, Config, Due, Error, ErrorKind, JobId, JobInfo, JobResult, JobState, Message, Result,
-    Topic,
+    Client, Config, Due, Error, ErrorKind, JobId, JobInfo, JobResult, JobState, Message, Rate,
+    Result, Topic,
 };
 pub use dq_runtime::{
     Backoff, FromJob, JobContext, Listener, Outcome, Runtime, RuntimeBuilder, State,

@@ -250,3 +250,31 @@ async fn pushes_refused_by_max_pending_are_counted() {
     .await;
     rt.shutdown().await.unwrap();
 }
+
+/// A handler's `RateLimited` and the fetches the rate limit cut short are counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limited_runs_and_throttled_fetches_are_counted() {
+    let redis = RedisServer::start();
+    static MET_429: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let listener = Listener::new("limited", |n: u32| async move {
+        if n == 0 && !MET_429.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            Outcome::RateLimited(Duration::from_millis(50))
+        } else {
+            Outcome::Done
+        }
+    })
+    .rate("20/1s".parse().unwrap());
+    let rt = worker(&redis, listener).await;
+    let c = rt.client();
+    c.push_to("limited", &0u32).id("first").await.unwrap();
+    for n in 1..4u32 {
+        c.push_to("limited", &n).await.unwrap();
+    }
+    scrape_until(&[
+        r#"dq_jobs_rate_limited_total{topic="limited"} 1"#,
+        r#"dq_jobs_succeeded_total{topic="limited"} 4"#,
+        r#"dq_fetches_throttled_total{topic="limited"}"#,
+    ])
+    .await;
+    rt.shutdown().await.unwrap();
+}

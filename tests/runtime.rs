@@ -935,3 +935,84 @@ async fn retry_after_does_not_spend_an_attempt() {
     assert_eq!(*runs.lock().unwrap(), [1, 1, 1, 1, 2]);
     rt.shutdown().await.unwrap();
 }
+
+/// Issue 33, item 1: a rate limit holds across processes. Two runtimes on one Redis, each with
+/// room for 16 at once, share the topic's 20 a second: 12 jobs start one at a time, 50 ms
+/// apart (the burst is one job), whatever the number of workers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limit_holds_across_two_runtimes() {
+    let (_serial, redis, rec) = begin().await;
+    let rate: dq::Rate = "20/1s".parse().unwrap();
+    let a = start(config(&redis), vec![recording("calls", &rec).rate(rate)]).await;
+    let b = start(config(&redis), vec![recording("calls", &rec).rate(rate)]).await;
+    for n in 0..12 {
+        a.client().push_to("calls", &Job { n }).await.unwrap();
+    }
+    wait_until("12 runs", Duration::from_secs(10), || rec.count() == 12).await;
+    let mut starts: Vec<SystemTime> = rec.runs().iter().map(|r| r.started).collect();
+    starts.sort();
+    // 11 intervals of 50 ms between the first start and the last, less the clocks' jitter
+    // (the limit runs on Redis' clock, the starts are read on ours).
+    let span = starts[11].duration_since(starts[0]).unwrap();
+    assert!(span >= Duration::from_millis(500), "12 starts in {span:?}");
+    let tightest = starts
+        .windows(3)
+        .map(|w| w[2].duration_since(w[0]).unwrap())
+        .min()
+        .unwrap();
+    assert!(
+        tightest >= Duration::from_millis(80),
+        "three starts within {tightest:?}: over the rate"
+    );
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
+/// Issue 33, item 1: a handler that meets its provider's 429 returns `RateLimited`: no job of
+/// the topic starts during the hold, the job runs again after it on the same attempt (none
+/// spent), and its last error stays as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limited_run_holds_the_topic_and_runs_again_without_spending_an_attempt() {
+    let (_serial, redis, rec) = begin().await;
+    let listener = judging("provider", &rec, |job, _, r| async move {
+        let first = r.runs().iter().filter(|run| run.id == "limited").count() == 1;
+        match job.n {
+            0 if first => Outcome::RateLimited(Duration::from_millis(400)),
+            _ => Outcome::Done,
+        }
+    })
+    .concurrency(1);
+    let rt = start(config(&redis), vec![listener]).await;
+    let c = rt.client();
+    c.push_to("provider", &Job { n: 0 })
+        .id("limited")
+        .await
+        .unwrap();
+    rec.wait_for(1, "the first run").await;
+    c.push_to("provider", &Job { n: 1 })
+        .id("other")
+        .await
+        .unwrap();
+    wait_until("three runs", Duration::from_secs(5), || rec.count() == 3).await;
+    let runs = rec.runs();
+    let first = runs[0].started;
+    for run in &runs[1..] {
+        let after = run.started.duration_since(first).unwrap();
+        assert!(
+            after >= Duration::from_millis(390),
+            "{} ran {after:?} after the 429",
+            run.id
+        );
+    }
+    let again: Vec<&Run> = runs.iter().filter(|r| r.id == "limited").collect();
+    assert_eq!(
+        again.iter().map(|r| r.attempt).collect::<Vec<_>>(),
+        [1, 1],
+        "no attempt spent"
+    );
+    // The held job went back to the front: it runs before the one pushed during the hold.
+    assert_eq!(runs[1].id, "limited");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(c.status_in("provider", "limited").await.unwrap().is_none());
+    rt.shutdown().await.unwrap();
+}

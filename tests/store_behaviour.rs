@@ -30,6 +30,8 @@ mod leases;
 mod progress;
 #[path = "store_behaviour/push.rs"]
 mod push;
+#[path = "store_behaviour/rate.rs"]
+mod rate;
 #[path = "store_behaviour/results.rs"]
 mod results;
 #[path = "store_behaviour/ticks.rs"]
@@ -232,6 +234,13 @@ on_every_store!(
     backpressure: [
         a_push_past_max_pending_is_refused_and_stores_nothing,
         a_batch_past_max_pending_says_which_jobs_it_refused,
+    ],
+    rate: [
+        a_rate_limited_fetch_leases_its_burst_and_says_when_the_next_may_start,
+        a_fetch_that_leaves_no_job_behind_is_not_throttled,
+        a_rate_is_never_exceeded_by_a_consumer_fetching_in_a_loop,
+        lifting_the_rate_lets_every_ready_job_out,
+        a_hold_stops_every_fetch_of_its_topic_until_it_ends,
     ],
     history: [
         a_jobs_history_keeps_the_error_of_each_run_that_failed,

@@ -341,3 +341,68 @@ async fn a_listeners_max_pending_refuses_pushes_past_it_in_tests() {
         .await
         .unwrap();
 }
+
+/// A listener's rate runs on the test clock: one job a minute starts at once, the next when
+/// the clock has moved a minute (not a real minute later), and a test that advances an hour
+/// sees all of them run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listeners_rate_spreads_its_jobs_on_the_test_clock() {
+    let listener = Listener::new("reminders", |_: Reminder, _: JobContext| async {
+        Ok::<(), String>(())
+    })
+    .rate("1/1m".parse().unwrap());
+    let rt = only(listener).await;
+    for ride in [1, 2, 3] {
+        rt.client()
+            .push_to("reminders", &Reminder { ride })
+            .await
+            .unwrap();
+    }
+    let started = Instant::now();
+    rt.wait_idle().await;
+    assert_eq!(rt.handled("reminders").len(), 1, "one at once");
+    rt.advance(Duration::from_secs(30)).await;
+    assert_eq!(rt.handled("reminders").len(), 1, "the next after a minute");
+    rt.advance(Duration::from_secs(30)).await;
+    assert_eq!(rt.handled("reminders").len(), 2);
+    rt.advance(Duration::from_secs(3600)).await;
+    assert_eq!(rt.handled("reminders").len(), 3);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    rt.shutdown().await;
+}
+
+/// `Outcome::RateLimited` holds the topic on the test clock: the job runs again once the
+/// clock has moved past the hold, on the same attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limited_run_runs_again_when_the_test_clock_passes_the_hold() {
+    let attempts = Arc::new(Mutex::new(Vec::new()));
+    let seen = attempts.clone();
+    let listener = Listener::new("provider", move |_: Reminder, ctx: JobContext| {
+        let seen = seen.clone();
+        async move {
+            let mut seen = seen.lock().unwrap();
+            seen.push(ctx.attempt());
+            if seen.len() == 1 {
+                dq::Outcome::RateLimited(Duration::from_secs(600))
+            } else {
+                dq::Outcome::Done
+            }
+        }
+    });
+    let rt = only(listener).await;
+    rt.client()
+        .push_to("provider", &Reminder { ride: 1 })
+        .await
+        .unwrap();
+    rt.wait_idle().await;
+    rt.advance(Duration::from_secs(599)).await;
+    assert_eq!(*attempts.lock().unwrap(), [1], "held for ten minutes");
+    rt.advance(Duration::from_secs(1)).await;
+    assert_eq!(*attempts.lock().unwrap(), [1, 1], "again, no attempt spent");
+    assert_eq!(rt.handled("provider").len(), 1);
+    rt.shutdown().await;
+}

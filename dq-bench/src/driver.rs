@@ -50,7 +50,7 @@ pub(crate) struct Payload {
     pub(crate) pad: String,
 }
 
-fn payload(i: u64) -> Payload {
+pub(crate) fn payload(i: u64) -> Payload {
     Payload {
         order_id: i,
         pad: "x".repeat(80),
@@ -319,7 +319,7 @@ async fn run_one(
     Ok(line)
 }
 
-async fn spawn_worker(
+pub(crate) async fn spawn_worker(
     redis: &Target,
     n: usize,
     concurrency: usize,

@@ -15,6 +15,7 @@
 mod dashboard;
 mod driver;
 mod embedded;
+mod rate_limit;
 mod schedules;
 mod stats;
 mod target;
@@ -31,7 +32,9 @@ struct Cli {
     /// all, burst, steady, sparse, sparse-offset, cross-process, pending, or, not in all:
     /// ready-changes (the cost of replacing, cancelling and rescheduling ready jobs),
     /// dashboard (`dq web`'s page times over --n jobs, default 1,000,000; build dq-cli first)
-    /// schedules (tick lateness of --n one-second schedules, default 100, for 30 s) and
+    /// schedules (tick lateness of --n one-second schedules, default 100, for 30 s),
+    /// rate-limit (--workers worker processes drain a topic limited to --limit for --seconds:
+    /// the rate they achieve together, and the most starts in one period) and
     /// embedded-memory (RSS of the embedded runtime after a tenth of --n tiny jobs and after
     /// all of them, default 2,000,000; no Redis).
     #[arg(long, default_value = "all")]
@@ -85,6 +88,15 @@ struct Cli {
     /// processes to the others, so that Redis has cores of its own (Linux `taskset`).
     #[arg(long, value_delimiter = ',')]
     pin_redis: Vec<usize>,
+    /// The rate-limit workload's limit, `<count>/<period>`.
+    #[arg(long, default_value = "1000/1s")]
+    limit: String,
+    /// The rate-limit workload's worker processes.
+    #[arg(long, default_value_t = 4)]
+    workers: usize,
+    /// How long the rate-limit workload runs.
+    #[arg(long, default_value_t = 60)]
+    seconds: u64,
 }
 
 #[derive(Debug, Subcommand)]
@@ -190,6 +202,22 @@ fn main() -> anyhow::Result<()> {
             if cli.workload == "schedules" {
                 for rep in 0..cli.reps {
                     let mut line = rt.block_on(schedules::run(&target, n.unwrap_or(100)))?;
+                    line["rep"] = serde_json::json!(rep);
+                    line["redis_version"] = serde_json::json!(target.version());
+                    println!("{line}");
+                }
+                return Ok(());
+            }
+            if cli.workload == "rate-limit" {
+                let limit: dq::Rate = cli.limit.parse()?;
+                for rep in 0..cli.reps {
+                    let mut line = rt.block_on(rate_limit::run(
+                        &target,
+                        limit,
+                        cli.workers,
+                        cli.seconds,
+                        cli.concurrency,
+                    ))?;
                     line["rep"] = serde_json::json!(rep);
                     line["redis_version"] = serde_json::json!(target.version());
                     println!("{line}");

@@ -126,6 +126,15 @@ pub(crate) enum Command {
         /// Without it, the bound is printed.
         bound: Option<String>,
     },
+    /// A topic's rate limit, in all worker processes together: print it, set it (`100/1s`,
+    /// `6000/1m`), or lift it with `off`. Workers see a change at their next fetch.
+    Rate {
+        /// The topic.
+        topic: String,
+        /// Jobs per period, `<count>/<period>` (`100/1s`, `5/250ms`), or `off`. Without it,
+        /// the rate is printed.
+        rate: Option<String>,
+    },
     /// Worker processes heard from in the last minute.
     Workers,
     /// `dq stats`, refreshed every second until Ctrl-C.

@@ -153,7 +153,6 @@ pub(crate) fn stats_json(
     topic: &str,
     s: &dq::admin::TopicStats,
     hour: &dq::admin::Throughput,
-    max_pending: Option<u64>,
 ) -> Value {
     json!({
         "topic": topic,
@@ -169,6 +168,8 @@ pub(crate) fn stats_json(
         "done_1h": hour.done(),
         "failed_1h": hour.failed(),
         // Its bound on pending jobs (`dq max-pending`), null when it has none.
-        "max_pending": max_pending,
+        "max_pending": s.max_pending,
+        // Its rate limit as written (`dq rate`, "100/1s"), null when it has none.
+        "rate": s.rate.map(|r| r.to_string()),
     })
 }

@@ -29,23 +29,17 @@ pub(crate) async fn known_topic(client: &Client, topic: &str) -> Result<(), Exit
 
 /// `dq stats`: one row per topic (DONE: the records of succeeded jobs it keeps, with a
 /// retention; MAX PENDING: its bound, `(full)` once its delayed, ready and running jobs reach
-/// it; DONE 1H and FAILED 1H: the runs of the last hour).
+/// it; RATE: its rate limit; DONE 1H and FAILED 1H: the runs of the last hour).
 pub(crate) async fn stats(client: &Client, json: bool) -> Result<(), Exit> {
     let topics = client.topics().await?;
     let mut all = Vec::new();
     for t in &topics {
-        let (stats, hour, max) = tokio::try_join!(
-            client.stats(t.as_str()),
-            client.throughput(t.as_str()),
-            client.max_pending(t.as_str())
-        )?;
-        all.push((t.to_string(), stats, hour, max));
+        let (stats, hour) =
+            tokio::try_join!(client.stats(t.as_str()), client.throughput(t.as_str()))?;
+        all.push((t.to_string(), stats, hour));
     }
     if json {
-        let list: Vec<_> = all
-            .iter()
-            .map(|(t, s, h, max)| stats_json(t, s, h, *max))
-            .collect();
+        let list: Vec<_> = all.iter().map(|(t, s, h)| stats_json(t, s, h)).collect();
         println!("{}", serde_json::Value::Array(list));
         return Ok(());
     }
@@ -53,7 +47,7 @@ pub(crate) async fn stats(client: &Client, json: bool) -> Result<(), Exit> {
     let now = client.store_time().await?;
     let rows = all
         .iter()
-        .map(|(t, s, hour, max)| stats_row(t, s, hour, *max, now))
+        .map(|(t, s, hour)| stats_row(t, s, hour, now))
         .collect();
     print_table(
         &[
@@ -64,6 +58,7 @@ pub(crate) async fn stats(client: &Client, json: bool) -> Result<(), Exit> {
             "DEAD",
             "DONE",
             "MAX PENDING",
+            "RATE",
             "LAG",
             "NEXT DUE",
             "DONE 1H",
@@ -75,15 +70,9 @@ pub(crate) async fn stats(client: &Client, json: bool) -> Result<(), Exit> {
 }
 
 /// One topic's row of `dq stats`; `now` is the store's time.
-fn stats_row(
-    topic: &str,
-    s: &TopicStats,
-    hour: &Throughput,
-    max_pending: Option<u64>,
-    now: SystemTime,
-) -> Vec<String> {
+fn stats_row(topic: &str, s: &TopicStats, hour: &Throughput, now: SystemTime) -> Vec<String> {
     let pending = s.counts.delayed + s.counts.ready + s.counts.running;
-    let bound = max_pending.map_or("-".into(), |max| {
+    let bound = s.max_pending.map_or("-".into(), |max| {
         format!("{max}{}", if pending >= max { " (full)" } else { "" })
     });
     vec![
@@ -94,6 +83,7 @@ fn stats_row(
         s.counts.dead.to_string(),
         s.counts.done.to_string(),
         bound,
+        s.rate.map_or("-".into(), |r| r.to_string()),
         s.oldest_ready_due
             .and_then(|d| now.duration_since(d).ok())
             .map_or("-".into(), |d| format!("{:.1}s", d.as_secs_f64())),
@@ -185,6 +175,40 @@ pub(crate) async fn max_pending(
         None => format!("{topic}: no bound on pending jobs"),
     };
     report(json, json!({ "topic": topic, "max_pending": set }), &said);
+    Ok(())
+}
+
+/// `dq rate`: prints the topic's rate limit, sets it (`100/1s`), or lifts it (`off`).
+pub(crate) async fn rate(
+    client: &Client,
+    topic: &str,
+    rate: Option<&str>,
+    json: bool,
+) -> Result<(), Exit> {
+    let said = |rate: Option<dq::Rate>| match rate {
+        Some(r) => format!(
+            "{topic}: at most {r} in all processes together (one start every {:?}, bursts of {})",
+            r.interval(),
+            r.burst()
+        ),
+        None => format!("{topic}: no rate limit"),
+    };
+    let set = match rate {
+        None => {
+            let rate = client.rate(topic).await?;
+            let text = rate.map(|r| r.to_string());
+            report(json, json!({ "topic": topic, "rate": text }), &said(rate));
+            return Ok(());
+        }
+        Some("off") => None,
+        Some(text) => Some(
+            text.parse::<dq::Rate>()
+                .map_err(|e| Exit(2, format!("{e}; `dq rate TOPIC off` lifts the limit")))?,
+        ),
+    };
+    client.set_rate(topic, set).await?;
+    let text = set.map(|r| r.to_string());
+    report(json, json!({ "topic": topic, "rate": text }), &said(set));
     Ok(())
 }
 

@@ -870,6 +870,26 @@ async fn max_pending_sets_prints_and_lifts_a_topics_bound() {
     c.push_json("t", "{}").await.unwrap();
 }
 
+/// `dq rate`: sets the rate the fetch holds every worker to, prints it, lifts it; `dq stats`
+/// shows it.
+#[tokio::test]
+async fn rate_sets_prints_and_lifts_a_topics_rate_limit() {
+    let redis = RedisServer::start();
+    let c = client(&redis).await;
+    assert!(ok(&dq(&redis, &["rate", "t"])).contains("no rate limit"));
+    let said = ok(&dq(&redis, &["rate", "t", "100/1s"]));
+    assert!(said.contains("one start every 10ms"), "{said}");
+    assert_eq!(c.rate("t").await.unwrap(), Some("100/1s".parse().unwrap()));
+    c.push_json("t", "{}").await.unwrap();
+    let stats = ok(&dq(&redis, &["stats", "--json"]));
+    assert!(stats.contains(r#""rate":"100/1s""#), "{stats}");
+    assert!(ok(&dq(&redis, &["stats"])).contains("100/1s"));
+    let said = fails(&redis, &["rate", "t", "100"], 2);
+    assert!(said.contains("<count>/<period>"), "{said}");
+    ok(&dq(&redis, &["rate", "t", "off"]));
+    assert_eq!(c.rate("t").await.unwrap(), None);
+}
+
 /// `dq events TOPIC --job ID`: one job's history, each failed run's error in order.
 #[tokio::test]
 async fn events_of_one_job_print_its_history_with_each_runs_error() {

@@ -19,6 +19,13 @@ pub struct TopicStats {
     pub next_due: Option<SystemTime>,
     /// True when workers do not fetch this topic.
     pub paused: bool,
+    /// Its bound on pending jobs ([`Client::set_max_pending`](crate::Client::set_max_pending)),
+    /// filled in by [`Client::stats`](crate::Client::stats) (a store's own `stats` may leave
+    /// it `None`).
+    pub max_pending: Option<u64>,
+    /// Its rate limit ([`Client::set_rate`](crate::Client::set_rate)), filled in as
+    /// `max_pending` is.
+    pub rate: Option<crate::Rate>,
 }
 
 /// One page of a listing; pass `next` back to get the following page.

@@ -105,6 +105,15 @@ pub enum Error {
         /// What is wrong, quoting the value.
         reason: String,
     },
+    /// A rate limit that cannot be: not `<count>/<period>`, a count of 0 or over a billion, a
+    /// period under 1 ms or over a day ([`Rate`](crate::Rate)).
+    #[error("invalid rate {rate:?}: {reason}")]
+    InvalidRate {
+        /// The rate as given.
+        rate: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// Data found in Redis that this version of dq cannot read.
     #[error("malformed data in Redis at {location}: {reason}")]
     Malformed {
@@ -261,6 +270,7 @@ impl Error {
             | Error::InvalidProgress { .. }
             | Error::InvalidCursor { .. }
             | Error::InvalidPeriodic { .. }
+            | Error::InvalidRate { .. }
             | Error::DuplicateListener { .. }
             | Error::InvalidListener { .. } => ErrorKind::InvalidInput,
             Error::Config { .. } => ErrorKind::Config,

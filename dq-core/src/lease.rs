@@ -102,6 +102,10 @@ pub struct Fetched {
     /// How many of `jobs` were taken back from earlier fetches of the same consumer whose reply
     /// was lost ([`Fetcher::lost`](crate::store::Fetcher)): leased again, no run counted.
     pub taken_back: usize,
+    /// The topic's rate limit ([`Rate`](crate::Rate)), or a hold a handler asked for
+    /// (`Outcome::RateLimited`), let fewer jobs out than asked for: the next may start after
+    /// this long. `None` when the limit stopped nothing.
+    pub throttled: Option<Duration>,
 }
 
 /// What one promotion call did.

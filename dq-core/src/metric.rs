@@ -17,6 +17,13 @@ pub const JOBS_TIMED_OUT: &str = "dq_jobs_timed_out_total";
 pub const JOBS_RETRIED: &str = "dq_jobs_retried_total";
 /// Counter, label `topic`: jobs whose handler asked to run again later.
 pub const JOBS_POSTPONED: &str = "dq_jobs_postponed_total";
+/// Counter, label `topic`: runs whose handler met its provider's rate limit
+/// (`Outcome::RateLimited`): the topic was held back in every process, the job went back to
+/// ready, no attempt spent.
+pub const JOBS_RATE_LIMITED: &str = "dq_jobs_rate_limited_total";
+/// Counter, label `topic`: fetches that the topic's rate limit (or a hold) cut short while jobs
+/// were ready: the consumer waited for the next start the limit allowed.
+pub const FETCHES_THROTTLED: &str = "dq_fetches_throttled_total";
 /// Counter, label `topic`: jobs moved to the dead letters.
 pub const JOBS_DEAD_LETTERED: &str = "dq_jobs_dead_lettered_total";
 /// Counter, label `topic`: jobs of a fetch whose reply was lost, taken back by a later fetch of

@@ -129,6 +129,19 @@ mod tests {
     }
 
     #[test]
+    fn a_rate_becomes_the_builder_call_with_its_count_and_period() {
+        let out = expanded(
+            quote::quote!(topic = "t", rate = "100/250ms"),
+            quote::quote!(
+                async fn handler(_n: u64) {}
+            ),
+        );
+        assert!(out.contains(".rate(::dq::Rate::new(100u64,"), "{out}");
+        assert!(out.contains("Duration::new(0u64,250000000u32)"), "{out}");
+        assert!(!out.contains("compile_error"), "{out}");
+    }
+
+    #[test]
     fn max_pending_becomes_the_builder_call_and_zero_is_refused() {
         let out = expanded(
             quote::quote!(topic = "t", max_pending = 100000),

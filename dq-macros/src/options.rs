@@ -12,7 +12,7 @@ use syn::{Lit, LitInt, LitStr, Type};
 use crate::attr;
 
 const KEYS: &str =
-    "topic, concurrency, timeout, retries, backoff, cron, tz, every, missed, retain, retain_count, events, events_cap, max_pending, crate";
+    "topic, concurrency, timeout, retries, backoff, cron, tz, every, missed, retain, retain_count, events, events_cap, max_pending, rate, crate";
 
 #[derive(Default)]
 pub(crate) struct Options {
@@ -32,6 +32,8 @@ pub(crate) struct Options {
     /// The cap, and its literal (where a cap without `events = true` is reported).
     events_cap: Option<(u64, LitInt)>,
     max_pending: Option<u64>,
+    /// Jobs per period (`rate = "100/1s"`).
+    rate: Option<(u64, Duration)>,
     pub(crate) krate: Option<LitStr>,
 }
 
@@ -71,6 +73,7 @@ fn set(o: &mut Options, key: &str, meta: &ParseNestedMeta<'_>) -> syn::Result<()
         "events" => o.events = Some(events(&meta.value()?.parse()?)?),
         "events_cap" => o.events_cap = Some(events_cap(meta.value()?.parse()?)?),
         "max_pending" => o.max_pending = Some(max_pending(&meta.value()?.parse()?)?),
+        "rate" => o.rate = Some(rate(&meta.value()?.parse()?)?),
         "crate" => o.krate = Some(meta.value()?.parse()?),
         _ => {
             return Err(meta.error(format!(
@@ -138,6 +141,12 @@ fn max_pending(lit: &LitInt) -> syn::Result<u64> {
         ));
     }
     Ok(n)
+}
+
+/// A rate limit, `<count>/<period>` (the runtime's own rule, `dq_syntax::parse_rate`).
+fn rate(lit: &LitStr) -> syn::Result<(u64, Duration)> {
+    dq_syntax::parse_rate(&lit.value())
+        .map_err(|why| syn::Error::new(lit.span(), format!("invalid rate: {why}")))
 }
 
 /// A duration, or `None` for `"none"` (no limit).
@@ -288,6 +297,10 @@ pub(crate) fn builder_calls(options: &Options, payload: &Type, krate: &syn::Path
     }
     if let Some(n) = options.max_pending {
         calls.extend(quote!(.max_pending(#n)));
+    }
+    if let Some((n, period)) = options.rate {
+        let period = attr::duration_tokens(period);
+        calls.extend(quote!(.rate(#krate::Rate::new(#n, #period).expect("the rate was checked by #[dq::listener]"))));
     }
     calls.extend(schedule_calls(options, payload, krate));
     calls

@@ -63,6 +63,7 @@ scripts!(
     schedule_raise,
     shard_count,
     cancel_running,
+    hold,
 );
 
 #[cfg(test)]

@@ -217,10 +217,35 @@ impl ConsumerLoop {
             if !fetched.malformed.is_empty() {
                 return ControlFlow::Continue(());
             }
+            if let Some(wait) = fetched.throttled {
+                return self.wait_throttled(wait, waiting.resumed).await;
+            }
             return self.wait_for_jobs(waiting.ready, waiting.health).await;
         }
+        let throttled = fetched.throttled;
         self.start_jobs(fetched, permits);
-        ControlFlow::Continue(())
+        match throttled {
+            Some(wait) => self.wait_throttled(wait, waiting.resumed).await,
+            None => ControlFlow::Continue(()),
+        }
+    }
+
+    /// The topic's rate limit (or a hold) let out fewer jobs than there were permits while
+    /// more are ready: waits until the next may start (the ready list has jobs, so a wait on
+    /// it would return at once). At most a second at a time, so that a rate changed or lifted
+    /// meanwhile is seen; a resume announced meanwhile (the in-memory store's test clock moved
+    /// past the hold) ends it too.
+    async fn wait_throttled(
+        &self,
+        wait: Duration,
+        resumed: &mut watch::Receiver<u64>,
+    ) -> ControlFlow<()> {
+        crate::metrics::count(metric::FETCHES_THROTTLED, self.topic.as_str());
+        tokio::select! {
+            _ = self.shared.stop.cancelled() => ControlFlow::Break(()),
+            _ = resumed.changed() => ControlFlow::Continue(()),
+            _ = tokio::time::sleep(wait.min(PAUSED_RECHECK)) => ControlFlow::Continue(()),
+        }
     }
 
     fn say_taken_back(&self, fetched: &Fetched) {

@@ -43,6 +43,10 @@ pub(crate) enum Fate {
     DeadLetter { reason: String, why: Why },
     /// Put back to the front of its ready list at once, no attempt spent.
     Release,
+    /// The handler met its provider's rate limit (`RateLimited`): every start of the topic is
+    /// held back for `hold`, and the job goes back to the front of its ready list, no attempt
+    /// spent.
+    Throttle { hold: Duration },
     /// Deleted, neither retried nor dead-lettered: a cancel asked it to stop and the run did
     /// not succeed.
     Cancel,
@@ -89,6 +93,11 @@ pub(crate) fn fate(
         Ended::Returned(Outcome::Done) => Fate::Ack { result: None },
         Ended::Returned(Outcome::DoneWith(json)) => Fate::Ack { result: Some(json) },
         Ended::Returned(Outcome::RetryAfter(delay)) => again(delay, None),
+        Ended::Returned(Outcome::RateLimited(hold)) if hold > MAX_DELAY => Fate::DeadLetter {
+            reason: delay_reason(hold),
+            why: Why::DelayOutOfRange,
+        },
+        Ended::Returned(Outcome::RateLimited(hold)) => Fate::Throttle { hold },
         Ended::Returned(Outcome::DeadLetter(reason)) => Fate::DeadLetter {
             reason,
             why: Why::Handler,

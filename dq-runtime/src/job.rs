@@ -179,7 +179,7 @@ fn record(topic: &str, took: Duration, ran: &Ran) {
             tracing::debug!(took_ms = took.as_secs_f64() * 1000.0, "job done");
             crate::metrics::count(metric::JOBS_SUCCEEDED, topic);
         }
-        Outcome::RetryAfter(_) | Outcome::DeadLetter(_) => {}
+        Outcome::RetryAfter(_) | Outcome::DeadLetter(_) | Outcome::RateLimited(_) => {}
     }
 }
 

@@ -2,13 +2,13 @@
 //! Application code uses it through the `dq` crate.
 
 mod backoff;
-mod backpressure;
 mod chores;
 mod consumer;
 mod context;
 mod events;
 mod extract;
 mod fate;
+mod flow;
 mod health;
 mod job;
 mod listener;
@@ -29,6 +29,7 @@ mod upkeep;
 
 pub use backoff::Backoff;
 pub use context::JobContext;
+pub use dq_core::Rate;
 pub use extract::{erase, extract, FromJob, Handler, HandlerFuture, State};
 pub use listener::{
     decode, ArgumentCheck, ErasedHandler, Listener, ListenerRegistration, ListenerSchedule,

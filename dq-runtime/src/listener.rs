@@ -78,6 +78,8 @@ pub struct Listener {
     pub(crate) events_cap: Option<u64>,
     /// The most jobs of the topic pending at once (`max_pending`); none by default.
     pub(crate) max_pending: Option<u64>,
+    /// How many jobs of the topic start per period in all processes (`rate`); none by default.
+    pub(crate) rate: Option<dq_core::Rate>,
     /// What the ticks of a schedule set later carry.
     tick_payload: TickPayloadFn,
     /// The handler's payload type, when known (not for an erased handler).
@@ -159,6 +161,7 @@ impl Listener {
             events: false,
             events_cap: None,
             max_pending: None,
+            rate: None,
             tick_payload: <Tick as TickPayload>::tick_payload,
             payload_type: None,
         }

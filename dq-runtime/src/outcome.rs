@@ -50,6 +50,26 @@ pub enum Outcome {
     RetryAfter(Duration),
     /// Dead-letter the job now with this reason, without further retries.
     DeadLetter(String),
+    /// The service the handler calls answered "too many requests, retry after this long" (an
+    /// HTTP 429 with `Retry-After`): no job of the topic starts for that long, in any process,
+    /// and this job goes back to the front of its ready list to run first once the hold ends.
+    /// The run does not count as an attempt and the job's last error stays. Works with or
+    /// without a [`Listener::rate`](crate::Listener::rate); with one, the starts after the hold
+    /// are spread at the rate again. Over 200 years (`MAX_DELAY`) dead-letters the job, as
+    /// [`Outcome::RetryAfter`] does.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # struct Response { status: u16, retry_after: Option<u64> }
+    /// fn verdict(r: Response) -> dq_runtime::Outcome {
+    ///     match r.status {
+    ///         429 => dq_runtime::Outcome::RateLimited(Duration::from_secs(r.retry_after.unwrap_or(1))),
+    ///         s if s >= 500 => dq_runtime::Outcome::Error(format!("provider answered {s}")),
+    ///         _ => dq_runtime::Outcome::Done,
+    ///     }
+    /// }
+    /// ```
+    RateLimited(Duration),
 }
 
 impl Outcome {

@@ -48,6 +48,10 @@ pub(crate) async fn settle(
             tracing::info!("job cancelled while running; deleted, not retried");
             write_cancel(shared, leases, &lease).await;
         }
+        Fate::Throttle { hold } => {
+            tracing::warn!(hold = ?hold, "handler met its provider's rate limit: no job of the topic starts for this long in any process; this one goes back to the front of its ready list, no attempt spent");
+            write_throttle(shared, leases, &lease, hold).await;
+        }
     }
     shared.running.stop(&lease);
 }
@@ -120,6 +124,27 @@ async fn write_dead_letter(shared: &Shared, leases: &dyn Leases, lease: &LeaseRe
     let taken_over = "the lease was taken over while the job ran; not dead-lettered here";
     keep_writing(shared, what, taken_over, || {
         leases.dead_letter(lease, error)
+    })
+    .await;
+}
+
+/// Holds the topic's starts back for `hold` in every shard, then puts the job back to the front
+/// of its ready list, no attempt spent. Hold first: a job released first would start again at
+/// once, into the same 429.
+async fn write_throttle(shared: &Shared, leases: &dyn Leases, lease: &LeaseRef, hold: Duration) {
+    crate::metrics::count(metric::JOBS_RATE_LIMITED, lease.topic.as_str());
+    let what = format!("hold of topic {} for {hold:?}", lease.topic);
+    keep_writing(shared, what, "", || async move {
+        leases.hold(&lease.topic, hold).await.map(|()| true)
+    })
+    .await;
+    let what = format!("release of rate-limited job {}:{}", lease.topic, lease.id);
+    let taken_over = "the lease was taken over while the job ran; not released here";
+    keep_writing(shared, what, taken_over, || async move {
+        leases
+            .release(std::slice::from_ref(lease))
+            .await
+            .map(|n| n > 0)
     })
     .await;
 }

@@ -115,7 +115,11 @@ pub(crate) fn declarations(listeners: &[(Topic, Listener)]) -> Declared {
         .iter()
         .filter_map(|(t, l)| l.max_pending.map(|max| (t.clone(), max)))
         .collect();
-    Declared::new(schedules, limits, retentions, events).with_max_pending(max_pending)
+    let rates = listeners
+        .iter()
+        .filter_map(|(t, l)| l.rate.map(|rate| (t.clone(), rate)))
+        .collect();
+    Declared::new(schedules, limits, retentions, events).with_flow(max_pending, rates)
 }
 
 /// This runtime's listeners, each with its topic checked once here; refused with an error naming
@@ -168,7 +172,7 @@ fn check_listener(l: &Listener, states: &States) -> Result<Topic> {
     }
     check_retention(l).map_err(invalid)?;
     crate::events::check_events(l).map_err(invalid)?;
-    crate::backpressure::check_max_pending(l).map_err(invalid)?;
+    crate::flow::check_max_pending(l).map_err(invalid)?;
     (l.check)(states).map_err(invalid)?;
     if let Some(schedule) = &l.schedule {
         check_schedule(schedule).map_err(invalid)?;

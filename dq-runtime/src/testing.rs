@@ -216,7 +216,13 @@ impl TestRuntime {
             // is no reason to stop the clock again where it stands.
             let now = self.store.now_us();
             let next_tick = self.store.next_schedule_us().filter(|t| *t > now);
-            let next = next_job.into_iter().chain(next_tick).min();
+            // A topic's rate limit or hold lets its next job start then.
+            let next_release = self.store.next_release_us();
+            let next = next_job
+                .into_iter()
+                .chain(next_tick)
+                .chain(next_release)
+                .min();
             let Some(at) = next.filter(|d| *d <= target) else {
                 break;
             };

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use dq_core::schedule::Repeat;
 use dq_core::store::{Leases, Registry};
-use dq_core::{Client, Result, Retention, Topic};
+use dq_core::{Client, Rate, Result, Retention, Topic};
 
 use crate::health::Health;
 use crate::listener::ListenerSchedule;
@@ -79,6 +79,8 @@ pub(crate) struct Declared {
     events: Vec<(Topic, Option<u64>)>,
     /// The bounds on pending jobs the listeners give (a listener without one declares none).
     max_pending: Vec<(Topic, u64)>,
+    /// The rate limits the listeners give (a listener without one declares none).
+    rates: Vec<(Topic, Rate)>,
     /// The namespace's epoch when everything was last declared; `None` until it was.
     epoch: Option<String>,
 }
@@ -96,13 +98,19 @@ impl Declared {
             retentions,
             events,
             max_pending: Vec::new(),
+            rates: Vec::new(),
             epoch: None,
         }
     }
 
-    /// With the listeners' bounds on pending jobs (`max_pending`).
-    pub(crate) fn with_max_pending(mut self, max_pending: Vec<(Topic, u64)>) -> Declared {
+    /// With the listeners' flow control: bounds on pending jobs (`max_pending`) and rates.
+    pub(crate) fn with_flow(
+        mut self,
+        max_pending: Vec<(Topic, u64)>,
+        rates: Vec<(Topic, Rate)>,
+    ) -> Declared {
         self.max_pending = max_pending;
+        self.rates = rates;
         self
     }
 
@@ -144,6 +152,9 @@ impl Declared {
         }
         for (topic, max) in &self.max_pending {
             leases.set_max_pending(topic, Some(*max)).await?;
+        }
+        for (topic, rate) in &self.rates {
+            leases.set_rate(topic, Some(*rate)).await?;
         }
         if again {
             tracing::info!("the listeners' schedules, retries and retentions are declared again");

@@ -1,4 +1,5 @@
-//! The rules for what users write to dq, in one place: topic names, job ids and durations.
+//! The rules for what users write to dq, in one place: topic names, job ids, durations and
+//! rates.
 //!
 //! `dq-core` checks them at run time (`Topic::new`, `Config`, the `DQ_*` variables) and
 //! `dq-macros` at compile time (`#[dq::listener(topic = "..", timeout = "5s")]`), so that a value
@@ -110,6 +111,48 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(number * scale).map_err(|e| format!("{text:?}: {e}"))
 }
 
+/// Most jobs a rate may allow per period.
+pub const MAX_RATE_COUNT: u64 = 1_000_000_000;
+
+/// Parses a rate limit, `<count>/<period>`: `100/1s`, `6000/1m`, `5/250ms`; a unit alone
+/// means one of it (`100/s`). The count is 1 to 1,000,000,000 and the period at least 1 ms and
+/// at most a day.
+///
+/// ```
+/// use std::time::Duration;
+/// assert_eq!(dq_syntax::parse_rate("100/1s"), Ok((100, Duration::from_secs(1))));
+/// assert_eq!(dq_syntax::parse_rate("100/s"), Ok((100, Duration::from_secs(1))));
+/// assert!(dq_syntax::parse_rate("100").is_err());
+/// assert!(dq_syntax::parse_rate("0/1s").is_err());
+/// ```
+pub fn parse_rate(text: &str) -> Result<(u64, Duration), String> {
+    let text = text.trim();
+    let Some((count, period)) = text.split_once('/') else {
+        return Err(format!(
+            "{text:?} is not a rate: write <count>/<period>, as in \"100/1s\""
+        ));
+    };
+    let count: u64 = count
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?}: {:?} is not a whole number of jobs", count.trim()))?;
+    if !(1..=MAX_RATE_COUNT).contains(&count) {
+        return Err(format!(
+            "{text:?}: the count must be 1 to {MAX_RATE_COUNT} (leave the rate out for no limit)"
+        ));
+    }
+    let period = period.trim();
+    let period = if period.starts_with(|c: char| c.is_ascii_digit() || c == '.') {
+        parse_duration(period)?
+    } else {
+        parse_duration(&format!("1{period}"))?
+    };
+    if period < Duration::from_millis(1) || period > Duration::from_secs(86_400) {
+        return Err(format!("{text:?}: the period must be 1ms to 1d"));
+    }
+    Ok((count, period))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,6 +174,28 @@ mod tests {
         assert_eq!(parse_duration(" 10m "), Ok(Duration::from_secs(600)));
         assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
         assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+    }
+
+    #[test]
+    fn a_rate_needs_a_count_of_at_least_one_and_a_period_of_at_least_a_millisecond() {
+        assert_eq!(parse_rate("6000/1m"), Ok((6000, Duration::from_secs(60))));
+        assert_eq!(
+            parse_rate(" 5 / 250ms "),
+            Ok((5, Duration::from_millis(250)))
+        );
+        for bad in [
+            "100",
+            "x/1s",
+            "-1/1s",
+            "0/1s",
+            "10/0s",
+            "10/0.5ms",
+            "10/2d",
+            "10/1 parsec",
+            "2000000000/1s",
+        ] {
+            assert!(parse_rate(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

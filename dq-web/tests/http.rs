@@ -1081,3 +1081,20 @@ async fn the_topic_page_shows_how_close_the_topic_is_to_its_max_pending() {
     let (_, page) = get(&addr, "/topics/order-cancel").await;
     assert!(page.contains("full: pushes refused"), "{page}");
 }
+
+/// A topic with a rate limit shows it on its page (issue 33, item 8).
+#[tokio::test]
+async fn the_topic_page_shows_the_topics_rate_limit() {
+    let client = memory_client().await; // holds o1
+    let addr = serve(client.clone(), Options::new()).await;
+    let (_, page) = get(&addr, "/topics/order-cancel").await;
+    assert!(!page.contains("class=\"rate\""), "{page}");
+    client
+        .set_rate(TOPIC, Some("100/1s".parse().unwrap()))
+        .await
+        .unwrap();
+    let (status, page) = get(&addr, "/topics/order-cancel").await;
+    assert_eq!(status, 200);
+    assert!(page.contains("100/1s"), "{page}");
+    assert!(page.contains("one every 10ms"), "{page}");
+}

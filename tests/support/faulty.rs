@@ -226,6 +226,15 @@ impl Leases for Faulty {
     async fn max_pending(&self, topic: &Topic) -> dq::Result<Option<u64>> {
         self.inner.max_pending(topic).await
     }
+    async fn set_rate(&self, topic: &Topic, rate: Option<dq::Rate>) -> dq::Result<()> {
+        self.inner.set_rate(topic, rate).await
+    }
+    async fn rate(&self, topic: &Topic) -> dq::Result<Option<dq::Rate>> {
+        self.inner.rate(topic).await
+    }
+    async fn hold(&self, topic: &Topic, duration: Duration) -> dq::Result<()> {
+        self.inner.hold(topic, duration).await
+    }
     fn ready_waiter(&self, shard: u16, topic: &Topic) -> Box<dyn ReadyWaiter> {
         self.inner.ready_waiter(shard, topic)
     }

@@ -8,6 +8,7 @@ use crate::admin::{Cursor, Page, Throughput, TopicStats, WorkerInfo};
 use crate::error::Result;
 use crate::job::{from_us, JobState, DEFAULT_RETRIES};
 use crate::name::{JobId, Topic};
+use crate::rate::Rate;
 use crate::store::{DeadLetters, MAX_BATCH};
 
 impl Client {
@@ -17,9 +18,17 @@ impl Client {
     }
 
     /// A topic's counts, the due time of its oldest ready job (how far behind the workers
-    /// are), its next due time and whether it is paused.
+    /// are), its next due time, whether it is paused, and its limits (`max_pending`, `rate`).
     pub async fn stats(&self, topic: &str) -> Result<TopicStats> {
-        self.store.stats(&Topic::new(topic)?).await
+        let topic = Topic::new(topic)?;
+        let (mut stats, max_pending, rate) = tokio::try_join!(
+            self.store.stats(&topic),
+            self.store.max_pending(&topic),
+            self.store.rate(&topic)
+        )?;
+        stats.max_pending = max_pending;
+        stats.rate = rate;
+        Ok(stats)
     }
 
     /// How many runs of a topic ended done or failed in each of the last 60 minutes (what the
@@ -191,6 +200,30 @@ impl Client {
     /// none.
     pub async fn max_pending(&self, topic: &str) -> Result<Option<u64>> {
         self.store.max_pending(&Topic::new(topic)?).await
+    }
+
+    /// Limits how many jobs of `topic` start per period, in all processes together, from the
+    /// next fetch on (`None`: no limit, the default). The same limit as a listener's
+    /// `#[dq::listener(rate = "100/1s")]`, which sets it at runtime start; changeable while
+    /// workers run (`dq rate TOPIC 50/1s`). How it is enforced, and its burst: [`Rate`].
+    ///
+    /// On Redis each shard of the namespace holds its share, the rate divided by the shard
+    /// count: with one shard (the default) the limit is exact; with N shards the topic's jobs
+    /// are spread over them by id, and the whole never starts more than the rate, but a shard
+    /// whose share of the ready jobs runs out leaves its share of the rate unused.
+    ///
+    /// ```no_run
+    /// # async fn f(client: dq_core::Client) -> dq_core::Result<()> {
+    /// client.set_rate("charge-card", Some("100/1s".parse()?)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn set_rate(&self, topic: &str, rate: Option<Rate>) -> Result<()> {
+        self.store.set_rate(&Topic::new(topic)?, rate).await
+    }
+
+    /// `topic`'s rate limit ([`Client::set_rate`]), `None` when it has none.
+    pub async fn rate(&self, topic: &str) -> Result<Option<Rate>> {
+        self.store.rate(&Topic::new(topic)?).await
     }
 
     /// The worker processes heard from in the last minute.

@@ -35,6 +35,7 @@ use crate::error::Result;
 use crate::events::EventCursor;
 use crate::job::{Due, JobInfo, JobState, OnConflict, PushOutcome};
 use crate::name::{JobId, Topic};
+use crate::rate::Rate;
 
 /// Who is fetching, so that the jobs of a fetch whose reply was lost are taken back.
 ///
@@ -280,6 +281,21 @@ pub trait Leases: Sharded {
     /// The bound [`set_max_pending`](Leases::set_max_pending) recorded for `topic`, `None`
     /// when it has none.
     async fn max_pending(&self, topic: &Topic) -> Result<Option<u64>>;
+
+    /// Limits how many jobs of `topic` start per period, in all processes together, to `rate`
+    /// (`None`: no limit, the default): [`Leases::fetch`] leases no more than it allows and
+    /// says how long until the next may start ([`Fetched::throttled`]). On Redis each shard
+    /// holds its share, the rate divided by the shard count (exact with one shard, the
+    /// default; never above the rate with several).
+    async fn set_rate(&self, topic: &Topic, rate: Option<Rate>) -> Result<()>;
+
+    /// The rate [`set_rate`](Leases::set_rate) recorded for `topic`, `None` when it has none.
+    async fn rate(&self, topic: &Topic) -> Result<Option<Rate>>;
+
+    /// Holds back every start of `topic`'s jobs for `duration` from now, in every shard and so
+    /// in every process (a handler's `Outcome::RateLimited`: the provider said "429, retry
+    /// after"), whether or not the topic has a rate. A hold that ends later already stays.
+    async fn hold(&self, topic: &Topic, duration: Duration) -> Result<()>;
 
     /// A waiter for ready jobs of `topic` in `shard` (each holds its own blocking connection).
     fn ready_waiter(&self, shard: u16, topic: &Topic) -> Box<dyn ReadyWaiter>;

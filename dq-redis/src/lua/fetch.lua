@@ -11,11 +11,16 @@
 -- KEYS[11] events  KEYS[12] events:<topic>: when the topic's job events are on, each job leased
 -- anew is announced (`started`, with its run; a job taken back was announced by the fetch whose
 -- reply was lost)
+-- KEYS[13] limits: the topic's rate limit, `<topic>:rate` -> `<interval>:<tolerance>:<rate>`
+-- (this shard's share, us), `<topic>:tat` -> its theoretical arrival time (us; GCRA, as
+-- dq_core::Rate explains), and `<topic>:hold` -> when a hold ends (us, hold.lua)
 -- ARGV[1] topic  ARGV[2] most jobs (at most 1000)  ARGV[3] lease length (us)
 -- ARGV[4] this fetch's nonce ('': not recorded)  ARGV[5] nonces of the consumer's earlier
 --   fetches whose reply did not arrive, comma-separated
--- Returns {now_us, token, taken_back, id_1, envelope_1, ...}, or {'paused'} when the topic is
--- paused (a lost fetch's jobs then go back to the front of the ready list).
+-- Returns {now_us, token, taken_back, throttled_us, id_1, envelope_1, ...}, or {'paused'} when
+-- the topic is paused (a lost fetch's jobs then go back to the front of the ready list).
+-- throttled_us: the rate limit or a hold let out fewer jobs than asked while more are ready,
+-- and the next may start in this many us (0: not throttled).
 -- Taking back: a fetch whose reply was lost (a timeout, a dropped connection, Redis stalled
 -- with the request in its buffer) leased jobs that nobody runs. Each recorded fetch of a
 -- consumer leaves `<nonce>:<token>:<deadline>` in its fetched:<consumer> key (the last eight,
@@ -29,6 +34,13 @@ local jobs, inflight, ready, counts, leases, gen = KEYS[1], KEYS[2], KEYS[3], KE
 local topic, n, lease_us = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local nonce, record_key = ARGV[4], KEYS[9]
 local paused = redis.call('SISMEMBER', KEYS[5], topic) == 1
+local limit = redis.call('HMGET', KEYS[13], topic .. ':rate', topic .. ':tat', topic .. ':hold')
+local interval, tolerance
+if limit[1] then
+  local i, t = string.match(limit[1], '^([%d%.]+):([%d%.]+):')
+  interval, tolerance = tonumber(i), tonumber(t)
+end
+local tat, hold = tonumber(limit[2] or ''), tonumber(limit[3] or '')
 -- The consumer's recorded fetches, and the jobs of those whose reply was lost: those named in
 -- ARGV[5], and this very nonce (a cluster client resends a request after a dropped connection:
 -- the first copy ran, and its reply is what was lost).
@@ -81,6 +93,25 @@ end
 local back_raws = #back > 0 and redis.call('HMGET', jobs, unpack(back)) or {}
 local ids, stale = {}, 0
 n = n - #back
+-- The rate limit: how many may start now (GCRA), and else when the next may.
+local clock, base, wait = 0, 0, 0
+if interval or hold then
+  clock = now_us()
+  base = math.max(tat or 0, clock)
+  local allowed = n
+  if hold and hold > clock then
+    allowed, wait = 0, hold - clock
+  elseif interval then
+    local room = clock + tolerance - base
+    if room < 0 then
+      allowed, wait = 0, -room
+    else
+      allowed = math.floor(room / interval) + 1
+      if allowed < n then wait = base + allowed * interval - tolerance - clock end
+    end
+  end
+  if allowed < n then n = math.max(allowed, 0) else wait = 0 end
+end
 for _ = 1, n > 0 and 10 or 0 do
   local entries = redis.call('LRANGE', ready, 0, n - 1)
   if #entries == 0 then break end
@@ -110,7 +141,12 @@ if stale > 0 then
     ring(string.sub(ready, 1, #ready - #topic - 6), topic)
   end
 end
-if #ids == 0 and #back == 0 then return {fmt(now_us()), '0', 0} end
+-- A throttled consumer comes back when the next job may start, if one is left to start.
+local function throttled()
+  if wait > 0 and redis.call('LLEN', ready) > 0 then return fmt(math.ceil(wait)) end
+  return 0
+end
+if #ids == 0 and #back == 0 then return {fmt(now_us()), '0', 0, throttled()} end
 proceed_when_full(leases) -- leasing moves jobs (ready to inflight): allowed when Redis is full
 local now = now_us()
 -- ':next' cannot be a member: every member has a topic before its colon. A token is never
@@ -128,7 +164,7 @@ if counter[2] then
 else
   redis.call('HSET', leases, ':next', token, ':table', LEASES_AS_TABLE)
 end
-local out = {fmt(now), token, 0}
+local out = {fmt(now), token, 0, throttled()}
 local deadline = fmt(now + lease_us)
 local held, deadlines = {}, {}
 -- Taken back from a lost fetch: leased again to this one, first in line; no run counted.
@@ -164,6 +200,9 @@ if #held > 0 then
   redis.call('HSET', leases, unpack(held))
   redis.call('ZADD', inflight, unpack(deadlines))
   bump(counts, topic, 'inflight', #held / 2 - taken) -- the taken back ones were counted
+  if interval and #held / 2 > taken then
+    redis.call('HSET', KEYS[13], topic .. ':tat', string.format('%.3f', base + (#held / 2 - taken) * interval))
+  end
 end
 if stream then
   local stamp = fmt(now)

@@ -1,6 +1,8 @@
 //! The reading of fetch.lua's reply into leased jobs (a job whose envelope cannot be read is
 //! dead-lettered on the spot). `lease` makes the call.
 
+use std::time::Duration;
+
 use redis::Value;
 
 use super::reply::{malformed_reply, read, Unsigned};
@@ -13,7 +15,8 @@ use dq_core::{JobId, Topic};
 
 impl RedisStore {
     /// Reads fetch.lua's reply: `paused`, or the shard's clock, the lease's token, how many
-    /// jobs were taken back, then `id, envelope` pairs of the jobs now leased to us.
+    /// jobs were taken back, how long the rate limit holds the next start back (0: it does
+    /// not), then `id, envelope` pairs of the jobs now leased to us.
     pub(super) async fn read_fetched(
         &self,
         shard: u16,
@@ -28,15 +31,20 @@ impl RedisStore {
             paused.paused = true;
             return Ok(paused);
         }
-        let (Unsigned(Some(now_us)), Unsigned(Some(token)), Unsigned(Some(taken_back))) =
-            (head(0)?, head(1)?, head(2)?)
+        let (
+            Unsigned(Some(now_us)),
+            Unsigned(Some(token)),
+            Unsigned(Some(taken_back)),
+            Unsigned(Some(throttled_us)),
+        ) = (head(0)?, head(1)?, head(2)?, head(3)?)
         else {
             return Err(malformed_reply("fetch", &Value::Array(reply)));
         };
         let mut out = Fetched::default();
         out.now_us = now_us;
         out.taken_back = usize::try_from(taken_back).unwrap_or(usize::MAX);
-        for pair in reply.get(3..).unwrap_or_default().chunks(2) {
+        out.throttled = (throttled_us > 0).then(|| Duration::from_micros(throttled_us));
+        for pair in reply.get(4..).unwrap_or_default().chunks(2) {
             let (Some(Value::BulkString(id)), Some(Value::BulkString(raw))) =
                 (pair.first(), pair.get(1))
             else {

@@ -18,8 +18,8 @@ use dq_core::store::{
     Fetcher, Leases, ReadyWaiter, Retention, Sharded, Succeeded, WakeListener, MAX_BATCH,
 };
 use dq_core::Result;
-use dq_core::Topic;
 use dq_core::{Acked, Fetched, LeaseRef, Promoted, Reclaimed};
+use dq_core::{Rate, Topic};
 
 impl RedisStore {
     /// A failed run to retry (`counted`) or a postponed one, after `delay`.
@@ -178,6 +178,7 @@ impl Leases for RedisStore {
             .key(k.cancels())
             .key(k.events())
             .key(k.events_stream(topic))
+            .key(k.limits())
             .arg(topic.as_str())
             .arg(batch_limit(max))
             .arg(micros(ttl))
@@ -367,6 +368,57 @@ impl Leases for RedisStore {
                 None => redis::cmd("HDEL").arg(k.limits()).arg(&field).to_owned(),
             };
             self.simple("record a topic's max_pending", &cmd).await?;
+        }
+        Ok(())
+    }
+
+    async fn rate(&self, topic: &Topic) -> Result<Option<Rate>> {
+        let cmd = redis::cmd("HGET")
+            .arg(self.keys(0).limits())
+            .arg(format!("{topic}:rate"))
+            .to_owned();
+        let raw: Option<String> = self.query("read a topic's rate", &cmd).await?;
+        let Some(raw) = raw else { return Ok(None) };
+        let rate = raw.splitn(3, ':').nth(2).and_then(|r| r.parse().ok());
+        rate.map(Some).ok_or_else(|| dq_core::Error::Malformed {
+            location: format!("{} field {topic}:rate", self.keys(0).limits()),
+            reason: format!("{raw:?} is not <interval>:<tolerance>:<count>/<period>"),
+        })
+    }
+
+    async fn set_rate(&self, topic: &Topic, rate: Option<Rate>) -> Result<()> {
+        let field = format!("{topic}:rate");
+        let share = rate.map(|r| {
+            let (interval, tolerance) = r.share_us(self.shards());
+            format!("{interval:.3}:{tolerance:.3}:{r}")
+        });
+        for k in &self.shards {
+            let cmd = match &share {
+                Some(share) => redis::cmd("HSET")
+                    .arg(k.limits())
+                    .arg(&field)
+                    .arg(share)
+                    .to_owned(),
+                None => redis::cmd("HDEL").arg(k.limits()).arg(&field).to_owned(),
+            };
+            self.simple("record a topic's rate", &cmd).await?;
+            // A new rate starts afresh (a hold stays).
+            let reset = redis::cmd("HDEL")
+                .arg(k.limits())
+                .arg(format!("{topic}:tat"))
+                .to_owned();
+            self.simple("record a topic's rate", &reset).await?;
+        }
+        Ok(())
+    }
+
+    async fn hold(&self, topic: &Topic, duration: Duration) -> Result<()> {
+        for shard in 0..self.shards() {
+            let mut inv = SCRIPTS.hold.prepare_invoke();
+            inv.key(self.keys(shard).limits())
+                .arg(topic.as_str())
+                .arg(micros(duration));
+            let _: Value = self.call("hold a topic's starts", &inv).await?;
         }
         Ok(())
     }

@@ -74,9 +74,8 @@ pub(super) struct TopicView<'a> {
     pub(super) viewer: &'a Viewer,
     /// The CSRF token the forms carry.
     pub(super) csrf: &'a str,
+    /// Its counts, lag and limits (`max_pending`, `rate`).
     pub(super) stats: &'a TopicStats,
-    /// Its bound on pending jobs (`max_pending`), when it has one.
-    pub(super) max_pending: Option<u64>,
     /// Its runs done and failed in each of the last 60 minutes.
     pub(super) hour: &'a Throughput,
     /// The store's clock.

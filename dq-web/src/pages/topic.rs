@@ -30,10 +30,9 @@ pub(crate) async fn topic(
     let read = tokio::try_join!(
         client.stats(&topic),
         client.throughput(&topic),
-        client.store_time(),
-        client.max_pending(&topic)
+        client.store_time()
     );
-    let (stats, hour, now, max_pending) = match read {
+    let (stats, hour, now) = match read {
         Ok(found) => found,
         Err(e) => return store_error(&viewer, &format!("read topic {topic:?}"), &e),
     };
@@ -67,7 +66,6 @@ pub(crate) async fn topic(
         viewer: &viewer,
         csrf: &web.csrf,
         stats: &stats,
-        max_pending,
         hour: &hour,
         now,
         query: &q,

@@ -46,7 +46,7 @@ fn summary(v: &TopicView<'_>) -> Markup {
             @if stats.paused { span.badge.paused { "paused" } " " }
             "Lag " strong { (lag(stats, now)) } " · next due "
             strong { @if let Some(t) = stats.next_due { (relative(t, now)) } @else { "-" } }
-            @if let Some(max) = v.max_pending {
+            @if let Some(max) = stats.max_pending {
                 @let c = stats.counts;
                 @let pending = c.delayed + c.ready + c.running;
                 " · pending " span.max-pending data-max=(max) {
@@ -54,6 +54,11 @@ fn summary(v: &TopicView<'_>) -> Markup {
                     " (" (pending.saturating_mul(100) / max.max(1)) " %)"
                 }
                 @if pending >= max { " " span.badge.full { "full: pushes refused" } }
+            }
+            @if let Some(rate) = stats.rate {
+                " · rate " span.rate title="jobs started per period, in all worker processes together" {
+                    strong { (rate) } " (one every " (format!("{:?}", rate.interval())) ")"
+                }
             }
             @if v.viewer.can_act {
                 " "

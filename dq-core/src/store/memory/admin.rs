@@ -39,6 +39,8 @@ impl Admin for MemoryStore {
             oldest_ready_due,
             next_due,
             paused: s.paused.contains(topic),
+            max_pending: s.max_pending.get(topic).copied(),
+            rate: s.rates.get(topic).copied(),
         })
     }
 

@@ -13,6 +13,7 @@ use crate::events::EventKind;
 use crate::job::{from_us, Due};
 use crate::lease::{Acked, Fetched, LeaseRef, LeasedJob, Promoted, Reclaimed, Succeeded};
 use crate::name::Topic;
+use crate::rate::Rate;
 use crate::result::Retention;
 use crate::store::policy::{batch_limit, lease_expired, promote_limit};
 use crate::store::{Leases, ReadyWaiter, Wake, WakeListener};
@@ -147,6 +148,9 @@ impl Leases for MemoryStore {
             out.paused = true;
             return Ok(out);
         }
+        let rate = s.rates.get(topic).map(|r| r.share_us(1));
+        let throttle = s.throttles.get(topic).copied().unwrap_or_default();
+        let (max, throttled) = throttle.allows(rate, now, max);
         while out.jobs.len() < max {
             let Some(id) = s.ready.get_mut(topic).and_then(VecDeque::pop_front) else {
                 break;
@@ -175,6 +179,14 @@ impl Leases for MemoryStore {
                 },
                 envelope,
             });
+        }
+        if rate.is_some() && !out.jobs.is_empty() {
+            let throttle = s.throttles.entry(topic.clone()).or_default();
+            throttle.took(rate, now, out.jobs.len());
+        }
+        // Only worth a wait when jobs are left behind: with none, the consumer waits for one.
+        if s.ready.get(topic).is_some_and(|q| !q.is_empty()) {
+            out.throttled = throttled;
         }
         Ok(out)
     }
@@ -390,6 +402,33 @@ impl Leases for MemoryStore {
             Some(max) => s.max_pending.insert(topic.clone(), max),
             None => s.max_pending.remove(topic),
         };
+        Ok(())
+    }
+
+    async fn set_rate(&self, topic: &Topic, rate: Option<Rate>) -> Result<()> {
+        let mut s = lock(&self.state);
+        match rate {
+            Some(rate) => s.rates.insert(topic.clone(), rate),
+            None => s.rates.remove(topic),
+        };
+        // A new rate starts afresh (a hold stays).
+        if let Some(t) = s.throttles.get_mut(topic) {
+            t.tat_us = 0.0;
+        }
+        Ok(())
+    }
+
+    async fn rate(&self, topic: &Topic) -> Result<Option<Rate>> {
+        Ok(lock(&self.state).rates.get(topic).copied())
+    }
+
+    async fn hold(&self, topic: &Topic, duration: Duration) -> Result<()> {
+        let now = self.now_us();
+        lock(&self.state)
+            .throttles
+            .entry(topic.clone())
+            .or_default()
+            .hold(now, duration);
         Ok(())
     }
 

@@ -205,11 +205,25 @@ impl MemoryStore {
     /// that no job the move made due can end them with its value; then the movers look.
     fn clock_moved(&self) {
         let now = self.now_us();
-        lock(&self.state).expire_waits(now);
+        let released: Vec<Topic> = {
+            let mut s = lock(&self.state);
+            s.expire_waits(now);
+            s.throttles
+                .keys()
+                .filter(|t| s.ready.get(*t).is_some_and(|q| !q.is_empty()))
+                .filter(|t| s.held_back(t, now).is_none())
+                .cloned()
+                .collect()
+        };
         let _ = self.wake.send(Wake::Due {
             shard: 0,
             due_us: 0,
         });
+        // Consumers waiting out a rate limit or hold that the move ended look again now, not
+        // after their own (real-time) wait.
+        for topic in released {
+            let _ = self.wake.send(Wake::Resumed(topic));
+        }
     }
 
     /// Whether the clock is manual (moved by [`MemoryStore::advance`]).
@@ -220,6 +234,19 @@ impl MemoryStore {
     /// The due time of the earliest delayed job, in microseconds since the epoch.
     pub fn next_due_us(&self) -> Option<u64> {
         lock(&self.state).earliest()
+    }
+
+    /// When the earliest rate limit or hold that keeps ready jobs back lets the next start,
+    /// in microseconds since the epoch (`None`: none keeps jobs back).
+    pub fn next_release_us(&self) -> Option<u64> {
+        let now = self.now_us();
+        let s = lock(&self.state);
+        s.ready
+            .iter()
+            .filter(|(_, q)| !q.is_empty())
+            .filter_map(|(t, _)| s.held_back(t, now))
+            .map(|wait| now.saturating_add(u64::try_from(wait.as_micros()).unwrap_or(u64::MAX)))
+            .min()
     }
 
     /// Everything that happened to jobs so far, in order; empty unless the store keeps its
@@ -235,15 +262,17 @@ impl MemoryStore {
     }
 
     /// True when nothing is left that a runtime handling the topics `handled` accepts could
-    /// run now: no job running or due, and no job ready in a handled topic that is not paused.
-    /// Jobs ready in other topics (handled elsewhere) or in paused ones wait for someone else.
+    /// run now: no job running or due, and no job ready in a handled topic that is not paused
+    /// or held back by its rate limit. Jobs ready in other topics (handled elsewhere) or in
+    /// paused ones wait for someone else; those held back, for their time
+    /// ([`next_release_us`](MemoryStore::next_release_us)).
     pub fn is_idle_for(&self, handled: impl Fn(&Topic) -> bool) -> bool {
         let now = self.now_us();
         let s = lock(&self.state);
         s.inflight.is_empty()
-            && s.ready
-                .iter()
-                .all(|(t, q)| q.is_empty() || !handled(t) || s.paused.contains(t))
+            && s.ready.iter().all(|(t, q)| {
+                q.is_empty() || !handled(t) || s.paused.contains(t) || s.held_back(t, now).is_some()
+            })
             && s.delayed.first().is_none_or(|(due, _)| *due > now)
     }
 

@@ -13,6 +13,7 @@ use crate::events::EventKind;
 use crate::job::{to_us, Due, JobInfo, JobState};
 use crate::lease::LeaseRef;
 use crate::name::{JobId, Topic};
+use crate::rate::{Rate, Throttle};
 use crate::result::Retention;
 
 /// A job's place in the store: its topic and id.
@@ -77,6 +78,10 @@ pub(super) struct State {
     pub(super) retention: HashMap<Topic, Retention>,
     /// The most jobs each bounded topic may hold pending (delayed, ready and running).
     pub(super) max_pending: HashMap<Topic, u64>,
+    /// The rate limits of the topics that have one.
+    pub(super) rates: HashMap<Topic, Rate>,
+    /// Each limited or held topic's start times so far (GCRA; see `dq_core::Rate`).
+    pub(super) throttles: HashMap<Topic, Throttle>,
     /// The records of succeeded jobs (never of a pending or dead one: a push of their id
     /// takes them out).
     pub(super) done: HashMap<Member, DoneRecord>,
@@ -115,6 +120,17 @@ pub(super) fn micros(d: Duration) -> u64 {
 }
 
 impl State {
+    /// How long `topic`'s rate limit, or a hold, keeps its next start back at `now`, when it
+    /// does.
+    pub(super) fn held_back(&self, topic: &Topic, now: u64) -> Option<Duration> {
+        let throttle = self.throttles.get(topic)?;
+        let rate = self.rates.get(topic).map(|r| r.share_us(1));
+        match throttle.allows(rate, now, 1) {
+            (0, wait) => wait,
+            _ => None,
+        }
+    }
+
     /// Adds to the history, when it is kept.
     pub(super) fn record(&mut self, event: Event) {
         if self.keep_history {

@@ -1,0 +1,252 @@
+//! A topic's rate limit: how many of its jobs may start per period, across every process.
+//!
+//! Enforced where jobs are leased (the fetch script on Redis, with Redis' clock), by the
+//! generic cell rate algorithm (GCRA): each start moves the topic's "theoretical arrival time"
+//! (TAT) on by one interval (`period / count`), and a start is allowed while the TAT is at most
+//! the burst tolerance ahead of now. So the starts are spread evenly over the period, and an
+//! idle topic banks at most one burst. In any window of one period at most `count + burst - 1`
+//! jobs start, and over a long run the rate is exactly `count` per `period`.
+//!
+//! The burst is the jobs of 10 ms at the rate (at least 1): it lets one fetch take a batch at
+//! high rates (100,000/s takes up to 1,000 a fetch) and keeps a low rate smooth (100/s starts
+//! one job every 10 ms, never ten at once).
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// How many jobs of a topic may start per period, in all processes together:
+/// `#[dq::listener(rate = "100/1s")]`, `Listener::rate`, [`Client::set_rate`](crate::Client::set_rate),
+/// `dq rate TOPIC 100/1s`. See the [module](self) for how it is enforced.
+///
+/// ```
+/// use std::time::Duration;
+/// use dq_core::Rate;
+///
+/// let rate: Rate = "100/1s".parse()?;
+/// assert_eq!(rate, Rate::new(100, Duration::from_secs(1))?);
+/// assert_eq!(rate.interval(), Duration::from_millis(10));
+/// assert_eq!(rate.burst(), 1);
+/// assert_eq!(rate.to_string(), "100/1s");
+/// assert!("0/1s".parse::<Rate>().is_err());
+/// # Ok::<(), dq_core::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Rate {
+    count: u64,
+    period: Duration,
+}
+
+/// The window whose jobs one fetch may take at once (the burst).
+const BURST_WINDOW: Duration = Duration::from_millis(10);
+
+impl Rate {
+    /// `count` jobs per `period`: count 1 to 1,000,000,000, period 1 ms to 1 day.
+    pub fn new(count: u64, period: Duration) -> Result<Rate> {
+        let rate = Rate { count, period };
+        rate.to_string().parse()
+    }
+
+    /// Jobs per period.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// The period.
+    pub fn period(&self) -> Duration {
+        self.period
+    }
+
+    /// The time between two starts at this rate, `period / count`.
+    pub fn interval(&self) -> Duration {
+        self.period / u32::try_from(self.count).unwrap_or(u32::MAX)
+    }
+
+    /// The most jobs that may start at once after a pause: those of 10 ms at this rate, at
+    /// least 1.
+    pub fn burst(&self) -> u64 {
+        let per_window = self.count as u128 * BURST_WINDOW.as_nanos() / self.period.as_nanos();
+        (per_window as u64).clamp(1, self.count)
+    }
+
+    /// The shard's share when the topic's jobs are spread over `shards`: the interval times
+    /// the shard count, and the burst divided by it (rounded up). In microseconds: the
+    /// interval (fractional) and the burst tolerance, `(burst - 1) * interval`.
+    pub fn share_us(&self, shards: u16) -> (f64, f64) {
+        let shards = u64::from(shards.max(1));
+        let interval = self.period.as_secs_f64() * 1e6 / self.count as f64 * shards as f64;
+        let burst = self.burst().div_ceil(shards);
+        (interval, (burst - 1) as f64 * interval)
+    }
+}
+
+impl fmt::Display for Rate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let count = self.count;
+        let secs = self.period.as_secs();
+        let whole = self.period.subsec_nanos() == 0;
+        match secs {
+            _ if whole && secs.is_multiple_of(86_400) => write!(f, "{count}/{}d", secs / 86_400),
+            _ if whole && secs.is_multiple_of(3600) => write!(f, "{count}/{}h", secs / 3600),
+            _ if whole && secs.is_multiple_of(60) => write!(f, "{count}/{}m", secs / 60),
+            _ if whole => write!(f, "{count}/{secs}s"),
+            _ if self.period.subsec_nanos().is_multiple_of(1_000_000) => {
+                write!(f, "{count}/{}ms", self.period.as_millis())
+            }
+            _ => write!(f, "{count}/{}s", self.period.as_secs_f64()),
+        }
+    }
+}
+
+/// As written: `"100/1s"`.
+impl serde::Serialize for Rate {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl FromStr for Rate {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<Rate> {
+        let (count, period) = dq_syntax::parse_rate(text).map_err(|reason| Error::InvalidRate {
+            rate: text.to_owned(),
+            reason,
+        })?;
+        Ok(Rate { count, period })
+    }
+}
+
+/// One topic's GCRA state in one place (the memory store; the Redis fetch script does the same
+/// arithmetic in Lua): the theoretical arrival time, and a hold's end.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Throttle {
+    /// The theoretical arrival time, in microseconds of the store's clock (0: none yet).
+    pub tat_us: f64,
+    /// When the last hold ends, in microseconds of the store's clock (0: none).
+    pub hold_us: u64,
+}
+
+impl Throttle {
+    /// How many of `wanted` jobs may start at `now_us` under `rate` (`None`: only a hold
+    /// limits), and, when that is fewer than wanted, how long until the next may. Takes
+    /// nothing: [`Throttle::took`] records the starts.
+    pub fn allows(
+        &self,
+        rate: Option<(f64, f64)>,
+        now_us: u64,
+        wanted: usize,
+    ) -> (usize, Option<Duration>) {
+        if self.hold_us > now_us {
+            return (0, Some(micros((self.hold_us - now_us) as f64)));
+        }
+        let now = now_us as f64;
+        let base = self.tat_us.max(now);
+        match rate {
+            None => (wanted, None),
+            Some((interval, tolerance)) => {
+                let room = now + tolerance - base;
+                if room < 0.0 {
+                    return (0, Some(micros(-room)));
+                }
+                let k = ((room / interval).floor() as usize).saturating_add(1);
+                if k >= wanted {
+                    (wanted, None)
+                } else {
+                    (
+                        k,
+                        Some(micros(base + k as f64 * interval - tolerance - now)),
+                    )
+                }
+            }
+        }
+    }
+
+    /// Records `n` starts at `now_us` under `rate`.
+    pub fn took(&mut self, rate: Option<(f64, f64)>, now_us: u64, n: usize) {
+        if let (Some((interval, _)), true) = (rate, n > 0) {
+            self.tat_us = self.tat_us.max(now_us as f64) + n as f64 * interval;
+        }
+    }
+
+    /// Holds every start back until `for_` from `now_us` (a handler's
+    /// `Outcome::RateLimited`), unless a hold ends later already.
+    pub fn hold(&mut self, now_us: u64, for_: Duration) {
+        let until = now_us.saturating_add(u64::try_from(for_.as_micros()).unwrap_or(u64::MAX));
+        self.hold_us = self.hold_us.max(until);
+    }
+}
+
+/// A wait of `us` microseconds (rounded up, at least 1 us).
+fn micros(us: f64) -> Duration {
+    Duration::from_micros((us.ceil() as u64).max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEC: u64 = 1_000_000;
+
+    #[test]
+    fn a_rate_prints_as_it_is_written() {
+        for text in ["100/1s", "5/250ms", "6000/1m", "10/2h", "1/1d"] {
+            assert_eq!(text.parse::<Rate>().unwrap().to_string(), text);
+        }
+        assert_eq!("100/s".parse::<Rate>().unwrap().to_string(), "100/1s");
+    }
+
+    #[test]
+    fn the_burst_is_ten_milliseconds_of_jobs_at_least_one() {
+        assert_eq!("100/1s".parse::<Rate>().unwrap().burst(), 1);
+        assert_eq!("100000/1s".parse::<Rate>().unwrap().burst(), 1000);
+        assert_eq!("5/1ms".parse::<Rate>().unwrap().burst(), 5);
+    }
+
+    #[test]
+    fn starts_are_spread_one_interval_apart_and_never_more_than_the_rate() {
+        let rate = Some("100/1s".parse::<Rate>().unwrap().share_us(1));
+        let mut t = Throttle::default();
+        let mut started = 0;
+        // A consumer that asks for 50 every millisecond for ten seconds.
+        for ms in 0..10_000u64 {
+            let now = 5 * SEC + ms * 1000;
+            let (k, _) = t.allows(rate, now, 50);
+            t.took(rate, now, k);
+            started += k;
+        }
+        assert_eq!(started, 1000);
+    }
+
+    #[test]
+    fn a_refused_start_says_when_the_next_is_allowed() {
+        let rate = Some("100/1s".parse::<Rate>().unwrap().share_us(1));
+        let mut t = Throttle::default();
+        let (k, wait) = t.allows(rate, SEC, 5);
+        assert_eq!((k, wait), (1, Some(Duration::from_millis(10))));
+        t.took(rate, SEC, k);
+        assert_eq!(
+            t.allows(rate, SEC + 4000, 5),
+            (0, Some(Duration::from_millis(6)))
+        );
+        assert_eq!(t.allows(rate, SEC + 10_000, 5).0, 1);
+    }
+
+    #[test]
+    fn a_hold_stops_every_start_until_it_ends_with_or_without_a_rate() {
+        let rate = Some("100000/1s".parse::<Rate>().unwrap().share_us(1));
+        for r in [None, rate] {
+            let mut t = Throttle::default();
+            t.hold(SEC, Duration::from_secs(2));
+            assert_eq!(
+                t.allows(r, SEC, 5),
+                (0, Some(Duration::from_secs(2))),
+                "{r:?}"
+            );
+            assert_eq!(t.allows(r, 3 * SEC - 1, 5).0, 0, "{r:?}");
+            assert_eq!(t.allows(r, 3 * SEC, 5).0, 5, "{r:?}");
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! A listener's flow control, declared in the store at runtime start as the client's setters
+//! do: the bound on its topic's pending jobs ([`Listener::max_pending`],
+//! `#[dq::listener(max_pending = 100000)]`, `Client::set_max_pending`) and its rate limit
+//! ([`Listener::rate`], `#[dq::listener(rate = "100/1s")]`, `Client::set_rate`).
+
+use dq_core::Rate;
+
+use crate::listener::Listener;
+
+impl Listener {
+    /// Bounds how many jobs of this topic may be pending at once, delayed, ready and running
+    /// together, in every process, as `#[dq::listener(max_pending = 100000)]` does: a push past
+    /// it stores nothing and fails with `Error::TopicFull` (`ErrorKind::TopicFull`; a batch
+    /// says which of its jobs were refused), so a runaway producer cannot fill Redis' memory.
+    /// The runtime records it in the store at start, as `Client::set_max_pending` does.
+    ///
+    /// Default: none, and a listener without one leaves the store's as it is (one set by
+    /// `Client::set_max_pending` or by another runtime's listener stays): removing the
+    /// attribute does not lift a bound, `dq max-pending TOPIC off` does. A listener with one
+    /// writes it at every start, and again when Redis lost its data, over what the client set
+    /// meanwhile. At least 1: zero fails `Runtime::start`.
+    ///
+    /// ```
+    /// use dq_runtime::Listener;
+    ///
+    /// # #[derive(serde::Deserialize)] struct Email { to: String }
+    /// let emails = Listener::new("send-email", |msg: Email| async move {
+    ///     let _ = msg.to;
+    ///     Ok::<(), String>(())
+    /// })
+    /// .max_pending(100_000);
+    /// ```
+    pub fn max_pending(mut self, max: u64) -> Self {
+        self.max_pending = Some(max);
+        self
+    }
+
+    /// Limits how many jobs of this topic start per period, in all processes together, as
+    /// `#[dq::listener(rate = "100/1s")]` does: "at most 100 calls a second to the payment
+    /// provider, whatever the number of workers". Enforced where jobs are leased, with Redis'
+    /// clock (GCRA: the starts are spread evenly, with a burst of the jobs of 10 ms; see
+    /// [`Rate`]); a worker with free slots waits for the next start the limit allows. A
+    /// handler that meets the provider's own limit anyway returns
+    /// [`Outcome::RateLimited`](crate::Outcome::RateLimited).
+    ///
+    /// Default: none, and a listener without one leaves the store's as it is (one set by
+    /// `Client::set_rate` stays): removing the attribute does not lift a rate, `dq rate TOPIC
+    /// off` does. A listener with one writes it at every start, and again when Redis lost its
+    /// data, over what the client set meanwhile.
+    ///
+    /// ```
+    /// use dq_runtime::Listener;
+    ///
+    /// # #[derive(serde::Deserialize)] struct Charge { order: u64 }
+    /// let charges = Listener::new("charge-card", |msg: Charge| async move {
+    ///     let _ = msg.order;
+    ///     Ok::<(), String>(())
+    /// })
+    /// .rate("100/1s".parse().expect("a valid rate"));
+    /// ```
+    pub fn rate(mut self, rate: Rate) -> Self {
+        self.rate = Some(rate);
+        self
+    }
+}
+
+/// Whether a listener's bound can be declared: at least 1.
+pub(crate) fn check_max_pending(l: &Listener) -> Result<(), String> {
+    match l.max_pending {
+        Some(0) => Err("`max_pending` must be at least 1: leave it out for no bound".into()),
+        _ => Ok(()),
+    }
+}
