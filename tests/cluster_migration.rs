@@ -369,3 +369,52 @@ async fn the_documented_acl_user_follows_a_reshard() {
     c.push_to("t", &2).id("after").await.unwrap();
     run_each_once(&cluster, &["t"], &["before".into(), "after".into()]).await;
 }
+
+/// Issue 33 review (helper-28, finding 1): a throttled fetch looked at its ready list again
+/// after its batch had been trimmed off it (to say whether the consumer should come back when
+/// the rate allows), when the trim may have deleted the list: while the slot migrated, Redis
+/// aborted the script there, with the job leased to nobody until its lease ran out (a run
+/// counted that never happened). Now the fetch reads the list's length before its first write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_throttled_fetch_that_empties_its_ready_list_while_its_slot_migrates_leases_its_job() {
+    let cluster = RedisCluster::start(3, 0);
+    let c = TestClient::connect(config(&cluster)).await.unwrap();
+    let s = c.store().clone();
+    let (source, target, slot) = shard_zero_and_another_master(&cluster);
+    // Every key the fetch names exists on the old node, so Redis runs it: the paused set,
+    // the events (the topic's stream too), a delayed job, a running job with a cancel asked,
+    // the consumer's record of its last fetch, the topic's generations (a replaced ready job)
+    // and its limits (the rate).
+    c.pause("other").await.unwrap();
+    s.set_events(&topic("slow"), Some(100)).await.unwrap();
+    c.push_to("keep", &0)
+        .id("far")
+        .delay(Duration::from_secs(3600))
+        .await
+        .unwrap();
+    c.push_to("run", &0).id("held").await.unwrap();
+    let _held = lease_one(&s, "run").await;
+    c.cancel_in("run", "held").await.unwrap();
+    c.push_to("slow", &0).id("z").await.unwrap();
+    let consumer = |nonce| dq::store::Fetcher::new("c", nonce, Vec::new());
+    let first = s.fetch_for(0, &topic("slow"), 1, LEASE, &consumer(1)).await;
+    assert_eq!(first.unwrap().jobs.len(), 1);
+    c.set_rate("slow", Some("1/1m".parse().unwrap()))
+        .await
+        .unwrap();
+    c.push_to("slow", &0).id("a").await.unwrap();
+    c.push_to("slow", &1).id("a").replace().await.unwrap();
+    begin_migration(source, target, &slot);
+    // One job may start (the burst): the fetch takes it and empties the list.
+    let during = s
+        .fetch_for(0, &topic("slow"), 10, LEASE, &consumer(2))
+        .await;
+    for node in [source, target] {
+        assert!(node
+            .command(&["CLUSTER", "SETSLOT", &slot, "STABLE"])
+            .starts_with("+OK"));
+    }
+    let during = during.expect("every key the fetch reads was there when it began");
+    let ids: Vec<String> = during.jobs.iter().map(|j| j.lease.id.to_string()).collect();
+    assert_eq!(ids, ["a"]);
+}

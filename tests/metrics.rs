@@ -278,3 +278,31 @@ async fn rate_limited_runs_and_throttled_fetches_are_counted() {
     .await;
     rt.shutdown().await.unwrap();
 }
+
+/// Issue 33 review (helper-28, finding 5): a throttled consumer came back for each single
+/// start the rate allowed (every millisecond at 1000/1s: a fetch per job). It waits at least
+/// the 10 ms whose jobs the burst holds, and takes them in one fetch: a tenth of the fetches,
+/// at the same rate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_throttled_consumer_takes_its_jobs_ten_milliseconds_at_a_time() {
+    let redis = RedisServer::start();
+    let listener = Listener::new("fast-limited", |_: u32| async { Ok::<(), String>(()) })
+        .rate("1000/1s".parse().unwrap());
+    let rt = worker(&redis, listener).await;
+    let c = rt.client();
+    let jobs = (0..1000u32).map(|n| c.push_to("fast-limited", &n));
+    c.push_batch(jobs).await.unwrap();
+    let text = scrape_until(&[r#"dq_jobs_succeeded_total{topic="fast-limited"} 1000"#]).await;
+    let throttled: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix(r#"dq_fetches_throttled_total{topic="fast-limited"} "#))
+        .expect("throttled fetches are counted")
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        throttled < 400,
+        "{throttled} throttled fetches for 1000 jobs"
+    );
+    rt.shutdown().await.unwrap();
+}

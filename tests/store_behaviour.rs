@@ -241,6 +241,8 @@ on_every_store!(
         a_rate_is_never_exceeded_by_a_consumer_fetching_in_a_loop,
         lifting_the_rate_lets_every_ready_job_out,
         a_hold_stops_every_fetch_of_its_topic_until_it_ends,
+        declaring_the_same_rate_again_keeps_where_the_limit_stands,
+        a_lost_fetchs_jobs_wait_out_a_hold_in_the_ready_list,
     ],
     history: [
         a_jobs_history_keeps_the_error_of_each_run_that_failed,

@@ -36,7 +36,9 @@ pub(crate) async fn run(
     client.pause(TOPIC).await?;
     let ids: Vec<usize> = (0..n).collect();
     for chunk in ids.chunks(1000) {
-        let jobs = chunk.iter().map(|&i| client.push_to(TOPIC, &payload(i as u64)));
+        let jobs = chunk
+            .iter()
+            .map(|&i| client.push_to(TOPIC, &payload(i as u64)));
         client.push_batch(jobs).await?;
     }
     let mut spawned = Vec::new();

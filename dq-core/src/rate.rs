@@ -7,9 +7,11 @@
 //! idle topic banks at most one burst. In any window of one period at most `count + burst - 1`
 //! jobs start, and over a long run the rate is exactly `count` per `period`.
 //!
-//! The burst is the jobs of 10 ms at the rate (at least 1): it lets one fetch take a batch at
-//! high rates (100,000/s takes up to 1,000 a fetch) and keeps a low rate smooth (100/s starts
-//! one job every 10 ms, never ten at once).
+//! The burst is the jobs of 10 ms at the rate, rounded up (at least 1): it lets one fetch take
+//! a batch at high rates (100,000/s takes up to 1,000 a fetch) and keeps a low rate smooth
+//! (100/s starts one job every 10 ms, never ten at once). A consumer the limit holds back waits
+//! at least those 10 ms ([`Rate::BURST_WINDOW`]), then takes what they allow in one fetch: a
+//! fetch per 10 ms per consumer, not one per job.
 
 use std::fmt;
 use std::str::FromStr;
@@ -39,10 +41,12 @@ pub struct Rate {
     period: Duration,
 }
 
-/// The window whose jobs one fetch may take at once (the burst).
-const BURST_WINDOW: Duration = Duration::from_millis(10);
-
 impl Rate {
+    /// The window whose jobs one fetch may take at once (the burst), and the shortest wait of
+    /// a consumer the limit held back: it comes back for the jobs of 10 ms in one fetch, not
+    /// for each start.
+    pub const BURST_WINDOW: Duration = Duration::from_millis(10);
+
     /// `count` jobs per `period`: count 1 to 1,000,000,000, period 1 ms to 1 day.
     pub fn new(count: u64, period: Duration) -> Result<Rate> {
         let rate = Rate { count, period };
@@ -64,10 +68,11 @@ impl Rate {
         self.period / u32::try_from(self.count).unwrap_or(u32::MAX)
     }
 
-    /// The most jobs that may start at once after a pause: those of 10 ms at this rate, at
-    /// least 1.
+    /// The most jobs that may start at once after a pause: those of 10 ms at this rate,
+    /// rounded up (so at least 1).
     pub fn burst(&self) -> u64 {
-        let per_window = self.count as u128 * BURST_WINDOW.as_nanos() / self.period.as_nanos();
+        let per_window =
+            (self.count as u128 * Self::BURST_WINDOW.as_nanos()).div_ceil(self.period.as_nanos());
         (per_window as u64).clamp(1, self.count)
     }
 
@@ -203,6 +208,12 @@ mod tests {
         assert_eq!("100/1s".parse::<Rate>().unwrap().burst(), 1);
         assert_eq!("100000/1s".parse::<Rate>().unwrap().burst(), 1000);
         assert_eq!("5/1ms".parse::<Rate>().unwrap().burst(), 5);
+        assert_eq!(
+            "150/1s".parse::<Rate>().unwrap().burst(),
+            2,
+            "1.5 rounded up"
+        );
+        assert_eq!("1/1h".parse::<Rate>().unwrap().burst(), 1);
     }
 
     #[test]

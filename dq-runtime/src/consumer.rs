@@ -232,9 +232,11 @@ impl ConsumerLoop {
 
     /// The topic's rate limit (or a hold) let out fewer jobs than there were permits while
     /// more are ready: waits until the next may start (the ready list has jobs, so a wait on
-    /// it would return at once). At most a second at a time, so that a rate changed or lifted
-    /// meanwhile is seen; a resume announced meanwhile (the in-memory store's test clock moved
-    /// past the hold) ends it too.
+    /// it would return at once). At least the 10 ms whose jobs the burst holds
+    /// (`Rate::BURST_WINDOW`: one fetch then takes them all, rather than one fetch per start)
+    /// and at most a second at a time, so that a rate changed or lifted meanwhile is seen; a
+    /// resume announced meanwhile (the in-memory store's test clock moved past the hold) ends
+    /// it too.
     async fn wait_throttled(
         &self,
         wait: Duration,
@@ -244,7 +246,7 @@ impl ConsumerLoop {
         tokio::select! {
             _ = self.shared.stop.cancelled() => ControlFlow::Break(()),
             _ = resumed.changed() => ControlFlow::Continue(()),
-            _ = tokio::time::sleep(wait.min(PAUSED_RECHECK)) => ControlFlow::Continue(()),
+            _ = tokio::time::sleep(wait.clamp(dq_core::Rate::BURST_WINDOW, PAUSED_RECHECK)) => ControlFlow::Continue(()),
         }
     }
 

@@ -93,11 +93,9 @@ pub(crate) fn fate(
         Ended::Returned(Outcome::Done) => Fate::Ack { result: None },
         Ended::Returned(Outcome::DoneWith(json)) => Fate::Ack { result: Some(json) },
         Ended::Returned(Outcome::RetryAfter(delay)) => again(delay, None),
-        Ended::Returned(Outcome::RateLimited(hold)) if hold > MAX_DELAY => Fate::DeadLetter {
-            reason: delay_reason(hold),
-            why: Why::DelayOutOfRange,
+        Ended::Returned(Outcome::RateLimited(hold)) => Fate::Throttle {
+            hold: hold.clamp(MIN_HOLD, MAX_HOLD),
         },
-        Ended::Returned(Outcome::RateLimited(hold)) => Fate::Throttle { hold },
         Ended::Returned(Outcome::DeadLetter(reason)) => Fate::DeadLetter {
             reason,
             why: Why::Handler,
@@ -113,6 +111,15 @@ pub(crate) fn fate(
         },
     }
 }
+
+/// The shortest hold of a topic whose handler met its provider's rate limit
+/// (`Outcome::RateLimited`): a hold of nothing would run the job again at once, in a loop.
+pub(crate) const MIN_HOLD: Duration = Duration::from_millis(10);
+
+/// The longest hold: a provider's "retry after" past an hour is more often a date misread as
+/// seconds than a wait anyone meant, and a hold stops the whole topic in every process. After
+/// an hour the job runs again and meets the provider again.
+pub(crate) const MAX_HOLD: Duration = Duration::from_secs(3600);
 
 /// Runs the job again after `delay`: a retry of the failed run's `error`, or a postponement.
 /// A delay over [`MAX_DELAY`] (a handler's `RetryAfter(Duration::MAX)`, a huge fixed backoff)
@@ -502,6 +509,21 @@ mod tests {
             |attempt, backoff| returned(Outcome::RetryAfter(secs(60)), attempt, backoff),
             Fate::Postpone { delay: secs(60) },
         );
+    }
+
+    #[test]
+    fn a_rate_limited_run_holds_its_topic_at_least_ten_milliseconds_and_at_most_an_hour() {
+        for (asked, held) in [
+            (Duration::ZERO, MIN_HOLD),
+            (secs(30), secs(30)),
+            (secs(86_400 * 365 * 54), MAX_HOLD),
+            (Duration::MAX, MAX_HOLD),
+        ] {
+            assert_on_every_attempt_and_backoff(
+                |attempt, backoff| returned(Outcome::RateLimited(asked), attempt, backoff),
+                Fate::Throttle { hold: held },
+            );
+        }
     }
 
     #[test]

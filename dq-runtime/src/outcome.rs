@@ -55,8 +55,10 @@ pub enum Outcome {
     /// and this job goes back to the front of its ready list to run first once the hold ends.
     /// The run does not count as an attempt and the job's last error stays. Works with or
     /// without a [`Listener::rate`](crate::Listener::rate); with one, the starts after the hold
-    /// are spread at the rate again. Over 200 years (`MAX_DELAY`) dead-letters the job, as
-    /// [`Outcome::RetryAfter`] does.
+    /// are spread at the rate again. The hold is at least 10 ms (a hold of nothing would run the
+    /// job again at once, in a loop) and at most an hour: a "retry after" past that is more
+    /// often a date misread as seconds, and a hold stops the whole topic; after the hour the job
+    /// runs again and meets the provider again.
     ///
     /// ```
     /// # use std::time::Duration;

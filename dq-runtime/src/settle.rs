@@ -49,7 +49,7 @@ pub(crate) async fn settle(
             write_cancel(shared, leases, &lease).await;
         }
         Fate::Throttle { hold } => {
-            tracing::warn!(hold = ?hold, "handler met its provider's rate limit: no job of the topic starts for this long in any process; this one goes back to the front of its ready list, no attempt spent");
+            tracing::warn!(hold = ?hold, "handler met its provider's rate limit: no job of the topic starts for this long in any process (at least 10 ms, at most an hour); this one goes back to the front of its ready list, no attempt spent");
             write_throttle(shared, leases, &lease, hold).await;
         }
     }
@@ -138,6 +138,9 @@ async fn write_throttle(shared: &Shared, leases: &dyn Leases, lease: &LeaseRef, 
         leases.hold(&lease.topic, hold).await.map(|()| true)
     })
     .await;
+    if shared.abort.is_cancelled() {
+        return; // shutdown gave up on the hold (counted): the job runs again when its lease expires
+    }
     let what = format!("release of rate-limited job {}:{}", lease.topic, lease.id);
     let taken_over = "the lease was taken over while the job ran; not released here";
     keep_writing(shared, what, taken_over, || async move {

@@ -129,3 +129,63 @@ pub(crate) async fn a_hold_stops_every_fetch_of_its_topic_until_it_ends(kind: Ki
     let after = fetch(c, TOPIC, 5).await;
     assert_eq!((after.jobs.len(), after.throttled), (3, None));
 }
+
+/// Issue 33 review (helper-28, finding 2): every runtime start declares its listener's rate,
+/// and each declaration started the limit afresh, so each restart of a worker let one more job
+/// start at once. The same rate declared again keeps where the limit stands; a new one starts
+/// afresh.
+pub(crate) async fn declaring_the_same_rate_again_keeps_where_the_limit_stands(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    c.set_rate(TOPIC, rate("1/1h")).await.unwrap();
+    push_ready(c, 3).await;
+    assert_eq!(fetch(c, TOPIC, 5).await.jobs.len(), 1);
+    c.set_rate(TOPIC, rate("1/1h")).await.unwrap();
+    let again = fetch(c, TOPIC, 5).await;
+    assert_eq!(
+        again.jobs.len(),
+        0,
+        "a restart is no reason to start one more"
+    );
+    c.set_rate(TOPIC, rate("2/1h")).await.unwrap();
+    assert_eq!(
+        fetch(c, TOPIC, 5).await.jobs.len(),
+        1,
+        "a new rate starts afresh"
+    );
+}
+
+/// Issue 33 review (helper-28, finding 4): the jobs of a lost fetch were leased again during a
+/// hold. They go back to the front of the ready list instead, as during a pause.
+pub(crate) async fn a_lost_fetchs_jobs_wait_out_a_hold_in_the_ready_list(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    push_ready(c, 1).await;
+    let consumer = |nonce, lost| dq::store::Fetcher::new("c", nonce, lost);
+    let s = c.store();
+    // The reply of this fetch "was lost": its job is leased to nobody.
+    let (first, again) = (consumer(1, Vec::new()), consumer(2, vec![1]));
+    let lost = s.fetch_for(0, &topic(TOPIC), 5, LEASE, &first).await;
+    assert_eq!(lost.unwrap().jobs.len(), 1);
+    s.hold(&topic(TOPIC), Duration::from_secs(60))
+        .await
+        .unwrap();
+    let held = s
+        .fetch_for(0, &topic(TOPIC), 5, LEASE, &again)
+        .await
+        .unwrap();
+    assert!(held.jobs.is_empty(), "{held:?}");
+    if matches!(kind, Kind::Memory) {
+        return; // its replies cannot be lost: nothing is taken back
+    }
+    assert!(
+        held.throttled.unwrap() > Duration::from_secs(50),
+        "{held:?}"
+    );
+    let counts = c.counts(TOPIC).await.unwrap();
+    assert_eq!(
+        (counts.ready, counts.running),
+        (1, 0),
+        "back in the ready list"
+    );
+}

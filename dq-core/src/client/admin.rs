@@ -208,9 +208,12 @@ impl Client {
     /// workers run (`dq rate TOPIC 50/1s`). How it is enforced, and its burst: [`Rate`].
     ///
     /// On Redis each shard of the namespace holds its share, the rate divided by the shard
-    /// count: with one shard (the default) the limit is exact; with N shards the topic's jobs
-    /// are spread over them by id, and the whole never starts more than the rate, but a shard
-    /// whose share of the ready jobs runs out leaves its share of the rate unused.
+    /// count, with a burst of its own: with one shard (the default) at most
+    /// `count + burst - 1` start in any period; with N shards (the topic's jobs spread over
+    /// them by id) the whole never starts more than the rate over a long run, but each shard
+    /// may start its burst on top of its share in one period (a `1/1m` topic on 16 shards may
+    /// start 16 in its first minute), and a shard whose ready jobs run out leaves its share of
+    /// the rate unused. For a low rate on a cluster, use a namespace of one shard.
     ///
     /// ```no_run
     /// # async fn f(client: dq_core::Client) -> dq_core::Result<()> {

@@ -34,13 +34,26 @@ local jobs, inflight, ready, counts, leases, gen = KEYS[1], KEYS[2], KEYS[3], KE
 local topic, n, lease_us = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local nonce, record_key = ARGV[4], KEYS[9]
 local paused = redis.call('SISMEMBER', KEYS[5], topic) == 1
+-- The ready list's length, read before the first write: a trim below may delete the list, and
+-- a key read after its deletion aborts the script while its slot migrates (lib.lua). `left`
+-- follows what is trimmed off.
+local left = redis.call('LLEN', ready)
 local limit = redis.call('HMGET', KEYS[13], topic .. ':rate', topic .. ':tat', topic .. ':hold')
 local interval, tolerance
 if limit[1] then
-  local i, t = string.match(limit[1], '^([%d%.]+):([%d%.]+):')
+  local i, t = string.match(limit[1], '^([^:]+):([^:]+):')
   interval, tolerance = tonumber(i), tonumber(t)
 end
 local tat, hold = tonumber(limit[2] or ''), tonumber(limit[3] or '')
+local clock = (interval or hold) and now_us() or 0
+-- A handler's hold (hold.lua) in force: nothing of the topic starts before it ends.
+local held = hold and hold > clock
+local wait = held and hold - clock or 0
+-- A throttled consumer comes back when the next job may start, if one is left to start.
+local function throttled()
+  if wait > 0 and left > 0 then return fmt(math.ceil(wait)) end
+  return 0
+end
 -- The consumer's recorded fetches, and the jobs of those whose reply was lost: those named in
 -- ARGV[5], and this very nonce (a cluster client resends a request after a dropped connection:
 -- the first copy ran, and its reply is what was lost).
@@ -72,50 +85,47 @@ local back_cancels = #back > 0 and redis.call('EXISTS', KEYS[10]) == 1
 -- Job events: the topic's stream, opened before the first write when they are on.
 local stream
 for _, cap in pairs(events_on(KEYS[11], {topic})) do stream = events_open(KEYS[12], cap) end
-if paused then
-  -- Nothing of the topic runs while it is paused: what a lost fetch leased goes back to the
-  -- front of the ready list, no run counted (as a release does), for the first fetch after
-  -- the resume.
+if paused or held then
+  -- Nothing of the topic runs while it is paused or held: what a lost fetch leased goes back
+  -- to the front of the ready list, no run counted (as a release does), for the first fetch
+  -- after the resume or the hold.
   if #back > 0 then
     local ids = {}
     for i, member in ipairs(back) do ids[i] = string.sub(member, #topic + 2) end
     local entries = entries_for(gen, ids)
-    redis.call('LLEN', ready) -- every key read before the first write
     proceed_when_full(leases)
     push_all('LPUSH', ready, entries)
     bump(counts, topic, 'inflight', -#back)
     if back_cancels then redis.call('HDEL', KEYS[10], unpack(back)) end
     end_leases(inflight, leases, back)
+    left = left + #back
   end
-  return {'paused'}
+  if paused then return {'paused'} end
+  return {fmt(clock), '0', 0, throttled()}
 end
 -- The envelopes of the jobs taken back, read before anything is written.
 local back_raws = #back > 0 and redis.call('HMGET', jobs, unpack(back)) or {}
 local ids, stale = {}, 0
 n = n - #back
--- The rate limit: how many may start now (GCRA), and else when the next may.
-local clock, base, wait = 0, 0, 0
-if interval or hold then
-  clock = now_us()
-  base = math.max(tat or 0, clock)
-  local allowed = n
-  if hold and hold > clock then
-    allowed, wait = 0, hold - clock
-  elseif interval then
-    local room = clock + tolerance - base
-    if room < 0 then
-      allowed, wait = 0, -room
-    else
-      allowed = math.floor(room / interval) + 1
-      if allowed < n then wait = base + allowed * interval - tolerance - clock end
-    end
+-- The rate limit: how many may start now (GCRA), and else when the next may. The jobs taken
+-- back were counted when they were first leased.
+local base = math.max(tat or 0, clock)
+if interval then
+  local room = clock + tolerance - base
+  local allowed = 0
+  if room < 0 then
+    wait = -room
+  else
+    allowed = math.floor(room / interval) + 1
+    if allowed < n then wait = base + allowed * interval - tolerance - clock end
   end
-  if allowed < n then n = math.max(allowed, 0) else wait = 0 end
+  n = math.min(n, allowed)
 end
 for _ = 1, n > 0 and 10 or 0 do
   local entries = redis.call('LRANGE', ready, 0, n - 1)
   if #entries == 0 then break end
   redis.call('LTRIM', ready, #entries, -1)
+  left = left - #entries
   local live, dropped, with_gen, stale_ids = live_entries(gen, entries)
   ids = live
   stale = stale + dropped
@@ -137,14 +147,9 @@ for _ = 1, n > 0 and 10 or 0 do
 end
 if stale > 0 then
   bump(counts, topic, 'stale', -stale)
-  if #ids == 0 and redis.call('LLEN', ready) > 0 then
+  if #ids == 0 and left > 0 then
     ring(string.sub(ready, 1, #ready - #topic - 6), topic)
   end
-end
--- A throttled consumer comes back when the next job may start, if one is left to start.
-local function throttled()
-  if wait > 0 and redis.call('LLEN', ready) > 0 then return fmt(math.ceil(wait)) end
-  return 0
 end
 if #ids == 0 and #back == 0 then return {fmt(now_us()), '0', 0, throttled()} end
 proceed_when_full(leases) -- leasing moves jobs (ready to inflight): allowed when Redis is full

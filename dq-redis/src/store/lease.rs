@@ -390,9 +390,16 @@ impl Leases for RedisStore {
         let field = format!("{topic}:rate");
         let share = rate.map(|r| {
             let (interval, tolerance) = r.share_us(self.shards());
-            format!("{interval:.3}:{tolerance:.3}:{r}")
+            format!("{interval}:{tolerance}:{r}")
         });
         for k in &self.shards {
+            // The same rate declared again (every runtime start does) keeps where the limit
+            // stands: starting afresh would let one more burst out at each restart.
+            let current = redis::cmd("HGET").arg(k.limits()).arg(&field).to_owned();
+            let current: Option<String> = self.query("read a topic's rate", &current).await?;
+            if current == share {
+                continue;
+            }
             let cmd = match &share {
                 Some(share) => redis::cmd("HSET")
                     .arg(k.limits())

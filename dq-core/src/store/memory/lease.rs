@@ -407,13 +407,16 @@ impl Leases for MemoryStore {
 
     async fn set_rate(&self, topic: &Topic, rate: Option<Rate>) -> Result<()> {
         let mut s = lock(&self.state);
-        match rate {
+        let before = match rate {
             Some(rate) => s.rates.insert(topic.clone(), rate),
             None => s.rates.remove(topic),
         };
-        // A new rate starts afresh (a hold stays).
-        if let Some(t) = s.throttles.get_mut(topic) {
-            t.tat_us = 0.0;
+        // A new rate starts afresh (a hold stays); the same one declared again (at every
+        // runtime start) keeps where the limit stands.
+        if before != rate {
+            if let Some(t) = s.throttles.get_mut(topic) {
+                t.tat_us = 0.0;
+            }
         }
         Ok(())
     }
