@@ -1016,3 +1016,29 @@ async fn a_rate_limited_run_holds_the_topic_and_runs_again_without_spending_an_a
     assert!(c.status_in("provider", "limited").await.unwrap().is_none());
     rt.shutdown().await.unwrap();
 }
+
+/// Issue 33, item 2: a global concurrency holds across processes. Two runtimes, each with room
+/// for 8, never run more than 3 of the topic's jobs at once between them, and run them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_global_concurrency_holds_across_two_runtimes() {
+    let (_serial, redis, rec) = begin().await;
+    let limited = |rec: &Recorder| {
+        judging("calls", rec, |_, _, r| async move {
+            r.enter();
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            r.leave();
+        })
+        .concurrency(8)
+        .global_concurrency(3)
+    };
+    let a = start(config(&redis), vec![limited(&rec)]).await;
+    let b = start(config(&redis), vec![limited(&rec)]).await;
+    for n in 0..20 {
+        a.client().push_to("calls", &Job { n }).await.unwrap();
+    }
+    wait_until("20 runs", Duration::from_secs(10), || rec.count() == 20).await;
+    let most = rec.max_active.load(Ordering::SeqCst);
+    assert!((1..=3).contains(&most), "{most} ran at once");
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}

@@ -18,6 +18,8 @@ mod backpressure;
 mod cancel_running;
 #[path = "store_behaviour/changes.rs"]
 mod changes;
+#[path = "store_behaviour/concurrency.rs"]
+mod concurrency;
 #[path = "store_behaviour/dead_letters.rs"]
 mod dead_letters;
 #[path = "store_behaviour/events.rs"]
@@ -243,6 +245,11 @@ on_every_store!(
         a_hold_stops_every_fetch_of_its_topic_until_it_ends,
         declaring_the_same_rate_again_keeps_where_the_limit_stands,
         a_lost_fetchs_jobs_wait_out_a_hold_in_the_ready_list,
+    ],
+    concurrency: [
+        a_fetch_leases_no_more_than_the_global_concurrency_allows,
+        a_fetch_that_takes_the_last_ready_job_is_not_at_capacity,
+        a_dead_workers_slot_comes_back_when_its_lease_is_reclaimed,
     ],
     history: [
         a_jobs_history_keeps_the_error_of_each_run_that_failed,

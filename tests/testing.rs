@@ -406,3 +406,36 @@ async fn a_rate_limited_run_runs_again_when_the_test_clock_passes_the_hold() {
     assert_eq!(rt.handled("provider").len(), 1);
     rt.shutdown().await;
 }
+
+/// A listener's global concurrency holds in the test runtime: one at a time, all of them run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listeners_global_concurrency_holds_in_tests() {
+    let active = Arc::new(Mutex::new((0u32, 0u32))); // (now, most)
+    let seen = active.clone();
+    let listener = Listener::new("reminders", move |_: Reminder, _: JobContext| {
+        let seen = seen.clone();
+        async move {
+            {
+                let mut a = seen.lock().unwrap();
+                a.0 += 1;
+                a.1 = a.1.max(a.0);
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            seen.lock().unwrap().0 -= 1;
+            Ok::<(), String>(())
+        }
+    })
+    .concurrency(4)
+    .global_concurrency(1);
+    let rt = only(listener).await;
+    for ride in 0..5 {
+        rt.client()
+            .push_to("reminders", &Reminder { ride })
+            .await
+            .unwrap();
+    }
+    rt.wait_idle().await;
+    assert_eq!(rt.handled("reminders").len(), 5);
+    assert_eq!(active.lock().unwrap().1, 1, "one at a time");
+    rt.shutdown().await;
+}

@@ -25,6 +25,10 @@ pub(crate) static RETAIN: std::sync::atomic::AtomicBool = std::sync::atomic::Ato
 /// The bound on each bench topic's pending jobs (`--max-pending`; 0: none).
 pub(crate) static MAX_PENDING: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// The global concurrency of each bench topic (`--global-concurrency`; 0: none).
+pub(crate) static GLOBAL_CONCURRENCY: std::sync::atomic::AtomicU32 =
+    std::sync::atomic::AtomicU32::new(0);
+
 /// Whether the workers' topics have their job events on (`--events`).
 pub(crate) static EVENTS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
@@ -391,6 +395,12 @@ async fn burst(client: &Client, n: usize, mode: &str) -> anyhow::Result<Pushes> 
     if bound > 0 {
         for topic in all_topics() {
             client.set_max_pending(&topic, Some(bound)).await?;
+        }
+    }
+    let global = GLOBAL_CONCURRENCY.load(std::sync::atomic::Ordering::Relaxed);
+    if global > 0 {
+        for topic in all_topics() {
+            client.set_global_concurrency(&topic, Some(global)).await?;
         }
     }
     let t0 = now_ms();

@@ -84,6 +84,11 @@ struct Cli {
     /// refused, the cost of backpressure on the push.
     #[arg(long)]
     max_pending: Option<u64>,
+    /// Limit each bench topic's jobs running at once in all processes to this many
+    /// (`Client::set_global_concurrency`) before a burst's pushes: the cost of counting them at
+    /// every fetch, and of waiting for room when the workers' own concurrency is higher.
+    #[arg(long)]
+    global_concurrency: Option<u32>,
     /// Pin every redis-server to these CPUs (e.g. `1` or `2,3`) and this program and its worker
     /// processes to the others, so that Redis has cores of its own (Linux `taskset`).
     #[arg(long, value_delimiter = ',')]
@@ -181,6 +186,10 @@ fn main() -> anyhow::Result<()> {
             driver::EVENTS.store(cli.events, std::sync::atomic::Ordering::Relaxed);
             driver::MAX_PENDING.store(
                 cli.max_pending.unwrap_or(0),
+                std::sync::atomic::Ordering::Relaxed,
+            );
+            driver::GLOBAL_CONCURRENCY.store(
+                cli.global_concurrency.unwrap_or(0),
                 std::sync::atomic::Ordering::Relaxed,
             );
             let n = match (cli.workload.as_str(), cli.n) {

@@ -135,6 +135,15 @@ pub(crate) enum Command {
         /// the rate is printed.
         rate: Option<String>,
     },
+    /// A topic's limit on jobs running at once in all worker processes together: print it,
+    /// set it, or lift it with `off`. Each worker's own concurrency still holds within it.
+    GlobalConcurrency {
+        /// The topic.
+        topic: String,
+        /// The most of its jobs running at once (at least 1), or `off`. Without it, the limit
+        /// is printed.
+        max: Option<String>,
+    },
     /// Worker processes heard from in the last minute.
     Workers,
     /// `dq stats`, refreshed every second until Ctrl-C.

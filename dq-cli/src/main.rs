@@ -11,6 +11,7 @@
 //! dq pause order-cancel; dq resume order-cancel  # --force: a topic not pushed to yet
 //! dq max-pending order-cancel 100000             # refuse pushes past it; `off` lifts it
 //! dq rate charge-card 100/1s                     # at most 100 starts a second, all workers; `off` lifts it
+//! dq global-concurrency charge-card 10           # at most 10 running at once, all workers; `off` lifts it
 //! dq watch                                   # a live view, refreshed every second
 //! dq schedules; dq schedules pause <id>       # periodic schedules: list, pause, resume, remove, run
 //! dq web --listen 127.0.0.1:8080             # the web dashboard (DQ_WEB_TOKEN to require a token)
@@ -143,6 +144,9 @@ async fn dispatch(
         Command::Watch { iterations } => topics::watch(&client, namespace, iterations, json).await,
         Command::Pause { topic, force } => topics::pause(&client, &topic, force, json).await,
         Command::Resume { topic } => topics::resume(&client, &topic, json).await,
+        Command::GlobalConcurrency { topic, max } => {
+            topics::global_concurrency(&client, &topic, max.as_deref(), json).await
+        }
         Command::Rate { topic, rate } => topics::rate(&client, &topic, rate.as_deref(), json).await,
         Command::MaxPending { topic, bound } => {
             topics::max_pending(&client, &topic, bound.as_deref(), json).await

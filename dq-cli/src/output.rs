@@ -171,5 +171,7 @@ pub(crate) fn stats_json(
         "max_pending": s.max_pending,
         // Its rate limit as written (`dq rate`, "100/1s"), null when it has none.
         "rate": s.rate.map(|r| r.to_string()),
+        // The most of its jobs running at once in all processes (`dq global-concurrency`).
+        "global_concurrency": s.global_concurrency,
     })
 }

@@ -29,7 +29,8 @@ pub(crate) async fn known_topic(client: &Client, topic: &str) -> Result<(), Exit
 
 /// `dq stats`: one row per topic (DONE: the records of succeeded jobs it keeps, with a
 /// retention; MAX PENDING: its bound, `(full)` once its delayed, ready and running jobs reach
-/// it; RATE: its rate limit; DONE 1H and FAILED 1H: the runs of the last hour).
+/// it; RATE: its rate limit; RUNNING/GLOBAL: its running jobs against its global concurrency;
+/// DONE 1H and FAILED 1H: the runs of the last hour).
 pub(crate) async fn stats(client: &Client, json: bool) -> Result<(), Exit> {
     let topics = client.topics().await?;
     let mut all = Vec::new();
@@ -59,6 +60,7 @@ pub(crate) async fn stats(client: &Client, json: bool) -> Result<(), Exit> {
             "DONE",
             "MAX PENDING",
             "RATE",
+            "RUNNING/GLOBAL",
             "LAG",
             "NEXT DUE",
             "DONE 1H",
@@ -84,6 +86,8 @@ fn stats_row(topic: &str, s: &TopicStats, hour: &Throughput, now: SystemTime) ->
         s.counts.done.to_string(),
         bound,
         s.rate.map_or("-".into(), |r| r.to_string()),
+        s.global_concurrency
+            .map_or("-".into(), |max| format!("{}/{max}", s.counts.running)),
         s.oldest_ready_due
             .and_then(|d| now.duration_since(d).ok())
             .map_or("-".into(), |d| format!("{:.1}s", d.as_secs_f64())),
@@ -209,6 +213,44 @@ pub(crate) async fn rate(
     client.set_rate(topic, set).await?;
     let text = set.map(|r| r.to_string());
     report(json, json!({ "topic": topic, "rate": text }), &said(set));
+    Ok(())
+}
+
+/// `dq global-concurrency`: prints the topic's limit on jobs running at once in all
+/// processes, sets it, or lifts it (`off`).
+pub(crate) async fn global_concurrency(
+    client: &Client,
+    topic: &str,
+    max: Option<&str>,
+    json: bool,
+) -> Result<(), Exit> {
+    let said = |max: Option<u32>| match max {
+        Some(max) => format!("{topic}: at most {max} running at once in all processes together"),
+        None => format!("{topic}: no global concurrency limit"),
+    };
+    let set = match max {
+        None => {
+            let max = client.global_concurrency(topic).await?;
+            report(json, json!({ "topic": topic, "global_concurrency": max }), &said(max));
+            return Ok(());
+        }
+        Some("off") => None,
+        Some(text) => match text.parse::<u32>() {
+            Ok(n) if n > 0 => Some(n),
+            _ => {
+                return Err(Exit(
+                    2,
+                    format!("global-concurrency takes a number of jobs of at least 1, or `off`; got {text:?}"),
+                ))
+            }
+        },
+    };
+    client.set_global_concurrency(topic, set).await?;
+    report(
+        json,
+        json!({ "topic": topic, "global_concurrency": set }),
+        &said(set),
+    );
     Ok(())
 }
 

@@ -916,3 +916,20 @@ async fn events_of_one_job_print_its_history_with_each_runs_error() {
     let none = ok(&dq(&redis, &["events", "mails", "--job", "nope"]));
     assert!(none.contains("no events kept for job nope"), "{none}");
 }
+
+/// `dq global-concurrency`: sets the limit the fetch holds every worker to, prints it, lifts
+/// it; `dq stats` shows the running jobs against it.
+#[tokio::test]
+async fn global_concurrency_sets_prints_and_lifts_a_topics_limit() {
+    let redis = RedisServer::start();
+    let c = client(&redis).await;
+    assert!(ok(&dq(&redis, &["global-concurrency", "t"])).contains("no global concurrency"));
+    ok(&dq(&redis, &["global-concurrency", "t", "10"]));
+    assert_eq!(c.global_concurrency("t").await.unwrap(), Some(10));
+    c.push_json("t", "{}").await.unwrap();
+    assert!(ok(&dq(&redis, &["stats"])).contains("0/10"));
+    let said = fails(&redis, &["global-concurrency", "t", "0"], 2);
+    assert!(said.contains("at least 1"), "{said}");
+    ok(&dq(&redis, &["global-concurrency", "t", "off"]));
+    assert_eq!(c.global_concurrency("t").await.unwrap(), None);
+}

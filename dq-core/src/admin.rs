@@ -26,6 +26,10 @@ pub struct TopicStats {
     /// Its rate limit ([`Client::set_rate`](crate::Client::set_rate)), filled in as
     /// `max_pending` is.
     pub rate: Option<crate::Rate>,
+    /// The most of its jobs running at once in all processes
+    /// ([`Client::set_global_concurrency`](crate::Client::set_global_concurrency)), filled in
+    /// as `max_pending` is.
+    pub global_concurrency: Option<u32>,
 }
 
 /// One page of a listing; pass `next` back to get the following page.

@@ -106,6 +106,12 @@ pub struct Fetched {
     /// (`Outcome::RateLimited`), let fewer jobs out than asked for: the next may start after
     /// this long. `None` when the limit stopped nothing.
     pub throttled: Option<Duration>,
+    /// The topic's global concurrency ([`Client::set_global_concurrency`]) let fewer jobs out
+    /// than asked while more are ready: as many of its jobs run, in all processes, as it
+    /// allows. The next may start when one of them ends.
+    ///
+    /// [`Client::set_global_concurrency`]: crate::Client::set_global_concurrency
+    pub at_capacity: bool,
 }
 
 /// What one promotion call did.

@@ -24,6 +24,9 @@ pub const JOBS_RATE_LIMITED: &str = "dq_jobs_rate_limited_total";
 /// Counter, label `topic`: fetches that the topic's rate limit (or a hold) cut short while jobs
 /// were ready: the consumer waited for the next start the limit allowed.
 pub const FETCHES_THROTTLED: &str = "dq_fetches_throttled_total";
+/// Counter, label `topic`: fetches that the topic's global concurrency cut short while jobs
+/// were ready: the consumer waited for a lease to end.
+pub const FETCHES_AT_CAPACITY: &str = "dq_fetches_at_capacity_total";
 /// Counter, label `topic`: jobs moved to the dead letters.
 pub const JOBS_DEAD_LETTERED: &str = "dq_jobs_dead_lettered_total";
 /// Counter, label `topic`: jobs of a fetch whose reply was lost, taken back by a later fetch of

@@ -142,6 +142,24 @@ mod tests {
     }
 
     #[test]
+    fn global_concurrency_becomes_the_builder_call_and_zero_is_refused() {
+        let out = expanded(
+            quote::quote!(topic = "t", global_concurrency = 10),
+            quote::quote!(
+                async fn handler(_n: u64) {}
+            ),
+        );
+        assert!(out.contains(".global_concurrency(10u32)"), "{out}");
+        let zero = expanded(
+            quote::quote!(topic = "t", global_concurrency = 0),
+            quote::quote!(
+                async fn handler(_n: u64) {}
+            ),
+        );
+        assert!(zero.contains("global_concurrencymustbeatleast1"), "{zero}");
+    }
+
+    #[test]
     fn max_pending_becomes_the_builder_call_and_zero_is_refused() {
         let out = expanded(
             quote::quote!(topic = "t", max_pending = 100000),

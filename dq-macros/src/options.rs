@@ -12,7 +12,7 @@ use syn::{Lit, LitInt, LitStr, Type};
 use crate::attr;
 
 const KEYS: &str =
-    "topic, concurrency, timeout, retries, backoff, cron, tz, every, missed, retain, retain_count, events, events_cap, max_pending, rate, crate";
+    "topic, concurrency, timeout, retries, backoff, cron, tz, every, missed, retain, retain_count, events, events_cap, max_pending, rate, global_concurrency, crate";
 
 #[derive(Default)]
 pub(crate) struct Options {
@@ -34,6 +34,8 @@ pub(crate) struct Options {
     max_pending: Option<u64>,
     /// Jobs per period (`rate = "100/1s"`).
     rate: Option<(u64, Duration)>,
+    /// The most jobs running at once in all processes (`global_concurrency = 10`).
+    global_concurrency: Option<u32>,
     pub(crate) krate: Option<LitStr>,
 }
 
@@ -74,6 +76,9 @@ fn set(o: &mut Options, key: &str, meta: &ParseNestedMeta<'_>) -> syn::Result<()
         "events_cap" => o.events_cap = Some(events_cap(meta.value()?.parse()?)?),
         "max_pending" => o.max_pending = Some(max_pending(&meta.value()?.parse()?)?),
         "rate" => o.rate = Some(rate(&meta.value()?.parse()?)?),
+        "global_concurrency" => {
+            o.global_concurrency = Some(global_concurrency(&meta.value()?.parse()?)?)
+        }
         "crate" => o.krate = Some(meta.value()?.parse()?),
         _ => {
             return Err(meta.error(format!(
@@ -138,6 +143,18 @@ fn max_pending(lit: &LitInt) -> syn::Result<u64> {
         return Err(syn::Error::new(
             lit.span(),
             "max_pending must be at least 1: leave it out for no bound",
+        ));
+    }
+    Ok(n)
+}
+
+/// The most jobs running at once in all processes: at least 1.
+fn global_concurrency(lit: &LitInt) -> syn::Result<u32> {
+    let n: u32 = lit.base10_parse()?;
+    if n == 0 {
+        return Err(syn::Error::new(
+            lit.span(),
+            "global_concurrency must be at least 1: leave it out for no limit",
         ));
     }
     Ok(n)
@@ -297,6 +314,9 @@ pub(crate) fn builder_calls(options: &Options, payload: &Type, krate: &syn::Path
     }
     if let Some(n) = options.max_pending {
         calls.extend(quote!(.max_pending(#n)));
+    }
+    if let Some(n) = options.global_concurrency {
+        calls.extend(quote!(.global_concurrency(#n)));
     }
     if let Some((n, period)) = options.rate {
         let period = attr::duration_tokens(period);

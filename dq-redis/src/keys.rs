@@ -33,7 +33,7 @@
 //! | `done:<topic>:taken` | HASH | `topic:id` -> how many of the id's listed records a push or a cancel took out (the ack that forgets their calls checks those records against the call's time, and counts down); absent when none (lib.lua) |
 //! | `cancelled:<topic>` | ZSET | marks of the topic's cancelled jobs (retention only): `topic:id` scored by when it was cancelled (us), trimmed to the retention's age and count by each cancel; a wait that finds a job gone and marked answers `Cancelled` |
 //! | `retain` | HASH | topic -> `<age us>:<count>`: how long and how many succeeded jobs it keeps (written at runtime start) |
-//! | `limits` | HASH | `<topic>:max_pending` -> `<share>:<bound>`: the most jobs of the topic this shard holds pending (delayed, ready and running), the bound divided by the shard count, rounded up; a push past it is refused (code `6:<bound>`). `<topic>:rate` -> `<interval>:<tolerance>:<rate as written>` (this shard's share of the rate limit, us) and `<topic>:tat` -> its theoretical arrival time (us; GCRA, fetch.lua); `<topic>:hold` -> when a handler's `RateLimited` hold ends (us, hold.lua) |
+//! | `limits` | HASH | `<topic>:max_pending` -> `<share>:<bound>`: the most jobs of the topic this shard holds pending (delayed, ready and running), the bound divided by the shard count, rounded up; a push past it is refused (code `6:<bound>`). `<topic>:rate` -> `<interval>:<tolerance>:<rate as written>` (this shard's share of the rate limit, us) and `<topic>:tat` -> its theoretical arrival time (us; GCRA, fetch.lua); `<topic>:hold` -> when a handler's `RateLimited` hold ends (us, hold.lua). `<topic>:running` -> `<share>:<limit>`: the most of the topic's jobs leased at once in this shard (its global concurrency; the shares add up to the limit, each at least 1), checked by fetch.lua against the topic's inflight count |
 //! | `events` | HASH | topic -> how many events its streams keep (the cap, at least 1), for the topics whose job events are on (written at runtime start); absent: off |
 //! | `events:<topic>` | STREAM | the topic's job events in this shard, appended by the script that makes each change (`XADD MINID ~`: at least the cap's latest events are kept). An entry holds one event, or several of one kind from one call (`c` of them: a promotion, fetch, ack or push of many jobs writes one entry per topic and kind, each per-job field one line per job); its id is `0-<n>`. Fields: `n` (the number of the entry's last event, 1, 2, ...: a reader that finds a gap missed that many), `c` (how many events, 1 when absent), `k` (`pushed`, `promoted`, `started`, `progress`, `succeeded`, `failed`, `retrying`, `postponed`, `dead`, `cancelled`, `stalled`, `released`), `id` (the job's id), `a` (the run, see `dq::events::EventKind`), `t` (when, us of Redis `TIME`); then one of `d` (due time, us: pushed to wait, retrying, postponed), `e` (error: failed, dead), `v` (JSON: progress, and succeeded in a topic that keeps its values) |
 //! | `ended` | pub/sub channel | `topic:id` of a job of a retained topic that succeeded, died or was cancelled: wakes the waits for it |
@@ -176,7 +176,8 @@ impl ShardKeys {
     }
     /// Each limited topic's limits: `<topic>:max_pending` -> `<this shard's share>:<the bound>`
     /// (push.lua refuses a job past the share); `<topic>:rate`, `<topic>:tat` and
-    /// `<topic>:hold` (fetch.lua leases no more than the rate allows, none during a hold).
+    /// `<topic>:hold` (fetch.lua leases no more than the rate allows, none during a hold);
+    /// `<topic>:running` (no more leased at once than the global concurrency's share).
     pub fn limits(&self) -> String {
         self.key("limits")
     }

@@ -6,11 +6,13 @@
 //! with `poll_interval` set, sleeps (for proxies without blocking commands).
 
 use std::ops::ControlFlow;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dq_core::store::{Fetcher, Leases};
 use dq_core::{metric, Fetched, LeaseRef, ReadyWaiter, Topic, MAX_BATCH};
+use tokio::sync::futures::Notified;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::health::Health;
@@ -24,6 +26,10 @@ const WAIT_SLICE: Duration = Duration::from_secs(5);
 
 /// How often a paused topic is checked for being resumed when no resume announcement came.
 const PAUSED_RECHECK: Duration = Duration::from_secs(1);
+
+/// How often a consumer whose topic is at its global concurrency looks again when none of this
+/// process's jobs ended meanwhile (the ends in other processes are not announced).
+const ROOM_RECHECK: Duration = Duration::from_millis(10);
 
 /// Most lost fetches asked for at once (a fetch that failed is looked for until its jobs'
 /// leases would have run out anyway: two leases, and the time a request may sit in a
@@ -124,6 +130,11 @@ impl ConsumerLoop {
             // A resume announced from now on wakes the wait below, even one announced before
             // the wait begins.
             resumed.borrow_and_update();
+            // Likewise a lease of this process that ends from now on wakes a wait for room
+            // under the topic's global concurrency.
+            let ended = self.shared.running.next_end();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
             let fetcher = fetches.next(&self.consumer);
             let Some(fetched) = self.fetch(permits.len(), &fetcher).await else {
                 return;
@@ -136,6 +147,7 @@ impl ConsumerLoop {
                         ready: &mut *waiter,
                         resumed: &mut resumed,
                         health: &mut health,
+                        ended: ended.as_mut(),
                     };
                     self.on_fetched(fetched, permits, waiting).await
                 }
@@ -204,7 +216,7 @@ impl ConsumerLoop {
         &self,
         fetched: Fetched,
         permits: Vec<OwnedSemaphorePermit>,
-        waiting: Waiting<'_>,
+        waiting: Waiting<'_, '_>,
     ) -> ControlFlow<()> {
         self.say_taken_back(&fetched);
         if fetched.paused {
@@ -217,16 +229,32 @@ impl ConsumerLoop {
             if !fetched.malformed.is_empty() {
                 return ControlFlow::Continue(());
             }
+            if fetched.at_capacity {
+                return self.wait_for_room(waiting.ended).await;
+            }
             if let Some(wait) = fetched.throttled {
                 return self.wait_throttled(wait, waiting.resumed).await;
             }
             return self.wait_for_jobs(waiting.ready, waiting.health).await;
         }
-        let throttled = fetched.throttled;
+        let (throttled, at_capacity) = (fetched.throttled, fetched.at_capacity);
         self.start_jobs(fetched, permits);
         match throttled {
+            _ if at_capacity => self.wait_for_room(waiting.ended).await,
             Some(wait) => self.wait_throttled(wait, waiting.resumed).await,
             None => ControlFlow::Continue(()),
+        }
+    }
+
+    /// As many of the topic's jobs run, in all processes, as its global concurrency allows,
+    /// and more are ready: waits until a lease of this process ends (one of its jobs' fate was
+    /// written), or 10 ms for the ends in other processes, whichever comes first.
+    async fn wait_for_room(&self, ended: Pin<&mut Notified<'_>>) -> ControlFlow<()> {
+        crate::metrics::count(metric::FETCHES_AT_CAPACITY, self.topic.as_str());
+        tokio::select! {
+            _ = self.shared.stop.cancelled() => ControlFlow::Break(()),
+            _ = ended => ControlFlow::Continue(()),
+            _ = tokio::time::sleep(ROOM_RECHECK) => ControlFlow::Continue(()),
         }
     }
 
@@ -306,11 +334,13 @@ impl ConsumerLoop {
     }
 }
 
-/// What a loop waits on when a fetch brought nothing to run.
-struct Waiting<'a> {
+/// What a loop waits on when a fetch brought nothing to run, or was held back.
+struct Waiting<'a, 'n> {
     ready: &'a mut dyn ReadyWaiter,
     resumed: &'a mut watch::Receiver<u64>,
     health: &'a mut Health,
+    /// The next end of a lease of this process (registered before the fetch).
+    ended: Pin<&'a mut Notified<'n>>,
 }
 
 /// Returns the jobs of a fetch that completed after shutdown began to the front of their ready

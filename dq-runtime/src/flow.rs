@@ -62,6 +62,46 @@ impl Listener {
         self.rate = Some(rate);
         self
     }
+
+    /// Limits how many jobs of this topic run at once in all processes together, as
+    /// `#[dq::listener(global_concurrency = 10)]` does ("never more than 10 calls in flight to
+    /// the provider"), beside [`concurrency`](Listener::concurrency), which bounds this
+    /// process alone. Counted by leases in the fetch: a job counts from its fetch until its
+    /// end is written, and the slot of a worker killed mid-run comes back when its lease is
+    /// reclaimed, never leaked. A worker at the limit fetches again when one of its own jobs
+    /// ends, or after 10 ms for the ends of other processes' jobs.
+    ///
+    /// Default: none, and a listener without one leaves the store's as it is (one set by
+    /// `Client::set_global_concurrency` stays); `dq global-concurrency TOPIC off` lifts it. A
+    /// listener with one writes it at every start, and again when Redis lost its data. At least
+    /// 1: zero fails `Runtime::start`.
+    ///
+    /// ```
+    /// use dq_runtime::Listener;
+    ///
+    /// # #[derive(serde::Deserialize)] struct Charge { order: u64 }
+    /// let charges = Listener::new("charge-card", |msg: Charge| async move {
+    ///     let _ = msg.order;
+    ///     Ok::<(), String>(())
+    /// })
+    /// .concurrency(16)
+    /// .global_concurrency(10);
+    /// ```
+    pub fn global_concurrency(mut self, max: u32) -> Self {
+        self.global_concurrency = Some(max);
+        self
+    }
+}
+
+/// Whether a listener's global concurrency can be declared: at least 1.
+pub(crate) fn check_global_concurrency(l: &Listener) -> Result<(), String> {
+    match l.global_concurrency {
+        Some(0) => Err(
+            "`global_concurrency` must be at least 1: leave it out for no limit (pause the topic to run none)"
+                .into(),
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// Whether a listener's bound can be declared: at least 1.

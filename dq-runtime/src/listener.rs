@@ -80,6 +80,8 @@ pub struct Listener {
     pub(crate) max_pending: Option<u64>,
     /// How many jobs of the topic start per period in all processes (`rate`); none by default.
     pub(crate) rate: Option<dq_core::Rate>,
+    /// The most jobs of the topic running at once in all processes; none by default.
+    pub(crate) global_concurrency: Option<u32>,
     /// What the ticks of a schedule set later carry.
     tick_payload: TickPayloadFn,
     /// The handler's payload type, when known (not for an erased handler).
@@ -162,6 +164,7 @@ impl Listener {
             events_cap: None,
             max_pending: None,
             rate: None,
+            global_concurrency: None,
             tick_payload: <Tick as TickPayload>::tick_payload,
             payload_type: None,
         }

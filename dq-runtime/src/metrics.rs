@@ -12,6 +12,7 @@
 //! | `dq_jobs_retried_total` | counter | topic | failed jobs scheduled to run again |
 //! | `dq_jobs_postponed_total` | counter | topic | jobs whose handler asked to run again later (`Outcome::RetryAfter`; no attempt spent) |
 //! | `dq_jobs_rate_limited_total` | counter | topic | runs whose handler met its provider's rate limit (`Outcome::RateLimited`): the topic was held back in every process, the job went back to ready, no attempt spent |
+//! | `dq_fetches_at_capacity_total` | counter | topic | fetches of this process that the topic's global concurrency cut short while jobs were ready; the consumer waited for a lease to end |
 //! | `dq_fetches_throttled_total` | counter | topic | fetches of this process that the topic's rate limit (or a hold) cut short while jobs were ready; the consumer waited for the next start allowed |
 //! | `dq_jobs_dead_lettered_total` | counter | topic | jobs moved to the dead letters (poison included) |
 //! | `dq_jobs_taken_back_total` | counter | topic | jobs of a fetch whose reply was lost, taken back by the consumer's next fetch (no run counted) |

@@ -20,6 +20,9 @@ pub(crate) struct RunningLeases {
     interrupted: Mutex<Vec<LeaseRef>>,
     /// Outcomes (retry, dead letter) given up on at the end of shutdown, Redis not answering.
     gave_up: AtomicUsize,
+    /// Told each time a job's fate is written and its lease ends: consumers of a topic at its
+    /// global concurrency fetch again.
+    ended: tokio::sync::Notify,
 }
 
 /// Where a running job stands.
@@ -118,9 +121,18 @@ impl RunningLeases {
 
     /// The job's fate is written (or given up); true when its lease had been found lost.
     pub(crate) fn stop(&self, lease: &LeaseRef) -> bool {
-        lock(&self.leases)
+        let lost = lock(&self.leases)
             .remove(lease)
-            .is_some_and(|r| r.stage == Stage::Lost)
+            .is_some_and(|r| r.stage == Stage::Lost);
+        self.ended.notify_waiters();
+        lost
+    }
+
+    /// Resolves at the next [`stop`](Self::stop): a lease of this process ended, so a topic at
+    /// its global concurrency may have room. Create it before the fetch that found the topic
+    /// at capacity, so that an end meanwhile is not missed.
+    pub(crate) fn next_end(&self) -> tokio::sync::futures::Notified<'_> {
+        self.ended.notified()
     }
 
     /// Shutdown cancelled the job's handler: it stops running here and its lease is kept for

@@ -81,6 +81,8 @@ pub(crate) struct Declared {
     max_pending: Vec<(Topic, u64)>,
     /// The rate limits the listeners give (a listener without one declares none).
     rates: Vec<(Topic, Rate)>,
+    /// The global concurrencies the listeners give (a listener without one declares none).
+    global_concurrency: Vec<(Topic, u32)>,
     /// The namespace's epoch when everything was last declared; `None` until it was.
     epoch: Option<String>,
 }
@@ -99,18 +101,22 @@ impl Declared {
             events,
             max_pending: Vec::new(),
             rates: Vec::new(),
+            global_concurrency: Vec::new(),
             epoch: None,
         }
     }
 
-    /// With the listeners' flow control: bounds on pending jobs (`max_pending`) and rates.
+    /// With the listeners' flow control: bounds on pending jobs (`max_pending`), rates and
+    /// global concurrencies.
     pub(crate) fn with_flow(
         mut self,
         max_pending: Vec<(Topic, u64)>,
         rates: Vec<(Topic, Rate)>,
+        global_concurrency: Vec<(Topic, u32)>,
     ) -> Declared {
         self.max_pending = max_pending;
         self.rates = rates;
+        self.global_concurrency = global_concurrency;
         self
     }
 
@@ -155,6 +161,9 @@ impl Declared {
         }
         for (topic, rate) in &self.rates {
             leases.set_rate(topic, Some(*rate)).await?;
+        }
+        for (topic, max) in &self.global_concurrency {
+            leases.set_global_concurrency(topic, Some(*max)).await?;
         }
         if again {
             tracing::info!("the listeners' schedules, retries and retentions are declared again");

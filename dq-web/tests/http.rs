@@ -1098,3 +1098,14 @@ async fn the_topic_page_shows_the_topics_rate_limit() {
     assert!(page.contains("100/1s"), "{page}");
     assert!(page.contains("one every 10ms"), "{page}");
 }
+
+/// A topic with a global concurrency shows its running jobs against it (issue 33, item 8).
+#[tokio::test]
+async fn the_topic_page_shows_the_running_jobs_against_the_global_concurrency() {
+    let client = memory_client().await; // holds o1
+    client.set_global_concurrency(TOPIC, Some(4)).await.unwrap();
+    let addr = serve(client.clone(), Options::new()).await;
+    let (status, page) = get(&addr, "/topics/order-cancel").await;
+    assert_eq!(status, 200);
+    assert!(page.contains("0</strong> of at most 4"), "{page}");
+}

@@ -232,6 +232,12 @@ impl Leases for Faulty {
     async fn rate(&self, topic: &Topic) -> dq::Result<Option<dq::Rate>> {
         self.inner.rate(topic).await
     }
+    async fn set_global_concurrency(&self, topic: &Topic, max: Option<u32>) -> dq::Result<()> {
+        self.inner.set_global_concurrency(topic, max).await
+    }
+    async fn global_concurrency(&self, topic: &Topic) -> dq::Result<Option<u32>> {
+        self.inner.global_concurrency(topic).await
+    }
     async fn hold(&self, topic: &Topic, duration: Duration) -> dq::Result<()> {
         self.inner.hold(topic, duration).await
     }

@@ -18,16 +18,19 @@ impl Client {
     }
 
     /// A topic's counts, the due time of its oldest ready job (how far behind the workers
-    /// are), its next due time, whether it is paused, and its limits (`max_pending`, `rate`).
+    /// are), its next due time, whether it is paused, and its limits (`max_pending`, `rate`,
+    /// `global_concurrency`).
     pub async fn stats(&self, topic: &str) -> Result<TopicStats> {
         let topic = Topic::new(topic)?;
-        let (mut stats, max_pending, rate) = tokio::try_join!(
+        let (mut stats, max_pending, rate, global) = tokio::try_join!(
             self.store.stats(&topic),
             self.store.max_pending(&topic),
-            self.store.rate(&topic)
+            self.store.rate(&topic),
+            self.store.global_concurrency(&topic)
         )?;
         stats.max_pending = max_pending;
         stats.rate = rate;
+        stats.global_concurrency = global;
         Ok(stats)
     }
 
@@ -227,6 +230,45 @@ impl Client {
     /// `topic`'s rate limit ([`Client::set_rate`]), `None` when it has none.
     pub async fn rate(&self, topic: &str) -> Result<Option<Rate>> {
         self.store.rate(&Topic::new(topic)?).await
+    }
+
+    /// Limits how many jobs of `topic` run at once in all processes together (`None`: no
+    /// limit, the default), from the next fetch on: "never more than 10 calls in flight to the
+    /// provider, whatever the number of workers". The same limit as a listener's
+    /// `#[dq::listener(global_concurrency = 10)]`, which sets it at runtime start; changeable
+    /// while workers run (`dq global-concurrency TOPIC 10`). Each process's own `concurrency`
+    /// still holds within it.
+    ///
+    /// Counted by leases in the fetch script: a job counts from its fetch until its run's end
+    /// is written (ack, retry, dead letter), and the slot of a worker killed mid-run comes back
+    /// when its lease is reclaimed (one lease time at most): never a leaked permit. A worker at
+    /// the limit fetches again when one of its own jobs ends, or after 10 ms for the ends of
+    /// other processes' jobs. On Redis each shard holds its share, the shares adding up to the
+    /// limit (exact with one shard, the default; with N shards, each at least 1, so a limit
+    /// under N lets up to N run, and a shard without ready jobs leaves its share unused). Zero
+    /// is refused ([`Error::InvalidPush`](crate::Error::InvalidPush)).
+    ///
+    /// ```no_run
+    /// # async fn f(client: dq_core::Client) -> dq_core::Result<()> {
+    /// client.set_global_concurrency("charge-card", Some(10)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn set_global_concurrency(&self, topic: &str, max: Option<u32>) -> Result<()> {
+        if max == Some(0) {
+            return Err(crate::Error::InvalidPush {
+                topic: topic.to_owned(),
+                reason: "global_concurrency must be at least 1 (pause the topic to run none; None lifts the limit)".into(),
+            });
+        }
+        self.store
+            .set_global_concurrency(&Topic::new(topic)?, max)
+            .await
+    }
+
+    /// `topic`'s global concurrency ([`Client::set_global_concurrency`]), `None` when it has
+    /// none.
+    pub async fn global_concurrency(&self, topic: &str) -> Result<Option<u32>> {
+        self.store.global_concurrency(&Topic::new(topic)?).await
     }
 
     /// The worker processes heard from in the last minute.

@@ -299,6 +299,18 @@ pub trait Leases: Sharded {
     /// after"), whether or not the topic has a rate. A hold that ends later already stays.
     async fn hold(&self, topic: &Topic, duration: Duration) -> Result<()>;
 
+    /// Limits how many jobs of `topic` run at once in all processes together to `max` (`None`:
+    /// no limit, the default), counted by leases: [`Leases::fetch`] leases no more than the
+    /// leases held allow and says so ([`Fetched::at_capacity`]); a lease ends with its job's
+    /// run, or when a dead worker's lease is reclaimed. On Redis each shard holds its share of
+    /// `max`, the shares adding up to `max` (each at least 1: with fewer than the shard count,
+    /// up to one per shard run).
+    async fn set_global_concurrency(&self, topic: &Topic, max: Option<u32>) -> Result<()>;
+
+    /// The limit [`set_global_concurrency`](Leases::set_global_concurrency) recorded for
+    /// `topic`, `None` when it has none.
+    async fn global_concurrency(&self, topic: &Topic) -> Result<Option<u32>>;
+
     /// A waiter for ready jobs of `topic` in `shard` (each holds its own blocking connection).
     fn ready_waiter(&self, shard: u16, topic: &Topic) -> Box<dyn ReadyWaiter>;
 

@@ -13,14 +13,18 @@
 -- reply was lost)
 -- KEYS[13] limits: the topic's rate limit, `<topic>:rate` -> `<interval>:<tolerance>:<rate>`
 -- (this shard's share, us), `<topic>:tat` -> its theoretical arrival time (us; GCRA, as
--- dq_core::Rate explains), and `<topic>:hold` -> when a hold ends (us, hold.lua)
+-- dq_core::Rate explains), `<topic>:hold` -> when a hold ends (us, hold.lua), and
+-- `<topic>:running` -> `<share>:<limit>`: the most of its jobs leased at once in this shard
+-- (its global concurrency), checked against the topic's inflight count
 -- ARGV[1] topic  ARGV[2] most jobs (at most 1000)  ARGV[3] lease length (us)
 -- ARGV[4] this fetch's nonce ('': not recorded)  ARGV[5] nonces of the consumer's earlier
 --   fetches whose reply did not arrive, comma-separated
--- Returns {now_us, token, taken_back, throttled_us, id_1, envelope_1, ...}, or {'paused'} when
--- the topic is paused (a lost fetch's jobs then go back to the front of the ready list).
--- throttled_us: the rate limit or a hold let out fewer jobs than asked while more are ready,
--- and the next may start in this many us (0: not throttled).
+-- Returns {now_us, token, taken_back, throttled_us, at_capacity, id_1, envelope_1, ...}, or
+-- {'paused'} when the topic is paused (a lost fetch's jobs then go back to the front of the
+-- ready list). throttled_us: the rate limit or a hold let out fewer jobs than asked while more
+-- are ready, and the next may start in this many us (0: not throttled). at_capacity: 1 when
+-- the global concurrency let out fewer than asked while more are ready (the next may start
+-- when a lease of the topic ends), else 0.
 -- Taking back: a fetch whose reply was lost (a timeout, a dropped connection, Redis stalled
 -- with the request in its buffer) leased jobs that nobody runs. Each recorded fetch of a
 -- consumer leaves `<nonce>:<token>:<deadline>` in its fetched:<consumer> key (the last eight,
@@ -38,7 +42,11 @@ local paused = redis.call('SISMEMBER', KEYS[5], topic) == 1
 -- a key read after its deletion aborts the script while its slot migrates (lib.lua). `left`
 -- follows what is trimmed off.
 local left = redis.call('LLEN', ready)
-local limit = redis.call('HMGET', KEYS[13], topic .. ':rate', topic .. ':tat', topic .. ':hold')
+local limit = redis.call('HMGET', KEYS[13], topic .. ':rate', topic .. ':tat', topic .. ':hold',
+  topic .. ':running')
+-- Global concurrency: this shard's share, and how many of the topic's jobs are leased now.
+local share = tonumber(string.match(limit[4] or '', '^(%d+):') or '')
+local running = share and tonumber(redis.call('HGET', counts, topic .. ':inflight') or '0') or 0
 local interval, tolerance
 if limit[1] then
   local i, t = string.match(limit[1], '^([^:]+):([^:]+):')
@@ -101,7 +109,7 @@ if paused or held then
     left = left + #back
   end
   if paused then return {'paused'} end
-  return {fmt(clock), '0', 0, throttled()}
+  return {fmt(clock), '0', 0, throttled(), 0}
 end
 -- The envelopes of the jobs taken back, read before anything is written.
 local back_raws = #back > 0 and redis.call('HMGET', jobs, unpack(back)) or {}
@@ -120,6 +128,16 @@ if interval then
     if allowed < n then wait = base + allowed * interval - tolerance - clock end
   end
   n = math.min(n, allowed)
+end
+-- Global concurrency: no more leased at once than the share (the jobs taken back hold theirs).
+local capped = 0
+if share and running + n > share then
+  n = math.max(share - running, 0)
+  capped = 1
+end
+local function at_capacity()
+  if capped == 1 and left > 0 then return 1 end
+  return 0
 end
 for _ = 1, n > 0 and 10 or 0 do
   local entries = redis.call('LRANGE', ready, 0, n - 1)
@@ -151,7 +169,7 @@ if stale > 0 then
     ring(string.sub(ready, 1, #ready - #topic - 6), topic)
   end
 end
-if #ids == 0 and #back == 0 then return {fmt(now_us()), '0', 0, throttled()} end
+if #ids == 0 and #back == 0 then return {fmt(now_us()), '0', 0, throttled(), at_capacity()} end
 proceed_when_full(leases) -- leasing moves jobs (ready to inflight): allowed when Redis is full
 local now = now_us()
 -- ':next' cannot be a member: every member has a topic before its colon. A token is never
@@ -169,7 +187,7 @@ if counter[2] then
 else
   redis.call('HSET', leases, ':next', token, ':table', LEASES_AS_TABLE)
 end
-local out = {fmt(now), token, 0, throttled()}
+local out = {fmt(now), token, 0, throttled(), at_capacity()}
 local deadline = fmt(now + lease_us)
 local held, deadlines = {}, {}
 -- Taken back from a lost fetch: leased again to this one, first in line; no run counted.

@@ -16,7 +16,8 @@ use dq_core::{JobId, Topic};
 impl RedisStore {
     /// Reads fetch.lua's reply: `paused`, or the shard's clock, the lease's token, how many
     /// jobs were taken back, how long the rate limit holds the next start back (0: it does
-    /// not), then `id, envelope` pairs of the jobs now leased to us.
+    /// not), whether the global concurrency held jobs back (1), then `id, envelope` pairs of
+    /// the jobs now leased to us.
     pub(super) async fn read_fetched(
         &self,
         shard: u16,
@@ -36,7 +37,8 @@ impl RedisStore {
             Unsigned(Some(token)),
             Unsigned(Some(taken_back)),
             Unsigned(Some(throttled_us)),
-        ) = (head(0)?, head(1)?, head(2)?, head(3)?)
+            Unsigned(Some(at_capacity)),
+        ) = (head(0)?, head(1)?, head(2)?, head(3)?, head(4)?)
         else {
             return Err(malformed_reply("fetch", &Value::Array(reply)));
         };
@@ -44,7 +46,8 @@ impl RedisStore {
         out.now_us = now_us;
         out.taken_back = usize::try_from(taken_back).unwrap_or(usize::MAX);
         out.throttled = (throttled_us > 0).then(|| Duration::from_micros(throttled_us));
-        for pair in reply.get(4..).unwrap_or_default().chunks(2) {
+        out.at_capacity = at_capacity == 1;
+        for pair in reply.get(5..).unwrap_or_default().chunks(2) {
             let (Some(Value::BulkString(id)), Some(Value::BulkString(raw))) =
                 (pair.first(), pair.get(1))
             else {

@@ -419,6 +419,42 @@ impl Leases for RedisStore {
         Ok(())
     }
 
+    async fn global_concurrency(&self, topic: &Topic) -> Result<Option<u32>> {
+        let cmd = redis::cmd("HGET")
+            .arg(self.keys(0).limits())
+            .arg(format!("{topic}:running"))
+            .to_owned();
+        let raw: Option<String> = self
+            .query("read a topic's global concurrency", &cmd)
+            .await?;
+        let Some(raw) = raw else { return Ok(None) };
+        let limit = raw
+            .split_once(':')
+            .and_then(|(_, limit)| limit.parse().ok());
+        limit.map(Some).ok_or_else(|| dq_core::Error::Malformed {
+            location: format!("{} field {topic}:running", self.keys(0).limits()),
+            reason: format!("{raw:?} is not <share>:<limit>"),
+        })
+    }
+
+    async fn set_global_concurrency(&self, topic: &Topic, max: Option<u32>) -> Result<()> {
+        let field = format!("{topic}:running");
+        let shards = self.shards.len() as u32;
+        for (i, k) in (0u32..).zip(&self.shards) {
+            let cmd = match max {
+                Some(max) => redis::cmd("HSET")
+                    .arg(k.limits())
+                    .arg(&field)
+                    .arg(format!("{}:{max}", concurrency_share(max, shards, i)))
+                    .to_owned(),
+                None => redis::cmd("HDEL").arg(k.limits()).arg(&field).to_owned(),
+            };
+            self.simple("record a topic's global concurrency", &cmd)
+                .await?;
+        }
+        Ok(())
+    }
+
     async fn hold(&self, topic: &Topic, duration: Duration) -> Result<()> {
         for shard in 0..self.shards() {
             let mut inv = SCRIPTS.hold.prepare_invoke();
@@ -467,4 +503,30 @@ fn named_leases(chunk: &[&LeaseRef], members: Vec<String>) -> Vec<LeaseRef> {
         .filter_map(|m| chunk.iter().find(|l| member(&l.topic, &l.id) == m))
         .map(|l| (*l).clone())
         .collect()
+}
+
+/// Shard `i`'s share of a global concurrency of `max` over `shards` shards: the shares add up
+/// to `max` (the first `max % shards` shards hold one more), each at least 1 (a limit under the
+/// shard count lets one job per shard run: a share of 0 would never run the shard's jobs).
+fn concurrency_share(max: u32, shards: u32, i: u32) -> u32 {
+    let shards = shards.max(1);
+    (max / shards + u32::from(i < max % shards)).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::concurrency_share;
+
+    #[test]
+    fn the_shares_of_a_global_concurrency_add_up_to_it_each_at_least_one() {
+        let shares = |max, shards| {
+            (0..shards)
+                .map(|i| concurrency_share(max, shards, i))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(shares(10, 1), [10]);
+        assert_eq!(shares(10, 3), [4, 3, 3]);
+        assert_eq!(shares(256, 16).iter().sum::<u32>(), 256);
+        assert_eq!(shares(2, 4), [1, 1, 1, 1]);
+    }
 }

@@ -55,6 +55,11 @@ fn summary(v: &TopicView<'_>) -> Markup {
                 }
                 @if pending >= max { " " span.badge.full { "full: pushes refused" } }
             }
+            @if let Some(max) = stats.global_concurrency {
+                " · running " span.global-concurrency title="jobs running at once, in all worker processes together" {
+                    strong { (stats.counts.running) } " of at most " (max)
+                }
+            }
             @if let Some(rate) = stats.rate {
                 " · rate " span.rate title="jobs started per period, in all worker processes together" {
                     strong { (rate) } " (one every " (format!("{:?}", rate.interval())) ")"

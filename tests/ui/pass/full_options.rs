@@ -6,7 +6,7 @@ struct OrderCancel {
     order_id: u64,
 }
 
-#[dq::listener(topic = "order-cancel", concurrency = 32, timeout = "5s", retries = 2, backoff = "fixed:250ms", rate = "100/1s", max_pending = 100000)]
+#[dq::listener(topic = "order-cancel", concurrency = 32, timeout = "5s", retries = 2, backoff = "fixed:250ms", rate = "100/1s", max_pending = 100000, global_concurrency = 8)]
 async fn cancel_order(msg: OrderCancel, ctx: dq::JobContext) -> Result<(), std::io::Error> {
     let _ = (msg.order_id, ctx.attempt());
     Ok(())

@@ -41,6 +41,7 @@ impl Admin for MemoryStore {
             paused: s.paused.contains(topic),
             max_pending: s.max_pending.get(topic).copied(),
             rate: s.rates.get(topic).copied(),
+            global_concurrency: s.global_concurrency.get(topic).copied(),
         })
     }
 

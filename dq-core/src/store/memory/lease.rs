@@ -150,7 +150,15 @@ impl Leases for MemoryStore {
         }
         let rate = s.rates.get(topic).map(|r| r.share_us(1));
         let throttle = s.throttles.get(topic).copied().unwrap_or_default();
-        let (max, throttled) = throttle.allows(rate, now, max);
+        let (mut max, throttled) = throttle.allows(rate, now, max);
+        let mut at_capacity = false;
+        if let Some(&limit) = s.global_concurrency.get(topic) {
+            let running = s.running_count.get(topic).copied().unwrap_or(0);
+            let room = usize::try_from(u64::from(limit).saturating_sub(running)).unwrap_or(0);
+            if room < max {
+                (max, at_capacity) = (room, true);
+            }
+        }
         while out.jobs.len() < max {
             let Some(id) = s.ready.get_mut(topic).and_then(VecDeque::pop_front) else {
                 break;
@@ -187,6 +195,7 @@ impl Leases for MemoryStore {
         // Only worth a wait when jobs are left behind: with none, the consumer waits for one.
         if s.ready.get(topic).is_some_and(|q| !q.is_empty()) {
             out.throttled = throttled;
+            out.at_capacity = at_capacity;
         }
         Ok(out)
     }
@@ -423,6 +432,19 @@ impl Leases for MemoryStore {
 
     async fn rate(&self, topic: &Topic) -> Result<Option<Rate>> {
         Ok(lock(&self.state).rates.get(topic).copied())
+    }
+
+    async fn set_global_concurrency(&self, topic: &Topic, max: Option<u32>) -> Result<()> {
+        let mut s = lock(&self.state);
+        match max {
+            Some(max) => s.global_concurrency.insert(topic.clone(), max),
+            None => s.global_concurrency.remove(topic),
+        };
+        Ok(())
+    }
+
+    async fn global_concurrency(&self, topic: &Topic) -> Result<Option<u32>> {
+        Ok(lock(&self.state).global_concurrency.get(topic).copied())
     }
 
     async fn hold(&self, topic: &Topic, duration: Duration) -> Result<()> {

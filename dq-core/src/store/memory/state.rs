@@ -78,6 +78,8 @@ pub(super) struct State {
     pub(super) retention: HashMap<Topic, Retention>,
     /// The most jobs each bounded topic may hold pending (delayed, ready and running).
     pub(super) max_pending: HashMap<Topic, u64>,
+    /// The most jobs of each limited topic running at once (global concurrency).
+    pub(super) global_concurrency: HashMap<Topic, u32>,
     /// The rate limits of the topics that have one.
     pub(super) rates: HashMap<Topic, Rate>,
     /// Each limited or held topic's start times so far (GCRA; see `dq_core::Rate`).
