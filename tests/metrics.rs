@@ -281,10 +281,10 @@ async fn rate_limited_runs_and_throttled_fetches_are_counted() {
 
 /// Issue 33 review (helper-28, finding 5): a throttled consumer came back for each single
 /// start the rate allowed (every millisecond at 1000/1s: a fetch per job). It waits at least
-/// the 10 ms whose jobs the burst holds, and takes them in one fetch: a tenth of the fetches,
-/// at the same rate.
+/// 5 ms, half the burst's 10 ms, and takes what came in one fetch: a fifth of the fetches, at
+/// the same rate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_throttled_consumer_takes_its_jobs_ten_milliseconds_at_a_time() {
+async fn a_throttled_consumer_takes_its_jobs_a_few_milliseconds_at_a_time() {
     let redis = RedisServer::start();
     let listener = Listener::new("fast-limited", |_: u32| async { Ok::<(), String>(()) })
         .rate("1000/1s".parse().unwrap());
@@ -304,5 +304,50 @@ async fn a_throttled_consumer_takes_its_jobs_ten_milliseconds_at_a_time() {
         throttled < 400,
         "{throttled} throttled fetches for 1000 jobs"
     );
+    rt.shutdown().await.unwrap();
+}
+
+/// Issue 33 review (helper-29, finding 2): a worker at a topic's global concurrency fetched
+/// again at every end of any job of its process, so a busy topic beside it made it fetch in a
+/// loop. It wakes at the ends of its own topic's jobs, and otherwise looks again after 10 ms,
+/// then less and less often while the topic stays full.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_topic_is_not_fetched_at_every_end_of_another_topics_jobs() {
+    let redis = RedisServer::start();
+    endpoint();
+    let slow = Listener::new("full-slow", |n: u32| async move {
+        if n == 0 {
+            tokio::time::sleep(Duration::from_millis(600)).await;
+        }
+        Ok::<(), String>(())
+    })
+    .global_concurrency(1);
+    let busy = Listener::new("busy-beside", |_: u32| async { Ok::<(), String>(()) });
+    let rt = dq::Runtime::builder()
+        .config(support::config(&redis))
+        .without_registered_listeners()
+        .listener(slow)
+        .listener(busy)
+        .start()
+        .await
+        .unwrap();
+    let c = rt.client();
+    c.push_to("full-slow", &0u32).await.unwrap();
+    c.push_to("full-slow", &1u32).await.unwrap();
+    let jobs = (0..3000u32).map(|n| c.push_to("busy-beside", &n));
+    c.push_batch(jobs).await.unwrap();
+    let text = scrape_until(&[
+        r#"dq_jobs_succeeded_total{topic="full-slow"} 2"#,
+        r#"dq_jobs_succeeded_total{topic="busy-beside"} 3000"#,
+    ])
+    .await;
+    let full: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix(r#"dq_fetches_at_capacity_total{topic="full-slow"} "#))
+        .expect("fetches at capacity are counted")
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(full < 100, "{full} fetches of a full topic in 600 ms");
     rt.shutdown().await.unwrap();
 }

@@ -250,6 +250,7 @@ on_every_store!(
         a_fetch_leases_no_more_than_the_global_concurrency_allows,
         a_fetch_that_takes_the_last_ready_job_is_not_at_capacity,
         a_dead_workers_slot_comes_back_when_its_lease_is_reclaimed,
+        stale_entries_ahead_of_a_free_slot_do_not_read_as_a_full_topic,
     ],
     history: [
         a_jobs_history_keeps_the_error_of_each_run_that_failed,

@@ -839,3 +839,31 @@ async fn max_pending_is_held_by_each_shard_as_its_share() {
         + integer_reply(&redis, &["LLEN", "dq:{test:0}:ready:order-cancel"]);
     assert_eq!(shard_0, 2, "the share of shard 0");
 }
+
+/// Issue 33 review (helper-29, finding 1): over several shards each shard holds a share of a
+/// global concurrency, at least 1, so a limit under the shard count let one job per shard run
+/// (2 on 4 shards: 4 at once), past the limit and silently. Such a limit is refused, saying
+/// why; one of at least the shard count holds exactly.
+#[tokio::test]
+async fn a_global_concurrency_under_the_shard_count_is_refused_and_one_over_it_holds() {
+    let redis = RedisServer::start();
+    let c = client_with(&redis, |b| b.shards(4)).await;
+    let refused = c.set_global_concurrency("t", Some(2)).await.unwrap_err();
+    assert!(refused.to_string().contains("4 shards"), "{refused}");
+    assert_eq!(c.global_concurrency("t").await.unwrap(), None);
+    c.set_global_concurrency("t", Some(6)).await.unwrap();
+    c.push_batch((0..80).map(|i| c.push_to("t", &i).id(i.to_string())))
+        .await
+        .unwrap();
+    let mut leased = 0;
+    for shard in 0..4 {
+        leased += c
+            .store()
+            .fetch(shard, &topic("t"), 10, LEASE)
+            .await
+            .unwrap()
+            .jobs
+            .len();
+    }
+    assert_eq!(leased, 6, "the shares add up to the limit");
+}

@@ -105,7 +105,7 @@ pub(crate) async fn run(
         "achieved_per_s": round3(achieved),
         "achieved_of_limit": round3(achieved / per_s),
         "most_in_one_period": most,
-        "allowed_in_one_period": rate.count() + rate.burst() - 1,
+        "allowed_in_one_period": rate.most_in_one_period(),
         "lost": lost,
         "dup": dup,
         "target": target.describe(),

@@ -158,6 +158,7 @@ fn spawn_consumers(
                 shard,
                 permits: permits.clone(),
                 consumer: consumer_name(worker, topic),
+                full_in_a_row: Default::default(),
             };
             tasks.push(tokio::spawn(consumer.run()));
         }

@@ -7,6 +7,7 @@
 
 use std::ops::ControlFlow;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -51,6 +52,9 @@ pub(crate) struct ConsumerLoop {
     /// Names this loop's fetches in the store (this process and topic; the store's key is per
     /// shard), so that a later fetch takes back the jobs of one whose reply was lost.
     pub(crate) consumer: String,
+    /// Fetches in a row that found the topic at its global concurrency: the wait for the ends
+    /// in other processes grows with it.
+    pub(crate) full_in_a_row: AtomicU32,
 }
 
 /// A consumer's name in the store: this process's worker id and topic, and 64 random bits, so
@@ -123,6 +127,7 @@ impl ConsumerLoop {
         let mut health = Health::new(format!("consumer of {} shard {}", self.topic, self.shard));
         let mut resumed = self.shared.resumed.subscribe();
         let mut fetches = Fetches::new(self.shared.config.lease);
+        let ends = self.shared.running.ends_of(&self.topic);
         loop {
             let Some(permits) = self.take_permits(fetches.failing).await else {
                 return;
@@ -130,9 +135,9 @@ impl ConsumerLoop {
             // A resume announced from now on wakes the wait below, even one announced before
             // the wait begins.
             resumed.borrow_and_update();
-            // Likewise a lease of this process that ends from now on wakes a wait for room
-            // under the topic's global concurrency.
-            let ended = self.shared.running.next_end();
+            // Likewise a lease of the topic in this process that ends from now on wakes a wait
+            // for room under the topic's global concurrency.
+            let ended = ends.notified();
             tokio::pin!(ended);
             ended.as_mut().enable();
             let fetcher = fetches.next(&self.consumer);
@@ -238,6 +243,9 @@ impl ConsumerLoop {
             return self.wait_for_jobs(waiting.ready, waiting.health).await;
         }
         let (throttled, at_capacity) = (fetched.throttled, fetched.at_capacity);
+        if !at_capacity {
+            self.full_in_a_row.store(0, Ordering::Relaxed);
+        }
         self.start_jobs(fetched, permits);
         match throttled {
             _ if at_capacity => self.wait_for_room(waiting.ended).await,
@@ -247,22 +255,27 @@ impl ConsumerLoop {
     }
 
     /// As many of the topic's jobs run, in all processes, as its global concurrency allows,
-    /// and more are ready: waits until a lease of this process ends (one of its jobs' fate was
-    /// written), or 10 ms for the ends in other processes, whichever comes first.
+    /// and more are ready: waits until a lease of the topic in this process ends (one of its
+    /// jobs' fate was written), or for the ends in other processes, which are not announced:
+    /// 10 ms after the first full fetch, twice as long after each next one in a row, up to
+    /// 160 ms.
     async fn wait_for_room(&self, ended: Pin<&mut Notified<'_>>) -> ControlFlow<()> {
         crate::metrics::count(metric::FETCHES_AT_CAPACITY, self.topic.as_str());
+        let in_a_row = self.full_in_a_row.fetch_add(1, Ordering::Relaxed).min(4);
+        let recheck = ROOM_RECHECK * (1 << in_a_row);
         tokio::select! {
             _ = self.shared.stop.cancelled() => ControlFlow::Break(()),
             _ = ended => ControlFlow::Continue(()),
-            _ = tokio::time::sleep(ROOM_RECHECK) => ControlFlow::Continue(()),
+            _ = tokio::time::sleep(recheck) => ControlFlow::Continue(()),
         }
     }
 
     /// The topic's rate limit (or a hold) let out fewer jobs than there were permits while
     /// more are ready: waits until the next may start (the ready list has jobs, so a wait on
-    /// it would return at once). At least the 10 ms whose jobs the burst holds
-    /// (`Rate::BURST_WINDOW`: one fetch then takes them all, rather than one fetch per start)
-    /// and at most a second at a time, so that a rate changed or lifted meanwhile is seen; a
+    /// it would return at once). At least half the 10 ms whose jobs the burst holds
+    /// (`Rate::BURST_WINDOW`: one fetch then takes what came, rather than one fetch per start,
+    /// and comes before the burst is full, which would waste the starts past it) and at most a
+    /// second at a time, so that a rate changed or lifted meanwhile is seen; a
     /// resume announced meanwhile (the in-memory store's test clock moved past the hold) ends
     /// it too.
     async fn wait_throttled(
@@ -274,7 +287,7 @@ impl ConsumerLoop {
         tokio::select! {
             _ = self.shared.stop.cancelled() => ControlFlow::Break(()),
             _ = resumed.changed() => ControlFlow::Continue(()),
-            _ = tokio::time::sleep(wait.clamp(dq_core::Rate::BURST_WINDOW, PAUSED_RECHECK)) => ControlFlow::Continue(()),
+            _ = tokio::time::sleep(wait.clamp(dq_core::Rate::BURST_WINDOW / 2, PAUSED_RECHECK)) => ControlFlow::Continue(()),
         }
     }
 

@@ -64,12 +64,15 @@ impl Listener {
     }
 
     /// Limits how many jobs of this topic run at once in all processes together, as
-    /// `#[dq::listener(global_concurrency = 10)]` does ("never more than 10 calls in flight to
-    /// the provider"), beside [`concurrency`](Listener::concurrency), which bounds this
-    /// process alone. Counted by leases in the fetch: a job counts from its fetch until its
-    /// end is written, and the slot of a worker killed mid-run comes back when its lease is
-    /// reclaimed, never leaked. A worker at the limit fetches again when one of its own jobs
-    /// ends, or after 10 ms for the ends of other processes' jobs.
+    /// `#[dq::listener(global_concurrency = 10)]` does ("at most 10 calls in flight to the
+    /// provider"), beside [`concurrency`](Listener::concurrency), which bounds this process
+    /// alone. Counted by leases in the fetch: a job counts from its fetch until its end is
+    /// written, and the slot of a worker killed mid-run comes back when its lease is
+    /// reclaimed, never leaked. A worker at the limit fetches again when one of the topic's
+    /// jobs ends in its process, or after 10 ms (up to 160 ms while the topic stays full) for
+    /// the ends in other processes. On Redis each shard holds a share of at least 1: over
+    /// several shards, a limit under the shard count fails `Runtime::start` (README, "Global
+    /// concurrency").
     ///
     /// Default: none, and a listener without one leaves the store's as it is (one set by
     /// `Client::set_global_concurrency` stays); `dq global-concurrency TOPIC off` lifts it. A

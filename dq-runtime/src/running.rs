@@ -8,9 +8,10 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use dq_core::{JobId, LeaseRef, Topic};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Default)]
@@ -20,9 +21,9 @@ pub(crate) struct RunningLeases {
     interrupted: Mutex<Vec<LeaseRef>>,
     /// Outcomes (retry, dead letter) given up on at the end of shutdown, Redis not answering.
     gave_up: AtomicUsize,
-    /// Told each time a job's fate is written and its lease ends: consumers of a topic at its
-    /// global concurrency fetch again.
-    ended: tokio::sync::Notify,
+    /// Per topic, told each time a job's fate is written and its lease ends: consumers of a
+    /// topic at its global concurrency fetch again.
+    ended: Mutex<HashMap<Topic, Arc<Notify>>>,
 }
 
 /// Where a running job stands.
@@ -124,15 +125,18 @@ impl RunningLeases {
         let lost = lock(&self.leases)
             .remove(lease)
             .is_some_and(|r| r.stage == Stage::Lost);
-        self.ended.notify_waiters();
+        if let Some(ended) = lock(&self.ended).get(&lease.topic) {
+            ended.notify_waiters();
+        }
         lost
     }
 
-    /// Resolves at the next [`stop`](Self::stop): a lease of this process ended, so a topic at
-    /// its global concurrency may have room. Create it before the fetch that found the topic
-    /// at capacity, so that an end meanwhile is not missed.
-    pub(crate) fn next_end(&self) -> tokio::sync::futures::Notified<'_> {
-        self.ended.notified()
+    /// Told at each [`stop`](Self::stop) of a lease of `topic`: one of its jobs in this process
+    /// ended, so the topic may have room under its global concurrency. A waiter registers
+    /// (`Notified::enable`) before the fetch that finds the topic full, so that an end
+    /// meanwhile is not missed.
+    pub(crate) fn ends_of(&self, topic: &Topic) -> Arc<Notify> {
+        lock(&self.ended).entry(topic.clone()).or_default().clone()
     }
 
     /// Shutdown cancelled the job's handler: it stops running here and its lease is kept for

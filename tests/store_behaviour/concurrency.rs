@@ -69,3 +69,34 @@ pub(crate) async fn a_dead_workers_slot_comes_back_when_its_lease_is_reclaimed(k
     let after = fetch(c, 5, LEASE).await;
     assert_eq!(after.jobs.len(), 1, "the slot came back: {after:?}");
 }
+
+/// Issue 33 review (helper-29, finding 3): a fetch whose room was cut to the free slots, and
+/// whose batch then met only stale entries (jobs cancelled while ready), said the topic was at
+/// its limit with a slot free: the worker waited for an end while the slot stayed unused. It is
+/// at its limit only when the fetch took as many as the room allowed.
+pub(crate) async fn stale_entries_ahead_of_a_free_slot_do_not_read_as_a_full_topic(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    c.set_global_concurrency(TOPIC, Some(2)).await.unwrap();
+    push_ready(c, 1).await;
+    assert_eq!(fetch(c, 5, LEASE).await.jobs.len(), 1);
+    for i in 0..12 {
+        let id = format!("gone-{i}");
+        c.push(OrderCancel { order_id: i }).id(&id).await.unwrap();
+        c.cancel_in(TOPIC, &id).await.unwrap();
+    }
+    c.push(OrderCancel { order_id: 99 })
+        .id("live")
+        .await
+        .unwrap();
+    let mut leased = Vec::new();
+    for _ in 0..5 {
+        let f = fetch(c, 5, LEASE).await;
+        leased.extend(f.jobs.iter().map(|j| j.lease.id.to_string()));
+        if !leased.is_empty() {
+            break;
+        }
+        assert!(!f.at_capacity, "one slot of two is free: {f:?}");
+    }
+    assert_eq!(leased, ["live"]);
+}

@@ -233,7 +233,7 @@ impl Client {
     }
 
     /// Limits how many jobs of `topic` run at once in all processes together (`None`: no
-    /// limit, the default), from the next fetch on: "never more than 10 calls in flight to the
+    /// limit, the default), from the next fetch on: "at most 10 calls in flight to the
     /// provider, whatever the number of workers". The same limit as a listener's
     /// `#[dq::listener(global_concurrency = 10)]`, which sets it at runtime start; changeable
     /// while workers run (`dq global-concurrency TOPIC 10`). Each process's own `concurrency`
@@ -241,12 +241,16 @@ impl Client {
     ///
     /// Counted by leases in the fetch script: a job counts from its fetch until its run's end
     /// is written (ack, retry, dead letter), and the slot of a worker killed mid-run comes back
-    /// when its lease is reclaimed (one lease time at most): never a leaked permit. A worker at
-    /// the limit fetches again when one of its own jobs ends, or after 10 ms for the ends of
-    /// other processes' jobs. On Redis each shard holds its share, the shares adding up to the
-    /// limit (exact with one shard, the default; with N shards, each at least 1, so a limit
-    /// under N lets up to N run, and a shard without ready jobs leaves its share unused). Zero
-    /// is refused ([`Error::InvalidPush`](crate::Error::InvalidPush)).
+    /// when its lease is reclaimed (within about one and a half lease times): never a leaked
+    /// permit. As with any job, a worker cut off from Redis past its lease keeps running its
+    /// handler while the job runs again elsewhere, one more in that window. A worker at the
+    /// limit fetches again when one of the topic's jobs ends in its process, or after 10 ms
+    /// (up to 160 ms while the topic stays full) for the ends in other processes. On Redis
+    /// each shard holds its share, the shares adding up to the limit (exact with one shard,
+    /// the default; a shard without ready jobs leaves its share unused); a limit under the
+    /// shard count is refused with [`Error::Config`](crate::Error::Config), each shard needing
+    /// a share of at least 1. Zero is refused
+    /// ([`Error::InvalidPush`](crate::Error::InvalidPush)).
     ///
     /// ```no_run
     /// # async fn f(client: dq_core::Client) -> dq_core::Result<()> {

@@ -303,8 +303,8 @@ pub trait Leases: Sharded {
     /// no limit, the default), counted by leases: [`Leases::fetch`] leases no more than the
     /// leases held allow and says so ([`Fetched::at_capacity`]); a lease ends with its job's
     /// run, or when a dead worker's lease is reclaimed. On Redis each shard holds its share of
-    /// `max`, the shares adding up to `max` (each at least 1: with fewer than the shard count,
-    /// up to one per shard run).
+    /// `max`, the shares adding up to `max`; a `max` under the shard count is refused
+    /// ([`Error::Config`](crate::Error::Config)): each shard needs a share of at least 1.
     async fn set_global_concurrency(&self, topic: &Topic, max: Option<u32>) -> Result<()>;
 
     /// The limit [`set_global_concurrency`](Leases::set_global_concurrency) recorded for

@@ -135,8 +135,10 @@ if share and running + n > share then
   n = math.max(share - running, 0)
   capped = 1
 end
-local function at_capacity()
-  if capped == 1 and left > 0 then return 1 end
+-- At capacity when the cap bit: the fetch took all the room allowed and more are ready (a batch
+-- of stale entries that left the room unused is not a full topic).
+local function at_capacity(taken)
+  if capped == 1 and taken >= n and left > 0 then return 1 end
   return 0
 end
 for _ = 1, n > 0 and 10 or 0 do
@@ -169,7 +171,7 @@ if stale > 0 then
     ring(string.sub(ready, 1, #ready - #topic - 6), topic)
   end
 end
-if #ids == 0 and #back == 0 then return {fmt(now_us()), '0', 0, throttled(), at_capacity()} end
+if #ids == 0 and #back == 0 then return {fmt(now_us()), '0', 0, throttled(), at_capacity(0)} end
 proceed_when_full(leases) -- leasing moves jobs (ready to inflight): allowed when Redis is full
 local now = now_us()
 -- ':next' cannot be a member: every member has a topic before its colon. A token is never
@@ -187,7 +189,7 @@ if counter[2] then
 else
   redis.call('HSET', leases, ':next', token, ':table', LEASES_AS_TABLE)
 end
-local out = {fmt(now), token, 0, throttled(), at_capacity()}
+local out = {fmt(now), token, 0, throttled(), at_capacity(#ids)}
 local deadline = fmt(now + lease_us)
 local held, deadlines = {}, {}
 -- Taken back from a lost fetch: leased again to this one, first in line; no run counted.

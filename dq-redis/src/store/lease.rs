@@ -440,6 +440,15 @@ impl Leases for RedisStore {
     async fn set_global_concurrency(&self, topic: &Topic, max: Option<u32>) -> Result<()> {
         let field = format!("{topic}:running");
         let shards = self.shards.len() as u32;
+        if let Some(max) = max.filter(|max| *max < shards) {
+            return Err(dq_core::Error::Config {
+                key: "global_concurrency",
+                value: max.to_string(),
+                reason: format!(
+                    "topic {topic:?}: the namespace has {shards} shards, each holding a share of the limit of at least 1 (a share of 0 would never run its shard's jobs), so {shards} could run at once; give a limit of at least {shards}, or use a namespace of fewer shards (DQ_SHARDS) for this topic"
+                ),
+            });
+        }
         for (i, k) in (0u32..).zip(&self.shards) {
             let cmd = match max {
                 Some(max) => redis::cmd("HSET")
@@ -506,8 +515,9 @@ fn named_leases(chunk: &[&LeaseRef], members: Vec<String>) -> Vec<LeaseRef> {
 }
 
 /// Shard `i`'s share of a global concurrency of `max` over `shards` shards: the shares add up
-/// to `max` (the first `max % shards` shards hold one more), each at least 1 (a limit under the
-/// shard count lets one job per shard run: a share of 0 would never run the shard's jobs).
+/// to `max` (the first `max % shards` shards hold one more). `max` is at least the shard count
+/// (`set_global_concurrency` refuses less: a share of 0 would never run the shard's jobs), so
+/// each share is at least 1.
 fn concurrency_share(max: u32, shards: u32, i: u32) -> u32 {
     let shards = shards.max(1);
     (max / shards + u32::from(i < max % shards)).max(1)
@@ -527,6 +537,6 @@ mod tests {
         assert_eq!(shares(10, 1), [10]);
         assert_eq!(shares(10, 3), [4, 3, 3]);
         assert_eq!(shares(256, 16).iter().sum::<u32>(), 256);
-        assert_eq!(shares(2, 4), [1, 1, 1, 1]);
+        assert_eq!(shares(4, 4), [1, 1, 1, 1]);
     }
 }
