@@ -36,6 +36,7 @@ pub(crate) const ALL: &[&str] = &[
     "redis-stall",
     "maxmemory-long",
     "replica-demote",
+    "flow-limits",
 ];
 
 /// The longest acceptable wait, after a silent network is back, for the next job to finish.
@@ -97,6 +98,7 @@ async fn run_until_drained(name: &str, full: bool, seed: u64) -> anyhow::Result<
         "redis-stall" => crate::bad_states::redis_stall(full, seed).await,
         "maxmemory-long" => crate::bad_states::maxmemory_long(full, seed).await,
         "replica-demote" => crate::bad_states::replica_demote(full, seed).await,
+        "flow-limits" => flow_limits(full, seed).await,
         other => anyhow::bail!("unknown scenario {other:?}; the scenarios are {ALL:?}"),
     }
 }
@@ -157,6 +159,9 @@ fn own_failures(
             ));
         }
         extra.insert("exit_ms_max".into(), json!(h.exit_ms.iter().max()));
+    }
+    if name == "flow-limits" {
+        flow_limits_held(h, extra, failures);
     }
     if name == "replica-demote" {
         // Once a master again, the workers must run jobs within seconds.
@@ -244,6 +249,87 @@ async fn stop_and_restart(
     }
     let pushes = finish(&mut h, producer).await?;
     Ok((h, pushes, Default::default()))
+}
+
+/// The flow-limits scenario's limits on the topic: at most this many running at once in all
+/// workers together, and this rate.
+const FLOW_GLOBAL: u32 = 8;
+const FLOW_RATE: &str = "100/1s";
+
+/// SIGKILL of a random worker every 1-3 s (short: 0.5-1.5 s), restarted at once, while the
+/// topic has a global concurrency of 8 and a rate of 100/1s (issue 33, item 6): from the
+/// ledger (each finished run's start and end), never more than 8 handlers at once, never more
+/// starts in one second than the rate allows and one burst, and nothing lost. (The runs cut by
+/// a kill are not in the ledger: they only held slots, which the limit counted until their
+/// leases were reclaimed.)
+async fn flow_limits(full: bool, seed: u64) -> anyhow::Result<Outcome> {
+    let (n, stops) = if full { (6_000, 30) } else { (500, 5) };
+    let every = if full { (1_000, 3_000) } else { (500, 1_500) };
+    let mut h = Harness::start("flow-limits", PLAIN, worker(full), seed).await?;
+    let rate: dq::Rate = FLOW_RATE.parse()?;
+    h.client.set_rate(crate::TOPIC, Some(rate)).await?;
+    h.client
+        .set_global_concurrency(crate::TOPIC, Some(FLOW_GLOBAL))
+        .await?;
+    // Pushed over the time the rate needs to run them, so that the limits bind throughout.
+    let window = Duration::from_secs_f64(n as f64 / 100.0);
+    let (_, producer) = load(&mut h, 3, plan(n, window), seed).await?;
+    for _ in 0..stops {
+        let wait = h.rng.range(every.0, every.1);
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        let slot = h.rng.range(0, 2) as usize;
+        h.kill_and_restart(slot)?;
+    }
+    let pushes = finish(&mut h, producer).await?;
+    Ok((h, pushes, Default::default()))
+}
+
+/// What the ledger of flow-limits says of its limits: the most handlers running at once (a
+/// sweep over the runs' starts and ends), and the most starts in any one second, against what
+/// the rate allows there and one burst (the starts are read in the handlers, a little after
+/// their leases, on which the rate is enforced).
+fn flow_limits_held(
+    h: &Harness,
+    extra: &mut serde_json::Map<String, Value>,
+    failures: &mut Vec<String>,
+) {
+    let mut edges: Vec<(u64, i64)> = Vec::new();
+    for r in &h.ledger.runs {
+        edges.push((r.start_us, 1));
+        edges.push((r.end_us, -1));
+    }
+    // An end before a start at the same instant: a slot handed on is not two at once.
+    edges.sort();
+    let (mut now, mut most_running) = (0i64, 0i64);
+    for (_, d) in &edges {
+        now += d;
+        most_running = most_running.max(now);
+    }
+    let mut starts: Vec<u64> = h.ledger.runs.iter().map(|r| r.start_us).collect();
+    starts.sort_unstable();
+    let (mut lo, mut most_started) = (0, 0);
+    for hi in 0..starts.len() {
+        while starts[hi] - starts[lo] >= 1_000_000 {
+            lo += 1;
+        }
+        most_started = most_started.max(hi - lo + 1);
+    }
+    let rate: dq::Rate = FLOW_RATE.parse().unwrap_or_else(|_| unreachable!());
+    let allowed = rate.most_in_one_period() + rate.burst();
+    if most_running > i64::from(FLOW_GLOBAL) {
+        failures.push(format!(
+            "{most_running} handlers ran at once, over the global concurrency of {FLOW_GLOBAL}"
+        ));
+    }
+    if most_started as u64 > allowed {
+        failures.push(format!(
+            "{most_started} jobs started within one second, over the {allowed} the rate {FLOW_RATE} allows with one burst"
+        ));
+    }
+    extra.insert("most_running".into(), json!(most_running));
+    extra.insert("global_concurrency".into(), json!(FLOW_GLOBAL));
+    extra.insert("most_started_in_1s".into(), json!(most_started));
+    extra.insert("rate_allows_in_1s".into(), json!(allowed));
 }
 
 /// `CLIENT KILL TYPE normal` every second: every connection of the workers and the producer

@@ -229,3 +229,17 @@ fn a_redis_demoted_to_a_replica_and_promoted_again_loses_nothing() {
     assert_eq!(r["lost"], 0);
     assert!(r["readonly_logged"].as_u64() > Some(0), "{r}");
 }
+
+/// Issue 33, item 6: a global concurrency and a rate hold while workers are killed with
+/// SIGKILL, and nothing is lost.
+#[test]
+fn flow_limits_hold_through_worker_sigkills_and_lose_nothing() {
+    let r = assert_ok("flow-limits");
+    assert_eq!(r["lost"], 0);
+    assert!(r["most_running"].as_u64().unwrap() <= 8, "{r}");
+    assert!(
+        r["most_running"].as_u64().unwrap() >= 2,
+        "the limit was reached: {r}"
+    );
+    assert_eq!(r["faults"]["worker SIGKILL"], 5);
+}

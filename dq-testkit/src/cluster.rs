@@ -157,26 +157,36 @@ fn port_of(line: &str) -> Option<u16> {
 
 /// A server in cluster mode, with a bus port of its own.
 fn start_node() -> RedisServer {
-    let bus = free_port().expect("a free port for the cluster bus");
-    let bus = bus.to_string();
-    RedisServer::start_with(&[
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--cluster-enabled",
-        "yes",
-        "--cluster-config-file",
-        "nodes.conf",
-        "--cluster-node-timeout",
-        "2000",
-        "--cluster-port",
-        &bus,
-        // Replicas sync at once instead of after the default 5 s (a replica that has
-        // not synced yet cannot take over from its master).
-        "--repl-diskless-sync-delay",
-        "0",
-    ])
+    // A fresh bus port at each try: one taken by another test's server between its choice
+    // and the node's start fails the start ("Address already in use"), and would fail every
+    // retry with the same port.
+    let mut last_error = String::new();
+    for _ in 0..5 {
+        let bus = free_port().expect("a free port for the cluster bus");
+        let bus = bus.to_string();
+        match RedisServer::try_start(&[
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "2000",
+            "--cluster-port",
+            &bus,
+            // Replicas sync at once instead of after the default 5 s (a replica that has
+            // not synced yet cannot take over from its master).
+            "--repl-diskless-sync-delay",
+            "0",
+        ]) {
+            Ok(node) => return node,
+            Err(e) => last_error = e,
+        }
+    }
+    panic!("could not start a cluster node: {last_error}");
 }
 
 /// One or two masters: each is given its share of the slots and meets the first.

@@ -39,7 +39,7 @@ impl RedisServer {
         panic!("could not start redis-server: {last_error}");
     }
 
-    fn try_start(args: &[&str]) -> Result<RedisServer, String> {
+    pub(crate) fn try_start(args: &[&str]) -> Result<RedisServer, String> {
         RedisServer::try_start_binary("redis-server", args)
     }
 
