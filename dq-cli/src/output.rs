@@ -173,5 +173,7 @@ pub(crate) fn stats_json(
         "rate": s.rate.map(|r| r.to_string()),
         // The most of its jobs running at once in all processes (`dq global-concurrency`).
         "global_concurrency": s.global_concurrency,
+        // When a handler's hold (Outcome::RateLimited) in force ends, null when none is.
+        "held_until_ms": s.held_until.map(ms),
     })
 }

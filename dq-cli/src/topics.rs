@@ -85,7 +85,15 @@ fn stats_row(topic: &str, s: &TopicStats, hour: &Throughput, now: SystemTime) ->
         s.counts.dead.to_string(),
         s.counts.done.to_string(),
         bound,
-        s.rate.map_or("-".into(), |r| r.to_string()),
+        match (s.rate, s.held_until) {
+            (rate, Some(end)) => format!(
+                "{} (held {})",
+                rate.map_or("-".into(), |r| r.to_string()),
+                until(end)
+            ),
+            (Some(r), None) => r.to_string(),
+            (None, None) => "-".into(),
+        },
         s.global_concurrency
             .map_or("-".into(), |max| format!("{}/{max}", s.counts.running)),
         s.oldest_ready_due

@@ -30,6 +30,9 @@ pub struct TopicStats {
     /// ([`Client::set_global_concurrency`](crate::Client::set_global_concurrency)), filled in
     /// as `max_pending` is.
     pub global_concurrency: Option<u32>,
+    /// When the hold a handler asked for (`Outcome::RateLimited`) ends, while one is in force:
+    /// no job of the topic starts before. Filled in as `max_pending` is.
+    pub held_until: Option<SystemTime>,
 }
 
 /// One page of a listing; pass `next` back to get the following page.

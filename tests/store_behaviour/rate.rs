@@ -123,11 +123,22 @@ pub(crate) async fn a_hold_stops_every_fetch_of_its_topic_until_it_ends(kind: Ki
         wait > Duration::from_millis(200) && wait <= Duration::from_millis(300),
         "{wait:?}"
     );
-    // Another topic is not held.
+    // Another topic is not held; the held one says until when.
     assert_eq!(fetch(c, "other", 5).await.jobs.len(), 1);
+    let until = c.stats(TOPIC).await.unwrap().held_until.expect("held");
+    let left = until
+        .duration_since(std::time::SystemTime::now())
+        .unwrap_or_default();
+    assert!(left <= Duration::from_millis(300), "{left:?}");
+    assert_eq!(c.stats("other").await.unwrap().held_until, None);
     tokio::time::sleep(wait).await;
     let after = fetch(c, TOPIC, 5).await;
     assert_eq!((after.jobs.len(), after.throttled), (3, None));
+    assert_eq!(
+        c.stats(TOPIC).await.unwrap().held_until,
+        None,
+        "the hold is over"
+    );
 }
 
 /// Issue 33 review (helper-28, finding 2): every runtime start declares its listener's rate,

@@ -238,6 +238,9 @@ impl Leases for Faulty {
     async fn global_concurrency(&self, topic: &Topic) -> dq::Result<Option<u32>> {
         self.inner.global_concurrency(topic).await
     }
+    async fn hold_ends_us(&self, topic: &Topic) -> dq::Result<Option<u64>> {
+        self.inner.hold_ends_us(topic).await
+    }
     async fn hold(&self, topic: &Topic, duration: Duration) -> dq::Result<()> {
         self.inner.hold(topic, duration).await
     }

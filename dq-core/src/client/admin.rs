@@ -19,18 +19,20 @@ impl Client {
 
     /// A topic's counts, the due time of its oldest ready job (how far behind the workers
     /// are), its next due time, whether it is paused, and its limits (`max_pending`, `rate`,
-    /// `global_concurrency`).
+    /// `global_concurrency`, and a handler's hold in force).
     pub async fn stats(&self, topic: &str) -> Result<TopicStats> {
         let topic = Topic::new(topic)?;
-        let (mut stats, max_pending, rate, global) = tokio::try_join!(
+        let (mut stats, max_pending, rate, global, hold) = tokio::try_join!(
             self.store.stats(&topic),
             self.store.max_pending(&topic),
             self.store.rate(&topic),
-            self.store.global_concurrency(&topic)
+            self.store.global_concurrency(&topic),
+            self.store.hold_ends_us(&topic)
         )?;
         stats.max_pending = max_pending;
         stats.rate = rate;
         stats.global_concurrency = global;
+        stats.held_until = hold.map(from_us);
         Ok(stats)
     }
 

@@ -299,6 +299,10 @@ pub trait Leases: Sharded {
     /// after"), whether or not the topic has a rate. A hold that ends later already stays.
     async fn hold(&self, topic: &Topic, duration: Duration) -> Result<()>;
 
+    /// When the hold of `topic` ([`Leases::hold`]) in force ends, in microseconds of the
+    /// store's clock (the latest over the shards); `None` when none is in force.
+    async fn hold_ends_us(&self, topic: &Topic) -> Result<Option<u64>>;
+
     /// Limits how many jobs of `topic` run at once in all processes together to `max` (`None`:
     /// no limit, the default), counted by leases: [`Leases::fetch`] leases no more than the
     /// leases held allow and says so ([`Fetched::at_capacity`]); a lease ends with its job's

@@ -464,6 +464,23 @@ impl Leases for RedisStore {
         Ok(())
     }
 
+    async fn hold_ends_us(&self, topic: &Topic) -> Result<Option<u64>> {
+        let now = self.time_us().await?;
+        let mut latest: Option<u64> = None;
+        for k in &self.shards {
+            let cmd = redis::cmd("HGET")
+                .arg(k.limits())
+                .arg(format!("{topic}:hold"))
+                .to_owned();
+            let raw: Option<String> = self.query("read a topic's hold", &cmd).await?;
+            let end = raw
+                .and_then(|r| r.parse::<u64>().ok())
+                .filter(|end| *end > now);
+            latest = latest.max(end);
+        }
+        Ok(latest)
+    }
+
     async fn hold(&self, topic: &Topic, duration: Duration) -> Result<()> {
         for shard in 0..self.shards() {
             let mut inv = SCRIPTS.hold.prepare_invoke();

@@ -60,6 +60,11 @@ fn summary(v: &TopicView<'_>) -> Markup {
                     strong { (stats.counts.running) } " of at most " (max)
                 }
             }
+            @if let Some(end) = stats.held_until {
+                " " span.badge.held title="a handler met its provider's rate limit (Outcome::RateLimited): no job of the topic starts before the hold ends" {
+                    "held: starts again " (relative(end, now))
+                }
+            }
             @if let Some(rate) = stats.rate {
                 " · rate " span.rate title="jobs started per period, in all worker processes together" {
                     strong { (rate) } " (one every " (format!("{:?}", rate.interval())) ")"

@@ -42,6 +42,7 @@ impl Admin for MemoryStore {
             max_pending: s.max_pending.get(topic).copied(),
             rate: s.rates.get(topic).copied(),
             global_concurrency: s.global_concurrency.get(topic).copied(),
+            held_until: None, // the client asks `hold_ends_us`
         })
     }
 

@@ -447,6 +447,15 @@ impl Leases for MemoryStore {
         Ok(lock(&self.state).global_concurrency.get(topic).copied())
     }
 
+    async fn hold_ends_us(&self, topic: &Topic) -> Result<Option<u64>> {
+        let now = self.now_us();
+        let s = lock(&self.state);
+        Ok(s.throttles
+            .get(topic)
+            .map(|t| t.hold_us)
+            .filter(|end| *end > now))
+    }
+
     async fn hold(&self, topic: &Topic, duration: Duration) -> Result<()> {
         let now = self.now_us();
         lock(&self.state)
