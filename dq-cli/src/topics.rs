@@ -168,18 +168,7 @@ pub(crate) async fn max_pending(
             report(json, json!({ "topic": topic, "max_pending": max }), &said);
             return Ok(());
         }
-        Some("off") => None,
-        Some(text) => match text.parse::<u64>() {
-            Ok(n) if n > 0 => Some(n),
-            _ => {
-                return Err(Exit(
-                    2,
-                    format!(
-                        "max-pending takes a number of jobs of at least 1, or `off`; got {text:?}"
-                    ),
-                ))
-            }
-        },
+        Some(text) => at_least_one_or_off("max-pending", text)?,
     };
     client.set_max_pending(topic, set).await?;
     let said = match set {
@@ -239,19 +228,14 @@ pub(crate) async fn global_concurrency(
     let set = match max {
         None => {
             let max = client.global_concurrency(topic).await?;
-            report(json, json!({ "topic": topic, "global_concurrency": max }), &said(max));
+            report(
+                json,
+                json!({ "topic": topic, "global_concurrency": max }),
+                &said(max),
+            );
             return Ok(());
         }
-        Some("off") => None,
-        Some(text) => match text.parse::<u32>() {
-            Ok(n) if n > 0 => Some(n),
-            _ => {
-                return Err(Exit(
-                    2,
-                    format!("global-concurrency takes a number of jobs of at least 1, or `off`; got {text:?}"),
-                ))
-            }
-        },
+        Some(text) => at_least_one_or_off("global-concurrency", text)?,
     };
     client.set_global_concurrency(topic, set).await?;
     report(
@@ -268,4 +252,21 @@ pub(crate) async fn resume(client: &Client, topic: &str, json: bool) -> Result<(
     let said = format!("{topic} resumed");
     report(json, json!({ "resumed": topic }), &said);
     Ok(())
+}
+
+/// A command's number of jobs, at least 1, or `off` (`None`): exit 2 for anything else.
+fn at_least_one_or_off<T: std::str::FromStr + PartialOrd + From<u8>>(
+    command: &str,
+    text: &str,
+) -> Result<Option<T>, Exit> {
+    if text == "off" {
+        return Ok(None);
+    }
+    match text.parse::<T>() {
+        Ok(n) if n >= T::from(1) => Ok(Some(n)),
+        _ => Err(Exit(
+            2,
+            format!("{command} takes a number of jobs of at least 1, or `off`; got {text:?}"),
+        )),
+    }
 }

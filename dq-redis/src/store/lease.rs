@@ -340,19 +340,11 @@ impl Leases for RedisStore {
     }
 
     async fn max_pending(&self, topic: &Topic) -> Result<Option<u64>> {
-        let cmd = redis::cmd("HGET")
-            .arg(self.keys(0).limits())
-            .arg(format!("{topic}:max_pending"))
-            .to_owned();
-        let raw: Option<String> = self.query("read a topic's max_pending", &cmd).await?;
-        let Some(raw) = raw else { return Ok(None) };
-        let bound = raw
-            .split_once(':')
-            .and_then(|(_, bound)| bound.parse().ok());
-        bound.map(Some).ok_or_else(|| dq_core::Error::Malformed {
-            location: format!("{} field {topic}:max_pending", self.keys(0).limits()),
-            reason: format!("{raw:?} is not <share>:<bound>"),
+        self.read_limit(topic, "max_pending", "<share>:<bound>", |raw| {
+            raw.split_once(':')
+                .and_then(|(_, bound)| bound.parse().ok())
         })
+        .await
     }
 
     async fn set_max_pending(&self, topic: &Topic, max: Option<u64>) -> Result<()> {
@@ -373,17 +365,13 @@ impl Leases for RedisStore {
     }
 
     async fn rate(&self, topic: &Topic) -> Result<Option<Rate>> {
-        let cmd = redis::cmd("HGET")
-            .arg(self.keys(0).limits())
-            .arg(format!("{topic}:rate"))
-            .to_owned();
-        let raw: Option<String> = self.query("read a topic's rate", &cmd).await?;
-        let Some(raw) = raw else { return Ok(None) };
-        let rate = raw.splitn(3, ':').nth(2).and_then(|r| r.parse().ok());
-        rate.map(Some).ok_or_else(|| dq_core::Error::Malformed {
-            location: format!("{} field {topic}:rate", self.keys(0).limits()),
-            reason: format!("{raw:?} is not <interval>:<tolerance>:<count>/<period>"),
-        })
+        self.read_limit(
+            topic,
+            "rate",
+            "<interval>:<tolerance>:<count>/<period>",
+            |raw| raw.splitn(3, ':').nth(2).and_then(|r| r.parse().ok()),
+        )
+        .await
     }
 
     async fn set_rate(&self, topic: &Topic, rate: Option<Rate>) -> Result<()> {
@@ -420,21 +408,11 @@ impl Leases for RedisStore {
     }
 
     async fn global_concurrency(&self, topic: &Topic) -> Result<Option<u32>> {
-        let cmd = redis::cmd("HGET")
-            .arg(self.keys(0).limits())
-            .arg(format!("{topic}:running"))
-            .to_owned();
-        let raw: Option<String> = self
-            .query("read a topic's global concurrency", &cmd)
-            .await?;
-        let Some(raw) = raw else { return Ok(None) };
-        let limit = raw
-            .split_once(':')
-            .and_then(|(_, limit)| limit.parse().ok());
-        limit.map(Some).ok_or_else(|| dq_core::Error::Malformed {
-            location: format!("{} field {topic}:running", self.keys(0).limits()),
-            reason: format!("{raw:?} is not <share>:<limit>"),
+        self.read_limit(topic, "running", "<share>:<limit>", |raw| {
+            raw.split_once(':')
+                .and_then(|(_, limit)| limit.parse().ok())
         })
+        .await
     }
 
     async fn set_global_concurrency(&self, topic: &Topic, max: Option<u32>) -> Result<()> {
@@ -529,6 +507,31 @@ fn named_leases(chunk: &[&LeaseRef], members: Vec<String>) -> Vec<LeaseRef> {
         .filter_map(|m| chunk.iter().find(|l| member(&l.topic, &l.id) == m))
         .map(|l| (*l).clone())
         .collect()
+}
+
+impl RedisStore {
+    /// The `limits` field `<topic>:<name>` as shard 0 holds it (every shard holds the same
+    /// setting, with its own share), read by `parse`; a value that does not read is
+    /// `Error::Malformed`, naming the key, the field and the `form` it should have.
+    async fn read_limit<T>(
+        &self,
+        topic: &Topic,
+        name: &str,
+        form: &str,
+        parse: impl Fn(&str) -> Option<T>,
+    ) -> Result<Option<T>> {
+        let key = self.keys(0).limits();
+        let field = format!("{topic}:{name}");
+        let cmd = redis::cmd("HGET").arg(&key).arg(&field).to_owned();
+        let raw: Option<String> = self.query("read a topic's limits", &cmd).await?;
+        let Some(raw) = raw else { return Ok(None) };
+        parse(&raw)
+            .map(Some)
+            .ok_or_else(|| dq_core::Error::Malformed {
+                location: format!("{key} field {field}"),
+                reason: format!("{raw:?} is not {form}"),
+            })
+    }
 }
 
 /// Shard `i`'s share of a global concurrency of `max` over `shards` shards: the shares add up
