@@ -383,8 +383,8 @@ async fn a_throttled_fetch_that_empties_its_ready_list_while_its_slot_migrates_l
     let (source, target, slot) = shard_zero_and_another_master(&cluster);
     // Every key the fetch names exists on the old node, so Redis runs it: the paused set,
     // the events (the topic's stream too), a delayed job, a running job with a cancel asked,
-    // the consumer's record of its last fetch, the topic's generations (a replaced ready job)
-    // and its limits (the rate).
+    // the consumer's record of its last fetch, the topic's generations (a replaced ready job),
+    // its limits (the rate) and its ranked set (a job of priority -1, which waits behind `a`).
     c.pause("other").await.unwrap();
     s.set_events(&topic("slow"), Some(100)).await.unwrap();
     c.push_to("keep", &0)
@@ -404,6 +404,7 @@ async fn a_throttled_fetch_that_empties_its_ready_list_while_its_slot_migrates_l
         .unwrap();
     c.push_to("slow", &0).id("a").await.unwrap();
     c.push_to("slow", &1).id("a").replace().await.unwrap();
+    c.push_to("slow", &2).id("low").priority(-1).await.unwrap();
     begin_migration(source, target, &slot);
     // One job may start (the burst): the fetch takes it and empties the list.
     let during = s

@@ -616,8 +616,13 @@ async fn polling_mode_runs_jobs_without_blocking_commands() {
     rec.wait_for(1, "the job").await;
     let clients = redis.command(&["CLIENT", "LIST"]);
     assert!(
-        !clients.contains("cmd=blmove"),
-        "no BLMOVE in polling mode: {clients}"
+        !clients.contains("cmd=blmove") && !clients.contains("cmd=blpop"),
+        "no blocking command in polling mode: {clients}"
+    );
+    let channels = redis.command(&["PUBSUB", "CHANNELS", "*ready*"]);
+    assert!(
+        !channels.contains("ready"),
+        "no ready-job subscription in polling mode: {channels}"
     );
     rt.shutdown().await.unwrap();
 }

@@ -28,6 +28,8 @@ mod events;
 mod history;
 #[path = "store_behaviour/leases.rs"]
 mod leases;
+#[path = "store_behaviour/priorities.rs"]
+mod priorities;
 #[path = "store_behaviour/progress.rs"]
 mod progress;
 #[path = "store_behaviour/push.rs"]
@@ -123,6 +125,15 @@ macro_rules! on_every_store {
 }
 
 on_every_store!(
+    priorities: [
+        higher_priorities_run_first_and_one_priority_in_push_order,
+        a_fetch_from_the_list_leaves_the_lower_priorities_waiting,
+        a_job_that_waited_keeps_its_priority_when_it_becomes_due,
+        released_and_reclaimed_jobs_go_back_first_of_their_priority,
+        retried_and_requeued_jobs_keep_their_priority,
+        ranked_ready_jobs_are_listed_counted_cancelled_and_replaced_in_fetch_order,
+        a_priority_outside_the_range_is_refused_and_nothing_stored,
+    ],
     push: [
         pushed_job_is_delayed_with_its_payload_and_due_time,
         push_without_id_generates_unique_ids,

@@ -672,6 +672,7 @@ async fn only_a_job_with_a_trace_context_is_stored_in_envelope_format_3() {
         unique_for: None,
         fence: None,
         trace: Some(trace.to_owned()),
+        priority: 0,
         payload: b"{}".to_vec(),
     };
     s.push(vec![job], dq::push::OnConflict::Keep).await.unwrap();

@@ -439,3 +439,28 @@ async fn a_listeners_global_concurrency_holds_in_tests() {
     assert_eq!(active.lock().unwrap().1, 1, "one at a time");
     rt.shutdown().await;
 }
+
+/// Priorities on the virtual clock: jobs due at the same time run highest first, and within a
+/// priority in the order they were pushed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_due_together_run_highest_priority_first_in_tests() {
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    let r = ran.clone();
+    let listener = Listener::new("mail", move |m: Reminder, _: JobContext| {
+        let r = r.clone();
+        async move { r.lock().unwrap().push(m.ride) }
+    })
+    .concurrency(1);
+    let rt = only(listener).await;
+    for (ride, priority) in [(1, 0), (2, -5), (3, 5), (4, 0), (5, 5)] {
+        rt.client()
+            .push_to("mail", &Reminder { ride })
+            .delay(Duration::from_secs(60))
+            .priority(priority)
+            .await
+            .unwrap();
+    }
+    rt.advance(Duration::from_secs(61)).await;
+    assert_eq!(*ran.lock().unwrap(), [3, 5, 1, 4, 2]);
+    rt.shutdown().await;
+}

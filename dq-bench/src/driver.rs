@@ -29,6 +29,20 @@ pub(crate) static MAX_PENDING: std::sync::atomic::AtomicU64 = std::sync::atomic:
 pub(crate) static GLOBAL_CONCURRENCY: std::sync::atomic::AtomicU32 =
     std::sync::atomic::AtomicU32::new(0);
 
+/// Whether a burst's jobs have priorities (`--priorities`): job i gets (i mod 21) - 10, every
+/// level from -10 to 10, so 20 jobs in 21 wait in the topic's ranked set.
+pub(crate) static PRIORITIES: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// The priority of burst job i (0 without `--priorities`).
+fn priority_of(i: usize) -> i8 {
+    if PRIORITIES.load(std::sync::atomic::Ordering::Relaxed) {
+        i8::try_from(i % 21).unwrap_or(0) - 10
+    } else {
+        0
+    }
+}
+
 /// Whether the workers' topics have their job events on (`--events`).
 pub(crate) static EVENTS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
@@ -412,6 +426,7 @@ async fn burst(client: &Client, n: usize, mode: &str) -> anyhow::Result<Pushes> 
             .push_to(&topic_of(i), &payload(i as u64))
             .id(i.to_string())
             .at(at(d))
+            .priority(priority_of(i))
     };
     match mode {
         "seq" => {

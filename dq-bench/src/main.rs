@@ -89,6 +89,10 @@ struct Cli {
     /// every fetch, and of waiting for room when the workers' own concurrency is higher.
     #[arg(long)]
     global_concurrency: Option<u32>,
+    /// Give a burst's job i the priority (i mod 21) - 10 (`PushBuilder::priority`): every level
+    /// from -10 to 10, 20 jobs in 21 in the topic's ranked set, the cost of priorities.
+    #[arg(long)]
+    priorities: bool,
     /// Pin every redis-server to these CPUs (e.g. `1` or `2,3`) and this program and its worker
     /// processes to the others, so that Redis has cores of its own (Linux `taskset`).
     #[arg(long, value_delimiter = ',')]
@@ -184,6 +188,7 @@ fn main() -> anyhow::Result<()> {
             driver::TOPICS.store(cli.topics.max(1), std::sync::atomic::Ordering::Relaxed);
             driver::RETAIN.store(cli.retain, std::sync::atomic::Ordering::Relaxed);
             driver::EVENTS.store(cli.events, std::sync::atomic::Ordering::Relaxed);
+            driver::PRIORITIES.store(cli.priorities, std::sync::atomic::Ordering::Relaxed);
             driver::MAX_PENDING.store(
                 cli.max_pending.unwrap_or(0),
                 std::sync::atomic::Ordering::Relaxed,

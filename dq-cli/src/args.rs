@@ -258,6 +258,17 @@ pub(crate) struct PushArgs {
     /// more than 0s; default: a pending job of this id is kept as it is).
     #[arg(long, value_parser = duration, requires = "id", conflicts_with = "delay")]
     pub(crate) debounce: Option<Duration>,
+    /// Run before the topic's ready jobs of a lower priority: -10 to 10, higher first
+    /// (default 0).
+    #[arg(
+        long,
+        default_value_t = 0,
+        allow_negative_numbers = true,
+        value_parser = clap::value_parser!(i8).range(
+            i64::from(dq::limits::MIN_PRIORITY)..=i64::from(dq::limits::MAX_PRIORITY)
+        )
+    )]
+    pub(crate) priority: i8,
 }
 
 // `dq web`.

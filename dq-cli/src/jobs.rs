@@ -43,12 +43,14 @@ pub(crate) async fn list(client: &Client, args: JobsArgs, json: bool) -> Result<
         vec![
             j.id.to_string(),
             j.state.as_str().to_owned(),
+            j.priority.to_string(),
             format!("{}/{}", j.attempt, j.max_attempts),
             until(j.due),
             j.last_error.clone().unwrap_or_default(),
         ]
     };
-    let headers = ["ID", "STATE", "ATTEMPT", "DUE", "LAST ERROR"];
+    // Ready jobs are listed in the order they run: by priority, then in the order they came.
+    let headers = ["ID", "STATE", "PRIORITY", "ATTEMPT", "DUE", "LAST ERROR"];
     print_page(json, &page, &headers, row, &next);
     Ok(())
 }
@@ -78,6 +80,7 @@ fn job_fields(job: &JobInfo) -> Vec<Vec<String>> {
         vec!["topic".into(), job.topic.to_string()],
         vec!["id".into(), job.id.to_string()],
         vec!["state".into(), job.state.as_str().into()],
+        vec!["priority".into(), job.priority.to_string()],
         vec![
             "attempt".into(),
             format!("{} of {}", job.attempt, job.max_attempts),
@@ -96,7 +99,7 @@ fn job_fields(job: &JobInfo) -> Vec<Vec<String>> {
     if job.state == JobState::Done {
         let succeeded = job.state_since_or_until.map_or_else(|| "-".into(), ago);
         // After `pushed`, and the result last, under the payload.
-        rows.insert(6, vec!["succeeded".into(), succeeded]);
+        rows.insert(7, vec!["succeeded".into(), succeeded]);
         rows.push(vec!["result".into(), result_pretty(job)]);
     }
     if let Some(progress) = &job.progress {

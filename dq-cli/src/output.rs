@@ -137,6 +137,7 @@ pub(crate) fn job_json(j: &dq::JobInfo) -> Value {
         "state": j.state.as_str(),
         "attempt": j.attempt,
         "max_attempts": j.max_attempts,
+        "priority": j.priority,
         "due_ms": ms(j.due),
         "created_ms": ms(j.created),
         "state_time_ms": j.state_since_or_until.map(ms),

@@ -14,7 +14,8 @@ pub(crate) async fn push(client: &Client, args: PushArgs, json: bool) -> Result<
     let payload = read_payload(&args.payload)?;
     let mut push = client
         .push_json(&args.topic, payload)
-        .max_retries(args.retries);
+        .max_retries(args.retries)
+        .priority(args.priority);
     if let Some(id) = args.id {
         push = push.id(id);
     }

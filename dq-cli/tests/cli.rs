@@ -239,6 +239,38 @@ async fn push_then_show_and_an_unknown_job_exits_3() {
 }
 
 #[tokio::test]
+async fn push_with_a_priority_runs_first_and_shows_it() {
+    let redis = RedisServer::start();
+    ok(&dq(&redis, &["push", "t", "{}", "--id", "plain"]));
+    ok(&dq(
+        &redis,
+        &["push", "t", "{}", "--id", "later", "--priority", "-3"],
+    ));
+    ok(&dq(
+        &redis,
+        &["push", "t", "{}", "--id", "first", "--priority", "7"],
+    ));
+    let listed = json(&dq(&redis, &["jobs", "t", "--state", "ready", "--json"]));
+    let order: Vec<(String, i64)> = listed["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| {
+            (
+                j["id"].as_str().unwrap().into(),
+                j["priority"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    let expected = [("first", 7), ("plain", 0), ("later", -3)].map(|(id, p)| (id.into(), p));
+    assert_eq!(order, expected, "listed in the order they run");
+    let table = ok(&dq(&redis, &["show", "t", "first"]));
+    assert!(table.contains("priority") && table.contains('7'), "{table}");
+    let said = fails(&redis, &["push", "t", "{}", "--priority", "11"], 2);
+    assert!(said.contains("11"), "{said}");
+}
+
+#[tokio::test]
 async fn a_done_job_shows_its_result_in_show_and_in_jobs_state_done() {
     let redis = RedisServer::start();
     let (c, store) = client_and_store(&redis).await;
@@ -679,8 +711,11 @@ async fn every_command_works_as_the_documented_acl_user() {
     run(&["push", "t", "{}", "--id", "a", "--in", "10m"]);
     run(&["push", "t", "{}", "--id", "b"]);
     run(&["push", "t", "{}", "--id", "u", "--unique-for", "1m"]);
+    // A job with a priority waits in the topic's ranked set (ZADD, ZCOUNT in the listing).
+    run(&["push", "t", "{}", "--id", "r", "--priority", "3"]);
     run(&["stats"]);
     run(&["jobs", "t", "--state", "delayed"]);
+    run(&["jobs", "t", "--state", "ready"]);
     run(&["show", "t", "a"]);
     run(&["reschedule", "t", "a", "--in", "1h"]);
     run(&["cancel", "t", "a"]);

@@ -6,12 +6,14 @@
 //! ```text
 //! 2:<attempt>:<max_attempts>:<created_us>:<due_us>:<error_len>:<error bytes><payload bytes>
 //! 3:<attempt>:<max_attempts>:<created_us>:<due_us>:<error_len>:<trace_len>:<error bytes><trace bytes><payload bytes>
+//! 4:<attempt>:<max_attempts>:<created_us>:<due_us>:<error_len>:<trace_len>:<priority>:<error bytes><trace bytes><payload bytes>
 //! ```
 //!
-//! * `2` or `3` is the format version. Format 3 is written only for a job that carries a trace
-//!   context ([`Envelope::trace`], recorded by a push with the `otel` feature); every other job
-//!   is written as format 2, which the release before format 3 reads, so that a rollback finds
-//!   its jobs. Format 1, which development builds before 0.1.0 wrote, also held a lease token;
+//! * `2`, `3` or `4` is the format version. Each is written only for a job that needs it, so
+//!   that a rollback to the release before finds the jobs it can read: format 4 for a job with a
+//!   priority other than 0 ([`Envelope::priority`]), format 3 for one that carries a trace
+//!   context ([`Envelope::trace`], recorded by a push with the `otel` feature) and no priority,
+//!   and format 2 for every other job, which every release reads. Format 1, which development builds before 0.1.0 wrote, also held a lease token;
 //!   it is refused as unknown (the job is dead-lettered with its raw value kept, never dropped).
 //! * `attempt` counts the runs that ended without success: failed, timed out, or lost with
 //!   their worker (counted when the lease is reclaimed). A fetch does not rewrite the envelope:
@@ -27,12 +29,15 @@
 
 use crate::error::{Error, Result};
 
-/// The newest envelope format version this release reads and writes: 3, written for a job that
-/// carries a trace context. A job without one is written as format 2 (the format of the
-/// release before), and both are read.
-pub const ENVELOPE_VERSION: u32 = 3;
+/// The newest envelope format version this release reads and writes: 4, written for a job with
+/// a priority. A job without one is written as format 3 when it carries a trace context, else
+/// as format 2 (what the releases before read), and all three are read.
+pub const ENVELOPE_VERSION: u32 = 4;
 
-/// The format of a job without a trace context, which the release before format 3 reads too.
+/// The format of a job with a trace context and no priority.
+const TRACED_VERSION: u32 = 3;
+
+/// The format of a job with neither a trace context nor a priority, which every release reads.
 const UNTRACED_VERSION: u32 = 2;
 
 /// A job as stored: bookkeeping and the serialized payload.
@@ -53,12 +58,17 @@ pub struct Envelope {
     /// text), kept through every rewrite of the envelope; `None` for a job pushed outside any
     /// traced span, or without the feature. Stored only when not empty.
     pub trace: Option<String>,
+    /// Its priority within its topic ([`PushBuilder::priority`](crate::PushBuilder::priority)):
+    /// from [`MIN_PRIORITY`](crate::MIN_PRIORITY) to [`MAX_PRIORITY`](crate::MAX_PRIORITY),
+    /// higher first, 0 by default. Kept through every rewrite of the envelope.
+    pub priority: i8,
     /// The serialized message.
     pub payload: Vec<u8>,
 }
 
 impl Envelope {
-    /// Encodes the envelope: format 3 when it carries a trace context, format 2 otherwise.
+    /// Encodes the envelope: format 4 when it has a priority, else format 3 when it carries a
+    /// trace context, else format 2.
     pub fn encode(&self) -> Vec<u8> {
         let err = self.last_error.as_deref().unwrap_or("");
         let (attempt, max, created, due) = (
@@ -67,16 +77,25 @@ impl Envelope {
             self.created_us,
             self.due_us,
         );
-        let mut out = match self.trace.as_deref().filter(|t| !t.is_empty()) {
-            None => format!(
+        let trace = self.trace.as_deref().filter(|t| !t.is_empty());
+        let mut out = match (trace, self.priority) {
+            (None, 0) => format!(
                 "{UNTRACED_VERSION}:{attempt}:{max}:{created}:{due}:{}:{err}",
                 err.len()
             ),
-            Some(trace) => format!(
-                "{ENVELOPE_VERSION}:{attempt}:{max}:{created}:{due}:{}:{}:{err}{trace}",
+            (Some(trace), 0) => format!(
+                "{TRACED_VERSION}:{attempt}:{max}:{created}:{due}:{}:{}:{err}{trace}",
                 err.len(),
                 trace.len()
             ),
+            (trace, priority) => {
+                let trace = trace.unwrap_or("");
+                format!(
+                    "{ENVELOPE_VERSION}:{attempt}:{max}:{created}:{due}:{}:{}:{priority}:{err}{trace}",
+                    err.len(),
+                    trace.len()
+                )
+            }
         }
         .into_bytes();
         out.extend_from_slice(&self.payload);
@@ -101,9 +120,10 @@ impl Envelope {
         let fields = match version {
             2 => 6,
             3 => 7,
+            4 => 7,
             _ => {
                 return Err(malformed(&format!(
-                    "envelope version {version} is not known to this release of dq (it reads versions {UNTRACED_VERSION} and {ENVELOPE_VERSION})"
+                    "envelope version {version} is not known to this release of dq (it reads versions {UNTRACED_VERSION} to {ENVELOPE_VERSION})"
                 )))
             }
         };
@@ -113,6 +133,11 @@ impl Envelope {
             *field = header_number(raw, &mut pos, n).map_err(|r| malformed(&r))?;
         }
         let [_, attempt, max_attempts, created_us, due_us, err_len, trace_len] = header;
+        let priority = if version == 4 {
+            header_priority(raw, &mut pos).map_err(|r| malformed(&r))?
+        } else {
+            0
+        };
         let end_of = |start: usize, len: u64, what: &str| {
             usize::try_from(len)
                 .ok()
@@ -135,6 +160,7 @@ impl Envelope {
             due_us,
             last_error: text(pos, err_end),
             trace: text(err_end, trace_end),
+            priority,
             payload: raw[trace_end..].to_vec(),
         })
     }
@@ -156,6 +182,28 @@ fn header_number(raw: &[u8], pos: &mut usize, n: usize) -> std::result::Result<u
     Ok(value)
 }
 
+/// Reads format 4's priority field, a signed number within the range a push allows.
+fn header_priority(raw: &[u8], pos: &mut usize) -> std::result::Result<i8, String> {
+    let rest = &raw[*pos..];
+    let end = rest
+        .iter()
+        .position(|&b| b == b':')
+        .ok_or_else(|| "header ends early".to_owned())?;
+    let priority = std::str::from_utf8(&rest[..end])
+        .ok()
+        .and_then(|text| text.parse::<i8>().ok())
+        .filter(|p| (crate::MIN_PRIORITY..=crate::MAX_PRIORITY).contains(p))
+        .ok_or_else(|| {
+            format!(
+                "the priority is not a number from {} to {}",
+                crate::MIN_PRIORITY,
+                crate::MAX_PRIORITY
+            )
+        })?;
+    *pos += end + 1;
+    Ok(priority)
+}
+
 fn preview(raw: &[u8]) -> String {
     String::from_utf8_lossy(&raw[..raw.len().min(48)]).into_owned()
 }
@@ -172,6 +220,7 @@ mod tests {
             due_us: 1_700_000_000_600_456,
             last_error: None,
             trace: None,
+            priority: 0,
             payload: br#"{"order_id":42}"#.to_vec(),
         }
     }
@@ -224,6 +273,27 @@ mod tests {
     }
 
     #[test]
+    fn a_priority_is_written_in_format_4_and_round_trips_with_trace_and_error() {
+        let mut env = envelope();
+        env.priority = -7;
+        let raw = env.encode();
+        assert_eq!(
+            raw,
+            br#"4:2:3:1700000000000123:1700000000600456:0:0:-7:{"order_id":42}"#.to_vec()
+        );
+        assert_eq!(Envelope::decode(&raw, "t").unwrap(), env);
+        env.priority = 10;
+        env.trace = Some(TRACE.into());
+        env.last_error = Some("boom: a:b:c".into());
+        assert_eq!(Envelope::decode(&env.encode(), "t").unwrap(), env);
+        env.priority = 0;
+        assert!(
+            env.encode().starts_with(b"3:"),
+            "no priority: the format the release before reads"
+        );
+    }
+
+    #[test]
     fn malformed_envelope_names_location_and_reason() {
         for raw in [
             &b"garbage"[..],
@@ -233,6 +303,9 @@ mod tests {
             b"3:0:3:1:1:0:99:short",
             b"3:0:3:1:1:2:18446744073709551615:ab",
             b"3:0:3:1:1:0:{}",
+            b"4:0:3:1:1:0:0:11:{}",
+            b"4:0:3:1:1:0:0:x:{}",
+            b"4:0:3:1:1:0:0:{}",
         ] {
             let err = Envelope::decode(raw, "dq:{app:0}:jobs/t:1").unwrap_err();
             let text = err.to_string();

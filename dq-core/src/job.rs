@@ -16,6 +16,14 @@ pub const DEFAULT_RETRIES: u32 = 2;
 /// ([`Error::InvalidPush`](crate::Error::InvalidPush)) rather than stored.
 pub const MAX_RETRIES: u32 = 1000;
 
+/// The highest priority a push may give a job ([`PushBuilder::priority`](crate::PushBuilder::priority)):
+/// higher runs first. The default is 0; the range is [`MIN_PRIORITY`] to `MAX_PRIORITY`.
+pub const MAX_PRIORITY: i8 = 10;
+
+/// The lowest priority a push may give a job: below the default of 0, for work that may wait
+/// for everything else of its topic ("newsletters after password resets").
+pub const MIN_PRIORITY: i8 = -10;
+
 /// When a job becomes due: a time relative to the store's clock, or an instant. These two are
 /// all there is (the enum is exhaustive, so stores can match on it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,6 +113,8 @@ pub struct NewJob {
     /// described in `dq_core::trace`), stored in the job's [`Envelope::trace`] so that its run
     /// continues the trace; `None` stores nothing.
     pub trace: Option<String>,
+    /// Its priority within its topic, from [`MIN_PRIORITY`] to [`MAX_PRIORITY`] (0: none).
+    pub priority: i8,
     /// The serialized message.
     pub payload: Vec<u8>,
 }
@@ -218,6 +228,8 @@ pub struct JobInfo {
     pub state_since_or_until: Option<SystemTime>,
     /// The error of the latest failed run.
     pub last_error: Option<String>,
+    /// Its priority within its topic (0 unless the push gave one; higher runs first).
+    pub priority: i8,
     /// The serialized message.
     pub payload: Vec<u8>,
     /// What its handler returned, as JSON, when it is [`Done`](JobState::Done) and returned a
@@ -252,6 +264,7 @@ impl JobInfo {
             due: from_us(env.due_us),
             state_since_or_until: score_us.map(from_us),
             last_error: env.last_error,
+            priority: env.priority,
             payload: env.payload,
             result: None,
             progress: None,

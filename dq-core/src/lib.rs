@@ -25,7 +25,7 @@ pub use crate::admin::{
 };
 pub use crate::job::{
     from_us, to_us, Due, JobInfo, JobState, NewJob, OnConflict, PushOutcome, DEFAULT_RETRIES,
-    MAX_DELAY, MAX_RETRIES,
+    MAX_DELAY, MAX_PRIORITY, MAX_RETRIES, MIN_PRIORITY,
 };
 pub use crate::lease::{
     Acked, Fetched, LeaseRef, LeasedJob, Promoted, Reclaimed, Succeeded, MAX_PROGRESS_BYTES,

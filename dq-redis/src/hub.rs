@@ -1,6 +1,7 @@
-//! Ready notifications for consumers on a Redis Cluster. A blocking `BLMOVE` per topic per
-//! shard would hold shards x topics connections in every worker (320 for 16 shards and 20
-//! topics); instead the scripts that make jobs ready `PUBLISH` the topic on the shard's
+//! Ready notifications for consumers, on one server and on a Redis Cluster. A blocking `BLMOVE`
+//! per topic per shard would hold shards x topics connections in every worker (320 for 16
+//! shards and 20 topics), and could not wait on a topic's two ready lanes (its list and its
+//! ranked set, lib.lua) at once; instead the scripts that make jobs ready `PUBLISH` the topic on the shard's
 //! `ready` channel, and one subscription per process (one connection per master, each channel
 //! on the master of its shard: see `subscription`) wakes the consumer loops it concerns.
 //!

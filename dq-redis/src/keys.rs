@@ -155,6 +155,11 @@ impl ShardKeys {
     pub fn ready(&self, topic: &Topic) -> String {
         format!("{}ready:{topic}", self.prefix)
     }
+    /// A topic's ready jobs of a priority other than 0, in fetch order (lib.lua's ready lanes;
+    /// those of priority 0 are in its ready list).
+    pub fn ranked(&self, topic: &Topic) -> String {
+        format!("{}ranked:{topic}", self.prefix)
+    }
     /// The generations of a topic's ready jobs whose entry in the ready list went stale (a
     /// replace, cancel or reschedule of a ready job), so that the list is never scanned.
     pub fn ready_gen(&self, topic: &Topic) -> String {
@@ -303,6 +308,7 @@ mod tests {
             k.counts(),
             k.topics(),
             k.ready(&t),
+            k.ranked(&t),
             k.dead(&t),
             k.events(),
             k.events_stream(&t),

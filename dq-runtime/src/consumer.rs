@@ -1,9 +1,10 @@
 //! Consumer loops: one per topic per shard. Each owns a semaphore of `concurrency` permits
 //! (the seed's Semaphore) and takes permits *before* fetching, so it never holds work it has
 //! no room for: jobs waiting in a local queue would be lost in a crash. One fetch leases up to
-//! as many jobs as there are free permits. When the ready list is empty the loop waits on
-//! Redis without taking anything (`BLMOVE ready ready LEFT LEFT` on its own connection) or,
-//! with `poll_interval` set, sleeps (for proxies without blocking commands).
+//! as many jobs as there are free permits. When no job is ready the loop waits for the store to
+//! say one is (on Redis, the `ready` channel the scripts publish to, through one subscription
+//! per process) or, with `poll_interval` set, sleeps (for proxies without pub/sub or blocking
+//! commands).
 
 use std::ops::ControlFlow;
 use std::pin::Pin;
@@ -123,7 +124,10 @@ impl Fetches {
 
 impl ConsumerLoop {
     pub(crate) async fn run(self) {
-        let mut waiter = self.leases.ready_waiter(self.shard, &self.topic);
+        let mut waiter: Box<dyn ReadyWaiter> = match self.shared.config.poll_interval {
+            Some(every) => Box::new(Poll(every)),
+            None => self.leases.ready_waiter(self.shard, &self.topic),
+        };
         let mut health = Health::new(format!("consumer of {} shard {}", self.topic, self.shard));
         let mut resumed = self.shared.resumed.subscribe();
         let mut fetches = Fetches::new(self.shared.config.lease);
@@ -317,7 +321,7 @@ impl ConsumerLoop {
     ) -> ControlFlow<()> {
         let waited = tokio::select! {
             _ = self.shared.stop.cancelled() => return ControlFlow::Break(()),
-            w = wait(waiter, self.shared.config.poll_interval) => w,
+            w = waiter.wait(WAIT_SLICE) => w.map(|_| ()),
         };
         match waited {
             Ok(()) => ControlFlow::Continue(()),
@@ -386,12 +390,15 @@ async fn hand_back(
     }
 }
 
-async fn wait(waiter: &mut dyn ReadyWaiter, poll: Option<Duration>) -> dq_core::Result<()> {
-    match poll {
-        Some(interval) => tokio::time::sleep(interval).await,
-        None => {
-            waiter.wait(WAIT_SLICE).await?;
-        }
+/// The wait of a consumer in polling mode (`poll_interval`): a sleep, with no connection of its
+/// own and no subscription.
+#[derive(Debug)]
+struct Poll(Duration);
+
+#[async_trait::async_trait]
+impl ReadyWaiter for Poll {
+    async fn wait(&mut self, _: Duration) -> dq_core::Result<bool> {
+        tokio::time::sleep(self.0).await;
+        Ok(true)
     }
-    Ok(())
 }

@@ -1033,6 +1033,27 @@ async fn a_job_page_says_which_attempt_and_whose_the_last_error_is() {
     );
 }
 
+/// A job's priority shows on its page and beside its id in its topic's listing, which lists
+/// ready jobs in the order they run.
+#[tokio::test]
+async fn a_jobs_priority_shows_on_its_page_and_in_the_listing_in_run_order() {
+    let (client, _store) = memory_client_and_store().await;
+    push(&client, "plain", 1).await;
+    client
+        .push_to(TOPIC, &serde_json::json!({ "order_id": 2 }))
+        .id("urgent")
+        .priority(7)
+        .await
+        .unwrap();
+    let addr = serve(client, Options::new()).await;
+    let (_, page) = get(&addr, "/topics/order-cancel/jobs/urgent").await;
+    assert!(page.contains(r#"data-priority="7""#), "{page}");
+    let (_, page) = get(&addr, "/topics/order-cancel?state=ready").await;
+    let (urgent, plain) = (page.find("urgent").unwrap(), page.find("plain").unwrap());
+    assert!(urgent < plain, "listed in run order: {page}");
+    assert!(page.contains("priority 7"), "{page}");
+}
+
 /// A job whose runs failed twice then succeeded, on a topic with events on: its page lists
 /// each run's error in its history (the job itself keeps only the latest).
 #[tokio::test]

@@ -26,6 +26,7 @@ fn traced(name: &str, due: Due) -> NewJob {
         unique_for: None,
         fence: None,
         trace: Some(TRACE.to_owned()),
+        priority: 0,
         payload: br#"{"n":1}"#.to_vec(),
     }
 }

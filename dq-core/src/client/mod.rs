@@ -122,6 +122,7 @@ impl Client {
             id: None,
             due: Due::default(),
             retries: DEFAULT_RETRIES,
+            priority: 0,
             on_conflict: OnConflict::Keep,
             unique_for: None,
             debounce: None,

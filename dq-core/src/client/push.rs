@@ -103,6 +103,7 @@ pub struct PushBuilder {
     pub(super) id: Option<String>,
     pub(super) due: Due,
     pub(super) retries: u32,
+    pub(super) priority: i8,
     pub(super) on_conflict: OnConflict,
     pub(super) unique_for: Option<Duration>,
     /// The quiet time of [`PushBuilder::debounce`], checked when the push is sent.
@@ -121,6 +122,7 @@ impl std::fmt::Debug for PushBuilder {
             .field("id", &self.id)
             .field("due", &self.due)
             .field("retries", &self.retries)
+            .field("priority", &self.priority)
             .field("on_conflict", &self.on_conflict)
             .field("unique_for", &self.unique_for)
             .field("debounce", &self.debounce)
@@ -153,6 +155,31 @@ impl PushBuilder {
     /// [`MAX_RETRIES`](crate::MAX_RETRIES): more is refused when the push is sent).
     pub fn max_retries(mut self, retries: u32) -> Self {
         self.retries = retries;
+        self
+    }
+
+    /// Runs the job before the ready jobs of its topic with a lower priority: higher first,
+    /// from [`MIN_PRIORITY`](crate::MIN_PRIORITY) (-10) to [`MAX_PRIORITY`](crate::MAX_PRIORITY)
+    /// (10); the default is 0. "Password-reset mails before newsletters":
+    ///
+    /// ```no_run
+    /// # async fn f(client: dq_core::Client) -> dq_core::Result<()> {
+    /// # let (reset, digest) = (serde_json::json!({}), serde_json::json!({}));
+    /// client.push_to("mail", &reset).priority(5).await?;
+    /// client.push_to("mail", &digest).priority(-5).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// A priority orders the jobs that are ready (due) at the same time: a fetch takes the
+    /// highest priority first and, within one priority, the job that became ready first. It
+    /// does not make a job due sooner: a delayed job waits for its time whatever its priority.
+    /// The order is strict, with no aging: while jobs of a higher priority keep coming, a lower
+    /// one waits (give work that must keep moving a topic of its own, with its own
+    /// concurrency). A retried, reclaimed or released job keeps its priority.
+    ///
+    /// Outside the range the push is refused ([`Error::InvalidPush`]), with nothing stored.
+    pub fn priority(mut self, priority: i8) -> Self {
+        self.priority = priority;
         self
     }
 
@@ -340,6 +367,14 @@ impl PushBuilder {
             }
             n => n,
         };
+        if !(crate::MIN_PRIORITY..=crate::MAX_PRIORITY).contains(&self.priority) {
+            return Err(invalid(format!(
+                "job {id}: priority {} is outside {}..={} (dq::limits::MIN_PRIORITY and MAX_PRIORITY); higher runs first, 0 is the default",
+                self.priority,
+                crate::MIN_PRIORITY,
+                crate::MAX_PRIORITY
+            )));
+        }
         // The trace context of the span the push is made in, for the run to continue.
         #[cfg(feature = "otel")]
         let trace = crate::trace::of_push(self.fence.is_some());
@@ -353,6 +388,7 @@ impl PushBuilder {
             unique_for: self.unique_for,
             fence: self.fence,
             trace,
+            priority: self.priority,
             payload,
         })
     }

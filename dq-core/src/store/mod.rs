@@ -71,10 +71,11 @@ impl Fetcher {
 /// Most jobs a single store call handles; larger batches are split by the store.
 pub const MAX_BATCH: usize = 1000;
 
-/// Waits, without taking anything, until a topic's ready list in one shard has jobs.
+/// Waits, without taking anything, until a topic has ready jobs in one shard.
 ///
-/// On Redis this is `BLMOVE ready ready LEFT LEFT` on a connection of its own: it returns as
-/// soon as a job is pushed or promoted (no Redis timer involved), and a crash while waiting
+/// On Redis this waits for the topic's message on the shard's `ready` channel, which every
+/// script that makes jobs ready publishes, through one subscription per process: it returns
+/// as soon as a job is pushed or promoted (no Redis timer involved), and a crash while waiting
 /// loses nothing because nothing was taken.
 #[async_trait]
 pub trait ReadyWaiter: Send + std::fmt::Debug {

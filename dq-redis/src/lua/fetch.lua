@@ -16,6 +16,8 @@
 -- dq_core::Rate explains), `<topic>:hold` -> when a hold ends (us, hold.lua), and
 -- `<topic>:running` -> `<share>:<limit>`: the most of its jobs leased at once in this shard
 -- (its global concurrency), checked against the topic's inflight count
+-- KEYS[14] ranked:<topic>: its ready jobs of a priority other than 0 (lib.lua's ready lanes);
+-- a fetch takes those above 0 first, then the ready list, then the others
 -- ARGV[1] topic  ARGV[2] most jobs (at most 1000)  ARGV[3] lease length (us)
 -- ARGV[4] this fetch's nonce ('': not recorded)  ARGV[5] nonces of the consumer's earlier
 --   fetches whose reply did not arrive, comma-separated
@@ -41,7 +43,9 @@ local paused = redis.call('SISMEMBER', KEYS[5], topic) == 1
 -- The ready list's length, read before the first write: a trim below may delete the list, and
 -- a key read after its deletion aborts the script while its slot migrates (lib.lua). `left`
 -- follows what is trimmed off.
-local left = redis.call('LLEN', ready)
+local ranked = KEYS[14]
+local list_left, ranked_left = redis.call('LLEN', ready), redis.call('ZCARD', ranked)
+local left = list_left + ranked_left
 local limit = redis.call('HMGET', KEYS[13], topic .. ':rate', topic .. ':tat', topic .. ':hold',
   topic .. ':running')
 -- Global concurrency: this shard's share, and how many of the topic's jobs are leased now.
@@ -98,11 +102,14 @@ if paused or held then
   -- to the front of the ready list, no run counted (as a release does), for the first fetch
   -- after the resume or the hold.
   if #back > 0 then
-    local ids = {}
-    for i, member in ipairs(back) do ids[i] = string.sub(member, #topic + 2) end
-    local entries = entries_for(gen, ids)
+    local ids, priorities = {}, {}
+    local raws = redis.call('HMGET', jobs, unpack(back))
+    for i, member in ipairs(back) do
+      ids[i] = string.sub(member, #topic + 2)
+      priorities[i] = priority_of(raws[i])
+    end
     proceed_when_full(leases)
-    push_all('LPUSH', ready, entries)
+    to_ready(string.sub(ready, 1, #ready - #topic - 6), counts, topic, ids, priorities, true)
     bump(counts, topic, 'inflight', -#back)
     if back_cancels then redis.call('HDEL', KEYS[10], unpack(back)) end
     end_leases(inflight, leases, back)
@@ -141,11 +148,35 @@ local function at_capacity(taken)
   if capped == 1 and taken >= n and left > 0 then return 1 end
   return 0
 end
+-- Up to n entries in fetch order (lib.lua's ready lanes): the ranked set's above priority 0,
+-- the list, the set's others; each key read only while it holds entries (a trim that empties
+-- one deletes it).
 for _ = 1, n > 0 and 10 or 0 do
-  local entries = redis.call('LRANGE', ready, 0, n - 1)
+  local high, low = {}, {}
+  if ranked_left > 0 then
+    local window = redis.call('ZRANGE', ranked, 0, n - 1, 'WITHSCORES')
+    for i = 1, #window, 2 do
+      if tonumber(window[i + 1]) < RANKED_MID then high[#high + 1] = window[i] else low[#low + 1] = window[i] end
+    end
+  end
+  local entries, from_ranked = {}, #high
+  for i, e in ipairs(high) do entries[i] = e end
+  local from_list = 0
+  if #entries < n and list_left > 0 then
+    for _, e in ipairs(redis.call('LRANGE', ready, 0, n - #entries - 1)) do
+      entries[#entries + 1] = e
+      from_list = from_list + 1
+    end
+  end
+  for i = 1, math.min(#low, n - #entries) do
+    entries[#entries + 1] = low[i]
+    from_ranked = from_ranked + 1
+  end
   if #entries == 0 then break end
-  redis.call('LTRIM', ready, #entries, -1)
-  left = left - #entries
+  if from_list > 0 then redis.call('LTRIM', ready, from_list, -1) end
+  if from_ranked > 0 then redis.call('ZREMRANGEBYRANK', ranked, 0, from_ranked - 1) end
+  list_left, ranked_left = list_left - from_list, ranked_left - from_ranked
+  left = list_left + ranked_left
   local live, dropped, with_gen, stale_ids = live_entries(gen, entries)
   ids = live
   stale = stale + dropped

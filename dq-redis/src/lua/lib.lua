@@ -4,12 +4,13 @@
 -- migrating, Redis aborts a script at the first key the node no longer holds, keeping what the
 -- script wrote until then; a script that aborts before its first write changed nothing, and dq
 -- retries it once the slot has moved (RELIABILITY.md, review findings of issue 15, finding 1).
--- Envelope formats 2 and 3 (envelope.rs has the same parser):
+-- Envelope formats 2, 3 and 4 (envelope.rs has the same parser):
 --   2:<attempt>:<max_attempts>:<created_us>:<due_us>:<err_len>:<err><payload>
 --   3:<attempt>:<max_attempts>:<created_us>:<due_us>:<err_len>:<trace_len>:<err><trace><payload>
--- Format 3 is written only for a job that carries a trace context (the `otel` feature); encode
--- keeps it through every rewrite, and writes a job without one as format 2, which the release
--- before reads.
+--   4:<attempt>:<max_attempts>:<created_us>:<due_us>:<err_len>:<trace_len>:<priority>:<err><trace><payload>
+-- Format 4 is written only for a job with a priority other than 0, format 3 for one that
+-- carries a trace context (the `otel` feature) and no priority; encode keeps both through every
+-- rewrite, and writes a job with neither as format 2, which every release reads.
 -- attempt counts runs that ended without success; a running job is on run attempt + 1. A fetch
 -- does not rewrite the envelope: the lease token lives in the shard's `leases` hash.
 -- Times are integer microseconds from Redis TIME: workers' clocks never decide when a job is due.
@@ -44,30 +45,44 @@ end
 
 local function parse(raw)
   if not raw then return nil end
-  local v, a, m, c, d, el, pos = string.match(raw, '^([23]):(%d+):(%d+):(%d+):(%d+):(%d+):()')
+  local v, a, m, c, d, el, pos = string.match(raw, '^([234]):(%d+):(%d+):(%d+):(%d+):(%d+):()')
   if not v then return nil end
-  local tl = 0
-  if v == '3' then
+  local tl, priority = 0, 0
+  if v ~= '2' then
     local t, after = string.match(raw, '^(%d+):()', pos)
     if not t then return nil end
     tl, pos = tonumber(t), after
+  end
+  if v == '4' then
+    local p, after = string.match(raw, '^(%-?%d+):()', pos)
+    if not p then return nil end
+    priority, pos = tonumber(p), after
   end
   el = tonumber(el)
   if #raw < pos + el + tl - 1 then return nil end
   return { attempt = tonumber(a), max = tonumber(m), created = tonumber(c), due = tonumber(d),
            err = string.sub(raw, pos, pos + el - 1), trace = string.sub(raw, pos + el, pos + el + tl - 1),
-           payload = string.sub(raw, pos + el + tl) }
+           priority = priority, payload = string.sub(raw, pos + el + tl) }
 end
 
--- Format 3 when the job carries a trace context (`e.trace`, absent in envelopes built here),
--- else format 2.
+-- Format 4 when the job has a priority (`e.priority`, absent or 0 in envelopes built here),
+-- else format 3 when it carries a trace context (`e.trace`), else format 2.
 local function encode(e)
   local head = fmt(e.attempt) .. ':' .. fmt(e.max) .. ':' .. fmt(e.created) .. ':' .. fmt(e.due) .. ':'
     .. #e.err .. ':'
-  if e.trace and e.trace ~= '' then
-    return '3:' .. head .. #e.trace .. ':' .. e.err .. e.trace .. e.payload
+  local trace = e.trace or ''
+  if e.priority and e.priority ~= 0 then
+    return '4:' .. head .. #trace .. ':' .. fmt(e.priority) .. ':' .. e.err .. trace .. e.payload
+  end
+  if trace ~= '' then
+    return '3:' .. head .. #trace .. ':' .. e.err .. trace .. e.payload
   end
   return '2:' .. head .. e.err .. e.payload
+end
+
+-- The priority of a stored envelope (0 without one, or for one that cannot be read).
+local function priority_of(raw)
+  return raw and tonumber(string.match(raw, '^4:%d+:%d+:%d+:%d+:%d+:%d+:(%-?%d+):') or '0') or 0
 end
 
 -- Ends leases: the jobs leave the inflight set and their tokens are forgotten.
@@ -214,11 +229,95 @@ local function live_entries(gen, entries)
   return live, #stale_ids, with_gen, stale_ids
 end
 
--- Puts a job where its due time says: the ready list when due, else the delayed set.
-local function place(prefix, delayed, counts, member, topic, id, due, now)
+-- Ready lanes. A ready job of priority 0 waits in its topic's list `ready:<topic>` (first in,
+-- first out), a job of any other priority in the sorted set `ranked:<topic>`, scored so that
+-- the set's order is the fetch order: higher priority first and, within a priority, the job
+-- that became ready first. Fetches take the set's jobs of a priority above 0 first (scores below
+-- RANKED_MID), then the list, then the set's others. A score is
+-- (MAX_PRIORITY - priority) * LANE + LANE / 2 + seq for a job going last of its priority, - seq
+-- for one going first (released or reclaimed: one call's last goes first, as one LPUSH does),
+-- seq counting up per topic (`<topic>:seq` in the counts hash): exact integers below 2^53. The
+-- set's members are ready entries as the list's (`id` or `id:<g>`), stale by the same rules.
+-- A topic whose jobs have priorities is marked `<topic>:ranked` in the counts hash (push.lua),
+-- so that promote.lua reads the envelopes of its jobs for their priority, and only its.
+local LANE = 1099511627776 -- 2^40
+local MAX_PRIORITY = 10
+local RANKED_MID = MAX_PRIORITY * LANE
+
+local function ranked_key(prefix, topic)
+  return prefix .. 'ranked:' .. topic
+end
+
+-- Touches both lanes of a topic, before a script's first write (this file's rule).
+local function touch_lanes(prefix, topic)
+  redis.call('LLEN', prefix .. 'ready:' .. topic)
+  redis.call('EXISTS', ranked_key(prefix, topic))
+end
+
+-- Makes the jobs `ids` of `topic` ready: last of their priorities, or first when `front`.
+-- `priorities[i]` is job i's (nil, or no table: 0, the list). Does not ring (the caller does,
+-- when consumers may start them).
+local function to_ready(prefix, counts, topic, ids, priorities, front)
+  local plain, ranked, levels = ids, {}, {}
+  if priorities then
+    plain = {}
+    for i, id in ipairs(ids) do
+      local p = priorities[i] or 0
+      if p == 0 then
+        plain[#plain + 1] = id
+      else
+        ranked[#ranked + 1] = id
+        levels[#levels + 1] = p
+      end
+    end
+  end
+  local gen = prefix .. 'gen:' .. topic
+  if #plain > 0 then push_all(front and 'LPUSH' or 'RPUSH', prefix .. 'ready:' .. topic, entries_for(gen, plain)) end
+  if #ranked == 0 then return end
+  local entries = entries_for(gen, ranked)
+  local last = redis.call('HINCRBY', counts, topic .. ':seq', #ranked)
+  local args = {}
+  for i, entry in ipairs(entries) do
+    local seq = last - #ranked + i
+    if front then seq = -seq end
+    args[#args + 1] = fmt((MAX_PRIORITY - levels[i]) * LANE + LANE / 2 + seq)
+    args[#args + 1] = entry
+  end
+  local key = ranked_key(prefix, topic)
+  local i = 1
+  while i <= #args do
+    local j = math.min(i + 1999, #args)
+    redis.call('ZADD', key, unpack(args, i, j))
+    i = j + 1
+  end
+end
+
+-- The entries at positions `start` to `stop` (from 0) of a topic's ready jobs in fetch order
+-- (read-only): the ranked set's above priority 0, the list, the set's others.
+local function lane_range(ready, ranked, start, stop)
+  local out = {}
+  local high = redis.call('ZCOUNT', ranked, '-inf', '(' .. fmt(RANKED_MID))
+  if start < high then
+    for _, e in ipairs(redis.call('ZRANGE', ranked, start, math.min(stop, high - 1))) do out[#out + 1] = e end
+  end
+  if stop < high then return out end
+  local listed = redis.call('LLEN', ready)
+  local from = math.max(start - high, 0)
+  if from < listed then
+    for _, e in ipairs(redis.call('LRANGE', ready, from, stop - high)) do out[#out + 1] = e end
+  end
+  local low_from = math.max(start - listed, high)
+  if stop - listed >= low_from then
+    for _, e in ipairs(redis.call('ZRANGE', ranked, low_from, stop - listed)) do out[#out + 1] = e end
+  end
+  return out
+end
+
+-- Puts a job where its due time says: ready (in the lane of its `priority`) when due, else the
+-- delayed set.
+local function place(prefix, delayed, counts, member, topic, id, due, now, priority)
   if due <= now then
-    redis.call('RPUSH', prefix .. 'ready:' .. topic,
-      entries_for(prefix .. 'gen:' .. topic, {id})[1])
+    to_ready(prefix, counts, topic, {id}, {priority})
     ring(prefix, topic)
   else
     redis.call('ZADD', delayed, due, member)
@@ -547,7 +646,7 @@ end
 
 -- The runs an envelope counts (0 for none, or one that cannot be read).
 local function runs_of(raw)
-  return raw and tonumber(string.match(raw, '^[23]:(%d+):')) or 0
+  return raw and tonumber(string.match(raw, '^[234]:(%d+):')) or 0
 end
 
 -- The runs counted so far of each of `members` (their envelopes'), 1000 at a time.

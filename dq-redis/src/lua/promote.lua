@@ -1,8 +1,8 @@
 -- promote: moves due jobs from the delayed set to their topics' ready lists, a bounded batch.
--- KEYS[1] delayed  KEYS[2] counts  KEYS[3] jobs (read for the runs of the jobs whose topic has
---   job events on)  KEYS[4] events (the topics whose job events are on: `promoted` on their
---   streams)  KEYS[5..] ready:<topic>, gen:<topic> and events:<topic> of each topic the caller
---   knows
+-- KEYS[1] delayed  KEYS[2] counts  KEYS[3] jobs (read for the priorities of the jobs whose
+--   topic is marked ranked: lib.lua's ready lanes)  KEYS[4] events (the topics whose job events
+--   are on: `promoted` on their streams)  KEYS[5..] ready:<topic>, gen:<topic>, events:<topic>
+--   and ranked:<topic> of each topic the caller knows
 -- ARGV[1] key prefix  ARGV[2] most jobs to move (at most 10000)
 -- Returns {moved, next_due_us or -1, now_us, n, unknown_topic_1, ..., unknown_topic_n,
 --          topic_1, count_1, topic_2, count_2, ...}
@@ -30,12 +30,12 @@ for _, member in ipairs(due) do
     local ok = usable[topic]
     if ok == nil then
       ok = declared[prefix .. 'ready:' .. topic] and declared[prefix .. 'gen:' .. topic]
-        and declared[prefix .. 'events:' .. topic] or false
+        and declared[prefix .. 'events:' .. topic] and declared[ranked_key(prefix, topic)] or false
       usable[topic] = ok
       if ok then
         by_topic[topic] = {}
         order[#order + 1] = topic
-        redis.call('LLEN', prefix .. 'ready:' .. topic) -- touch before any write
+        touch_lanes(prefix, topic) -- before any write
       else
         unknown[#unknown + 1] = topic
       end
@@ -66,9 +66,30 @@ local streams = {}
 for topic, cap in pairs(events_on(KEYS[4], order)) do
   streams[topic] = events_open(prefix .. 'events:' .. topic, cap)
 end
+-- The priorities of the jobs of topics whose jobs have them (one HMGET per 1000 jobs of
+-- those; none for the others).
+local priorities = {}
+local marks = {}
+for i, topic in ipairs(order) do marks[i] = topic .. ':ranked' end
+local ranked = redis.call('HMGET', counts, unpack(marks))
+for i, topic in ipairs(order) do
+  if ranked[i] then
+    local ids = by_topic[topic]
+    local members, levels = {}, {}
+    for k, id in ipairs(ids) do members[k] = topic .. ':' .. id end
+    local k = 1
+    while k <= #members do
+      local j = math.min(k + 999, #members)
+      local raws = redis.call('HMGET', KEYS[3], unpack(members, k, j))
+      for x = k, j do levels[x] = priority_of(raws[x - k + 1]) end
+      k = j + 1
+    end
+    priorities[topic] = levels
+  end
+end
 proceed_when_full(counts) -- due jobs move to ready when Redis is full too
 for _, topic in ipairs(order) do
-  push_all('RPUSH', prefix .. 'ready:' .. topic, entries_for(prefix .. 'gen:' .. topic, by_topic[topic]))
+  to_ready(prefix, counts, topic, by_topic[topic], priorities[topic])
   ring(prefix, topic)
   bump(counts, topic, 'delayed', -#by_topic[topic])
   out[#out + 1] = topic

@@ -6,7 +6,7 @@
 --   replaces that record: its envelope in `jobs`, its entry in `done:<topic>`)
 -- KEYS[9] events (the topics whose job events are on: a new job of one is announced on its
 --   stream, `pushed`, with its due time when it waits)
--- KEYS[10..] ready:<topic>, dead:<topic>, gen:<topic>, done:<topic> and events:<topic> of every topic
+-- KEYS[10..] ready:<topic>, dead:<topic>, gen:<topic>, done:<topic>, events:<topic> and ranked:<topic> of every topic
 --   in the call (declared, not used by position: on a cluster Redis refuses the call while declared keys
 --   are split between two nodes during a reshard, instead of running it where a key reads as missing)
 -- ARGV[1] key prefix  ARGV[2] 'keep' | 'replace'  ARGV[3] n (jobs in this call, at most 1000)
@@ -16,8 +16,11 @@
 --   when the schedule's fence in tick_fence is below (generation, tick), and then raised to it;
 --   refused as kept otherwise), payload
 -- then, after the n jobs' values and only when a job of the call has one, one trace context per
---   job, in order (ARGV[4 + n * 7 + i] for job i from 0; '' or absent: none): a job with one is
---   written in envelope format 3, one without in format 2 (lib.lua)
+--   job, in order (ARGV[4 + n * 7 + i] for job i from 0; '' or absent: none), present too when a
+--   job has a priority; then, only when a job of the call has a priority, one priority per job
+--   (ARGV[4 + n * 8 + i]; absent: 0). A job is written in envelope format 4 with a priority, 3
+--   with a trace context, else 2 (lib.lua); one with a priority marks its topic ranked (lib.lua's
+--   ready lanes)
 -- Returns {earliest_due_if_it_moved_earlier_or_-1, code_1, ..., code_n}; codes:
 --   0 kept (already pending), 1 created, 2 replaced, 3 running (replace refused: it is running),
 --   '4:<us>' refused: the id is reserved for <us> more (a job with unique_for finished)
@@ -71,7 +74,8 @@ local function room_of(topic)
       '^(%d+):(%d+)$')
     if share then
       local c = redis.call('HMGET', counts, topic .. ':delayed', topic .. ':inflight', topic .. ':stale')
-      local ready_now = redis.call('LLEN', prefix .. 'ready:' .. topic) - tonumber(c[3] or 0)
+      local ready_now = redis.call('LLEN', prefix .. 'ready:' .. topic)
+        + redis.call('ZCARD', ranked_key(prefix, topic)) - tonumber(c[3] or 0)
       local pending = tonumber(c[1] or 0) + tonumber(c[2] or 0) + math.max(ready_now, 0)
       room = {left = tonumber(share) - pending, bound = bound}
     end
@@ -179,6 +183,8 @@ for i = 0, n - 1 do
   out[#out + 1] = code
 end
 local writes, adds, ready_by_topic, delayed_by_topic = {}, {}, {}, {}
+-- Priorities (0 for none) of the jobs in ready_by_topic, by topic; the topics to mark ranked.
+local levels_by_topic, rank = {}, {}
 local unready, undelay = {}, {}
 -- The envelope of a new job (format 2 in lib.lua, 3 with a trace context), built directly:
 -- only the due time varies.
@@ -190,7 +196,12 @@ for _, i in ipairs(plan) do
     local due_str = due_strs[when]
     writes[#writes + 1] = member
     local trace = ARGV[4 + n * 7 + i] or ''
-    if trace == '' then
+    local priority = tonumber(ARGV[4 + n * 8 + i] or '0') or 0
+    if priority ~= 0 then
+      writes[#writes + 1] = '4:0:' .. ARGV[7 + i * 7] .. created .. due_str .. ':0:' .. #trace .. ':'
+        .. fmt(priority) .. ':' .. trace .. ARGV[10 + i * 7]
+      rank[topic] = true
+    elseif trace == '' then
       writes[#writes + 1] = '2:0:' .. ARGV[7 + i * 7] .. created .. due_str .. ':0:' .. ARGV[10 + i * 7]
     else
       writes[#writes + 1] = '3:0:' .. ARGV[7 + i * 7] .. created .. due_str .. ':0:' .. #trace .. ':'
@@ -201,8 +212,10 @@ for _, i in ipairs(plan) do
       if not list then
         list = {}
         ready_by_topic[topic] = list
+        levels_by_topic[topic] = {}
       end
       list[#list + 1] = id
+      levels_by_topic[topic][#list] = priority
       if was_delayed[member] then
         undelay[#undelay + 1] = member
         delayed_by_topic[topic] = (delayed_by_topic[topic] or 0) - 1
@@ -232,7 +245,7 @@ for topic, cap in pairs(events_on(KEYS[9], event_topics)) do
   streams[topic] = events_open(prefix .. 'events:' .. topic, cap)
 end
 -- Touch every ready list this call writes to before the first write.
-for topic in pairs(ready_by_topic) do redis.call('LLEN', prefix .. 'ready:' .. topic) end
+for topic in pairs(ready_by_topic) do touch_lanes(prefix, topic) end
 -- Phase 2: writes.
 if #writes > 0 then redis.call('HSET', jobs, unpack(writes)) end
 if #reserve > 0 then redis.call('HSET', unique_for, unpack(reserve)) end
@@ -245,8 +258,9 @@ for _, old in ipairs(unready) do
   invalidate(prefix .. 'gen:' .. old[1], counts, old[1], old[2])
 end
 local touched = {}
+for topic in pairs(rank) do redis.call('HSET', counts, topic .. ':ranked', 1) end
 for topic, list in pairs(ready_by_topic) do
-  push_all('RPUSH', prefix .. 'ready:' .. topic, entries_for(prefix .. 'gen:' .. topic, list))
+  to_ready(prefix, counts, topic, list, rank[topic] and levels_by_topic[topic])
   ring(prefix, topic)
   touched[topic] = true
 end

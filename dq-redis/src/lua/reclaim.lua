@@ -12,7 +12,7 @@
 -- KEYS[7] cancels (a cancel's request goes with the lease: the job is taken back as any)
 -- KEYS[8] events (the topics whose job events are on: a job taken back is announced on its
 -- topic's stream, `stalled`, or `dead` with its error)
--- KEYS[9..] ready:<topic>, dead:<topic>, gen:<topic> and events:<topic> of each topic the caller
+-- KEYS[9..] ready:<topic>, dead:<topic>, gen:<topic>, events:<topic> and ranked:<topic> of each topic the caller
 -- knows, then progress (the last key: the entries of the jobs taken back go)
 -- ARGV[1] key prefix  ARGV[2] most jobs (at most 1000)
 -- Returns {requeued, dead_lettered, unknown_topic_1, ...}.
@@ -31,7 +31,8 @@ local expired, unknown, seen_unknown = {}, {}, {}
 for _, member in ipairs(found) do
   local topic = topic_of(member)
   if topic and declared[prefix .. 'ready:' .. topic] and declared[prefix .. 'dead:' .. topic]
-    and declared[prefix .. 'gen:' .. topic] and declared[prefix .. 'events:' .. topic] then
+    and declared[prefix .. 'gen:' .. topic] and declared[prefix .. 'events:' .. topic]
+    and declared[ranked_key(prefix, topic)] then
     expired[#expired + 1] = member
   elseif topic and not seen_unknown[topic] then
     seen_unknown[topic] = true
@@ -60,7 +61,7 @@ local streams, happened = {}, {}
 for topic, cap in pairs(events_on(KEYS[8], topics)) do
   streams[topic] = events_open(prefix .. 'events:' .. topic, cap)
 end
-local writes, ready, dead_by, running, requeued, dead = {}, {}, {}, {}, 0, 0
+local writes, ready, levels, dead_by, running, requeued, dead = {}, {}, {}, {}, {}, 0, 0
 local function to_dead(topic, member)
   if not dead_by[topic] then
     dead_by[topic] = {}
@@ -105,9 +106,11 @@ for i = #expired, 1, -1 do
     writes[#writes + 1] = encode(e)
     if not ready[topic] then
       ready[topic] = {}
-      redis.call('LLEN', prefix .. 'ready:' .. topic) -- touch
+      levels[topic] = {}
+      touch_lanes(prefix, topic)
     end
     table.insert(ready[topic], id)
+    table.insert(levels[topic], e.priority)
     requeued = requeued + 1
     if streams[topic] then happened[#happened + 1] = {topic, 'stalled', id, e.attempt} end
   end
@@ -127,7 +130,7 @@ for topic, entries in pairs(dead_by) do
   end
 end
 for topic, ids in pairs(ready) do
-  push_all('LPUSH', prefix .. 'ready:' .. topic, entries_for(prefix .. 'gen:' .. topic, ids))
+  to_ready(prefix, counts, topic, ids, levels[topic], true)
   ring(prefix, topic)
 end
 -- Every expired lease was a run that failed (its worker died or stalled).

@@ -3,7 +3,7 @@
 -- KEYS[1] inflight  KEYS[2] counts  KEYS[3] leases  KEYS[4] cancels (a cancel's request goes
 -- with the lease)  KEYS[5] jobs  KEYS[6] events: when a topic's job events are on, each job
 -- released is announced on its stream (`released`, with its run, read from its envelope)
--- KEYS[7..] ready:<topic>, gen:<topic> and events:<topic> of every topic in the call (declared for
+-- KEYS[7..] ready:<topic>, gen:<topic>, events:<topic> and ranked:<topic> of every topic in the call (declared for
 --   a cluster's reshard: see push.lua), then progress (the last key: the released jobs' entries go)
 -- ARGV[1] key prefix, then member_1, token_1, ... (at most 1000 pairs)
 -- Returns the number released.
@@ -22,7 +22,7 @@ for k, member in ipairs(members) do
     if not by_topic[topic] then
       by_topic[topic] = {}
       order[#order + 1] = topic
-      redis.call('LLEN', prefix .. 'ready:' .. topic) -- touch
+      touch_lanes(prefix, topic)
     end
     local list = by_topic[topic]
     list[#list + 1] = id
@@ -30,6 +30,14 @@ for k, member in ipairs(members) do
   end
 end
 if #held == 0 then return 0 end
+-- Each job goes back first of its priority (lib.lua's ready lanes).
+local priorities = {}
+local raws = redis.call('HMGET', KEYS[5], unpack(held))
+for k, member in ipairs(held) do
+  local topic = topic_of(member)
+  priorities[topic] = priorities[topic] or {}
+  table.insert(priorities[topic], priority_of(raws[k]))
+end
 local cancelled = redis.call('EXISTS', KEYS[4]) == 1
 local reported = has_progress(progress)
 -- Job events: the streams of the call's topics that have them on, and the runs of their jobs.
@@ -47,7 +55,7 @@ end
 proceed_when_full(leases) -- a release must go through when Redis is full
 for _, topic in ipairs(order) do
   -- One LPUSH of a, b, c leaves c first, as one LPUSH each in turn did.
-  push_all('LPUSH', prefix .. 'ready:' .. topic, entries_for(prefix .. 'gen:' .. topic, by_topic[topic]))
+  to_ready(prefix, counts, topic, by_topic[topic], priorities[topic], true)
   ring(prefix, topic)
   bump(counts, topic, 'inflight', -#by_topic[topic])
 end

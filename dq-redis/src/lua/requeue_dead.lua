@@ -1,5 +1,6 @@
 -- requeue_dead: gives dead letters a fresh set of attempts, ready to run now.
--- KEYS[1] jobs  KEYS[2] dead:<topic>  KEYS[3] ready:<topic>  KEYS[4] gen:<topic>
+-- KEYS[1] jobs  KEYS[2] dead:<topic>  KEYS[3] ready:<topic>  KEYS[4] gen:<topic>  KEYS[5] counts
+-- KEYS[6] ranked:<topic> (a dead letter with a priority goes back to it: lib.lua's ready lanes)
 -- ARGV[1] key prefix  ARGV[2] topic  ARGV[3] max_attempts for the new run
 -- ARGV[4] most jobs (at most 1000)  ARGV[5] died at or before (us; used without ids)
 -- then the ids to requeue (none: the oldest dead letters that died by ARGV[5])
@@ -16,7 +17,8 @@ else
   members = redis.call('ZRANGEBYSCORE', dead, '-inf', ARGV[5], 'LIMIT', 0, limit)
 end
 local now = now_us()
-local writes, ids, gone, seen, unreadable = {}, {}, {}, {}, {}
+local writes, ids, levels, gone, seen, unreadable = {}, {}, {}, {}, {}, {}
+touch_lanes(prefix, topic)
 for _, member in ipairs(members) do
   if not seen[member] and redis.call('ZSCORE', dead, member) then
     seen[member] = true
@@ -34,6 +36,7 @@ for _, member in ipairs(members) do
       writes[#writes + 1] = member
       writes[#writes + 1] = encode(e)
       ids[#ids + 1] = id
+      levels[#ids] = e.priority
       gone[#gone + 1] = member
     end
   end
@@ -41,7 +44,7 @@ end
 if #unreadable > 0 then redis.call('ZADD', dead, unpack(unreadable)) end
 if #ids == 0 then return 0 end
 redis.call('HSET', jobs, unpack(writes))
-push_all('RPUSH', ready, entries_for(KEYS[4], ids))
+to_ready(prefix, KEYS[5], topic, ids, levels)
 redis.call('ZREM', dead, unpack(gone))
 ring(prefix, topic)
 return #ids

@@ -2,7 +2,8 @@
 -- KEYS[1] jobs  KEYS[2] delayed  KEYS[3] inflight  KEYS[4] counts  KEYS[5] ready:<topic>
 -- KEYS[6] dead:<topic>  KEYS[7] gen:<topic> (declared for a cluster's reshard: see push.lua)
 -- KEYS[8] unique_for  KEYS[9] done:<topic> (a kept succeeded job's record is not rescheduled)
--- KEYS[10..] the rest of cancel.lua's keys (declared, unused)
+-- KEYS[10] retain (declared, unused)  KEYS[11] ranked:<topic> (lib.lua's ready lanes: a job with
+--   a priority goes there when it is to run now)
 -- ARGV[1] key prefix  ARGV[2] topic  ARGV[3] id  ARGV[4] when ('+<us>' after now, or '<us>')
 -- Returns 1 rescheduled, 0 not found (or dead, or a kept record), 2 running (left alone).
 -- A ready job's entry stays in its list, made stale (lib.lua), and a new one is made if it is
@@ -11,7 +12,6 @@
 local jobs, delayed, inflight, counts, gen = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[7]
 local prefix, topic, id, when = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local member = topic .. ':' .. id
-local ready = prefix .. 'ready:' .. topic
 local e = parse(redis.call('HGET', jobs, member))
 if not e then return 0 end
 if redis.call('ZSCORE', inflight, member) then return 2 end
@@ -22,13 +22,14 @@ local now = now_us()
 local before = earliest(delayed)
 local left = redis.call('ZCARD', delayed) -- delayed jobs after this call
 e.due = due_from(when, now)
-local to_ready = e.due <= now
+local now_ready = e.due <= now
+if now_ready then touch_lanes(prefix, topic) end
 redis.call('HSET', jobs, member, encode(e))
 if not was_delayed then invalidate(gen, counts, topic, id) end
-if was_delayed and not to_ready then
+if was_delayed and not now_ready then
   redis.call('ZADD', delayed, fmt(e.due), member)
-elseif to_ready then
-  redis.call('RPUSH', ready, entries_for(gen, {id})[1])
+elseif now_ready then
+  to_ready(prefix, counts, topic, {id}, {e.priority})
   ring(prefix, topic)
   if was_delayed then
     bump(counts, topic, 'delayed', -1)

@@ -3,6 +3,7 @@
 -- counts the run nor changes the last error.
 -- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] delayed  KEYS[4] counts  KEYS[5] leases
 -- KEYS[6] ready:<topic>  KEYS[7] gen:<topic> (declared for a cluster's reshard: see push.lua)
+-- KEYS[12] ranked:<topic> (declared: a job with a priority goes back there, lib.lua)
 -- KEYS[8] cancels (a cancel's request goes with the lease)
 -- KEYS[9] progress (the run's progress goes: the next run starts without one)
 -- KEYS[10] events  KEYS[11] events:<topic>: when the topic's job events are on, the run is
@@ -31,9 +32,9 @@ if ARGV[6] ~= '0' then
   tally(counts, topic, 'failed', 1, now)
 end
 e.due = now + delay
-if e.due <= now then redis.call('LLEN', prefix .. 'ready:' .. topic) end -- touch
+if e.due <= now then touch_lanes(prefix, topic) end
 redis.call('HSET', jobs, member, encode(e))
-place(prefix, delayed, counts, member, topic, id, e.due, now)
+place(prefix, delayed, counts, member, topic, id, e.due, now, e.priority)
 bump(counts, topic, 'inflight', -1)
 announce(prefix, delayed, before)
 if cancelled then redis.call('HDEL', KEYS[8], member) end

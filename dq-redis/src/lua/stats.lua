@@ -2,7 +2,10 @@
 -- paused (read-only, bounded: the next due time is looked for among the shard's first 1000
 -- delayed entries).
 -- KEYS[1] counts  KEYS[2] ready:<topic>  KEYS[3] dead:<topic>  KEYS[4] jobs  KEYS[5] delayed
--- KEYS[6] paused  KEYS[7] gen:<topic>  KEYS[8] done:<topic>
+-- KEYS[6] paused  KEYS[7] gen:<topic>  KEYS[8] done:<topic>  KEYS[9] ranked:<topic> (lib.lua's
+--   ready lanes)
+-- The oldest ready job is the one a fetch takes next: with priorities, a job of a lower one
+-- may have waited longer.
 -- ARGV[1] topic
 -- Returns {delayed, ready, running, dead, done, oldest_ready_due_us or -1, next_due_us or -1,
 --   paused, now_us} (the head as counts.lua's; done: the records of succeeded jobs kept).
@@ -10,10 +13,10 @@ local counts, ready, dead, jobs, delayed, paused = KEYS[1], KEYS[2], KEYS[3], KE
 local topic = ARGV[1]
 local oldest = -1
 -- The first live entry among the first 10 (stale ones, lib.lua, are no jobs).
-local first = live_entries(KEYS[7], redis.call('LRANGE', ready, 0, 9))[1]
+local first = live_entries(KEYS[7], lane_range(ready, KEYS[9], 0, 9))[1]
 if first then
   local raw = redis.call('HGET', jobs, topic .. ':' .. first)
-  local due = raw and string.match(raw, '^[23]:%d+:%d+:%d+:(%d+):')
+  local due = raw and string.match(raw, '^[234]:%d+:%d+:%d+:(%d+):')
   if due then oldest = due end
 end
 local next_due = -1
@@ -27,7 +30,8 @@ for i = 1, #window, 2 do
 end
 return {
   tonumber(redis.call('HGET', counts, topic .. ':delayed') or 0),
-  math.max(redis.call('LLEN', ready) - tonumber(redis.call('HGET', counts, topic .. ':stale') or 0), 0),
+  math.max(redis.call('LLEN', ready) + redis.call('ZCARD', KEYS[9])
+    - tonumber(redis.call('HGET', counts, topic .. ':stale') or 0), 0),
   tonumber(redis.call('HGET', counts, topic .. ':inflight') or 0),
   redis.call('ZCARD', dead),
   redis.call('HLEN', KEYS[8]),

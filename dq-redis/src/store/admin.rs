@@ -57,7 +57,13 @@ impl Admin for RedisStore {
     async fn counts(&self, topic: &Topic) -> Result<TopicCounts> {
         let shards: Vec<Reply<TopicCounts>> = self
             .read_topic("counts", &SCRIPTS.counts, topic, |k| {
-                vec![k.counts(), k.ready(topic), k.dead(topic), k.done(topic)]
+                vec![
+                    k.counts(),
+                    k.ready(topic),
+                    k.dead(topic),
+                    k.done(topic),
+                    k.ranked(topic),
+                ]
             })
             .await?;
         let mut total = TopicCounts::default();
@@ -79,6 +85,7 @@ impl Admin for RedisStore {
                     k.paused(),
                     k.ready_gen(topic),
                     k.done(topic),
+                    k.ranked(topic),
                 ]
             })
             .await?;
@@ -137,7 +144,7 @@ impl Admin for RedisStore {
             let mut inv = SCRIPTS.list.prepare_invoke();
             inv.key(k.jobs()).key(key);
             if state == JobState::Ready {
-                inv.key(k.ready_gen(topic));
+                inv.key(k.ready_gen(topic)).key(k.ranked(topic));
             }
             inv.arg(kind)
                 .arg(topic.as_str())
@@ -237,6 +244,8 @@ impl Admin for RedisStore {
                 .key(k.dead(topic))
                 .key(k.ready(topic))
                 .key(k.ready_gen(topic))
+                .key(k.counts())
+                .key(k.ranked(topic))
                 .arg(k.prefix())
                 .arg(topic.as_str())
                 .arg(max)

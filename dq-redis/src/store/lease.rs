@@ -7,9 +7,8 @@ use async_trait::async_trait;
 use redis::{Script, Value};
 
 use super::reply::{Applied, Count, Promotion, Reclamation};
-use super::waiters::{RedisReadyWaiter, RedisWakeListener};
+use super::waiters::RedisWakeListener;
 use super::{micros, RedisStore};
-use crate::connection::Server;
 use crate::keys::member;
 use crate::scripts::SCRIPTS;
 use crate::subscription::ShardSubscription;
@@ -44,6 +43,7 @@ impl RedisStore {
             .key(k.progress())
             .key(k.events())
             .key(k.events_stream(&lease.topic))
+            .key(k.ranked(&lease.topic))
             .arg(k.prefix())
             .arg(member(&lease.topic, &lease.id))
             .arg(lease.token)
@@ -126,7 +126,8 @@ impl Leases for RedisStore {
                 for t in topics {
                     inv.key(k.ready(t))
                         .key(k.ready_gen(t))
-                        .key(k.events_stream(t));
+                        .key(k.events_stream(t))
+                        .key(k.ranked(t));
                 }
                 inv.arg(k.prefix())
                     .arg(promote_limit(limit.saturating_sub(out.moved)));
@@ -179,6 +180,7 @@ impl Leases for RedisStore {
             .key(k.events())
             .key(k.events_stream(topic))
             .key(k.limits())
+            .key(k.ranked(topic))
             .arg(topic.as_str())
             .arg(batch_limit(max))
             .arg(micros(ttl))
@@ -241,6 +243,7 @@ impl Leases for RedisStore {
                 keys.push(k.ready(t));
                 keys.push(k.ready_gen(t));
                 keys.push(k.events_stream(t));
+                keys.push(k.ranked(t));
             }
             keys.push(k.progress());
             let inv =
@@ -297,7 +300,8 @@ impl Leases for RedisStore {
                     inv.key(k.ready(t))
                         .key(k.dead(t))
                         .key(k.ready_gen(t))
-                        .key(k.events_stream(t));
+                        .key(k.events_stream(t))
+                        .key(k.ranked(t));
                 }
                 inv.key(k.progress());
                 inv.arg(k.prefix()).arg(batch_limit(limit));
@@ -471,16 +475,11 @@ impl Leases for RedisStore {
     }
 
     fn ready_waiter(&self, shard: u16, topic: &Topic) -> Box<dyn ReadyWaiter> {
-        match &self.server {
-            Server::Single(client) => Box::new(RedisReadyWaiter::new(
-                client.clone(),
-                self.keys(shard).ready(topic),
-            )),
-            Server::Cluster { .. } => {
-                self.hub
-                    .waiter(&self.server, &self.conn, &self.shards, shard, topic)
-            }
-        }
+        // The bells of the `ready` channel on one server too: a job can become ready in the
+        // topic's list or in its ranked set (lib.lua's ready lanes), and no blocking command
+        // waits on both.
+        self.hub
+            .waiter(&self.server, &self.conn, &self.shards, shard, topic)
     }
 
     async fn wake_listener(&self) -> Result<Box<dyn WakeListener>> {

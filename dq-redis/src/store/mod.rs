@@ -67,10 +67,10 @@ const SHARD_COUNT_WAIT: std::time::Duration = std::time::Duration::from_secs(10)
 /// The smallest Redis ACL dq needs, as `ACL SETUSER <name> on ><password> <these rules>`: its own
 /// keys (`dq:*`) and pub/sub channels, the commands it sends, and the commands its scripts call.
 pub const ACL_RULES: &str = "resetkeys ~dq:* resetchannels &dq:* -@all \
-+evalsha +eval +script|load +blmove +subscribe +unsubscribe +ping +hello +info \
++evalsha +eval +script|load +subscribe +unsubscribe +ping +hello +info \
 +hset +hdel +hgetall +sadd +srem +smembers +config|get \
 +time +hget +hmget +hexists +hincrby +zadd +zrem +zscore +zrange +zrangebyscore \
-+zrevrange +zremrangebyrank +zremrangebyscore +zcard +hlen +lpop +rpush +lpush +lrange +ltrim +lrem +llen +lindex +lpos +sismember \
++zrevrange +zcount +zremrangebyrank +zremrangebyscore +zcard +hlen +lpop +rpush +lpush +lrange +ltrim +lrem +llen +lindex +lpos +sismember \
 +publish +cluster|slots +exists +get +set +multi +exec +wait +asking +xadd +xread +xrevrange +del";
 
 /// Jobs in Redis, shared by every process that uses the same namespace.

@@ -77,15 +77,26 @@ impl RedisStore {
                 &j.payload[..],
             ]);
         }
-        // The trace contexts after the jobs' values, one per job, only when a job has one:
-        // push.lua reads a missing one as none.
-        if chunk.iter().any(|&i| jobs[i].trace.is_some()) {
+        // The trace contexts after the jobs' values, one per job, only when a job has one or
+        // a priority; then the priorities, only when a job has one: push.lua reads a missing
+        // one as none.
+        let ranked = chunk.iter().any(|&i| jobs[i].priority != 0);
+        if ranked || chunk.iter().any(|&i| jobs[i].trace.is_some()) {
             args.extend(
                 chunk
                     .iter()
                     .map(|&i| jobs[i].trace.as_deref().unwrap_or("").as_bytes()),
             );
         }
+        let priorities: Vec<String> = if ranked {
+            chunk
+                .iter()
+                .map(|&i| jobs[i].priority.to_string())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        args.extend(priorities.iter().map(String::as_bytes));
         if self.wait.0.is_some() {
             read("push", self.push_and_wait(shard, &keys, &args).await?)
         } else {
@@ -195,6 +206,7 @@ fn push_keys(k: &ShardKeys, topics: &BTreeSet<&Topic>) -> Vec<String> {
         keys.push(k.ready_gen(t));
         keys.push(k.done(t));
         keys.push(k.events_stream(t));
+        keys.push(k.ranked(t));
     }
     keys
 }
@@ -269,7 +281,9 @@ impl Producer for RedisStore {
 
     async fn reschedule(&self, topic: &Topic, id: &JobId, when: Due) -> Result<ChangeOutcome> {
         let mut inv = self.change_invocation(&SCRIPTS.reschedule, topic, id);
-        inv.arg(when_arg(when));
+        // KEYS[11]: where a job with a priority goes when it is to run now.
+        inv.key(self.keys_of(topic, id).ranked(topic))
+            .arg(when_arg(when));
         Ok(self
             .call::<Reply<ChangeOutcome>>("reschedule", &inv)
             .await?

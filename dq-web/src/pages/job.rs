@@ -82,6 +82,13 @@ fn fields(job: &JobInfo, now: SystemTime) -> Markup {
     html! {
         table.fields {
             tr { th { "State" } td { (job.state.as_str()) } }
+            tr {
+                th { "Priority" }
+                td data-priority=(job.priority) {
+                    (job.priority)
+                    @if job.priority == 0 { " (the default)" } @else { " (higher runs first)" }
+                }
+            }
             tr { th { "Attempt" } td data-attempt=(job.attempt) { (attempt(job)) } }
             tr { th { "Due" } td { (utc(job.due)) " UTC (" (relative(job.due, now)) ")" } }
             tr { th { "Enqueued" } td { (utc(job.created)) " UTC (" (relative(job.created, now)) ")" } }

@@ -197,7 +197,12 @@ fn job_row(v: &TopicView<'_>, job: &JobInfo) -> Markup {
             @if selectable(v) {
                 td { input type="checkbox" name="id" value=(job.id.as_str()); }
             }
-            td { a href={ (v.link) "/jobs/" (seg(job.id.as_str())) } { code { (job.id.as_str()) } } }
+            td {
+                a href={ (v.link) "/jobs/" (seg(job.id.as_str())) } { code { (job.id.as_str()) } }
+                @if job.priority != 0 {
+                    " " span.badge.priority title="its priority: higher runs first, 0 is the default" { "priority " (job.priority) }
+                }
+            }
             td title=(utc(job.due)) { (relative(job.due, now)) }
             td.num { (job.attempt) " / " (job.max_attempts) }
             @match (state, job.state_since_or_until) {

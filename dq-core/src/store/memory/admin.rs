@@ -1,6 +1,8 @@
 //! What operators look at and do, and the registry of live workers.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::BTreeSet;
+
+use super::ready::ReadyQueue;
 use std::time::SystemTime;
 
 use async_trait::async_trait;
@@ -25,7 +27,7 @@ impl Admin for MemoryStore {
         let oldest_ready_due = s
             .ready
             .get(topic)
-            .and_then(VecDeque::front)
+            .and_then(ReadyQueue::front)
             .and_then(|id| s.jobs.get(&(topic.clone(), id.clone())))
             .map(|e| from_us(e.due_us));
         let next_due = s
@@ -159,7 +161,7 @@ impl Admin for MemoryStore {
                     e.max_attempts = max;
                     e.due_us = now;
                 }
-                s.ready.entry(topic.clone()).or_default().push_back(id);
+                s.make_ready((topic.clone(), id));
                 n += 1;
             }
             n

@@ -1,6 +1,8 @@
 //! The workers' side of a job's life.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::BTreeSet;
+
+use super::ready::ReadyQueue;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -119,7 +121,7 @@ impl Leases for MemoryStore {
                     Some((_, n)) => *n += 1,
                     None => moved.push((m.0.clone(), 1)),
                 }
-                s.ready.entry(m.0).or_default().push_back(m.1);
+                s.make_ready(m);
                 count += 1;
             }
             (count, s.earliest())
@@ -160,7 +162,7 @@ impl Leases for MemoryStore {
             }
         }
         while out.jobs.len() < max {
-            let Some(id) = s.ready.get_mut(topic).and_then(VecDeque::pop_front) else {
+            let Some(id) = s.ready.get_mut(topic).and_then(ReadyQueue::pop_front) else {
                 break;
             };
             let m = (topic.clone(), id.clone());
@@ -281,8 +283,8 @@ impl Leases for MemoryStore {
                 s.end_lease(&m);
                 let run = s.jobs.get(&m).map_or(1, |e| e.attempt.saturating_add(1));
                 s.events.emit(&m, run, now, || EventKind::Released);
-                s.ready.entry(m.0.clone()).or_default().push_front(m.1);
-                topics.insert(m.0);
+                topics.insert(m.0.clone());
+                s.ready_again(m);
                 n += 1;
             }
         }
@@ -363,8 +365,8 @@ impl Leases for MemoryStore {
                     e.last_error = Some(lease_expired(e.attempt, None));
                     let run = e.attempt;
                     s.events.emit(&m, run, now, || EventKind::Stalled);
-                    s.ready.entry(m.0.clone()).or_default().push_front(m.1);
-                    topics.insert(m.0);
+                    topics.insert(m.0.clone());
+                    s.ready_again(m);
                     out.requeued += 1;
                 }
             }

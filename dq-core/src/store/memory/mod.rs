@@ -24,6 +24,7 @@ mod ends;
 mod events;
 mod lease;
 mod produce;
+mod ready;
 mod running;
 mod schedules;
 mod state;

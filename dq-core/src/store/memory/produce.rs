@@ -112,6 +112,7 @@ fn store_job(s: &mut State, job: NewJob, m: Member, now: u64) -> bool {
             due_us: due,
             last_error: None,
             trace: job.trace,
+            priority: job.priority,
             payload: job.payload,
         },
     );

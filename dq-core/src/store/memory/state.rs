@@ -1,11 +1,12 @@
 //! The memory store's jobs, queues and leases, changed by plain synchronous code under the
 //! store's lock.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use super::ends::Waiter;
 use super::events::EventLog;
+use super::ready::ReadyQueue;
 use super::Event;
 use crate::admin::{Throughput, TopicCounts, WorkerInfo};
 use crate::envelope::Envelope;
@@ -34,7 +35,7 @@ pub(super) struct DoneRecord {
 pub(super) struct State {
     pub(super) jobs: HashMap<Member, Envelope>,
     pub(super) delayed: BTreeSet<(u64, Member)>,
-    pub(super) ready: HashMap<Topic, VecDeque<JobId>>,
+    pub(super) ready: HashMap<Topic, ReadyQueue>,
     pub(super) inflight: BTreeSet<(u64, Member)>,
     /// Running jobs: lease deadline and token.
     pub(super) leases: HashMap<Member, (u64, u64)>,
@@ -185,7 +186,7 @@ impl State {
     /// Puts a job where its due time says; returns true when it went to ready.
     pub(super) fn place(&mut self, m: Member, due: u64, now: u64) -> bool {
         if due <= now {
-            self.ready.entry(m.0.clone()).or_default().push_back(m.1);
+            self.make_ready(m);
             true
         } else {
             State::bump(&mut self.delayed_count, &m.0, true);
@@ -194,15 +195,30 @@ impl State {
         }
     }
 
+    /// The priority of a stored job (0 for one not stored).
+    fn priority_of(&self, m: &Member) -> i8 {
+        self.jobs.get(m).map_or(0, |e| e.priority)
+    }
+
+    /// Adds a stored job to its topic's ready jobs, last of its priority.
+    pub(super) fn make_ready(&mut self, m: Member) {
+        let priority = self.priority_of(&m);
+        self.ready.entry(m.0).or_default().push_back(m.1, priority);
+    }
+
+    /// Puts a stored job back first in line of its priority (released, or reclaimed).
+    pub(super) fn ready_again(&mut self, m: Member) {
+        let priority = self.priority_of(&m);
+        self.ready.entry(m.0).or_default().push_front(m.1, priority);
+    }
+
     /// Takes a not-started job out of delayed or ready.
     pub(super) fn unplace(&mut self, m: &Member) {
         let due = self.jobs.get(m).map_or(0, |e| e.due_us);
         if self.delayed.remove(&(due, m.clone())) {
             State::bump(&mut self.delayed_count, &m.0, false);
         } else if let Some(q) = self.ready.get_mut(&m.0) {
-            if let Some(pos) = q.iter().position(|id| *id == m.1) {
-                q.remove(pos);
-            }
+            q.remove(&m.1);
         }
     }
 
@@ -380,6 +396,7 @@ mod tests {
                 due_us: due,
                 last_error: None,
                 trace: None,
+                priority: 0,
                 payload: b"{}".to_vec(),
             },
         );
@@ -503,6 +520,7 @@ mod tests {
             due_us: 0,
             last_error: None,
             trace: None,
+            priority: 0,
             payload: b"{}".to_vec(),
         }
     }
