@@ -128,6 +128,9 @@ on_every_store!(
     priorities: [
         higher_priorities_run_first_and_one_priority_in_push_order,
         a_fetch_from_the_list_leaves_the_lower_priorities_waiting,
+        a_replace_that_raises_a_priority_runs_the_job_once,
+        the_oldest_ready_job_is_found_behind_younger_ones_of_higher_priority,
+        a_store_refuses_a_priority_outside_the_range,
         a_job_that_waited_keeps_its_priority_when_it_becomes_due,
         released_and_reclaimed_jobs_go_back_first_of_their_priority,
         retried_and_requeued_jobs_keep_their_priority,

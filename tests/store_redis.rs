@@ -414,6 +414,50 @@ async fn stale_ready_entries_leave_nothing_behind_once_fetched() {
     assert_eq!((gens, ready), (0, 0), "no generation and no entry left");
 }
 
+/// Issue 33 review (helper-30, finding 1): a replace that raises a ready job's priority leaves
+/// its old entry in the list behind its new one; once the job ran and the old entry was
+/// fetched past, nothing of either is left (no generation, no stale count, no entry).
+#[tokio::test]
+async fn a_raised_priority_leaves_nothing_behind_once_its_old_entry_is_fetched_past() {
+    let redis = RedisServer::start();
+    let c = client(&redis).await;
+    let mut conn = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    c.push_to("t", &1).id("a").await.unwrap();
+    c.push_to("t", &1).id("j").await.unwrap();
+    c.push_to("t", &2)
+        .id("j")
+        .priority(5)
+        .replace()
+        .await
+        .unwrap();
+    let store = c.store();
+    let t = topic("t");
+    let one = |n| store.fetch(0, &t, n, LEASE);
+    let first = one(1).await.unwrap().jobs;
+    assert_eq!(first[0].lease.id.as_str(), "j");
+    assert_eq!(one(1).await.unwrap().jobs[0].lease.id.as_str(), "a");
+    assert!(
+        one(1).await.unwrap().jobs.is_empty(),
+        "j's old entry is stale"
+    );
+    assert_eq!(stale_entries(&mut conn).await, 0);
+    let (gens, ready, ranked): (u64, u64, u64) = redis::pipe()
+        .cmd("EXISTS")
+        .arg("dq:{test:0}:gen:t")
+        .cmd("EXISTS")
+        .arg("dq:{test:0}:ready:t")
+        .cmd("EXISTS")
+        .arg("dq:{test:0}:ranked:t")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((gens, ready, ranked), (0, 0, 0), "nothing left");
+}
+
 /// Finding 10 of issue 15: a failover loses the writes the replica had not received yet, the
 /// lease counter among them; the promoted replica then gave a second worker the same token as
 /// the first, and the first worker's ack (or retry) passed for the second's. A token is now

@@ -24,6 +24,21 @@ pub const MAX_PRIORITY: i8 = 10;
 /// for everything else of its topic ("newsletters after password resets").
 pub const MIN_PRIORITY: i8 = -10;
 
+/// Refuses a job whose priority is outside [`MIN_PRIORITY`]..=[`MAX_PRIORITY`] (the push
+/// builder, and both stores before writing anything, for jobs made by hand).
+pub fn check_priority(job: &NewJob) -> crate::Result<()> {
+    if (MIN_PRIORITY..=MAX_PRIORITY).contains(&job.priority) {
+        return Ok(());
+    }
+    Err(crate::Error::InvalidPush {
+        topic: job.topic.to_string(),
+        reason: format!(
+            "job {}: priority {} is outside {MIN_PRIORITY}..={MAX_PRIORITY} (dq::limits::MIN_PRIORITY and MAX_PRIORITY); higher runs first, 0 is the default",
+            job.id, job.priority
+        ),
+    })
+}
+
 /// When a job becomes due: a time relative to the store's clock, or an instant. These two are
 /// all there is (the enum is exhaustive, so stores can match on it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -131,6 +131,20 @@ impl RunningLeases {
         lost
     }
 
+    /// The acks of `topics`' jobs are on their way to the store: the consumers waiting for room
+    /// under a global concurrency may fetch now. Their fetch goes to Redis on the same
+    /// connection behind the ack, which Redis runs first, so it finds the acked jobs' slots free
+    /// one round trip sooner than a fetch sent when the ack's reply is back (a fetch that
+    /// overtakes it only finds the topic full again, and waits for [`stop`](Self::stop)).
+    pub(crate) fn acks_sent<'t>(&self, topics: impl IntoIterator<Item = &'t Topic>) {
+        let ended = lock(&self.ended);
+        for topic in topics {
+            if let Some(n) = ended.get(topic) {
+                n.notify_waiters();
+            }
+        }
+    }
+
     /// Told at each [`stop`](Self::stop) of a lease of `topic`: one of its jobs in this process
     /// ended, so the topic may have room under its global concurrency. A waiter registers
     /// (`Notified::enable`) before the fetch that finds the topic full, so that an end

@@ -98,8 +98,26 @@ impl AckLane {
                     Err(_) => break,
                 }
             }
+            let mut sent = false;
             loop {
-                match self.leases.ack_succeeded(&batch).await {
+                let ack = self.leases.ack_succeeded(&batch);
+                tokio::pin!(ack);
+                let reply = if sent {
+                    ack.await
+                } else {
+                    sent = true;
+                    match poll_once(ack.as_mut()).await {
+                        Some(reply) => reply,
+                        None => {
+                            // The ack is on its way (its request is queued on the connection).
+                            let topics: HashSet<&Topic> =
+                                batch.iter().map(|s| &s.lease.topic).collect();
+                            self.shared.running.acks_sent(topics);
+                            ack.await
+                        }
+                    }
+                };
+                match reply {
                     Ok(acked) => {
                         health.ok();
                         acked_batch(&self.shared, &batch, &acked);
@@ -117,6 +135,19 @@ impl AckLane {
             batch.clear();
         }
     }
+}
+
+/// Polls `f` once: its output if it is ready, else `None` (it has started: a store call has
+/// queued its request).
+async fn poll_once<F: std::future::Future + Unpin>(f: F) -> Option<F::Output> {
+    let mut f = f;
+    std::future::poll_fn(|cx| {
+        std::task::Poll::Ready(match std::pin::Pin::new(&mut f).poll(cx) {
+            std::task::Poll::Ready(out) => Some(out),
+            std::task::Poll::Pending => None,
+        })
+    })
+    .await
 }
 
 /// The batch is acked: its jobs stop running here. A refused ack is news only when the

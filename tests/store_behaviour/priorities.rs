@@ -83,6 +83,75 @@ pub(crate) async fn a_fetch_from_the_list_leaves_the_lower_priorities_waiting(ki
     assert_eq!(fetch_ids(c, 2).await, ["lower"]);
 }
 
+/// Issue 33 review (helper-30, finding 1): a replace that raised a ready job's priority put its
+/// new entry in a lane fetched before its old, stale one; the fetch of the new entry forgot the
+/// job's generation, and the old entry came back to life: the job was leased a second time
+/// while it ran.
+pub(crate) async fn a_replace_that_raises_a_priority_runs_the_job_once(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    push_ranked(c, &[("a", 0), ("j", 0)]).await;
+    c.push(OrderCancel { order_id: 5 })
+        .id("j")
+        .priority(5)
+        .replace()
+        .await
+        .unwrap();
+    assert_eq!(fetch_ids(c, 1).await, ["j"]);
+    assert_eq!(fetch_ids(c, 1).await, ["a"]);
+    assert!(fetch_ids(c, 1).await.is_empty(), "j runs once");
+    let counts = c.counts(TOPIC).await.unwrap();
+    assert_eq!((counts.ready, counts.running), (0, 2), "{counts:?}");
+    // Cancelled while ready and pushed again higher: the same.
+    push_ranked(c, &[("b", 0), ("k", 0)]).await;
+    c.cancel_in(TOPIC, "k").await.unwrap();
+    push_ranked(c, &[("k", 3)]).await;
+    assert_eq!(fetch_ids(c, 1).await, ["k"]);
+    assert_eq!(fetch_ids(c, 1).await, ["b"]);
+    assert!(fetch_ids(c, 1).await.is_empty(), "k runs once");
+    assert_eq!(c.counts(TOPIC).await.unwrap().ready, 0);
+}
+
+/// Issue 33 review (helper-30, finding 3): the lag of a topic is its oldest ready job's, found
+/// behind younger jobs of a higher priority, so that a starving low priority shows.
+pub(crate) async fn the_oldest_ready_job_is_found_behind_younger_ones_of_higher_priority(
+    kind: Kind,
+) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    push_ranked(c, &[("low", -5)]).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    push_ranked(c, &[("plain", 0), ("high", 5)]).await;
+    let low = existing(c, TOPIC, "low").await;
+    let stats = c.stats(TOPIC).await.unwrap();
+    assert_eq!(stats.oldest_ready_due, Some(low.due));
+}
+
+/// Issue 33 review (helper-30, finding 8): a job made by hand, not by the push builder, with a
+/// priority outside the range is refused by the store itself, with nothing stored.
+pub(crate) async fn a_store_refuses_a_priority_outside_the_range(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let job = dq::store::NewJob {
+        topic: topic(TOPIC),
+        id: dq::JobId::new("hand-made").unwrap(),
+        due: dq::Due::default(),
+        max_attempts: 3,
+        unique_for: None,
+        fence: None,
+        trace: None,
+        priority: 50,
+        payload: b"{}".to_vec(),
+    };
+    let err = c
+        .store()
+        .push(vec![job], dq::push::OnConflict::Keep)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+    assert!(c.status_in(TOPIC, "hand-made").await.unwrap().is_none());
+}
+
 pub(crate) async fn a_job_that_waited_keeps_its_priority_when_it_becomes_due(kind: Kind) {
     let h = Harness::new(kind, |b| b).await;
     let c = &h.client;

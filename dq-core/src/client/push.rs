@@ -367,20 +367,12 @@ impl PushBuilder {
             }
             n => n,
         };
-        if !(crate::MIN_PRIORITY..=crate::MAX_PRIORITY).contains(&self.priority) {
-            return Err(invalid(format!(
-                "job {id}: priority {} is outside {}..={} (dq::limits::MIN_PRIORITY and MAX_PRIORITY); higher runs first, 0 is the default",
-                self.priority,
-                crate::MIN_PRIORITY,
-                crate::MAX_PRIORITY
-            )));
-        }
         // The trace context of the span the push is made in, for the run to continue.
         #[cfg(feature = "otel")]
         let trace = crate::trace::of_push(self.fence.is_some());
         #[cfg(not(feature = "otel"))]
         let trace = None;
-        Ok(NewJob {
+        let job = NewJob {
             topic,
             id,
             due: self.due,
@@ -390,7 +382,9 @@ impl PushBuilder {
             trace,
             priority: self.priority,
             payload,
-        })
+        };
+        crate::job::check_priority(&job)?;
+        Ok(job)
     }
 }
 

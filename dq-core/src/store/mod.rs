@@ -25,7 +25,7 @@ pub use self::schedules::{ScheduleEntry, Schedules};
 pub use self::shard::shard_of;
 pub use crate::envelope::{Envelope, ENVELOPE_VERSION};
 pub use crate::events::{EventEntry, EventFeed, EventPosition};
-pub use crate::job::{from_us, to_us, FiredTick, NewJob};
+pub use crate::job::{check_priority, from_us, to_us, FiredTick, NewJob};
 pub use crate::lease::{check_progress, check_retry_delay};
 pub use crate::lease::{Acked, Fetched, LeaseRef, LeasedJob, Promoted, Reclaimed, Succeeded};
 pub use crate::result::{Retention, Waited};

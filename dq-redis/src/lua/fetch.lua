@@ -44,6 +44,9 @@ local paused = redis.call('SISMEMBER', KEYS[5], topic) == 1
 -- a key read after its deletion aborts the script while its slot migrates (lib.lua). `left`
 -- follows what is trimmed off.
 local ranked = KEYS[14]
+-- How many fields the generations hash has: 0 once it is gone (lib.lua's live_entries then
+-- reads no generation).
+local gen_fields = redis.call('HLEN', gen)
 local list_left, ranked_left = redis.call('LLEN', ready), redis.call('ZCARD', ranked)
 local left = list_left + ranked_left
 local limit = redis.call('HMGET', KEYS[13], topic .. ':rate', topic .. ':tat', topic .. ':hold',
@@ -177,22 +180,49 @@ for _ = 1, n > 0 and 10 or 0 do
   if from_ranked > 0 then redis.call('ZREMRANGEBYRANK', ranked, 0, from_ranked - 1) end
   list_left, ranked_left = list_left - from_list, ranked_left - from_ranked
   left = list_left + ranked_left
-  local live, dropped, with_gen, stale_ids = live_entries(gen, entries)
+  local live, dropped, with_gen, stale_ids = live_entries(gen, entries, gen_fields == 0)
   ids = live
   stale = stale + dropped
-  -- A job whose live entry this is leaves the list (its stale entries were all before it):
-  -- its generation is no longer needed. Nor is the generation of a job whose last stale entry
-  -- this was, when it has no live entry either (cancelled, or moved to delayed).
-  for _, id in ipairs(with_gen) do redis.call('HDEL', gen, id, id .. ':') end
-  for _, id in ipairs(stale_ids) do
-    if redis.call('HINCRBY', gen, id .. ':', -1) <= 0 then
-      local member = topic .. ':' .. id
-      if redis.call('HEXISTS', jobs, member) == 0 or redis.call('ZSCORE', KEYS[8], member) then
-        redis.call('HDEL', gen, id, id .. ':')
-      else
-        redis.call('HDEL', gen, id .. ':')
+  -- The generations these entries settle (lib.lua), read first and written after, every HDEL
+  -- last: it may delete the hash, which no later batch then reads (`gen_fields` follows how
+  -- many fields it has). A job's stale entries leave the lanes one by one (`id:` counts those
+  -- left); its generation goes once none is left and it has no live entry waiting either:
+  -- its live entry is in this batch, or it is gone, delayed or running. Else it stays, to keep
+  -- the stale entries stale: a replace that raised a job's priority put its new entry in a
+  -- lane fetched before its old one's.
+  if gen_fields > 0 and (#stale_ids > 0 or #with_gen > 0) then
+    local fields, distinct, seen_id = {}, {}, {}
+    for _, list in ipairs({stale_ids, with_gen}) do
+      for _, id in ipairs(list) do
+        if not seen_id[id] then
+          seen_id[id] = true
+          distinct[#distinct + 1] = id
+          fields[#fields + 1] = id .. ':'
+        end
       end
     end
+    local stale_left = {}
+    for i, n_left in ipairs(redis.call('HMGET', gen, unpack(fields))) do
+      stale_left[distinct[i]] = tonumber(n_left or '0')
+    end
+    for _, id in ipairs(stale_ids) do stale_left[id] = stale_left[id] - 1 end
+    local live_here = {}
+    for _, id in ipairs(with_gen) do live_here[id] = true end
+    local updates, drops = {}, {}
+    for _, id in ipairs(distinct) do
+      if stale_left[id] > 0 then
+        push_all_pairs(updates, id .. ':', fmt(stale_left[id]))
+      else
+        local member = topic .. ':' .. id
+        if live_here[id] or redis.call('HEXISTS', jobs, member) == 0
+          or redis.call('ZSCORE', KEYS[8], member) or redis.call('ZSCORE', inflight, member) then
+          drops[#drops + 1] = id
+        end
+        drops[#drops + 1] = id .. ':'
+      end
+    end
+    if #updates > 0 then redis.call('HSET', gen, unpack(updates)) end
+    if #drops > 0 then gen_fields = gen_fields - redis.call('HDEL', gen, unpack(drops)) end
   end
   if #ids > 0 then break end
 end
@@ -251,6 +281,11 @@ for i, id in ipairs(ids) do
     out[#out + 1] = id
     out[#out + 1] = raw
   end
+end
+if #held == 0 and left > 0 then
+  -- Every live entry of the batch named a job that is gone: none leased, but jobs are left,
+  -- for which its consumers come back at once rather than after their idle wait.
+  ring(string.sub(ready, 1, #ready - #topic - 6), topic)
 end
 if #held > 0 then
   redis.call('HSET', leases, unpack(held))

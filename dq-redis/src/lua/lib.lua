@@ -204,17 +204,19 @@ end
 
 -- Which of `entries` (of one topic) are live: returns the live ids in order, how many entries
 -- were stale, the ids whose live entry carried a generation (it is forgotten once the job
--- leaves the list) and the ids of stale entries.
-local function live_entries(gen, entries)
+-- leaves the list) and the ids of stale entries. `absent`: the caller knows the generations
+-- hash is gone (it deleted it), so it is not read (a key read after its deletion aborts the
+-- script while its slot migrates).
+local function live_entries(gen, entries, absent)
   if #entries == 0 then return entries, 0, {}, {} end
   local marked = false
   for _, e in ipairs(entries) do
     if string.find(e, ':', 1, true) then marked = true break end
   end
-  if not marked and redis.call('EXISTS', gen) == 0 then return entries, 0, {}, {} end
+  if not marked and (absent or redis.call('EXISTS', gen) == 0) then return entries, 0, {}, {} end
   local ids, gs = {}, {}
   for k, e in ipairs(entries) do ids[k], gs[k] = entry_parts(e) end
-  local current = redis.call('HMGET', gen, unpack(ids))
+  local current = absent and {} or redis.call('HMGET', gen, unpack(ids))
   local live, with_gen, stale_ids, seen = {}, {}, {}, {}
   for k, id in ipairs(ids) do
     local cur = tonumber(current[k] or 0)
@@ -236,11 +238,12 @@ end
 -- RANKED_MID), then the list, then the set's others. A score is
 -- (MAX_PRIORITY - priority) * LANE + LANE / 2 + seq for a job going last of its priority, - seq
 -- for one going first (released or reclaimed: one call's last goes first, as one LPUSH does),
--- seq counting up per topic (`<topic>:seq` in the counts hash): exact integers below 2^53. The
+-- seq counting up per topic (`<topic>:seq` in the counts hash): exact integers below 2^53 (LANE
+-- / 2 = 2^46 jobs each way: 22 years of 100,000 ranked jobs a second in one topic and shard). The
 -- set's members are ready entries as the list's (`id` or `id:<g>`), stale by the same rules.
 -- A topic whose jobs have priorities is marked `<topic>:ranked` in the counts hash (push.lua),
 -- so that promote.lua reads the envelopes of its jobs for their priority, and only its.
-local LANE = 1099511627776 -- 2^40
+local LANE = 140737488355328 -- 2^47: 21 lanes stay below 2^53, each counting 2^46 jobs each way
 local MAX_PRIORITY = 10
 local RANKED_MID = MAX_PRIORITY * LANE
 

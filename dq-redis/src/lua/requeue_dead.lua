@@ -19,6 +19,7 @@ end
 local now = now_us()
 local writes, ids, levels, gone, seen, unreadable = {}, {}, {}, {}, {}, {}
 touch_lanes(prefix, topic)
+redis.call('HGET', KEYS[5], topic .. ':seq') -- counts: to_ready counts the ranked jobs there
 for _, member in ipairs(members) do
   if not seen[member] and redis.call('ZSCORE', dead, member) then
     seen[member] = true

@@ -25,6 +25,7 @@ local cancelled = redis.call('HEXISTS', KEYS[8], member) == 1
 local reported = has_progress(KEYS[9])
 local stream
 for _, cap in pairs(events_on(KEYS[10], {topic})) do stream = events_open(KEYS[11], cap) end
+if now + delay <= now then touch_lanes(prefix, topic) end
 proceed_when_full(leases) -- a retry must go through when Redis is full
 if ARGV[6] ~= '0' then
   e.attempt = e.attempt + 1
@@ -32,7 +33,6 @@ if ARGV[6] ~= '0' then
   tally(counts, topic, 'failed', 1, now)
 end
 e.due = now + delay
-if e.due <= now then touch_lanes(prefix, topic) end
 redis.call('HSET', jobs, member, encode(e))
 place(prefix, delayed, counts, member, topic, id, e.due, now, e.priority)
 bump(counts, topic, 'inflight', -1)

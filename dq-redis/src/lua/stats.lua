@@ -4,8 +4,9 @@
 -- KEYS[1] counts  KEYS[2] ready:<topic>  KEYS[3] dead:<topic>  KEYS[4] jobs  KEYS[5] delayed
 -- KEYS[6] paused  KEYS[7] gen:<topic>  KEYS[8] done:<topic>  KEYS[9] ranked:<topic> (lib.lua's
 --   ready lanes)
--- The oldest ready job is the one a fetch takes next: with priorities, a job of a lower one
--- may have waited longer.
+-- The oldest ready job is looked for among the first live entries of each lane: the list and
+-- each priority of the ranked set (a job of a low priority may wait behind younger ones of a
+-- higher one: its wait is what shows it starving).
 -- ARGV[1] topic
 -- Returns {delayed, ready, running, dead, done, oldest_ready_due_us or -1, next_due_us or -1,
 --   paused, now_us} (the head as counts.lua's; done: the records of succeeded jobs kept).
@@ -13,12 +14,20 @@ local counts, ready, dead, jobs, delayed, paused = KEYS[1], KEYS[2], KEYS[3], KE
 local topic = ARGV[1]
 local oldest = -1
 -- The first live entry among the first 10 (stale ones, lib.lua, are no jobs).
-local first = live_entries(KEYS[7], lane_range(ready, KEYS[9], 0, 9))[1]
-if first then
-  local raw = redis.call('HGET', jobs, topic .. ':' .. first)
-  local due = raw and string.match(raw, '^[234]:%d+:%d+:%d+:(%d+):')
-  if due then oldest = due end
+local heads = {live_entries(KEYS[7], redis.call('LRANGE', ready, 0, 9))[1]}
+if redis.call('EXISTS', KEYS[9]) == 1 then
+  for lane = 0, 2 * MAX_PRIORITY do
+    local from = lane * LANE
+    local entries = redis.call('ZRANGEBYSCORE', KEYS[9], fmt(from), '(' .. fmt(from + LANE), 'LIMIT', 0, 10)
+    heads[#heads + 1] = live_entries(KEYS[7], entries)[1]
+  end
 end
+for _, id in pairs(heads) do
+  local raw = redis.call('HGET', jobs, topic .. ':' .. id)
+  local due = tonumber(raw and string.match(raw, '^[234]:%d+:%d+:%d+:(%d+):') or '')
+  if due and (oldest == -1 or due < oldest) then oldest = due end
+end
+if oldest ~= -1 then oldest = fmt(oldest) end
 local next_due = -1
 local window = redis.call('ZRANGE', delayed, 0, 999, 'WITHSCORES')
 local prefix = topic .. ':'

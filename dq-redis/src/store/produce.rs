@@ -244,6 +244,7 @@ fn read_pushed(reply: &[Value], chunk: &[usize], outcomes: &mut [PushOutcome]) -
 #[async_trait]
 impl Producer for RedisStore {
     async fn push(&self, jobs: Vec<NewJob>, on_conflict: OnConflict) -> Result<Vec<PushOutcome>> {
+        jobs.iter().try_for_each(dq_core::store::check_priority)?;
         let mode = match on_conflict {
             OnConflict::Replace => "replace",
             _ => "keep",

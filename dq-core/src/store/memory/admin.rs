@@ -24,12 +24,16 @@ impl Admin for MemoryStore {
 
     async fn stats(&self, topic: &Topic) -> Result<TopicStats> {
         let s = lock(&self.state);
+        // The oldest of each priority's first job, as the Redis store looks.
         let oldest_ready_due = s
             .ready
             .get(topic)
-            .and_then(ReadyQueue::front)
-            .and_then(|id| s.jobs.get(&(topic.clone(), id.clone())))
-            .map(|e| from_us(e.due_us));
+            .into_iter()
+            .flat_map(ReadyQueue::fronts)
+            .filter_map(|id| s.jobs.get(&(topic.clone(), id.clone())))
+            .map(|e| e.due_us)
+            .min()
+            .map(from_us);
         let next_due = s
             .delayed
             .iter()

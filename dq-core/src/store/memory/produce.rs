@@ -130,6 +130,7 @@ fn store_job(s: &mut State, job: NewJob, m: Member, now: u64) -> bool {
 #[async_trait]
 impl Producer for MemoryStore {
     async fn push(&self, jobs: Vec<NewJob>, on_conflict: OnConflict) -> Result<Vec<PushOutcome>> {
+        jobs.iter().try_for_each(crate::job::check_priority)?;
         let now = self.now_us();
         let replace = on_conflict == OnConflict::Replace;
         let mut out = Vec::with_capacity(jobs.len());

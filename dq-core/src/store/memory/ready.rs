@@ -45,9 +45,9 @@ impl ReadyQueue {
         id
     }
 
-    /// The job a fetch takes next.
-    pub(super) fn front(&self) -> Option<&JobId> {
-        self.lanes.values().next().and_then(VecDeque::front)
+    /// The first job of each priority: the one that waited longest in it.
+    pub(super) fn fronts(&self) -> impl Iterator<Item = &JobId> {
+        self.lanes.values().filter_map(VecDeque::front)
     }
 
     /// Takes a job out, wherever it waits (a cancel, a replace, a reschedule).
@@ -105,6 +105,6 @@ mod tests {
             .map(|i| i.to_string())
             .collect();
         assert_eq!(order, ["high", "released", "a", "low"]);
-        assert!(q.is_empty() && q.front().is_none());
+        assert!(q.is_empty() && q.iter().next().is_none() && q.fronts().next().is_none());
     }
 }
