@@ -384,7 +384,8 @@ async fn a_throttled_fetch_that_empties_its_ready_list_while_its_slot_migrates_l
     // Every key the fetch names exists on the old node, so Redis runs it: the paused set,
     // the events (the topic's stream too), a delayed job, a running job with a cancel asked,
     // the consumer's record of its last fetch, the topic's generations (a replaced ready job),
-    // its limits (the rate) and its ranked set (a job of priority -1, which waits behind `a`).
+    // its limits (the rate), its ranked set (a job of priority -1, which waits behind `a`), its
+    // dead letters and its kept successes.
     c.pause("other").await.unwrap();
     s.set_events(&topic("slow"), Some(100)).await.unwrap();
     c.push_to("keep", &0)
@@ -398,7 +399,24 @@ async fn a_throttled_fetch_that_empties_its_ready_list_while_its_slot_migrates_l
     c.push_to("slow", &0).id("z").await.unwrap();
     let consumer = |nonce| dq::store::Fetcher::new("c", nonce, Vec::new());
     let first = s.fetch_for(0, &topic("slow"), 1, LEASE, &consumer(1)).await;
-    assert_eq!(first.unwrap().jobs.len(), 1);
+    let first = first.unwrap().jobs;
+    assert_eq!(first.len(), 1);
+    let retention = dq::store::Retention {
+        age: Duration::from_secs(3600),
+        count: 10,
+    };
+    s.set_retention(&topic("slow"), Some(retention))
+        .await
+        .unwrap();
+    let ok = dq::store::Succeeded {
+        lease: first[0].lease.clone(),
+        result: None,
+        run: 1,
+    };
+    s.ack_succeeded(&[ok]).await.unwrap();
+    c.push_to("slow", &0).id("d").await.unwrap();
+    let doomed = lease_one(&s, "slow").await;
+    assert!(s.dead_letter(&doomed.lease, "boom").await.unwrap());
     c.set_rate("slow", Some("1/1m".parse().unwrap()))
         .await
         .unwrap();

@@ -458,6 +458,53 @@ async fn a_raised_priority_leaves_nothing_behind_once_its_old_entry_is_fetched_p
     assert_eq!((gens, ready, ranked), (0, 0, 0), "nothing left");
 }
 
+/// Issue 33 review (helper-31, finding 1): the same when the job ended as a kept success or a
+/// dead letter before its old entry was reached: its generation went with the entry.
+#[tokio::test]
+async fn a_raised_priority_of_a_job_kept_or_dead_leaves_no_generation_behind() {
+    let redis = RedisServer::start();
+    let c = client(&redis).await;
+    let store = c.store();
+    let t = topic("t");
+    let retention = dq::store::Retention {
+        age: Duration::from_secs(3600),
+        count: 10,
+    };
+    store.set_retention(&t, Some(retention)).await.unwrap();
+    let mut conn = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    for id in ["kept", "dead"] {
+        c.push_to("t", &1).id(id).await.unwrap();
+    }
+    for id in ["kept", "dead"] {
+        c.push_to("t", &2)
+            .id(id)
+            .priority(5)
+            .replace()
+            .await
+            .unwrap();
+    }
+    let run = store.fetch(0, &t, 2, LEASE).await.unwrap().jobs;
+    let ok = dq::store::Succeeded {
+        lease: run[0].lease.clone(),
+        result: None,
+        run: 1,
+    };
+    store.ack_succeeded(&[ok]).await.unwrap();
+    assert!(store.dead_letter(&run[1].lease, "boom").await.unwrap());
+    assert!(store.fetch(0, &t, 10, LEASE).await.unwrap().jobs.is_empty());
+    assert_eq!(stale_entries(&mut conn).await, 0);
+    let gens: u64 = redis::cmd("EXISTS")
+        .arg("dq:{test:0}:gen:t")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(gens, 0, "no generation left");
+}
+
 /// Finding 10 of issue 15: a failover loses the writes the replica had not received yet, the
 /// lease counter among them; the promoted replica then gave a second worker the same token as
 /// the first, and the first worker's ack (or retry) passed for the second's. A token is now

@@ -18,6 +18,8 @@
 -- (its global concurrency), checked against the topic's inflight count
 -- KEYS[14] ranked:<topic>: its ready jobs of a priority other than 0 (lib.lua's ready lanes);
 -- a fetch takes those above 0 first, then the ready list, then the others
+-- KEYS[15] dead:<topic>  KEYS[16] done:<topic>: read to know that a job has no ready entry
+-- left when its last stale entry is fetched past (a dead letter, a kept success)
 -- ARGV[1] topic  ARGV[2] most jobs (at most 1000)  ARGV[3] lease length (us)
 -- ARGV[4] this fetch's nonce ('': not recorded)  ARGV[5] nonces of the consumer's earlier
 --   fetches whose reply did not arrive, comma-separated
@@ -187,7 +189,7 @@ for _ = 1, n > 0 and 10 or 0 do
   -- last: it may delete the hash, which no later batch then reads (`gen_fields` follows how
   -- many fields it has). A job's stale entries leave the lanes one by one (`id:` counts those
   -- left); its generation goes once none is left and it has no live entry waiting either:
-  -- its live entry is in this batch, or it is gone, delayed or running. Else it stays, to keep
+  -- its live entry is in this batch, or it is gone, delayed, running, dead or done. Else it stays, to keep
   -- the stale entries stale: a replace that raised a job's priority put its new entry in a
   -- lane fetched before its old one's.
   if gen_fields > 0 and (#stale_ids > 0 or #with_gen > 0) then
@@ -205,17 +207,22 @@ for _ = 1, n > 0 and 10 or 0 do
     for i, n_left in ipairs(redis.call('HMGET', gen, unpack(fields))) do
       stale_left[distinct[i]] = tonumber(n_left or '0')
     end
-    for _, id in ipairs(stale_ids) do stale_left[id] = stale_left[id] - 1 end
+    local counted = {}
+    for _, id in ipairs(stale_ids) do
+      stale_left[id] = stale_left[id] - 1
+      counted[id] = true
+    end
     local live_here = {}
     for _, id in ipairs(with_gen) do live_here[id] = true end
     local updates, drops = {}, {}
     for _, id in ipairs(distinct) do
       if stale_left[id] > 0 then
-        push_all_pairs(updates, id .. ':', fmt(stale_left[id]))
+        if counted[id] then push_all_pairs(updates, id .. ':', fmt(stale_left[id])) end
       else
         local member = topic .. ':' .. id
         if live_here[id] or redis.call('HEXISTS', jobs, member) == 0
-          or redis.call('ZSCORE', KEYS[8], member) or redis.call('ZSCORE', inflight, member) then
+          or redis.call('ZSCORE', KEYS[8], member) or redis.call('ZSCORE', inflight, member)
+          or redis.call('ZSCORE', KEYS[15], member) or redis.call('HEXISTS', KEYS[16], member) == 1 then
           drops[#drops + 1] = id
         end
         drops[#drops + 1] = id .. ':'

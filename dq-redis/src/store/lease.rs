@@ -181,6 +181,8 @@ impl Leases for RedisStore {
             .key(k.events_stream(topic))
             .key(k.limits())
             .key(k.ranked(topic))
+            .key(k.dead(topic))
+            .key(k.done(topic))
             .arg(topic.as_str())
             .arg(batch_limit(max))
             .arg(micros(ttl))
