@@ -259,6 +259,7 @@ on_every_store!(
         a_hold_stops_every_fetch_of_its_topic_until_it_ends,
         declaring_the_same_rate_again_keeps_where_the_limit_stands,
         a_lost_fetchs_jobs_wait_out_a_hold_in_the_ready_list,
+        a_lifted_hold_lets_the_topic_start_at_once,
     ],
     concurrency: [
         a_fetch_leases_no_more_than_the_global_concurrency_allows,

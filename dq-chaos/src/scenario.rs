@@ -37,6 +37,7 @@ pub(crate) const ALL: &[&str] = &[
     "maxmemory-long",
     "replica-demote",
     "flow-limits",
+    "flow-limits-cluster",
 ];
 
 /// The longest acceptable wait, after a silent network is back, for the next job to finish.
@@ -98,7 +99,8 @@ async fn run_until_drained(name: &str, full: bool, seed: u64) -> anyhow::Result<
         "redis-stall" => crate::bad_states::redis_stall(full, seed).await,
         "maxmemory-long" => crate::bad_states::maxmemory_long(full, seed).await,
         "replica-demote" => crate::bad_states::replica_demote(full, seed).await,
-        "flow-limits" => flow_limits(full, seed).await,
+        "flow-limits" => flow_limits(full, seed, false).await,
+        "flow-limits-cluster" => flow_limits(full, seed, true).await,
         other => anyhow::bail!("unknown scenario {other:?}; the scenarios are {ALL:?}"),
     }
 }
@@ -160,7 +162,7 @@ fn own_failures(
         }
         extra.insert("exit_ms_max".into(), json!(h.exit_ms.iter().max()));
     }
-    if name == "flow-limits" {
+    if name.starts_with("flow-limits") {
         flow_limits_held(h, extra, failures);
     }
     if name == "replica-demote" {
@@ -252,8 +254,10 @@ async fn stop_and_restart(
 }
 
 /// The flow-limits scenario's limits on the topic: at most this many running at once in all
-/// workers together, and this rate.
-const FLOW_GLOBAL: u32 = 8;
+/// workers together (at least one per shard: 16 on a cluster's 16 shards), and this rate.
+fn flow_global(shards: u16) -> u32 {
+    u32::from(shards).max(8)
+}
 const FLOW_RATE: &str = "100/1s";
 
 /// SIGKILL of a random worker every 1-3 s (short: 0.5-1.5 s), restarted at once, while the
@@ -261,15 +265,22 @@ const FLOW_RATE: &str = "100/1s";
 /// ledger (each finished run's start and end), never more than 8 handlers at once, never more
 /// starts in one second than the rate allows and one burst, and nothing lost. (The runs cut by
 /// a kill are not in the ledger: they only held slots, which the limit counted until their
-/// leases were reclaimed.)
-async fn flow_limits(full: bool, seed: u64) -> anyhow::Result<Outcome> {
+/// leases were reclaimed.) With `cluster`, on a 3-master Redis Cluster and its 16 shards: a
+/// global concurrency of 16 (each shard holds a share of 1), and each shard's share of the
+/// rate with a burst of its own.
+async fn flow_limits(full: bool, seed: u64, cluster: bool) -> anyhow::Result<Outcome> {
     let (n, stops) = if full { (6_000, 30) } else { (500, 5) };
     let every = if full { (1_000, 3_000) } else { (500, 1_500) };
-    let mut h = Harness::start("flow-limits", PLAIN, worker(full), seed).await?;
+    let mut h = if cluster {
+        Harness::start_cluster("flow-limits-cluster", 3, 0, worker(full), seed).await?
+    } else {
+        Harness::start("flow-limits", PLAIN, worker(full), seed).await?
+    };
     let rate: dq::Rate = FLOW_RATE.parse()?;
     h.client.set_rate(crate::TOPIC, Some(rate)).await?;
+    let global = flow_global(h.client.config().shards);
     h.client
-        .set_global_concurrency(crate::TOPIC, Some(FLOW_GLOBAL))
+        .set_global_concurrency(crate::TOPIC, Some(global))
         .await?;
     // Pushed over the time the rate needs to run them, so that the limits bind throughout.
     let window = Duration::from_secs_f64(n as f64 / 100.0);
@@ -287,7 +298,8 @@ async fn flow_limits(full: bool, seed: u64) -> anyhow::Result<Outcome> {
 /// What the ledger of flow-limits says of its limits: the most handlers running at once (a
 /// sweep over the runs' starts and ends), and the most starts in any one second, against what
 /// the rate allows there and one burst (the starts are read in the handlers, a little after
-/// their leases, on which the rate is enforced).
+/// their leases, on which the rate is enforced). Over S shards each shard starts at most
+/// `ceil((period + tolerance) / interval)` of its share in a period (`Rate::share_us`).
 fn flow_limits_held(
     h: &Harness,
     extra: &mut serde_json::Map<String, Value>,
@@ -315,10 +327,14 @@ fn flow_limits_held(
         most_started = most_started.max(hi - lo + 1);
     }
     let rate: dq::Rate = FLOW_RATE.parse().unwrap_or_else(|_| unreachable!());
-    let allowed = rate.most_in_one_period() + rate.burst();
-    if most_running > i64::from(FLOW_GLOBAL) {
+    let shards = h.client.config().shards;
+    let global = flow_global(shards);
+    let (interval, tolerance) = rate.share_us(shards);
+    let per_shard = ((rate.period().as_secs_f64() * 1e6 + tolerance) / interval - 1e-9).ceil();
+    let allowed = u64::from(shards) * per_shard as u64 + rate.burst();
+    if most_running > i64::from(global) {
         failures.push(format!(
-            "{most_running} handlers ran at once, over the global concurrency of {FLOW_GLOBAL}"
+            "{most_running} handlers ran at once, over the global concurrency of {global}"
         ));
     }
     if most_started as u64 > allowed {
@@ -327,7 +343,8 @@ fn flow_limits_held(
         ));
     }
     extra.insert("most_running".into(), json!(most_running));
-    extra.insert("global_concurrency".into(), json!(FLOW_GLOBAL));
+    extra.insert("global_concurrency".into(), json!(global));
+    extra.insert("shards".into(), json!(shards));
     extra.insert("most_started_in_1s".into(), json!(most_started));
     extra.insert("rate_allows_in_1s".into(), json!(allowed));
 }

@@ -243,3 +243,14 @@ fn flow_limits_hold_through_worker_sigkills_and_lose_nothing() {
     );
     assert_eq!(r["faults"]["worker SIGKILL"], 5);
 }
+
+/// Issue 33, item 6, on a 3-master Redis Cluster (16 shards): the same, with a global
+/// concurrency of 16 (a share of 1 per shard) and each shard's share of the rate.
+#[test]
+fn flow_limits_hold_on_a_cluster_through_worker_sigkills_and_lose_nothing() {
+    let r = assert_ok("flow-limits-cluster");
+    assert_eq!(r["lost"], 0);
+    assert_eq!(r["shards"], 16, "{r}");
+    assert!(r["most_running"].as_u64().unwrap() <= 16, "{r}");
+    assert_eq!(r["faults"]["worker SIGKILL"], 5);
+}

@@ -134,6 +134,10 @@ pub(crate) enum Command {
         /// Jobs per period, `<count>/<period>` (`100/1s`, `5/250ms`), or `off`. Without it,
         /// the rate is printed.
         rate: Option<String>,
+        /// End the hold a handler's `Outcome::RateLimited` put on the topic, now, in every
+        /// process (the provider is back sooner than it said).
+        #[arg(long, conflicts_with = "rate")]
+        lift_hold: bool,
     },
     /// A topic's limit on jobs running at once in all worker processes together: print it,
     /// set it, or lift it with `off`. Each worker's own concurrency still holds within it.

@@ -147,7 +147,14 @@ async fn dispatch(
         Command::GlobalConcurrency { topic, max } => {
             topics::global_concurrency(&client, &topic, max.as_deref(), json).await
         }
-        Command::Rate { topic, rate } => topics::rate(&client, &topic, rate.as_deref(), json).await,
+        Command::Rate {
+            topic,
+            lift_hold: true,
+            ..
+        } => topics::lift_hold(&client, &topic, json).await,
+        Command::Rate { topic, rate, .. } => {
+            topics::rate(&client, &topic, rate.as_deref(), json).await
+        }
         Command::MaxPending { topic, bound } => {
             topics::max_pending(&client, &topic, bound.as_deref(), json).await
         }

@@ -213,6 +213,19 @@ pub(crate) async fn rate(
     Ok(())
 }
 
+/// `dq rate TOPIC --lift-hold`: ends a handler's hold on the topic now, and says whether one
+/// was in force.
+pub(crate) async fn lift_hold(client: &Client, topic: &str, json: bool) -> Result<(), Exit> {
+    let lifted = client.lift_hold(topic).await?;
+    let said = if lifted {
+        format!("{topic}: hold lifted; its jobs start again, as its rate allows")
+    } else {
+        format!("{topic}: no hold was in force")
+    };
+    report(json, json!({ "topic": topic, "lifted": lifted }), &said);
+    Ok(())
+}
+
 /// `dq global-concurrency`: prints the topic's limit on jobs running at once in all
 /// processes, sets it, or lifts it (`off`).
 pub(crate) async fn global_concurrency(

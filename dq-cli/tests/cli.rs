@@ -882,6 +882,23 @@ fn the_command_reaches_a_tls_redis_with_the_certificate_files_of_the_environment
     assert_eq!(refused.status.code(), Some(1), "{refused:?}");
 }
 
+/// `dq rate TOPIC --lift-hold`: ends a handler's hold now, and says when there was none.
+#[tokio::test]
+async fn rate_lift_hold_ends_a_hold_now() {
+    let redis = RedisServer::start();
+    let (c, store) = client_and_store(&redis).await;
+    c.push_json("t", "{}").await.unwrap();
+    let t = dq::Topic::new("t").unwrap();
+    store.hold(&t, Duration::from_secs(600)).await.unwrap();
+    assert!(
+        ok(&dq(&redis, &["stats"])).contains("held"),
+        "the hold shows"
+    );
+    let lifted = json(&dq(&redis, &["rate", "t", "--lift-hold", "--json"]));
+    assert_eq!(lifted["lifted"], true);
+    assert!(ok(&dq(&redis, &["rate", "t", "--lift-hold"])).contains("no hold"));
+}
+
 /// `dq max-pending`: sets the bound a push past which is refused, prints it, lifts it.
 #[tokio::test]
 async fn max_pending_sets_prints_and_lifts_a_topics_bound() {

@@ -202,6 +202,15 @@ impl Throttle {
     }
 }
 
+impl Throttle {
+    /// Ends a hold now; true when one was in force at `now_us`.
+    pub fn lift_hold(&mut self, now_us: u64) -> bool {
+        let held = self.hold_us > now_us;
+        self.hold_us = 0;
+        held
+    }
+}
+
 /// A wait of `us` microseconds (rounded up, at least 1 us).
 fn micros(us: f64) -> Duration {
     Duration::from_micros((us.ceil() as u64).max(1))

@@ -34,6 +34,7 @@ macro_rules! scripts {
 
 scripts!(
     push,
+    lift_hold,
     promote,
     fetch,
     ack,

@@ -29,6 +29,25 @@ fn rate(text: &str) -> Option<Rate> {
     Some(text.parse().unwrap())
 }
 
+/// An operator lifts a handler's hold: the topic starts again at once, and a second lift says
+/// there was none.
+pub(crate) async fn a_lifted_hold_lets_the_topic_start_at_once(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let t = topic(TOPIC);
+    c.push(OrderCancel { order_id: 1 }).await.unwrap();
+    c.store().hold(&t, Duration::from_secs(3600)).await.unwrap();
+    let held = c.store().fetch(0, &t, 5, LEASE).await.unwrap();
+    assert!(held.jobs.is_empty() && held.throttled.is_some(), "{held:?}");
+    assert!(c.lift_hold(TOPIC).await.unwrap(), "a hold was in force");
+    assert_eq!(
+        c.store().fetch(0, &t, 5, LEASE).await.unwrap().jobs.len(),
+        1
+    );
+    assert!(c.stats(TOPIC).await.unwrap().held_until.is_none());
+    assert!(!c.lift_hold(TOPIC).await.unwrap(), "none left to lift");
+}
+
 pub(crate) async fn a_rate_limited_fetch_leases_its_burst_and_says_when_the_next_may_start(
     kind: Kind,
 ) {

@@ -244,6 +244,9 @@ impl Leases for Faulty {
     async fn hold(&self, topic: &Topic, duration: Duration) -> dq::Result<()> {
         self.inner.hold(topic, duration).await
     }
+    async fn lift_hold(&self, topic: &Topic) -> dq::Result<bool> {
+        self.inner.lift_hold(topic).await
+    }
     fn ready_waiter(&self, shard: u16, topic: &Topic) -> Box<dyn ReadyWaiter> {
         self.inner.ready_waiter(shard, topic)
     }

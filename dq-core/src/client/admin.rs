@@ -234,6 +234,13 @@ impl Client {
         self.store.rate(&Topic::new(topic)?).await
     }
 
+    /// Ends a hold of `topic` now, in every process (`dq rate TOPIC --lift-hold`): a handler's
+    /// `Outcome::RateLimited` held the topic, and the provider is back sooner. Its jobs start
+    /// again at once, as its rate allows. True when a hold was in force.
+    pub async fn lift_hold(&self, topic: &str) -> Result<bool> {
+        self.store.lift_hold(&Topic::new(topic)?).await
+    }
+
     /// Limits how many jobs of `topic` run at once in all processes together (`None`: no
     /// limit, the default), from the next fetch on: "at most 10 calls in flight to the
     /// provider, whatever the number of workers". The same limit as a listener's

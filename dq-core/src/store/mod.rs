@@ -300,6 +300,10 @@ pub trait Leases: Sharded {
     /// after"), whether or not the topic has a rate. A hold that ends later already stays.
     async fn hold(&self, topic: &Topic, duration: Duration) -> Result<()>;
 
+    /// Ends a hold of `topic` now, in every shard (an operator who knows the provider is
+    /// back): its jobs start again at once, as its rate allows. True when a hold was in force.
+    async fn lift_hold(&self, topic: &Topic) -> Result<bool>;
+
     /// When the hold of `topic` ([`Leases::hold`]) in force ends, in microseconds of the
     /// store's clock (the latest over the shards); `None` when none is in force.
     async fn hold_ends_us(&self, topic: &Topic) -> Result<Option<u64>>;

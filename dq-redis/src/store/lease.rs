@@ -476,6 +476,20 @@ impl Leases for RedisStore {
         Ok(())
     }
 
+    async fn lift_hold(&self, topic: &Topic) -> Result<bool> {
+        let mut lifted = false;
+        for shard in 0..self.shards() {
+            let k = self.keys(shard);
+            let mut inv = SCRIPTS.lift_hold.prepare_invoke();
+            inv.key(k.limits())
+                .arg(topic.as_str())
+                .arg(k.wake())
+                .arg(format!("{}{topic}", super::waiters::RESUMED));
+            lifted |= self.call::<Count>("lift a topic's hold", &inv).await?.0 > 0;
+        }
+        Ok(lifted)
+    }
+
     fn ready_waiter(&self, shard: u16, topic: &Topic) -> Box<dyn ReadyWaiter> {
         // The bells of the `ready` channel on one server too: a job can become ready in the
         // topic's list or in its ranked set (lib.lua's ready lanes), and no blocking command

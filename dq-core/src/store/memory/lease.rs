@@ -468,6 +468,19 @@ impl Leases for MemoryStore {
         Ok(())
     }
 
+    async fn lift_hold(&self, topic: &Topic) -> Result<bool> {
+        let now = self.now_us();
+        let lifted = lock(&self.state)
+            .throttles
+            .get_mut(topic)
+            .is_some_and(|t| t.lift_hold(now));
+        if lifted {
+            // Consumers waiting it out look again now.
+            let _ = self.wake.send(crate::store::Wake::Resumed(topic.clone()));
+        }
+        Ok(lifted)
+    }
+
     fn ready_waiter(&self, _shard: u16, topic: &Topic) -> Box<dyn ReadyWaiter> {
         Box::new(MemoryReadyWaiter {
             store: self.clone(),
