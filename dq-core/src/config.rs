@@ -26,7 +26,7 @@ pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
 /// | `DQ_LEASE` | `lease` | `10s` |
 /// | `DQ_SAFETY_TICK` | `safety_tick` | `60s` |
 /// | `DQ_SHUTDOWN_GRACE` | `shutdown_grace` | `20s` |
-/// | `DQ_POLL_INTERVAL` | `poll_interval` | unset: block on Redis instead of polling |
+/// | `DQ_POLL_INTERVAL` | `poll_interval` | unset: wait for Redis' pub/sub messages instead of polling |
 /// | `DQ_WAIT_REPLICAS` | `wait_replicas` | unset: a push returns once the master has it |
 /// | `DQ_WAIT_TIMEOUT` | `wait_timeout` | `1s` (at most `5s`) |
 /// | `DQ_TLS_CA_FILE` | `tls_ca_file` | unset: the system's trust store |
