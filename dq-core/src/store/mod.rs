@@ -320,7 +320,8 @@ pub trait Leases: Sharded {
     /// `topic`, `None` when it has none.
     async fn global_concurrency(&self, topic: &Topic) -> Result<Option<u32>>;
 
-    /// A waiter for ready jobs of `topic` in `shard` (each holds its own blocking connection).
+    /// A waiter for ready jobs of `topic` in `shard` (on Redis, a bell rung by the one `ready`
+    /// subscription of the process: no connection of its own).
     fn ready_waiter(&self, shard: u16, topic: &Topic) -> Box<dyn ReadyWaiter>;
 
     /// Subscribes to the announcements of every shard ([`Wake`]): new earliest due times,
