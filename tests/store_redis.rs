@@ -382,11 +382,7 @@ async fn a_store_that_never_met_a_topic_still_promotes_and_reclaims_its_jobs() {
 async fn stale_ready_entries_leave_nothing_behind_once_fetched() {
     let redis = RedisServer::start();
     let c = client(&redis).await;
-    let mut conn = redis::Client::open(redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut conn = raw_conn(&redis).await;
     for id in ["a", "b", "c"] {
         c.push_to("t", &1).id(id).await.unwrap();
     }
@@ -421,11 +417,7 @@ async fn stale_ready_entries_leave_nothing_behind_once_fetched() {
 async fn a_raised_priority_leaves_nothing_behind_once_its_old_entry_is_fetched_past() {
     let redis = RedisServer::start();
     let c = client(&redis).await;
-    let mut conn = redis::Client::open(redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut conn = raw_conn(&redis).await;
     c.push_to("t", &1).id("a").await.unwrap();
     c.push_to("t", &1).id("j").await.unwrap();
     c.push_to("t", &2)
@@ -471,11 +463,7 @@ async fn a_raised_priority_of_a_job_kept_or_dead_leaves_no_generation_behind() {
         count: 10,
     };
     store.set_retention(&t, Some(retention)).await.unwrap();
-    let mut conn = redis::Client::open(redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut conn = raw_conn(&redis).await;
     for id in ["kept", "dead"] {
         c.push_to("t", &1).id(id).await.unwrap();
     }
@@ -567,6 +555,15 @@ async fn a_malformed_attempt_limit_in_redis_is_ignored() {
 }
 
 /// Topic `t`'s count of stale ready entries.
+/// A connection of the test's own to `redis`, to look at dq's keys.
+async fn raw_conn(redis: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
 async fn stale_entries(conn: &mut redis::aio::MultiplexedConnection) -> i64 {
     let stale: Option<i64> = redis::cmd("HGET")
         .arg("dq:{test:0}:counts")

@@ -286,13 +286,8 @@ local function to_ready(prefix, counts, topic, ids, priorities, front)
     args[#args + 1] = fmt((MAX_PRIORITY - levels[i]) * LANE + LANE / 2 + seq)
     args[#args + 1] = entry
   end
-  local key = ranked_key(prefix, topic)
-  local i = 1
-  while i <= #args do
-    local j = math.min(i + 1999, #args)
-    redis.call('ZADD', key, unpack(args, i, j))
-    i = j + 1
-  end
+  -- push_all's chunks of 1000 values keep each score with its entry.
+  push_all('ZADD', ranked_key(prefix, topic), args)
 end
 
 -- The entries at positions `start` to `stop` (from 0) of a topic's ready jobs in fetch order
