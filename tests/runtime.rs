@@ -975,14 +975,18 @@ async fn a_rate_limit_holds_across_two_runtimes() {
 
 /// Issue 33, item 1: a handler that meets its provider's 429 returns `RateLimited`: no job of
 /// the topic starts during the hold, the job runs again after it on the same attempt (none
-/// spent), and its last error stays as it was.
+/// spent), and its last error stays as it was. The next job is ready before the 429 comes back:
+/// the run keeps its permit until the hold is written, so the next fetch cannot slip in first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rate_limited_run_holds_the_topic_and_runs_again_without_spending_an_attempt() {
     let (_serial, redis, rec) = begin().await;
     let listener = judging("provider", &rec, |job, _, r| async move {
         let first = r.runs().iter().filter(|run| run.id == "limited").count() == 1;
         match job.n {
-            0 if first => Outcome::RateLimited(Duration::from_millis(400)),
+            0 if first => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                Outcome::RateLimited(Duration::from_millis(400))
+            }
             _ => Outcome::Done,
         }
     })
@@ -1004,8 +1008,8 @@ async fn a_rate_limited_run_holds_the_topic_and_runs_again_without_spending_an_a
     for run in &runs[1..] {
         let after = run.started.duration_since(first).unwrap();
         assert!(
-            after >= Duration::from_millis(390),
-            "{} ran {after:?} after the 429",
+            after >= Duration::from_millis(490),
+            "{} started {after:?} after the run that met the 429 (100 ms run, 400 ms hold)",
             run.id
         );
     }

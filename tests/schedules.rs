@@ -557,6 +557,15 @@ fn greet(client: &Client, word: &'static str) -> ScheduleBuilder {
     schedule.message_to("greetings", &word)
 }
 
+/// Sleeps until 20 ms past the next whole second of the clock.
+async fn start_of_a_second() {
+    let since = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap();
+    let past = Duration::from_nanos(u64::from(since.subsec_nanos()));
+    tokio::time::sleep(Duration::from_millis(1020) - past).await;
+}
+
 /// The message the job of `greet`'s `tick` carries, if there is such a job.
 async fn greeting_at(client: &Client, tick: SystemTime) -> Option<String> {
     let job = job_of_tick(client, "greet", "greetings", tick).await;
@@ -612,6 +621,9 @@ async fn a_look_under_way_when_a_schedule_changes_makes_no_more_jobs_of_the_old_
     let (_redis, config) = quiet_redis();
     let (faulty, stalled) = holding_pushes(&config, "greet@").await;
     let client = Client::connect(config.clone()).await.unwrap();
+    // Early in a second, so that the next whole-second tick is still to come at the change
+    // below (a tick passed meanwhile would move the schedule's next one on).
+    start_of_a_second().await;
     let tick = greet(&client, "old").upsert().await.unwrap().next.unwrap();
     // The look fires the coming ticks ahead of time and holds before its first push.
     let look = tokio::spawn(async move { fire_due(&stalled, Duration::from_secs(5)).await });

@@ -41,7 +41,9 @@ struct Ran {
 
 impl Runner {
     /// Runs one leased job to its end: decode, call under the timeout, then ack, retry or
-    /// dead-letter. Holds its permit until the handler returns.
+    /// dead-letter. Holds its permit until the handler returns, or, for a run that met its
+    /// provider's rate limit, until the topic's hold is written: a consumer with a free permit
+    /// would otherwise fetch the next job before the hold exists, into the same 429.
     pub(crate) async fn run(
         self,
         job: LeasedJob,
@@ -61,21 +63,23 @@ impl Runner {
         let LeasedJob { lease, envelope } = job;
         async move {
             let attempt = envelope.attempt;
-            let ended = self
+            let (ended, kept) = self
                 .call(&lease, envelope, max_attempts, permit, fetched_at_us)
                 .await;
             let backoff = &self.listener.backoff;
             let fate = fate::fate(ended, attempt, max_attempts, backoff, unit_random());
             let run = attempt.saturating_add(1);
             settle(&self.shared, self.leases.as_ref(), lease, fate, run).await;
+            drop(kept);
         }
         .instrument(span)
         .await
     }
 
     /// Decodes the payload and runs the handler until it returns, times out, or shutdown
-    /// cancels it. Holds `permit` until then; the job is in the running set from the start of
-    /// the handler (so that its lease is renewed).
+    /// cancels it. Holds `permit` until then, and gives it back for a run that returned
+    /// `Outcome::RateLimited` (to be held until the hold is written); the job is in the running
+    /// set from the start of the handler (so that its lease is renewed).
     async fn call(
         &self,
         lease: &LeaseRef,
@@ -83,7 +87,7 @@ impl Runner {
         max_attempts: u32,
         permit: OwnedSemaphorePermit,
         fetched_at_us: u64,
-    ) -> Ended {
+    ) -> (Ended, Option<OwnedSemaphorePermit>) {
         let due_us = envelope.due_us;
         let lease_lost = CancellationToken::new();
         let cancel = CancellationToken::new();
@@ -92,10 +96,7 @@ impl Runner {
         let started = Instant::now();
         let future = match self.decode(&payload, ctx) {
             Ok(future) => future,
-            Err(poison) => {
-                drop(permit);
-                return Ended::Poison(poison);
-            }
+            Err(poison) => return (Ended::Poison(poison), None),
         };
         let lateness = Duration::from_micros(fetched_at_us.saturating_sub(due_us));
         crate::metrics::started(lease.topic.as_str(), lateness);
@@ -103,22 +104,33 @@ impl Runner {
         // it after the ack), so a slow ack cannot let the lease expire.
         self.shared.running.start(lease, lease_lost, cancel.clone());
         let ran = supervise(&self.shared, &self.listener, future).await;
-        drop(permit);
+        let kept = if matches!(
+            &ran,
+            Some(Ran {
+                outcome: Outcome::RateLimited(_),
+                ..
+            })
+        ) {
+            Some(permit)
+        } else {
+            drop(permit);
+            None
+        };
         let Some(ran) = ran else {
             // Shutdown cancelled the handler of a job a cancel had asked to stop: it ends as
             // cancelled rather than going back to ready.
             if cancel.is_cancelled() {
                 let stopped = Outcome::Error("cancelled by shutdown".to_owned());
-                return Ended::CancelRequested(stopped);
+                return (Ended::CancelRequested(stopped), None);
             }
-            return Ended::Cancelled;
+            return (Ended::Cancelled, None);
         };
         self.shared.running.settling(lease);
         record(lease.topic.as_str(), started.elapsed(), &ran);
         if cancel.is_cancelled() {
-            return Ended::CancelRequested(ran.outcome);
+            return (Ended::CancelRequested(ran.outcome), kept);
         }
-        Ended::Returned(ran.outcome)
+        (Ended::Returned(ran.outcome), kept)
     }
 
     /// The handler's view of the job, and its payload.
