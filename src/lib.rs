@@ -94,7 +94,8 @@ pub mod push {
 /// workers, the outcome of a cancel or reschedule.
 pub mod admin {
     pub use dq_core::{
-        ChangeOutcome, Cursor, MinuteTally, Page, Throughput, TopicCounts, TopicStats, WorkerInfo,
+        ChangeOutcome, Cursor, GroupLoad, MinuteTally, Page, Throughput, TopicCounts, TopicStats,
+        WorkerInfo, BUSIEST_GROUPS,
     };
 }
 

@@ -126,6 +126,29 @@ async fn prometheus_endpoint_shows_lateness_outcomes_and_depth_of_a_running_topi
     rt.shutdown().await.unwrap();
 }
 
+/// A group's jobs waiting for its one slot show in `dq_queue_group_waiting_max`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_busiest_groups_waiting_jobs_show_as_a_gauge() {
+    let redis = RedisServer::start();
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let g = gate.clone();
+    let listener = Listener::new("accounts", move |_: u32, _: JobContext| {
+        let g = g.clone();
+        async move {
+            let _ = g.acquire().await;
+        }
+    });
+    let rt = worker(&redis, listener).await;
+    let c = rt.client();
+    for n in 0..4u32 {
+        c.push_to("accounts", &n).group("acct-1").await.unwrap();
+    }
+    c.push_to("accounts", &9u32).group("acct-2").await.unwrap();
+    scrape_until(&[r#"dq_queue_group_waiting_max{topic="accounts"} 3"#]).await;
+    gate.add_permits(10);
+    rt.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_job_stopped_by_a_cancel_is_counted_as_cancelled_not_retried() {
     let redis = RedisServer::start();

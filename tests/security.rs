@@ -197,6 +197,46 @@ fn acl_user(redis: &RedisServer) -> String {
     format!("redis://dqapp:s3cret@127.0.0.1:{}/", redis.port())
 }
 
+/// Groups (README "Groups") as the documented ACL user: grouped pushes that wait for their
+/// group's slot, a cancel of a waiting one, a wider group concurrency, the stats that list the
+/// busiest groups, and runs that hand each slot on: nothing is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_acl_user_runs_groups() {
+    let redis = RedisServer::start();
+    let config = dq::Config::builder()
+        .redis_url(acl_user(&redis))
+        .namespace("acl")
+        .build()
+        .unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let listener = Listener::new("g", move |n: u32, _: JobContext| {
+        let s = s.clone();
+        async move { s.lock().unwrap().push(n) }
+    });
+    let c = dq::Client::connect(config.clone()).await.unwrap();
+    for n in 0..6u32 {
+        c.push_to("g", &n)
+            .id(format!("j{n}"))
+            .group(format!("acct-{}", n % 2))
+            .await
+            .unwrap();
+    }
+    c.cancel_in("g", "j4").await.unwrap();
+    let stats = c.stats("g").await.unwrap();
+    assert_eq!(stats.busiest_groups.len(), 2, "{stats:?}");
+    c.set_group_concurrency("g", Some(2)).await.unwrap();
+    let rt = Runtime::builder()
+        .config(config)
+        .without_registered_listeners()
+        .listener(listener)
+        .start()
+        .await
+        .unwrap();
+    wait_for(&seen, 5).await;
+    rt.shutdown().await.unwrap();
+}
+
 /// Issue 30, finding 3: the documented ACL lacked `multi`/`exec` (removing a schedule),
 /// `wait` (`DQ_WAIT_REPLICAS`) and `asking` (reshards). Every operation of the client's API,
 /// with the runtime running jobs, failing them into dead letters and firing a schedule, and

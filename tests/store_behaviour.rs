@@ -24,6 +24,8 @@ mod concurrency;
 mod dead_letters;
 #[path = "store_behaviour/events.rs"]
 mod events;
+#[path = "store_behaviour/groups.rs"]
+mod groups;
 #[path = "store_behaviour/history.rs"]
 mod history;
 #[path = "store_behaviour/leases.rs"]
@@ -125,6 +127,21 @@ macro_rules! on_every_store {
 }
 
 on_every_store!(
+    groups: [
+        a_groups_jobs_run_one_at_a_time_in_push_order,
+        groups_take_turns_so_a_big_group_does_not_delay_a_small_one,
+        a_dead_workers_group_slot_comes_back_and_its_job_runs_first_again,
+        a_cancelled_waiting_job_is_skipped_and_counted_out,
+        a_cancelled_job_in_line_gives_its_slot_to_the_next_of_its_group,
+        a_group_concurrency_of_two_runs_two_of_a_group_at_once,
+        a_retried_job_keeps_its_groups_slot_until_it_succeeds,
+        a_dead_letter_frees_its_slot_and_a_requeue_waits_its_turn,
+        a_delayed_grouped_job_waits_for_its_group_when_due,
+        a_replaced_waiting_job_goes_last_of_its_group_once,
+        a_waiting_job_rescheduled_to_later_leaves_the_line,
+        stats_and_listings_show_the_waiting_jobs_and_the_busiest_groups,
+        a_group_key_that_is_not_a_valid_key_is_refused,
+    ],
     priorities: [
         higher_priorities_run_first_and_one_priority_in_push_order,
         a_fetch_from_the_list_leaves_the_lower_priorities_waiting,

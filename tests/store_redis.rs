@@ -554,7 +554,6 @@ async fn a_malformed_attempt_limit_in_redis_is_ignored() {
     }
 }
 
-/// Topic `t`'s count of stale ready entries.
 /// A connection of the test's own to `redis`, to look at dq's keys.
 async fn raw_conn(redis: &RedisServer) -> redis::aio::MultiplexedConnection {
     redis::Client::open(redis.url())
@@ -564,6 +563,7 @@ async fn raw_conn(redis: &RedisServer) -> redis::aio::MultiplexedConnection {
         .unwrap()
 }
 
+/// Topic `t`'s count of stale ready entries.
 async fn stale_entries(conn: &mut redis::aio::MultiplexedConnection) -> i64 {
     let stale: Option<i64> = redis::cmd("HGET")
         .arg("dq:{test:0}:counts")
@@ -761,6 +761,7 @@ async fn only_a_job_with_a_trace_context_is_stored_in_envelope_format_3() {
         fence: None,
         trace: Some(trace.to_owned()),
         priority: 0,
+        group: None,
         payload: b"{}".to_vec(),
     };
     s.push(vec![job], dq::push::OnConflict::Keep).await.unwrap();
@@ -955,4 +956,74 @@ async fn a_global_concurrency_under_the_shard_count_is_refused_and_one_over_it_h
             .len();
     }
     assert_eq!(leased, 6, "the shares add up to the limit");
+}
+
+/// Groups (README "Groups") keep their slots, lines and counts in keys of their own; once every
+/// job of every group has ended, whichever way (succeeded, dead-lettered, cancelled while
+/// waiting or in line, replaced while waiting), none of those keys is left.
+#[tokio::test]
+async fn groups_leave_no_key_behind_once_their_jobs_ended() {
+    let redis = RedisServer::start();
+    let c = client(&redis).await;
+    let store = c.store();
+    let t = topic("t");
+    for i in 0..30 {
+        let group = format!("g{}", i % 3);
+        c.push_to("t", &i)
+            .id(format!("j{i}"))
+            .group(group)
+            .await
+            .unwrap();
+    }
+    c.push_to("t", &99)
+        .id("j10")
+        .group("g1")
+        .replace()
+        .await
+        .unwrap();
+    for id in ["j4", "j0", "j29"] {
+        c.cancel_in("t", id).await.unwrap();
+    }
+    let mut ran = 0;
+    loop {
+        let jobs = store.fetch(0, &t, 10, LEASE).await.unwrap().jobs;
+        if jobs.is_empty() {
+            break;
+        }
+        for (k, job) in jobs.iter().enumerate() {
+            if k == 0 {
+                assert!(store.dead_letter(&job.lease, "boom").await.unwrap());
+            } else {
+                store.ack(std::slice::from_ref(&job.lease)).await.unwrap();
+            }
+            ran += 1;
+        }
+    }
+    assert_eq!(ran, 27, "every job not cancelled ran once");
+    let left: Vec<String> = redis::cmd("KEYS")
+        .arg("dq:{test:0}:*")
+        .query_async(&mut raw_conn(&redis).await)
+        .await
+        .unwrap();
+    let groups: Vec<&String> = left
+        .iter()
+        .filter(|k| {
+            ["gactive:", "groups:", "gwait:", "parked:", "gq:"]
+                .iter()
+                .any(|p| k.contains(p))
+        })
+        .collect();
+    assert!(groups.is_empty(), "left behind: {groups:?}");
+}
+
+/// A group's slots are counted in one place: a namespace of several shards refuses a grouped
+/// push, saying why and what to do, and takes none of the call's jobs.
+#[tokio::test]
+async fn a_grouped_push_to_a_namespace_of_several_shards_is_refused_saying_why() {
+    let redis = RedisServer::start();
+    let c = client_with(&redis, |b| b.shards(2)).await;
+    let err = c.push_to("t", &1).group("acct-1").await.unwrap_err();
+    assert_eq!(err.kind(), dq::ErrorKind::InvalidInput, "{err}");
+    assert!(err.to_string().contains("one shard"), "{err}");
+    assert_eq!(c.counts("t").await.unwrap().ready, 0);
 }

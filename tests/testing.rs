@@ -464,3 +464,64 @@ async fn jobs_due_together_run_highest_priority_first_in_tests() {
     assert_eq!(*ran.lock().unwrap(), [3, 5, 1, 4, 2]);
     rt.shutdown().await;
 }
+
+#[derive(serde::Serialize, serde::Deserialize, dq::Message)]
+#[message(topic = "charge", group = "account")]
+struct Charge {
+    account: String,
+    n: u32,
+}
+
+/// Groups in tests: a message that names its group field puts each job in its account's group,
+/// so one account's jobs run one at a time in push order while another account's run beside
+/// them, whatever the listener's concurrency.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_accounts_charges_run_one_at_a_time_in_order_beside_another_accounts() {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let running = Arc::new(Mutex::new(std::collections::HashMap::<String, u32>::new()));
+    let (l, r) = (log.clone(), running.clone());
+    let listener = Listener::new("charge", move |c: Charge, _: JobContext| {
+        let (l, r) = (l.clone(), r.clone());
+        async move {
+            let now = {
+                let mut r = r.lock().unwrap();
+                let n = r.entry(c.account.clone()).or_default();
+                *n += 1;
+                *n
+            };
+            l.lock().unwrap().push((c.account.clone(), c.n, now));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            *r.lock().unwrap().get_mut(&c.account).unwrap() -= 1;
+        }
+    })
+    .concurrency(8);
+    let rt = only(listener).await;
+    for (account, n) in [("a", 1), ("a", 2), ("b", 1), ("a", 3), ("b", 2)] {
+        let charge = Charge {
+            account: account.into(),
+            n,
+        };
+        rt.client().push(charge).await.unwrap();
+    }
+    rt.advance(Duration::from_secs(1)).await;
+    for _ in 0..100 {
+        if log.lock().unwrap().len() == 5 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let log = log.lock().unwrap().clone();
+    let of = |account: &str| -> Vec<u32> {
+        log.iter()
+            .filter(|(a, ..)| a == account)
+            .map(|(_, n, _)| *n)
+            .collect()
+    };
+    assert_eq!(of("a"), [1, 2, 3], "in push order: {log:?}");
+    assert_eq!(of("b"), [1, 2], "{log:?}");
+    assert!(
+        log.iter().all(|(.., at_once)| *at_once == 1),
+        "two of one account at once: {log:?}"
+    );
+    rt.shutdown().await;
+}

@@ -148,6 +148,17 @@ pub(crate) enum Command {
         /// is printed.
         max: Option<String>,
     },
+    /// A topic's groups (jobs pushed with `--group`): print its group concurrency and the
+    /// groups with the most jobs waiting for a slot, or set the concurrency (`off`: back to
+    /// the default of 1, one job of a group at a time).
+    Groups {
+        /// The topic.
+        topic: String,
+        /// How many jobs of one group run at once (at least 1), or `off`. Without it, the
+        /// concurrency and the busiest groups are printed.
+        #[arg(long)]
+        concurrency: Option<String>,
+    },
     /// Worker processes heard from in the last minute.
     Workers,
     /// `dq stats`, refreshed every second until Ctrl-C.
@@ -273,6 +284,11 @@ pub(crate) struct PushArgs {
         )
     )]
     pub(crate) priority: i8,
+    /// Put the job in this group of its topic (an account, a tenant): at most the topic's
+    /// group concurrency of one group's jobs run at once, 1 by default, in push order
+    /// (`dq groups`).
+    #[arg(long)]
+    pub(crate) group: Option<String>,
 }
 
 // `dq web`.

@@ -44,13 +44,23 @@ pub(crate) async fn list(client: &Client, args: JobsArgs, json: bool) -> Result<
             j.id.to_string(),
             j.state.as_str().to_owned(),
             j.priority.to_string(),
+            j.group.clone().unwrap_or_else(|| "-".into()),
             format!("{}/{}", j.attempt, j.max_attempts),
             until(j.due),
             j.last_error.clone().unwrap_or_default(),
         ]
     };
-    // Ready jobs are listed in the order they run: by priority, then in the order they came.
-    let headers = ["ID", "STATE", "PRIORITY", "ATTEMPT", "DUE", "LAST ERROR"];
+    // Ready jobs are listed in the order they run: by priority, then in the order they came;
+    // the jobs waiting for a slot of their group last, in push order.
+    let headers = [
+        "ID",
+        "STATE",
+        "PRIORITY",
+        "GROUP",
+        "ATTEMPT",
+        "DUE",
+        "LAST ERROR",
+    ];
     print_page(json, &page, &headers, row, &next);
     Ok(())
 }
@@ -81,6 +91,10 @@ fn job_fields(job: &JobInfo) -> Vec<Vec<String>> {
         vec!["id".into(), job.id.to_string()],
         vec!["state".into(), job.state.as_str().into()],
         vec!["priority".into(), job.priority.to_string()],
+        vec![
+            "group".into(),
+            job.group.clone().unwrap_or_else(|| "-".into()),
+        ],
         vec![
             "attempt".into(),
             format!("{} of {}", job.attempt, job.max_attempts),

@@ -147,6 +147,9 @@ async fn dispatch(
         Command::GlobalConcurrency { topic, max } => {
             topics::global_concurrency(&client, &topic, max.as_deref(), json).await
         }
+        Command::Groups { topic, concurrency } => {
+            topics::groups(&client, &topic, concurrency.as_deref(), json).await
+        }
         Command::Rate {
             topic,
             lift_hold: true,

@@ -138,6 +138,8 @@ pub(crate) fn job_json(j: &dq::JobInfo) -> Value {
         "attempt": j.attempt,
         "max_attempts": j.max_attempts,
         "priority": j.priority,
+        // Its group (`dq push --group`), null for none.
+        "group": j.group,
         "due_ms": ms(j.due),
         "created_ms": ms(j.created),
         "state_time_ms": j.state_since_or_until.map(ms),
@@ -176,5 +178,9 @@ pub(crate) fn stats_json(
         "global_concurrency": s.global_concurrency,
         // When a handler's hold (Outcome::RateLimited) in force ends, null when none is.
         "held_until_ms": s.held_until.map(ms),
+        // How many of one group's jobs run at once (`dq groups`), null for the default of 1.
+        "group_concurrency": s.group_concurrency,
+        // The groups with the most jobs waiting for a slot: group, waiting, holding.
+        "busiest_groups": s.busiest_groups,
     })
 }

@@ -19,6 +19,9 @@ pub(crate) async fn push(client: &Client, args: PushArgs, json: bool) -> Result<
     if let Some(id) = args.id {
         push = push.id(id);
     }
+    if let Some(group) = args.group {
+        push = push.group(group);
+    }
     if let Some(d) = args.delay {
         push = push.delay(d);
     }

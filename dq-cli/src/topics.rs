@@ -259,6 +259,61 @@ pub(crate) async fn global_concurrency(
     Ok(())
 }
 
+/// `dq groups`: prints a topic's group concurrency and its busiest groups, or sets the
+/// concurrency (`off`: the default of 1).
+pub(crate) async fn groups(
+    client: &Client,
+    topic: &str,
+    concurrency: Option<&str>,
+    json: bool,
+) -> Result<(), Exit> {
+    let limit = |max: Option<u32>| match max {
+        Some(max) => format!("at most {max} of one group's jobs at once"),
+        None => "one of a group's jobs at a time (the default)".to_owned(),
+    };
+    if let Some(text) = concurrency {
+        let set = at_least_one_or_off("groups --concurrency", text)?;
+        client.set_group_concurrency(topic, set).await?;
+        let said = format!("{topic}: {}", limit(set));
+        report(
+            json,
+            json!({ "topic": topic, "group_concurrency": set }),
+            &said,
+        );
+        return Ok(());
+    }
+    let s = client.stats(topic).await?;
+    if json {
+        println!(
+            "{}",
+            json!({
+                "topic": topic,
+                "group_concurrency": s.group_concurrency,
+                "busiest_groups": s.busiest_groups,
+            })
+        );
+        return Ok(());
+    }
+    println!("{topic}: {}", limit(s.group_concurrency));
+    if s.busiest_groups.is_empty() {
+        println!("no job waits for a slot of its group");
+        return Ok(());
+    }
+    let rows = s
+        .busiest_groups
+        .iter()
+        .map(|g| {
+            vec![
+                g.group.clone(),
+                g.waiting.to_string(),
+                g.holding.to_string(),
+            ]
+        })
+        .collect();
+    print_table(&["GROUP", "WAITING", "HOLDING"], rows);
+    Ok(())
+}
+
 /// `dq resume`.
 pub(crate) async fn resume(client: &Client, topic: &str, json: bool) -> Result<(), Exit> {
     client.resume(topic).await?;

@@ -270,6 +270,50 @@ async fn push_with_a_priority_runs_first_and_shows_it() {
     assert!(said.contains("11"), "{said}");
 }
 
+/// `dq push --group` puts jobs in a group; `dq groups` shows the ones waiting for a slot and
+/// sets the group concurrency, which lets the next one in at once.
+#[tokio::test]
+async fn grouped_pushes_wait_their_turn_and_dq_groups_shows_and_widens_them() {
+    let redis = RedisServer::start();
+    for id in ["a1", "a2", "a3"] {
+        ok(&dq(
+            &redis,
+            &["push", "t", "{}", "--id", id, "--group", "acct-1"],
+        ));
+    }
+    let listed = json(&dq(&redis, &["jobs", "t", "--state", "ready", "--json"]));
+    let groups: Vec<&str> = listed["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["group"].as_str().unwrap())
+        .collect();
+    assert_eq!(groups, ["acct-1"; 3]);
+    let shown = json(&dq(&redis, &["groups", "t", "--json"]));
+    assert_eq!(
+        shown["group_concurrency"],
+        serde_json::Value::Null,
+        "{shown}"
+    );
+    assert_eq!(shown["busiest_groups"][0]["group"], "acct-1", "{shown}");
+    assert_eq!(shown["busiest_groups"][0]["waiting"], 2, "{shown}");
+    assert_eq!(shown["busiest_groups"][0]["holding"], 1, "{shown}");
+    let table = ok(&dq(&redis, &["groups", "t"]));
+    assert!(
+        table.contains("acct-1") && table.contains("WAITING"),
+        "{table}"
+    );
+    ok(&dq(&redis, &["groups", "t", "--concurrency", "2"]));
+    let shown = json(&dq(&redis, &["groups", "t", "--json"]));
+    assert_eq!(shown["group_concurrency"], 2, "{shown}");
+    assert_eq!(
+        shown["busiest_groups"][0]["waiting"], 1,
+        "one more let in: {shown}"
+    );
+    let said = fails(&redis, &["groups", "t", "--concurrency", "0"], 2);
+    assert!(said.contains("at least 1"), "{said}");
+}
+
 #[tokio::test]
 async fn a_done_job_shows_its_result_in_show_and_in_jobs_state_done() {
     let redis = RedisServer::start();

@@ -33,6 +33,39 @@ pub struct TopicStats {
     /// When the hold a handler asked for (`Outcome::RateLimited`) ends, while one is in force:
     /// no job of the topic starts before. Filled in as `max_pending` is.
     pub held_until: Option<SystemTime>,
+    /// Its group concurrency ([`Client::set_group_concurrency`](crate::Client::set_group_concurrency)),
+    /// `None` for the default of 1.
+    pub group_concurrency: Option<u32>,
+    /// Its groups with the most jobs waiting for a slot, most first (at most
+    /// [`BUSIEST_GROUPS`]); empty when no job waits for one.
+    pub busiest_groups: Vec<GroupLoad>,
+}
+
+/// How many groups [`TopicStats::busiest_groups`] lists at most.
+pub const BUSIEST_GROUPS: usize = 10;
+
+/// One of a topic's groups ([`PushBuilder::group`](crate::PushBuilder::group)), as
+/// [`TopicStats::busiest_groups`] lists it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct GroupLoad {
+    /// The group's key.
+    pub group: String,
+    /// How many of its jobs are ready but wait for one of its slots (counted as ready).
+    pub waiting: u64,
+    /// How many of its slots are held: by its jobs in line, running, or waiting for a retry.
+    pub holding: u32,
+}
+
+impl GroupLoad {
+    /// A group's load.
+    pub fn new(group: impl Into<String>, waiting: u64, holding: u32) -> GroupLoad {
+        GroupLoad {
+            group: group.into(),
+            waiting,
+            holding,
+        }
+    }
 }
 
 /// One page of a listing; pass `next` back to get the following page.

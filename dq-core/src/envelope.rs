@@ -6,7 +6,7 @@
 //! ```text
 //! 2:<attempt>:<max_attempts>:<created_us>:<due_us>:<error_len>:<error bytes><payload bytes>
 //! 3:<attempt>:<max_attempts>:<created_us>:<due_us>:<error_len>:<trace_len>:<error bytes><trace bytes><payload bytes>
-//! 4:<attempt>:<max_attempts>:<created_us>:<due_us>:<error_len>:<trace_len>:<priority>:<error bytes><trace bytes><payload bytes>
+//! 4:<attempt>:<max_attempts>:<created_us>:<due_us>:<error_len>:<trace_len>:<priority>:<group_len>:<error bytes><trace bytes><group bytes><payload bytes>
 //! ```
 //!
 //! * `2`, `3` or `4` is the format version. Each is written only for a job that needs it, so
@@ -62,6 +62,10 @@ pub struct Envelope {
     /// from [`MIN_PRIORITY`](crate::MIN_PRIORITY) to [`MAX_PRIORITY`](crate::MAX_PRIORITY),
     /// higher first, 0 by default. Kept through every rewrite of the envelope.
     pub priority: i8,
+    /// Its group within its topic ([`PushBuilder::group`](crate::PushBuilder::group)): at most
+    /// the group's concurrency of its jobs run at once, in push order. Kept through every
+    /// rewrite.
+    pub group: Option<String>,
     /// The serialized message.
     pub payload: Vec<u8>,
 }
@@ -78,22 +82,24 @@ impl Envelope {
             self.due_us,
         );
         let trace = self.trace.as_deref().filter(|t| !t.is_empty());
+        let group = self.group.as_deref().filter(|g| !g.is_empty());
         let mut out = match (trace, self.priority) {
-            (None, 0) => format!(
+            (None, 0) if group.is_none() => format!(
                 "{UNTRACED_VERSION}:{attempt}:{max}:{created}:{due}:{}:{err}",
                 err.len()
             ),
-            (Some(trace), 0) => format!(
+            (Some(trace), 0) if group.is_none() => format!(
                 "{TRACED_VERSION}:{attempt}:{max}:{created}:{due}:{}:{}:{err}{trace}",
                 err.len(),
                 trace.len()
             ),
             (trace, priority) => {
-                let trace = trace.unwrap_or("");
+                let (trace, group) = (trace.unwrap_or(""), group.unwrap_or(""));
                 format!(
-                    "{ENVELOPE_VERSION}:{attempt}:{max}:{created}:{due}:{}:{}:{priority}:{err}{trace}",
+                    "{ENVELOPE_VERSION}:{attempt}:{max}:{created}:{due}:{}:{}:{priority}:{}:{err}{trace}{group}",
                     err.len(),
-                    trace.len()
+                    trace.len(),
+                    group.len()
                 )
             }
         }
@@ -133,10 +139,14 @@ impl Envelope {
             *field = header_number(raw, &mut pos, n).map_err(|r| malformed(&r))?;
         }
         let [_, attempt, max_attempts, created_us, due_us, err_len, trace_len] = header;
-        let priority = if version == 4 {
-            header_priority(raw, &mut pos).map_err(|r| malformed(&r))?
+        let (priority, group_len) = if version == 4 {
+            let priority = header_priority(raw, &mut pos).map_err(|r| malformed(&r))?;
+            (
+                priority,
+                header_number(raw, &mut pos, 8).map_err(|r| malformed(&r))?,
+            )
         } else {
-            0
+            (0, 0)
         };
         let end_of = |start: usize, len: u64, what: &str| {
             usize::try_from(len)
@@ -147,6 +157,7 @@ impl Envelope {
         };
         let err_end = end_of(pos, err_len, "error")?;
         let trace_end = end_of(err_end, trace_len, "trace context")?;
+        let group_end = end_of(trace_end, group_len, "group")?;
         let text = |from: usize, to: usize| {
             (from < to).then(|| String::from_utf8_lossy(&raw[from..to]).into_owned())
         };
@@ -161,7 +172,8 @@ impl Envelope {
             last_error: text(pos, err_end),
             trace: text(err_end, trace_end),
             priority,
-            payload: raw[trace_end..].to_vec(),
+            group: text(trace_end, group_end),
+            payload: raw[group_end..].to_vec(),
         })
     }
 }
@@ -221,6 +233,7 @@ mod tests {
             last_error: None,
             trace: None,
             priority: 0,
+            group: None,
             payload: br#"{"order_id":42}"#.to_vec(),
         }
     }
@@ -279,7 +292,7 @@ mod tests {
         let raw = env.encode();
         assert_eq!(
             raw,
-            br#"4:2:3:1700000000000123:1700000000600456:0:0:-7:{"order_id":42}"#.to_vec()
+            br#"4:2:3:1700000000000123:1700000000600456:0:0:-7:0:{"order_id":42}"#.to_vec()
         );
         assert_eq!(Envelope::decode(&raw, "t").unwrap(), env);
         env.priority = 10;
@@ -294,6 +307,23 @@ mod tests {
     }
 
     #[test]
+    fn a_group_is_written_in_format_4_and_round_trips_with_priority_trace_and_error() {
+        let mut env = envelope();
+        env.group = Some("account-42".into());
+        let raw = env.encode();
+        assert_eq!(
+            raw,
+            br#"4:2:3:1700000000000123:1700000000600456:0:0:0:10:account-42{"order_id":42}"#
+                .to_vec()
+        );
+        assert_eq!(Envelope::decode(&raw, "t").unwrap(), env);
+        env.priority = 3;
+        env.trace = Some(TRACE.into());
+        env.last_error = Some("boom".into());
+        assert_eq!(Envelope::decode(&env.encode(), "t").unwrap(), env);
+    }
+
+    #[test]
     fn malformed_envelope_names_location_and_reason() {
         for raw in [
             &b"garbage"[..],
@@ -303,9 +333,10 @@ mod tests {
             b"3:0:3:1:1:0:99:short",
             b"3:0:3:1:1:2:18446744073709551615:ab",
             b"3:0:3:1:1:0:{}",
-            b"4:0:3:1:1:0:0:11:{}",
-            b"4:0:3:1:1:0:0:x:{}",
+            b"4:0:3:1:1:0:0:11:0:{}",
+            b"4:0:3:1:1:0:0:x:0:{}",
             b"4:0:3:1:1:0:0:{}",
+            b"4:0:3:1:1:0:0:1:99:{}",
         ] {
             let err = Envelope::decode(raw, "dq:{app:0}:jobs/t:1").unwrap_err();
             let text = err.to_string();

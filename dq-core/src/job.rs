@@ -130,6 +130,9 @@ pub struct NewJob {
     pub trace: Option<String>,
     /// Its priority within its topic, from [`MIN_PRIORITY`] to [`MAX_PRIORITY`] (0: none).
     pub priority: i8,
+    /// Its group within its topic (`None`: none): at most the topic's group concurrency of
+    /// one group's jobs run at once, in push order, and groups take turns.
+    pub group: Option<String>,
     /// The serialized message.
     pub payload: Vec<u8>,
 }
@@ -245,6 +248,8 @@ pub struct JobInfo {
     pub last_error: Option<String>,
     /// Its priority within its topic (0 unless the push gave one; higher runs first).
     pub priority: i8,
+    /// Its group within its topic, when the push gave one.
+    pub group: Option<String>,
     /// The serialized message.
     pub payload: Vec<u8>,
     /// What its handler returned, as JSON, when it is [`Done`](JobState::Done) and returned a
@@ -280,6 +285,7 @@ impl JobInfo {
             state_since_or_until: score_us.map(from_us),
             last_error: env.last_error,
             priority: env.priority,
+            group: env.group,
             payload: env.payload,
             result: None,
             progress: None,

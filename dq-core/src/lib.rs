@@ -21,7 +21,8 @@ pub mod store;
 pub mod trace;
 
 pub use crate::admin::{
-    ChangeOutcome, Cursor, MinuteTally, Page, Throughput, TopicCounts, TopicStats, WorkerInfo,
+    ChangeOutcome, Cursor, GroupLoad, MinuteTally, Page, Throughput, TopicCounts, TopicStats,
+    WorkerInfo, BUSIEST_GROUPS,
 };
 pub use crate::job::{
     from_us, to_us, Due, JobInfo, JobState, NewJob, OnConflict, PushOutcome, DEFAULT_RETRIES,

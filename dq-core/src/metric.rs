@@ -56,6 +56,10 @@ pub const JOB_DURATION: &str = "dq_job_duration_seconds";
 pub const QUEUE_JOBS: &str = "dq_queue_jobs";
 /// Gauge, label `topic`: age of the oldest ready job, in seconds.
 pub const QUEUE_LAG: &str = "dq_queue_lag_seconds";
+/// Gauge, label `topic`: the most jobs one group of the topic has waiting for a slot (its
+/// busiest group's; 0 when none waits): a tenant flooding its group shows here, its name in
+/// `dq groups`.
+pub const QUEUE_GROUP_WAITING_MAX: &str = "dq_queue_group_waiting_max";
 /// Counter: jobs a schedule created, by schedule and topic (one per tick however many processes
 /// fire it; catch-up jobs for missed ticks count too).
 pub const SCHEDULE_FIRED: &str = "dq_schedule_fired_total";

@@ -12,7 +12,7 @@ use syn::{Lit, LitInt, LitStr, Type};
 use crate::attr;
 
 const KEYS: &str =
-    "topic, concurrency, timeout, retries, backoff, cron, tz, every, missed, retain, retain_count, events, events_cap, max_pending, rate, global_concurrency, crate";
+    "topic, concurrency, timeout, retries, backoff, cron, tz, every, missed, retain, retain_count, events, events_cap, max_pending, rate, global_concurrency, group_concurrency, crate";
 
 #[derive(Default)]
 pub(crate) struct Options {
@@ -36,6 +36,8 @@ pub(crate) struct Options {
     rate: Option<(u64, Duration)>,
     /// The most jobs running at once in all processes (`global_concurrency = 10`).
     global_concurrency: Option<u32>,
+    /// The most jobs of one group holding a slot at once (`group_concurrency = 2`).
+    group_concurrency: Option<u32>,
     pub(crate) krate: Option<LitStr>,
 }
 
@@ -78,6 +80,9 @@ fn set(o: &mut Options, key: &str, meta: &ParseNestedMeta<'_>) -> syn::Result<()
         "rate" => o.rate = Some(rate(&meta.value()?.parse()?)?),
         "global_concurrency" => {
             o.global_concurrency = Some(global_concurrency(&meta.value()?.parse()?)?)
+        }
+        "group_concurrency" => {
+            o.group_concurrency = Some(group_concurrency(&meta.value()?.parse()?)?)
         }
         "crate" => o.krate = Some(meta.value()?.parse()?),
         _ => {
@@ -155,6 +160,18 @@ fn global_concurrency(lit: &LitInt) -> syn::Result<u32> {
         return Err(syn::Error::new(
             lit.span(),
             "global_concurrency must be at least 1: leave it out for no limit",
+        ));
+    }
+    Ok(n)
+}
+
+/// The most jobs of one group holding a slot at once: at least 1.
+fn group_concurrency(lit: &LitInt) -> syn::Result<u32> {
+    let n: u32 = lit.base10_parse()?;
+    if n == 0 {
+        return Err(syn::Error::new(
+            lit.span(),
+            "group_concurrency must be at least 1 (1, the default, runs a group's jobs one at a time)",
         ));
     }
     Ok(n)
@@ -317,6 +334,9 @@ pub(crate) fn builder_calls(options: &Options, payload: &Type, krate: &syn::Path
     }
     if let Some(n) = options.global_concurrency {
         calls.extend(quote!(.global_concurrency(#n)));
+    }
+    if let Some(n) = options.group_concurrency {
+        calls.extend(quote!(.group_concurrency(#n)));
     }
     if let Some((n, period)) = options.rate {
         let period = attr::duration_tokens(period);

@@ -35,6 +35,7 @@ macro_rules! scripts {
 scripts!(
     push,
     lift_hold,
+    group_concurrency,
     promote,
     fetch,
     ack,

@@ -94,6 +94,43 @@ impl Listener {
         self.global_concurrency = Some(max);
         self
     }
+
+    /// How many jobs of one group of this topic run at once, as
+    /// `#[dq::listener(group_concurrency = 2)]` does, for the jobs pushed with
+    /// [`PushBuilder::group`](dq_core::PushBuilder::group) ("never two jobs of one account at
+    /// once"). A grouped job holds one of its group's slots from when it is let in line until
+    /// it ends (through its retries); the group's other jobs wait, in push order, counted as
+    /// ready. Exact across processes: the store counts the slots (README, "Groups").
+    ///
+    /// Default: the store's, 1 unless `Client::set_group_concurrency` set another (a listener
+    /// without one leaves it as it is). A listener with one writes it at every start. At least
+    /// 1: zero fails `Runtime::start`.
+    ///
+    /// ```
+    /// use dq_runtime::Listener;
+    ///
+    /// # #[derive(serde::Deserialize)] struct Sync { account: String }
+    /// let syncs = Listener::new("sync-account", |msg: Sync| async move {
+    ///     let _ = msg.account;
+    ///     Ok::<(), String>(())
+    /// })
+    /// .group_concurrency(2);
+    /// ```
+    pub fn group_concurrency(mut self, max: u32) -> Self {
+        self.group_concurrency = Some(max);
+        self
+    }
+}
+
+/// Whether a listener's group concurrency can be declared: at least 1.
+pub(crate) fn check_group_concurrency(l: &Listener) -> Result<(), String> {
+    match l.group_concurrency {
+        Some(0) => Err(
+            "`group_concurrency` must be at least 1 (1, the default, runs a group's jobs one at a time)"
+                .into(),
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// Whether a listener's global concurrency can be declared: at least 1.

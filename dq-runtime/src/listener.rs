@@ -82,6 +82,9 @@ pub struct Listener {
     pub(crate) rate: Option<dq_core::Rate>,
     /// The most jobs of the topic running at once in all processes; none by default.
     pub(crate) global_concurrency: Option<u32>,
+    /// The most jobs of one group of the topic holding a slot at once; the store's (1 by
+    /// default) when none.
+    pub(crate) group_concurrency: Option<u32>,
     /// What the ticks of a schedule set later carry.
     tick_payload: TickPayloadFn,
     /// The handler's payload type, when known (not for an erased handler).
@@ -165,6 +168,7 @@ impl Listener {
             max_pending: None,
             rate: None,
             global_concurrency: None,
+            group_concurrency: None,
             tick_payload: <Tick as TickPayload>::tick_payload,
             payload_type: None,
         }

@@ -25,6 +25,7 @@
 //! | `dq_job_duration_seconds` | histogram | topic | how long handlers ran |
 //! | `dq_queue_jobs` | gauge | topic, state | jobs delayed, ready, running, dead, and `done`: the records of succeeded jobs kept (every 5 s) |
 //! | `dq_queue_lag_seconds` | gauge | topic | age of the oldest ready job: how far behind workers are |
+//! | `dq_queue_group_waiting_max` | gauge | topic | the most jobs one group has waiting for a slot (its busiest group's, 0 when none waits; the group is named by `dq groups`, not a label) |
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -86,7 +87,9 @@ pub(crate) async fn queue_gauges(
                     .oldest_ready_due
                     .and_then(|d| now.duration_since(d).ok())
                     .unwrap_or_default();
-                metrics::gauge!(metric::QUEUE_LAG, "topic" => t).set(lag.as_secs_f64());
+                metrics::gauge!(metric::QUEUE_LAG, "topic" => t.clone()).set(lag.as_secs_f64());
+                let most = s.busiest_groups.first().map_or(0, |g| g.waiting);
+                metrics::gauge!(metric::QUEUE_GROUP_WAITING_MAX, "topic" => t).set(most as f64);
             }
         }
         tokio::select! {

@@ -123,7 +123,13 @@ pub(crate) fn declarations(listeners: &[(Topic, Listener)]) -> Declared {
         .iter()
         .filter_map(|(t, l)| l.global_concurrency.map(|max| (t.clone(), max)))
         .collect();
-    Declared::new(schedules, limits, retentions, events).with_flow(max_pending, rates, global)
+    let groups = listeners
+        .iter()
+        .filter_map(|(t, l)| l.group_concurrency.map(|max| (t.clone(), max)))
+        .collect();
+    Declared::new(schedules, limits, retentions, events)
+        .with_flow(max_pending, rates, global)
+        .with_groups(groups)
 }
 
 /// This runtime's listeners, each with its topic checked once here; refused with an error naming
@@ -178,6 +184,7 @@ fn check_listener(l: &Listener, states: &States) -> Result<Topic> {
     crate::events::check_events(l).map_err(invalid)?;
     crate::flow::check_max_pending(l).map_err(invalid)?;
     crate::flow::check_global_concurrency(l).map_err(invalid)?;
+    crate::flow::check_group_concurrency(l).map_err(invalid)?;
     (l.check)(states).map_err(invalid)?;
     if let Some(schedule) = &l.schedule {
         check_schedule(schedule).map_err(invalid)?;

@@ -83,6 +83,8 @@ pub(crate) struct Declared {
     rates: Vec<(Topic, Rate)>,
     /// The global concurrencies the listeners give (a listener without one declares none).
     global_concurrency: Vec<(Topic, u32)>,
+    /// The group concurrencies the listeners give (a listener without one declares none).
+    group_concurrency: Vec<(Topic, u32)>,
     /// The namespace's epoch when everything was last declared; `None` until it was.
     epoch: Option<String>,
 }
@@ -102,6 +104,7 @@ impl Declared {
             max_pending: Vec::new(),
             rates: Vec::new(),
             global_concurrency: Vec::new(),
+            group_concurrency: Vec::new(),
             epoch: None,
         }
     }
@@ -117,6 +120,12 @@ impl Declared {
         self.max_pending = max_pending;
         self.rates = rates;
         self.global_concurrency = global_concurrency;
+        self
+    }
+
+    /// With the listeners' group concurrencies.
+    pub(crate) fn with_groups(mut self, group_concurrency: Vec<(Topic, u32)>) -> Declared {
+        self.group_concurrency = group_concurrency;
         self
     }
 
@@ -164,6 +173,9 @@ impl Declared {
         }
         for (topic, max) in &self.global_concurrency {
             leases.set_global_concurrency(topic, Some(*max)).await?;
+        }
+        for (topic, max) in &self.group_concurrency {
+            leases.set_group_concurrency(topic, Some(*max)).await?;
         }
         if again {
             tracing::info!("the listeners' schedules, retries and retentions are declared again");

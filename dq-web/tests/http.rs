@@ -1054,6 +1054,42 @@ async fn a_jobs_priority_shows_on_its_page_and_in_the_listing_in_run_order() {
     assert!(page.contains("priority 7"), "{page}");
 }
 
+/// A topic whose grouped jobs wait for their group's slot shows its busiest groups (waiting,
+/// holding) and its group concurrency; a grouped job's page and row show its group.
+#[tokio::test]
+async fn the_topic_page_shows_the_busiest_groups_and_a_job_its_group() {
+    let (client, _store) = memory_client_and_store().await;
+    for (id, group) in [
+        ("a1", "acct-1"),
+        ("a2", "acct-1"),
+        ("a3", "acct-1"),
+        ("b1", "acct-2"),
+    ] {
+        client
+            .push_to(TOPIC, &serde_json::json!({ "order_id": 1 }))
+            .id(id)
+            .group(group)
+            .await
+            .unwrap();
+    }
+    let addr = serve(client, Options::new()).await;
+    let (_, page) = get(&addr, "/topics/order-cancel").await;
+    let groups = &page[page.find("Busiest groups").expect("a groups section")..];
+    assert!(groups.contains(r#"data-group="acct-1""#), "{page}");
+    assert!(
+        groups.contains("<td class=\"num\">2</td>"),
+        "two of acct-1 wait: {page}"
+    );
+    assert!(
+        !groups.contains(r#"data-group="acct-2""#),
+        "acct-2 has none waiting: {page}"
+    );
+    let (_, page) = get(&addr, "/topics/order-cancel/jobs/a3").await;
+    assert!(page.contains(r#"data-group="acct-1""#), "{page}");
+    let (_, page) = get(&addr, "/topics/order-cancel?state=ready").await;
+    assert!(page.contains("group acct-1"), "{page}");
+}
+
 /// A job whose runs failed twice then succeeded, on a topic with events on: its page lists
 /// each run's error in its history (the job itself keeps only the latest).
 #[tokio::test]

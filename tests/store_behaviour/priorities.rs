@@ -141,6 +141,7 @@ pub(crate) async fn a_store_refuses_a_priority_outside_the_range(kind: Kind) {
         fence: None,
         trace: None,
         priority: 50,
+        group: None,
         payload: b"{}".to_vec(),
     };
     let err = c

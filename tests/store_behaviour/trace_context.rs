@@ -27,6 +27,7 @@ fn traced(name: &str, due: Due) -> NewJob {
         fence: None,
         trace: Some(TRACE.to_owned()),
         priority: 0,
+        group: None,
         payload: br#"{"n":1}"#.to_vec(),
     }
 }

@@ -235,6 +235,12 @@ impl Leases for Faulty {
     async fn set_global_concurrency(&self, topic: &Topic, max: Option<u32>) -> dq::Result<()> {
         self.inner.set_global_concurrency(topic, max).await
     }
+    async fn set_group_concurrency(&self, topic: &Topic, max: Option<u32>) -> dq::Result<()> {
+        self.inner.set_group_concurrency(topic, max).await
+    }
+    async fn group_concurrency(&self, topic: &Topic) -> dq::Result<Option<u32>> {
+        self.inner.group_concurrency(topic).await
+    }
     async fn global_concurrency(&self, topic: &Topic) -> dq::Result<Option<u32>> {
         self.inner.global_concurrency(topic).await
     }

@@ -234,6 +234,19 @@ impl Client {
         self.store.rate(&Topic::new(topic)?).await
     }
 
+    /// Limits how many jobs of each group of `topic` run at once (`None`: the default of 1, a
+    /// group's jobs one at a time in push order; see [`PushBuilder::group`](crate::PushBuilder::group)).
+    pub async fn set_group_concurrency(&self, topic: &str, max: Option<u32>) -> Result<()> {
+        self.store
+            .set_group_concurrency(&Topic::new(topic)?, max)
+            .await
+    }
+
+    /// `topic`'s group concurrency ([`Client::set_group_concurrency`]), `None` for the default.
+    pub async fn group_concurrency(&self, topic: &str) -> Result<Option<u32>> {
+        self.store.group_concurrency(&Topic::new(topic)?).await
+    }
+
     /// Ends a hold of `topic` now, in every process (`dq rate TOPIC --lift-hold`): a handler's
     /// `Outcome::RateLimited` held the topic, and the provider is back sooner. Its jobs start
     /// again at once, as its rate allows. True when a hold was in force.

@@ -98,7 +98,9 @@ impl Client {
     ///
     /// Without options the job is due now, gets a generated id and the default two retries.
     pub fn push<M: Message>(&self, message: M) -> PushBuilder {
-        self.push_to(M::TOPIC, &message)
+        let mut push = self.push_to(M::TOPIC, &message);
+        push.group = message.group();
+        push
     }
 
     /// Like [`Client::push`] for any serializable value, to a topic named at run time.
@@ -123,6 +125,7 @@ impl Client {
             due: Due::default(),
             retries: DEFAULT_RETRIES,
             priority: 0,
+            group: None,
             on_conflict: OnConflict::Keep,
             unique_for: None,
             debounce: None,

@@ -104,6 +104,7 @@ pub struct PushBuilder {
     pub(super) due: Due,
     pub(super) retries: u32,
     pub(super) priority: i8,
+    pub(super) group: Option<String>,
     pub(super) on_conflict: OnConflict,
     pub(super) unique_for: Option<Duration>,
     /// The quiet time of [`PushBuilder::debounce`], checked when the push is sent.
@@ -180,6 +181,16 @@ impl PushBuilder {
     /// Outside the range the push is refused ([`Error::InvalidPush`]), with nothing stored.
     pub fn priority(mut self, priority: i8) -> Self {
         self.priority = priority;
+        self
+    }
+
+    /// Puts the job in a group of its topic, `key` (an account, a tenant): at most the topic's
+    /// group concurrency of one group's jobs run at once (1 by default: one at a time, in push
+    /// order, "never two jobs for the same account at once"), and the groups with jobs ready
+    /// take turns, so one with a million jobs does not delay one with one. The key follows the
+    /// rules of a job id.
+    pub fn group(mut self, key: impl Into<String>) -> Self {
+        self.group = Some(key.into());
         self
     }
 
@@ -372,6 +383,13 @@ impl PushBuilder {
         let trace = crate::trace::of_push(self.fence.is_some());
         #[cfg(not(feature = "otel"))]
         let trace = None;
+        if let Some(g) = &self.group {
+            JobId::new(g.as_str()).map_err(|e| {
+                invalid(format!(
+                    "job {id}: group {g:?} is not a valid group key ({e}); it follows the rules of a job id"
+                ))
+            })?;
+        }
         let job = NewJob {
             topic,
             id,
@@ -381,6 +399,7 @@ impl PushBuilder {
             fence: self.fence,
             trace,
             priority: self.priority,
+            group: self.group,
             payload,
         };
         crate::job::check_priority(&job)?;

@@ -320,6 +320,14 @@ pub trait Leases: Sharded {
     /// `topic`, `None` when it has none.
     async fn global_concurrency(&self, topic: &Topic) -> Result<Option<u32>>;
 
+    /// Limits how many jobs of each group of `topic` run at once to `max` (`None`: back to the
+    /// default of 1: a group's jobs one at a time, in push order).
+    async fn set_group_concurrency(&self, topic: &Topic, max: Option<u32>) -> Result<()>;
+
+    /// The group concurrency [`set_group_concurrency`](Leases::set_group_concurrency) recorded
+    /// for `topic`, `None` when it has none (the default of 1 holds).
+    async fn group_concurrency(&self, topic: &Topic) -> Result<Option<u32>>;
+
     /// A waiter for ready jobs of `topic` in `shard` (on Redis, a bell rung by the one `ready`
     /// subscription of the process: no connection of its own).
     fn ready_waiter(&self, shard: u16, topic: &Topic) -> Box<dyn ReadyWaiter>;

@@ -16,6 +16,7 @@
 -- ARGV[1] n, the number of topics; ARGV[2..n+1] the topics; then member, token, value, run
 -- quadruples (value '' for none; run: which run succeeded, 0 when the caller does not know, for
 -- the `succeeded` event, read from the job then; at most 1000 quadruples).
+-- A job of a group gives its slot back, and its group lets its next job in (lib.lua's groups).
 -- Returns {acked, stale_member_1, ...}: a stale member's lease was taken over (or it was cancelled).
 local jobs, inflight, counts, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local retain, cancels = KEYS[7], KEYS[8]
@@ -114,6 +115,23 @@ if #done > 0 then
     for k, counted in ipairs(runs_of_all(jobs, unsaid)) do runs[at[k]] = counted + 1 end
   end
 end
+-- Groups: the slots the jobs give back, and the jobs their groups let in, read first.
+local group_plans = {}
+if #done > 0 then
+  local ids_of = {}
+  for i, member in ipairs(done) do
+    local topic = done_topics[i]
+    local ids = ids_of[topic]
+    if not ids then
+      ids = {}
+      ids_of[topic] = ids
+    end
+    ids[#ids + 1] = string.sub(member, #topic + 2)
+  end
+  for topic, ids in pairs(ids_of) do
+    group_plans[#group_plans + 1] = plan_leave(string.sub(jobs, 1, -5), topic, ids)
+  end
+end
 local cancelled = #done > 0 and redis.call('EXISTS', cancels) == 1
 local reported = #done > 0 and has_progress(progress)
 if #done > 0 then proceed_when_full(leases) end -- an ack must go through when Redis is full
@@ -157,6 +175,7 @@ for topic, k in pairs(per_topic) do
   bump(counts, topic, 'inflight', -k)
   tally(counts, topic, 'done', k, now)
 end
+for _, plan in ipairs(group_plans) do write_leave(plan, counts) end
 if #released > 0 then redis.call('HDEL', KEYS[6], unpack(released)) end
 if #drop > 0 then redis.call('HDEL', jobs, unpack(drop)) end
 if reported then clear_progress(progress, done) end

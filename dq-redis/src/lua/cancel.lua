@@ -16,7 +16,9 @@
 -- ARGV[1] key prefix  ARGV[2] topic  ARGV[3] id
 -- Returns 1 cancelled (or a kept record deleted), 0 not found, 3 running (its worker was asked
 -- to stop it), 2 running with no lease token (left alone; not expected).
--- A ready job's entry stays in its list, made stale (lib.lua): O(1) however long the list.
+-- A ready job's entry stays in its list, made stale (lib.lua): O(1) however long the list. A
+-- job of a group (lib.lua's groups) gives the slot it holds back, and its group lets its next
+-- job in; one that waited for a slot (parked) leaves its group's line.
 local jobs, delayed, inflight, counts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local prefix, topic, id = ARGV[1], ARGV[2], ARGV[3]
 local member = topic .. ':' .. id
@@ -49,11 +51,21 @@ for _, cap in pairs(events_on(KEYS[13], {topic})) do
   stream = events_open(KEYS[14], cap)
   runs = runs_of(redis.call('HGET', jobs, member))
 end
+-- Groups: a parked job's group, or the plan of the slot it gives back, read before the first
+-- write.
+local gk = group_keys(prefix, topic)
+local parked_in = redis.call('ZSCORE', gk.parked, id) and group_of(redis.call('HGET', jobs, member))
+if parked_in then redis.call('EXISTS', gk.waiting) end
+local leave = not parked_in and plan_leave(prefix, topic, {id})
 if redis.call('ZREM', delayed, member) == 1 then
   bump(counts, topic, 'delayed', -1)
+elseif parked_in then
+  unpark(gk, {{id, parked_in}})
 elseif redis.call('ZREM', prefix .. 'dead:' .. topic, member) == 0 then
   invalidate(KEYS[7], counts, topic, id)
 end
+write_leave(leave, counts)
+if parked_in then tidy_parked(gk, {id}) end
 redis.call('HDEL', jobs, member)
 redis.call('HDEL', KEYS[8], member)
 if announced then

@@ -9,6 +9,7 @@
 -- the run) is announced  KEYS[11] cancelled:<topic> (a topic that keeps its ends marks the job
 -- cancelled, within its retention, for the waits that come after)
 -- ARGV[1] member  ARGV[2] token
+-- A job of a group gives its slot back, and its group lets its next job in (lib.lua's groups).
 -- Returns 1, or 0 when the caller's lease was taken over (nothing changed).
 local jobs, inflight, counts, leases, cancels = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local member, token = ARGV[1], ARGV[2]
@@ -23,12 +24,14 @@ for _, cap in pairs(events_on(KEYS[9], {topic})) do
   stream = events_open(KEYS[10], cap)
   run = runs_of(redis.call('HGET', jobs, member)) + 1
 end
+local leave = plan_leave(string.sub(jobs, 1, -5), topic, {string.sub(member, #topic + 2)})
 proceed_when_full(leases) -- deleting a job must go through when Redis is full
 redis.call('HDEL', jobs, member)
 redis.call('HDEL', cancels, member)
 redis.call('HDEL', KEYS[6], member)
 bump(counts, topic, 'inflight', -1)
 end_leases(inflight, leases, {member})
+write_leave(leave, counts)
 if reported then clear_progress(KEYS[8], {member}) end
 -- `jobs` is <prefix>jobs: the channel is <prefix>ended.
 if announced then

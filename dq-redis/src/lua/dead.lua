@@ -6,6 +6,7 @@
 -- KEYS[9] events  KEYS[10] events:<topic>: when the topic's job events are on, `dead` (with the
 -- error and the run) is announced
 -- ARGV[1] member  ARGV[2] token  ARGV[3] error
+-- A job of a group gives its slot back, and its group lets its next job in (lib.lua's groups).
 -- Returns 1, or 0 when the caller's lease was taken over (nothing changed).
 local jobs, inflight, counts, dead, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local member, token, err = ARGV[1], ARGV[2], ARGV[3]
@@ -27,12 +28,14 @@ local cancelled = redis.call('HEXISTS', KEYS[7], member) == 1
 local reported = has_progress(KEYS[8])
 local stream
 for _, cap in pairs(events_on(KEYS[9], {topic})) do stream = events_open(KEYS[10], cap) end
+local leave = plan_leave(string.sub(jobs, 1, -5), topic, {string.sub(member, #topic + 2)})
 proceed_when_full(leases) -- a dead letter must go through when Redis is full
 redis.call('HSET', jobs, member, encode(e))
 end_leases(inflight, leases, {member})
 bump(counts, topic, 'inflight', -1)
 tally(counts, topic, 'failed', 1, now)
 redis.call('ZADD', dead, now, member)
+write_leave(leave, counts)
 if cancelled then redis.call('HDEL', KEYS[7], member) end
 if announced then redis.call('PUBLISH', string.sub(jobs, 1, -5) .. 'ended', member) end
 if reported then clear_progress(KEYS[8], {member}) end

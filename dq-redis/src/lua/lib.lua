@@ -7,10 +7,10 @@
 -- Envelope formats 2, 3 and 4 (envelope.rs has the same parser):
 --   2:<attempt>:<max_attempts>:<created_us>:<due_us>:<err_len>:<err><payload>
 --   3:<attempt>:<max_attempts>:<created_us>:<due_us>:<err_len>:<trace_len>:<err><trace><payload>
---   4:<attempt>:<max_attempts>:<created_us>:<due_us>:<err_len>:<trace_len>:<priority>:<err><trace><payload>
--- Format 4 is written only for a job with a priority other than 0, format 3 for one that
--- carries a trace context (the `otel` feature) and no priority; encode keeps both through every
--- rewrite, and writes a job with neither as format 2, which every release reads.
+--   4:<attempt>:<max_attempts>:<created_us>:<due_us>:<err_len>:<trace_len>:<priority>:<group_len>:<err><trace><group><payload>
+-- Format 4 is written only for a job with a priority other than 0 or a group, format 3 for one
+-- that carries a trace context (the `otel` feature) and neither; encode keeps all three through
+-- every rewrite, and writes a job with none as format 2, which every release reads.
 -- attempt counts runs that ended without success; a running job is on run attempt + 1. A fetch
 -- does not rewrite the envelope: the lease token lives in the shard's `leases` hash.
 -- Times are integer microseconds from Redis TIME: workers' clocks never decide when a job is due.
@@ -47,32 +47,34 @@ local function parse(raw)
   if not raw then return nil end
   local v, a, m, c, d, el, pos = string.match(raw, '^([234]):(%d+):(%d+):(%d+):(%d+):(%d+):()')
   if not v then return nil end
-  local tl, priority = 0, 0
+  local tl, priority, gl = 0, 0, 0
   if v ~= '2' then
     local t, after = string.match(raw, '^(%d+):()', pos)
     if not t then return nil end
     tl, pos = tonumber(t), after
   end
   if v == '4' then
-    local p, after = string.match(raw, '^(%-?%d+):()', pos)
+    local p, g, after = string.match(raw, '^(%-?%d+):(%d+):()', pos)
     if not p then return nil end
-    priority, pos = tonumber(p), after
+    priority, gl, pos = tonumber(p), tonumber(g), after
   end
   el = tonumber(el)
-  if #raw < pos + el + tl - 1 then return nil end
+  if #raw < pos + el + tl + gl - 1 then return nil end
   return { attempt = tonumber(a), max = tonumber(m), created = tonumber(c), due = tonumber(d),
            err = string.sub(raw, pos, pos + el - 1), trace = string.sub(raw, pos + el, pos + el + tl - 1),
-           priority = priority, payload = string.sub(raw, pos + el + tl) }
+           priority = priority, group = string.sub(raw, pos + el + tl, pos + el + tl + gl - 1),
+           payload = string.sub(raw, pos + el + tl + gl) }
 end
 
--- Format 4 when the job has a priority (`e.priority`, absent or 0 in envelopes built here),
--- else format 3 when it carries a trace context (`e.trace`), else format 2.
+-- Format 4 when the job has a priority (`e.priority`, absent or 0 in envelopes built here) or
+-- a group (`e.group`, absent or ''), else format 3 when it carries a trace context (`e.trace`), else format 2.
 local function encode(e)
   local head = fmt(e.attempt) .. ':' .. fmt(e.max) .. ':' .. fmt(e.created) .. ':' .. fmt(e.due) .. ':'
     .. #e.err .. ':'
-  local trace = e.trace or ''
-  if e.priority and e.priority ~= 0 then
-    return '4:' .. head .. #trace .. ':' .. fmt(e.priority) .. ':' .. e.err .. trace .. e.payload
+  local trace, group = e.trace or '', e.group or ''
+  if (e.priority and e.priority ~= 0) or group ~= '' then
+    return '4:' .. head .. #trace .. ':' .. fmt(e.priority or 0) .. ':' .. #group .. ':' .. e.err
+      .. trace .. group .. e.payload
   end
   if trace ~= '' then
     return '3:' .. head .. #trace .. ':' .. e.err .. trace .. e.payload
@@ -374,6 +376,238 @@ end
 local function push_all_pairs(list, a, b)
   list[#list + 1] = a
   list[#list + 1] = b
+end
+
+-- Groups (issue 33, item 3): a job pushed with a group key holds a slot of its group from the
+-- moment it is let into its topic's ready lanes until it ends (succeeds, is dead-lettered,
+-- cancelled or replaced), through its runs, retries and postponements; a released or reclaimed
+-- job keeps it. A group holds at most its topic's group concurrency (`limits`:
+-- `<topic>:group_concurrency`, 1 when absent) of slots; a job that finds its group's slots all
+-- held waits, parked, and the first parked job of a group is let in, last in line, when one of
+-- its slots comes back. A group therefore has at most that many jobs in line or running, so one
+-- with a million jobs waiting takes its turn as one with one does (round robin through the
+-- ready list), and fetch is untouched: O(1) per job whatever the number of groups. Keys, per
+-- topic: `gactive:<topic>` HASH id -> group (the jobs holding a slot); `groups:<topic>` HASH
+-- group -> slots held (absent: none); `parked:<topic>` ZSET id scored by its number in push
+-- order (`<topic>:seq` in the counts hash); `gq:<topic>:<group>` LIST `<number>:<id>`, the
+-- group's parked jobs in order (an entry whose job is no longer parked under that number is
+-- skipped: O(1) cancels); `gwait:<topic>` ZSET group scored by how many of its jobs are parked
+-- (the busiest groups). Groups need one shard (a cluster namespace of one shard included): the
+-- Redis store refuses a grouped push on more (keys.rs).
+
+local function group_keys(prefix, topic)
+  return { prefix = prefix, topic = topic, active = prefix .. 'gactive:' .. topic,
+    held = prefix .. 'groups:' .. topic, parked = prefix .. 'parked:' .. topic,
+    waiting = prefix .. 'gwait:' .. topic }
+end
+
+local function group_queue(k, group)
+  return k.prefix .. 'gq:' .. k.topic .. ':' .. group
+end
+
+-- The group of a stored envelope (nil without one, or for one that cannot be read).
+local function group_of(raw)
+  local e = parse(raw)
+  if e and e.group ~= '' then return e.group end
+  return nil
+end
+
+local function group_limit(prefix, topic)
+  local n = tonumber(redis.call('HGET', prefix .. 'limits', topic .. ':group_concurrency') or '')
+  if n and n >= 1 then return n end
+  return 1
+end
+
+-- The slots each of `names` holds (read).
+local function slots_held(k, names)
+  local held = {}
+  if #names == 0 then return held end
+  local raw = redis.call('HMGET', k.held, unpack(names))
+  for i, g in ipairs(names) do held[g] = tonumber(raw[i] or 0) end
+  return held
+end
+
+-- Up to `room` live entries of `group`'s parked jobs, first first (read): the ids, and how many
+-- entries they take from the head of its list (stale ones included).
+local function next_parked(k, group, room)
+  local ids, taken = {}, 0
+  if room <= 0 then return ids, 0 end
+  local key = group_queue(k, group)
+  local from = 0
+  while #ids < room do
+    local entries = redis.call('LRANGE', key, from, from + room + 15)
+    if #entries == 0 then break end
+    local parsed, names = {}, {}
+    for i, e in ipairs(entries) do
+      local seq, id = string.match(e, '^(%d+):(.*)$')
+      parsed[i] = {seq, id}
+      names[i] = id or ''
+    end
+    local scores = redis.call('ZMSCORE', k.parked, unpack(names))
+    for i, p in ipairs(parsed) do
+      if #ids >= room then break end
+      taken = from + i
+      if p[1] and scores[i] and tonumber(scores[i]) == tonumber(p[1]) then ids[#ids + 1] = p[2] end
+    end
+    from = from + #entries
+  end
+  return ids, taken
+end
+
+-- Plans letting grouped jobs into `topic`'s ready lanes (a push, a promotion, a requeue):
+-- `jobs` is a list of {id, group, priority}. Reads only, touching every key `write_enter`
+-- writes; the jobs that already hold a slot (a retry's, a postponement's) go in as they are.
+local function plan_enter(prefix, topic, jobs)
+  local k = group_keys(prefix, topic)
+  local plan = { k = k, admit = {}, levels = {}, park = {}, held = {} }
+  if #jobs == 0 then return plan end
+  local ids = {}
+  for i, j in ipairs(jobs) do ids[i] = j[1] end
+  local holding = redis.call('HMGET', k.active, unpack(ids))
+  local names, seen = {}, {}
+  for _, j in ipairs(jobs) do
+    if not seen[j[2]] then
+      seen[j[2]] = true
+      names[#names + 1] = j[2]
+    end
+  end
+  local held = slots_held(k, names)
+  local limit = group_limit(prefix, topic)
+  for i, j in ipairs(jobs) do
+    if holding[i] then
+      plan.admit[#plan.admit + 1] = j[1]
+      plan.levels[#plan.admit] = j[3]
+    elseif held[j[2]] < limit then
+      held[j[2]] = held[j[2]] + 1
+      plan.held[j[2]] = held[j[2]]
+      plan.admit[#plan.admit + 1] = j[1]
+      plan.levels[#plan.admit] = j[3]
+      plan.active = plan.active or {}
+      push_all_pairs(plan.active, j[1], j[2])
+    else
+      plan.park[#plan.park + 1] = j
+      redis.call('EXISTS', group_queue(k, j[2])) -- touched before the first write
+    end
+  end
+  redis.call('EXISTS', k.parked, k.waiting)
+  if #plan.admit > 0 then touch_lanes(prefix, topic) end
+  return plan
+end
+
+-- Writes a plan of `plan_enter`; rings the topic when jobs went in line.
+local function write_enter(plan, counts)
+  local k = plan.k
+  if plan.active then redis.call('HSET', k.active, unpack(plan.active)) end
+  local held = {}
+  for g, n in pairs(plan.held) do push_all_pairs(held, g, fmt(n)) end
+  if #held > 0 then redis.call('HSET', k.held, unpack(held)) end
+  if #plan.admit > 0 then
+    to_ready(k.prefix, counts, k.topic, plan.admit, plan.levels)
+    ring(k.prefix, k.topic)
+  end
+  if #plan.park > 0 then
+    local last = redis.call('HINCRBY', counts, k.topic .. ':seq', #plan.park)
+    local scored = {}
+    for i, j in ipairs(plan.park) do
+      local seq = fmt(last - #plan.park + i)
+      push_all_pairs(scored, seq, j[1])
+      redis.call('RPUSH', group_queue(k, j[2]), seq .. ':' .. j[1])
+      redis.call('ZINCRBY', k.waiting, 1, j[2])
+    end
+    push_all('ZADD', k.parked, scored)
+  end
+end
+
+-- Plans the return of the slots of `ids` of `topic` (jobs that ended, or left their group: a
+-- cancel, a replace, a reschedule to later) and the jobs their groups let in next. Reads only
+-- (nil when none of them holds a slot), touching every key `write_leave` writes.
+local function plan_leave(prefix, topic, ids)
+  local k = group_keys(prefix, topic)
+  if #ids == 0 or redis.call('EXISTS', k.active) == 0 then return nil end
+  local groups_of = {}
+  local i = 1
+  while i <= #ids do
+    local j = math.min(i + 999, #ids)
+    local gs = redis.call('HMGET', k.active, unpack(ids, i, j))
+    for x = i, j do groups_of[x] = gs[x - i + 1] end
+    i = j + 1
+  end
+  local leaving, freed, names = {}, {}, {}
+  for x, id in ipairs(ids) do
+    local g = groups_of[x]
+    if g then
+      leaving[#leaving + 1] = id
+      if not freed[g] then names[#names + 1] = g end
+      freed[g] = (freed[g] or 0) + 1
+    end
+  end
+  if #leaving == 0 then return nil end
+  local held = slots_held(k, names)
+  local limit = group_limit(prefix, topic)
+  local plan = { k = k, leaving = leaving, held = {}, admit = {}, levels = {}, trims = {}, active = {} }
+  redis.call('EXISTS', k.parked, k.waiting)
+  for _, g in ipairs(names) do
+    local left = math.max(held[g] - freed[g], 0)
+    local next_ids, taken = next_parked(k, g, limit - left)
+    for _, id in ipairs(next_ids) do
+      plan.admit[#plan.admit + 1] = id
+      push_all_pairs(plan.active, id, g)
+    end
+    plan.held[g] = left + #next_ids
+    if taken > 0 then plan.trims[#plan.trims + 1] = {g, taken, #next_ids} end
+  end
+  if #plan.admit > 0 then
+    touch_lanes(prefix, topic)
+    local members = {}
+    for x, id in ipairs(plan.admit) do members[x] = topic .. ':' .. id end
+    for x, raw in ipairs(redis.call('HMGET', prefix .. 'jobs', unpack(members))) do
+      plan.levels[x] = priority_of(raw)
+    end
+  end
+  return plan
+end
+
+-- Writes a plan of `plan_leave` (nil: nothing); rings the topic when jobs went in line. The
+-- writes that may delete a key come after every other use of it.
+local function write_leave(plan, counts)
+  if not plan then return end
+  local k = plan.k
+  if #plan.active > 0 then redis.call('HSET', k.active, unpack(plan.active)) end
+  local set, gone = {}, {}
+  for g, n in pairs(plan.held) do
+    if n > 0 then push_all_pairs(set, g, fmt(n)) else gone[#gone + 1] = g end
+  end
+  if #set > 0 then redis.call('HSET', k.held, unpack(set)) end
+  if #plan.admit > 0 then
+    to_ready(k.prefix, counts, k.topic, plan.admit, plan.levels)
+    ring(k.prefix, k.topic)
+  end
+  for _, t in ipairs(plan.trims) do
+    if t[3] > 0 then redis.call('ZINCRBY', k.waiting, -t[3], t[1]) end
+    redis.call('LTRIM', group_queue(k, t[1]), t[2], -1)
+  end
+  if #plan.admit > 0 then
+    redis.call('ZREMRANGEBYSCORE', k.waiting, '-inf', 0)
+    push_all('ZREM', k.parked, plan.admit)
+  end
+  if #gone > 0 then redis.call('HDEL', k.held, unpack(gone)) end
+  push_all('HDEL', k.active, plan.leaving)
+end
+
+-- Takes parked jobs out (a cancel, a replace, a reschedule to later), in two steps around a
+-- script's other writes, its keys touched before its first write (`k.parked`, `k.waiting`):
+-- `unpark` counts each of `gone` ({id, group} pairs) out of its group, `tidy_parked` removes
+-- the jobs `ids` from the parked set and the groups left with none parked, after every other
+-- use of both keys (each removal may delete its key). A job's entry in its group's list goes
+-- stale, and is dropped when the group next lets a job in.
+local function unpark(k, gone)
+  for _, g in ipairs(gone) do redis.call('ZINCRBY', k.waiting, -1, g[2]) end
+end
+
+local function tidy_parked(k, ids)
+  if #ids == 0 then return end
+  redis.call('ZREMRANGEBYSCORE', k.waiting, '-inf', 0)
+  push_all('ZREM', k.parked, ids)
 end
 
 -- Kept records of succeeded jobs (a topic with a retention), per topic and shard: the hash

@@ -3,21 +3,34 @@
 --   topics of the shard, so they are filtered by topic, looking at most 1000 entries per call)
 --   KEYS[3] gen:<topic> and KEYS[4] ranked:<topic> (ready only: the jobs are listed in fetch
 --   order, lib.lua's ready lanes, and stale entries are skipped)
+-- Ready jobs waiting for a slot of their group (lib.lua's groups: `parked:<topic>`, in push
+--   order) come after the lanes' ones.
 -- ARGV[1] 'list' | 'zset'  ARGV[2] topic  ARGV[3] cursor (position to start at)  ARGV[4] page size
 -- Returns {next_cursor or -1, member_1, score_1, envelope_1, ...}; score is -1 for ready jobs.
 local jobs, key = KEYS[1], KEYS[2]
 local kind, topic, cursor, size = ARGV[1], ARGV[2], tonumber(ARGV[3]), math.min(tonumber(ARGV[4]), 1000)
 local out = {-1}
 if kind == 'list' then
-  local entries = lane_range(key, KEYS[4], cursor, cursor + size - 1)
-  local ids = #entries > 0 and live_entries(KEYS[3], entries) or {}
+  local lanes = redis.call('LLEN', key) + redis.call('ZCARD', KEYS[4])
+  local entries = cursor < lanes and lane_range(key, KEYS[4], cursor, cursor + size - 1) or {}
+  local live = #entries > 0 and live_entries(KEYS[3], entries) or {}
+  local ids, seen = {}, #entries
+  for i, id in ipairs(live) do ids[i] = id end
+  local stop = cursor + size - 1
+  if stop >= lanes then
+    local parked = string.sub(jobs, 1, -5) .. 'parked:' .. topic
+    for _, id in ipairs(redis.call('ZRANGE', parked, math.max(cursor - lanes, 0), stop - lanes)) do
+      ids[#ids + 1] = id
+      seen = seen + 1
+    end
+  end
   for _, id in ipairs(ids) do
     local member = topic .. ':' .. id
     out[#out + 1] = member
     out[#out + 1] = '-1'
     out[#out + 1] = redis.call('HGET', jobs, member) or ''
   end
-  if #entries == size then out[1] = cursor + size end
+  if seen == size then out[1] = cursor + size end
   return out
 end
 local window = redis.call('ZRANGE', key, cursor, cursor + 999, 'WITHSCORES')

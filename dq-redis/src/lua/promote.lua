@@ -1,6 +1,7 @@
 -- promote: moves due jobs from the delayed set to their topics' ready lists, a bounded batch.
--- KEYS[1] delayed  KEYS[2] counts  KEYS[3] jobs (read for the priorities of the jobs whose
---   topic is marked ranked: lib.lua's ready lanes)  KEYS[4] events (the topics whose job events
+-- KEYS[1] delayed  KEYS[2] counts  KEYS[3] jobs (read for the priorities and groups of the
+--   jobs whose topic is marked ranked or grouped: lib.lua's ready lanes and groups; a grouped
+--   job goes in through its group, and may wait there, parked, for a slot)  KEYS[4] events (the topics whose job events
 --   are on: `promoted` on their streams)  KEYS[5..] ready:<topic>, gen:<topic>, events:<topic>
 --   and ranked:<topic> of each topic the caller knows
 -- ARGV[1] key prefix  ARGV[2] most jobs to move (at most 10000)
@@ -68,36 +69,75 @@ for topic, cap in pairs(events_on(KEYS[4], order)) do
 end
 -- The priorities of the jobs of topics whose jobs have them (one HMGET per 1000 jobs of
 -- those; none for the others).
-local priorities = {}
+local priorities, group_plans = {}, {}
 local marks = {}
-for i, topic in ipairs(order) do marks[i] = topic .. ':ranked' end
-local ranked = redis.call('HMGET', counts, unpack(marks))
 for i, topic in ipairs(order) do
-  if ranked[i] then
+  marks[2 * i - 1] = topic .. ':ranked'
+  marks[2 * i] = topic .. ':grouped'
+end
+local flags = redis.call('HMGET', counts, unpack(marks))
+for i, topic in ipairs(order) do
+  local ranked, grouped = flags[2 * i - 1], flags[2 * i]
+  if ranked or grouped then
     local ids = by_topic[topic]
-    local members, levels = {}, {}
+    local members, levels, groups = {}, {}, {}
     for k, id in ipairs(ids) do members[k] = topic .. ':' .. id end
     local k = 1
     while k <= #members do
       local j = math.min(k + 999, #members)
       local raws = redis.call('HMGET', KEYS[3], unpack(members, k, j))
-      for x = k, j do levels[x] = priority_of(raws[x - k + 1]) end
+      for x = k, j do
+        local raw = raws[x - k + 1]
+        levels[x] = priority_of(raw)
+        if grouped then groups[x] = group_of(raw) end
+      end
       k = j + 1
+    end
+    if grouped then
+      -- The grouped jobs go in through their groups (lib.lua), the others to the lanes.
+      local plain, plain_levels, entering = {}, {}, {}
+      for x, id in ipairs(ids) do
+        if groups[x] then
+          entering[#entering + 1] = {id, groups[x], levels[x]}
+        else
+          plain[#plain + 1] = id
+          plain_levels[#plain] = levels[x]
+        end
+      end
+      by_topic[topic], levels = plain, plain_levels
+      if #entering > 0 then group_plans[topic] = {plan_enter(prefix, topic, entering), #entering} end
     end
     priorities[topic] = levels
   end
 end
 proceed_when_full(counts) -- due jobs move to ready when Redis is full too
 for _, topic in ipairs(order) do
-  to_ready(prefix, counts, topic, by_topic[topic], priorities[topic])
-  ring(prefix, topic)
-  bump(counts, topic, 'delayed', -#by_topic[topic])
+  local plain = by_topic[topic]
+  if #plain > 0 then
+    to_ready(prefix, counts, topic, plain, priorities[topic])
+    ring(prefix, topic)
+  end
+  local moved = #plain
+  local entering = group_plans[topic]
+  if entering then
+    write_enter(entering[1], counts)
+    moved = moved + entering[2]
+  end
+  bump(counts, topic, 'delayed', -moved)
   out[#out + 1] = topic
-  out[#out + 1] = #by_topic[topic]
+  out[#out + 1] = moved
 end
 for topic, stream in pairs(streams) do
   local stamp = fmt(now)
-  emit_events(stream, 'promoted', by_topic[topic], nil, stamp)
+  local ids = by_topic[topic]
+  local entering = group_plans[topic]
+  if entering then
+    ids = {}
+    for _, id in ipairs(by_topic[topic]) do ids[#ids + 1] = id end
+    for _, j in ipairs(entering[1].park) do ids[#ids + 1] = j[1] end
+    for _, id in ipairs(entering[1].admit) do ids[#ids + 1] = id end
+  end
+  emit_events(stream, 'promoted', ids, nil, stamp)
 end
 -- Last: this may empty (delete) the delayed set. When every due member moved they are exactly
 -- the lowest-ranked ones, so they go by rank in one call.

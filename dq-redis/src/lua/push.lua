@@ -18,9 +18,13 @@
 -- then, after the n jobs' values and only when a job of the call has one, one trace context per
 --   job, in order (ARGV[4 + n * 7 + i] for job i from 0; '' or absent: none), present too when a
 --   job has a priority; then, only when a job of the call has a priority, one priority per job
---   (ARGV[4 + n * 8 + i]; absent: 0). A job is written in envelope format 4 with a priority, 3
---   with a trace context, else 2 (lib.lua); one with a priority marks its topic ranked (lib.lua's
---   ready lanes)
+--   (ARGV[4 + n * 8 + i]; absent: 0); then, only when a job of the call has a group, one group
+--   per job (ARGV[4 + n * 9 + i]; '' or absent: none; the values before are all present then).
+--   A job is written in envelope format 4 with a priority or a group, 3 with a trace context,
+--   else 2 (lib.lua); one with a priority marks its topic ranked (lib.lua's ready lanes), one
+--   with a group marks it grouped (`<topic>:grouped` in counts: promote.lua then reads its
+--   jobs' groups) and, when due, goes in through its group (lib.lua's groups: it may wait,
+--   parked, for a slot)
 -- Returns {earliest_due_if_it_moved_earlier_or_-1, code_1, ..., code_n}; codes:
 --   0 kept (already pending), 1 created, 2 replaced, 3 running (replace refused: it is running),
 --   '4:<us>' refused: the id is reserved for <us> more (a job with unique_for finished)
@@ -57,6 +61,8 @@ local dues, due_strs = {}, {}
 -- dead letters by topic. A replaced ready job's entry is left in its list and made stale
 -- (lib.lua): O(1), where an LREM would scan the list.
 local was_delayed, was_ready, revived = {}, {}, {}
+-- Replaced jobs that waited for a slot of their group: {topic, id, group} by member.
+local was_parked = {}
 -- Kept records of succeeded jobs whose id is pushed again, by topic; whether a topic keeps any.
 local undone, has_done = {}, {}
 local delayed_left = redis.call('ZCARD', delayed)
@@ -76,6 +82,7 @@ local function room_of(topic)
       local c = redis.call('HMGET', counts, topic .. ':delayed', topic .. ':inflight', topic .. ':stale')
       local ready_now = redis.call('LLEN', prefix .. 'ready:' .. topic)
         + redis.call('ZCARD', ranked_key(prefix, topic)) - tonumber(c[3] or 0)
+        + redis.call('ZCARD', prefix .. 'parked:' .. topic)
       local pending = tonumber(c[1] or 0) + tonumber(c[2] or 0) + math.max(ready_now, 0)
       room = {left = tonumber(share) - pending, bound = bound}
     end
@@ -141,6 +148,9 @@ for i = 0, n - 1 do
       code = 2
       if redis.call('ZSCORE', delayed, member) then
         was_delayed[member] = true
+      elseif redis.call('ZSCORE', prefix .. 'parked:' .. topic, id) then
+        -- Waiting for a slot of its group: no ready entry to make stale (lib.lua's groups).
+        was_parked[member] = {topic, id, group_of(existing[i + 1])}
       else
         was_ready[member] = {topic, id}
       end
@@ -185,6 +195,9 @@ end
 local writes, adds, ready_by_topic, delayed_by_topic = {}, {}, {}, {}
 -- Priorities (0 for none) of the jobs in ready_by_topic, by topic; the topics to mark ranked.
 local levels_by_topic, rank = {}, {}
+-- Due grouped jobs by topic ({id, group, priority}: they go in through their groups), and the
+-- topics to mark grouped.
+local enter_by_topic, grouped = {}, {}
 local unready, undelay = {}, {}
 -- The envelope of a new job (format 2 in lib.lua, 3 with a trace context), built directly:
 -- only the due time varies.
@@ -197,17 +210,30 @@ for _, i in ipairs(plan) do
     writes[#writes + 1] = member
     local trace = ARGV[4 + n * 7 + i] or ''
     local priority = tonumber(ARGV[4 + n * 8 + i] or '0') or 0
-    if priority ~= 0 then
+    local group = ARGV[4 + n * 9 + i] or ''
+    if priority ~= 0 or group ~= '' then
       writes[#writes + 1] = '4:0:' .. ARGV[7 + i * 7] .. created .. due_str .. ':0:' .. #trace .. ':'
-        .. fmt(priority) .. ':' .. trace .. ARGV[10 + i * 7]
-      rank[topic] = true
+        .. fmt(priority) .. ':' .. #group .. ':' .. trace .. group .. ARGV[10 + i * 7]
+      if priority ~= 0 then rank[topic] = true end
+      if group ~= '' then grouped[topic] = true end
     elseif trace == '' then
       writes[#writes + 1] = '2:0:' .. ARGV[7 + i * 7] .. created .. due_str .. ':0:' .. ARGV[10 + i * 7]
     else
       writes[#writes + 1] = '3:0:' .. ARGV[7 + i * 7] .. created .. due_str .. ':0:' .. #trace .. ':'
         .. trace .. ARGV[10 + i * 7]
     end
-    if dues[when] <= now then
+    if dues[when] <= now and group ~= '' then
+      local list = enter_by_topic[topic]
+      if not list then
+        list = {}
+        enter_by_topic[topic] = list
+      end
+      list[#list + 1] = {id, group, priority}
+      if was_delayed[member] then
+        undelay[#undelay + 1] = member
+        delayed_by_topic[topic] = (delayed_by_topic[topic] or 0) - 1
+      end
+    elseif dues[when] <= now then
       local list = ready_by_topic[topic]
       if not list then
         list = {}
@@ -246,6 +272,19 @@ for topic, cap in pairs(events_on(KEYS[9], event_topics)) do
 end
 -- Touch every ready list this call writes to before the first write.
 for topic in pairs(ready_by_topic) do touch_lanes(prefix, topic) end
+-- Groups (lib.lua): the replaced parked jobs, and the plans of the due grouped jobs, read
+-- before the first write.
+local unparked, group_plans = {}, {}
+for _, p in pairs(was_parked) do
+  local list = unparked[p[1]]
+  if not list then
+    list = {}
+    unparked[p[1]] = list
+    redis.call('EXISTS', prefix .. 'gwait:' .. p[1])
+  end
+  list[#list + 1] = {p[2], p[3] or ''}
+end
+for topic, list in pairs(enter_by_topic) do group_plans[topic] = plan_enter(prefix, topic, list) end
 -- Phase 2: writes.
 if #writes > 0 then redis.call('HSET', jobs, unpack(writes)) end
 if #reserve > 0 then redis.call('HSET', unique_for, unpack(reserve)) end
@@ -259,6 +298,12 @@ for _, old in ipairs(unready) do
 end
 local touched = {}
 for topic in pairs(rank) do redis.call('HSET', counts, topic .. ':ranked', 1) end
+for topic in pairs(grouped) do redis.call('HSET', counts, topic .. ':grouped', 1) end
+for topic, gone in pairs(unparked) do unpark(group_keys(prefix, topic), gone) end
+for topic, plan in pairs(group_plans) do
+  write_enter(plan, counts)
+  touched[topic] = true
+end
 for topic, list in pairs(ready_by_topic) do
   to_ready(prefix, counts, topic, list, rank[topic] and levels_by_topic[topic])
   ring(prefix, topic)
@@ -299,6 +344,16 @@ for topic, dead_members in pairs(revived) do
   redis.call('ZREM', prefix .. 'dead:' .. topic, unpack(dead_members))
 end
 if #unreserve > 0 then redis.call('HDEL', unique_for, unpack(unreserve)) end
+-- The replaced parked jobs that were not parked again leave the parked set.
+for topic, gone in pairs(unparked) do
+  local again = {}
+  for _, j in ipairs(group_plans[topic] and group_plans[topic].park or {}) do again[j[1]] = true end
+  local ids = {}
+  for _, g in ipairs(gone) do
+    if not again[g[1]] then ids[#ids + 1] = g[1] end
+  end
+  tidy_parked(group_keys(prefix, topic), ids)
+end
 -- The records pushed again go (`done:<topic>` was read for them): one HDEL per hash, last;
 -- they are counted as taken out (lib.lua).
 for topic, members_done in pairs(undone) do

@@ -15,6 +15,8 @@
 -- KEYS[9..] ready:<topic>, dead:<topic>, gen:<topic>, events:<topic> and ranked:<topic> of each topic the caller
 -- knows, then progress (the last key: the entries of the jobs taken back go)
 -- ARGV[1] key prefix  ARGV[2] most jobs (at most 1000)
+-- A job dead-lettered here gives the slot of its group back, and its group lets its next job in
+-- (lib.lua's groups); a job taken back to ready keeps its slot.
 -- Returns {requeued, dead_lettered, unknown_topic_1, ...}.
 -- Only jobs whose ready and dead keys are declared are taken back; the others stay expired
 -- and their topics are returned for the caller to declare next time (see promote.lua).
@@ -62,7 +64,15 @@ for topic, cap in pairs(events_on(KEYS[8], topics)) do
   streams[topic] = events_open(prefix .. 'events:' .. topic, cap)
 end
 local writes, ready, levels, dead_by, running, requeued, dead = {}, {}, {}, {}, {}, 0, 0
+-- The ids dead-lettered here, by topic (their groups' slots come back).
+local dead_ids = {}
 local function to_dead(topic, member)
+  local ids = dead_ids[topic]
+  if not ids then
+    ids = {}
+    dead_ids[topic] = ids
+  end
+  ids[#ids + 1] = string.sub(member, #topic + 2)
   if not dead_by[topic] then
     dead_by[topic] = {}
     redis.call('ZCARD', prefix .. 'dead:' .. topic) -- touch
@@ -119,6 +129,8 @@ local announced = {}
 for topic in pairs(dead_by) do
   announced[topic] = redis.call('HEXISTS', KEYS[6], topic) == 1
 end
+local group_plans = {}
+for topic, ids in pairs(dead_ids) do group_plans[#group_plans + 1] = plan_leave(prefix, topic, ids) end
 local cancelled = redis.call('EXISTS', KEYS[7]) == 1
 local reported = has_progress(progress)
 proceed_when_full(leases) -- taking back expired leases must go through when Redis is full
@@ -133,6 +145,7 @@ for topic, ids in pairs(ready) do
   to_ready(prefix, counts, topic, ids, levels[topic], true)
   ring(prefix, topic)
 end
+for _, plan in ipairs(group_plans) do write_leave(plan, counts) end
 -- Every expired lease was a run that failed (its worker died or stalled).
 for topic, k in pairs(running) do
   bump(counts, topic, 'inflight', -k)

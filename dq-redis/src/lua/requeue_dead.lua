@@ -4,6 +4,8 @@
 -- ARGV[1] key prefix  ARGV[2] topic  ARGV[3] max_attempts for the new run
 -- ARGV[4] most jobs (at most 1000)  ARGV[5] died at or before (us; used without ids)
 -- then the ids to requeue (none: the oldest dead letters that died by ARGV[5])
+-- A dead letter of a group goes in through its group (lib.lua's groups): it may wait there,
+-- parked, for a slot.
 -- Returns the number requeued.
 -- Every read comes before the first write (see lib.lua's rule: a redirect mid-script on a cluster
 -- must find nothing changed).
@@ -18,6 +20,7 @@ else
 end
 local now = now_us()
 local writes, ids, levels, gone, seen, unreadable = {}, {}, {}, {}, {}, {}
+local entering = {}
 touch_lanes(prefix, topic)
 redis.call('HGET', KEYS[5], topic .. ':seq') -- counts: to_ready counts the ranked jobs there
 for _, member in ipairs(members) do
@@ -36,16 +39,27 @@ for _, member in ipairs(members) do
       e.due = now
       writes[#writes + 1] = member
       writes[#writes + 1] = encode(e)
-      ids[#ids + 1] = id
-      levels[#ids] = e.priority
+      if e.group ~= '' then
+        entering[#entering + 1] = {id, e.group, e.priority}
+      else
+        ids[#ids + 1] = id
+        levels[#ids] = e.priority
+      end
       gone[#gone + 1] = member
     end
   end
 end
+local plan = #entering > 0 and plan_enter(prefix, topic, entering)
 if #unreadable > 0 then redis.call('ZADD', dead, unpack(unreadable)) end
-if #ids == 0 then return 0 end
+if #gone == 0 then return 0 end
 redis.call('HSET', jobs, unpack(writes))
-to_ready(prefix, KEYS[5], topic, ids, levels)
+if #ids > 0 then
+  to_ready(prefix, KEYS[5], topic, ids, levels)
+  ring(prefix, topic)
+end
+if plan then
+  redis.call('HSET', KEYS[5], topic .. ':grouped', 1)
+  write_enter(plan, KEYS[5])
+end
 redis.call('ZREM', dead, unpack(gone))
-ring(prefix, topic)
-return #ids
+return #gone

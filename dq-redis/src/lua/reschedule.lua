@@ -8,7 +8,9 @@
 -- Returns 1 rescheduled, 0 not found (or dead, or a kept record), 2 running (left alone).
 -- A ready job's entry stays in its list, made stale (lib.lua), and a new one is made if it is
 -- to run now: O(1) however long the list. The write that may delete a key (ZREM delayed) is
--- last.
+-- last. A job of a group (lib.lua's groups) keeps the slot it holds; one waiting for a slot
+-- (parked) keeps its place when it is to run now, and leaves its group's line when it is to
+-- wait; one to run now that holds no slot goes in through its group.
 local jobs, delayed, inflight, counts, gen = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[7]
 local prefix, topic, id, when = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local member = topic .. ':' .. id
@@ -23,14 +25,35 @@ local before = earliest(delayed)
 local left = redis.call('ZCARD', delayed) -- delayed jobs after this call
 e.due = due_from(when, now)
 local now_ready = e.due <= now
+local k = e.group ~= '' and group_keys(prefix, topic)
+local parked = k and not was_delayed and redis.call('ZSCORE', k.parked, id)
+if parked and now_ready then
+  redis.call('HSET', jobs, member, encode(e))
+  return 1
+end
+if parked then
+  redis.call('EXISTS', k.waiting) -- touched before the first write
+  redis.call('HSET', jobs, member, encode(e))
+  unpark(k, {{id, e.group}})
+  redis.call('ZADD', delayed, fmt(e.due), member)
+  bump(counts, topic, 'delayed', 1)
+  announce(prefix, delayed, before)
+  tidy_parked(k, {id})
+  return 1
+end
+local plan = k and now_ready and plan_enter(prefix, topic, {{id, e.group, e.priority}})
 if now_ready then touch_lanes(prefix, topic) end
 redis.call('HSET', jobs, member, encode(e))
 if not was_delayed then invalidate(gen, counts, topic, id) end
 if was_delayed and not now_ready then
   redis.call('ZADD', delayed, fmt(e.due), member)
 elseif now_ready then
-  to_ready(prefix, counts, topic, {id}, {e.priority})
-  ring(prefix, topic)
+  if plan then
+    write_enter(plan, counts)
+  else
+    to_ready(prefix, counts, topic, {id}, {e.priority})
+    ring(prefix, topic)
+  end
   if was_delayed then
     bump(counts, topic, 'delayed', -1)
     -- (Taking a job out of delayed cannot make an earlier due time: nothing to announce.)

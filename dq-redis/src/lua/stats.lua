@@ -7,9 +7,13 @@
 -- The oldest ready job is looked for among the first live entries of each lane: the list and
 -- each priority of the ranked set (a job of a low priority may wait behind younger ones of a
 -- higher one: its wait is what shows it starving).
+-- Groups (lib.lua): ready counts the jobs waiting for a slot of their group too, the oldest of
+-- them is looked at (the first parked), and the busiest groups follow: the 10 with the most jobs
+-- parked, each with how many and how many slots it holds; and the topic's group concurrency.
 -- ARGV[1] topic
 -- Returns {delayed, ready, running, dead, done, oldest_ready_due_us or -1, next_due_us or -1,
---   paused, now_us} (the head as counts.lua's; done: the records of succeeded jobs kept).
+--   paused, now_us, group_concurrency or -1, group_1, parked_1, held_1, ...} (the head as
+--   counts.lua's; done: the records of succeeded jobs kept).
 local counts, ready, dead, jobs, delayed, paused = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local topic = ARGV[1]
 local oldest = -1
@@ -22,6 +26,8 @@ if redis.call('EXISTS', KEYS[9]) == 1 then
     heads[#heads + 1] = live_entries(KEYS[7], entries)[1]
   end
 end
+local gk = group_keys(string.sub(counts, 1, -7), topic)
+heads[#heads + 1] = redis.call('ZRANGE', gk.parked, 0, 0)[1]
 for _, id in pairs(heads) do
   local raw = redis.call('HGET', jobs, topic .. ':' .. id)
   local due = tonumber(raw and string.match(raw, '^[234]:%d+:%d+:%d+:(%d+):') or '')
@@ -37,10 +43,11 @@ for i = 1, #window, 2 do
     break
   end
 end
-return {
+local out = {
   tonumber(redis.call('HGET', counts, topic .. ':delayed') or 0),
   math.max(redis.call('LLEN', ready) + redis.call('ZCARD', KEYS[9])
-    - tonumber(redis.call('HGET', counts, topic .. ':stale') or 0), 0),
+    - tonumber(redis.call('HGET', counts, topic .. ':stale') or 0), 0)
+    + redis.call('ZCARD', gk.parked),
   tonumber(redis.call('HGET', counts, topic .. ':inflight') or 0),
   redis.call('ZCARD', dead),
   redis.call('HLEN', KEYS[8]),
@@ -48,4 +55,12 @@ return {
   next_due,
   redis.call('SISMEMBER', paused, topic),
   fmt(now_us()),
+  tonumber(redis.call('HGET', gk.prefix .. 'limits', topic .. ':group_concurrency') or -1),
 }
+local busiest = redis.call('ZRANGE', gk.waiting, 0, 9, 'REV', 'WITHSCORES')
+for i = 1, #busiest, 2 do
+  out[#out + 1] = busiest[i]
+  out[#out + 1] = tonumber(busiest[i + 1])
+  out[#out + 1] = tonumber(redis.call('HGET', gk.held, busiest[i]) or 0)
+end
+return out

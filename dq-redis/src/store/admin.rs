@@ -99,7 +99,15 @@ impl Admin for RedisStore {
             total.oldest_ready_due = earliest(total.oldest_ready_due, shard.oldest_ready_due_us);
             total.next_due = earliest(total.next_due, shard.next_due_us);
             total.paused |= shard.paused;
+            total.group_concurrency = total.group_concurrency.or(shard.group_concurrency);
+            total.busiest_groups.extend(shard.busiest_groups);
         }
+        total.busiest_groups.sort_by(|a, b| {
+            b.waiting
+                .cmp(&a.waiting)
+                .then_with(|| a.group.cmp(&b.group))
+        });
+        total.busiest_groups.truncate(dq_core::BUSIEST_GROUPS);
         Ok(total)
     }
 

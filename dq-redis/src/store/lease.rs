@@ -413,6 +413,32 @@ impl Leases for RedisStore {
         Ok(())
     }
 
+    async fn set_group_concurrency(&self, topic: &Topic, max: Option<u32>) -> Result<()> {
+        // In every shard, though a grouped job lives in a namespace of one (produce.rs): the
+        // limit reads the same wherever it is asked.
+        let limit = max.map(|m| m.max(1).to_string()).unwrap_or_default();
+        for shard in 0..self.shards() {
+            let k = self.keys(shard);
+            let mut inv = SCRIPTS.group_concurrency.prepare_invoke();
+            inv.key(k.limits())
+                .key(k.counts())
+                .key(k.jobs())
+                .arg(k.prefix())
+                .arg(topic.as_str())
+                .arg(&limit);
+            self.call::<Count>("set a topic's group concurrency", &inv)
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn group_concurrency(&self, topic: &Topic) -> Result<Option<u32>> {
+        self.read_limit(topic, "group_concurrency", "<limit>", |raw| {
+            raw.parse().ok()
+        })
+        .await
+    }
+
     async fn global_concurrency(&self, topic: &Topic) -> Result<Option<u32>> {
         self.read_limit(topic, "running", "<share>:<limit>", |raw| {
             raw.split_once(':')

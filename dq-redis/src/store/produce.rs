@@ -77,10 +77,11 @@ impl RedisStore {
                 &j.payload[..],
             ]);
         }
-        // The trace contexts after the jobs' values, one per job, only when a job has one or
-        // a priority; then the priorities, only when a job has one: push.lua reads a missing
-        // one as none.
-        let ranked = chunk.iter().any(|&i| jobs[i].priority != 0);
+        // The trace contexts after the jobs' values, one per job, only when a job has one, a
+        // priority or a group; then the priorities, only when a job has one or a group; then
+        // the groups, only when a job has one: push.lua reads a missing one as none.
+        let grouped = chunk.iter().any(|&i| jobs[i].group.is_some());
+        let ranked = grouped || chunk.iter().any(|&i| jobs[i].priority != 0);
         if ranked || chunk.iter().any(|&i| jobs[i].trace.is_some()) {
             args.extend(
                 chunk
@@ -97,6 +98,13 @@ impl RedisStore {
             Vec::new()
         };
         args.extend(priorities.iter().map(String::as_bytes));
+        if grouped {
+            args.extend(
+                chunk
+                    .iter()
+                    .map(|&i| jobs[i].group.as_deref().unwrap_or("").as_bytes()),
+            );
+        }
         if self.wait.0.is_some() {
             read("push", self.push_and_wait(shard, &keys, &args).await?)
         } else {
@@ -245,6 +253,18 @@ fn read_pushed(reply: &[Value], chunk: &[usize], outcomes: &mut [PushOutcome]) -
 impl Producer for RedisStore {
     async fn push(&self, jobs: Vec<NewJob>, on_conflict: OnConflict) -> Result<Vec<PushOutcome>> {
         jobs.iter().try_for_each(dq_core::store::check_priority)?;
+        if self.shards() > 1 {
+            if let Some(job) = jobs.iter().find(|j| j.group.is_some()) {
+                return Err(Error::InvalidPush {
+                    topic: job.topic.to_string(),
+                    reason: format!(
+                        "job {}: groups need a namespace of one shard (this one has {}): a group's slots are counted in one place, and a job of a group lives in its id's shard. Use a namespace of one shard for grouped topics (DQ_SHARDS=1, or Config::shards(1)), or leave the group out",
+                        job.id,
+                        self.shards()
+                    ),
+                });
+            }
+        }
         let mode = match on_conflict {
             OnConflict::Replace => "replace",
             _ => "keep",

@@ -5,7 +5,7 @@
 use redis::{FromRedisValue, ParsingError, Value};
 
 use dq_core::Envelope;
-use dq_core::{ChangeOutcome, JobInfo, JobState, PushOutcome, TopicCounts};
+use dq_core::{ChangeOutcome, GroupLoad, JobInfo, JobState, PushOutcome, TopicCounts};
 use dq_core::{Error, Result};
 use dq_core::{JobId, Topic};
 
@@ -188,15 +188,32 @@ pub(super) struct ShardStats {
     pub(super) oldest_ready_due_us: Option<u64>,
     pub(super) next_due_us: Option<u64>,
     pub(super) paused: bool,
+    pub(super) group_concurrency: Option<u32>,
+    pub(super) busiest_groups: Vec<GroupLoad>,
 }
 
+// stats.lua: the counts, the oldest ready job's due time and the next due time (-1: none),
+// paused, the shard's clock, the group concurrency (-1: none), then `group, parked, held`
+// triples.
 reader!(ShardStats, |v| {
     let items = items(v)?;
+    let mut busiest_groups = Vec::new();
+    for triple in items.get(10..).unwrap_or_default().chunks(3) {
+        busiest_groups.push(GroupLoad::new(
+            item::<String>(triple, 0)?,
+            item::<Count>(triple, 1)?.0 as u64,
+            u32::try_from(item::<Count>(triple, 2)?.0).unwrap_or(u32::MAX),
+        ));
+    }
     Ok(ShardStats {
         counts: Reply::<TopicCounts>::from_redis_value_ref(v)?.0,
         oldest_ready_due_us: item::<Unsigned>(items, 5)?.0,
         next_due_us: item::<Unsigned>(items, 6)?.0,
         paused: item::<Applied>(items, 7)?.0,
+        group_concurrency: item::<Unsigned>(items, 9)?
+            .0
+            .and_then(|n| u32::try_from(n).ok()),
+        busiest_groups,
     })
 });
 

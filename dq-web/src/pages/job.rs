@@ -89,6 +89,12 @@ fn fields(job: &JobInfo, now: SystemTime) -> Markup {
                     @if job.priority == 0 { " (the default)" } @else { " (higher runs first)" }
                 }
             }
+            tr {
+                th { "Group" }
+                td data-group=[job.group.as_deref()] {
+                    @if let Some(group) = &job.group { code { (group) } } @else { "-" }
+                }
+            }
             tr { th { "Attempt" } td data-attempt=(job.attempt) { (attempt(job)) } }
             tr { th { "Due" } td { (utc(job.due)) " UTC (" (relative(job.due, now)) ")" } }
             tr { th { "Enqueued" } td { (utc(job.created)) " UTC (" (relative(job.created, now)) ")" } }

@@ -22,6 +22,7 @@ pub(super) fn topic_body(v: &TopicView<'_>) -> Markup {
             (hour_chart(v.hour, Scope::Topic))
             figcaption.hint { "Runs done and failed per minute over the last hour." }
         }
+        (busiest_groups(v))
         (tabs(v))
         (filters(v))
         (dead_letter_actions(v))
@@ -73,6 +74,34 @@ fn summary(v: &TopicView<'_>) -> Markup {
             @if v.viewer.can_act {
                 " "
                 (pause_or_resume(&v.link, stats.paused, v.csrf))
+            }
+        }
+    }
+}
+
+/// The groups with the most jobs waiting for a slot (README "Groups"), when any job waits for
+/// one: how many wait, how many slots each holds, and the topic's group concurrency.
+fn busiest_groups(v: &TopicView<'_>) -> Markup {
+    let stats = v.stats;
+    html! {
+        @if !stats.busiest_groups.is_empty() {
+            section.groups {
+                h2 { "Busiest groups" }
+                p.hint {
+                    "Jobs waiting for a slot of their group (counted as ready); at most "
+                    strong.group-concurrency { (stats.group_concurrency.unwrap_or(1)) }
+                    " of one group's jobs run at once."
+                }
+                table {
+                    tr { th { "Group" } th { "Waiting" } th { "Holding" } }
+                    @for g in &stats.busiest_groups {
+                        tr data-group=(g.group) {
+                            td { code { (g.group) } }
+                            td.num { (g.waiting) }
+                            td.num { (g.holding) }
+                        }
+                    }
+                }
             }
         }
     }
@@ -201,6 +230,9 @@ fn job_row(v: &TopicView<'_>, job: &JobInfo) -> Markup {
                 a href={ (v.link) "/jobs/" (seg(job.id.as_str())) } { code { (job.id.as_str()) } }
                 @if job.priority != 0 {
                     " " span.badge.priority title="its priority: higher runs first, 0 is the default" { "priority " (job.priority) }
+                }
+                @if let Some(group) = &job.group {
+                    " " span.badge.group title="its group: at most the topic's group concurrency of one group's jobs run at once" { "group " (group) }
                 }
             }
             td title=(utc(job.due)) { (relative(job.due, now)) }

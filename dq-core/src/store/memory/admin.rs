@@ -9,7 +9,7 @@ use async_trait::async_trait;
 
 use super::state::Member;
 use super::{lock, MemoryStore};
-use crate::admin::{Cursor, Page, Throughput, TopicCounts, TopicStats, WorkerInfo};
+use crate::admin::{Cursor, Page, Throughput, TopicCounts, TopicStats, WorkerInfo, BUSIEST_GROUPS};
 use crate::error::Result;
 use crate::job::{from_us, to_us, JobInfo, JobState};
 use crate::name::{JobId, Topic};
@@ -30,6 +30,7 @@ impl Admin for MemoryStore {
             .get(topic)
             .into_iter()
             .flat_map(ReadyQueue::fronts)
+            .chain(s.groups.get(topic).and_then(|g| g.parked().next()))
             .filter_map(|id| s.jobs.get(&(topic.clone(), id.clone())))
             .map(|e| e.due_us)
             .min()
@@ -49,6 +50,12 @@ impl Admin for MemoryStore {
             rate: s.rates.get(topic).copied(),
             global_concurrency: s.global_concurrency.get(topic).copied(),
             held_until: None, // the client asks `hold_ends_us`
+            group_concurrency: s.group_concurrency.get(topic).copied(),
+            busiest_groups: s
+                .groups
+                .get(topic)
+                .map(|g| g.busiest(BUSIEST_GROUPS))
+                .unwrap_or_default(),
         })
     }
 
@@ -66,8 +73,11 @@ impl Admin for MemoryStore {
             JobState::Ready => s
                 .ready
                 .get(topic)
-                .map(|q| q.iter().map(|id| (topic.clone(), id.clone())).collect())
-                .unwrap_or_default(),
+                .into_iter()
+                .flat_map(|q| q.iter())
+                .chain(s.groups.get(topic).into_iter().flat_map(|g| g.parked()))
+                .map(|id| (topic.clone(), id.clone()))
+                .collect(),
             JobState::Delayed => of_topic(&s.delayed, topic),
             JobState::Running => of_topic(&s.inflight, topic),
             // The records its retention keeps, newest first.
@@ -165,7 +175,7 @@ impl Admin for MemoryStore {
                     e.max_attempts = max;
                     e.due_us = now;
                 }
-                s.make_ready((topic.clone(), id));
+                s.enter((topic.clone(), id));
                 n += 1;
             }
             n

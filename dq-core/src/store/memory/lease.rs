@@ -121,7 +121,7 @@ impl Leases for MemoryStore {
                     Some((_, n)) => *n += 1,
                     None => moved.push((m.0.clone(), 1)),
                 }
-                s.make_ready(m);
+                s.enter(m);
                 count += 1;
             }
             (count, s.earliest())
@@ -214,6 +214,7 @@ impl Leases for MemoryStore {
                 continue;
             };
             s.end_lease(&m);
+            s.leave(&m);
             s.tally(&m.0, Tally::Done, 1, now);
             if let Some(hold) = s.unique_for.remove(&m) {
                 s.unique.insert(m.clone(), now.saturating_add(hold));
@@ -246,6 +247,8 @@ impl Leases for MemoryStore {
         for t in &topics {
             budget = budget.saturating_sub(s.trim_done(t, now, budget));
         }
+        drop(s);
+        self.flush_woken();
         Ok(out)
     }
 
@@ -269,6 +272,8 @@ impl Leases for MemoryStore {
         }
         s.tally(&m.0, Tally::Failed, 1, now);
         s.kill(m, error.to_owned(), now);
+        drop(s);
+        self.flush_woken();
         Ok(true)
     }
 
@@ -323,7 +328,9 @@ impl Leases for MemoryStore {
     }
 
     async fn cancel_running(&self, lease: &LeaseRef) -> Result<bool> {
-        self.delete_cancelled_run(lease)
+        let deleted = self.delete_cancelled_run(lease);
+        self.flush_woken();
+        deleted
     }
 
     async fn reclaim(&self, _shard: u16, limit: usize) -> Result<Reclaimed> {
@@ -374,6 +381,7 @@ impl Leases for MemoryStore {
         for t in &topics {
             self.signal_ready(t);
         }
+        self.flush_woken();
         Ok(out)
     }
 
@@ -447,6 +455,32 @@ impl Leases for MemoryStore {
 
     async fn global_concurrency(&self, topic: &Topic) -> Result<Option<u32>> {
         Ok(lock(&self.state).global_concurrency.get(topic).copied())
+    }
+
+    async fn set_group_concurrency(&self, topic: &Topic, max: Option<u32>) -> Result<()> {
+        {
+            let mut s = lock(&self.state);
+            match max {
+                Some(max) => s.group_concurrency.insert(topic.clone(), max.max(1)),
+                None => s.group_concurrency.remove(topic),
+            };
+            // A higher limit lets the parked jobs it makes room for in at once.
+            let limit = s.group_limit(topic);
+            let admitted = s
+                .groups
+                .get_mut(topic)
+                .map(|g| g.admit_all(limit))
+                .unwrap_or_default();
+            for id in admitted {
+                s.make_ready((topic.clone(), id));
+            }
+        }
+        self.signal_ready(topic);
+        Ok(())
+    }
+
+    async fn group_concurrency(&self, topic: &Topic) -> Result<Option<u32>> {
+        Ok(lock(&self.state).group_concurrency.get(topic).copied())
     }
 
     async fn hold_ends_us(&self, topic: &Topic) -> Result<Option<u64>> {

@@ -22,6 +22,7 @@
 mod admin;
 mod ends;
 mod events;
+mod groups;
 mod lease;
 mod produce;
 mod ready;
@@ -275,6 +276,14 @@ impl MemoryStore {
                 q.is_empty() || !handled(t) || s.paused.contains(t) || s.held_back(t, now).is_some()
             })
             && s.delayed.first().is_none_or(|(due, _)| *due > now)
+    }
+
+    /// Tells the consumers of the topics whose groups let a job in (see `State::woken`).
+    fn flush_woken(&self) {
+        let woken = std::mem::take(&mut lock(&self.state).woken);
+        for topic in &woken {
+            self.signal_ready(topic);
+        }
     }
 
     fn signal_ready(&self, topic: &Topic) {

@@ -113,6 +113,7 @@ fn store_job(s: &mut State, job: NewJob, m: Member, now: u64) -> bool {
             last_error: None,
             trace: job.trace,
             priority: job.priority,
+            group: job.group,
             payload: job.payload,
         },
     );
@@ -198,6 +199,8 @@ impl Producer for MemoryStore {
             }
         } else {
             s.unplace(&m);
+            // A job holding a slot of its group (ready, or waiting for a retry) gives it back.
+            s.leave(&m);
         }
         let attempt = s.jobs.remove(&m).map_or(0, |e| e.attempt);
         s.unique_for.remove(&m);
@@ -206,6 +209,8 @@ impl Producer for MemoryStore {
         // Those waiting for it hear it was cancelled.
         s.bury(&m, now);
         s.wake_waiters(&m);
+        drop(s);
+        self.flush_woken();
         Ok(ChangeOutcome::Done)
     }
 
@@ -221,8 +226,15 @@ impl Producer for MemoryStore {
                 return Ok(ChangeOutcome::Running);
             }
             let before = s.earliest();
-            s.unplace(&m);
             let due = due_of(when, now);
+            if due <= now && s.is_parked(&m) {
+                // Waiting for a slot of its group already: it keeps its place there.
+                if let Some(e) = s.jobs.get_mut(&m) {
+                    e.due_us = due;
+                }
+                return Ok(ChangeOutcome::Done);
+            }
+            s.unplace(&m);
             if let Some(e) = s.jobs.get_mut(&m) {
                 e.due_us = due;
             }

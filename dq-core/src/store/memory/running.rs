@@ -45,6 +45,7 @@ impl MemoryStore {
             return Ok(false);
         };
         s.end_lease(&m);
+        s.leave(&m);
         let run = s.jobs.remove(&m).map_or(1, |e| e.attempt.saturating_add(1));
         s.unique_for.remove(&m);
         let now = self.now_us();

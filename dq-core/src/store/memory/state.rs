@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::ends::Waiter;
 use super::events::EventLog;
+use super::groups::Groups;
 use super::ready::ReadyQueue;
 use super::Event;
 use crate::admin::{Throughput, TopicCounts, WorkerInfo};
@@ -36,6 +37,13 @@ pub(super) struct State {
     pub(super) jobs: HashMap<Member, Envelope>,
     pub(super) delayed: BTreeSet<(u64, Member)>,
     pub(super) ready: HashMap<Topic, ReadyQueue>,
+    /// Per topic, its groups: the jobs holding a slot, and those waiting for one (parked).
+    pub(super) groups: HashMap<Topic, Groups>,
+    /// Each topic's group concurrency, when set (1 otherwise).
+    pub(super) group_concurrency: HashMap<Topic, u32>,
+    /// Topics whose consumers should look again (a group let a job in), told by the store once
+    /// its lock is released.
+    pub(super) woken: Vec<Topic>,
     pub(super) inflight: BTreeSet<(u64, Member)>,
     /// Running jobs: lease deadline and token.
     pub(super) leases: HashMap<Member, (u64, u64)>,
@@ -183,11 +191,11 @@ impl State {
         *n = if up { *n + 1 } else { n.saturating_sub(1) };
     }
 
-    /// Puts a job where its due time says; returns true when it went to ready.
+    /// Puts a job where its due time says: when due, into its topic's ready jobs through its
+    /// group ([`State::enter`]); returns true when it went to ready.
     pub(super) fn place(&mut self, m: Member, due: u64, now: u64) -> bool {
         if due <= now {
-            self.make_ready(m);
-            true
+            self.enter(m)
         } else {
             State::bump(&mut self.delayed_count, &m.0, true);
             self.delayed.insert((due, m));
@@ -198,6 +206,44 @@ impl State {
     /// The priority of a stored job (0 for one not stored).
     fn priority_of(&self, m: &Member) -> i8 {
         self.jobs.get(m).map_or(0, |e| e.priority)
+    }
+
+    /// A topic's group concurrency (1 unless set).
+    pub(super) fn group_limit(&self, topic: &Topic) -> u32 {
+        self.group_concurrency.get(topic).copied().unwrap_or(1)
+    }
+
+    /// Lets a stored job that is due into its topic's ready jobs (last in line): a job of a
+    /// group takes one of its group's slots, or waits for one, parked (false: it did not go to
+    /// ready). A job holding a slot already (a retry, a postponement) goes in as it is.
+    pub(super) fn enter(&mut self, m: Member) -> bool {
+        if let Some(group) = self.jobs.get(&m).and_then(|e| e.group.clone()) {
+            let limit = self.group_limit(&m.0);
+            let groups = self.groups.entry(m.0.clone()).or_default();
+            if !groups.enter(&group, &m.1, limit) {
+                return false;
+            }
+        }
+        self.make_ready(m);
+        true
+    }
+
+    /// Job `m` ended (succeeded, dead-lettered, cancelled): its group's slot, if it held one,
+    /// comes back, and the job its group lets in next goes to ready, last in line (its topic's
+    /// consumers are woken once the store's lock is released).
+    pub(super) fn leave(&mut self, m: &Member) {
+        let limit = self.group_limit(&m.0);
+        let Some(groups) = self.groups.get_mut(&m.0) else {
+            return;
+        };
+        let admitted = groups.leave(&m.1, limit);
+        if admitted.is_empty() {
+            return;
+        }
+        for id in admitted {
+            self.make_ready((m.0.clone(), id));
+        }
+        self.woken.push(m.0.clone());
     }
 
     /// Adds a stored job to its topic's ready jobs, last of its priority.
@@ -212,20 +258,29 @@ impl State {
         self.ready.entry(m.0).or_default().push_front(m.1, priority);
     }
 
-    /// Takes a not-started job out of delayed or ready.
+    /// Takes a not-started job out of delayed, ready, or its group's parked jobs. A slot of
+    /// its group it holds stays held ([`State::leave`] gives it back).
     pub(super) fn unplace(&mut self, m: &Member) {
         let due = self.jobs.get(m).map_or(0, |e| e.due_us);
         if self.delayed.remove(&(due, m.clone())) {
             State::bump(&mut self.delayed_count, &m.0, false);
-        } else if let Some(q) = self.ready.get_mut(&m.0) {
-            q.remove(&m.1);
+        } else if !self.groups.get_mut(&m.0).is_some_and(|g| g.unpark(&m.1)) {
+            if let Some(q) = self.ready.get_mut(&m.0) {
+                q.remove(&m.1);
+            }
         }
+    }
+
+    /// Whether job `m` waits for a slot of its group.
+    pub(super) fn is_parked(&self, m: &Member) -> bool {
+        self.groups.get(&m.0).is_some_and(|g| g.is_parked(&m.1))
     }
 
     pub(super) fn counts(&self, topic: &Topic) -> TopicCounts {
         TopicCounts {
             delayed: self.delayed_count.get(topic).copied().unwrap_or(0),
-            ready: self.ready.get(topic).map_or(0, |q| q.len() as u64),
+            ready: self.ready.get(topic).map_or(0, |q| q.len() as u64)
+                + self.groups.get(topic).map_or(0, |g| g.parked_len() as u64),
             running: self.running_count.get(topic).copied().unwrap_or(0),
             dead: self.dead.get(topic).map_or(0, |d| d.len() as u64),
             done: self.done_order.get(topic).map_or(0, |o| o.len() as u64),
@@ -249,6 +304,7 @@ impl State {
     }
 
     pub(super) fn kill(&mut self, m: Member, error: String, now: u64) {
+        self.leave(&m);
         if let Some(e) = self.jobs.get_mut(&m) {
             e.last_error = Some(error.clone());
         }
@@ -397,6 +453,7 @@ mod tests {
                 last_error: None,
                 trace: None,
                 priority: 0,
+                group: None,
                 payload: b"{}".to_vec(),
             },
         );
@@ -521,6 +578,7 @@ mod tests {
             last_error: None,
             trace: None,
             priority: 0,
+            group: None,
             payload: b"{}".to_vec(),
         }
     }

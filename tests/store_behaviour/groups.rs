@@ -1,0 +1,303 @@
+//! Groups within a topic (README "Groups"): a grouped job holds one of its group's slots from
+//! when it is let in line until it ends; at most the topic's group concurrency (1 by default:
+//! one at a time, in push order) are held at once, and the rest wait, parked, so one group's
+//! million jobs take their turns as another group's one does.
+
+use std::time::Duration;
+
+use dq::admin::{Cursor, GroupLoad};
+use dq::store::{DeadLetters, LeaseRef, Succeeded};
+use dq::{Due, ErrorKind, JobState};
+
+use super::{Harness, Kind};
+use crate::support::{topic, OrderCancel, TestClient, LEASE};
+
+const TOPIC: &str = "order-cancel";
+
+/// Pushes ready jobs `(id, group)` in order, one call each.
+async fn push_grouped(c: &TestClient, jobs: &[(&str, Option<&str>)]) {
+    for (n, (id, group)) in (0u64..).zip(jobs) {
+        let mut push = c.push(OrderCancel { order_id: n }).id(*id);
+        if let Some(g) = group {
+            push = push.group(*g);
+        }
+        push.await.unwrap();
+    }
+}
+
+/// The ids (and leases) one fetch of up to `max` hands over, in order.
+async fn fetch_ids(c: &TestClient, max: usize, lease: Duration) -> Vec<(String, LeaseRef)> {
+    let fetched = c.store().fetch(0, &topic(TOPIC), max, lease).await.unwrap();
+    fetched
+        .jobs
+        .into_iter()
+        .map(|j| (j.lease.id.to_string(), j.lease))
+        .collect()
+}
+
+fn ids(got: &[(String, LeaseRef)]) -> Vec<&str> {
+    got.iter().map(|(id, _)| id.as_str()).collect()
+}
+
+async fn ack(c: &TestClient, lease: &LeaseRef) {
+    let ok = Succeeded {
+        lease: lease.clone(),
+        result: None,
+        run: 1,
+    };
+    c.store().ack_succeeded(&[ok]).await.unwrap();
+}
+
+/// The ids of the topic's ready jobs, as a listing shows them.
+async fn listed_ready(c: &TestClient) -> Vec<String> {
+    let page = c
+        .jobs(TOPIC, JobState::Ready, Cursor::START, 100)
+        .await
+        .unwrap();
+    page.jobs.iter().map(|j| j.id.to_string()).collect()
+}
+
+pub(crate) async fn a_groups_jobs_run_one_at_a_time_in_push_order(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    push_grouped(
+        c,
+        &[
+            ("a", Some("acct-1")),
+            ("b", Some("acct-1")),
+            ("c", Some("acct-1")),
+        ],
+    )
+    .await;
+    assert_eq!(
+        c.counts(TOPIC).await.unwrap().ready,
+        3,
+        "waiting jobs count as ready"
+    );
+    let first = fetch_ids(c, 10, LEASE).await;
+    assert_eq!(ids(&first), ["a"], "one at a time");
+    assert!(fetch_ids(c, 10, LEASE).await.is_empty(), "b waits for a");
+    ack(c, &first[0].1).await;
+    let second = fetch_ids(c, 10, LEASE).await;
+    assert_eq!(ids(&second), ["b"], "then b, in push order");
+    ack(c, &second[0].1).await;
+    assert_eq!(ids(&fetch_ids(c, 10, LEASE).await), ["c"]);
+}
+
+pub(crate) async fn groups_take_turns_so_a_big_group_does_not_delay_a_small_one(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let big: Vec<String> = (0..100).map(|i| format!("big-{i}")).collect();
+    let mut jobs: Vec<(&str, Option<&str>)> =
+        big.iter().map(|id| (id.as_str(), Some("big"))).collect();
+    jobs.push(("small-0", Some("small")));
+    jobs.push(("plain", None));
+    push_grouped(c, &jobs).await;
+    let got = fetch_ids(c, 3, LEASE).await;
+    assert_eq!(
+        ids(&got),
+        ["big-0", "small-0", "plain"],
+        "the small group's job is second in line, not 101st"
+    );
+    // big-1 goes in line when big-0 ends: last, behind whatever came meanwhile.
+    c.push(OrderCancel { order_id: 7 })
+        .id("later")
+        .await
+        .unwrap();
+    ack(c, &got[0].1).await;
+    assert_eq!(ids(&fetch_ids(c, 10, LEASE).await), ["later", "big-1"]);
+}
+
+pub(crate) async fn a_dead_workers_group_slot_comes_back_and_its_job_runs_first_again(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    push_grouped(c, &[("a", Some("g")), ("b", Some("g"))]).await;
+    let lost = fetch_ids(c, 10, Duration::from_millis(50)).await;
+    assert_eq!(ids(&lost), ["a"]);
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    assert_eq!(c.store().reclaim(0, 10).await.unwrap().requeued, 1);
+    let again = fetch_ids(c, 10, LEASE).await;
+    assert_eq!(ids(&again), ["a"], "a runs again before b, and alone");
+}
+
+pub(crate) async fn a_cancelled_waiting_job_is_skipped_and_counted_out(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    push_grouped(c, &[("a", Some("g")), ("b", Some("g")), ("c", Some("g"))]).await;
+    c.cancel_in(TOPIC, "b").await.unwrap();
+    assert_eq!(c.counts(TOPIC).await.unwrap().ready, 2);
+    assert!(c.status_in(TOPIC, "b").await.unwrap().is_none());
+    let a = fetch_ids(c, 10, LEASE).await;
+    ack(c, &a[0].1).await;
+    assert_eq!(
+        ids(&fetch_ids(c, 10, LEASE).await),
+        ["c"],
+        "b is gone, c is next"
+    );
+    assert_eq!(c.counts(TOPIC).await.unwrap().ready, 0);
+}
+
+pub(crate) async fn a_cancelled_job_in_line_gives_its_slot_to_the_next_of_its_group(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    push_grouped(c, &[("a", Some("g")), ("b", Some("g"))]).await;
+    c.cancel_in(TOPIC, "a").await.unwrap();
+    assert_eq!(c.counts(TOPIC).await.unwrap().ready, 1);
+    assert_eq!(ids(&fetch_ids(c, 10, LEASE).await), ["b"]);
+}
+
+pub(crate) async fn a_group_concurrency_of_two_runs_two_of_a_group_at_once(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    push_grouped(c, &[("a", Some("g")), ("b", Some("g")), ("c", Some("g"))]).await;
+    assert_eq!(ids(&fetch_ids(c, 10, LEASE).await), ["a"]);
+    c.set_group_concurrency(TOPIC, Some(2)).await.unwrap();
+    assert_eq!(c.group_concurrency(TOPIC).await.unwrap(), Some(2));
+    assert_eq!(
+        ids(&fetch_ids(c, 10, LEASE).await),
+        ["b"],
+        "a second slot, at once"
+    );
+    assert!(fetch_ids(c, 10, LEASE).await.is_empty(), "two run: c waits");
+}
+
+pub(crate) async fn a_retried_job_keeps_its_groups_slot_until_it_succeeds(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    push_grouped(c, &[("a", Some("g")), ("b", Some("g"))]).await;
+    let a = fetch_ids(c, 10, LEASE).await;
+    let retried = c.store().retry(&a[0].1, Duration::from_millis(60), "boom");
+    assert!(retried.await.unwrap());
+    assert!(
+        fetch_ids(c, 10, LEASE).await.is_empty(),
+        "b waits behind a's retry"
+    );
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    c.store().promote(0, 100).await.unwrap();
+    let again = fetch_ids(c, 10, LEASE).await;
+    assert_eq!(ids(&again), ["a"], "a runs again, alone");
+    ack(c, &again[0].1).await;
+    assert_eq!(ids(&fetch_ids(c, 10, LEASE).await), ["b"]);
+}
+
+pub(crate) async fn a_dead_letter_frees_its_slot_and_a_requeue_waits_its_turn(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    push_grouped(c, &[("a", Some("g")), ("b", Some("g"))]).await;
+    let a = fetch_ids(c, 10, LEASE).await;
+    assert!(c.store().dead_letter(&a[0].1, "bad").await.unwrap());
+    let b = fetch_ids(c, 10, LEASE).await;
+    assert_eq!(ids(&b), ["b"], "the dead letter's slot went to b");
+    let a_id = dq::JobId::new("a").unwrap();
+    let which = DeadLetters::Ids(std::slice::from_ref(&a_id));
+    let t = topic(TOPIC);
+    assert_eq!(c.store().requeue_dead(&t, which, 3).await.unwrap(), 1);
+    assert_eq!(c.counts(TOPIC).await.unwrap().ready, 1);
+    assert!(
+        fetch_ids(c, 10, LEASE).await.is_empty(),
+        "a waits for b's slot"
+    );
+    ack(c, &b[0].1).await;
+    assert_eq!(ids(&fetch_ids(c, 10, LEASE).await), ["a"]);
+}
+
+pub(crate) async fn a_delayed_grouped_job_waits_for_its_group_when_due(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    push_grouped(c, &[("a", Some("g"))]).await;
+    c.push(OrderCancel { order_id: 9 })
+        .id("later")
+        .group("g")
+        .delay(Duration::from_millis(40))
+        .await
+        .unwrap();
+    let a = fetch_ids(c, 10, LEASE).await;
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    c.store().promote(0, 100).await.unwrap();
+    assert_eq!(c.counts(TOPIC).await.unwrap().ready, 1);
+    assert!(
+        fetch_ids(c, 10, LEASE).await.is_empty(),
+        "due, but a holds the slot"
+    );
+    ack(c, &a[0].1).await;
+    assert_eq!(ids(&fetch_ids(c, 10, LEASE).await), ["later"]);
+}
+
+pub(crate) async fn a_replaced_waiting_job_goes_last_of_its_group_once(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    push_grouped(c, &[("a", Some("g")), ("b", Some("g")), ("c", Some("g"))]).await;
+    c.push(OrderCancel { order_id: 42 })
+        .id("b")
+        .group("g")
+        .replace()
+        .await
+        .unwrap();
+    assert_eq!(c.counts(TOPIC).await.unwrap().ready, 3);
+    let mut order = Vec::new();
+    for _ in 0..3 {
+        let got = fetch_ids(c, 10, LEASE).await;
+        assert_eq!(got.len(), 1, "one at a time: {order:?}");
+        order.push(got[0].0.clone());
+        ack(c, &got[0].1).await;
+    }
+    assert_eq!(order, ["a", "c", "b"]);
+    assert!(fetch_ids(c, 10, LEASE).await.is_empty(), "b ran once");
+}
+
+pub(crate) async fn a_waiting_job_rescheduled_to_later_leaves_the_line(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    push_grouped(c, &[("a", Some("g")), ("b", Some("g")), ("c", Some("g"))]).await;
+    let later = Due::After(Duration::from_secs(3600));
+    c.reschedule_in(TOPIC, "b", later).await.unwrap();
+    let counts = c.counts(TOPIC).await.unwrap();
+    assert_eq!((counts.ready, counts.delayed), (2, 1));
+    let a = fetch_ids(c, 10, LEASE).await;
+    ack(c, &a[0].1).await;
+    assert_eq!(ids(&fetch_ids(c, 10, LEASE).await), ["c"]);
+}
+
+pub(crate) async fn stats_and_listings_show_the_waiting_jobs_and_the_busiest_groups(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    push_grouped(
+        c,
+        &[
+            ("a1", Some("a")),
+            ("a2", Some("a")),
+            ("a3", Some("a")),
+            ("b1", Some("b")),
+            ("b2", Some("b")),
+        ],
+    )
+    .await;
+    assert_eq!(
+        listed_ready(c).await,
+        ["a1", "b1", "a2", "a3", "b2"],
+        "in line, then waiting in push order"
+    );
+    let stats = c.stats(TOPIC).await.unwrap();
+    assert_eq!(stats.counts.ready, 5);
+    assert_eq!(
+        stats.busiest_groups,
+        [GroupLoad::new("a", 2, 1), GroupLoad::new("b", 1, 1)]
+    );
+    assert_eq!(stats.group_concurrency, None);
+    let info = c.status_in(TOPIC, "a3").await.unwrap().unwrap();
+    assert_eq!(
+        (info.state, info.group.as_deref()),
+        (JobState::Ready, Some("a"))
+    );
+}
+
+pub(crate) async fn a_group_key_that_is_not_a_valid_key_is_refused(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let err = c
+        .push(OrderCancel { order_id: 1 })
+        .group("has space")
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+}
