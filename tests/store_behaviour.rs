@@ -139,6 +139,7 @@ on_every_store!(
         a_delayed_grouped_job_waits_for_its_group_when_due,
         a_replaced_waiting_job_goes_last_of_its_group_once,
         a_waiting_job_rescheduled_to_later_leaves_the_line,
+        a_replace_into_another_group_hands_the_old_slot_on,
         stats_and_listings_show_the_waiting_jobs_and_the_busiest_groups,
         a_group_key_that_is_not_a_valid_key_is_refused,
     ],

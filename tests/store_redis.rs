@@ -1027,3 +1027,38 @@ async fn a_grouped_push_to_a_namespace_of_several_shards_is_refused_saying_why()
     assert!(err.to_string().contains("one shard"), "{err}");
     assert_eq!(c.counts("t").await.unwrap().ready, 0);
 }
+
+/// Review of groups (helper-33, finding 2): a promotion of 10,000 due grouped jobs at once (the
+/// largest batch) lets each into its group in one script call, however many values that makes
+/// (Lua's `unpack` takes a few thousand at most).
+#[tokio::test]
+async fn a_promotion_of_ten_thousand_grouped_jobs_lets_each_into_its_group() {
+    let redis = RedisServer::start();
+    let c = client(&redis).await;
+    let store = c.store();
+    for chunk in 0..10 {
+        let jobs = (chunk * 1000..(chunk + 1) * 1000).map(|i| {
+            c.push_to("t", &i)
+                .id(format!("j{i}"))
+                .group(format!("g{}", i % 5000))
+                .delay(Duration::from_millis(30))
+        });
+        c.push_batch(jobs).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    assert_eq!(store.promote(0, 10_000).await.unwrap().moved, 10_000);
+    let stats = c.stats("t").await.unwrap();
+    assert_eq!(stats.counts.ready, 10_000);
+    assert_eq!(
+        stats.busiest_groups[0].waiting, 1,
+        "{:?}",
+        stats.busiest_groups
+    );
+    let fetched = store
+        .fetch(0, &topic("t"), 1000, LEASE)
+        .await
+        .unwrap()
+        .jobs
+        .len();
+    assert_eq!(fetched, 1000, "5,000 groups in line, one job each");
+}

@@ -43,6 +43,18 @@ fn priority_of(i: usize) -> i8 {
     }
 }
 
+/// How many groups a burst's jobs are spread over (`--groups`; 0: none): job i is in group
+/// `g<i mod groups>`, each group running one job at a time (the default group concurrency).
+pub(crate) static GROUPS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The group of burst job i (none without `--groups`).
+fn group_of(i: usize) -> Option<String> {
+    match GROUPS.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => None,
+        n => Some(format!("g{}", i % n)),
+    }
+}
+
 /// Whether the workers' topics have their job events on (`--events`).
 pub(crate) static EVENTS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
@@ -422,11 +434,15 @@ async fn burst(client: &Client, n: usize, mode: &str) -> anyhow::Result<Pushes> 
     let mut due = vec![0.0; n];
     let mut ret = vec![0.0; n];
     let job = |i: usize| {
-        client
+        let push = client
             .push_to(&topic_of(i), &payload(i as u64))
             .id(i.to_string())
             .at(at(d))
-            .priority(priority_of(i))
+            .priority(priority_of(i));
+        match group_of(i) {
+            Some(group) => push.group(group),
+            None => push,
+        }
     };
     match mode {
         "seq" => {

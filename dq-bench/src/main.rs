@@ -93,6 +93,10 @@ struct Cli {
     /// from -10 to 10, 20 jobs in 21 in the topic's ranked set, the cost of priorities.
     #[arg(long)]
     priorities: bool,
+    /// Spread a burst's jobs over this many groups (`PushBuilder::group`, job i in group
+    /// `g<i mod N>`), each running one job at a time: the cost of groups.
+    #[arg(long, default_value_t = 0)]
+    groups: usize,
     /// Pin every redis-server to these CPUs (e.g. `1` or `2,3`) and this program and its worker
     /// processes to the others, so that Redis has cores of its own (Linux `taskset`).
     #[arg(long, value_delimiter = ',')]
@@ -189,6 +193,7 @@ fn main() -> anyhow::Result<()> {
             driver::RETAIN.store(cli.retain, std::sync::atomic::Ordering::Relaxed);
             driver::EVENTS.store(cli.events, std::sync::atomic::Ordering::Relaxed);
             driver::PRIORITIES.store(cli.priorities, std::sync::atomic::Ordering::Relaxed);
+            driver::GROUPS.store(cli.groups, std::sync::atomic::Ordering::Relaxed);
             driver::MAX_PENDING.store(
                 cli.max_pending.unwrap_or(0),
                 std::sync::atomic::Ordering::Relaxed,

@@ -61,7 +61,7 @@ impl Harness {
     ) -> anyhow::Result<Harness> {
         let redis = RedisServer::start_with(redis_args);
         let url = redis.url();
-        Harness::with(scenario, url, Some(redis), None, worker, seed).await
+        Harness::with(scenario, url, Some(redis), None, worker, seed, None).await
     }
 
     /// Starts a local Redis Cluster and a client; no workers yet.
@@ -74,7 +74,20 @@ impl Harness {
     ) -> anyhow::Result<Harness> {
         let cluster = RedisCluster::start(masters, replicas);
         let url = format!("cluster:{}", cluster.urls().join(","));
-        Harness::with(scenario, url, None, Some(cluster), worker, seed).await
+        Harness::with(scenario, url, None, Some(cluster), worker, seed, None).await
+    }
+
+    /// Starts a local Redis Cluster and a client whose namespace has one shard (recorded by
+    /// the client, which connects first: the workers take the recorded count); no workers yet.
+    pub(crate) async fn start_cluster_one_shard(
+        scenario: &str,
+        masters: usize,
+        worker: WorkerArgs,
+        seed: u64,
+    ) -> anyhow::Result<Harness> {
+        let cluster = RedisCluster::start(masters, 0);
+        let url = format!("cluster:{}", cluster.urls().join(","));
+        Harness::with(scenario, url, None, Some(cluster), worker, seed, Some(1)).await
     }
 
     async fn with(
@@ -84,6 +97,7 @@ impl Harness {
         cluster: Option<RedisCluster>,
         worker: WorkerArgs,
         seed: u64,
+        shards: Option<u16>,
     ) -> anyhow::Result<Harness> {
         let dir = std::env::temp_dir().join(format!(
             "dq-chaos-{}-{scenario}-{}",
@@ -91,7 +105,11 @@ impl Harness {
             now_us()
         ));
         std::fs::create_dir_all(&dir)?;
-        let client = dq::Client::connect(crate::config(&url)?.build()?).await?;
+        let mut config = crate::config(&url)?;
+        if let Some(shards) = shards {
+            config = config.shards(shards);
+        }
+        let client = dq::Client::connect(config.build()?).await?;
         let worker = WorkerArgs {
             url: url.clone(),
             ..worker
@@ -1066,6 +1084,9 @@ pub(crate) struct PushPlan {
     pub(crate) concurrency: usize,
     /// How long one push is retried (same id) before the producer gives up on it.
     pub(crate) retry_for: Duration,
+    /// How many groups the jobs are spread over (0: none): job `j<i>` is in group `g<i mod
+    /// groups>`.
+    pub(crate) groups: u64,
 }
 
 /// What the producer saw.
@@ -1101,14 +1122,18 @@ pub(crate) async fn produce(client: dq::Client, plan: PushPlan, seed: u64) -> Pu
             break;
         };
         let (client, pushes, pad) = (client.clone(), pushes.clone(), pad.clone());
-        let retry_for = plan.retry_for;
+        let (retry_for, groups) = (plan.retry_for, plan.groups);
         tasks.spawn(async move {
             let _permit = permit;
             let id = format!("j{i}");
             let job = Job { n: i as u64, pad };
             let deadline = Instant::now() + retry_for;
             loop {
-                match client.push_to(TOPIC, &job).id(id.clone()).at(due).await {
+                let mut push = client.push_to(TOPIC, &job).id(id.clone()).at(due);
+                if groups > 0 {
+                    push = push.group(format!("g{}", i as u64 % groups));
+                }
+                match push.await {
                     Ok(_) => {
                         if let Ok(mut p) = pushes.lock() {
                             p.acked.insert(id, now_us());

@@ -1,6 +1,7 @@
 //! The scenarios of issue 7, each in a short size (run by `scripts/test`) and a full size
 //! (`dq-chaos --full`). Each returns its report with `ok` and the reasons it is not.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -38,6 +39,8 @@ pub(crate) const ALL: &[&str] = &[
     "replica-demote",
     "flow-limits",
     "flow-limits-cluster",
+    "groups",
+    "groups-cluster",
 ];
 
 /// The longest acceptable wait, after a silent network is back, for the next job to finish.
@@ -101,6 +104,8 @@ async fn run_until_drained(name: &str, full: bool, seed: u64) -> anyhow::Result<
         "replica-demote" => crate::bad_states::replica_demote(full, seed).await,
         "flow-limits" => flow_limits(full, seed, false).await,
         "flow-limits-cluster" => flow_limits(full, seed, true).await,
+        "groups" => groups(full, seed, false).await,
+        "groups-cluster" => groups(full, seed, true).await,
         other => anyhow::bail!("unknown scenario {other:?}; the scenarios are {ALL:?}"),
     }
 }
@@ -164,6 +169,9 @@ fn own_failures(
     }
     if name.starts_with("flow-limits") {
         flow_limits_held(h, extra, failures);
+    }
+    if name.starts_with("groups") {
+        groups_held(h, extra, failures);
     }
     if name == "replica-demote" {
         // Once a master again, the workers must run jobs within seconds.
@@ -347,6 +355,108 @@ fn flow_limits_held(
     extra.insert("shards".into(), json!(shards));
     extra.insert("most_started_in_1s".into(), json!(most_started));
     extra.insert("rate_allows_in_1s".into(), json!(allowed));
+}
+
+/// How many groups the groups scenario spreads its jobs over.
+const GROUPS: u64 = 50;
+
+/// SIGKILL of a random worker every 1-3 s (short: 0.5-1.5 s), restarted at once, while the
+/// jobs are spread over 50 groups of one slot each (issue 33, item 6): from the ledger, two
+/// runs of one group never overlap, a group's jobs first start in the order they went in line
+/// (their due times: the mover lets them in in that order), and nothing is lost. A run cut by a
+/// kill is not in the ledger; it held its group's slot until its lease was reclaimed, then ran
+/// again before the group's next job. With `cluster`, on a 3-master Redis Cluster in a
+/// namespace of one shard (groups need one: README "Groups").
+async fn groups(full: bool, seed: u64, cluster: bool) -> anyhow::Result<Outcome> {
+    let (n, stops) = if full { (20_000, 30) } else { (1_000, 5) };
+    let every = if full { (1_000, 3_000) } else { (500, 1_500) };
+    let mut h = if cluster {
+        Harness::start_cluster_one_shard("groups-cluster", 3, worker(full), seed).await?
+    } else {
+        Harness::start("groups", PLAIN, worker(full), seed).await?
+    };
+    let window = Duration::from_millis(stops * (every.0 + every.1) / 2);
+    let plan = PushPlan {
+        groups: GROUPS,
+        ..plan(n, window)
+    };
+    let (_, producer) = load(&mut h, 3, plan, seed).await?;
+    for _ in 0..stops {
+        let wait = h.rng.range(every.0, every.1);
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        let slot = h.rng.range(0, 2) as usize;
+        h.kill_and_restart(slot)?;
+    }
+    let pushes = finish(&mut h, producer).await?;
+    Ok((h, pushes, Default::default()))
+}
+
+/// What the ledger of the groups scenario says: per group, the most runs at once (a sweep over
+/// their starts and ends, an end before a start at the same instant), and whether its jobs'
+/// first runs started in the order of their due times.
+fn groups_held(
+    h: &Harness,
+    extra: &mut serde_json::Map<String, Value>,
+    failures: &mut Vec<String>,
+) {
+    let mut by_group: HashMap<u64, Vec<&Run>> = HashMap::new();
+    for r in &h.ledger.runs {
+        if let Some(i) = r.id.strip_prefix('j').and_then(|n| n.parse::<u64>().ok()) {
+            by_group.entry(i % GROUPS).or_default().push(r);
+        }
+    }
+    let (mut overlaps, mut out_of_order, mut most_at_once) = (0u64, 0u64, 0i64);
+    let mut samples = Vec::new();
+    for (g, runs) in &by_group {
+        let mut edges: Vec<(u64, i64)> = Vec::new();
+        for r in runs {
+            edges.push((r.start_us, 1));
+            edges.push((r.end_us, -1));
+        }
+        edges.sort();
+        let mut now = 0i64;
+        for (_, d) in &edges {
+            now += d;
+            if now > 1 {
+                overlaps += 1;
+            }
+            most_at_once = most_at_once.max(now);
+        }
+        // Each job's first run (the retries of a cut run come later and are not its order).
+        let mut first: HashMap<&str, &Run> = HashMap::new();
+        for r in runs {
+            let e = first.entry(r.id.as_str()).or_insert(r);
+            if r.start_us < e.start_us {
+                *e = r;
+            }
+        }
+        let mut firsts: Vec<&&Run> = first.values().collect();
+        firsts.sort_by_key(|r| r.start_us);
+        for pair in firsts.windows(2) {
+            if pair[1].due_us < pair[0].due_us {
+                out_of_order += 1;
+                if samples.len() < 3 {
+                    samples.push(format!(
+                        "group g{g}: {} (due {}) started before {} (due {})",
+                        pair[0].id, pair[0].due_us, pair[1].id, pair[1].due_us
+                    ));
+                }
+            }
+        }
+    }
+    if overlaps > 0 {
+        failures.push(format!(
+            "runs of one group overlapped {overlaps} times (at most {most_at_once} at once)"
+        ));
+    }
+    if out_of_order > 0 {
+        failures.push(format!(
+            "{out_of_order} jobs of a group started before one due earlier: {samples:?}"
+        ));
+    }
+    extra.insert("groups".into(), json!(GROUPS));
+    extra.insert("most_of_a_group_at_once".into(), json!(most_at_once));
+    extra.insert("group_order_violations".into(), json!(out_of_order));
 }
 
 /// `CLIENT KILL TYPE normal` every second: every connection of the workers and the producer
@@ -601,6 +711,7 @@ async fn maxmemory(full: bool, seed: u64) -> anyhow::Result<Outcome> {
         payload_bytes: 2_048,
         concurrency: 64,
         retry_for: Duration::from_secs(10),
+        groups: 0,
     };
     let pushes = produce(h.client.clone(), p, seed).await;
     drain_acked(&mut h, &pushes.acked).await;

@@ -39,6 +39,7 @@ pub(crate) fn plan(n: usize, window: Duration) -> PushPlan {
         payload_bytes: 64,
         concurrency: 64,
         retry_for: Duration::from_secs(60),
+        groups: 0,
     }
 }
 

@@ -254,3 +254,24 @@ fn flow_limits_hold_on_a_cluster_through_worker_sigkills_and_lose_nothing() {
     assert!(r["most_running"].as_u64().unwrap() <= 16, "{r}");
     assert_eq!(r["faults"]["worker SIGKILL"], 5);
 }
+
+/// Issue 33, item 6, groups: SIGKILLs of workers while the jobs are spread over 50 groups of
+/// one slot each: two runs of one group never overlap, a group's jobs start in the order they
+/// went in line, and nothing is lost.
+#[test]
+fn groups_run_one_at_a_time_in_order_through_worker_sigkills_and_lose_nothing() {
+    let r = assert_ok("groups");
+    assert_eq!(r["lost"], 0);
+    assert_eq!(r["most_of_a_group_at_once"], 1, "{r}");
+    assert_eq!(r["group_order_violations"], 0, "{r}");
+    assert_eq!(r["faults"]["worker SIGKILL"], 5);
+}
+
+/// The same on a 3-master Redis Cluster, in a namespace of one shard.
+#[test]
+fn groups_hold_on_a_cluster_through_worker_sigkills_and_lose_nothing() {
+    let r = assert_ok("groups-cluster");
+    assert_eq!(r["lost"], 0);
+    assert_eq!(r["most_of_a_group_at_once"], 1, "{r}");
+    assert_eq!(r["group_order_violations"], 0, "{r}");
+}

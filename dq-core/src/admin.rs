@@ -36,7 +36,7 @@ pub struct TopicStats {
     /// Its group concurrency ([`Client::set_group_concurrency`](crate::Client::set_group_concurrency)),
     /// `None` for the default of 1.
     pub group_concurrency: Option<u32>,
-    /// Its groups with the most jobs waiting for a slot, most first (at most
+    /// Its groups with the most jobs waiting for a slot, most first (ties: the name that sorts last first; at most
     /// [`BUSIEST_GROUPS`]); empty when no job waits for one.
     pub busiest_groups: Vec<GroupLoad>,
 }

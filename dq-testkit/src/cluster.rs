@@ -17,22 +17,30 @@ pub struct RedisCluster {
 impl RedisCluster {
     /// Starts the nodes, creates the cluster and waits until every node says `cluster_state:ok`.
     pub fn start(masters: usize, replicas: usize) -> RedisCluster {
-        let nodes: Vec<RedisServer> = (0..masters * (1 + replicas))
-            .map(|_| start_node())
-            .collect();
-        if masters < 3 {
-            // redis-cli --cluster create wants three masters: join one or two by hand.
-            assert_eq!(
-                replicas, 0,
-                "a cluster of fewer than 3 masters has no replicas here"
-            );
-            join_by_hand(&nodes);
-        } else {
-            create_with_redis_cli(&nodes, replicas);
+        // A node that dies while the cluster is created (its bus port taken by another test's
+        // server after its start) leaves `redis-cli --cluster create` waiting for the join for
+        // good: that attempt is given up after a while and the cluster made again on new ports.
+        let mut failed = Vec::new();
+        for _ in 0..3 {
+            let nodes: Vec<RedisServer> = (0..masters * (1 + replicas))
+                .map(|_| start_node())
+                .collect();
+            if masters < 3 {
+                // redis-cli --cluster create wants three masters: join one or two by hand.
+                assert_eq!(
+                    replicas, 0,
+                    "a cluster of fewer than 3 masters has no replicas here"
+                );
+                join_by_hand(&nodes);
+            } else if let Err(e) = create_with_redis_cli(&nodes, replicas) {
+                failed.push(e);
+                continue;
+            }
+            let cluster = RedisCluster { nodes };
+            cluster.wait_ok(Duration::from_secs(30));
+            return cluster;
         }
-        let cluster = RedisCluster { nodes };
-        cluster.wait_ok(Duration::from_secs(30));
-        cluster
+        panic!("could not create a local Redis Cluster in 3 attempts: {failed:?}");
     }
 
     /// Waits until every node reports `cluster_state:ok` and knows all its peers, and every
@@ -210,28 +218,51 @@ fn join_by_hand(nodes: &[RedisServer]) {
     }
 }
 
-/// Three masters or more: `redis-cli --cluster create` with `replicas` replicas a master.
-fn create_with_redis_cli(nodes: &[RedisServer], replicas: usize) {
+/// Three masters or more: `redis-cli --cluster create` with `replicas` replicas a master,
+/// given up (killed, by its pid) after 30 s.
+fn create_with_redis_cli(nodes: &[RedisServer], replicas: usize) -> Result<(), String> {
     let addrs: Vec<String> = nodes
         .iter()
         .map(|n| format!("127.0.0.1:{}", n.port()))
         .collect();
-    let out = Command::new("redis-cli")
+    let mut child = Command::new("redis-cli")
         .args(["--cluster", "create"])
         .args(&addrs)
         .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
         .stdin(Stdio::null())
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap_or_else(|e| match e.kind() {
             std::io::ErrorKind::NotFound => panic!("{INSTALL_HINT} (redis-cli comes with it)"),
             _ => panic!("running redis-cli --cluster create: {e}"),
         });
-    assert!(
-        out.status.success(),
-        "redis-cli --cluster create failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                let alive: Vec<bool> = nodes.iter().map(|n| ping(n.port())).collect();
+                return Err(format!(
+                    "redis-cli --cluster create did not finish in 30 s (nodes answering: {alive:?})"
+                ));
+            }
+        }
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("redis-cli --cluster create: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "redis-cli --cluster create failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -245,6 +245,45 @@ pub(crate) async fn a_replaced_waiting_job_goes_last_of_its_group_once(kind: Kin
     assert!(fetch_ids(c, 10, LEASE).await.is_empty(), "b ran once");
 }
 
+/// Review of groups (helper-33, finding 1): a replace that moves a job holding a slot into
+/// another group gives the old group's slot back and waits its turn in the new one: two jobs
+/// of one group never run at once.
+pub(crate) async fn a_replace_into_another_group_hands_the_old_slot_on(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    push_grouped(
+        c,
+        &[("a1", Some("a")), ("a2", Some("a")), ("b1", Some("b"))],
+    )
+    .await;
+    let first = fetch_ids(c, 1, LEASE).await;
+    assert_eq!(ids(&first), ["a1"]);
+    let b1 = fetch_ids(c, 1, LEASE).await;
+    assert_eq!(ids(&b1), ["b1"]);
+    // a1 ends: a2 goes in line with a's slot. Moved to group b, where b1 runs, it must wait.
+    ack(c, &first[0].1).await;
+    c.push(OrderCancel { order_id: 5 })
+        .id("a2")
+        .group("b")
+        .replace()
+        .await
+        .unwrap();
+    c.store().promote(0, 100).await.unwrap();
+    assert!(
+        fetch_ids(c, 10, LEASE).await.is_empty(),
+        "a2 is in b now and waits for b1"
+    );
+    push_grouped(c, &[("a3", Some("a"))]).await;
+    assert_eq!(
+        ids(&fetch_ids(c, 10, LEASE).await),
+        ["a3"],
+        "a's slot came back"
+    );
+    ack(c, &b1[0].1).await;
+    c.store().promote(0, 100).await.unwrap();
+    assert_eq!(ids(&fetch_ids(c, 10, LEASE).await), ["a2"], "then a2, in b");
+}
+
 pub(crate) async fn a_waiting_job_rescheduled_to_later_leaves_the_line(kind: Kind) {
     let h = Harness::new(kind, |b| b).await;
     let c = &h.client;

@@ -54,18 +54,21 @@ end
 -- Groups: a parked job's group, or the plan of the slot it gives back, read before the first
 -- write.
 local gk = group_keys(prefix, topic)
-local parked_in = redis.call('ZSCORE', gk.parked, id) and group_of(redis.call('HGET', jobs, member))
-if parked_in then redis.call('EXISTS', gk.waiting) end
-local leave = not parked_in and plan_leave(prefix, topic, {id})
+local parked = redis.call('ZSCORE', gk.parked, id)
+-- Its group, from its envelope (false for one that cannot be read: it leaves the line all the
+-- same, and only its group's count of waiting jobs stays one too high).
+local parked_in = parked and (group_of(redis.call('HGET', jobs, member)) or false)
+if parked then redis.call('EXISTS', gk.waiting) end
+local leave = not parked and plan_leave(prefix, topic, {id})
 if redis.call('ZREM', delayed, member) == 1 then
   bump(counts, topic, 'delayed', -1)
-elseif parked_in then
-  unpark(gk, {{id, parked_in}})
+elseif parked then
+  if parked_in then unpark(gk, {{id, parked_in}}) end
 elseif redis.call('ZREM', prefix .. 'dead:' .. topic, member) == 0 then
   invalidate(KEYS[7], counts, topic, id)
 end
 write_leave(leave, counts)
-if parked_in then tidy_parked(gk, {id}) end
+if parked then tidy_parked(gk, {id}) end
 redis.call('HDEL', jobs, member)
 redis.call('HDEL', KEYS[8], member)
 if announced then

@@ -379,9 +379,9 @@ local function push_all_pairs(list, a, b)
 end
 
 -- Groups (issue 33, item 3): a job pushed with a group key holds a slot of its group from the
--- moment it is let into its topic's ready lanes until it ends (succeeds, is dead-lettered,
--- cancelled or replaced), through its runs, retries and postponements; a released or reclaimed
--- job keeps it. A group holds at most its topic's group concurrency (`limits`:
+-- moment it is let into its topic's ready lanes until it ends (succeeds, is dead-lettered, is
+-- cancelled, or is replaced into another group: push.lua), through its runs, retries and
+-- postponements; a released or reclaimed job keeps it. A group holds at most its topic's group concurrency (`limits`:
 -- `<topic>:group_concurrency`, 1 when absent) of slots; a job that finds its group's slots all
 -- held waits, parked, and the first parked job of a group is let in, last in line, when one of
 -- its slots comes back. A group therefore has at most that many jobs in line or running, so one
@@ -399,6 +399,19 @@ local function group_keys(prefix, topic)
   return { prefix = prefix, topic = topic, active = prefix .. 'gactive:' .. topic,
     held = prefix .. 'groups:' .. topic, parked = prefix .. 'parked:' .. topic,
     waiting = prefix .. 'gwait:' .. topic }
+end
+
+-- HMGET of any number of fields, 1000 at a time (Lua's unpack is limited to a few thousand).
+local function hmget_all(key, fields)
+  local out = {}
+  local i = 1
+  while i <= #fields do
+    local j = math.min(i + 999, #fields)
+    local got = redis.call('HMGET', key, unpack(fields, i, j))
+    for x = i, j do out[x] = got[x - i + 1] end
+    i = j + 1
+  end
+  return out
 end
 
 local function group_queue(k, group)
@@ -422,7 +435,7 @@ end
 local function slots_held(k, names)
   local held = {}
   if #names == 0 then return held end
-  local raw = redis.call('HMGET', k.held, unpack(names))
+  local raw = hmget_all(k.held, names)
   for i, g in ipairs(names) do held[g] = tonumber(raw[i] or 0) end
   return held
 end
@@ -433,9 +446,10 @@ local function next_parked(k, group, room)
   local ids, taken = {}, 0
   if room <= 0 then return ids, 0 end
   local key = group_queue(k, group)
-  local from = 0
+  -- The first `room` entries first (the usual case: none stale); past stale ones, more at a time.
+  local from, chunk = 0, math.min(room, 1000)
   while #ids < room do
-    local entries = redis.call('LRANGE', key, from, from + room + 15)
+    local entries = redis.call('LRANGE', key, from, from + chunk - 1)
     if #entries == 0 then break end
     local parsed, names = {}, {}
     for i, e in ipairs(entries) do
@@ -450,6 +464,7 @@ local function next_parked(k, group, room)
       if p[1] and scores[i] and tonumber(scores[i]) == tonumber(p[1]) then ids[#ids + 1] = p[2] end
     end
     from = from + #entries
+    chunk = math.min(room - #ids + 16, 1000)
   end
   return ids, taken
 end
@@ -457,13 +472,15 @@ end
 -- Plans letting grouped jobs into `topic`'s ready lanes (a push, a promotion, a requeue):
 -- `jobs` is a list of {id, group, priority}. Reads only, touching every key `write_enter`
 -- writes; the jobs that already hold a slot (a retry's, a postponement's) go in as they are.
-local function plan_enter(prefix, topic, jobs)
+-- `held_from` (optional): the slots some groups hold once a plan of `plan_leave` of the same
+-- call is written (it is written first: `write_leave(leave, counts, plan)`).
+local function plan_enter(prefix, topic, jobs, held_from)
   local k = group_keys(prefix, topic)
   local plan = { k = k, admit = {}, levels = {}, park = {}, held = {} }
   if #jobs == 0 then return plan end
   local ids = {}
   for i, j in ipairs(jobs) do ids[i] = j[1] end
-  local holding = redis.call('HMGET', k.active, unpack(ids))
+  local holding = hmget_all(k.active, ids)
   local names, seen = {}, {}
   for _, j in ipairs(jobs) do
     if not seen[j[2]] then
@@ -472,6 +489,9 @@ local function plan_enter(prefix, topic, jobs)
     end
   end
   local held = slots_held(k, names)
+  for g, n in pairs(held_from or {}) do
+    if held[g] then held[g] = n end
+  end
   local limit = group_limit(prefix, topic)
   for i, j in ipairs(jobs) do
     if holding[i] then
@@ -497,10 +517,10 @@ end
 -- Writes a plan of `plan_enter`; rings the topic when jobs went in line.
 local function write_enter(plan, counts)
   local k = plan.k
-  if plan.active then redis.call('HSET', k.active, unpack(plan.active)) end
+  if plan.active then push_all('HSET', k.active, plan.active) end
   local held = {}
   for g, n in pairs(plan.held) do push_all_pairs(held, g, fmt(n)) end
-  if #held > 0 then redis.call('HSET', k.held, unpack(held)) end
+  push_all('HSET', k.held, held)
   if #plan.admit > 0 then
     to_ready(k.prefix, counts, k.topic, plan.admit, plan.levels)
     ring(k.prefix, k.topic)
@@ -518,20 +538,37 @@ local function write_enter(plan, counts)
   end
 end
 
+-- Adds to `plan` (of `plan_leave`) the next parked jobs `group` lets in, holding `left` slots
+-- before them of `limit` (read).
+local function plan_next(plan, group, left, limit)
+  local next_ids, taken = next_parked(plan.k, group, limit - left)
+  for _, id in ipairs(next_ids) do
+    plan.admit[#plan.admit + 1] = id
+    push_all_pairs(plan.active, id, group)
+  end
+  plan.held[group] = left + #next_ids
+  if taken > 0 then plan.trims[#plan.trims + 1] = {group, taken, #next_ids} end
+end
+
+-- Reads the priorities of the jobs `plan` lets in, and touches the lanes they go to.
+local function plan_levels(plan)
+  if #plan.admit == 0 then return end
+  local k = plan.k
+  touch_lanes(k.prefix, k.topic)
+  local members = {}
+  for x, id in ipairs(plan.admit) do members[x] = k.topic .. ':' .. id end
+  for x, raw in ipairs(hmget_all(k.prefix .. 'jobs', members)) do
+    plan.levels[x] = priority_of(raw)
+  end
+end
+
 -- Plans the return of the slots of `ids` of `topic` (jobs that ended, or left their group: a
 -- cancel, a replace, a reschedule to later) and the jobs their groups let in next. Reads only
 -- (nil when none of them holds a slot), touching every key `write_leave` writes.
 local function plan_leave(prefix, topic, ids)
   local k = group_keys(prefix, topic)
   if #ids == 0 or redis.call('EXISTS', k.active) == 0 then return nil end
-  local groups_of = {}
-  local i = 1
-  while i <= #ids do
-    local j = math.min(i + 999, #ids)
-    local gs = redis.call('HMGET', k.active, unpack(ids, i, j))
-    for x = i, j do groups_of[x] = gs[x - i + 1] end
-    i = j + 1
-  end
+  local groups_of = hmget_all(k.active, ids)
   local leaving, freed, names = {}, {}, {}
   for x, id in ipairs(ids) do
     local g = groups_of[x]
@@ -546,38 +583,30 @@ local function plan_leave(prefix, topic, ids)
   local limit = group_limit(prefix, topic)
   local plan = { k = k, leaving = leaving, held = {}, admit = {}, levels = {}, trims = {}, active = {} }
   redis.call('EXISTS', k.parked, k.waiting)
-  for _, g in ipairs(names) do
-    local left = math.max(held[g] - freed[g], 0)
-    local next_ids, taken = next_parked(k, g, limit - left)
-    for _, id in ipairs(next_ids) do
-      plan.admit[#plan.admit + 1] = id
-      push_all_pairs(plan.active, id, g)
-    end
-    plan.held[g] = left + #next_ids
-    if taken > 0 then plan.trims[#plan.trims + 1] = {g, taken, #next_ids} end
-  end
-  if #plan.admit > 0 then
-    touch_lanes(prefix, topic)
-    local members = {}
-    for x, id in ipairs(plan.admit) do members[x] = topic .. ':' .. id end
-    for x, raw in ipairs(redis.call('HMGET', prefix .. 'jobs', unpack(members))) do
-      plan.levels[x] = priority_of(raw)
-    end
-  end
+  for _, g in ipairs(names) do plan_next(plan, g, math.max(held[g] - freed[g], 0), limit) end
+  plan_levels(plan)
   return plan
 end
 
 -- Writes a plan of `plan_leave` (nil: nothing); rings the topic when jobs went in line. The
--- writes that may delete a key come after every other use of it.
-local function write_leave(plan, counts)
+-- writes that may delete a key come after every other use of it. `enter` (optional): a plan of
+-- `plan_enter` made with this plan's counts (`held_from`), written next, which sets the counts
+-- of its groups: those are left to it.
+local function write_leave(plan, counts, enter)
   if not plan then return end
   local k = plan.k
-  if #plan.active > 0 then redis.call('HSET', k.active, unpack(plan.active)) end
+  push_all('HSET', k.active, plan.active)
   local set, gone = {}, {}
   for g, n in pairs(plan.held) do
-    if n > 0 then push_all_pairs(set, g, fmt(n)) else gone[#gone + 1] = g end
+    if enter and enter.held[g] then
+      -- written by `enter`
+    elseif n > 0 then
+      push_all_pairs(set, g, fmt(n))
+    else
+      gone[#gone + 1] = g
+    end
   end
-  if #set > 0 then redis.call('HSET', k.held, unpack(set)) end
+  push_all('HSET', k.held, set)
   if #plan.admit > 0 then
     to_ready(k.prefix, counts, k.topic, plan.admit, plan.levels)
     ring(k.prefix, k.topic)
@@ -590,7 +619,7 @@ local function write_leave(plan, counts)
     redis.call('ZREMRANGEBYSCORE', k.waiting, '-inf', 0)
     push_all('ZREM', k.parked, plan.admit)
   end
-  if #gone > 0 then redis.call('HDEL', k.held, unpack(gone)) end
+  push_all('HDEL', k.held, gone)
   push_all('HDEL', k.active, plan.leaving)
 end
 

@@ -24,7 +24,9 @@
 --   else 2 (lib.lua); one with a priority marks its topic ranked (lib.lua's ready lanes), one
 --   with a group marks it grouped (`<topic>:grouped` in counts: promote.lua then reads its
 --   jobs' groups) and, when due, goes in through its group (lib.lua's groups: it may wait,
---   parked, for a slot)
+--   parked, for a slot). A replace that moves a job holding a slot to another group (or out of
+--   groups) gives that slot back; the job then waits in the delayed set, due when it was, so
+--   that the mover lets it into its new group (lib.lua's groups)
 -- Returns {earliest_due_if_it_moved_earlier_or_-1, code_1, ..., code_n}; codes:
 --   0 kept (already pending), 1 created, 2 replaced, 3 running (replace refused: it is running),
 --   '4:<us>' refused: the id is reserved for <us> more (a job with unique_for finished)
@@ -61,8 +63,10 @@ local dues, due_strs = {}, {}
 -- dead letters by topic. A replaced ready job's entry is left in its list and made stale
 -- (lib.lua): O(1), where an LREM would scan the list.
 local was_delayed, was_ready, revived = {}, {}, {}
--- Replaced jobs that waited for a slot of their group: {topic, id, group} by member.
-local was_parked = {}
+-- Replaced jobs that waited for a slot of their group: {topic, id, group} by member. Replaced
+-- jobs that held a slot of another group than the new push's: their ids by topic, and whether
+-- each member is one.
+local was_parked, switched, switching = {}, {}, {}
 -- Kept records of succeeded jobs whose id is pushed again, by topic; whether a topic keeps any.
 local undone, has_done = {}, {}
 local delayed_left = redis.call('ZCARD', delayed)
@@ -154,6 +158,16 @@ for i = 0, n - 1 do
       else
         was_ready[member] = {topic, id}
       end
+      local old_group = not was_parked[member] and group_of(existing[i + 1])
+      if old_group and old_group ~= (ARGV[4 + n * 9 + i] or '') then
+        local list = switched[topic]
+        if not list then
+          list = {}
+          switched[topic] = list
+        end
+        list[#list + 1] = id
+        switching[member] = true
+      end
     end
   end
   -- A job past its topic's max_pending is refused, whether new or a dead letter's id.
@@ -222,7 +236,15 @@ for _, i in ipairs(plan) do
       writes[#writes + 1] = '3:0:' .. ARGV[7 + i * 7] .. created .. due_str .. ':0:' .. #trace .. ':'
         .. trace .. ARGV[10 + i * 7]
     end
-    if dues[when] <= now and group ~= '' then
+    if switching[member] then
+      -- Out of its old group's slot: into the delayed set, due as pushed, for the mover.
+      adds[#adds + 1] = due_str
+      adds[#adds + 1] = member
+      if not was_delayed[member] then
+        delayed_by_topic[topic] = (delayed_by_topic[topic] or 0) + 1
+        delayed_left = delayed_left + 1
+      end
+    elseif dues[when] <= now and group ~= '' then
       local list = enter_by_topic[topic]
       if not list then
         list = {}
@@ -284,7 +306,14 @@ for _, p in pairs(was_parked) do
   end
   list[#list + 1] = {p[2], p[3] or ''}
 end
-for topic, list in pairs(enter_by_topic) do group_plans[topic] = plan_enter(prefix, topic, list) end
+-- The slots the switched jobs give back (a replace into another group), planned first: the
+-- plans of the jobs entering then start from their groups' counts.
+local leave_plans = {}
+for topic, ids in pairs(switched) do leave_plans[topic] = plan_leave(prefix, topic, ids) end
+for topic, list in pairs(enter_by_topic) do
+  local leave = leave_plans[topic]
+  group_plans[topic] = plan_enter(prefix, topic, list, leave and leave.held)
+end
 -- Phase 2: writes.
 if #writes > 0 then redis.call('HSET', jobs, unpack(writes)) end
 if #reserve > 0 then redis.call('HSET', unique_for, unpack(reserve)) end
@@ -300,6 +329,7 @@ local touched = {}
 for topic in pairs(rank) do redis.call('HSET', counts, topic .. ':ranked', 1) end
 for topic in pairs(grouped) do redis.call('HSET', counts, topic .. ':grouped', 1) end
 for topic, gone in pairs(unparked) do unpark(group_keys(prefix, topic), gone) end
+for topic, leave in pairs(leave_plans) do write_leave(leave, counts, group_plans[topic]) end
 for topic, plan in pairs(group_plans) do
   write_enter(plan, counts)
   touched[topic] = true

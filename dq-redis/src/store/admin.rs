@@ -105,7 +105,7 @@ impl Admin for RedisStore {
         total.busiest_groups.sort_by(|a, b| {
             b.waiting
                 .cmp(&a.waiting)
-                .then_with(|| a.group.cmp(&b.group))
+                .then_with(|| b.group.cmp(&a.group))
         });
         total.busiest_groups.truncate(dq_core::BUSIEST_GROUPS);
         Ok(total)

@@ -2,7 +2,7 @@
 //! jobs that wait for a slot (parked), in push order per group.
 //!
 //! A grouped job holds a slot of its group from the moment it is let into the topic's ready
-//! jobs until it ends (succeeds, is dead-lettered or cancelled, or is replaced): while it waits
+//! jobs until it ends (succeeds, is dead-lettered or cancelled, or is replaced into another group): while it waits
 //! in line, runs, and waits for a retry. A group holds at most the topic's group concurrency of
 //! slots; the jobs beyond wait here, parked, and the first of them is let in (last in line) when
 //! a slot comes back. So a group has at most that many jobs in line at once, whatever it has
@@ -53,6 +53,11 @@ impl Groups {
         false
     }
 
+    /// The group whose slot job `id` holds, if it holds one.
+    pub(super) fn group_held_by(&self, id: &JobId) -> Option<&str> {
+        self.active.get(id).map(String::as_str)
+    }
+
     /// Whether job `id` waits for a slot.
     pub(super) fn is_parked(&self, id: &JobId) -> bool {
         self.parked_ids.contains_key(id)
@@ -93,9 +98,16 @@ impl Groups {
         true
     }
 
-    /// Lets in what every group may now (the limit went up), in push order per group.
+    /// Lets in what every group may now (the limit went up), in push order per group, the
+    /// groups with fewest jobs waiting first (ties by name), as the Redis store walks them.
     pub(super) fn admit_all(&mut self, limit: u32) -> Vec<JobId> {
-        let groups: Vec<String> = self.queues.keys().cloned().collect();
+        let mut groups: Vec<(usize, String)> = self
+            .queues
+            .iter()
+            .map(|(g, q)| (q.len(), g.clone()))
+            .collect();
+        groups.sort();
+        let groups: Vec<String> = groups.into_iter().map(|(_, g)| g).collect();
         groups.iter().flat_map(|g| self.admit(g, limit)).collect()
     }
 
@@ -127,7 +139,8 @@ impl Groups {
         self.parked.len()
     }
 
-    /// The groups with the most jobs waiting for a slot, most first (ties by name), at most `n`.
+    /// The groups with the most jobs waiting for a slot, most first (ties: the name that sorts
+    /// last first, as Redis' `ZRANGE ... REV` gives them), at most `n`.
     pub(super) fn busiest(&self, n: usize) -> Vec<GroupLoad> {
         let mut all: Vec<GroupLoad> = self
             .queues
@@ -137,7 +150,7 @@ impl Groups {
         all.sort_by(|a, b| {
             b.waiting
                 .cmp(&a.waiting)
-                .then_with(|| a.group.cmp(&b.group))
+                .then_with(|| b.group.cmp(&a.group))
         });
         all.truncate(n);
         all

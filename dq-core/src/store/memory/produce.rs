@@ -63,6 +63,8 @@ fn outcome_of(s: &mut State, job: &NewJob, m: &Member, now: u64, replace: bool) 
         PushOutcome::AlreadyPending
     } else {
         s.unplace(m);
+        // A replace into another group (or none) gives the old group's slot back.
+        s.leave_unless_in(m, job.group.as_deref());
         PushOutcome::Replaced
     }
 }

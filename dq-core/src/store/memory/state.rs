@@ -246,6 +246,15 @@ impl State {
         self.woken.push(m.0.clone());
     }
 
+    /// Gives back the slot job `m` holds unless it holds one of `group` (a replace that moves
+    /// a job to another group, or out of groups).
+    pub(super) fn leave_unless_in(&mut self, m: &Member, group: Option<&str>) {
+        let held = self.groups.get(&m.0).and_then(|g| g.group_held_by(&m.1));
+        if held.is_some_and(|g| Some(g) != group) {
+            self.leave(m);
+        }
+    }
+
     /// Adds a stored job to its topic's ready jobs, last of its priority.
     pub(super) fn make_ready(&mut self, m: Member) {
         let priority = self.priority_of(&m);
