@@ -419,10 +419,15 @@ local function group_queue(k, group)
 end
 
 -- The group of a stored envelope (nil without one, or for one that cannot be read).
+-- Read from the header alone (a promotion reads every due job's): the payload is not copied.
 local function group_of(raw)
-  local e = parse(raw)
-  if e and e.group ~= '' then return e.group end
-  return nil
+  if not raw then return nil end
+  local el, tl, gl, pos = string.match(raw, '^4:%d+:%d+:%d+:%d+:(%d+):(%d+):%-?%d+:(%d+):()')
+  if not gl or gl == '0' then return nil end
+  local from = pos + tonumber(el) + tonumber(tl)
+  local g = string.sub(raw, from, from + tonumber(gl) - 1)
+  if #g ~= tonumber(gl) then return nil end
+  return g
 end
 
 local function group_limit(prefix, topic)
@@ -527,12 +532,22 @@ local function write_enter(plan, counts)
   end
   if #plan.park > 0 then
     local last = redis.call('HINCRBY', counts, k.topic .. ':seq', #plan.park)
-    local scored = {}
+    -- One RPUSH and one ZINCRBY per group of the call, its entries in order.
+    local scored, lines, order = {}, {}, {}
     for i, j in ipairs(plan.park) do
       local seq = fmt(last - #plan.park + i)
       push_all_pairs(scored, seq, j[1])
-      redis.call('RPUSH', group_queue(k, j[2]), seq .. ':' .. j[1])
-      redis.call('ZINCRBY', k.waiting, 1, j[2])
+      local line = lines[j[2]]
+      if not line then
+        line = {}
+        lines[j[2]] = line
+        order[#order + 1] = j[2]
+      end
+      line[#line + 1] = seq .. ':' .. j[1]
+    end
+    for _, g in ipairs(order) do
+      push_all('RPUSH', group_queue(k, g), lines[g])
+      redis.call('ZINCRBY', k.waiting, #lines[g], g)
     end
     push_all('ZADD', k.parked, scored)
   end
