@@ -2,8 +2,8 @@
 //! jobs that wait for a slot (parked), in push order per group.
 //!
 //! A grouped job holds a slot of its group from the moment it is let into the topic's ready
-//! jobs until it ends (succeeds, is dead-lettered or cancelled, or is replaced into another group): while it waits
-//! in line, runs, and waits for a retry. A group holds at most the topic's group concurrency of
+//! jobs until it ends (succeeds, is dead-lettered or cancelled, or is replaced into another
+//! group): while it waits in line, runs, and waits for a retry. A group holds at most the topic's group concurrency of
 //! slots; the jobs beyond wait here, parked, and the first of them is let in (last in line) when
 //! a slot comes back. So a group has at most that many jobs in line at once, whatever it has
 //! waiting, and one with a million jobs takes its turn as one with one does. The Redis store
