@@ -14,8 +14,8 @@ local k = group_keys(prefix, topic)
 -- Reads first: every group with jobs parked, the slots it holds, its next jobs.
 local waiting = redis.call('ZRANGE', k.waiting, 0, -1)
 local held = slots_held(k, waiting)
-local plan = { k = k, leaving = {}, held = {}, admit = {}, levels = {}, trims = {}, active = {} }
-redis.call('EXISTS', limits, k.active, k.parked)
+local plan = leave_plan(k, {})
+redis.call('EXISTS', limits, counts, k.active, k.parked) -- touched before the first write
 for _, g in ipairs(waiting) do plan_next(plan, g, held[g], n) end
 plan_levels(plan)
 if limit == '' then

@@ -153,6 +153,19 @@ local function push_all(cmd, key, values)
   end
 end
 
+-- HMGET of any number of fields, 1000 at a time (Lua's unpack is limited to a few thousand).
+local function hmget_all(key, fields)
+  local out = {}
+  local i = 1
+  while i <= #fields do
+    local j = math.min(i + 999, #fields)
+    local got = redis.call('HMGET', key, unpack(fields, i, j))
+    for x = i, j do out[x] = got[x - i + 1] end
+    i = j + 1
+  end
+  return out
+end
+
 -- Tells the processes waiting on this shard that `topic` has ready jobs (consumers on a Redis
 -- Cluster wait for this message instead of holding a blocking connection per topic and
 -- shard). Once per topic per script call.
@@ -181,15 +194,8 @@ end
 local function entries_for(gen, ids)
   if redis.call('EXISTS', gen) == 0 then return ids end
   local out = {}
-  local i = 1
-  while i <= #ids do
-    local j = math.min(i + 999, #ids)
-    local gens = redis.call('HMGET', gen, unpack(ids, i, j))
-    for k = i, j do
-      local g = gens[k - i + 1]
-      if g then out[k] = ids[k] .. ':' .. g else out[k] = ids[k] end
-    end
-    i = j + 1
+  for k, g in ipairs(hmget_all(gen, ids)) do
+    if g then out[k] = ids[k] .. ':' .. g else out[k] = ids[k] end
   end
   return out
 end
@@ -401,19 +407,6 @@ local function group_keys(prefix, topic)
     waiting = prefix .. 'gwait:' .. topic }
 end
 
--- HMGET of any number of fields, 1000 at a time (Lua's unpack is limited to a few thousand).
-local function hmget_all(key, fields)
-  local out = {}
-  local i = 1
-  while i <= #fields do
-    local j = math.min(i + 999, #fields)
-    local got = redis.call('HMGET', key, unpack(fields, i, j))
-    for x = i, j do out[x] = got[x - i + 1] end
-    i = j + 1
-  end
-  return out
-end
-
 local function group_queue(k, group)
   return k.prefix .. 'gq:' .. k.topic .. ':' .. group
 end
@@ -577,6 +570,11 @@ local function plan_levels(plan)
   end
 end
 
+-- An empty plan of `plan_leave` for the slots `leaving` give back (ids) in `k`'s topic.
+local function leave_plan(k, leaving)
+  return { k = k, leaving = leaving, held = {}, admit = {}, levels = {}, trims = {}, active = {} }
+end
+
 -- Plans the return of the slots of `ids` of `topic` (jobs that ended, or left their group: a
 -- cancel, a replace, a reschedule to later) and the jobs their groups let in next. Reads only
 -- (nil when none of them holds a slot), touching every key `write_leave` writes.
@@ -596,7 +594,7 @@ local function plan_leave(prefix, topic, ids)
   if #leaving == 0 then return nil end
   local held = slots_held(k, names)
   local limit = group_limit(prefix, topic)
-  local plan = { k = k, leaving = leaving, held = {}, admit = {}, levels = {}, trims = {}, active = {} }
+  local plan = leave_plan(k, leaving)
   redis.call('EXISTS', k.parked, k.waiting)
   for _, g in ipairs(names) do plan_next(plan, g, math.max(held[g] - freed[g], 0), limit) end
   plan_levels(plan)
@@ -928,12 +926,6 @@ end
 -- The runs counted so far of each of `members` (their envelopes'), 1000 at a time.
 local function runs_of_all(jobs, members)
   local out = {}
-  local i = 1
-  while i <= #members do
-    local j = math.min(i + 999, #members)
-    local raws = redis.call('HMGET', jobs, unpack(members, i, j))
-    for k = i, j do out[k] = runs_of(raws[k - i + 1]) end
-    i = j + 1
-  end
+  for k, raw in ipairs(hmget_all(jobs, members)) do out[k] = runs_of(raw) end
   return out
 end

@@ -82,16 +82,9 @@ for i, topic in ipairs(order) do
     local ids = by_topic[topic]
     local members, levels, groups = {}, {}, {}
     for k, id in ipairs(ids) do members[k] = topic .. ':' .. id end
-    local k = 1
-    while k <= #members do
-      local j = math.min(k + 999, #members)
-      local raws = redis.call('HMGET', KEYS[3], unpack(members, k, j))
-      for x = k, j do
-        local raw = raws[x - k + 1]
-        levels[x] = priority_of(raw)
-        if grouped then groups[x] = group_of(raw) end
-      end
-      k = j + 1
+    for x, raw in ipairs(hmget_all(KEYS[3], members)) do
+      levels[x] = priority_of(raw)
+      if grouped then groups[x] = group_of(raw) end
     end
     if grouped then
       -- The grouped jobs go in through their groups (lib.lua), the others to the lanes.

@@ -236,44 +236,36 @@ for _, i in ipairs(plan) do
       writes[#writes + 1] = '3:0:' .. ARGV[7 + i * 7] .. created .. due_str .. ':0:' .. #trace .. ':'
         .. trace .. ARGV[10 + i * 7]
     end
-    if switching[member] then
-      -- Out of its old group's slot: into the delayed set, due as pushed, for the mover.
+    -- A job moved out of the slot of its old group waits in the delayed set, due as pushed,
+    -- for the mover to let it into its new one.
+    if dues[when] > now or switching[member] then
       adds[#adds + 1] = due_str
       adds[#adds + 1] = member
       if not was_delayed[member] then
         delayed_by_topic[topic] = (delayed_by_topic[topic] or 0) + 1
         delayed_left = delayed_left + 1
-      end
-    elseif dues[when] <= now and group ~= '' then
-      local list = enter_by_topic[topic]
-      if not list then
-        list = {}
-        enter_by_topic[topic] = list
-      end
-      list[#list + 1] = {id, group, priority}
-      if was_delayed[member] then
-        undelay[#undelay + 1] = member
-        delayed_by_topic[topic] = (delayed_by_topic[topic] or 0) - 1
-      end
-    elseif dues[when] <= now then
-      local list = ready_by_topic[topic]
-      if not list then
-        list = {}
-        ready_by_topic[topic] = list
-        levels_by_topic[topic] = {}
-      end
-      list[#list + 1] = id
-      levels_by_topic[topic][#list] = priority
-      if was_delayed[member] then
-        undelay[#undelay + 1] = member
-        delayed_by_topic[topic] = (delayed_by_topic[topic] or 0) - 1
       end
     else
-      adds[#adds + 1] = due_str
-      adds[#adds + 1] = member
-      if not was_delayed[member] then
-        delayed_by_topic[topic] = (delayed_by_topic[topic] or 0) + 1
-        delayed_left = delayed_left + 1
+      if group ~= '' then
+        local list = enter_by_topic[topic]
+        if not list then
+          list = {}
+          enter_by_topic[topic] = list
+        end
+        list[#list + 1] = {id, group, priority}
+      else
+        local list = ready_by_topic[topic]
+        if not list then
+          list = {}
+          ready_by_topic[topic] = list
+          levels_by_topic[topic] = {}
+        end
+        list[#list + 1] = id
+        levels_by_topic[topic][#list] = priority
+      end
+      if was_delayed[member] then
+        undelay[#undelay + 1] = member
+        delayed_by_topic[topic] = (delayed_by_topic[topic] or 0) - 1
       end
     end
     if was_ready[member] then unready[#unready + 1] = was_ready[member] end
