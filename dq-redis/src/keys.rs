@@ -209,6 +209,11 @@ impl ShardKeys {
     pub fn ended_channel(&self) -> String {
         self.key("ended")
     }
+    /// Present (with a time to live) while a wait for the end of one of this shard's jobs
+    /// listens: an ack announces its kept jobs on [`ShardKeys::ended_channel`] only then.
+    pub fn waiting(&self) -> String {
+        self.key("waiting")
+    }
     /// The pub/sub channel that announces a new earliest due time.
     pub fn wake(&self) -> String {
         self.key("wake")

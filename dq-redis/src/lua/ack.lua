@@ -2,7 +2,7 @@
 -- with a retention (`retain`) is kept as a succeeded record with its handler's value: its
 -- envelope stays where it is, in `jobs` (as a dead letter's does: no copy), its time and value
 -- in `done:<topic>` (lib.lua); the records past the retention go a call's worth at a time, and
--- `ended` announces the kept jobs to the waits for them.
+-- `ended` announces the kept jobs to the waits for them (while a wait listens: `waiting`).
 -- Batched: one HMGET, one ZREM and two HDELs (three when jobs reported progress) for the whole
 -- batch.
 -- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] counts  KEYS[4] leases  KEYS[5] unique  KEYS[6] unique_for
@@ -11,21 +11,26 @@
 -- `done:<topic>:order` is named from it); then
 -- progress (the acked jobs' entries go); then events and events:<topic> of each topic of the
 -- call, in the same order: when a topic's job events are on, each job acked is announced
--- (`succeeded`, with its run, and its value when the topic keeps it).
+-- (`succeeded`, with its run, and its value when the topic keeps it); then `waiting` (a wait
+-- listens for the ends of the shard's jobs while it exists).
 -- A job pushed with unique_for keeps its id reserved (in `unique`) for that long from now.
--- ARGV[1] n, the number of topics; ARGV[2..n+1] the topics; then member, token, value, run
--- quadruples (value '' for none; run: which run succeeded, 0 when the caller does not know, for
--- the `succeeded` event, read from the job then; at most 1000 quadruples).
+-- ARGV[1] n, the number of topics; ARGV[2..n+1] the topics; ARGV[n+2] the call's stamp (Redis'
+-- time as the caller knows it, us: store/clock.rs); then member, token, record, run quadruples
+-- (record: `<stamp>:<value>`, value '' for none, stored as it comes for a topic that keeps it;
+-- run: which run succeeded, 0 when the caller does not know, for the `succeeded` event, read
+-- from the job then; at most 1000 quadruples).
 -- A job of a group gives its slot back, and its group lets its next job in (lib.lua's groups).
 -- Returns {acked, stale_member_1, ...}: a stale member's lease was taken over (or it was cancelled).
 local jobs, inflight, counts, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local retain, cancels = KEYS[7], KEYS[8]
 local n_topics = tonumber(ARGV[1])
 local progress = KEYS[9 + n_topics]
+local waiting = KEYS[11 + 2 * n_topics]
 local done_key = {}
 for i = 1, n_topics do done_key[ARGV[1 + i]] = KEYS[8 + i] end
+local stamp = ARGV[2 + n_topics]
 local members, tokens, values, said_runs = {}, {}, {}, {}
-for i = 2 + n_topics, #ARGV, 4 do
+for i = 3 + n_topics, #ARGV, 4 do
   members[#members + 1] = ARGV[i]
   tokens[#tokens + 1] = ARGV[i + 1]
   values[#values + 1] = ARGV[i + 2]
@@ -63,14 +68,12 @@ if #done > 0 and redis.call('EXISTS', retain) == 1 then
     end
   end
 end
--- The jobs kept (their envelopes stay), their records (member, `<us>:<value>` pairs for HSET),
--- and the jobs whose envelopes go.
-local keep, drop, keep_of, records_of = {}, {}, {}, {}
-local stamp = now and fmt(now)
+-- The jobs kept (their envelopes stay), their records (member, `<stamp>:<value>` pairs for
+-- HSET, as the caller wrote them), and the jobs whose envelopes go.
+local drop, keep_of, records_of = {}, {}, {}
 for i, member in ipairs(done) do
   local topic = done_topics[i]
   if kept[topic] then
-    keep[#keep + 1] = member
     local list, records = keep_of[topic], records_of[topic]
     if not list then
       list, records = {}, {}
@@ -78,12 +81,15 @@ for i, member in ipairs(done) do
     end
     list[#list + 1] = member
     records[#records + 1] = member
-    records[#records + 1] = stamp .. ':' .. done_values[i]
+    records[#records + 1] = done_values[i]
   else
     drop[#drop + 1] = member
   end
 end
 if #done > 0 then redis.call('EXISTS', jobs) end -- touched before the first write
+-- Whether a wait listens for the ends of this shard's jobs (store/ended.rs marks it while one
+-- does): the announcement is made only then.
+local heard = next(keep_of) and redis.call('EXISTS', waiting) == 1
 -- Where each kept topic's jobs go and which of its slices go (lib.lua), read before any write.
 local plans = {}
 for topic, members_kept in pairs(keep_of) do
@@ -148,7 +154,7 @@ if holds then
 end
 if #done > 0 then end_leases(inflight, leases, done) end
 if cancelled then redis.call('HDEL', cancels, unpack(done)) end
-if #keep > 0 then
+if next(keep_of) then
   for topic, plan in pairs(plans) do
     local records = records_of[topic]
     if #plan.skipped > 0 then
@@ -166,9 +172,13 @@ if #keep > 0 then
       if #gone > 0 then redis.call('HDEL', jobs, unpack(gone)) end
     end
   end
+end
+if heard then
   -- `jobs` is <prefix>jobs: the channel is <prefix>ended. One message for the call, the
   -- members one per line.
-  redis.call('PUBLISH', string.sub(jobs, 1, -5) .. 'ended', table.concat(keep, '\n'))
+  local lines = {}
+  for _, list in pairs(keep_of) do lines[#lines + 1] = table.concat(list, '\n') end
+  redis.call('PUBLISH', string.sub(jobs, 1, -5) .. 'ended', table.concat(lines, '\n'))
 end
 out[1] = #done
 for topic, k in pairs(per_topic) do
@@ -181,10 +191,16 @@ if #drop > 0 then redis.call('HDEL', jobs, unpack(drop)) end
 if reported then clear_progress(progress, done) end
 if next(streams) then
   -- One entry per topic: the jobs (as `topic:id`: the reader keeps the id), their runs, and
-  -- their values when the topic keeps them. A call of one topic hands its lists over as they are.
+  -- their values when the topic keeps them (a record without its stamp). A call of one topic
+  -- hands its lists over as they are.
+  local event_stamp = fmt(now)
+  if next(kept) then
+    local cut = #stamp + 2
+    for i, record in ipairs(done_values) do done_values[i] = string.sub(record, cut) end
+  end
   local only = n_topics == 1 and ARGV[2]
   if only and streams[only] then
-    emit_events(streams[only], 'succeeded', done, runs, stamp, 'v', kept[only] and done_values or nil)
+    emit_events(streams[only], 'succeeded', done, runs, event_stamp, 'v', kept[only] and done_values or nil)
   else
     local batch = {}
     for i, member in ipairs(done) do
@@ -198,7 +214,7 @@ if next(streams) then
       end
     end
     for topic, b in pairs(batch) do
-      emit_events(streams[topic], 'succeeded', b.ids, b.runs, stamp, 'v', b.values or nil)
+      emit_events(streams[topic], 'succeeded', b.ids, b.runs, event_stamp, 'v', b.values or nil)
     end
   end
 end

@@ -56,14 +56,24 @@ impl RedisStore {
         for topic in &topics {
             inv.key(k.events_stream(topic));
         }
+        inv.key(k.waiting());
         inv.arg(topics.len());
         for topic in &topics {
             inv.arg(topic.as_str());
         }
+        // Each value goes as the record a topic that keeps it stores, `<stamp>:<value>`, with
+        // the call's stamp beside: ack.lua builds no text per job (see `clock`).
+        let stamp = self.clock.now_us().to_string();
+        inv.arg(&stamp);
         for job in chunk {
+            let value = job.result.as_deref().unwrap_or_default();
+            let mut record = Vec::with_capacity(stamp.len() + 1 + value.len());
+            record.extend_from_slice(stamp.as_bytes());
+            record.push(b':');
+            record.extend_from_slice(value);
             inv.arg(member(&job.lease.topic, &job.lease.id))
                 .arg(job.lease.token)
-                .arg(job.result.as_deref().unwrap_or_default())
+                .arg(record)
                 .arg(job.run);
         }
         self.call("ack", &inv).await

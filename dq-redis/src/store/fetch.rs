@@ -42,6 +42,7 @@ impl RedisStore {
         else {
             return Err(malformed_reply("fetch", &Value::Array(reply)));
         };
+        self.clock.saw(now_us);
         let mut out = Fetched::default();
         out.now_us = now_us;
         out.taken_back = usize::try_from(taken_back).unwrap_or(usize::MAX);

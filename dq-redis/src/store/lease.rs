@@ -137,6 +137,7 @@ impl Leases for RedisStore {
                 out.moved += p.moved;
                 out.next_due_us = p.next_due_us;
                 out.now_us = p.now_us;
+                self.clock.saw(p.now_us);
                 out.topics.extend(p.made_ready);
                 // Enough moved: no second call for the topics found undeclared.
                 if out.moved >= limit {

@@ -10,6 +10,7 @@
 
 mod ack;
 mod admin;
+mod clock;
 mod ended;
 mod event_feed;
 mod events;
@@ -93,6 +94,8 @@ pub struct RedisStore {
     /// `reclaim`): those two declare the ready and dead keys of these topics, since a script
     /// must declare every key it touches (see `promote.lua`).
     known: Arc<std::sync::Mutex<std::collections::BTreeSet<Topic>>>,
+    /// Redis' clock as this process last read it (see `clock`).
+    clock: Arc<clock::RedisClock>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -119,6 +122,7 @@ impl RedisStore {
             ended: Arc::default(),
             wait: (config.wait_replicas, config.wait_timeout),
             known: Arc::default(),
+            clock: Arc::default(),
         };
         let count = store.shard_count(config).await?;
         store.shards = (0..count)
