@@ -83,8 +83,7 @@ for i, topic in ipairs(order) do
     local members, levels, groups = {}, {}, {}
     for k, id in ipairs(ids) do members[k] = topic .. ':' .. id end
     for x, raw in ipairs(hmget_all(KEYS[3], members)) do
-      levels[x] = priority_of(raw)
-      if grouped then groups[x] = group_of(raw) end
+      levels[x], groups[x] = rank_and_group(raw)
     end
     if grouped then
       -- The grouped jobs go in through their groups (lib.lua), the others to the lanes.
