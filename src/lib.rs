@@ -189,6 +189,11 @@ pub use dq_macros::Message;
 /// | `retain_count = N` | 10,000 | most records kept per shard of the topic (with `retain` only) |
 /// | `events = true` | `false` | write the topic's job events, for [`Client::events`] to read (see below) |
 /// | `events_cap = N` | 10,000 | fewest events kept per shard of the topic (with `events = true` only) |
+/// | `max_pending = N` | none | most jobs of the topic pending at once; a push past it fails with `Error::TopicFull` |
+/// | `rate = "100/1s"` | none | most jobs of the topic started per period, in all processes together |
+/// | `global_concurrency = N` | none | most runs of the topic at once, in all processes together |
+/// | `group_concurrency = N` | 1 | most runs of one group of the topic at once (jobs pushed with `.group(key)`) |
+/// | `group_rate = "10/1s"` | none | most jobs of each group of the topic started per period, in all processes together |
 /// | `crate = "..."` | `"dq"` | the path of this crate, for re-exporters |
 ///
 /// With `cron` or `every`, the runtime stores the schedule under the topic's name at start (see

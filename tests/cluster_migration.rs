@@ -385,7 +385,7 @@ async fn a_throttled_fetch_that_empties_its_ready_list_while_its_slot_migrates_l
     // the events (the topic's stream too), a delayed job, a running job with a cancel asked,
     // the consumer's record of its last fetch, the topic's generations (a replaced ready job),
     // its limits (the rate), its ranked set (a job of priority -1, which waits behind `a`), its
-    // dead letters and its kept successes.
+    // dead letters, its kept successes and its groups' times under a group rate.
     c.pause("other").await.unwrap();
     s.set_events(&topic("slow"), Some(100)).await.unwrap();
     c.push_to("keep", &0)
@@ -417,6 +417,12 @@ async fn a_throttled_fetch_that_empties_its_ready_list_while_its_slot_migrates_l
     c.push_to("slow", &0).id("d").await.unwrap();
     let doomed = lease_one(&s, "slow").await;
     assert!(s.dead_letter(&doomed.lease, "boom").await.unwrap());
+    // A group rate, and a group that has used it (its time is kept in `gtat:slow`).
+    c.set_group_rate("slow", Some("1/1h".parse().unwrap()))
+        .await
+        .unwrap();
+    c.push_to("slow", &0).id("g").group("acct").await.unwrap();
+    let _g = lease_one(&s, "slow").await;
     c.set_rate("slow", Some("1/1m".parse().unwrap()))
         .await
         .unwrap();

@@ -198,8 +198,8 @@ fn acl_user(redis: &RedisServer) -> String {
 }
 
 /// Groups (README "Groups") as the documented ACL user: grouped pushes that wait for their
-/// group's slot, a cancel of a waiting one, a wider group concurrency, the stats that list the
-/// busiest groups, and runs that hand each slot on: nothing is refused.
+/// group's slot, a cancel of a waiting one, a wider group concurrency, a group rate, the stats
+/// that list the busiest groups, and runs that hand each slot on: nothing is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_documented_acl_user_runs_groups() {
     let redis = RedisServer::start();
@@ -226,6 +226,10 @@ async fn the_documented_acl_user_runs_groups() {
     let stats = c.stats("g").await.unwrap();
     assert_eq!(stats.busiest_groups.len(), 2, "{stats:?}");
     c.set_group_concurrency("g", Some(2)).await.unwrap();
+    // The fetch's group rate path too (at this rate, a burst of 10 of a group start at once).
+    c.set_group_rate("g", Some("1000/1s".parse().unwrap()))
+        .await
+        .unwrap();
     let rt = Runtime::builder()
         .config(config)
         .without_registered_listeners()

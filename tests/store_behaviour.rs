@@ -142,6 +142,11 @@ on_every_store!(
         a_replace_into_another_group_hands_the_old_slot_on,
         stats_and_listings_show_the_waiting_jobs_and_the_busiest_groups,
         a_group_key_that_is_not_a_valid_key_is_refused,
+        a_group_rate_spaces_a_groups_starts_and_leaves_other_groups_alone,
+        a_job_held_back_by_its_group_rate_keeps_its_slot_and_its_place,
+        a_group_rate_lifted_lets_the_groups_jobs_start_at_once,
+        jobs_held_back_by_a_group_rate_start_in_the_order_they_were_held_back,
+        a_job_held_back_by_its_group_rate_leaves_the_room_it_took_unused,
     ],
     priorities: [
         higher_priorities_run_first_and_one_priority_in_push_order,

@@ -525,3 +525,59 @@ async fn one_accounts_charges_run_one_at_a_time_in_order_beside_another_accounts
     );
     rt.shutdown().await;
 }
+
+/// A group rate on the test clock: group a's three jobs start a second apart, in push order,
+/// though its group concurrency would let all three run at once, while group b's job starts at
+/// once beside them. Read from the job events, which the test clock stamps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_rate_spaces_a_groups_starts_on_the_virtual_clock() {
+    use dq::events::{EventItem, EventKind};
+    let listener = Listener::new("charge", |_: Charge, _: JobContext| async {})
+        .concurrency(8)
+        .group_concurrency(3)
+        .group_rate("1/1s".parse().unwrap())
+        .events(true);
+    let rt = only(listener).await;
+    let mut events = rt.client().events("charge").await.unwrap();
+    let pushed_at = rt.now();
+    for (id, account, n) in [
+        ("a1", "a", 1),
+        ("a2", "a", 2),
+        ("a3", "a", 3),
+        ("b1", "b", 1),
+    ] {
+        let charge = Charge {
+            account: account.into(),
+            n,
+        };
+        rt.client().push(charge).id(id).await.unwrap();
+    }
+    rt.advance(Duration::from_secs(3)).await;
+    assert_eq!(rt.handled("charge").len(), 4);
+    let mut started = std::collections::HashMap::new();
+    while started.len() < 4 {
+        let item = tokio::time::timeout(Duration::from_secs(5), events.recv()).await;
+        if let EventItem::Event { event, .. } = item.unwrap().unwrap().unwrap() {
+            if event.kind == EventKind::Started {
+                let since_push = event.at.duration_since(pushed_at).unwrap();
+                started.insert(event.id.as_str().to_owned(), since_push);
+            }
+        }
+    }
+    let at = |id: &str| started[id];
+    assert_eq!(at("a1"), Duration::ZERO, "{started:?}");
+    assert_eq!(
+        at("b1"),
+        Duration::ZERO,
+        "b does not wait for a: {started:?}"
+    );
+    // A start may come up to 5 ms before its turn (`Rate::LATE_WAKE`: the tolerance that lets
+    // a late wake-up keep the next start in its place), so a second apart is 995 ms or more.
+    let a_second = Duration::from_secs(1) - dq::Rate::LATE_WAKE;
+    assert!(at("a2") >= at("a1") + a_second, "{started:?}");
+    assert!(at("a3") >= at("a2") + a_second, "{started:?}");
+    let late = Duration::from_millis(50);
+    assert!(at("a2") <= Duration::from_secs(1) + late, "{started:?}");
+    assert!(at("a3") <= Duration::from_secs(2) + late, "{started:?}");
+    rt.shutdown().await;
+}

@@ -41,6 +41,7 @@ pub(crate) const ALL: &[&str] = &[
     "flow-limits-cluster",
     "groups",
     "groups-cluster",
+    "group-rate",
 ];
 
 /// The longest acceptable wait, after a silent network is back, for the next job to finish.
@@ -106,6 +107,7 @@ async fn run_until_drained(name: &str, full: bool, seed: u64) -> anyhow::Result<
         "flow-limits-cluster" => flow_limits(full, seed, true).await,
         "groups" => groups(full, seed, false).await,
         "groups-cluster" => groups(full, seed, true).await,
+        "group-rate" => group_rate(full, seed).await,
         other => anyhow::bail!("unknown scenario {other:?}; the scenarios are {ALL:?}"),
     }
 }
@@ -172,6 +174,9 @@ fn own_failures(
     }
     if name.starts_with("groups") {
         groups_held(h, extra, failures);
+    }
+    if name == "group-rate" {
+        group_rate_held(h, extra, failures);
     }
     if name == "replica-demote" {
         // Once a master again, the workers must run jobs within seconds.
@@ -456,6 +461,87 @@ fn groups_held(
     extra.insert("groups".into(), json!(GROUPS));
     extra.insert("most_of_a_group_at_once".into(), json!(most));
     extra.insert("group_order_violations".into(), json!(out_of_order));
+}
+
+/// Each group's rate in the group-rate scenario.
+const GROUP_RATE: &str = "10/1s";
+
+/// SIGKILL of a random worker every 1-3 s (short: 0.5-1.5 s), restarted at once, while the
+/// jobs are spread over 50 groups of one slot each and each group may start 10 jobs a second
+/// (README "Groups", a rate per group): from the ledger, no group starts more of its jobs in
+/// any one second than its rate allows and one burst, two runs of one group never overlap, and
+/// nothing is lost. Jobs held back by their group's rate wait as delayed jobs, so this also
+/// shows that none of them is lost through the kills.
+async fn group_rate(full: bool, seed: u64) -> anyhow::Result<Outcome> {
+    let (n, stops) = if full { (10_000, 30) } else { (1_000, 5) };
+    let every = if full { (1_000, 3_000) } else { (500, 1_500) };
+    let mut h = Harness::start("group-rate", PLAIN, worker(full), seed).await?;
+    let rate: dq::Rate = GROUP_RATE.parse()?;
+    h.client.set_group_rate(crate::TOPIC, Some(rate)).await?;
+    // Pushed over the time the groups' rates need to run them, so that the rate binds.
+    let window = Duration::from_secs_f64(n as f64 / (GROUPS as f64 * 10.0));
+    let plan = PushPlan {
+        groups: GROUPS,
+        ..plan(n, window)
+    };
+    let (_, producer) = load(&mut h, 3, plan, seed).await?;
+    kill_workers(&mut h, stops, every).await?;
+    let pushes = finish(&mut h, producer).await?;
+    Ok((h, pushes, Default::default()))
+}
+
+/// What the ledger of group-rate says: per group, the most runs at once and the most starts in
+/// any one second, against what the group rate allows there and one burst (the starts are read
+/// in the handlers, a little after their leases, on which the rate is enforced; the runs cut by
+/// a kill are not in the ledger).
+fn group_rate_held(
+    h: &Harness,
+    extra: &mut serde_json::Map<String, Value>,
+    failures: &mut Vec<String>,
+) {
+    let mut by_group: HashMap<u64, Vec<&Run>> = HashMap::new();
+    for r in &h.ledger.runs {
+        if let Some(i) = r.id.strip_prefix('j').and_then(|n| n.parse::<u64>().ok()) {
+            by_group.entry(i % GROUPS).or_default().push(r);
+        }
+    }
+    let rate: dq::Rate = GROUP_RATE.parse().unwrap_or_else(|_| unreachable!());
+    let allowed = rate.most_in_one_period() + rate.burst();
+    let (mut most_started, mut most_at_once_seen, mut over) = (0usize, 0i64, Vec::new());
+    for (g, runs) in &by_group {
+        most_at_once_seen = most_at_once_seen.max(most_at_once(runs.iter().copied()));
+        let mut starts: Vec<u64> = runs.iter().map(|r| r.start_us).collect();
+        starts.sort_unstable();
+        let mut lo = 0;
+        for hi in 0..starts.len() {
+            while starts[hi] - starts[lo] >= 1_000_000 {
+                lo += 1;
+            }
+            let in_window = hi - lo + 1;
+            most_started = most_started.max(in_window);
+            if in_window as u64 > allowed && over.len() < 3 {
+                over.push(format!(
+                    "group g{g}: {in_window} starts from {}",
+                    starts[lo]
+                ));
+            }
+        }
+    }
+    if most_started as u64 > allowed {
+        failures.push(format!(
+            "a group started {most_started} jobs within one second, over the {allowed} its rate {GROUP_RATE} allows with one burst: {over:?}"
+        ));
+    }
+    if most_at_once_seen > 1 {
+        failures.push(format!(
+            "runs of one group overlapped (at most {most_at_once_seen} at once)"
+        ));
+    }
+    extra.insert("groups".into(), json!(GROUPS));
+    extra.insert("group_rate".into(), json!(GROUP_RATE));
+    extra.insert("most_of_a_group_started_in_1s".into(), json!(most_started));
+    extra.insert("group_rate_allows_in_1s".into(), json!(allowed));
+    extra.insert("most_of_a_group_at_once".into(), json!(most_at_once_seen));
 }
 
 /// `CLIENT KILL TYPE normal` every second: every connection of the workers and the producer

@@ -267,6 +267,22 @@ fn groups_run_one_at_a_time_in_order_through_worker_sigkills_and_lose_nothing() 
     assert_eq!(r["faults"]["worker SIGKILL"], 5);
 }
 
+/// Issue 33, item 3: a rate per group through SIGKILLs of workers: no group starts more jobs in
+/// one second than its rate allows and one burst, and nothing is lost (the jobs its rate held
+/// back wait as delayed jobs through the kills).
+#[test]
+fn a_group_rate_holds_through_worker_sigkills_and_loses_nothing() {
+    let r = assert_ok("group-rate");
+    assert_eq!(r["lost"], 0);
+    let most = r["most_of_a_group_started_in_1s"]
+        .as_u64()
+        .expect("most starts");
+    let allowed = r["group_rate_allows_in_1s"].as_u64().expect("allowed");
+    assert!(most <= allowed, "{r}");
+    assert_eq!(r["most_of_a_group_at_once"], 1, "{r}");
+    assert_eq!(r["faults"]["worker SIGKILL"], 5);
+}
+
 /// The same on a 3-master Redis Cluster, in a namespace of one shard.
 #[test]
 fn groups_hold_on_a_cluster_through_worker_sigkills_and_lose_nothing() {

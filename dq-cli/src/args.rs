@@ -148,16 +148,21 @@ pub(crate) enum Command {
         /// is printed.
         max: Option<String>,
     },
-    /// A topic's groups (jobs pushed with `--group`): print its group concurrency and the
-    /// groups with the most jobs waiting for a slot, or set the concurrency (`off`: back to
-    /// the default of 1, one job of a group at a time).
+    /// A topic's groups (jobs pushed with `--group`): print its group concurrency, its group
+    /// rate and the groups with the most jobs waiting for a slot, or set the concurrency
+    /// (`off`: back to the default of 1, one job of a group at a time) and the rate (`off`:
+    /// none).
     Groups {
         /// The topic.
         topic: String,
-        /// How many jobs of one group run at once (at least 1), or `off`. Without it, the
-        /// concurrency and the busiest groups are printed.
+        /// How many jobs of one group run at once (at least 1), or `off`. Without it and
+        /// `--rate`, the limits and the busiest groups are printed.
         #[arg(long)]
         concurrency: Option<String>,
+        /// How many jobs of each group start per period, `<count>/<period>` (`10/1s`), in all
+        /// processes together, or `off`. Workers see a change at their next fetch.
+        #[arg(long)]
+        rate: Option<String>,
     },
     /// Worker processes heard from in the last minute.
     Workers,

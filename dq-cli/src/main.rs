@@ -147,8 +147,19 @@ async fn dispatch(
         Command::GlobalConcurrency { topic, max } => {
             topics::global_concurrency(&client, &topic, max.as_deref(), json).await
         }
-        Command::Groups { topic, concurrency } => {
-            topics::groups(&client, &topic, concurrency.as_deref(), json).await
+        Command::Groups {
+            topic,
+            concurrency,
+            rate,
+        } => {
+            topics::groups(
+                &client,
+                &topic,
+                concurrency.as_deref(),
+                rate.as_deref(),
+                json,
+            )
+            .await
         }
         Command::Rate {
             topic,

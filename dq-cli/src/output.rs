@@ -180,6 +180,9 @@ pub(crate) fn stats_json(
         "held_until_ms": s.held_until.map(ms),
         // How many of one group's jobs run at once (`dq groups`), null for the default of 1.
         "group_concurrency": s.group_concurrency,
+        // How many jobs of each group start per period (`dq groups --rate`, "10/1s"), null
+        // when it has none.
+        "group_rate": s.group_rate.map(|r| r.to_string()),
         // The groups with the most jobs waiting for a slot: group, waiting, holding.
         "busiest_groups": s.busiest_groups,
     })

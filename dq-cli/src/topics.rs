@@ -259,27 +259,46 @@ pub(crate) async fn global_concurrency(
     Ok(())
 }
 
-/// `dq groups`: prints a topic's group concurrency and its busiest groups, or sets the
-/// concurrency (`off`: the default of 1).
+/// `dq groups`: prints a topic's group concurrency, its group rate and its busiest groups, or
+/// sets the concurrency (`off`: the default of 1) and the rate (`off`: none). Both flags are
+/// read before either is written, so a mistake in one changes nothing.
 pub(crate) async fn groups(
     client: &Client,
     topic: &str,
     concurrency: Option<&str>,
+    rate: Option<&str>,
     json: bool,
 ) -> Result<(), Exit> {
     let limit = |max: Option<u32>| match max {
         Some(max) => format!("at most {max} of one group's jobs at once"),
         None => "one of a group's jobs at a time (the default)".to_owned(),
     };
-    if let Some(text) = concurrency {
-        let set = at_least_one_or_off("groups --concurrency", text)?;
-        client.set_group_concurrency(topic, set).await?;
-        let said = format!("{topic}: {}", limit(set));
-        report(
-            json,
-            json!({ "topic": topic, "group_concurrency": set }),
-            &said,
-        );
+    let pace = |rate: Option<dq::Rate>| match rate {
+        Some(r) => format!(
+            "group rate: {r} for each group (one start of a group every {:?}, bursts of {})",
+            r.interval(),
+            r.burst()
+        ),
+        None => "group rate: none".to_owned(),
+    };
+    if concurrency.is_some() || rate.is_some() {
+        let new_concurrency = concurrency
+            .map(|text| at_least_one_or_off::<u32>("groups --concurrency", text))
+            .transpose()?;
+        let new_rate = rate.map(group_rate_or_off).transpose()?;
+        let mut shown = json!({ "topic": topic });
+        let mut said = Vec::new();
+        if let Some(set) = new_concurrency {
+            client.set_group_concurrency(topic, set).await?;
+            shown["group_concurrency"] = json!(set);
+            said.push(limit(set));
+        }
+        if let Some(set) = new_rate {
+            client.set_group_rate(topic, set).await?;
+            shown["group_rate"] = json!(set.map(|r| r.to_string()));
+            said.push(pace(set));
+        }
+        report(json, shown, &format!("{topic}: {}", said.join("; ")));
         return Ok(());
     }
     let s = client.stats(topic).await?;
@@ -289,12 +308,14 @@ pub(crate) async fn groups(
             json!({
                 "topic": topic,
                 "group_concurrency": s.group_concurrency,
+                "group_rate": s.group_rate.map(|r| r.to_string()),
                 "busiest_groups": s.busiest_groups,
             })
         );
         return Ok(());
     }
     println!("{topic}: {}", limit(s.group_concurrency));
+    println!("{topic}: {}", pace(s.group_rate));
     if s.busiest_groups.is_empty() {
         println!("no job waits for a slot of its group");
         return Ok(());
@@ -312,6 +333,20 @@ pub(crate) async fn groups(
         .collect();
     print_table(&["GROUP", "WAITING", "HOLDING"], rows);
     Ok(())
+}
+
+/// The rate of `dq groups --rate`: `<count>/<period>`, or `off` (`None`); exit 2 for anything
+/// else.
+fn group_rate_or_off(text: &str) -> Result<Option<dq::Rate>, Exit> {
+    if text == "off" {
+        return Ok(None);
+    }
+    text.parse::<dq::Rate>().map(Some).map_err(|e| {
+        Exit(
+            2,
+            format!("{e}; `dq groups TOPIC --rate off` lifts the group rate"),
+        )
+    })
 }
 
 /// `dq resume`.

@@ -314,6 +314,37 @@ async fn grouped_pushes_wait_their_turn_and_dq_groups_shows_and_widens_them() {
     assert!(said.contains("at least 1"), "{said}");
 }
 
+/// `dq groups --rate`: sets how many jobs of each group start per period, prints it beside
+/// the group concurrency (and in `dq stats --json`), lifts it with `off`.
+#[tokio::test]
+async fn groups_rate_is_set_shown_and_lifted() {
+    let redis = RedisServer::start();
+    let c = client(&redis).await;
+    c.push_json("t", "{}").group("acct-1").await.unwrap();
+    let table = ok(&dq(&redis, &["groups", "t"]));
+    assert!(table.contains("group rate: none"), "{table}");
+    let said = ok(&dq(&redis, &["groups", "t", "--rate", "5/1s"]));
+    assert!(said.contains("5/1s"), "{said}");
+    assert_eq!(
+        c.group_rate("t").await.unwrap(),
+        Some("5/1s".parse().unwrap())
+    );
+    let table = ok(&dq(&redis, &["groups", "t"]));
+    assert!(table.contains("group rate: 5/1s"), "{table}");
+    let shown = json(&dq(&redis, &["groups", "t", "--json"]));
+    assert_eq!(shown["group_rate"], "5/1s", "{shown}");
+    let stats = ok(&dq(&redis, &["stats", "--json"]));
+    assert!(stats.contains(r#""group_rate":"5/1s""#), "{stats}");
+    let said = fails(&redis, &["groups", "t", "--rate", "5"], 2);
+    assert!(said.contains("<count>/<period>"), "{said}");
+    ok(&dq(&redis, &["groups", "t", "--rate", "off"]));
+    assert_eq!(c.group_rate("t").await.unwrap(), None);
+    let shown = json(&dq(&redis, &["groups", "t", "--json"]));
+    assert_eq!(shown["group_rate"], serde_json::Value::Null, "{shown}");
+    let table = ok(&dq(&redis, &["groups", "t"]));
+    assert!(table.contains("group rate: none"), "{table}");
+}
+
 #[tokio::test]
 async fn a_done_job_shows_its_result_in_show_and_in_jobs_state_done() {
     let redis = RedisServer::start();

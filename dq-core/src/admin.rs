@@ -36,6 +36,10 @@ pub struct TopicStats {
     /// Its group concurrency ([`Client::set_group_concurrency`](crate::Client::set_group_concurrency)),
     /// `None` for the default of 1.
     pub group_concurrency: Option<u32>,
+    /// How many jobs of each of its groups start per period
+    /// ([`Client::set_group_rate`](crate::Client::set_group_rate)), `None` when it has none.
+    /// Filled in as `max_pending` is.
+    pub group_rate: Option<crate::Rate>,
     /// Its groups with the most jobs waiting for a slot, most first (ties: the name that sorts last first; at most
     /// [`BUSIEST_GROUPS`]); empty when no job waits for one.
     pub busiest_groups: Vec<GroupLoad>,

@@ -142,6 +142,26 @@ mod tests {
     }
 
     #[test]
+    fn a_group_rate_becomes_the_builder_call_and_a_bad_one_is_refused() {
+        let out = expanded(
+            quote::quote!(topic = "t", group_concurrency = 1, group_rate = "10/1s"),
+            quote::quote!(
+                async fn handler(_n: u64) {}
+            ),
+        );
+        assert!(out.contains(".group_rate(::dq::Rate::new(10u64,"), "{out}");
+        assert!(out.contains("Duration::new(1u64,0u32)"), "{out}");
+        assert!(!out.contains("compile_error"), "{out}");
+        let bad = expanded(
+            quote::quote!(topic = "t", group_rate = "0/1s"),
+            quote::quote!(
+                async fn handler(_n: u64) {}
+            ),
+        );
+        assert!(bad.contains("invalidrate"), "{bad}");
+    }
+
+    #[test]
     fn global_concurrency_becomes_the_builder_call_and_zero_is_refused() {
         let out = expanded(
             quote::quote!(topic = "t", global_concurrency = 10),

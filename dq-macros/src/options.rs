@@ -12,7 +12,7 @@ use syn::{Lit, LitInt, LitStr, Type};
 use crate::attr;
 
 const KEYS: &str =
-    "topic, concurrency, timeout, retries, backoff, cron, tz, every, missed, retain, retain_count, events, events_cap, max_pending, rate, global_concurrency, group_concurrency, crate";
+    "topic, concurrency, timeout, retries, backoff, cron, tz, every, missed, retain, retain_count, events, events_cap, max_pending, rate, global_concurrency, group_concurrency, group_rate, crate";
 
 #[derive(Default)]
 pub(crate) struct Options {
@@ -38,6 +38,8 @@ pub(crate) struct Options {
     global_concurrency: Option<u32>,
     /// The most jobs of one group holding a slot at once (`group_concurrency = 2`).
     group_concurrency: Option<u32>,
+    /// Jobs of one group per period (`group_rate = "10/1s"`).
+    group_rate: Option<(u64, Duration)>,
     pub(crate) krate: Option<LitStr>,
 }
 
@@ -84,6 +86,7 @@ fn set(o: &mut Options, key: &str, meta: &ParseNestedMeta<'_>) -> syn::Result<()
         "group_concurrency" => {
             o.group_concurrency = Some(group_concurrency(&meta.value()?.parse()?)?)
         }
+        "group_rate" => o.group_rate = Some(rate(&meta.value()?.parse()?)?),
         "crate" => o.krate = Some(meta.value()?.parse()?),
         _ => {
             return Err(meta.error(format!(
@@ -341,6 +344,10 @@ pub(crate) fn builder_calls(options: &Options, payload: &Type, krate: &syn::Path
     if let Some((n, period)) = options.rate {
         let period = attr::duration_tokens(period);
         calls.extend(quote!(.rate(#krate::Rate::new(#n, #period).expect("the rate was checked by #[dq::listener]"))));
+    }
+    if let Some((n, period)) = options.group_rate {
+        let period = attr::duration_tokens(period);
+        calls.extend(quote!(.group_rate(#krate::Rate::new(#n, #period).expect("the group rate was checked by #[dq::listener]"))));
     }
     calls.extend(schedule_calls(options, payload, krate));
     calls

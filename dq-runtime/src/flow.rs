@@ -1,7 +1,9 @@
 //! A listener's flow control, declared in the store at runtime start as the client's setters
 //! do: the bound on its topic's pending jobs ([`Listener::max_pending`],
 //! `#[dq::listener(max_pending = 100000)]`, `Client::set_max_pending`) and its rate limit
-//! ([`Listener::rate`], `#[dq::listener(rate = "100/1s")]`, `Client::set_rate`).
+//! ([`Listener::rate`], `#[dq::listener(rate = "100/1s")]`, `Client::set_rate`), and the
+//! limits of each group of the topic: how many run at once ([`Listener::group_concurrency`])
+//! and start per period ([`Listener::group_rate`]).
 
 use dq_core::Rate;
 
@@ -118,6 +120,45 @@ impl Listener {
     /// ```
     pub fn group_concurrency(mut self, max: u32) -> Self {
         self.group_concurrency = Some(max);
+        self
+    }
+
+    /// Limits how many jobs of each group of this topic start per period, in all processes
+    /// together, as `#[dq::listener(group_rate = "10/1s")]` does: "at most 10 calls a second
+    /// per account", whatever the number of accounts and workers. The same rule as the topic's
+    /// [`rate`](Listener::rate), counted for each group on its own: GCRA with the store's
+    /// clock, checked when a job is leased, the starts spread evenly, a burst of the jobs of
+    /// 10 ms at the rate (at least 1, see [`Rate`]), and at most `count + burst - 1` starts of
+    /// one group in any window of one period (`count + 1` when the burst is 1).
+    ///
+    /// A job whose group has used its rate does not start: it waits as a delayed job
+    /// (`postponed` in its events), due when its group may start again and after the group's
+    /// jobs held back before it, and keeps its group's slot while other groups go on. With a
+    /// [`group_concurrency`](Listener::group_concurrency) of 1 the group's later jobs stay
+    /// behind it, in push order; with more, the jobs held back keep their order, but one let in
+    /// line while another waits for its due time to be noticed (milliseconds) may start first.
+    /// Every run counts, retries included. Jobs pushed without a group are not limited by it
+    /// (the topic's `rate` still applies to them). A rate lifted or raised leaves the jobs
+    /// already held back waiting until their due time, at most one interval of the old rate.
+    ///
+    /// Default: none, and a listener without one leaves the store's as it is (one set by
+    /// `Client::set_group_rate` stays): removing the attribute does not lift it, `dq groups
+    /// TOPIC --rate off` does. A listener with one writes it at every start, and again when
+    /// Redis lost its data, over what the client set meanwhile; a new rate starts afresh.
+    ///
+    /// ```
+    /// use dq_runtime::Listener;
+    ///
+    /// # #[derive(serde::Deserialize)] struct Charge { account: String }
+    /// let charges = Listener::new("charge-card", |msg: Charge| async move {
+    ///     let _ = msg.account;
+    ///     Ok::<(), String>(())
+    /// })
+    /// .group_concurrency(1)
+    /// .group_rate("10/1s".parse().expect("a valid rate"));
+    /// ```
+    pub fn group_rate(mut self, rate: Rate) -> Self {
+        self.group_rate = Some(rate);
         self
     }
 }

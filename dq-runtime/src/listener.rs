@@ -85,6 +85,9 @@ pub struct Listener {
     /// The most jobs of one group of the topic holding a slot at once; the store's (1 by
     /// default) when none.
     pub(crate) group_concurrency: Option<u32>,
+    /// How many jobs of each group of the topic start per period in all processes
+    /// (`group_rate`); none by default.
+    pub(crate) group_rate: Option<dq_core::Rate>,
     /// What the ticks of a schedule set later carry.
     tick_payload: TickPayloadFn,
     /// The handler's payload type, when known (not for an erased handler).
@@ -169,6 +172,7 @@ impl Listener {
             rate: None,
             global_concurrency: None,
             group_concurrency: None,
+            group_rate: None,
             tick_payload: <Tick as TickPayload>::tick_payload,
             payload_type: None,
         }

@@ -127,9 +127,13 @@ pub(crate) fn declarations(listeners: &[(Topic, Listener)]) -> Declared {
         .iter()
         .filter_map(|(t, l)| l.group_concurrency.map(|max| (t.clone(), max)))
         .collect();
+    let group_rates = listeners
+        .iter()
+        .filter_map(|(t, l)| l.group_rate.map(|rate| (t.clone(), rate)))
+        .collect();
     Declared::new(schedules, limits, retentions, events)
         .with_flow(max_pending, rates, global)
-        .with_groups(groups)
+        .with_groups(groups, group_rates)
 }
 
 /// This runtime's listeners, each with its topic checked once here; refused with an error naming

@@ -85,6 +85,8 @@ pub(crate) struct Declared {
     global_concurrency: Vec<(Topic, u32)>,
     /// The group concurrencies the listeners give (a listener without one declares none).
     group_concurrency: Vec<(Topic, u32)>,
+    /// The group rates the listeners give (a listener without one declares none).
+    group_rates: Vec<(Topic, Rate)>,
     /// The namespace's epoch when everything was last declared; `None` until it was.
     epoch: Option<String>,
 }
@@ -105,6 +107,7 @@ impl Declared {
             rates: Vec::new(),
             global_concurrency: Vec::new(),
             group_concurrency: Vec::new(),
+            group_rates: Vec::new(),
             epoch: None,
         }
     }
@@ -123,9 +126,14 @@ impl Declared {
         self
     }
 
-    /// With the listeners' group concurrencies.
-    pub(crate) fn with_groups(mut self, group_concurrency: Vec<(Topic, u32)>) -> Declared {
+    /// With the listeners' group concurrencies and group rates.
+    pub(crate) fn with_groups(
+        mut self,
+        group_concurrency: Vec<(Topic, u32)>,
+        group_rates: Vec<(Topic, Rate)>,
+    ) -> Declared {
         self.group_concurrency = group_concurrency;
+        self.group_rates = group_rates;
         self
     }
 
@@ -176,6 +184,9 @@ impl Declared {
         }
         for (topic, max) in &self.group_concurrency {
             leases.set_group_concurrency(topic, Some(*max)).await?;
+        }
+        for (topic, rate) in &self.group_rates {
+            leases.set_group_rate(topic, Some(*rate)).await?;
         }
         if again {
             tracing::info!("the listeners' schedules, retries and retentions are declared again");

@@ -1055,10 +1055,15 @@ async fn a_jobs_priority_shows_on_its_page_and_in_the_listing_in_run_order() {
 }
 
 /// A topic whose grouped jobs wait for their group's slot shows its busiest groups (waiting,
-/// holding) and its group concurrency; a grouped job's page and row show its group.
+/// holding), its group concurrency and its group rate; a grouped job's page and row show its
+/// group.
 #[tokio::test]
 async fn the_topic_page_shows_the_busiest_groups_and_a_job_its_group() {
     let (client, _store) = memory_client_and_store().await;
+    client
+        .set_group_rate(TOPIC, Some("5/1s".parse().unwrap()))
+        .await
+        .unwrap();
     for (id, group) in [
         ("a1", "acct-1"),
         ("a2", "acct-1"),
@@ -1084,6 +1089,11 @@ async fn the_topic_page_shows_the_busiest_groups_and_a_job_its_group() {
         !groups.contains(r#"data-group="acct-2""#),
         "acct-2 has none waiting: {page}"
     );
+    assert!(
+        groups.contains(r#"<strong class="group-concurrency">1</strong>"#),
+        "{page}"
+    );
+    assert!(groups.contains("5/1s</strong> (one every 200ms)"), "{page}");
     let (_, page) = get(&addr, "/topics/order-cancel/jobs/a3").await;
     assert!(page.contains(r#"data-group="acct-1""#), "{page}");
     let (_, page) = get(&addr, "/topics/order-cancel?state=ready").await;

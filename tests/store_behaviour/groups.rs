@@ -340,3 +340,186 @@ pub(crate) async fn a_group_key_that_is_not_a_valid_key_is_refused(kind: Kind) {
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
 }
+
+/// A group rate of 5/1s: a start every 200 ms per group (and a burst of one).
+fn five_a_second() -> dq::Rate {
+    "5/1s".parse().unwrap()
+}
+
+pub(crate) async fn a_group_rate_spaces_a_groups_starts_and_leaves_other_groups_alone(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let t = topic(TOPIC);
+    c.store().set_group_concurrency(&t, Some(3)).await.unwrap();
+    c.store()
+        .set_group_rate(&t, Some(five_a_second()))
+        .await
+        .unwrap();
+    assert_eq!(
+        c.store().group_rate(&t).await.unwrap(),
+        Some(five_a_second())
+    );
+    push_grouped(
+        c,
+        &[
+            ("a1", Some("acct-1")),
+            ("a2", Some("acct-1")),
+            ("b1", Some("acct-2")),
+            ("n1", None),
+        ],
+    )
+    .await;
+    let fetched_at = std::time::SystemTime::now();
+    let first = fetch_ids(c, 10, LEASE).await;
+    assert_eq!(
+        ids(&first),
+        ["a1", "b1", "n1"],
+        "one start for each group now; a job without a group is not limited"
+    );
+    let a2 = c.status_in(TOPIC, "a2").await.unwrap().expect("a2 is kept");
+    assert_eq!(a2.state, JobState::Delayed, "a2 waits for its group's turn");
+    let wait = a2.due.duration_since(fetched_at).unwrap_or_default();
+    assert!(
+        wait >= Duration::from_millis(150) && wait <= Duration::from_millis(260),
+        "a2 is due when its group may start again, 200 ms after a1 (less the 5 ms tolerance): {wait:?}"
+    );
+    assert!(
+        fetch_ids(c, 10, LEASE).await.is_empty(),
+        "nothing else may start yet"
+    );
+    tokio::time::sleep(Duration::from_millis(260)).await;
+    c.store().promote(0, 100).await.unwrap();
+    let second = fetch_ids(c, 10, LEASE).await;
+    assert_eq!(ids(&second), ["a2"], "a2 starts once its group may");
+}
+
+pub(crate) async fn a_job_held_back_by_its_group_rate_keeps_its_slot_and_its_place(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let t = topic(TOPIC);
+    c.store()
+        .set_group_rate(&t, Some(five_a_second()))
+        .await
+        .unwrap();
+    // Concurrency 1: a1 runs and ends, a2 is let in and held back by the rate; a3 waits behind
+    // it, parked, and never overtakes it.
+    push_grouped(
+        c,
+        &[
+            ("a1", Some("acct-1")),
+            ("a2", Some("acct-1")),
+            ("a3", Some("acct-1")),
+        ],
+    )
+    .await;
+    let first = fetch_ids(c, 10, LEASE).await;
+    assert_eq!(ids(&first), ["a1"]);
+    ack(c, &first[0].1).await;
+    assert!(
+        fetch_ids(c, 10, LEASE).await.is_empty(),
+        "a2 is held back by the rate"
+    );
+    let a2 = c.status_in(TOPIC, "a2").await.unwrap().expect("a2 is kept");
+    assert_eq!(a2.state, JobState::Delayed);
+    assert_eq!(
+        c.status_in(TOPIC, "a3")
+            .await
+            .unwrap()
+            .expect("a3 is kept")
+            .state,
+        JobState::Ready,
+        "a3 waits for the slot a2 holds"
+    );
+    assert_eq!(listed_ready(c).await, ["a3"]);
+    tokio::time::sleep(Duration::from_millis(260)).await;
+    c.store().promote(0, 100).await.unwrap();
+    let second = fetch_ids(c, 10, LEASE).await;
+    assert_eq!(ids(&second), ["a2"], "a2 goes first, in push order");
+    ack(c, &second[0].1).await;
+    tokio::time::sleep(Duration::from_millis(260)).await;
+    c.store().promote(0, 100).await.unwrap();
+    assert_eq!(ids(&fetch_ids(c, 10, LEASE).await), ["a3"]);
+}
+
+pub(crate) async fn a_group_rate_lifted_lets_the_groups_jobs_start_at_once(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let t = topic(TOPIC);
+    c.store().set_group_concurrency(&t, Some(2)).await.unwrap();
+    c.store()
+        .set_group_rate(&t, Some(five_a_second()))
+        .await
+        .unwrap();
+    c.store().set_group_rate(&t, None).await.unwrap();
+    assert_eq!(c.store().group_rate(&t).await.unwrap(), None);
+    push_grouped(c, &[("a1", Some("acct-1")), ("a2", Some("acct-1"))]).await;
+    assert_eq!(ids(&fetch_ids(c, 10, LEASE).await), ["a1", "a2"]);
+}
+
+pub(crate) async fn jobs_held_back_by_a_group_rate_start_in_the_order_they_were_held_back(
+    kind: Kind,
+) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let t = topic(TOPIC);
+    c.store().set_group_concurrency(&t, Some(2)).await.unwrap();
+    c.store()
+        .set_group_rate(&t, Some(five_a_second()))
+        .await
+        .unwrap();
+    // z1 is held back first, b2 (an id that sorts before it) after: both may start at the
+    // group's next turn, z1 first.
+    push_grouped(
+        c,
+        &[
+            ("a0", Some("acct-1")),
+            ("z1", Some("acct-1")),
+            ("b2", Some("acct-1")),
+        ],
+    )
+    .await;
+    let first = fetch_ids(c, 10, LEASE).await;
+    assert_eq!(ids(&first), ["a0"], "z1 is held back, b2 waits for a slot");
+    ack(c, &first[0].1).await;
+    assert!(
+        fetch_ids(c, 10, LEASE).await.is_empty(),
+        "b2 is held back too"
+    );
+    tokio::time::sleep(Duration::from_millis(260)).await;
+    c.store().promote(0, 100).await.unwrap();
+    assert_eq!(
+        ids(&fetch_ids(c, 10, LEASE).await),
+        ["z1"],
+        "the job held back first starts first"
+    );
+}
+
+pub(crate) async fn a_job_held_back_by_its_group_rate_leaves_the_room_it_took_unused(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let t = topic(TOPIC);
+    c.store().set_global_concurrency(&t, Some(1)).await.unwrap();
+    c.store().set_group_concurrency(&t, Some(2)).await.unwrap();
+    c.store()
+        .set_group_rate(&t, Some(five_a_second()))
+        .await
+        .unwrap();
+    push_grouped(
+        c,
+        &[
+            ("a1", Some("acct-1")),
+            ("a2", Some("acct-1")),
+            ("b1", Some("acct-2")),
+        ],
+    )
+    .await;
+    let first = fetch_ids(c, 10, LEASE).await;
+    assert_eq!(ids(&first), ["a1"], "a global concurrency of 1");
+    ack(c, &first[0].1).await;
+    // The next fetch looks at a2 (one, as the global concurrency allows), holds it back and
+    // leases nothing: the topic is not full, so the consumer comes back at once for b1.
+    let held = c.store().fetch(0, &t, 10, LEASE).await.unwrap();
+    assert!(held.jobs.is_empty());
+    assert!(!held.at_capacity, "no job runs: the topic is not full");
+    assert_eq!(ids(&fetch_ids(c, 10, LEASE).await), ["b1"]);
+}

@@ -241,6 +241,12 @@ impl Leases for Faulty {
     async fn group_concurrency(&self, topic: &Topic) -> dq::Result<Option<u32>> {
         self.inner.group_concurrency(topic).await
     }
+    async fn set_group_rate(&self, topic: &Topic, rate: Option<dq::Rate>) -> dq::Result<()> {
+        self.inner.set_group_rate(topic, rate).await
+    }
+    async fn group_rate(&self, topic: &Topic) -> dq::Result<Option<dq::Rate>> {
+        self.inner.group_rate(topic).await
+    }
     async fn global_concurrency(&self, topic: &Topic) -> dq::Result<Option<u32>> {
         self.inner.global_concurrency(topic).await
     }

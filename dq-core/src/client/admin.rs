@@ -19,19 +19,21 @@ impl Client {
 
     /// A topic's counts, the due time of its oldest ready job (how far behind the workers
     /// are), its next due time, whether it is paused, and its limits (`max_pending`, `rate`,
-    /// `global_concurrency`, and a handler's hold in force).
+    /// `global_concurrency`, `group_rate`, and a handler's hold in force).
     pub async fn stats(&self, topic: &str) -> Result<TopicStats> {
         let topic = Topic::new(topic)?;
-        let (mut stats, max_pending, rate, global, hold) = tokio::try_join!(
+        let (mut stats, max_pending, rate, global, group_rate, hold) = tokio::try_join!(
             self.store.stats(&topic),
             self.store.max_pending(&topic),
             self.store.rate(&topic),
             self.store.global_concurrency(&topic),
+            self.store.group_rate(&topic),
             self.store.hold_ends_us(&topic)
         )?;
         stats.max_pending = max_pending;
         stats.rate = rate;
         stats.global_concurrency = global;
+        stats.group_rate = group_rate;
         stats.held_until = hold.map(from_us);
         Ok(stats)
     }
@@ -245,6 +247,36 @@ impl Client {
     /// `topic`'s group concurrency ([`Client::set_group_concurrency`]), `None` for the default.
     pub async fn group_concurrency(&self, topic: &str) -> Result<Option<u32>> {
         self.store.group_concurrency(&Topic::new(topic)?).await
+    }
+
+    /// Limits how many jobs of each group of `topic` start per period, in all processes
+    /// together, from the next fetch on (`None`: no group rate, the default): "at most 10
+    /// calls a second per account". The same limit as a listener's
+    /// `#[dq::listener(group_rate = "10/1s")]`, which sets it at runtime start; changeable
+    /// while workers run (`dq groups TOPIC --rate 10/1s`, `--rate off`). A new rate starts
+    /// afresh.
+    ///
+    /// Each group is counted on its own, by the rule of a topic's rate ([`Rate`]: GCRA with
+    /// the store's clock, the same burst, at most `count + burst - 1` starts of one group in
+    /// any period). A job whose group has used its rate does not start: it waits as a delayed
+    /// job, due when its group may start again and after the group's jobs held back before
+    /// it, and keeps its group's slot while other groups go on (README "A rate per group":
+    /// with a group concurrency of 1 a group's jobs keep their push order; with more, nearly).
+    /// Every run counts, retries included; jobs without a group are not limited by it. A rate
+    /// lifted or raised leaves the jobs already held back waiting until their due time.
+    ///
+    /// ```no_run
+    /// # async fn f(client: dq_core::Client) -> dq_core::Result<()> {
+    /// client.set_group_rate("charge", Some("10/1s".parse()?)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn set_group_rate(&self, topic: &str, rate: Option<Rate>) -> Result<()> {
+        self.store.set_group_rate(&Topic::new(topic)?, rate).await
+    }
+
+    /// `topic`'s group rate ([`Client::set_group_rate`]), `None` when it has none.
+    pub async fn group_rate(&self, topic: &str) -> Result<Option<Rate>> {
+        self.store.group_rate(&Topic::new(topic)?).await
     }
 
     /// Ends a hold of `topic` now, in every process (`dq rate TOPIC --lift-hold`): a handler's

@@ -328,6 +328,17 @@ pub trait Leases: Sharded {
     /// for `topic`, `None` when it has none (the default of 1 holds).
     async fn group_concurrency(&self, topic: &Topic) -> Result<Option<u32>>;
 
+    /// Limits how many jobs of each group of `topic` start per period (`None`: no group rate,
+    /// the default), counted at fetch with the store's clock (GCRA per group, the burst of
+    /// [`Rate`]). A job whose group has used its rate is not leased: it goes back to wait,
+    /// delayed until its group may start again, keeping its group's slot. The same rate
+    /// recorded again keeps where each group stands; a new one starts afresh.
+    async fn set_group_rate(&self, topic: &Topic, rate: Option<Rate>) -> Result<()>;
+
+    /// The group rate [`set_group_rate`](Leases::set_group_rate) recorded for `topic`, `None`
+    /// when it has none.
+    async fn group_rate(&self, topic: &Topic) -> Result<Option<Rate>>;
+
     /// A waiter for ready jobs of `topic` in `shard` (on Redis, a bell rung by the one `ready`
     /// subscription of the process: no connection of its own).
     fn ready_waiter(&self, shard: u16, topic: &Topic) -> Box<dyn ReadyWaiter>;

@@ -2,8 +2,10 @@
 -- crash-safe: each job is in the inflight set with a lease deadline before the script returns).
 -- One lease token for the whole call, from the shard's counter and clock: the envelopes are returned as
 -- they are stored, not read or rewritten here (a crashed run is counted when its lease is
--- reclaimed; an envelope the caller cannot read, it dead-letters with the dead script).
--- Batched: one HMGET, one HSET and one ZADD for the whole batch.
+-- reclaimed; an envelope the caller cannot read, it dead-letters with the dead script), but
+-- for a job its group's rate holds back (KEYS[17]), whose envelope is rewritten due later.
+-- Batched: one HMGET, one HSET and one ZADD for the whole batch (and one HSET per job held
+-- back by its group's rate).
 -- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] ready:<topic>  KEYS[4] counts  KEYS[5] paused
 -- KEYS[6] leases  KEYS[7] gen:<topic>  KEYS[8] delayed  KEYS[9] fetched:<consumer>
 -- KEYS[10] cancels: a cancel asked of a job taken back (its handler never started) follows it,
@@ -20,6 +22,14 @@
 -- a fetch takes those above 0 first, then the ready list, then the others
 -- KEYS[15] dead:<topic>  KEYS[16] done:<topic>: read to know that a job has no ready entry
 -- left when its last stale entry is fetched past (a dead letter, a kept success)
+-- KEYS[17] gtat:<topic>: with a group rate (`<topic>:group_rate` in limits, as `<topic>:rate`
+-- reads), each group's theoretical arrival time (ZSET group -> us, GCRA) and, as `:<group>`,
+-- the due time last given to a job of the group held back (ids and groups hold no ':'); the
+-- times passed are dropped. A job whose group has used its rate is not leased: it goes back
+-- to the delayed set (`postponed` in its events), due when its group may start again and after
+-- the group's jobs held back before it, keeping its group's slot (lib.lua's groups: its
+-- promotion lets it straight back in line). It counts against the fetch's n as the jobs
+-- leased do.
 -- ARGV[1] topic  ARGV[2] most jobs (at most 1000)  ARGV[3] lease length (us)
 -- ARGV[4] this fetch's nonce ('': not recorded)  ARGV[5] nonces of the consumer's earlier
 --   fetches whose reply did not arrive, comma-separated
@@ -52,7 +62,17 @@ local gen_fields = redis.call('HLEN', gen)
 local list_left, ranked_left = redis.call('LLEN', ready), redis.call('ZCARD', ranked)
 local left = list_left + ranked_left
 local limit = redis.call('HMGET', KEYS[13], topic .. ':rate', topic .. ':tat', topic .. ':hold',
-  topic .. ':running')
+  topic .. ':running', topic .. ':group_rate')
+-- The group rate, its groups' times and the delayed set's earliest, read before the first write.
+local g_interval, g_tolerance, delayed_before
+if limit[5] then
+  local i, t = string.match(limit[5], '^([^:]+):([^:]+):')
+  g_interval, g_tolerance = tonumber(i), tonumber(t)
+end
+if g_interval then
+  redis.call('EXISTS', KEYS[17])
+  delayed_before = earliest(KEYS[8])
+end
 -- Global concurrency: this shard's share, and how many of the topic's jobs are leased now.
 local share = tonumber(string.match(limit[4] or '', '^(%d+):') or '')
 local running = share and tonumber(redis.call('HGET', counts, topic .. ':inflight') or '0') or 0
@@ -277,6 +297,54 @@ out[3] = taken
 local members = {}
 for i, id in ipairs(ids) do members[i] = topic .. ':' .. id end
 local raws = #members > 0 and redis.call('HMGET', jobs, unpack(members)) or {}
+-- The group rate: a job whose group has used it goes back to wait (`later`), the others count
+-- against their groups' times (`tats`, written below).
+local later, tats, last_due, held_back = {}, {}, {}, 0
+if g_interval and #ids > 0 then
+  local groups, names, seen = {}, {}, {}
+  for i = 1, #ids do
+    local g = group_of(raws[i])
+    groups[i] = g
+    if g and not seen[g] then
+      seen[g] = true
+      names[#names + 1] = g
+    end
+  end
+  if #names > 0 then
+    local fields = {}
+    for x, g in ipairs(names) do
+      fields[x] = g
+      fields[#names + x] = ':' .. g
+    end
+    local scores = redis.call('ZMSCORE', KEYS[17], unpack(fields))
+    for x, g in ipairs(names) do
+      tats[g] = tonumber(scores[x] or 0)
+      last_due[g] = tonumber(scores[#names + x] or 0)
+    end
+    for i = 1, #ids do
+      local g = groups[i]
+      if g then
+        local base = math.max(tats[g], now)
+        local room = now + g_tolerance - base
+        local e = room < 0 and parse(raws[i])
+        if e then
+          -- (an envelope this script cannot read is leased: its worker dead-letters it.)
+          -- Due at the group's next turn, and after the jobs of the group held back before
+          -- it: equal times would be promoted in the order of their ids.
+          local due = math.max(math.ceil(now - room), last_due[g] + 1)
+          last_due[g] = due
+          later[i] = {due, e}
+          raws[i] = nil
+          held_back = held_back + 1
+        else
+          tats[g] = base + g_interval
+        end
+      end
+    end
+  end
+end
+-- The room the jobs held back took is not a full topic.
+out[5] = at_capacity(#ids - held_back)
 for i, id in ipairs(ids) do
   local raw = raws[i]
   -- An id without an envelope was cancelled while it waited: nothing to run.
@@ -288,6 +356,21 @@ for i, id in ipairs(ids) do
     out[#out + 1] = id
     out[#out + 1] = raw
   end
+end
+if next(later) then
+  -- Back to wait for their groups' turns, their envelopes due then (a status shows when).
+  local back_later, moved = {}, 0
+  for i, wait in pairs(later) do
+    local e = wait[2]
+    e.due = wait[1]
+    redis.call('HSET', jobs, members[i], encode(e))
+    push_all_pairs(back_later, fmt(e.due), members[i])
+    moved = moved + 1
+    if stream then emit_event(stream, 'postponed', ids[i], e.attempt + 1, fmt(now), 'd', fmt(e.due)) end
+  end
+  redis.call('ZADD', KEYS[8], unpack(back_later))
+  bump(counts, topic, 'delayed', moved)
+  announce(string.sub(ready, 1, #ready - #topic - 6), KEYS[8], delayed_before)
 end
 if #held == 0 and left > 0 then
   -- Every live entry of the batch named a job that is gone: none leased, but jobs are left,
@@ -301,6 +384,18 @@ if #held > 0 then
   if interval and #held / 2 > taken then
     redis.call('HSET', KEYS[13], topic .. ':tat', string.format('%.3f', base + (#held / 2 - taken) * interval))
   end
+end
+if g_interval then
+  -- The groups' times, then those past dropped (last: it may delete the set).
+  local scored = {}
+  for g, tat in pairs(tats) do
+    if tat > now then push_all_pairs(scored, string.format('%.3f', tat), g) end
+  end
+  for g, due in pairs(last_due) do
+    if due > now then push_all_pairs(scored, fmt(due), ':' .. g) end
+  end
+  if #scored > 0 then redis.call('ZADD', KEYS[17], unpack(scored)) end
+  redis.call('ZREMRANGEBYSCORE', KEYS[17], '-inf', now)
 end
 if stream then
   local stamp = fmt(now)

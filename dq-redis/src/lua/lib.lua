@@ -387,7 +387,8 @@ end
 -- Groups (issue 33, item 3): a job pushed with a group key holds a slot of its group from the
 -- moment it is let into its topic's ready lanes until it ends (succeeds, is dead-lettered, is
 -- cancelled, or is replaced into another group: push.lua), through its runs, retries and
--- postponements; a released or reclaimed job keeps it. A group holds at most its topic's group concurrency (`limits`:
+-- postponements, and while its group's rate holds it back (fetch.lua: it waits delayed); a
+-- released or reclaimed job keeps it. A group holds at most its topic's group concurrency (`limits`:
 -- `<topic>:group_concurrency`, 1 when absent) of slots; a job that finds its group's slots all
 -- held waits, parked, and the first parked job of a group is let in, last in line, when one of
 -- its slots comes back. A group therefore has at most that many jobs in line or running, so one

@@ -184,6 +184,7 @@ impl Leases for RedisStore {
             .key(k.ranked(topic))
             .key(k.dead(topic))
             .key(k.done(topic))
+            .key(k.group_tat(topic))
             .arg(topic.as_str())
             .arg(batch_limit(max))
             .arg(micros(ttl))
@@ -431,6 +432,47 @@ impl Leases for RedisStore {
                 .await?;
         }
         Ok(())
+    }
+
+    async fn set_group_rate(&self, topic: &Topic, rate: Option<Rate>) -> Result<()> {
+        // Every shard holds the whole rate: a grouped job lives in a namespace of one shard
+        // (produce.rs), and the rate reads the same wherever it is asked.
+        let field = format!("{topic}:group_rate");
+        let spec = rate.map(|r| {
+            let (interval, tolerance) = r.share_us(1);
+            format!("{interval}:{tolerance}:{r}")
+        });
+        for k in &self.shards {
+            // The same rate declared again (every runtime start does) keeps where each group
+            // stands; a new one starts afresh.
+            let current = redis::cmd("HGET").arg(k.limits()).arg(&field).to_owned();
+            let current: Option<String> = self.query("read a topic's group rate", &current).await?;
+            if current == spec {
+                continue;
+            }
+            let cmd = match &spec {
+                Some(spec) => redis::cmd("HSET")
+                    .arg(k.limits())
+                    .arg(&field)
+                    .arg(spec)
+                    .to_owned(),
+                None => redis::cmd("HDEL").arg(k.limits()).arg(&field).to_owned(),
+            };
+            self.simple("record a topic's group rate", &cmd).await?;
+            let reset = redis::cmd("DEL").arg(k.group_tat(topic)).to_owned();
+            self.simple("record a topic's group rate", &reset).await?;
+        }
+        Ok(())
+    }
+
+    async fn group_rate(&self, topic: &Topic) -> Result<Option<Rate>> {
+        self.read_limit(
+            topic,
+            "group_rate",
+            "<interval>:<tolerance>:<count>/<period>",
+            |raw| raw.splitn(3, ':').nth(2).and_then(|r| r.parse().ok()),
+        )
+        .await
     }
 
     async fn group_concurrency(&self, topic: &Topic) -> Result<Option<u32>> {

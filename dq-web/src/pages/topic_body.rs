@@ -80,7 +80,8 @@ fn summary(v: &TopicView<'_>) -> Markup {
 }
 
 /// The groups with the most jobs waiting for a slot (README "Groups"), when any job waits for
-/// one: how many wait, how many slots each holds, and the topic's group concurrency.
+/// one: how many wait, how many slots each holds, and the topic's group concurrency and group
+/// rate.
 fn busiest_groups(v: &TopicView<'_>) -> Markup {
     let stats = v.stats;
     html! {
@@ -90,7 +91,15 @@ fn busiest_groups(v: &TopicView<'_>) -> Markup {
                 p.hint {
                     "Jobs waiting for a slot of their group (counted as ready); at most "
                     strong.group-concurrency { (stats.group_concurrency.unwrap_or(1)) }
-                    " of one group's jobs run at once."
+                    " of one group's jobs run at once"
+                    @if let Some(rate) = stats.group_rate {
+                        ", and each group starts at most "
+                        strong.group-rate title="jobs of one group started per period, in all worker processes together" {
+                            (rate)
+                        }
+                        " (one every " (format!("{:?}", rate.interval())) ")"
+                    }
+                    "."
                 }
                 table {
                     tr { th { "Group" } th { "Waiting" } th { "Holding" } }

@@ -7,7 +7,7 @@ struct OrderCancel {
     account: u64,
 }
 
-#[dq::listener(topic = "order-cancel", concurrency = 32, timeout = "5s", retries = 2, backoff = "fixed:250ms", rate = "100/1s", max_pending = 100000, global_concurrency = 8, group_concurrency = 2)]
+#[dq::listener(topic = "order-cancel", concurrency = 32, timeout = "5s", retries = 2, backoff = "fixed:250ms", rate = "100/1s", max_pending = 100000, global_concurrency = 8, group_concurrency = 2, group_rate = "10/1s")]
 async fn cancel_order(msg: OrderCancel, ctx: dq::JobContext) -> Result<(), std::io::Error> {
     let _ = (msg.order_id, ctx.attempt());
     Ok(())

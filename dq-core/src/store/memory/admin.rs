@@ -51,6 +51,7 @@ impl Admin for MemoryStore {
             global_concurrency: s.global_concurrency.get(topic).copied(),
             held_until: None, // the client asks `hold_ends_us`
             group_concurrency: s.group_concurrency.get(topic).copied(),
+            group_rate: s.group_rates.get(topic).copied(),
             busiest_groups: s
                 .groups
                 .get(topic)

@@ -151,6 +151,8 @@ impl Leases for MemoryStore {
             return Ok(out);
         }
         let rate = s.rates.get(topic).map(|r| r.share_us(1));
+        let group_rate = s.group_rates.get(topic).map(|r| r.share_us(1));
+        let before = s.earliest();
         let throttle = s.throttles.get(topic).copied().unwrap_or_default();
         let (mut max, throttled) = throttle.allows(rate, now, max);
         let mut at_capacity = false;
@@ -161,11 +163,34 @@ impl Leases for MemoryStore {
                 (max, at_capacity) = (room, true);
             }
         }
-        while out.jobs.len() < max {
+        // The jobs held back by their group's rate count against `max` as the leased ones do
+        // (as the Redis store's fetch looks at `max` ready jobs at most).
+        let mut held_back = 0;
+        while out.jobs.len() + held_back < max {
             let Some(id) = s.ready.get_mut(topic).and_then(ReadyQueue::pop_front) else {
                 break;
             };
             let m = (topic.clone(), id.clone());
+            let Some(group) = s.jobs.get(&m).map(|e| e.group.clone()) else {
+                continue;
+            };
+            // A job whose group has used its group rate waits, delayed until its group may
+            // start again, keeping its group's slot (its promotion lets it back in line).
+            if let (Some(rate), Some(group)) = (group_rate, group) {
+                if let Some(due) = s.group_turn(topic, &group, rate, now) {
+                    let mut run = 1;
+                    if let Some(e) = s.jobs.get_mut(&m) {
+                        e.due_us = due;
+                        run = e.attempt.saturating_add(1);
+                    }
+                    s.events
+                        .emit(&m, run, now, || EventKind::Postponed { due: from_us(due) });
+                    State::bump(&mut s.delayed_count, topic, true);
+                    s.delayed.insert((due, m));
+                    held_back += 1;
+                    continue;
+                }
+            }
             let Some(env) = s.jobs.get_mut(&m) else {
                 continue;
             };
@@ -194,10 +219,19 @@ impl Leases for MemoryStore {
             let throttle = s.throttles.entry(topic.clone()).or_default();
             throttle.took(rate, now, out.jobs.len());
         }
+        // Jobs held back by their group rate may have made a new earliest due time.
+        if let Some(due) = s.earliest().filter(|a| before.is_none_or(|b| a < &b)) {
+            let _ = self.wake.send(Wake::Due {
+                shard: 0,
+                due_us: due,
+            });
+        }
         // Only worth a wait when jobs are left behind: with none, the consumer waits for one.
         if s.ready.get(topic).is_some_and(|q| !q.is_empty()) {
             out.throttled = throttled;
-            out.at_capacity = at_capacity;
+            // Full when the jobs leased took the room: not when jobs held back by their
+            // group's rate left some of it unused.
+            out.at_capacity = at_capacity && out.jobs.len() >= max;
         }
         Ok(out)
     }
@@ -477,6 +511,24 @@ impl Leases for MemoryStore {
         }
         self.signal_ready(topic);
         Ok(())
+    }
+
+    async fn set_group_rate(&self, topic: &Topic, rate: Option<Rate>) -> Result<()> {
+        let mut s = lock(&self.state);
+        let before = match rate {
+            Some(rate) => s.group_rates.insert(topic.clone(), rate),
+            None => s.group_rates.remove(topic),
+        };
+        // A new rate starts afresh; the same one declared again (at every runtime start)
+        // keeps where each group stands.
+        if before != rate {
+            s.group_throttles.remove(topic);
+        }
+        Ok(())
+    }
+
+    async fn group_rate(&self, topic: &Topic) -> Result<Option<Rate>> {
+        Ok(lock(&self.state).group_rates.get(topic).copied())
     }
 
     async fn group_concurrency(&self, topic: &Topic) -> Result<Option<u32>> {

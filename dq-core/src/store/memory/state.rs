@@ -93,6 +93,11 @@ pub(super) struct State {
     pub(super) rates: HashMap<Topic, Rate>,
     /// Each limited or held topic's start times so far (GCRA; see `dq_core::Rate`).
     pub(super) throttles: HashMap<Topic, Throttle>,
+    /// The group rates of the topics that have one.
+    pub(super) group_rates: HashMap<Topic, Rate>,
+    /// Each group's start times so far under its topic's group rate, for the groups whose
+    /// time has not passed (the others are dropped now and then: `State::group_turn`).
+    pub(super) group_throttles: HashMap<Topic, GroupThrottles>,
     /// The records of succeeded jobs (never of a pending or dead one: a push of their id
     /// takes them out).
     pub(super) done: HashMap<Member, DoneRecord>,
@@ -116,6 +121,16 @@ pub(super) struct State {
 pub(super) enum Tally {
     Done,
     Failed,
+}
+
+/// A topic's groups' start times under its group rate.
+#[derive(Debug, Default)]
+pub(super) struct GroupThrottles {
+    pub(super) by_group: HashMap<String, Throttle>,
+    /// The due time last given to a job of each group held back.
+    last_due: HashMap<String, u64>,
+    /// Looks so far, to drop the groups whose time has passed now and then.
+    looks: u64,
 }
 
 pub(super) fn due_of(when: Due, now: u64) -> u64 {
@@ -180,6 +195,38 @@ impl State {
         let found = self.throughput.get(topic).into_iter().flatten();
         let recent = found.filter(|t| t.0 <= now_minute && t.0 + 60 > now_minute);
         Throughput::from_tallies(now_minute, recent.copied())
+    }
+
+    /// Whether a job of `group` may start at `now` under its topic's group `rate` (counting
+    /// the start when it may: `None`), or when it may: at its group's next turn and after the
+    /// jobs of its group held back before it (as the Redis store's fetch.lua).
+    pub(super) fn group_turn(
+        &mut self,
+        topic: &Topic,
+        group: &str,
+        rate: (f64, f64),
+        now: u64,
+    ) -> Option<u64> {
+        let throttles = self.group_throttles.entry(topic.clone()).or_default();
+        // Now and then, the groups whose times have passed go: they start afresh as they are.
+        throttles.looks += 1;
+        if throttles.looks.is_multiple_of(1024) {
+            throttles.by_group.retain(|_, t| t.tat_us > now as f64);
+            throttles.last_due.retain(|_, due| *due > now);
+        }
+        let throttle = throttles.by_group.entry(group.to_owned()).or_default();
+        match throttle.allows(Some(rate), now, 1) {
+            (0, wait) => {
+                let turn = now.saturating_add(micros(wait.unwrap_or_default()));
+                let last = throttles.last_due.entry(group.to_owned()).or_default();
+                *last = turn.max(last.saturating_add(1));
+                Some(*last)
+            }
+            _ => {
+                throttle.took(Some(rate), now, 1);
+                None
+            }
+        }
     }
 
     pub(super) fn earliest(&self) -> Option<u64> {
