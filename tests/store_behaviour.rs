@@ -147,6 +147,8 @@ on_every_store!(
         a_group_rate_lifted_lets_the_groups_jobs_start_at_once,
         jobs_held_back_by_a_group_rate_start_in_the_order_they_were_held_back,
         a_job_held_back_by_its_group_rate_leaves_the_room_it_took_unused,
+        a_job_held_back_by_its_group_rate_does_not_throttle_the_topic,
+        a_job_held_back_by_its_group_rate_is_announced_as_postponed,
     ],
     priorities: [
         higher_priorities_run_first_and_one_priority_in_push_order,

@@ -81,8 +81,9 @@ pub enum EventKind {
         /// When it runs again.
         due: SystemTime,
     },
-    /// Its handler postponed it (`Outcome::RetryAfter`): it runs again later, the run not
-    /// counted as an attempt.
+    /// Its handler postponed it (`Outcome::RetryAfter`), or its group's rate held it back at a
+    /// fetch (README "A rate per group"): it runs again later, the run not counted as an
+    /// attempt.
     Postponed {
         /// When it runs again.
         due: SystemTime,

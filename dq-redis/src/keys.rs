@@ -38,7 +38,7 @@
 //! | `parked:<topic>` | ZSET | groups: the ids of ready jobs waiting for a slot of their group, scored by push order (counted as ready) |
 //! | `gq:<topic>:<group>` | LIST | groups: one group's parked jobs, `<number>:<id>` in push order; an entry whose job is no longer parked under that number is skipped |
 //! | `gwait:<topic>` | ZSET | groups: group scored by how many of its jobs are parked (the busiest groups) |
-//! | `gtat:<topic>` | ZSET | a group rate (fetch.lua): group -> its theoretical arrival time (us, GCRA), and `:<group>` -> the due time last given to a job of the group held back; the times passed are dropped by each fetch |
+//! | `gtat:<topic>` | ZSET | a group rate (fetch.lua): group -> its theoretical arrival time (us, GCRA), and `:<group>` -> the due time last given to a job of the group held back; a fetch that looks at grouped jobs drops the times passed |
 //! | `limits` | HASH | `<topic>:max_pending` -> `<share>:<bound>`: the most jobs of the topic this shard holds pending (delayed, ready and running), the bound divided by the shard count, rounded up; a push past it is refused (code `6:<bound>`). `<topic>:rate` -> `<interval>:<tolerance>:<rate as written>` (this shard's share of the rate limit, us) and `<topic>:tat` -> its theoretical arrival time (us; GCRA, fetch.lua); `<topic>:hold` -> when a handler's `RateLimited` hold ends (us, hold.lua). `<topic>:running` -> `<share>:<limit>`: the most of the topic's jobs leased at once in this shard (its global concurrency; the shares add up to the limit, each at least 1), checked by fetch.lua against the topic's inflight count. `<topic>:group_concurrency` -> how many slots each group of the topic holds at most (1 when absent). `<topic>:group_rate` -> `<interval>:<tolerance>:<rate as written>`: each group's rate (the whole of it in every shard: groups live in one) |
 //! | `events` | HASH | topic -> how many events its streams keep (the cap, at least 1), for the topics whose job events are on (written at runtime start); absent: off |
 //! | `events:<topic>` | STREAM | the topic's job events in this shard, appended by the script that makes each change (`XADD MINID ~`: at least the cap's latest events are kept). An entry holds one event, or several of one kind from one call (`c` of them: a promotion, fetch, ack or push of many jobs writes one entry per topic and kind, each per-job field one line per job); its id is `0-<n>`. Fields: `n` (the number of the entry's last event, 1, 2, ...: a reader that finds a gap missed that many), `c` (how many events, 1 when absent), `k` (`pushed`, `promoted`, `started`, `progress`, `succeeded`, `failed`, `retrying`, `postponed`, `dead`, `cancelled`, `stalled`, `released`), `id` (the job's id), `a` (the run, see `dq::events::EventKind`), `t` (when, us of Redis `TIME`); then one of `d` (due time, us: pushed to wait, retrying, postponed), `e` (error: failed, dead), `v` (JSON: progress, and succeeded in a topic that keeps its values) |
@@ -215,8 +215,9 @@ impl ShardKeys {
     pub fn waiting(&self) -> String {
         self.key("waiting")
     }
-    /// A topic's group rate: each group's theoretical arrival time (ZSET group -> us), for the
-    /// groups whose time has not passed.
+    /// A topic's group rate: each group's theoretical arrival time (ZSET group -> us) and, as
+    /// `:<group>`, the due time last given to a job of the group held back; a fetch that looks
+    /// at grouped jobs drops the times passed.
     pub fn group_tat(&self, topic: &Topic) -> String {
         format!("{}gtat:{topic}", self.prefix)
     }

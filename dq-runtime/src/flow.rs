@@ -132,11 +132,12 @@ impl Listener {
     /// one group in any window of one period (`count + 1` when the burst is 1).
     ///
     /// A job whose group has used its rate does not start: it waits as a delayed job
-    /// (`postponed` in its events), due when its group may start again and after the group's
-    /// jobs held back before it, and keeps its group's slot while other groups go on. With a
-    /// [`group_concurrency`](Listener::group_concurrency) of 1 the group's later jobs stay
-    /// behind it, in push order; with more, the jobs held back keep their order, but one let in
-    /// line while another waits for its due time to be noticed (milliseconds) may start first.
+    /// (`postponed` in its events), due when its group may start again and a turn after the
+    /// group's job held back before it, and keeps its group's slot while other groups go on.
+    /// With a [`group_concurrency`](Listener::group_concurrency) of 1 the group's later jobs
+    /// stay behind it, in push order; with more, the jobs held back keep their order among
+    /// themselves, but a job of the group let in line before one of them is due may start
+    /// first, again and again when the topic has a backlog (README "A rate per group").
     /// Every run counts, retries included. Jobs pushed without a group are not limited by it
     /// (the topic's `rate` still applies to them). A rate lifted or raised leaves the jobs
     /// already held back waiting until their due time, at most one interval of the old rate.

@@ -259,9 +259,9 @@ impl Client {
     /// Each group is counted on its own, by the rule of a topic's rate ([`Rate`]: GCRA with
     /// the store's clock, the same burst, at most `count + burst - 1` starts of one group in
     /// any period). A job whose group has used its rate does not start: it waits as a delayed
-    /// job, due when its group may start again and after the group's jobs held back before
-    /// it, and keeps its group's slot while other groups go on (README "A rate per group":
-    /// with a group concurrency of 1 a group's jobs keep their push order; with more, nearly).
+    /// job (`postponed` in its events), due when its group may start again, and keeps its
+    /// group's slot while other groups go on (README "A rate per group": with a group
+    /// concurrency of 1 a group's jobs keep their push order; with more, they may not).
     /// Every run counts, retries included; jobs without a group are not limited by it. A rate
     /// lifted or raised leaves the jobs already held back waiting until their due time.
     ///

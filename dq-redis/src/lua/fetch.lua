@@ -24,10 +24,10 @@
 -- left when its last stale entry is fetched past (a dead letter, a kept success)
 -- KEYS[17] gtat:<topic>: with a group rate (`<topic>:group_rate` in limits, as `<topic>:rate`
 -- reads), each group's theoretical arrival time (ZSET group -> us, GCRA) and, as `:<group>`,
--- the due time last given to a job of the group held back (ids and groups hold no ':'); the
--- times passed are dropped. A job whose group has used its rate is not leased: it goes back
--- to the delayed set (`postponed` in its events), due when its group may start again and after
--- the group's jobs held back before it, keeping its group's slot (lib.lua's groups: its
+-- the due time last given to a job of the group held back (ids and groups hold no ':'); a
+-- fetch that looks at grouped jobs drops the times passed. A job whose group has used its rate is not leased: it goes back
+-- to the delayed set (`postponed` in its events), due when its group may start again and a
+-- turn after the group's job held back before it, keeping its group's slot (lib.lua's groups: its
 -- promotion lets it straight back in line). It counts against the fetch's n as the jobs
 -- leased do.
 -- ARGV[1] topic  ARGV[2] most jobs (at most 1000)  ARGV[3] lease length (us)
@@ -329,9 +329,10 @@ if g_interval and #ids > 0 then
         local e = room < 0 and parse(raws[i])
         if e then
           -- (an envelope this script cannot read is leased: its worker dead-letters it.)
-          -- Due at the group's next turn, and after the jobs of the group held back before
-          -- it: equal times would be promoted in the order of their ids.
-          local due = math.max(math.ceil(now - room), last_due[g] + 1)
+          -- Due at the group's next turn, and a turn after the job of the group held back
+          -- last: equal times would be promoted in the order of their ids, and held back again
+          -- together at each turn.
+          local due = math.max(math.ceil(now - room), math.ceil(last_due[g] + g_interval))
           last_due[g] = due
           later[i] = {due, e}
           raws[i] = nil
@@ -343,8 +344,10 @@ if g_interval and #ids > 0 then
     end
   end
 end
--- The room the jobs held back took is not a full topic.
+-- The room the jobs held back took is not a full topic, nor the starts they left unused a
+-- throttled one.
 out[5] = at_capacity(#ids - held_back)
+if held_back > 0 then out[4] = 0 end
 for i, id in ipairs(ids) do
   local raw = raws[i]
   -- An id without an envelope was cancelled while it waited: nothing to run.
@@ -360,13 +363,16 @@ end
 if next(later) then
   -- Back to wait for their groups' turns, their envelopes due then (a status shows when).
   local back_later, moved = {}, 0
-  for i, wait in pairs(later) do
-    local e = wait[2]
+  for i = 1, #ids do
+    local wait = later[i]
+    local e = wait and wait[2]
+    if e then
     e.due = wait[1]
     redis.call('HSET', jobs, members[i], encode(e))
     push_all_pairs(back_later, fmt(e.due), members[i])
     moved = moved + 1
     if stream then emit_event(stream, 'postponed', ids[i], e.attempt + 1, fmt(now), 'd', fmt(e.due)) end
+    end
   end
   redis.call('ZADD', KEYS[8], unpack(back_later))
   bump(counts, topic, 'delayed', moved)

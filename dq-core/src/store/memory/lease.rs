@@ -228,7 +228,9 @@ impl Leases for MemoryStore {
         }
         // Only worth a wait when jobs are left behind: with none, the consumer waits for one.
         if s.ready.get(topic).is_some_and(|q| !q.is_empty()) {
-            out.throttled = throttled;
+            // Throttled when the rate let out fewer than asked: not when jobs held back by their
+            // group's rate left starts unused.
+            out.throttled = if held_back > 0 { None } else { throttled };
             // Full when the jobs leased took the room: not when jobs held back by their
             // group's rate left some of it unused.
             out.at_capacity = at_capacity && out.jobs.len() >= max;

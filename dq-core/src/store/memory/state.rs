@@ -198,8 +198,8 @@ impl State {
     }
 
     /// Whether a job of `group` may start at `now` under its topic's group `rate` (counting
-    /// the start when it may: `None`), or when it may: at its group's next turn and after the
-    /// jobs of its group held back before it (as the Redis store's fetch.lua).
+    /// the start when it may: `None`), or when it may: at its group's next turn and a turn after
+    /// the job of its group held back last (as the Redis store's fetch.lua).
     pub(super) fn group_turn(
         &mut self,
         topic: &Topic,
@@ -219,8 +219,13 @@ impl State {
             (0, wait) => {
                 let turn = now.saturating_add(micros(wait.unwrap_or_default()));
                 let last = throttles.last_due.entry(group.to_owned()).or_default();
-                *last = turn.max(last.saturating_add(1));
-                Some(*last)
+                let next = if *last == 0 {
+                    turn
+                } else {
+                    turn.max((*last as f64 + rate.0).ceil() as u64)
+                };
+                *last = next;
+                Some(next)
             }
             _ => {
                 throttle.took(Some(rate), now, 1);
