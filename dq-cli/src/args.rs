@@ -160,7 +160,9 @@ pub(crate) enum Command {
         #[arg(long)]
         concurrency: Option<String>,
         /// How many jobs of each group start per period, `<count>/<period>` (`10/1s`), in all
-        /// processes together, or `off`. Workers see a change at their next fetch.
+        /// processes together, or `off`. Workers use a new rate from their next fetch; jobs
+        /// already held back keep their due time. A listener that declares `group_rate` writes
+        /// its own value again when it starts.
         #[arg(long)]
         rate: Option<String>,
     },

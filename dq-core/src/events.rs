@@ -81,9 +81,9 @@ pub enum EventKind {
         /// When it runs again.
         due: SystemTime,
     },
-    /// Its handler postponed it (`Outcome::RetryAfter`), or its group's rate held it back at a
-    /// fetch (README "A rate per group"): it runs again later, the run not counted as an
-    /// attempt.
+    /// It waits until `due`, without spending an attempt: either its handler returned
+    /// `Outcome::RetryAfter`, or its group's rate held it back before it started (README "A
+    /// rate per group"). The event does not say which.
     Postponed {
         /// When it runs again.
         due: SystemTime,

@@ -1176,3 +1176,19 @@ async fn the_topic_page_shows_the_running_jobs_against_the_global_concurrency() 
     assert_eq!(status, 200);
     assert!(page.contains("0</strong> of at most 4"), "{page}");
 }
+
+/// A topic with a group rate and no job waiting for a slot still shows its group rate (a job
+/// the rate holds back is delayed, not waiting: the busiest groups table has nothing to show).
+#[tokio::test]
+async fn the_topic_page_shows_a_group_rate_while_no_job_waits_for_a_slot() {
+    let (client, _store) = memory_client_and_store().await;
+    client
+        .set_group_rate(TOPIC, Some("5/1s".parse().unwrap()))
+        .await
+        .unwrap();
+    push(&client, "plain", 1).await;
+    let addr = serve(client, Options::new()).await;
+    let (_, page) = get(&addr, "/topics/order-cancel").await;
+    assert!(!page.contains("Busiest groups"), "no job waits: {page}");
+    assert!(page.contains("5/1s</strong> (one every 200ms)"), "{page}");
+}

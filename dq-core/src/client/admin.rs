@@ -257,8 +257,9 @@ impl Client {
     /// afresh.
     ///
     /// Each group is counted on its own, by the rule of a topic's rate ([`Rate`]: GCRA with
-    /// the store's clock, the same burst, at most `count + burst - 1` starts of one group in
-    /// any period). A job whose group has used its rate does not start: it waits as a delayed
+    /// the store's clock, the same burst): `10/1s` starts a group's jobs 100 ms apart, and one
+    /// window of one second can hold 11 of its starts ([`Rate::most_in_one_period`]; set
+    /// `9/1s` for a hard limit of 10). A job whose group has used its rate does not start: it waits as a delayed
     /// job (`postponed` in its events), due when its group may start again, and keeps its
     /// group's slot while other groups go on (README "A rate per group": with a group
     /// concurrency of 1 a group's jobs keep their push order; with more, they may not).

@@ -112,6 +112,19 @@ fn busiest_groups(v: &TopicView<'_>) -> Markup {
                     }
                 }
             }
+        } @else if let Some(rate) = stats.group_rate {
+            // No job waits for a slot: the group rate is still worth seeing (a job it holds
+            // back is delayed, not waiting).
+            section.groups {
+                p.hint {
+                    "Each group starts at most "
+                    strong.group-rate title="jobs of one group started per period, in all worker processes together" {
+                        (rate)
+                    }
+                    " (one every " (format!("{:?}", rate.interval()))
+                    "); the jobs it holds back wait as delayed jobs."
+                }
+            }
         }
     }
 }
