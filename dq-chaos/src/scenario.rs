@@ -388,12 +388,25 @@ const GROUPS: u64 = 50;
 async fn groups(full: bool, seed: u64, cluster: bool) -> anyhow::Result<Outcome> {
     let (n, stops) = if full { (20_000, 30) } else { (1_000, 5) };
     let every = if full { (1_000, 3_000) } else { (500, 1_500) };
-    let mut h = if cluster {
+    let h = if cluster {
         Harness::start_cluster_one_shard("groups-cluster", 3, worker(full), seed).await?
     } else {
         Harness::start("groups", PLAIN, worker(full), seed).await?
     };
     let window = Duration::from_millis(stops * (every.0 + every.1) / 2);
+    grouped_load_with_kills(h, n, window, stops, every, seed).await
+}
+
+/// Pushes `n` jobs over `window`, spread over [`GROUPS`] groups, while `stops` SIGKILLs of a
+/// worker come `every` (ms, a range) apart; then drains.
+async fn grouped_load_with_kills(
+    mut h: Harness,
+    n: usize,
+    window: Duration,
+    stops: u64,
+    every: (u64, u64),
+    seed: u64,
+) -> anyhow::Result<Outcome> {
     let plan = PushPlan {
         groups: GROUPS,
         ..plan(n, window)
@@ -404,6 +417,17 @@ async fn groups(full: bool, seed: u64, cluster: bool) -> anyhow::Result<Outcome>
     Ok((h, pushes, Default::default()))
 }
 
+/// The ledger's runs by group: job `j<i>` is in group `i mod GROUPS` (the push plan's groups).
+fn runs_by_group(h: &Harness) -> HashMap<u64, Vec<&Run>> {
+    let mut by_group: HashMap<u64, Vec<&Run>> = HashMap::new();
+    for r in &h.ledger.runs {
+        if let Some(i) = r.id.strip_prefix('j').and_then(|n| n.parse::<u64>().ok()) {
+            by_group.entry(i % GROUPS).or_default().push(r);
+        }
+    }
+    by_group
+}
+
 /// What the ledger of the groups scenario says: per group, the most runs at once (a sweep over
 /// their starts and ends, an end before a start at the same instant), and whether its jobs'
 /// first runs started in the order of their due times.
@@ -412,12 +436,7 @@ fn groups_held(
     extra: &mut serde_json::Map<String, Value>,
     failures: &mut Vec<String>,
 ) {
-    let mut by_group: HashMap<u64, Vec<&Run>> = HashMap::new();
-    for r in &h.ledger.runs {
-        if let Some(i) = r.id.strip_prefix('j').and_then(|n| n.parse::<u64>().ok()) {
-            by_group.entry(i % GROUPS).or_default().push(r);
-        }
-    }
+    let by_group = runs_by_group(h);
     let (mut overlapping, mut out_of_order, mut most) = (0u64, 0u64, 0i64);
     let mut samples = Vec::new();
     for (g, runs) in &by_group {
@@ -475,19 +494,12 @@ const GROUP_RATE: &str = "10/1s";
 async fn group_rate(full: bool, seed: u64) -> anyhow::Result<Outcome> {
     let (n, stops) = if full { (10_000, 30) } else { (1_000, 5) };
     let every = if full { (1_000, 3_000) } else { (500, 1_500) };
-    let mut h = Harness::start("group-rate", PLAIN, worker(full), seed).await?;
+    let h = Harness::start("group-rate", PLAIN, worker(full), seed).await?;
     let rate: dq::Rate = GROUP_RATE.parse()?;
     h.client.set_group_rate(crate::TOPIC, Some(rate)).await?;
     // Pushed over the time the groups' rates need to run them, so that the rate binds.
     let window = Duration::from_secs_f64(n as f64 / (GROUPS as f64 * 10.0));
-    let plan = PushPlan {
-        groups: GROUPS,
-        ..plan(n, window)
-    };
-    let (_, producer) = load(&mut h, 3, plan, seed).await?;
-    kill_workers(&mut h, stops, every).await?;
-    let pushes = finish(&mut h, producer).await?;
-    Ok((h, pushes, Default::default()))
+    grouped_load_with_kills(h, n, window, stops, every, seed).await
 }
 
 /// What the ledger of group-rate says: per group, the most runs at once and the most starts in
@@ -499,12 +511,7 @@ fn group_rate_held(
     extra: &mut serde_json::Map<String, Value>,
     failures: &mut Vec<String>,
 ) {
-    let mut by_group: HashMap<u64, Vec<&Run>> = HashMap::new();
-    for r in &h.ledger.runs {
-        if let Some(i) = r.id.strip_prefix('j').and_then(|n| n.parse::<u64>().ok()) {
-            by_group.entry(i % GROUPS).or_default().push(r);
-        }
-    }
+    let by_group = runs_by_group(h);
     let rate: dq::Rate = GROUP_RATE.parse().unwrap_or_else(|_| unreachable!());
     let allowed = rate.most_in_one_period() + rate.burst();
     let (mut most_started, mut most_at_once_seen, mut over) = (0usize, 0i64, Vec::new());

@@ -383,36 +383,15 @@ impl Leases for RedisStore {
     }
 
     async fn set_rate(&self, topic: &Topic, rate: Option<Rate>) -> Result<()> {
-        let field = format!("{topic}:rate");
-        let share = rate.map(|r| {
-            let (interval, tolerance) = r.share_us(self.shards());
-            format!("{interval}:{tolerance}:{r}")
-        });
-        for k in &self.shards {
-            // The same rate declared again (every runtime start does) keeps where the limit
-            // stands: starting afresh would let one more burst out at each restart.
-            let current = redis::cmd("HGET").arg(k.limits()).arg(&field).to_owned();
-            let current: Option<String> = self.query("read a topic's rate", &current).await?;
-            if current == share {
-                continue;
-            }
-            let cmd = match &share {
-                Some(share) => redis::cmd("HSET")
-                    .arg(k.limits())
-                    .arg(&field)
-                    .arg(share)
-                    .to_owned(),
-                None => redis::cmd("HDEL").arg(k.limits()).arg(&field).to_owned(),
-            };
-            self.simple("record a topic's rate", &cmd).await?;
-            // A new rate starts afresh (a hold stays).
-            let reset = redis::cmd("HDEL")
+        // Each shard holds its share. A new rate starts afresh (a hold stays).
+        let shards = self.shards();
+        self.record_rate(topic, "rate", rate, shards, |k| {
+            redis::cmd("HDEL")
                 .arg(k.limits())
                 .arg(format!("{topic}:tat"))
-                .to_owned();
-            self.simple("record a topic's rate", &reset).await?;
-        }
-        Ok(())
+                .to_owned()
+        })
+        .await
     }
 
     async fn set_group_concurrency(&self, topic: &Topic, max: Option<u32>) -> Result<()> {
@@ -436,33 +415,12 @@ impl Leases for RedisStore {
 
     async fn set_group_rate(&self, topic: &Topic, rate: Option<Rate>) -> Result<()> {
         // Every shard holds the whole rate: a grouped job lives in a namespace of one shard
-        // (produce.rs), and the rate reads the same wherever it is asked.
-        let field = format!("{topic}:group_rate");
-        let spec = rate.map(|r| {
-            let (interval, tolerance) = r.share_us(1);
-            format!("{interval}:{tolerance}:{r}")
-        });
-        for k in &self.shards {
-            // The same rate declared again (every runtime start does) keeps where each group
-            // stands; a new one starts afresh.
-            let current = redis::cmd("HGET").arg(k.limits()).arg(&field).to_owned();
-            let current: Option<String> = self.query("read a topic's group rate", &current).await?;
-            if current == spec {
-                continue;
-            }
-            let cmd = match &spec {
-                Some(spec) => redis::cmd("HSET")
-                    .arg(k.limits())
-                    .arg(&field)
-                    .arg(spec)
-                    .to_owned(),
-                None => redis::cmd("HDEL").arg(k.limits()).arg(&field).to_owned(),
-            };
-            self.simple("record a topic's group rate", &cmd).await?;
-            let reset = redis::cmd("DEL").arg(k.group_tat(topic)).to_owned();
-            self.simple("record a topic's group rate", &reset).await?;
-        }
-        Ok(())
+        // (produce.rs), and the rate reads the same wherever it is asked. A new rate starts
+        // afresh for every group.
+        self.record_rate(topic, "group_rate", rate, 1, |k| {
+            redis::cmd("DEL").arg(k.group_tat(topic)).to_owned()
+        })
+        .await
     }
 
     async fn group_rate(&self, topic: &Topic) -> Result<Option<Rate>> {
@@ -615,6 +573,44 @@ impl RedisStore {
                 location: format!("{key} field {field}"),
                 reason: format!("{raw:?} is not {form}"),
             })
+    }
+
+    /// Records a rate in the `limits` field `<topic>:<name>` of every shard, as
+    /// `<interval>:<tolerance>:<rate>` of its share over `shares` (`None`: removed). The same
+    /// rate declared again (every runtime start does) keeps where the limit stands: starting
+    /// afresh would let one more burst out at each restart. A change runs `reset` in the shard
+    /// (the limit's times are forgotten).
+    async fn record_rate(
+        &self,
+        topic: &Topic,
+        name: &str,
+        rate: Option<Rate>,
+        shares: u16,
+        reset: impl Fn(&crate::keys::ShardKeys) -> redis::Cmd,
+    ) -> Result<()> {
+        let field = format!("{topic}:{name}");
+        let spec = rate.map(|r| {
+            let (interval, tolerance) = r.share_us(shares);
+            format!("{interval}:{tolerance}:{r}")
+        });
+        for k in &self.shards {
+            let current = redis::cmd("HGET").arg(k.limits()).arg(&field).to_owned();
+            let current: Option<String> = self.query("read a topic's rate", &current).await?;
+            if current == spec {
+                continue;
+            }
+            let cmd = match &spec {
+                Some(spec) => redis::cmd("HSET")
+                    .arg(k.limits())
+                    .arg(&field)
+                    .arg(spec)
+                    .to_owned(),
+                None => redis::cmd("HDEL").arg(k.limits()).arg(&field).to_owned(),
+            };
+            self.simple("record a topic's rate", &cmd).await?;
+            self.simple("record a topic's rate", &reset(k)).await?;
+        }
+        Ok(())
     }
 }
 
