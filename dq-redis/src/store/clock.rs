@@ -1,6 +1,7 @@
 //! Redis' clock as this process last read it: what an ack stamps its kept records with, so that
-//! ack.lua stores each record as the caller wrote it (no text built per job in Lua: joining a
-//! time to each value cost about 0.16 us of Redis CPU a job, BENCHMARKS.md).
+//! ack.lua stores each record as the caller wrote it (no text built per job in Lua; on one Redis
+//! the saving was within the noise of the ack measured alone, BENCHMARKS.md, "What keeping
+//! results costs the drain").
 //!
 //! Every fetch and promotion reply carries Redis' `TIME`; the difference from this machine's
 //! clock is kept, and a stamp is this machine's clock plus that difference: Redis' time within
