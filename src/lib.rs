@@ -99,6 +99,20 @@ pub mod admin {
     };
 }
 
+/// Workflows: jobs that wait for other jobs, fan out and fan in, with their results passed on.
+/// [`Client::workflow`](crate::Client::workflow) builds one; a step's handler reads what the steps it
+/// comes after returned with [`JobContext::dependencies`](crate::JobContext::dependencies).
+/// See README's "Workflows".
+pub mod workflow {
+    pub use dq_core::workflow::{
+        NewStep, NewWorkflow, OnFailure, StepInfo, StepRef, StepState, WorkflowInfo,
+        WorkflowOutcome, WorkflowState, DEFAULT_WORKFLOW_KEEP, MAX_STEPS, MAX_STEP_NAME_LEN,
+        MAX_WORKFLOW_ID_LEN,
+    };
+    pub use dq_core::{Step, WorkflowBuilder};
+    pub use dq_runtime::{Dependencies, Dependency};
+}
+
 /// Job events: what happened to the jobs of a topic (pushed, started, succeeded, failed,
 /// retrying, dead, ...), read as a `Stream` (the `futures` trait) from
 /// [`Client::events`](crate::Client::events), resumed after a restart from a saved

@@ -214,13 +214,14 @@ fn job_states_read_back_what_they_print() {
         JobState::Running,
         JobState::Dead,
         JobState::Done,
+        JobState::Blocked,
     ] {
         assert_eq!(state.to_string().parse::<JobState>().unwrap(), state);
     }
     assert_eq!("DEAD".parse::<JobState>().unwrap(), JobState::Dead);
     let err = "finished".parse::<JobState>().unwrap_err();
     assert!(
-        err.contains("delayed, ready, running, dead or done"),
+        err.contains("delayed, ready, running, dead, done or blocked"),
         "{err}"
     );
 }

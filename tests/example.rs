@@ -1,5 +1,7 @@
 //! README's first command, `cargo run --example order_cancel`, works with nothing configured
 //! (in-memory store) and against Redis, and ends by itself with the expected orders cancelled;
+//! so does `cargo run --example checkout_flow`, a workflow that ships one order and refunds the
+//! other;
 //! the `axum_service` example serves HTTP, runs the jobs its requests push, and stops on one
 //! signal.
 
@@ -94,6 +96,43 @@ fn order_cancel_example_runs_on_redis() {
     let text = run_order_cancel(Some(redis.url()));
     assert!(!text.contains("in-memory store"), "{text}");
     assert_story(&text);
+}
+
+fn run_checkout_flow(redis_url: Option<String>) -> String {
+    let mut cmd = Command::new(example("checkout_flow"));
+    cmd.env_remove("DQ_REDIS_URL").env("NO_COLOR", "1");
+    if let Some(url) = redis_url {
+        cmd.env("DQ_REDIS_URL", url);
+    }
+    let out = cmd.output().unwrap();
+    let text = output_text(&out);
+    assert!(out.status.success(), "the example failed:\n{text}");
+    for line in [
+        "shipped order=1 receipt=R-1001 units=1",
+        "nothing to refund order=1",
+        "refunded order=2 receipt=R-1002 cents=2599",
+        "workflow ended workflow=checkout-1 state=succeeded",
+        "final workflow=checkout-2 step=ship state=cancelled",
+        "workflow ended workflow=checkout-2 state=failed",
+    ] {
+        assert!(text.contains(line), "{line:?} is missing:\n{text}");
+    }
+    assert!(
+        !text.contains("order=2 receipt=R-1002 units"),
+        "order 2 never ships:\n{text}"
+    );
+    text
+}
+
+#[test]
+fn checkout_flow_example_runs_with_nothing_configured() {
+    run_checkout_flow(None);
+}
+
+#[test]
+fn checkout_flow_example_runs_on_redis() {
+    let redis = RedisServer::start();
+    run_checkout_flow(Some(redis.url()));
 }
 
 /// Kills the example if the test fails before it stopped it.

@@ -46,6 +46,8 @@ mod ticks;
 mod trace_context;
 #[path = "store_behaviour/uniqueness.rs"]
 mod uniqueness;
+#[path = "store_behaviour/workflows.rs"]
+mod workflows;
 
 use std::sync::Arc;
 
@@ -127,6 +129,26 @@ macro_rules! on_every_store {
 }
 
 on_every_store!(
+    workflows: [
+        a_fan_in_step_runs_once_after_both_its_dependencies_succeeded,
+        a_failed_dependency_cancels_the_steps_after_it_by_default,
+        a_step_that_runs_after_a_failure_is_released_once_the_others_ended,
+        a_failure_under_cancel_workflow_cancels_every_step_that_has_not_run,
+        cancelling_a_workflow_cancels_what_has_not_run_and_releases_nothing_after,
+        a_steps_delay_counts_from_its_release,
+        a_blocked_step_is_shown_keeps_its_id_and_can_be_cancelled,
+        a_workflow_is_stored_once_and_a_taken_job_id_refuses_all_of_it,
+        a_step_whose_worker_died_on_its_last_attempt_fails_its_dependents,
+        a_workflow_with_a_cycle_is_refused_before_anything_is_stored,
+        released_and_cancelled_steps_and_the_workflows_end_are_job_events,
+        a_waiting_job_a_workflow_cancel_deleted_leaves_its_id_free,
+        a_job_taken_back_from_a_dead_worker_in_a_cancelled_workflow_is_deleted,
+        a_step_id_taken_by_a_dead_letter_refuses_the_workflow,
+        a_waiting_job_cancelled_with_its_workflow_answers_its_waits_cancelled,
+        a_dead_steps_own_event_comes_before_its_workflows_end,
+        a_cancel_of_an_ended_workflow_leaves_it_as_it_ended,
+        a_released_step_keeps_the_time_its_workflow_was_pushed,
+    ],
     groups: [
         a_groups_jobs_run_one_at_a_time_in_push_order,
         groups_take_turns_so_a_big_group_does_not_delay_a_small_one,

@@ -20,6 +20,7 @@ mod schedules;
 mod stats;
 mod target;
 mod worker;
+mod workflow;
 
 use clap::{Parser, Subcommand};
 
@@ -36,7 +37,8 @@ struct Cli {
     /// rate-limit (--workers worker processes drain a topic limited to --limit for --seconds:
     /// the rate they achieve together, and the most starts in one period) and
     /// embedded-memory (RSS of the embedded runtime after a tenth of --n tiny jobs and after
-    /// all of them, default 2,000,000; no Redis).
+    /// all of them, default 2,000,000; no Redis) and workflow (1,000 plain jobs against one
+    /// workflow of 1,000 steps, a fan-out and fan-in, in this process: time and Redis CPU).
     #[arg(long, default_value = "all")]
     workload: String,
     /// Jobs in a burst (default: 100000 and 5000).
@@ -238,6 +240,13 @@ fn main() -> anyhow::Result<()> {
                         cli.concurrency,
                     ))?;
                     line["rep"] = serde_json::json!(rep);
+                    line["redis_version"] = serde_json::json!(target.version());
+                    println!("{line}");
+                }
+                return Ok(());
+            }
+            if cli.workload == "workflow" {
+                for mut line in rt.block_on(workflow::run(&target, cli.reps, cli.concurrency))? {
                     line["redis_version"] = serde_json::json!(target.version());
                     println!("{line}");
                 }

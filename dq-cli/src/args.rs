@@ -96,6 +96,16 @@ pub(crate) enum Command {
     },
     /// Move a job that has not started to a new due time.
     Reschedule(RescheduleArgs),
+    /// One workflow: each step's state (a pending one's job: delayed, ready or running), the
+    /// steps it comes after, and its value or error; or cancel it.
+    Workflow {
+        /// The workflow's id.
+        id: String,
+        /// Cancel it: blocked and waiting steps are cancelled, running ones asked to stop, and
+        /// no step starts after this.
+        #[arg(long)]
+        cancel: bool,
+    },
     /// Push a job with a JSON payload.
     Push(PushArgs),
     /// Dead letters: list, retry, purge.

@@ -35,6 +35,7 @@ mod schedules;
 mod topics;
 mod web;
 mod workers;
+mod workflows;
 
 use clap::Parser as _;
 use dq::Client;
@@ -176,6 +177,7 @@ async fn dispatch(
         Command::Show { topic, id } => jobs::show(&client, &topic, &id, json).await,
         Command::Cancel { topic, id } => jobs::cancel(&client, &topic, &id, json).await,
         Command::Reschedule(to) => jobs::reschedule(&client, to, json).await,
+        Command::Workflow { id, cancel } => workflows::run(&client, &id, cancel, json).await,
         Command::Push(job) => push::push(&client, job, json).await,
         Command::Dead { command } => dead::run(&client, command, json).await,
         Command::Schedules { command } => schedules::run(&client, command, json).await,

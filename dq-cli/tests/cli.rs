@@ -1060,3 +1060,53 @@ async fn global_concurrency_sets_prints_and_lifts_a_topics_limit() {
     ok(&dq(&redis, &["global-concurrency", "t", "off"]));
     assert_eq!(c.global_concurrency("t").await.unwrap(), None);
 }
+
+#[tokio::test]
+async fn workflow_shows_each_steps_state_and_cancel_cancels_what_has_not_run() {
+    let redis = RedisServer::start();
+    let (c, store) = client_and_store(&redis).await;
+    let mut flow = c.workflow("checkout-1");
+    flow.step_to("charge", "charge-card", &1);
+    flow.step_to("ship", "ship-order", &2).after("charge");
+    flow.step_to("refund", "refund-order", &3)
+        .after_with("charge", dq::workflow::OnFailure::Run);
+    flow.push().await.unwrap();
+    let charge = store
+        .fetch(
+            0,
+            &dq::Topic::new("charge-card").unwrap(),
+            1,
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap();
+    assert_eq!(charge.jobs.len(), 1);
+
+    let table = ok(&dq(&redis, &["workflow", "checkout-1"]));
+    assert!(table.contains("workflow checkout-1: running"), "{table}");
+    assert!(table.contains("pending (running)"), "{table}");
+    assert!(table.contains("blocked"), "{table}");
+    assert!(
+        table.contains("charge (run)"),
+        "the policy shows when not the default: {table}"
+    );
+    let v = json(&dq(&redis, &["workflow", "checkout-1", "--json"]));
+    assert_eq!(v["state"], "running");
+    assert_eq!(v["steps"][1]["step"], "ship");
+    assert_eq!(v["steps"][1]["state"], "blocked");
+    assert_eq!(v["steps"][2]["after"][0]["on_failure"], "run");
+
+    let v = json(&dq(
+        &redis,
+        &["workflow", "checkout-1", "--cancel", "--json"],
+    ));
+    assert_eq!(
+        v["steps"], 3,
+        "two blocked steps cancelled, the running one asked to stop"
+    );
+    let v = json(&dq(&redis, &["workflow", "checkout-1", "--json"]));
+    assert_eq!(v["cancelled"], true);
+    assert_eq!(v["steps"][1]["state"], "cancelled");
+    let said = fails(&redis, &["workflow", "nothing"], 3);
+    assert!(said.contains("no workflow \"nothing\""), "{said}");
+}

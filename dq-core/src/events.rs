@@ -102,12 +102,21 @@ pub enum EventKind {
     Stalled,
     /// Its worker shut down while it ran: it is ready again at once, the run not counted.
     Released,
+    /// The job was the last step of its workflow to end (`Client::workflow`): the workflow
+    /// ended, in `state`. Announced on the stream of that step's topic (when its events are
+    /// on), after the step's own event; `attempt` says 0.
+    WorkflowEnded {
+        /// The workflow's id.
+        workflow: String,
+        /// How it ended: succeeded, failed or cancelled.
+        state: crate::workflow::WorkflowState,
+    },
 }
 
 impl EventKind {
     /// The event's name, as the CLI prints it and the stores write it: `pushed`, `promoted`,
     /// `started`, `progress`, `succeeded`, `failed`, `retrying`, `postponed`, `dead`,
-    /// `cancelled`, `stalled`, `released`.
+    /// `cancelled`, `stalled`, `released`, `workflow_ended`.
     pub fn name(&self) -> &'static str {
         match self {
             EventKind::Pushed { .. } => "pushed",
@@ -122,6 +131,7 @@ impl EventKind {
             EventKind::Cancelled => "cancelled",
             EventKind::Stalled => "stalled",
             EventKind::Released => "released",
+            EventKind::WorkflowEnded { .. } => "workflow_ended",
         }
     }
 }

@@ -179,6 +179,11 @@ pub enum JobState {
     /// Succeeded, with the value its handler returned; kept while its topic's retention lasts
     /// ([`Retention`](crate::Retention)), and only when it has one.
     Done,
+    /// A step of a workflow waiting for the steps it comes after
+    /// ([`Client::workflow`](crate::Client::workflow)): not pushed yet, so neither counted nor
+    /// listed with the topic's jobs; [`Client::workflow_status`](crate::Client::workflow_status)
+    /// shows it.
+    Blocked,
 }
 
 impl JobState {
@@ -190,18 +195,19 @@ impl JobState {
             JobState::Running => "running",
             JobState::Dead => "dead",
             JobState::Done => "done",
+            JobState::Blocked => "blocked",
         }
     }
 }
 
-/// `delayed`, `ready`, `running`, `dead` or `done`.
+/// `delayed`, `ready`, `running`, `dead`, `done` or `blocked`.
 impl std::fmt::Display for JobState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
 }
 
-/// Reads `delayed`, `ready`, `running`, `dead` or `done` (any case), as [`JobState`]'s `Display`
+/// Reads `delayed`, `ready`, `running`, `dead`, `done` or `blocked` (any case), as [`JobState`]'s `Display`
 /// writes it.
 impl std::str::FromStr for JobState {
     type Err = String;
@@ -213,11 +219,14 @@ impl std::str::FromStr for JobState {
             JobState::Running,
             JobState::Dead,
             JobState::Done,
+            JobState::Blocked,
         ]
         .into_iter()
         .find(|s| s.as_str().eq_ignore_ascii_case(text.trim()))
         .ok_or_else(|| {
-            format!("unknown job state {text:?}: use delayed, ready, running, dead or done")
+            format!(
+                "unknown job state {text:?}: use delayed, ready, running, dead, done or blocked"
+            )
         })
     }
 }

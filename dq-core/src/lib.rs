@@ -19,6 +19,7 @@ pub mod schedule;
 pub mod store;
 #[cfg(feature = "otel")]
 pub mod trace;
+pub mod workflow;
 
 pub use crate::admin::{
     ChangeOutcome, Cursor, GroupLoad, MinuteTally, Page, Throughput, TopicCounts, TopicStats,
@@ -32,7 +33,7 @@ pub use crate::lease::{
     Acked, Fetched, LeaseRef, LeasedJob, Promoted, Reclaimed, Succeeded, MAX_PROGRESS_BYTES,
 };
 pub use crate::result::{JobResult, Retention, Waited};
-pub use client::{Client, EventStream, PushBuilder, Pushed};
+pub use client::{Client, EventStream, PushBuilder, Pushed, Step, WorkflowBuilder};
 pub use config::{
     parse_duration, Config, ConfigBuilder, CLUSTER_SHARDS, DEFAULT_MAX_PAYLOAD_BYTES,
 };

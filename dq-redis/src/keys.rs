@@ -42,6 +42,8 @@
 //! | `limits` | HASH | `<topic>:max_pending` -> `<share>:<bound>`: the most jobs of the topic this shard holds pending (delayed, ready and running), the bound divided by the shard count, rounded up; a push past it is refused (code `6:<bound>`). `<topic>:rate` -> `<interval>:<tolerance>:<rate as written>` (this shard's share of the rate limit, us) and `<topic>:tat` -> its theoretical arrival time (us; GCRA, fetch.lua); `<topic>:hold` -> when a handler's `RateLimited` hold ends (us, hold.lua). `<topic>:running` -> `<share>:<limit>`: the most of the topic's jobs leased at once in this shard (its global concurrency; the shares add up to the limit, each at least 1), checked by fetch.lua against the topic's inflight count. `<topic>:group_concurrency` -> how many slots each group of the topic holds at most (1 when absent). `<topic>:group_rate` -> `<interval>:<tolerance>:<rate as written>`: each group's rate (the whole of it in every shard: groups live in one) |
 //! | `events` | HASH | topic -> how many events its streams keep (the cap, at least 1), for the topics whose job events are on (written at runtime start); absent: off |
 //! | `events:<topic>` | STREAM | the topic's job events in this shard, appended by the script that makes each change (`XADD MINID ~`: at least the cap's latest events are kept). An entry holds one event, or several of one kind from one call (`c` of them: a promotion, fetch, ack or push of many jobs writes one entry per topic and kind, each per-job field one line per job); its id is `0-<n>`. Fields: `n` (the number of the entry's last event, 1, 2, ...: a reader that finds a gap missed that many), `c` (how many events, 1 when absent), `k` (`pushed`, `promoted`, `started`, `progress`, `succeeded`, `failed`, `retrying`, `postponed`, `dead`, `cancelled`, `stalled`, `released`), `id` (the job's id), `a` (the run, see `dq::events::EventKind`), `t` (when, us of Redis `TIME`); then one of `d` (due time, us: pushed to wait, retrying, postponed), `e` (error: failed, dead), `v` (JSON: progress, and succeeded in a topic that keeps its values) |
+//! | `workflows` | HASH | workflows: `topic:id` -> `<workflow>:<step>` for the job of each step that has not ended (a blocked step's too, whose job is not in `jobs` yet); the entry goes when the step ends |
+//! | `workflow:<id>` | HASH | one workflow (lib.lua's workflows): `created`, `keep`, `left` (steps not ended), `cancelled`, `ended`, `steps` (names in order); per step `s`: `m:s` member, `s:s` state (`b`locked, `p`ending, `d`one, `f`ailed, `c`ancelled), `w:s` dependencies not ended, `a:s` and `k:s` the steps before and after it (`name\|policy,...`), `j:s` and `t:s` a blocked step's envelope and delay (us), `v:s` its value, `e:s` its error. Expires `keep` after its last step ended |
 //! | `ended` | pub/sub channel | `topic:id` of a job of a retained topic that succeeded, died or was cancelled: wakes the waits for it |
 //! | `wake` | pub/sub channel | the new earliest due time, when a push makes one; `resumed <topic>` when a topic is resumed; `cancel <topic:id>` when a cancel asks a running job's worker to stop it |
 
@@ -220,6 +222,16 @@ impl ShardKeys {
     /// at grouped jobs drops the times passed.
     pub fn group_tat(&self, topic: &Topic) -> String {
         format!("{}gtat:{topic}", self.prefix)
+    }
+    /// The workflow and step of each job of a workflow step that has not ended (`topic:id` ->
+    /// `<workflow>:<step>`), blocked ones too (lib.lua's workflows).
+    pub fn workflow_steps(&self) -> String {
+        self.key("workflows")
+    }
+    /// One workflow: its steps, their states, dependencies, values and errors (lib.lua's
+    /// workflows).
+    pub fn workflow(&self, id: &str) -> String {
+        format!("{}workflow:{id}", self.prefix)
     }
     /// The pub/sub channel that announces a new earliest due time.
     pub fn wake(&self) -> String {

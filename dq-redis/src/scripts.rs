@@ -66,6 +66,8 @@ scripts!(
     shard_count,
     cancel_running,
     hold,
+    workflow_push,
+    workflow_cancel,
 );
 
 #[cfg(test)]

@@ -201,6 +201,37 @@ impl JobContext {
         self.cancel.is_cancelled()
     }
 
+    /// What the steps this job comes after returned, when it is a step of a workflow
+    /// (`Client::workflow`): each one's value or error. Two reads of the store; empty
+    /// [`Dependencies`](crate::Dependencies) for a job that is not a step.
+    ///
+    /// ```no_run
+    /// # use dq_runtime::JobContext;
+    /// # #[derive(serde::Deserialize)] struct Ship { order: u64 }
+    /// #[derive(serde::Deserialize)]
+    /// struct Receipt { number: String }
+    ///
+    /// async fn ship(msg: Ship, ctx: JobContext) -> dq_core::Result<()> {
+    ///     let deps = ctx.dependencies().await?;
+    ///     let receipt: Receipt = deps.value("charge")?;
+    ///     println!("shipping order {} paid by {}", msg.order, receipt.number);
+    ///     Ok(())
+    /// }
+    /// ```
+    pub async fn dependencies(&self) -> dq_core::Result<crate::Dependencies> {
+        let step = self
+            .client
+            .workflow_step(self.topic.as_str(), self.id.as_str())
+            .await?;
+        let Some(step) = step else {
+            return Ok(crate::Dependencies::default());
+        };
+        let flow = self.client.workflow_status(&step.workflow).await?;
+        Ok(flow
+            .map(|f| crate::Dependencies::of(&f, &step.step))
+            .unwrap_or_default())
+    }
+
     /// Reports how far this run has come: `value` (anything that serializes: a fraction, a
     /// count, a struct) is stored as the job's progress, as JSON, replacing the one before.
     /// `Client::status` reads it back (`JobInfo::progress`) while the job runs, and so do

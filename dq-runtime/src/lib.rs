@@ -5,6 +5,7 @@ mod backoff;
 mod chores;
 mod consumer;
 mod context;
+mod dependencies;
 mod events;
 mod extract;
 mod fate;
@@ -29,6 +30,7 @@ mod upkeep;
 
 pub use backoff::Backoff;
 pub use context::JobContext;
+pub use dependencies::{Dependencies, Dependency};
 pub use dq_core::Rate;
 pub use extract::{erase, extract, FromJob, Handler, HandlerFuture, State};
 pub use listener::{

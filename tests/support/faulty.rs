@@ -355,3 +355,22 @@ impl Schedules for Faulty {
         self.inner.raise_schedule_generation(id, above).await
     }
 }
+
+#[async_trait]
+impl dq::store::Workflows for Faulty {
+    async fn push_workflow(
+        &self,
+        flow: &dq::workflow::NewWorkflow,
+    ) -> dq::Result<dq::workflow::WorkflowOutcome> {
+        self.inner.push_workflow(flow).await
+    }
+    async fn workflow(&self, id: &str) -> dq::Result<Option<dq::workflow::WorkflowInfo>> {
+        self.inner.workflow(id).await
+    }
+    async fn cancel_workflow(&self, id: &str) -> dq::Result<Option<usize>> {
+        self.inner.cancel_workflow(id).await
+    }
+    async fn step_of(&self, t: &Topic, id: &JobId) -> dq::Result<Option<dq::workflow::StepRef>> {
+        self.inner.step_of(t, id).await
+    }
+}

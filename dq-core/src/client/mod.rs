@@ -5,6 +5,7 @@ mod events;
 mod history;
 mod push;
 mod results;
+mod workflow;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -22,6 +23,7 @@ use crate::store::Store;
 pub use self::events::EventStream;
 use self::push::Coalescer;
 pub use self::push::{PushBuilder, Pushed};
+pub use self::workflow::{Step, WorkflowBuilder};
 
 /// Pushes and manages jobs. Cheap to clone; clones share the store and its connection.
 ///

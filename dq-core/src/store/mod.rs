@@ -1,5 +1,6 @@
-//! The job store: every state change of a job, behind six role traits ([`Sharded`],
-//! [`Producer`], [`Leases`], [`Admin`], [`Registry`], [`Schedules`]; [`Store`] is all of them) with two
+//! The job store: every state change of a job, behind seven role traits ([`Sharded`],
+//! [`Producer`], [`Leases`], [`Admin`], [`Registry`], [`Schedules`], [`Workflows`]; [`Store`] is
+//! all of them) with two
 //! implementations, Redis (`RedisStore`, in the crate `dq-redis`; `dq::store::RedisStore`) and
 //! in-process memory ([`MemoryStore`], the embedded default).
 //!
@@ -13,6 +14,7 @@ pub mod policy;
 mod registry;
 mod schedules;
 mod shard;
+mod workflows;
 
 use std::time::{Duration, SystemTime};
 
@@ -23,6 +25,7 @@ pub use self::memory::{Event, MemoryStore};
 pub use self::registry::Registry;
 pub use self::schedules::{ScheduleEntry, Schedules};
 pub use self::shard::shard_of;
+pub use self::workflows::Workflows;
 pub use crate::envelope::{Envelope, ENVELOPE_VERSION};
 pub use crate::events::{EventEntry, EventFeed, EventPosition};
 pub use crate::job::{check_priority, from_us, to_us, FiredTick, NewJob};
@@ -424,7 +427,7 @@ impl DeadLetters<'_> {
 }
 
 /// Every role of a store: what the runtime and the client hold (`Arc<dyn Store>`), and what
-/// `RedisStore` and [`MemoryStore`] are. Implement the six role traits; this one follows.
-pub trait Store: Producer + Leases + Admin + Registry + Schedules {}
+/// `RedisStore` and [`MemoryStore`] are. Implement the seven role traits; this one follows.
+pub trait Store: Producer + Leases + Admin + Registry + Schedules + Workflows {}
 
-impl<T: Producer + Leases + Admin + Registry + Schedules> Store for T {}
+impl<T: Producer + Leases + Admin + Registry + Schedules + Workflows> Store for T {}

@@ -20,6 +20,8 @@
 -- run: which run succeeded, 0 when the caller does not know, for the `succeeded` event, read
 -- from the job then; at most 1000 quadruples).
 -- A job of a group gives its slot back, and its group lets its next job in (lib.lua's groups).
+-- A job of a workflow step ends its step, and releases the dependents it was the last
+-- dependency of (lib.lua's workflows).
 -- Returns {acked, stale_member_1, ...}: a stale member's lease was taken over (or it was cancelled).
 local jobs, inflight, counts, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local retain, cancels = KEYS[7], KEYS[8]
@@ -140,7 +142,15 @@ if #done > 0 then
 end
 local cancelled = #done > 0 and redis.call('EXISTS', cancels) == 1
 local reported = #done > 0 and has_progress(progress)
+-- Workflows: the steps whose jobs these are end with them, and release their dependents (lib.lua).
+local workflow = nil
+if #done > 0 then
+  local ended, cut = {}, #stamp + 2
+  for i, member in ipairs(done) do ended[i] = {member, 'd', string.sub(done_values[i], cut)} end
+  workflow = workflow_plan(string.sub(jobs, 1, -5), ended)
+end
 if #done > 0 then proceed_when_full(leases) end -- an ack must go through when Redis is full
+workflow_write(workflow, now)
 local reserved, released = {}, {}
 if holds then
   for i, hold in ipairs(holds) do
@@ -218,4 +228,5 @@ if next(streams) then
     end
   end
 end
+workflow_finish(workflow, now)
 return out

@@ -18,11 +18,20 @@
 -- to stop it), 2 running with no lease token (left alone; not expected).
 -- A ready job's entry stays in its list, made stale (lib.lua): O(1) however long the list. A
 -- job of a group (lib.lua's groups) gives the slot it holds back, and its group lets its next
--- job in; one that waited for a slot (parked) leaves its group's line.
+-- job in; one that waited for a slot (parked) leaves its group's line. A job of a workflow
+-- step, or a blocked step (which has no job yet), ends its step, cancelled, and its dependents
+-- follow their policies (lib.lua's workflows).
 local jobs, delayed, inflight, counts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local prefix, topic, id = ARGV[1], ARGV[2], ARGV[3]
 local member = topic .. ':' .. id
-if redis.call('HEXISTS', jobs, member) == 0 then return 0 end
+if redis.call('HEXISTS', jobs, member) == 0 then
+  -- A blocked workflow step (no job yet): it ends cancelled, and its dependents follow.
+  local workflow = workflow_plan(prefix, {{member, 'c', ''}})
+  if not workflow then return 0 end
+  workflow_write(workflow, now_us())
+  workflow_finish(workflow, now_us())
+  return 1
+end
 if redis.call('ZSCORE', inflight, member) then
   local token = redis.call('HGET', KEYS[11], member)
   if not token then return 2 end
@@ -60,6 +69,8 @@ local parked = redis.call('ZSCORE', gk.parked, id)
 local parked_in = parked and (group_of(redis.call('HGET', jobs, member)) or false)
 if parked then redis.call('EXISTS', gk.waiting) end
 local leave = not parked and plan_leave(prefix, topic, {id})
+local workflow = workflow_plan(prefix, {{member, 'c', ''}})
+workflow_write(workflow, now_us())
 if redis.call('ZREM', delayed, member) == 1 then
   bump(counts, topic, 'delayed', -1)
 elseif parked then
@@ -76,4 +87,5 @@ if announced then
   redis.call('PUBLISH', prefix .. 'ended', member)
 end
 if stream then emit_event(stream, 'cancelled', id, runs, fmt(now_us())) end
+workflow_finish(workflow, now_us())
 return 1

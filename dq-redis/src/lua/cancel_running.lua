@@ -10,6 +10,7 @@
 -- cancelled, within its retention, for the waits that come after)
 -- ARGV[1] member  ARGV[2] token
 -- A job of a group gives its slot back, and its group lets its next job in (lib.lua's groups).
+-- A job of a workflow step ends its step, cancelled (lib.lua's workflows).
 -- Returns 1, or 0 when the caller's lease was taken over (nothing changed).
 local jobs, inflight, counts, leases, cancels = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local member, token = ARGV[1], ARGV[2]
@@ -25,7 +26,9 @@ for _, cap in pairs(events_on(KEYS[9], {topic})) do
   run = runs_of(redis.call('HGET', jobs, member)) + 1
 end
 local leave = plan_leave(string.sub(jobs, 1, -5), topic, {string.sub(member, #topic + 2)})
+local workflow = workflow_plan(string.sub(jobs, 1, -5), {{member, 'c', ''}})
 proceed_when_full(leases) -- deleting a job must go through when Redis is full
+workflow_write(workflow, now_us())
 redis.call('HDEL', jobs, member)
 redis.call('HDEL', cancels, member)
 redis.call('HDEL', KEYS[6], member)
@@ -41,4 +44,5 @@ end
 if stream then
   emit_event(stream, 'cancelled', string.sub(member, #topic + 2), run, fmt(now_us()))
 end
+workflow_finish(workflow, now_us())
 return 1

@@ -7,6 +7,8 @@
 -- error and the run) is announced
 -- ARGV[1] member  ARGV[2] token  ARGV[3] error
 -- A job of a group gives its slot back, and its group lets its next job in (lib.lua's groups).
+-- A job of a workflow step ends its step, failed, and its dependents follow their policies
+-- (lib.lua's workflows).
 -- Returns 1, or 0 when the caller's lease was taken over (nothing changed).
 local jobs, inflight, counts, dead, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local member, token, err = ARGV[1], ARGV[2], ARGV[3]
@@ -29,7 +31,9 @@ local reported = has_progress(KEYS[8])
 local stream
 for _, cap in pairs(events_on(KEYS[9], {topic})) do stream = events_open(KEYS[10], cap) end
 local leave = plan_leave(string.sub(jobs, 1, -5), topic, {string.sub(member, #topic + 2)})
+local workflow = workflow_plan(string.sub(jobs, 1, -5), {{member, 'f', err}})
 proceed_when_full(leases) -- a dead letter must go through when Redis is full
+workflow_write(workflow, now)
 redis.call('HSET', jobs, member, encode(e))
 end_leases(inflight, leases, {member})
 bump(counts, topic, 'inflight', -1)
@@ -42,4 +46,5 @@ if reported then clear_progress(KEYS[8], {member}) end
 if stream then
   emit_event(stream, 'dead', string.sub(member, #topic + 2), e.attempt, fmt(now), 'e', err)
 end
+workflow_finish(workflow, now)
 return 1

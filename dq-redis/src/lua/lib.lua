@@ -843,12 +843,17 @@ local function events_on(events, topics)
   return on
 end
 
--- A topic's stream `key`, keeping `cap` events, and the number of its last entry.
+-- A topic's stream `key`, keeping `cap` events, and the number of its last entry. Opened once
+-- per script call: a second open of the same stream (a workflow's events beside the script's
+-- own) hands the same numbering on.
+local opened_streams = {}
 local function events_open(key, cap)
+  if opened_streams[key] then return opened_streams[key] end
   local n = 0
   local last = redis.call('XREVRANGE', key, '+', '-', 'COUNT', 1)[1]
   if last and last[2][1] == 'n' then n = tonumber(last[2][2]) or 0 end
-  return { key = key, cap = cap, n = n }
+  opened_streams[key] = { key = key, cap = cap, n = n }
+  return opened_streams[key]
 end
 
 -- An entry's stream id is `0-<n>`, the number of its last event: ids grow with the events, so
@@ -943,4 +948,369 @@ local function runs_of_all(jobs, members)
   local out = {}
   for k, raw in ipairs(hmget_all(jobs, members)) do out[k] = runs_of(raw) end
   return out
+end
+
+-- Workflows (workflow_push.lua; dq-core's `workflow`). A workflow lives in one shard (workflows
+-- need a namespace of one), in the hash `workflow:<id>`:
+--   `created` (us), `keep` (us its record is kept once it ended), `left` (steps not ended),
+--   `cancelled` ('1' once the workflow was cancelled), `ended` (us, once no step is left),
+--   `steps` (the step names in order, comma-separated); and per step s:
+--   `m:s` its job's member, `s:s` its state (b blocked, p pending, d succeeded, f failed,
+--   c cancelled), `w:s` how many of its dependencies have not ended (while blocked), `a:s` the
+--   steps it comes after and `k:s` those that come after it (`name|policy,...`; policy c
+--   cancel, r run anyway, w cancel the workflow), `j:s` and `t:s` a blocked step's envelope
+--   and delay (us, counted from its release), `v:s` the value it succeeded with, `e:s` the
+--   error it failed with.
+-- The hash `workflows` maps the member of each job of a step that has not ended (blocked ones
+-- too) to `<workflow>:<step>`. Each script that ends a job (ack, dead, reclaim, cancel,
+-- cancel_running) calls workflow_plan with what ended, before its first write (reads, and touches
+-- every key workflow_write will write), then workflow_write: a step ends with its job, in the same
+-- atomic step, and the dependents its end releases are pushed there, exactly once. A shard with
+-- no workflow pays one EXISTS per call.
+
+local function workflow_edges(text)
+  local out = {}
+  if text then
+    for name, policy in string.gmatch(text, '([^,|]+)|(%a)') do out[#out + 1] = {name, policy} end
+  end
+  return out
+end
+
+-- A field of a workflow as the plan sees it: its own writes first, then Redis (read once).
+local function workflow_get(f, field)
+  local v = f.set[field]
+  if v ~= nil then return v end
+  v = f.read[field]
+  if v == nil then
+    v = redis.call('HGET', f.key, field)
+    f.read[field] = v
+  end
+  return v
+end
+
+-- The workflow `wf` as the plan `plan` changes it (false when its record is gone).
+local function workflow_open(plan, wf)
+  local f = plan.wfs[wf]
+  if f == nil then
+    local key = plan.prefix .. 'workflow:' .. wf
+    local head = redis.call('HMGET', key, 'left', 'cancelled', 'keep', 'steps')
+    f = false
+    if head[1] then
+      f = {key = key, read = {}, set = {}, releasing = {}, left = tonumber(head[1]),
+           was_left = tonumber(head[1]),
+           whole = head[2] == '1', keep = tonumber(head[3] or 0) or 0, steps = head[4] or ''}
+      plan.order[#plan.order + 1] = f
+    end
+    plan.wfs[wf] = f
+  end
+  return f
+end
+
+local function workflow_new_plan(prefix)
+  return {prefix = prefix, steps_key = prefix .. 'workflows', wfs = {}, order = {}, gone = {},
+          releases = {}, stops = {}, stopped = {}, touched = false}
+end
+
+-- Step `name` of `f` is cancelled without ever having had a job (blocked, or being released).
+local function workflow_drop(plan, f, name)
+  f.set['s:' .. name] = 'c'
+  f.last = name
+  f.releasing[name] = nil
+  f.left = f.left - 1
+  plan.gone[#plan.gone + 1] = workflow_get(f, 'm:' .. name)
+end
+
+-- Cancels workflow `f` as a whole: its blocked steps (and those this plan would release) are
+-- cancelled, its pending steps' jobs stopped (workflow_touch sorts waiting from running). Returns
+-- how many steps this touched.
+local function workflow_cancel_all(plan, f)
+  if f.cancel_done then return 0 end
+  f.whole, f.cancel_done = true, true
+  f.set['cancelled'] = '1'
+  local n = 0
+  for name in string.gmatch(f.steps, '[^,]+') do
+    local s = workflow_get(f, 's:' .. name)
+    if s == 'b' or (s == 'p' and f.releasing[name]) then
+      workflow_drop(plan, f, name)
+      n = n + 1
+    elseif s == 'p' then
+      plan.stops[#plan.stops + 1] = {f = f, name = name, member = workflow_get(f, 'm:' .. name)}
+      n = n + 1
+    end
+  end
+  return n
+end
+
+-- Ends step `name` of `f` with `o` ('d' succeeded with value `text`, 'f' failed with error
+-- `text`, 'c' cancelled), and settles its dependents by their policies: a success counts one
+-- dependency down (the last releases the step), a failure or cancel cancels the dependent
+-- (and on, by the dependent's own dependents' policies), lets it run all the same, or cancels
+-- the workflow. A step that ended already is left as it is.
+local function workflow_end(plan, f, name, o, text)
+  local s = workflow_get(f, 's:' .. name)
+  if s ~= 'p' and s ~= 'b' then return end
+  f.set['s:' .. name] = o
+  f.last = name
+  f.releasing[name] = nil
+  if o == 'd' and text ~= '' then f.set['v:' .. name] = text end
+  if o == 'f' then f.set['e:' .. name] = text end
+  f.left = f.left - 1
+  local queue = {{name, o == 'd'}}
+  while #queue > 0 do
+    local item = table.remove(queue)
+    for _, edge in ipairs(workflow_edges(workflow_get(f, 'k:' .. item[1]))) do
+      local child, policy = edge[1], edge[2]
+      if workflow_get(f, 's:' .. child) == 'b' then
+        if item[2] or policy == 'r' then
+          local w = (tonumber(workflow_get(f, 'w:' .. child)) or 1) - 1
+          f.set['w:' .. child] = fmt(w)
+          if w <= 0 and not f.whole then
+            f.set['s:' .. child] = 'p'
+            f.releasing[child] = true
+            plan.releases[#plan.releases + 1] = {f = f, name = child}
+          end
+        elseif policy == 'c' then
+          workflow_drop(plan, f, child)
+          queue[#queue + 1] = {child, false}
+        else
+          workflow_cancel_all(plan, f)
+        end
+      end
+    end
+  end
+end
+
+-- Reads what the plan's releases and stops need, and touches every key workflow_write writes
+-- (lib.lua's rule): call it once, after the last workflow_end or workflow_cancel_all, before the
+-- script's first write.
+local function workflow_touch(plan)
+  local p = plan.prefix
+  plan.touched = true
+  redis.call('EXISTS', p .. 'jobs', p .. 'delayed', p .. 'counts', p .. 'cancels')
+  plan.before = earliest(p .. 'delayed')
+  for _, r in ipairs(plan.releases) do
+    r.member = workflow_get(r.f, 'm:' .. r.name)
+    r.raw = workflow_get(r.f, 'j:' .. r.name)
+    r.delay = tonumber(workflow_get(r.f, 't:' .. r.name) or 0) or 0
+    local topic = topic_of(r.member)
+    touch_lanes(p, topic)
+    redis.call('EXISTS', p .. 'gen:' .. topic)
+  end
+  -- A member stopped twice (its workflow cancelled before, and again by this plan) once.
+  local stops, stopping = {}, {}
+  for _, st in ipairs(plan.stops) do
+    if not stopping[st.member] then
+      stopping[st.member] = true
+      stops[#stops + 1] = st
+    end
+  end
+  plan.stops = stops
+  for _, st in ipairs(plan.stops) do
+    local m = st.member
+    local topic = topic_of(m)
+    -- A job the calling script takes back from its dead worker now (reclaim) is not running
+    -- any more: it is deleted as a waiting one, and the caller does not put it back in line.
+    st.taken_back = plan.taking_back and plan.taking_back[m]
+    st.token = not st.taken_back and redis.call('HGET', p .. 'leases', m)
+    local raw = not st.token and redis.call('HGET', p .. 'jobs', m)
+    if raw then
+      -- Waiting (delayed or ready), or taken back: deleted, and its step ends cancelled now,
+      -- as cancel.lua deletes a waiting job (its reservation goes; a topic that keeps its
+      -- ends marks it cancelled, for the waits).
+      st.waiting, st.runs = true, runs_of(raw)
+      st.delayed = not st.taken_back and redis.call('ZSCORE', p .. 'delayed', m) ~= false
+      st.spec = redis.call('HGET', p .. 'retain', topic)
+      redis.call('EXISTS', p .. 'gen:' .. topic, p .. 'unique_for', p .. 'cancelled:' .. topic)
+      workflow_end(plan, st.f, st.name, 'c', '')
+      plan.gone[#plan.gone + 1] = m
+      if st.taken_back then plan.stopped[m] = true end
+    end
+  end
+  -- Job events (lib.lua's events): a released step's job is `pushed`, a stopped one
+  -- `cancelled`, and an ended workflow is announced on the stream of its last step's topic
+  -- (`workflow_ended`). Their streams are opened here, before the first write.
+  local topics, seen = {}, {}
+  local function add(member)
+    local topic = member and topic_of(member)
+    if topic and not seen[topic] then
+      seen[topic] = true
+      topics[#topics + 1] = topic
+    end
+  end
+  for _, r in ipairs(plan.releases) do add(r.member) end
+  for _, st in ipairs(plan.stops) do add(st.member) end
+  for _, f in ipairs(plan.order) do
+    if f.left <= 0 and f.last then
+      f.last_member = workflow_get(f, 'm:' .. f.last)
+      add(f.last_member)
+    end
+  end
+  plan.streams = {}
+  for topic, cap in pairs(events_on(p .. 'events', topics)) do
+    plan.streams[topic] = events_open(p .. 'events:' .. topic, cap)
+  end
+end
+
+-- What ending the jobs `ended` ({member, outcome, text}, outcome as workflow_end's) does to their
+-- workflows; read-only, and nil when none of them is a step. `taken_back` (reclaim: the members
+-- it puts back in line, or nil): those of a workflow cancelled as a whole are deleted instead
+-- (`plan.stopped` names them: the caller leaves them out of line).
+local function workflow_plan(prefix, ended, taken_back)
+  taken_back = taken_back or {}
+  if #ended + #taken_back == 0 or redis.call('EXISTS', prefix .. 'workflows') == 0 then return nil end
+  local plan = workflow_new_plan(prefix)
+  local members = {}
+  for i, e in ipairs(ended) do members[i] = e[1] end
+  for _, m in ipairs(taken_back) do members[#members + 1] = m end
+  local refs = hmget_all(plan.steps_key, members)
+  local any = false
+  for i, e in ipairs(ended) do
+    local ref = refs[i]
+    if ref then
+      any = true
+      plan.gone[#plan.gone + 1] = e[1]
+      local colon = string.find(ref, ':', 1, true)
+      local f = colon and workflow_open(plan, string.sub(ref, 1, colon - 1))
+      if f then workflow_end(plan, f, string.sub(ref, colon + 1), e[2], e[3]) end
+    end
+  end
+  plan.taking_back = {}
+  for k, m in ipairs(taken_back) do
+    local ref = refs[#ended + k]
+    if ref then
+      any = true
+      plan.taking_back[m] = true
+      local colon = string.find(ref, ':', 1, true)
+      local f = colon and workflow_open(plan, string.sub(ref, 1, colon - 1))
+      local name = f and string.sub(ref, colon + 1)
+      -- A workflow cancelled before this call: its job does not go back in line. (One cancelled
+      -- by this call stops it through workflow_cancel_all.)
+      if f and f.whole and not f.cancel_done and workflow_get(f, 's:' .. name) == 'p' then
+        plan.stops[#plan.stops + 1] = {f = f, name = name, member = m}
+      end
+    end
+  end
+  if not any then return nil end
+  workflow_touch(plan)
+  return plan
+end
+
+-- Carries the plan out: the released steps' jobs pushed (due their delay from now), the
+-- stopped ones deleted or asked to stop, each workflow's fields written (an ended one kept for
+-- its `keep`), and the ended jobs' entries in `workflows` gone (last: the HDEL may delete it).
+local function workflow_write(plan, now)
+  if not plan then return end
+  local p = plan.prefix
+  local jobs, delayed, counts = p .. 'jobs', p .. 'delayed', p .. 'counts'
+  for _, r in ipairs(plan.releases) do
+    if r.f.releasing[r.name] then
+      local e = parse(r.raw)
+      if e then
+        local topic, id = split_member(r.member)
+        e.due = now + r.delay
+        redis.call('HSET', jobs, r.member, encode(e))
+        place(p, delayed, counts, r.member, topic, id, e.due, now, e.priority)
+        r.pushed = {topic, id, e.due}
+      end
+      r.f.read['j:' .. r.name], r.f.read['t:' .. r.name] = false, false
+      redis.call('HDEL', r.f.key, 'j:' .. r.name, 't:' .. r.name)
+    end
+  end
+  for _, st in ipairs(plan.stops) do
+    if st.token then
+      redis.call('HSET', p .. 'cancels', st.member, st.token)
+      redis.call('PUBLISH', p .. 'wake', 'cancel ' .. st.member)
+    end
+  end
+  for _, f in ipairs(plan.order) do
+    local args = {'left', fmt(f.left)}
+    for field, value in pairs(f.set) do
+      args[#args + 1] = field
+      args[#args + 1] = value
+    end
+    local ends = f.left <= 0 and f.was_left > 0
+    if ends then
+      args[#args + 1] = 'ended'
+      args[#args + 1] = fmt(now)
+    end
+    redis.call('HSET', f.key, unpack(args))
+    if ends then redis.call('PEXPIRE', f.key, math.max(1, math.floor(f.keep / 1000))) end
+  end
+  if #plan.releases > 0 then announce(p, delayed, plan.before) end
+  for _, st in ipairs(plan.stops) do
+    if st.waiting then
+      local topic, id = split_member(st.member)
+      if not st.delayed and not st.taken_back then
+        invalidate(p .. 'gen:' .. topic, counts, topic, id)
+      end
+      if st.spec then
+        bury(p .. 'cancelled:' .. topic, st.member, st.spec, now)
+        redis.call('PUBLISH', p .. 'ended', st.member)
+      end
+    end
+  end
+end
+
+-- The plan's deletes (the jobs of waiting steps a workflow's cancel stopped, and the
+-- `workflows` entries of the steps that ended), then its job events, after the calling
+-- script's own (so a step's `succeeded` comes before the `pushed` of what it released, and
+-- before `workflow_ended`): call it last, after the script's own writes (each delete may delete
+-- the key it names; the members it deletes are there, so no key the script deleted is used).
+local function workflow_finish(plan, now)
+  if not plan then return end
+  local p = plan.prefix
+  for _, st in ipairs(plan.stops) do
+    if st.waiting then
+      if st.delayed then
+        redis.call('ZREM', p .. 'delayed', st.member)
+        bump(p .. 'counts', topic_of(st.member), 'delayed', -1)
+      end
+      redis.call('HDEL', p .. 'jobs', st.member)
+      redis.call('HDEL', p .. 'unique_for', st.member)
+    end
+  end
+  if #plan.gone > 0 then redis.call('HDEL', plan.steps_key, unpack(plan.gone)) end
+  if not next(plan.streams) then return end
+  local stamp = fmt(now)
+  for _, r in ipairs(plan.releases) do
+    local stream = r.pushed and plan.streams[r.pushed[1]]
+    if stream then
+      if r.pushed[3] > now then
+        emit_event(stream, 'pushed', r.pushed[2], 0, stamp, 'd', fmt(r.pushed[3]))
+      else
+        emit_event(stream, 'pushed', r.pushed[2], 0, stamp)
+      end
+    end
+  end
+  for _, st in ipairs(plan.stops) do
+    local topic, id = split_member(st.member)
+    if st.waiting and plan.streams[topic] then
+      emit_event(plan.streams[topic], 'cancelled', id, st.runs, stamp)
+    end
+  end
+  for _, f in ipairs(plan.order) do
+    local topic, id = split_member(f.last_member or '')
+    if f.left <= 0 and topic and plan.streams[topic] then
+      local state = 'succeeded'
+      for name in string.gmatch(f.steps, '[^,]+') do
+        local s = workflow_get(f, 's:' .. name)
+        if s == 'f' then
+          state = 'failed'
+          break
+        elseif s == 'c' then
+          state = 'cancelled'
+        end
+      end
+      if f.whole and state == 'succeeded' then state = 'cancelled' end
+      local args = {'XADD', plan.streams[topic].key, 'MINID', '~', nil, nil}
+      local stream = plan.streams[topic]
+      stream.n = stream.n + 1
+      args[5], args[6] = stream_floor(stream), stream_id(stream)
+      for _, v in ipairs({'n', fmt(stream.n), 'k', 'workflow_ended', 'id', id, 'a', '0', 't', stamp,
+                          'w', string.sub(f.key, #plan.prefix + 10), 's', state}) do
+        args[#args + 1] = v
+      end
+      append_entry(args)
+    end
+  end
 end

@@ -53,6 +53,10 @@ local out = {-1}
 local members = {}
 for i = 0, n - 1 do members[i + 1] = ARGV[4 + i * 7] .. ':' .. ARGV[5 + i * 7] end
 local existing = redis.call('HMGET', jobs, unpack(members))
+-- The jobs of blocked workflow steps (in `workflows`, not in `jobs` yet) keep their ids: a push of
+-- one is kept (lib.lua's workflows). A shard with no workflow pays one EXISTS.
+local stepped = redis.call('EXISTS', prefix .. 'workflows') == 1
+  and redis.call('HMGET', prefix .. 'workflows', unpack(members))
 -- What this call will write: plan[k] is the job's index in ARGV (false once a later entry for
 -- the same id superseded it). Numbers, not a table per job.
 local plan, planned = {}, {}
@@ -133,6 +137,8 @@ for i = 0, n - 1 do
     code = 0
   elseif reserved > now then
     code = '4:' .. fmt(reserved - now)
+  elseif stepped and stepped[i + 1] and not existing[i + 1] then
+    code = 0
   elseif earlier then
     if replace then
       code = 2

@@ -16,7 +16,9 @@
 -- knows, then progress (the last key: the entries of the jobs taken back go)
 -- ARGV[1] key prefix  ARGV[2] most jobs (at most 1000)
 -- A job dead-lettered here gives the slot of its group back, and its group lets its next job in
--- (lib.lua's groups); a job taken back to ready keeps its slot.
+-- (lib.lua's groups); a job taken back to ready keeps its slot. One of a workflow step ends its
+-- step, failed (lib.lua's workflows); one taken back whose workflow is cancelled is deleted,
+-- its step cancelled, instead of going back in line.
 -- Returns {requeued, dead_lettered, unknown_topic_1, ...}.
 -- Only jobs whose ready and dead keys are declared are taken back; the others stay expired
 -- and their topics are returned for the caller to declare next time (see promote.lua).
@@ -64,6 +66,8 @@ for topic, cap in pairs(events_on(KEYS[8], topics)) do
   streams[topic] = events_open(prefix .. 'events:' .. topic, cap)
 end
 local writes, ready, levels, dead_by, running, requeued, dead = {}, {}, {}, {}, {}, 0, 0
+-- The jobs dead-lettered here, for their workflow steps: {member, 'f', error}.
+local workflow_ended = {}
 -- The ids dead-lettered here, by topic (their groups' slots come back).
 local dead_ids = {}
 local function to_dead(topic, member)
@@ -100,6 +104,7 @@ for i = #expired, 1, -1 do
       writes[#writes + 1] = encode({ attempt = 0, max = 0, created = now, due = now,
         err = 'malformed envelope found in Redis; the raw value is kept as the payload', payload = raw })
       to_dead(topic, member)
+      workflow_ended[#workflow_ended + 1] = {member, 'f', 'malformed envelope found in Redis'}
       if streams[topic] then happened[#happened + 1] = {topic, 'dead', id, 0,
         'malformed envelope found in Redis; the raw value is kept as the payload'} end
     end
@@ -109,6 +114,7 @@ for i = #expired, 1, -1 do
     writes[#writes + 1] = member
     writes[#writes + 1] = encode(e)
     to_dead(topic, member)
+    workflow_ended[#workflow_ended + 1] = {member, 'f', e.err}
     if streams[topic] then happened[#happened + 1] = {topic, 'dead', id, e.attempt, e.err} end
   else
     e.err = 'lease expired on attempt ' .. e.attempt .. ' (the worker died or stopped renewing its lease)'
@@ -133,7 +139,29 @@ local group_plans = {}
 for topic, ids in pairs(dead_ids) do group_plans[#group_plans + 1] = plan_leave(prefix, topic, ids) end
 local cancelled = redis.call('EXISTS', KEYS[7]) == 1
 local reported = has_progress(progress)
+-- The jobs taken back whose workflow is cancelled are deleted instead (lib.lua's workflows):
+-- they leave the lists of jobs put back in line.
+local taken_back = {}
+for topic, ids in pairs(ready) do
+  for _, id in ipairs(ids) do taken_back[#taken_back + 1] = topic .. ':' .. id end
+end
+local workflow = workflow_plan(prefix, workflow_ended, taken_back)
+if workflow and next(workflow.stopped) then
+  for topic, ids in pairs(ready) do
+    local kept_ids, kept_levels = {}, {}
+    for i, id in ipairs(ids) do
+      if workflow.stopped[topic .. ':' .. id] then
+        requeued = requeued - 1
+      else
+        kept_ids[#kept_ids + 1] = id
+        kept_levels[#kept_levels + 1] = levels[topic][i]
+      end
+    end
+    ready[topic], levels[topic] = kept_ids, kept_levels
+  end
+end
 proceed_when_full(leases) -- taking back expired leases must go through when Redis is full
+workflow_write(workflow, now)
 if #writes > 0 then redis.call('HSET', jobs, unpack(writes)) end
 for topic, entries in pairs(dead_by) do
   redis.call('ZADD', prefix .. 'dead:' .. topic, unpack(entries))
@@ -142,8 +170,10 @@ for topic, entries in pairs(dead_by) do
   end
 end
 for topic, ids in pairs(ready) do
-  to_ready(prefix, counts, topic, ids, levels[topic], true)
-  ring(prefix, topic)
+  if #ids > 0 then
+    to_ready(prefix, counts, topic, ids, levels[topic], true)
+    ring(prefix, topic)
+  end
 end
 for _, plan in ipairs(group_plans) do write_leave(plan, counts) end
 -- Every expired lease was a run that failed (its worker died or stalled).
@@ -162,5 +192,6 @@ for _, h in ipairs(happened) do
     emit_event(streams[h[1]], h[2], h[3], h[4], stamp)
   end
 end
+workflow_finish(workflow, now)
 out[1], out[2] = requeued, dead
 return out

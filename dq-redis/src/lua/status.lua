@@ -5,14 +5,25 @@
 -- holds its time and value (lib.lua).
 -- ARGV[1] member
 -- Returns {} when unknown, else {state, envelope, score_us[, value[, progress]]}; state is
--- delayed, ready, running, dead or done; the score is the due time, the lease deadline, the time
+-- delayed, ready, running, dead, done or blocked (a workflow step waiting for the steps it comes
+-- after: its envelope from its workflow, lib.lua); the score is the due time, the lease deadline, the time
 -- of death or when it succeeded (-1 when ready); a done job's value is '' when its handler
 -- returned none; a running job's reply is {'running', envelope, deadline, '', progress}, its
 -- progress '' when it reported none.
 local jobs, delayed, inflight, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local member = ARGV[1]
 local raw = redis.call('HGET', jobs, member)
-if not raw then return {} end
+if not raw then
+  -- A blocked workflow step: its envelope waits in its workflow (lib.lua's workflows).
+  local prefix = string.sub(jobs, 1, -5)
+  local ref = redis.call('HGET', prefix .. 'workflows', member)
+  local colon = ref and string.find(ref, ':', 1, true)
+  if not colon then return {} end
+  local step = string.sub(ref, colon + 1)
+  local got = redis.call('HMGET', prefix .. 'workflow:' .. string.sub(ref, 1, colon - 1), 's:' .. step, 'j:' .. step)
+  if got[1] == 'b' and got[2] then return {'blocked', got[2], '-1'} end
+  return {}
+end
 local score = redis.call('ZSCORE', delayed, member)
 if score then return {'delayed', raw, score} end
 score = redis.call('ZSCORE', inflight, member)

@@ -211,6 +211,10 @@ fn job_event(topic: &Topic, f: &Fields<'_>, i: usize, count: u64) -> Option<JobE
         "cancelled" => EventKind::Cancelled,
         "stalled" => EventKind::Stalled,
         "released" => EventKind::Released,
+        "workflow_ended" => EventKind::WorkflowEnded {
+            workflow: text("w")?.to_owned(),
+            state: dq_core::workflow::WorkflowState::from_name(text("s")?)?,
+        },
         _ => return None,
     };
     Some(JobEvent::new(topic.clone(), id, kind, attempt, at))

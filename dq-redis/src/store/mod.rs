@@ -21,6 +21,7 @@ mod reply;
 mod running;
 mod schedules;
 mod waiters;
+mod workflows;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

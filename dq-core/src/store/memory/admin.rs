@@ -89,6 +89,13 @@ impl Admin for MemoryStore {
                 .flat_map(|o| o.iter().rev())
                 .map(|(_, id)| (topic.clone(), id.clone()))
                 .collect(),
+            JobState::Blocked => {
+                return Err(crate::Error::Config {
+                    key: "state",
+                    value: state.as_str().to_owned(),
+                    reason: "blocked jobs are steps of workflows: read them with workflow_status (dq workflow ID)".into(),
+                })
+            }
             _ => {
                 return Err(crate::Error::Config {
                     key: "state",

@@ -9,6 +9,7 @@ use async_trait::async_trait;
 
 use super::state::{due_of, State, Tally};
 use super::waiters::{MemoryReadyWaiter, MemoryWakeListener};
+use super::workflows::StepEnd;
 use super::{lock, Event, MemoryStore};
 use crate::error::Result;
 use crate::events::EventKind;
@@ -243,6 +244,9 @@ impl Leases for MemoryStore {
         let mut s = lock(&self.state);
         let mut out = Acked::default();
         let mut topics = BTreeSet::new();
+        // The workflow steps of the jobs acked end after the whole call's own events, as
+        // ack.lua settles them.
+        let mut ended = Vec::new();
         for d in done {
             let l = &d.lease;
             let Some(m) = s.holds(l) else {
@@ -267,6 +271,7 @@ impl Leases for MemoryStore {
             // Before the trim below: a waiter is told the value even when a count of 0 drops
             // the record at once.
             s.wake_waiters(&m);
+            ended.push((m.clone(), d.result.clone()));
             if kept || s.done_order.contains_key(&m.0) {
                 topics.insert(m.0.clone());
             }
@@ -276,6 +281,9 @@ impl Leases for MemoryStore {
                 attempt,
             });
             out.acked += 1;
+        }
+        for (m, value) in ended {
+            s.step_ended(&m, StepEnd::Succeeded(value), now);
         }
         // Bounded: one record per job acked here and a few hundred more, so the records past
         // the retention (older than its age, say) go over a few calls, and the count holds.
@@ -307,7 +315,8 @@ impl Leases for MemoryStore {
             e.attempt = e.attempt.saturating_add(1);
         }
         s.tally(&m.0, Tally::Failed, 1, now);
-        s.kill(m, error.to_owned(), now);
+        s.kill(m.clone(), error.to_owned(), now);
+        s.step_ended(&m, StepEnd::Failed(error.to_owned()), now);
         drop(s);
         self.flush_woken();
         Ok(true)
@@ -387,6 +396,10 @@ impl Leases for MemoryStore {
                     _ => break,
                 }
             }
+            // The workflow steps of the jobs dead-lettered end after the call's own changes, and
+            // the jobs taken back are then deleted when their workflow is cancelled, as
+            // reclaim.lua settles them.
+            let (mut died, mut requeued) = (Vec::new(), Vec::new());
             // Backwards, so the job that expired first ends up first in line.
             for m in expired.into_iter().rev() {
                 s.leases.remove(&m);
@@ -402,6 +415,7 @@ impl Leases for MemoryStore {
                 let max = limit.unwrap_or(e.max_attempts);
                 if e.attempt >= max {
                     let error = lease_expired(e.attempt, Some(max));
+                    died.push((m.clone(), error.clone()));
                     s.kill(m, error, now);
                     out.dead += 1;
                 } else {
@@ -409,8 +423,18 @@ impl Leases for MemoryStore {
                     let run = e.attempt;
                     s.events.emit(&m, run, now, || EventKind::Stalled);
                     topics.insert(m.0.clone());
+                    requeued.push(m.clone());
                     s.ready_again(m);
                     out.requeued += 1;
+                }
+            }
+            for (m, error) in died {
+                s.step_ended(&m, StepEnd::Failed(error), now);
+            }
+            for m in requeued {
+                s.taken_back(&m, now);
+                if !s.jobs.contains_key(&m) {
+                    out.requeued -= 1;
                 }
             }
         }

@@ -30,6 +30,7 @@ mod running;
 mod schedules;
 mod state;
 mod waiters;
+mod workflows;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -278,11 +279,26 @@ impl MemoryStore {
             && s.delayed.first().is_none_or(|(due, _)| *due > now)
     }
 
-    /// Tells the consumers of the topics whose groups let a job in (see `State::woken`).
+    /// Tells the consumers of the topics whose groups (or workflows) let a job in (see
+    /// `State::woken`), the movers of a workflow step released with a delay, and the workers
+    /// of the running jobs a workflow's cancel asked to stop.
     fn flush_woken(&self) {
-        let woken = std::mem::take(&mut lock(&self.state).woken);
+        let (woken, due, cancels) = {
+            let mut s = lock(&self.state);
+            (
+                std::mem::take(&mut s.woken),
+                s.workflow_due.take(),
+                std::mem::take(&mut s.workflow_cancels),
+            )
+        };
         for topic in &woken {
             self.signal_ready(topic);
+        }
+        if let Some(due_us) = due {
+            let _ = self.wake.send(Wake::Due { shard: 0, due_us });
+        }
+        for (topic, id) in cancels {
+            let _ = self.wake.send(Wake::Cancel { topic, id });
         }
     }
 

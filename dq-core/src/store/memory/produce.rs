@@ -10,6 +10,7 @@ use tokio::sync::oneshot;
 
 use super::events::MemoryEventFeed;
 use super::state::{due_of, micros, Member, State};
+use super::workflows::StepEnd;
 use super::{lock, Event, MemoryStore};
 use crate::admin::ChangeOutcome;
 use crate::envelope::Envelope;
@@ -91,7 +92,7 @@ fn full(s: &State, topic: &Topic) -> Option<u64> {
 
 /// Stores `job` as member `m`: its envelope, its tick's fence, its `unique_for` reservation,
 /// and its place in the delayed or ready set. True when it is ready now.
-fn store_job(s: &mut State, job: NewJob, m: Member, now: u64) -> bool {
+pub(super) fn store_job(s: &mut State, job: NewJob, m: Member, now: u64) -> bool {
     if let Some(f) = &job.fence {
         s.tick_fence
             .insert(f.schedule.clone(), (f.generation, f.tick_us));
@@ -147,7 +148,13 @@ impl Producer for MemoryStore {
             }
             for job in jobs {
                 let m = (job.topic.clone(), job.id.clone());
+                let blocked = s.is_blocked_step(&m);
                 let outcome = match full(&s, &m.0) {
+                    // The id of a blocked workflow step is taken (a reservation says so first).
+                    _ if blocked && !creates(&s, &job, &m, now) => {
+                        outcome_of(&mut s, &job, &m, now, replace)
+                    }
+                    _ if blocked => PushOutcome::AlreadyPending,
                     Some(max_pending) if creates(&s, &job, &m, now) => {
                         PushOutcome::Full { max_pending }
                     }
@@ -178,6 +185,13 @@ impl Producer for MemoryStore {
     async fn cancel(&self, topic: &Topic, id: &JobId) -> Result<ChangeOutcome> {
         let mut s = lock(&self.state);
         let m = (topic.clone(), id.clone());
+        if s.is_blocked_step(&m) {
+            // A blocked step of a workflow: it ends, cancelled, and its dependents follow.
+            s.step_ended(&m, StepEnd::Cancelled, self.now_us());
+            drop(s);
+            self.flush_woken();
+            return Ok(ChangeOutcome::Done);
+        }
         if !s.jobs.contains_key(&m) {
             // A done record goes as a dead letter does.
             return Ok(if s.forget_done(&m) {
@@ -199,18 +213,10 @@ impl Producer for MemoryStore {
             if let Some(d) = s.dead.get_mut(topic) {
                 d.remove(&(died, id.clone()));
             }
+            s.delete_cancelled(&m, self.now_us());
         } else {
-            s.unplace(&m);
-            // A job holding a slot of its group (ready, or waiting for a retry) gives it back.
-            s.leave(&m);
+            s.cancel_waiting(&m, self.now_us());
         }
-        let attempt = s.jobs.remove(&m).map_or(0, |e| e.attempt);
-        s.unique_for.remove(&m);
-        let now = self.now_us();
-        s.events.emit(&m, attempt, now, || EventKind::Cancelled);
-        // Those waiting for it hear it was cancelled.
-        s.bury(&m, now);
-        s.wake_waiters(&m);
         drop(s);
         self.flush_woken();
         Ok(ChangeOutcome::Done)

@@ -53,6 +53,7 @@ impl MemoryStore {
         // Those waiting for it hear it was cancelled, as after a cancel of a pending job.
         s.bury(&m, now);
         s.wake_waiters(&m);
+        s.step_ended(&m, super::workflows::StepEnd::Cancelled, now);
         Ok(true)
     }
 }

@@ -114,6 +114,15 @@ pub(super) struct State {
     pub(super) cancelled: HashMap<Member, u64>,
     /// Per topic, its marks in the order they were made, for the trim.
     pub(super) cancelled_order: HashMap<Topic, std::collections::VecDeque<(u64, JobId)>>,
+    /// Workflows by id (see `workflows`).
+    pub(super) workflows: HashMap<String, super::workflows::Workflow>,
+    /// The workflow and step of each job of a step that has not ended (blocked ones too).
+    pub(super) step_of: HashMap<Member, (String, String)>,
+    /// The earliest due time a workflow's release made, for the movers (once the lock is
+    /// released, as `woken`).
+    pub(super) workflow_due: Option<u64>,
+    /// Running jobs a workflow's cancel asked to stop, to announce once the lock is released.
+    pub(super) workflow_cancels: Vec<Member>,
 }
 
 /// Which tally of [`State::tally`] a run adds to.
@@ -332,6 +341,26 @@ impl State {
         }
     }
 
+    /// Deletes a job that has not started (delayed, ready or parked), as a cancel does.
+    pub(super) fn cancel_waiting(&mut self, m: &Member, now: u64) {
+        self.unplace(m);
+        // A job holding a slot of its group (ready, or waiting for a retry) gives it back.
+        self.leave(m);
+        self.delete_cancelled(m, now);
+    }
+
+    /// Deletes a cancelled job that is not running (waiting, or dead), tells those waiting
+    /// for it, and ends its workflow step.
+    pub(super) fn delete_cancelled(&mut self, m: &Member, now: u64) {
+        let attempt = self.jobs.remove(m).map_or(0, |e| e.attempt);
+        self.unique_for.remove(m);
+        self.events.emit(m, attempt, now, || EventKind::Cancelled);
+        // Those waiting for it hear it was cancelled.
+        self.bury(m, now);
+        self.wake_waiters(m);
+        self.step_ended(m, super::workflows::StepEnd::Cancelled, now);
+    }
+
     /// Whether job `m` waits for a slot of its group.
     pub(super) fn is_parked(&self, m: &Member) -> bool {
         self.groups.get(&m.0).is_some_and(|g| g.is_parked(&m.1))
@@ -364,6 +393,8 @@ impl State {
         }
     }
 
+    /// Dead-letters job `m` (its workflow step is ended by the caller, after its own events, as
+    /// the Redis scripts order them).
     pub(super) fn kill(&mut self, m: Member, error: String, now: u64) {
         self.leave(&m);
         if let Some(e) = self.jobs.get_mut(&m) {
@@ -455,6 +486,9 @@ impl State {
 
     pub(super) fn info(&self, m: &Member) -> Option<JobInfo> {
         let Some(env) = self.jobs.get(m) else {
+            if let Some(blocked) = self.blocked_info(m) {
+                return Some(blocked);
+            }
             let record = self.done.get(m)?;
             let mut info = JobInfo::from_envelope(
                 m.0.clone(),
