@@ -37,13 +37,25 @@
 //!   without a script.
 //! - The **search** box in every page's header finds a job by id in every topic (the first
 //!   200, as the overview lists them): `GET <base>/search?id=<id>` looks the id up in all of
-//!   them at once. One match goes straight to its job's page (a `303`: the job is what was
-//!   asked for); several are listed with their topic and state, each linked; none says so.
+//!   them at once, and as a workflow's id. One match goes straight to its job's page (a `303`:
+//!   the job is what was asked for), a workflow with the id and no job to its workflow's page;
+//!   several are listed with their topic and state, each linked; none says so.
 //! - A **job's page** shows its state, which attempt of how many it is on (or was on: the one
 //!   that succeeded, the one that dead-lettered it), its times, its payload, a running job's
 //!   latest progress and a done job's result. Of its errors, only the **last** is kept (in the
 //!   job's record, replaced by each failed run), so the page shows that one and says which run
-//!   it came from; the errors of the runs before it are not stored, and not shown.
+//!   it came from; the errors of the runs before it are not stored, and not shown. A step of
+//!   a workflow says so, linking to its workflow's page; a blocked one (a step waiting for the
+//!   steps it comes after) says what it waits for.
+//! - A **workflow's page** (`<base>/workflows/<id>`) shows its state, when it was pushed and
+//!   ended, and its graph as inline SVG: its steps in layers from left to right (a step's
+//!   layer is one more than the deepest step it comes after), each a box with its name, topic
+//!   and state (for a pending step, its job's: delayed, ready or running) and its value or
+//!   error, clipped, linking to its job's page while the job is kept, and an arrow from each
+//!   step it comes after, marked with the policy when it is not the default (`cancel`). A table
+//!   below lists each step's job, state, dependencies and error or value (clipped as a topic's
+//!   listing clips them, whole on hover). Each step's job is read with one status call (a
+//!   workflow has at most 1000 steps).
 //!
 //! # Safety
 //!
@@ -70,7 +82,8 @@
 //! - Payloads, results, ids, errors and topic names are HTML-escaped.
 //! - Every page does bounded work on Redis whatever the queue size: counts are kept by the
 //!   scripts, listings are pages of at most 50 jobs (filters look at 500), throughput is a
-//!   ring of 60 one-minute slots, and a search is one status call per topic (200 at most).
+//!   ring of 60 one-minute slots, a search is one status call per topic (200 at most), and a
+//!   workflow's page one per step (1000 at most).
 //!
 //! # What the actions do
 //!
@@ -91,10 +104,16 @@
 //! - A topic page for a name never pushed to (not among the topics, nothing counted, not
 //!   paused) is `404`.
 //! - Schedules can be paused, resumed, run now and removed (`dq schedules remove`; asks first).
+//! - **Cancel workflow**, on a running workflow's page, cancels its blocked steps and the jobs
+//!   of its waiting ones, asks its running ones to stop, and no step starts after it
+//!   ([`dq_core::Client::cancel_workflow`]; asks first). A blocked step's job page has
+//!   **Cancel** too: the step ends cancelled, and the steps after it follow as their policies
+//!   say. A step's job, once cancelled, goes back to its workflow's page, not to its topic's.
 
 mod actions;
 mod chart;
 mod clock;
+mod graph;
 mod guard;
 mod hosts;
 mod notes;
@@ -158,6 +177,8 @@ pub fn router(client: Client, options: Options) -> Router {
         .route("/topics/{topic}/dead/retry", post(actions::retry_all_dead))
         .route("/topics/{topic}/dead/purge", post(actions::purge_all_dead))
         .route("/topics/{topic}/jobs/{id}/{action}", post(actions::job))
+        .route("/workflows/{id}", get(pages::workflow))
+        .route("/workflows/{id}/cancel", post(actions::cancel_workflow))
         .route("/assets/dq.css", get(view::stylesheet))
         .route("/assets/dq.js", get(view::script))
         .layer(middleware::from_fn_with_state(web.clone(), guard::guard))

@@ -76,11 +76,13 @@ pub(crate) fn page(
     Html(markup.into_string())
 }
 
-/// The header's search: a job by id, in every topic (`GET <base>/search?id=...`).
+/// The header's search: a job by id, in every topic, or a workflow by its id
+/// (`GET <base>/search?id=...`).
 fn search_box(viewer: &Viewer) -> Markup {
     html! {
         form.search role="search" method="get" action={ (viewer.base) "/search" } {
-            input type="search" name="id" placeholder="Job id" aria-label="Find a job by id in every topic" required;
+            input type="search" name="id" placeholder="Job or workflow id"
+                aria-label="Find a job by id in every topic, or a workflow by its id" required;
             " "
             button type="submit" { "Find" }
         }
@@ -120,6 +122,16 @@ pub(crate) fn button(action: &str, csrf: &str, label: &str, class: &str) -> Mark
             button type="submit" class=(class) { (label) }
         }
     }
+}
+
+/// The page of job `id` of `topic`.
+pub(crate) fn job_page(viewer: &Viewer, topic: &str, id: &str) -> String {
+    format!("{}/topics/{}/jobs/{}", viewer.base, seg(topic), seg(id))
+}
+
+/// The page of workflow `id`.
+pub(crate) fn workflow_page(viewer: &Viewer, id: &str) -> String {
+    format!("{}/workflows/{}", viewer.base, seg(id))
 }
 
 /// A job id or topic as one URL path segment: everything but letters, digits and `-._~`

@@ -2,7 +2,8 @@
 //! the Origin and Host checks, notes, the token, a store that does not answer, the in-memory
 //! store, and actions that do exactly what they say (issue 30, findings 5 and 6); what the
 //! pages show of results, progress and runs: the charts of the last hour, the done counts,
-//! the search for a job by id, a job's attempt and last error (issue 32).
+//! the search for a job by id, a job's attempt and last error (issue 32); a workflow's page,
+//! its graph and its cancel, and a step's job page.
 
 #![allow(clippy::unwrap_used, missing_docs)] // test code: a panic is the failure report
 
@@ -12,6 +13,7 @@ use std::time::Duration;
 
 use dq_core::schedule::ScheduleBuilder;
 use dq_core::store::{Leases, MemoryStore, Retention, Succeeded};
+use dq_core::workflow::{OnFailure, StepState, WorkflowState};
 use dq_core::{Client, Config, Cursor, JobInfo, JobState, Topic};
 use dq_testkit::RedisServer;
 use dq_web::Options;
@@ -1191,4 +1193,236 @@ async fn the_topic_page_shows_a_group_rate_while_no_job_waits_for_a_slot() {
     let (_, page) = get(&addr, "/topics/order-cancel").await;
     assert!(!page.contains("Busiest groups"), "no job waits: {page}");
     assert!(page.contains("5/1s</strong> (one every 200ms)"), "{page}");
+}
+
+/// Workflow `checkout-1`, the diamond of the issue: `a`, then `b` and `c`, then `d` (after `b`,
+/// and after `c` whatever becomes of it), each step to a topic of its own; `a` is leased and
+/// acked as a worker would, so `b` and `c` are pending (ready) and `d` blocked.
+async fn checkout_with_a_done(client: &Client, store: &MemoryStore) {
+    let mut flow = client.workflow("checkout-1");
+    flow.step_to("a", "wf-a", &1);
+    flow.step_to("b", "wf-b", &2).after("a");
+    flow.step_to("c", "wf-c", &3).after("a");
+    flow.step_to("d", "wf-d", &4)
+        .after("b")
+        .after_with("c", OnFailure::Run);
+    flow.push().await.unwrap();
+    store.promote(0, 100).await.unwrap();
+    let topic = Topic::new("wf-a").unwrap();
+    let leased = store
+        .fetch(0, &topic, 10, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let a = leased
+        .jobs
+        .iter()
+        .find(|j| j.lease.id.as_str() == "checkout-1.a")
+        .expect("a was not leased");
+    let done = [Succeeded {
+        lease: a.lease.clone(),
+        result: Some(br#"{"paid":true}"#.to_vec()),
+        run: 1,
+    }];
+    assert_eq!(store.ack_succeeded(&done).await.unwrap().acked, 1);
+}
+
+/// The row of step `step` in a workflow page's table of steps.
+fn step_row<'a>(page: &'a str, step: &str) -> &'a str {
+    let at = page
+        .find(&format!(r#"<tr id="step-{step}""#))
+        .unwrap_or_else(|| panic!("no row of {step}: {page}"));
+    &page[at..at + page[at..].find("</tr>").unwrap()]
+}
+
+/// The opening tag of step `step`'s box in a workflow page's graph.
+fn step_box<'a>(page: &'a str, step: &str) -> &'a str {
+    let at = page
+        .find(&format!(r#"<g class="step" data-step="{step}""#))
+        .unwrap_or_else(|| panic!("no box of {step}: {page}"));
+    &page[at..at + page[at..].find('>').unwrap()]
+}
+
+/// A workflow's page draws its steps in layers, each with its state (a pending step's, its
+/// job's), a succeeded step's value, and an arrow from each step it comes after, marked with
+/// the policy when it is not the default.
+#[tokio::test]
+async fn a_workflows_page_draws_its_steps_in_layers_with_each_ones_state() {
+    let (client, store) = memory_client_and_store().await;
+    checkout_with_a_done(&client, &store).await;
+    let addr = serve(client, Options::new()).await;
+    let (status, page) = get(&addr, "/workflows/checkout-1").await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains(r#"data-state="running""#), "{page}");
+    assert!(
+        page.contains("4 steps: 1 succeeded, 2 pending, 1 blocked"),
+        "{page}"
+    );
+    for (step, state, words, drawn, layer) in [
+        ("a", "succeeded", "succeeded", "succeeded", 1),
+        ("b", "pending", "pending: ready", "ready", 2),
+        ("c", "pending", "pending: ready", "ready", 2),
+        (
+            "d",
+            "blocked",
+            "blocked: waiting for the steps it comes after",
+            "blocked",
+            3,
+        ),
+    ] {
+        let row = step_row(&page, step);
+        assert!(
+            row.contains(&format!(r#"data-step-state="{state}""#)),
+            "{row}"
+        );
+        assert!(row.contains(words), "{row}");
+        let tag = step_box(&page, step);
+        assert!(tag.contains(&format!(r#"data-state="{drawn}""#)), "{tag}");
+        assert!(tag.contains(&format!(r#"data-layer="{layer}""#)), "{tag}");
+    }
+    // A pending step's box links to its job's page; a's value is shown, escaped.
+    assert!(
+        page.contains(r#"<a href="/topics/wf-b/jobs/checkout-1.b"><g class="step""#),
+        "{page}"
+    );
+    assert!(page.contains("{&quot;paid&quot;:true}"), "{page}");
+    // The arrows: d comes after b (the default, cancel) and after c (run, marked).
+    for (from, to, policy) in [
+        ("a", "b", "cancel"),
+        ("b", "d", "cancel"),
+        ("c", "d", "run"),
+    ] {
+        let arrow = format!(r#"class="edge {policy}" data-from="{from}" data-to="{to}""#);
+        assert!(page.contains(&arrow), "{arrow}: {page}");
+    }
+    assert!(page.contains(r#"<text class="policy""#), "{page}");
+    assert!(step_row(&page, "d").contains("(run)"), "{page}");
+    assert!(page.contains("Cancel workflow"), "{page}");
+}
+
+/// A workflow that does not exist (or is no longer kept) is not found, and cannot be
+/// cancelled.
+#[tokio::test]
+async fn an_unknown_workflow_is_not_found() {
+    let client = memory_client().await;
+    let (addr, body) = dashboard_and_form(&client).await;
+    let (status, page) = get(&addr, "/workflows/never-pushed").await;
+    assert_eq!(status, 404, "{page}");
+    assert!(page.contains("No workflow"), "{page}");
+    assert!(!page.contains("Cancel workflow"), "{page}");
+    let (status, text) = post(&addr, "/workflows/never-pushed/cancel", &body).await;
+    assert_eq!(status, 404, "{text}");
+    assert!(text.contains("Nothing was cancelled"), "{text}");
+}
+
+/// Cancel workflow cancels what has not run (the blocked step among them), and is refused as
+/// every action is: without the token, from another site, in a read-only dashboard.
+#[tokio::test]
+async fn cancel_workflow_cancels_its_blocked_steps_and_is_refused_as_every_action_is() {
+    let (client, store) = memory_client_and_store().await;
+    checkout_with_a_done(&client, &store).await;
+    let (addr, body) = dashboard_and_form(&client).await;
+    let cancel = "/workflows/checkout-1/cancel";
+    let (_, page) = get(&addr, "/workflows/checkout-1").await;
+    assert!(
+        page.contains(r#"action="/workflows/checkout-1/cancel" data-confirm="#),
+        "Cancel workflow, asking first: {page}"
+    );
+    let (status, text) = post(&addr, cancel, "csrf=x").await;
+    assert_eq!(status, 403, "{text}");
+    assert!(
+        text.contains("did not come from a page of this dashboard"),
+        "{text}"
+    );
+    let elsewhere = ["Origin: http://evil.example"];
+    let (status, text) = http(&addr, "POST", cancel, &elsewhere, &body).await;
+    assert_eq!(status, 403, "{text}");
+    assert!(text.contains("Origin header"), "{text}");
+    let cross_site = ["Sec-Fetch-Site: cross-site"];
+    let (status, _) = http(&addr, "POST", cancel, &cross_site, &body).await;
+    assert_eq!(status, 403);
+    let read_only = serve(client.clone(), Options::new().read_only(true)).await;
+    let (status, text) = post(&read_only, cancel, &body).await;
+    assert_eq!(status, 403, "{text}");
+    let flow = client.workflow_status("checkout-1").await.unwrap().unwrap();
+    assert_eq!(flow.state, WorkflowState::Running);
+    assert!(!flow.cancelled);
+    assert_eq!(flow.step("d").unwrap().state, StepState::Blocked);
+    // From the dashboard's own page: done.
+    let own = format!("Origin: http://{addr}");
+    let (status, text) = http(&addr, "POST", cancel, &[&own], &body).await;
+    assert_eq!(status, 303, "{text}");
+    assert!(
+        location(&text).starts_with("/workflows/checkout-1?note="),
+        "{text}"
+    );
+    let (_, page) = follow(&addr, &text).await;
+    assert!(page.contains("Workflow checkout-1 cancelled"), "{page}");
+    let flow = client.workflow_status("checkout-1").await.unwrap().unwrap();
+    assert!(flow.cancelled);
+    assert_eq!(flow.step("a").unwrap().state, StepState::Succeeded);
+    assert_eq!(flow.step("d").unwrap().state, StepState::Cancelled);
+    assert!(
+        step_row(&page, "d").contains(r#"data-step-state="cancelled""#),
+        "{page}"
+    );
+}
+
+/// A step's job page says which workflow it is a step of, linking to its page; a blocked
+/// step's says what it waits for and can be cancelled (back to its workflow's page); a topic
+/// does not list blocked jobs.
+#[tokio::test]
+async fn a_steps_job_page_links_to_its_workflow_and_a_blocked_one_says_what_it_waits_for() {
+    let (client, store) = memory_client_and_store().await;
+    checkout_with_a_done(&client, &store).await;
+    let addr = serve(client, Options::new()).await;
+    let (status, page) = get(&addr, "/topics/wf-b/jobs/checkout-1.b").await;
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains(r#"Step <code>b</code> of workflow <a href="/workflows/checkout-1">"#),
+        "{page}"
+    );
+    let (status, page) = get(&addr, "/topics/wf-d/jobs/checkout-1.d").await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains(r#"data-state="blocked""#), "{page}");
+    assert!(
+        page.contains("blocked: waiting for the steps it comes after"),
+        "{page}"
+    );
+    assert!(page.contains(r#"href="/workflows/checkout-1""#), "{page}");
+    assert!(
+        page.contains(r#"action="/topics/wf-d/jobs/checkout-1.d/cancel" data-confirm="#),
+        "Cancel, asking first: {page}"
+    );
+    let (status, page) = get(&addr, "/topics/wf-b?state=blocked").await;
+    assert_eq!(status, 400, "{page}");
+    assert!(page.contains("workflow's page shows them"), "{page}");
+    // Cancelled from its page, a step goes back to its workflow's page (its topic has no job).
+    let body = format!("csrf={}", csrf(&addr).await);
+    let text = act(&addr, "/topics/wf-d/jobs/checkout-1.d/cancel", &body).await;
+    assert!(
+        location(&text).starts_with("/workflows/checkout-1?note="),
+        "{text}"
+    );
+    let (status, page) = follow(&addr, &text).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        step_row(&page, "d").contains(r#"data-step-state="cancelled""#),
+        "{page}"
+    );
+}
+
+/// The search box finds a workflow by its id, and a step's job by its own.
+#[tokio::test]
+async fn a_workflow_id_typed_in_the_search_opens_its_page() {
+    let (client, store) = memory_client_and_store().await;
+    checkout_with_a_done(&client, &store).await;
+    let addr = serve(client, Options::new()).await;
+    let (status, text) = get(&addr, "/search?id=checkout-1").await;
+    assert_eq!(status, 303, "{text}");
+    assert_eq!(location(&text), "/workflows/checkout-1");
+    let (status, page) = follow(&addr, &text).await;
+    assert_eq!(status, 200, "{page}");
+    let (status, text) = get(&addr, "/search?id=checkout-1.b").await;
+    assert_eq!(status, 303, "{text}");
+    assert_eq!(location(&text), "/topics/wf-b/jobs/checkout-1.b");
 }

@@ -11,10 +11,10 @@ use dq_core::{ChangeOutcome, Due, JobState};
 use super::post::{Form, Post};
 use super::topic_page;
 use crate::clock::{parse_utc, utc};
-use crate::view::seg;
+use crate::view::{seg, workflow_page};
 
 /// What an action on one job did: the note to show, and whether the job is gone (then the
-/// redirect goes to its topic, not to its page).
+/// redirect goes to its topic, or to its workflow for a step of one, not to its page).
 type Done = (String, bool);
 
 pub(crate) async fn job(
@@ -22,6 +22,13 @@ pub(crate) async fn job(
     post: Post,
 ) -> Response {
     let client = &post.web.client;
+    // A step of a workflow, once cancelled, goes back to its workflow's page: the topic of a
+    // blocked step may hold no other job, and have no page. (Only where to go back depends on
+    // it: a store that cannot say goes back to the topic.)
+    let step = match action.as_str() {
+        "cancel" => client.workflow_step(&topic, &id).await.ok().flatten(),
+        _ => None,
+    };
     let done: dq_core::Result<Done> = match action.as_str() {
         "run" => run_now(&post, &topic, &id).await.map(|note| (note, false)),
         "cancel" => client
@@ -52,13 +59,16 @@ pub(crate) async fn job(
     match done {
         Ok((note, gone)) => {
             tracing::info!(topic, id, action, "dq dashboard: {note}");
-            let to = match (gone, action.as_str()) {
-                (true, "delete") => format!("{}?state=dead", topic_page(&post.viewer, &topic)),
-                (true, "delete-done") => {
+            let to = match (&step, gone, action.as_str()) {
+                (Some(step), true, _) => workflow_page(&post.viewer, &step.workflow),
+                (_, true, "delete") => format!("{}?state=dead", topic_page(&post.viewer, &topic)),
+                (_, true, "delete-done") => {
                     format!("{}?state=done", topic_page(&post.viewer, &topic))
                 }
-                (true, _) => topic_page(&post.viewer, &topic),
-                (false, _) => format!("{}/jobs/{}", topic_page(&post.viewer, &topic), seg(&id)),
+                (_, true, _) => topic_page(&post.viewer, &topic),
+                (_, false, _) => {
+                    format!("{}/jobs/{}", topic_page(&post.viewer, &topic), seg(&id))
+                }
             };
             post.back(&to, &note)
         }

@@ -11,11 +11,13 @@ mod job;
 mod post;
 mod schedule;
 mod topic;
+mod workflow;
 
 pub(crate) use bulk::bulk;
 pub(crate) use job::job;
 pub(crate) use schedule::schedule;
 pub(crate) use topic::{pause, purge_all_dead, resume, retry_all_dead};
+pub(crate) use workflow::cancel_workflow;
 
 use crate::view::seg;
 use crate::Viewer;

@@ -1,6 +1,6 @@
 //! One job's page: its fields, its payload (and a done job's result, a running job's progress),
-//! its history (its events still kept, with each failed run's error),
-//! and what can be done to it in its state.
+//! its history (its events still kept, with each failed run's error), the workflow it is a
+//! step of, if any, and what can be done to it in its state.
 
 use std::time::{Duration, SystemTime};
 
@@ -9,12 +9,13 @@ use axum::http::{StatusCode, Uri};
 use axum::response::Response;
 use axum::Extension;
 use dq_core::events::{EventKind, JobEvent};
+use dq_core::workflow::StepRef;
 use dq_core::{JobInfo, JobState};
 use maud::{html, Markup};
 
 use super::{query, store_error, with_note};
 use crate::clock::{relative, utc};
-use crate::view::{self, button, confirm_button, pretty_payload, seg};
+use crate::view::{self, button, confirm_button, job_page, pretty_payload, seg, workflow_page};
 use crate::{Shared, Viewer};
 
 pub(crate) async fn job(
@@ -28,16 +29,17 @@ pub(crate) async fn job(
     let read = tokio::join!(
         client.status_in(&topic, &id),
         client.store_time(),
-        client.job_history(&topic, &id)
+        client.job_history(&topic, &id),
+        client.workflow_step(&topic, &id)
     );
-    let (info, now, history) = match read {
-        (Ok(info), Ok(now), history) => (info, now, history),
-        (Err(e), _, _) | (_, Err(e), _) => {
+    let (info, now, history, step) = match read {
+        (Ok(info), Ok(now), history, step) => (info, now, history, step),
+        (Err(e), _, _, _) | (_, Err(e), _, _) => {
             return store_error(&viewer, &format!("read job {id:?} of {topic:?}"), &e)
         }
     };
     let base = &viewer.base;
-    let link = format!("{base}/topics/{}/jobs/{}", seg(&topic), seg(&id));
+    let link = job_page(&viewer, &topic, &id);
     let Some(job) = info else {
         let message = format!(
             "No job {id:?} in topic {topic:?}: it finished, was cancelled or deleted, or never existed (dq keeps finished jobs only while their topic's retention lasts, and only when it has one)."
@@ -47,6 +49,7 @@ pub(crate) async fn job(
     let body = html! {
         p.crumbs { a href={ (base) "/topics/" (seg(&topic)) } { (topic) } " / " code { (id) } }
         h1 { "Job " code { (id) } " " span class={ "badge " (job.state.as_str()) } data-state=(job.state.as_str()) { (job.state.as_str()) } }
+        (workflow_of(&viewer, &step))
         (fields(&job, now))
         h2 { "Payload" }
         pre.payload { (pretty_payload(&job.payload)) }
@@ -77,11 +80,38 @@ pub(crate) async fn job(
     with_note(&web, &viewer, &q, &title, Duration::ZERO, body)
 }
 
+/// The workflow the job is a step of, linked to its page, while the step has not ended; a
+/// hint when that could not be read (the rest of the page stands).
+fn workflow_of(viewer: &Viewer, step: &dq_core::Result<Option<StepRef>>) -> Markup {
+    html! {
+        @match step {
+            Ok(Some(step)) => p.workflow data-workflow=(step.workflow) {
+                "Step " code { (step.step) } " of workflow "
+                a href=(workflow_page(viewer, &step.workflow)) { code { (step.workflow) } }
+                ": the workflow's page draws its steps, each after the steps it comes after."
+            }
+            Ok(None) => {}
+            Err(e) => p.hint.error {
+                "Whether it is a step of a workflow could not be read: " (e.to_string())
+            }
+        }
+    }
+}
+
 /// The job's state, attempt, times (UTC and relative to the store's clock) and last error.
 fn fields(job: &JobInfo, now: SystemTime) -> Markup {
     html! {
         table.fields {
-            tr { th { "State" } td { (job.state.as_str()) } }
+            tr {
+                th { "State" }
+                td {
+                    (job.state.as_str())
+                    @if job.state == JobState::Blocked {
+                        ": waiting for the steps it comes after (it is a step of a workflow; "
+                        "its job is pushed once they have ended)"
+                    }
+                }
+            }
             tr {
                 th { "Priority" }
                 td data-priority=(job.priority) {
@@ -96,7 +126,14 @@ fn fields(job: &JobInfo, now: SystemTime) -> Markup {
                 }
             }
             tr { th { "Attempt" } td data-attempt=(job.attempt) { (attempt(job)) } }
-            tr { th { "Due" } td { (utc(job.due)) " UTC (" (relative(job.due, now)) ")" } }
+            @if job.state == JobState::Blocked {
+                tr {
+                    th { "Due" }
+                    td { "once the steps it comes after have ended (a delay counts from then)" }
+                }
+            } @else {
+                tr { th { "Due" } td { (utc(job.due)) " UTC (" (relative(job.due, now)) ")" } }
+            }
             tr { th { "Enqueued" } td { (utc(job.created)) " UTC (" (relative(job.created, now)) ")" } }
             @if let Some(t) = job.state_since_or_until {
                 tr {
@@ -173,6 +210,9 @@ fn attempt(job: &JobInfo) -> String {
         JobState::Running => format!("attempt {n} of {max}, running"),
         JobState::Dead => format!("attempt {n} of {max} failed; dead-lettered"),
         JobState::Done => format!("attempt {next} of {max} succeeded"),
+        JobState::Blocked => {
+            format!("attempt 1 of {max}, to come once the steps it comes after have ended")
+        }
         _ => format!("attempt {n} of {max}"),
     }
 }
@@ -201,8 +241,8 @@ fn state_time(state: JobState) -> &'static str {
 }
 
 /// What can be done to job `id` in its state (`link` is its page's address): a pending job is
-/// run now (delayed only), cancelled or rescheduled; a dead letter retried or deleted; a done
-/// job's record deleted.
+/// run now (delayed only), cancelled or rescheduled; a blocked step cancelled; a dead letter
+/// retried or deleted; a done job's record deleted.
 fn actions(job: &JobInfo, id: &str, link: &str, csrf: &str) -> Markup {
     html! {
         @match job.state {
@@ -235,6 +275,24 @@ fn actions(job: &JobInfo, id: &str, link: &str, csrf: &str) -> Markup {
                         "Delete",
                         &format!("Delete dead letter {id}? This cannot be undone."),
                     ))
+                }
+            }
+            JobState::Blocked => {
+                div.actions {
+                    (confirm_button(
+                        &format!("{link}/cancel"),
+                        csrf,
+                        "Cancel",
+                        &format!(
+                            "Cancel step {id}? The steps after it follow as their policies say \
+                             (by default they are cancelled too). This cannot be undone."
+                        ),
+                    ))
+                    span.hint {
+                        " Blocked: waiting for the steps it comes after, so it cannot be run "
+                        "now or rescheduled. Cancel ends this step, cancelled; to stop the "
+                        "whole workflow, cancel it on its page."
+                    }
                 }
             }
             JobState::Done => {

@@ -20,18 +20,28 @@ pub(super) struct Listing {
 
 impl Listing {
     /// The listing the query string asks for (`state`, `cursor`, `id`, `due_after`,
-    /// `due_before`, `error`); the error says which time is no time.
+    /// `due_before`, `error`); the error says which time is no time, or that blocked jobs are
+    /// not listed with a topic's.
     pub(super) fn from_query(q: &Query, default_state: JobState) -> Result<Listing, String> {
         let time_filter = |key: &str| q.get(key).map(|t| parse_utc(t));
         let (due_after, due_before) = match (time_filter("due_after"), time_filter("due_before")) {
             (Some(Err(message)), _) | (_, Some(Err(message))) => return Err(message),
             (a, b) => (a.and_then(Result::ok), b.and_then(Result::ok)),
         };
+        let state = q
+            .get("state")
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(default_state);
+        if state == JobState::Blocked {
+            return Err(
+                "Blocked jobs are steps of workflows waiting for the steps they come \
+                 after: their jobs are not pushed yet, so a topic does not list them. Their \
+                 workflow's page shows them (/workflows/<id>), and so does each one's job page."
+                    .to_owned(),
+            );
+        }
         Ok(Listing {
-            state: q
-                .get("state")
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(default_state),
+            state,
             at: q
                 .get("cursor")
                 .and_then(|c| c.parse().ok())

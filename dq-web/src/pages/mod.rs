@@ -1,5 +1,5 @@
 //! The pages: topics (the overview), one topic's jobs by state, one job, the workers, the
-//! schedules, and the search for a job by id.
+//! schedules, a workflow's graph, and the search for a job (or a workflow) by id.
 
 mod job;
 mod listing;
@@ -9,6 +9,7 @@ mod search;
 mod topic;
 mod topic_body;
 mod workers;
+mod workflow;
 
 pub(crate) use job::job;
 pub(crate) use overview::{overview, topics_fragment};
@@ -16,6 +17,7 @@ pub(crate) use schedules::schedules;
 pub(crate) use search::search;
 pub(crate) use topic::topic;
 pub(crate) use workers::workers;
+pub(crate) use workflow::workflow;
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
