@@ -48,6 +48,9 @@ pub(crate) struct Harness {
     pub(crate) proxy: Option<crate::proxy::Blackhole>,
     /// Clock offsets injected into the workers, by slot (libfaketime); none past the end.
     pub(crate) clock_offsets_ms: Vec<i64>,
+    /// The topics the scenario pushes to ([`TOPIC`] unless it says otherwise): the drain waits
+    /// for their jobs, and the dead letters and what is left in Redis are read from them.
+    pub(crate) topics: Vec<String>,
     started: Instant,
 }
 
@@ -128,6 +131,7 @@ impl Harness {
             exit_ms: Vec::new(),
             proxy: None,
             clock_offsets_ms: Vec::new(),
+            topics: vec![TOPIC.to_owned()],
             started: Instant::now(),
         })
     }
@@ -183,6 +187,9 @@ impl Harness {
         }
         if args.beat {
             cmd.arg("--beat");
+        }
+        if args.diamond {
+            cmd.arg("--diamond");
         }
         let offset = self.clock_offsets_ms.get(slot).copied().unwrap_or(0);
         if offset != 0 {
@@ -641,17 +648,14 @@ impl Harness {
         Ok(jobs.iter().filter(|j| !placed.contains(*j)).count())
     }
 
-    /// Waits until Redis has no delayed, ready or running job of the topic and every acked
+    /// Waits until Redis has no delayed, ready or running job of the topics and every acked
     /// push ran or was dead-lettered, or until nothing pending is left to wait for, or `limit`.
     pub(crate) async fn drain(&mut self, acked: &HashMap<String, u64>, limit: Duration) {
         let deadline = Instant::now() + limit;
         let mut idle_since: Option<Instant> = None;
         loop {
             let _ = self.ledger.refresh(&self.dir);
-            let pending = match self.client.counts(TOPIC).await {
-                Ok(c) => Some(c.delayed + c.ready + c.running),
-                Err(_) => None,
-            };
+            let pending = self.pending().await;
             if pending == Some(0) {
                 let handled: HashSet<&str> =
                     self.ledger.runs.iter().map(|r| r.id.as_str()).collect();
@@ -678,20 +682,34 @@ impl Harness {
         }
     }
 
+    /// Delayed, ready and running jobs of the topics; `None` when Redis did not answer.
+    async fn pending(&self) -> Option<u64> {
+        let mut pending = 0;
+        for topic in &self.topics {
+            let c = self.client.counts(topic).await.ok()?;
+            pending += c.delayed + c.ready + c.running;
+        }
+        Some(pending)
+    }
+
+    /// The ids of the dead letters of the topics.
     async fn dead_ids(&self) -> anyhow::Result<HashSet<String>> {
         let mut ids = HashSet::new();
-        let mut cursor = dq::admin::Cursor::START;
-        loop {
-            let page = self
-                .client
-                .jobs(TOPIC, JobState::Dead, cursor, 1000)
-                .await?;
-            ids.extend(page.jobs.into_iter().map(|j| j.id.to_string()));
-            match page.next {
-                Some(next) => cursor = next,
-                None => return Ok(ids),
+        for topic in &self.topics {
+            let mut cursor = dq::admin::Cursor::START;
+            loop {
+                let page = self
+                    .client
+                    .jobs(topic, JobState::Dead, cursor, 1000)
+                    .await?;
+                ids.extend(page.jobs.into_iter().map(|j| j.id.to_string()));
+                match page.next {
+                    Some(next) => cursor = next,
+                    None => break,
+                }
             }
         }
+        Ok(ids)
     }
 
     /// SIGTERM to every worker, each given the grace period and 5 s more.
@@ -755,10 +773,7 @@ impl Harness {
     pub(crate) async fn report(&mut self, pushes: &Pushes) -> anyhow::Result<Value> {
         let _ = self.ledger.refresh(&self.dir);
         let dead = self.dead_ids().await.unwrap_or_default();
-        let mut by_id: HashMap<&str, Vec<&crate::ledger::Run>> = HashMap::new();
-        for run in &self.ledger.runs {
-            by_id.entry(run.id.as_str()).or_default().push(run);
-        }
+        let by_id = self.ledger.by_id();
         let acked = &pushes.acked;
         let handled = acked.keys().filter(|id| by_id.contains_key(id.as_str()));
         let handled_unique = handled.clone().count();
@@ -857,22 +872,26 @@ impl Harness {
         out
     }
 
-    /// What is left in Redis after the drain, over every shard: nothing but dead letters
-    /// should be.
+    /// What is left in Redis after the drain, over every shard and the topics: nothing but
+    /// dead letters should be.
     async fn integrity(&self) -> anyhow::Result<Value> {
-        let topic = Topic::new(TOPIC)?;
+        let topics = self
+            .topics
+            .iter()
+            .map(|t| Topic::new(t.as_str()))
+            .collect::<Result<Vec<Topic>, _>>()?;
         let shards = self.client.config().shards;
         let mut sums = [0u64; 6];
         if let Some(seeds) = self.url.strip_prefix("cluster:") {
             let client = redis::cluster::ClusterClient::new(seeds.split(',').collect::<Vec<_>>())?;
             let mut c = client.get_async_connection().await?;
             for shard in 0..shards {
-                add(&mut sums, shard_counts(&mut c, shard, &topic).await?);
+                add(&mut sums, shard_counts(&mut c, shard, &topics).await?);
             }
         } else {
             let mut c = self.redis_conn().await?;
             for shard in 0..shards {
-                add(&mut sums, shard_counts(&mut c, shard, &topic).await?);
+                add(&mut sums, shard_counts(&mut c, shard, &topics).await?);
             }
         }
         let [jobs, delayed, inflight, ready, dead, leases] = sums;
@@ -907,26 +926,22 @@ fn add(sums: &mut [u64; 6], counts: [u64; 6]) {
     }
 }
 
-/// Job records, delayed, running, ready and dead jobs of one shard, and lease tokens held (the
-/// `leases` hash without its `:next` counter and its `:table` field).
+/// Job records, delayed, running, ready and dead jobs (of `topics`) of one shard, and lease
+/// tokens held (the `leases` hash without its `:next` counter and its `:table` field).
 async fn shard_counts<C: redis::aio::ConnectionLike>(
     c: &mut C,
     shard: u16,
-    topic: &Topic,
+    topics: &[Topic],
 ) -> anyhow::Result<[u64; 6]> {
     let keys = ShardKeys::new(NAMESPACE, shard);
-    type Counts = (u64, u64, u64, u64, u64, u64, u64, u64);
-    let (jobs, delayed, inflight, ready, dead, tokens, counter, table): Counts = redis::pipe()
+    type Counts = (u64, u64, u64, u64, u64, u64);
+    let (jobs, delayed, inflight, tokens, counter, table): Counts = redis::pipe()
         .cmd("HLEN")
         .arg(keys.jobs())
         .cmd("ZCARD")
         .arg(keys.delayed())
         .cmd("ZCARD")
         .arg(keys.inflight())
-        .cmd("LLEN")
-        .arg(keys.ready(topic))
-        .cmd("ZCARD")
-        .arg(keys.dead(topic))
         .cmd("HLEN")
         .arg(keys.leases())
         .cmd("HEXISTS")
@@ -935,8 +950,20 @@ async fn shard_counts<C: redis::aio::ConnectionLike>(
         .cmd("HEXISTS")
         .arg(keys.leases())
         .arg(":table")
-        .query_async(c)
+        .query_async(&mut *c)
         .await?;
+    let (mut ready, mut dead) = (0u64, 0u64);
+    for topic in topics {
+        let (r, d): (u64, u64) = redis::pipe()
+            .cmd("LLEN")
+            .arg(keys.ready(topic))
+            .cmd("ZCARD")
+            .arg(keys.dead(topic))
+            .query_async(&mut *c)
+            .await?;
+        ready += r;
+        dead += d;
+    }
     Ok([
         jobs,
         delayed,
@@ -1087,6 +1114,9 @@ pub(crate) struct PushPlan {
     /// How many groups the jobs are spread over (0: none): job `j<i>` is in group `g<i mod
     /// groups>`.
     pub(crate) groups: u64,
+    /// Each push is a diamond workflow `d<i>` of four jobs ([`crate::diamond`]) instead of
+    /// one job `j<i>`; its first step is due as the job would be, the others when released.
+    pub(crate) diamonds: bool,
 }
 
 /// What the producer saw.
@@ -1101,11 +1131,17 @@ pub(crate) struct Pushes {
     pub(crate) gave_up: u64,
 }
 
-/// Pushes the plan's jobs; a push that fails is sent again with the same id (never a second
-/// job) until it succeeds or `retry_for` runs out; an OOM refusal is not retried.
+/// Pushes the plan's jobs (or workflows); a push that fails is sent again with the same id
+/// (never a second job) until it succeeds or `retry_for` runs out; an OOM refusal is not
+/// retried. A workflow's acknowledgement acknowledges each of its steps' jobs.
 pub(crate) async fn produce(client: dq::Client, plan: PushPlan, seed: u64) -> Pushes {
+    let jobs_per_push = if plan.diamonds {
+        crate::diamond::STEPS.len()
+    } else {
+        1
+    };
     let pushes = Arc::new(Mutex::new(Pushes {
-        planned: plan.n,
+        planned: plan.n * jobs_per_push,
         ..Pushes::default()
     }));
     let permits = Arc::new(tokio::sync::Semaphore::new(plan.concurrency.max(1)));
@@ -1122,21 +1158,42 @@ pub(crate) async fn produce(client: dq::Client, plan: PushPlan, seed: u64) -> Pu
             break;
         };
         let (client, pushes, pad) = (client.clone(), pushes.clone(), pad.clone());
-        let (retry_for, groups) = (plan.retry_for, plan.groups);
+        let (retry_for, groups, diamonds) = (plan.retry_for, plan.groups, plan.diamonds);
         tasks.spawn(async move {
             let _permit = permit;
-            let id = format!("j{i}");
+            let id = if diamonds {
+                crate::diamond::workflow_id(i)
+            } else {
+                format!("j{i}")
+            };
             let job = Job { n: i as u64, pad };
             let deadline = Instant::now() + retry_for;
             loop {
-                let mut push = client.push_to(TOPIC, &job).id(id.clone()).at(due);
-                if groups > 0 {
-                    push = push.group(format!("g{}", i as u64 % groups));
-                }
-                match push.await {
-                    Ok(_) => {
+                let pushed = if diamonds {
+                    // A step's due time counts from its release: the first one's from the push.
+                    let delay = due.duration_since(SystemTime::now()).unwrap_or_default();
+                    crate::diamond::push(&client, &id, &job, delay)
+                        .await
+                        .map(drop)
+                } else {
+                    let mut push = client.push_to(TOPIC, &job).id(id.clone()).at(due);
+                    if groups > 0 {
+                        push = push.group(format!("g{}", i as u64 % groups));
+                    }
+                    push.await.map(drop)
+                };
+                match pushed {
+                    Ok(()) => {
+                        let ids = if diamonds {
+                            crate::diamond::step_ids(&id)
+                        } else {
+                            vec![id]
+                        };
                         if let Ok(mut p) = pushes.lock() {
-                            p.acked.insert(id, now_us());
+                            let acked_at = now_us();
+                            for id in ids {
+                                p.acked.insert(id, acked_at);
+                            }
                         }
                         return;
                     }

@@ -63,11 +63,27 @@ impl Ledger {
         runs
     }
 
+    /// Each job's runs, by id.
+    pub(crate) fn by_id(&self) -> HashMap<&str, Vec<&Run>> {
+        let mut by_id: HashMap<&str, Vec<&Run>> = HashMap::new();
+        for run in &self.runs {
+            by_id.entry(run.id.as_str()).or_default().push(run);
+        }
+        by_id
+    }
+
     /// Reads the complete lines appended since the last call.
     pub(crate) fn refresh(&mut self, dir: &Path) -> std::io::Result<()> {
+        self.refresh_from(dir, "ledger")
+    }
+
+    /// Reads the complete lines appended since the last call to the `*.<extension>` files of
+    /// `dir` (the diamond steps also write their starts, as runs that end when they start, to
+    /// `*.starts`).
+    pub(crate) fn refresh_from(&mut self, dir: &Path, extension: &str) -> std::io::Result<()> {
         for entry in std::fs::read_dir(dir)? {
             let path = entry?.path();
-            if path.extension().is_none_or(|e| e != "ledger") {
+            if path.extension().is_none_or(|e| e != extension) {
                 continue;
             }
             let offset = self.offsets.entry(path.clone()).or_default();

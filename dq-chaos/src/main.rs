@@ -17,6 +17,7 @@
 //! ```
 
 mod bad_states;
+mod diamond;
 mod harness;
 mod ledger;
 mod proxy;

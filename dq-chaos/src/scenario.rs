@@ -42,6 +42,8 @@ pub(crate) const ALL: &[&str] = &[
     "groups",
     "groups-cluster",
     "group-rate",
+    "diamond",
+    "diamond-cluster",
 ];
 
 /// The longest acceptable wait, after a silent network is back, for the next job to finish.
@@ -108,6 +110,8 @@ async fn run_until_drained(name: &str, full: bool, seed: u64) -> anyhow::Result<
         "groups" => groups(full, seed, false).await,
         "groups-cluster" => groups(full, seed, true).await,
         "group-rate" => group_rate(full, seed).await,
+        "diamond" => crate::diamond::diamond(full, seed, false).await,
+        "diamond-cluster" => crate::diamond::diamond(full, seed, true).await,
         other => anyhow::bail!("unknown scenario {other:?}; the scenarios are {ALL:?}"),
     }
 }
@@ -400,7 +404,7 @@ async fn groups(full: bool, seed: u64, cluster: bool) -> anyhow::Result<Outcome>
 /// Pushes `n` jobs over `window`, spread over [`GROUPS`] groups, while `stops` SIGKILLs of a
 /// worker come `every` (ms, a range) apart; then drains.
 async fn grouped_load_with_kills(
-    mut h: Harness,
+    h: Harness,
     n: usize,
     window: Duration,
     stops: u64,
@@ -411,6 +415,18 @@ async fn grouped_load_with_kills(
         groups: GROUPS,
         ..plan(n, window)
     };
+    load_with_kills(h, plan, stops, every, seed).await
+}
+
+/// Pushes `plan` to three workers while `stops` SIGKILLs of one of them come `every` (ms, a
+/// range) apart, each restarted at once; then drains.
+pub(crate) async fn load_with_kills(
+    mut h: Harness,
+    plan: PushPlan,
+    stops: u64,
+    every: (u64, u64),
+    seed: u64,
+) -> anyhow::Result<Outcome> {
     let (_, producer) = load(&mut h, 3, plan, seed).await?;
     kill_workers(&mut h, stops, every).await?;
     let pushes = finish(&mut h, producer).await?;
@@ -804,6 +820,7 @@ async fn maxmemory(full: bool, seed: u64) -> anyhow::Result<Outcome> {
         concurrency: 64,
         retry_for: Duration::from_secs(10),
         groups: 0,
+        diamonds: false,
     };
     let pushes = produce(h.client.clone(), p, seed).await;
     drain_acked(&mut h, &pushes.acked).await;

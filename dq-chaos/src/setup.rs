@@ -27,6 +27,7 @@ pub(crate) fn worker(full: bool) -> WorkerArgs {
         grace_ms: 5_000,
         clock_offset_ms: 0,
         beat: false,
+        diamond: false,
     }
 }
 
@@ -40,6 +41,7 @@ pub(crate) fn plan(n: usize, window: Duration) -> PushPlan {
         concurrency: 64,
         retry_for: Duration::from_secs(60),
         groups: 0,
+        diamonds: false,
     }
 }
 

@@ -1,5 +1,6 @@
 //! A worker process: one topic, a handler that takes a job-specific 0-200 ms (or holds its job
-//! for `hold`), then appends its run to the ledger. Graceful shutdown on SIGTERM.
+//! for `hold`), then appends its run to the ledger. Graceful shutdown on SIGTERM. With
+//! `--diamond`, also the four topics of the diamond workflows ([`crate::diamond`]).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -41,6 +42,9 @@ pub(crate) struct WorkerArgs {
     /// declares itself (`redis-empty-restart`).
     #[arg(long)]
     pub(crate) beat: bool,
+    /// Also runs the listeners of the diamond workflows' four topics (`diamond`).
+    #[arg(long)]
+    pub(crate) diamond: bool,
 }
 
 /// The topic (and schedule) of the `beat` listener.
@@ -92,6 +96,104 @@ fn true_now_us(offset_ms: i64) -> u64 {
     local.saturating_add_signed(-offset_ms.saturating_mul(1000))
 }
 
+/// A handler's run from `start_us`: a job-specific 0-200 ms (or the hold), then the run
+/// appended to the ledger `file`.
+async fn work(
+    a: &WorkerArgs,
+    file: &Mutex<std::fs::File>,
+    ctx: &dq::JobContext,
+    start_us: u64,
+) -> Result<(), String> {
+    let ms = match a.hold_ms {
+        Some(hold) => hold,
+        None => {
+            let h = hash(&format!("{}:{}", ctx.id(), ctx.attempt()));
+            a.work_min_ms + h % (a.work_max_ms.saturating_sub(a.work_min_ms) + 1)
+        }
+    };
+    if ms > 0 {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    let end = true_now_us(a.clock_offset_ms);
+    append_run(file, ctx, start_us, end)
+}
+
+/// Where the handlers of the diamond steps write: the worker's ledger; each run's start, when
+/// it starts, as a run that ends then (`<ledger>.starts`: the runs a kill cut are there too);
+/// and what a step d found wrong with its dependencies (`<ledger>.violations`).
+#[derive(Clone)]
+struct DiamondFiles {
+    ledger: Arc<Mutex<std::fs::File>>,
+    starts: Arc<Mutex<std::fs::File>>,
+    violations: Arc<Mutex<std::fs::File>>,
+}
+
+/// The listeners of the diamond workflows' four topics, run as the chaos listener is.
+fn diamond_listeners(
+    args: &WorkerArgs,
+    ledger: &Arc<Mutex<std::fs::File>>,
+) -> anyhow::Result<Vec<dq::Listener>> {
+    let append = |extension: &str| -> anyhow::Result<Arc<Mutex<std::fs::File>>> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(args.ledger.with_extension(extension))?;
+        Ok(Arc::new(Mutex::new(file)))
+    };
+    let files = DiamondFiles {
+        ledger: ledger.clone(),
+        starts: append("starts")?,
+        violations: append("violations")?,
+    };
+    let mut listeners = Vec::new();
+    for (step, topic) in crate::diamond::STEPS {
+        let (a, files) = (args.clone(), files.clone());
+        let listener = dq::Listener::new(topic, move |_: Job, ctx: dq::JobContext| {
+            let (a, files) = (a.clone(), files.clone());
+            async move { diamond_step(step, &a, &files, &ctx).await }
+        })
+        .concurrency(args.concurrency)
+        .no_timeout()
+        .retries(2);
+        listeners.push(listener);
+    }
+    Ok(listeners)
+}
+
+/// One run of diamond step `step`: its start written first; for d, its dependencies read and
+/// checked ([`crate::diamond::dependency_problem`]: what is wrong is written to the violations
+/// and fails the run); then the run of every chaos handler. b and c return their job's id as
+/// their value, which d must read.
+async fn diamond_step(
+    step: &str,
+    a: &WorkerArgs,
+    files: &DiamondFiles,
+    ctx: &dq::JobContext,
+) -> Result<Option<String>, String> {
+    let start = true_now_us(a.clock_offset_ms);
+    append_run(&files.starts, ctx, start, start)?;
+    if step == "d" {
+        let deps = ctx
+            .dependencies()
+            .await
+            .map_err(|e| format!("reading the dependencies: {e}"))?;
+        let id = ctx.id().as_str();
+        let workflow = id.strip_suffix(".d").unwrap_or(id);
+        if let Some(problem) = crate::diamond::dependency_problem(workflow, &deps) {
+            let line = format!("{id} {} {problem}\n", ctx.attempt());
+            let mut f = files
+                .violations
+                .lock()
+                .map_err(|_| "violations lock poisoned".to_owned())?;
+            f.write_all(line.as_bytes())
+                .map_err(|e| format!("writing the violations: {e}"))?;
+            return Err(problem);
+        }
+    }
+    work(a, &files.ledger, ctx, start).await?;
+    Ok(matches!(step, "b" | "c").then(|| ctx.id().as_str().to_owned()))
+}
+
 pub(crate) async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     let file = std::fs::OpenOptions::new()
         .create(true)
@@ -102,24 +204,18 @@ pub(crate) async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         file: file.clone(),
         offset_ms: args.clock_offset_ms,
     };
+    let diamond = if args.diamond {
+        diamond_listeners(&args, &file)?
+    } else {
+        Vec::new()
+    };
     let a = args.clone();
     let listener = dq::Listener::new(TOPIC, move |_: Job, ctx: dq::JobContext| {
         let file = file.clone();
         let a = a.clone();
         async move {
             let start = true_now_us(a.clock_offset_ms);
-            let ms = match a.hold_ms {
-                Some(hold) => hold,
-                None => {
-                    let h = hash(&format!("{}:{}", ctx.id(), ctx.attempt()));
-                    a.work_min_ms + h % (a.work_max_ms.saturating_sub(a.work_min_ms) + 1)
-                }
-            };
-            if ms > 0 {
-                tokio::time::sleep(Duration::from_millis(ms)).await;
-            }
-            let end = true_now_us(a.clock_offset_ms);
-            append_run(&file, &ctx, start, end)
+            work(&a, &file, &ctx, start).await
         }
     })
     .concurrency(args.concurrency)
@@ -134,6 +230,9 @@ pub(crate) async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         let mut builder = dq::Runtime::builder()
             .config(config.clone())
             .listener(listener.clone());
+        for l in &diamond {
+            builder = builder.listener(l.clone());
+        }
         builder = if args.beat {
             builder.state(beat_ledger.clone())
         } else {

@@ -291,3 +291,47 @@ fn groups_hold_on_a_cluster_through_worker_sigkills_and_lose_nothing() {
     assert_eq!(r["most_of_a_group_at_once"], 1, "{r}");
     assert_eq!(r["group_order_violations"], 0, "{r}");
 }
+
+/// Workflows under worker kills: diamonds (a, then b and c, then d after both) pushed while
+/// workers are killed with SIGKILL: every workflow succeeds, every d starts after its b and c
+/// ended (runs a kill cut included) and reads both their values, is released once, and nothing
+/// is lost.
+#[test]
+fn diamond_workflows_run_each_d_once_after_its_b_and_c_through_worker_sigkills() {
+    let r = assert_ok("diamond");
+    assert_zero(
+        &r,
+        &[
+            "lost",
+            "workflows_not_succeeded",
+            "d_started_before_deps",
+            "bc_started_before_a",
+            "d_released_twice",
+            "d_reran_without_kill",
+            "d_dependency_violations",
+        ],
+    );
+    assert_eq!(r["workflows"], 50, "{r}");
+    let once = r["d_completed_once"].as_u64().unwrap();
+    let again = r["d_reran_after_kill"].as_u64().unwrap();
+    assert_eq!(once + again, 50, "every d completed: {r}");
+    assert_eq!(r["faults"]["worker SIGKILL"], 5);
+}
+
+/// The same on a 3-master Redis Cluster, in a namespace of one shard.
+#[test]
+fn diamond_workflows_hold_on_a_cluster_through_worker_sigkills() {
+    let r = assert_ok("diamond-cluster");
+    assert_zero(
+        &r,
+        &[
+            "lost",
+            "workflows_not_succeeded",
+            "d_started_before_deps",
+            "bc_started_before_a",
+            "d_released_twice",
+            "d_dependency_violations",
+        ],
+    );
+    assert_eq!(r["workflows"], 50, "{r}");
+}

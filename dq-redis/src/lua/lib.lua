@@ -988,6 +988,17 @@ local function workflow_get(f, field)
   return v
 end
 
+-- Reads the `fields` of workflow `f` not read yet, in one HMGET per thousand (a step with a
+-- thousand dependents costs a few calls, not a thousand).
+local function workflow_prefetch(f, fields)
+  local missing = {}
+  for _, field in ipairs(fields) do
+    if f.set[field] == nil and f.read[field] == nil then missing[#missing + 1] = field end
+  end
+  if #missing == 0 then return end
+  for i, v in ipairs(hmget_all(f.key, missing)) do f.read[missing[i]] = v end
+end
+
 -- The workflow `wf` as the plan `plan` changes it (false when its record is gone).
 local function workflow_open(plan, wf)
   local f = plan.wfs[wf]
@@ -1058,7 +1069,14 @@ local function workflow_end(plan, f, name, o, text)
   local queue = {{name, o == 'd'}}
   while #queue > 0 do
     local item = table.remove(queue)
-    for _, edge in ipairs(workflow_edges(workflow_get(f, 'k:' .. item[1]))) do
+    local edges = workflow_edges(workflow_get(f, 'k:' .. item[1]))
+    local wanted = {}
+    for _, edge in ipairs(edges) do
+      wanted[#wanted + 1] = 's:' .. edge[1]
+      wanted[#wanted + 1] = 'w:' .. edge[1]
+    end
+    workflow_prefetch(f, wanted)
+    for _, edge in ipairs(edges) do
       local child, policy = edge[1], edge[2]
       if workflow_get(f, 's:' .. child) == 'b' then
         if item[2] or policy == 'r' then
@@ -1088,13 +1106,29 @@ local function workflow_touch(plan)
   plan.touched = true
   redis.call('EXISTS', p .. 'jobs', p .. 'delayed', p .. 'counts', p .. 'cancels')
   plan.before = earliest(p .. 'delayed')
+  local wanted = {}
+  for _, r in ipairs(plan.releases) do
+    local list = wanted[r.f]
+    if not list then
+      list = {}
+      wanted[r.f] = list
+    end
+    list[#list + 1] = 'm:' .. r.name
+    list[#list + 1] = 'j:' .. r.name
+    list[#list + 1] = 't:' .. r.name
+  end
+  for f, list in pairs(wanted) do workflow_prefetch(f, list) end
+  local lanes = {}
   for _, r in ipairs(plan.releases) do
     r.member = workflow_get(r.f, 'm:' .. r.name)
     r.raw = workflow_get(r.f, 'j:' .. r.name)
     r.delay = tonumber(workflow_get(r.f, 't:' .. r.name) or 0) or 0
     local topic = topic_of(r.member)
-    touch_lanes(p, topic)
-    redis.call('EXISTS', p .. 'gen:' .. topic)
+    if topic and not lanes[topic] then
+      lanes[topic] = true
+      touch_lanes(p, topic)
+      redis.call('EXISTS', p .. 'gen:' .. topic)
+    end
   end
   -- A member stopped twice (its workflow cancelled before, and again by this plan) once.
   local stops, stopping = {}, {}
@@ -1202,20 +1236,47 @@ local function workflow_write(plan, now)
   if not plan then return end
   local p = plan.prefix
   local jobs, delayed, counts = p .. 'jobs', p .. 'delayed', p .. 'counts'
+  -- The released steps' jobs: one HSET of their envelopes, one ZADD of those that wait, and
+  -- per topic one push of those due now (lib.lua's ready lanes); their stored envelopes go.
+  local envelopes, waiting, due_now, forgotten = {}, {}, {}, {}
   for _, r in ipairs(plan.releases) do
     if r.f.releasing[r.name] then
       local e = parse(r.raw)
       if e then
         local topic, id = split_member(r.member)
         e.due = now + r.delay
-        redis.call('HSET', jobs, r.member, encode(e))
-        place(p, delayed, counts, r.member, topic, id, e.due, now, e.priority)
+        push_all_pairs(envelopes, r.member, encode(e))
+        if e.due <= now then
+          local lane = due_now[topic]
+          if not lane then
+            lane = {ids = {}, levels = {}}
+            due_now[topic] = lane
+          end
+          lane.ids[#lane.ids + 1] = id
+          lane.levels[#lane.levels + 1] = e.priority
+        else
+          push_all_pairs(waiting, fmt(e.due), r.member)
+          bump(counts, topic, 'delayed', 1)
+        end
         r.pushed = {topic, id, e.due}
       end
       r.f.read['j:' .. r.name], r.f.read['t:' .. r.name] = false, false
-      redis.call('HDEL', r.f.key, 'j:' .. r.name, 't:' .. r.name)
+      local list = forgotten[r.f]
+      if not list then
+        list = {}
+        forgotten[r.f] = list
+      end
+      list[#list + 1] = 'j:' .. r.name
+      list[#list + 1] = 't:' .. r.name
     end
   end
+  push_all('HSET', jobs, envelopes)
+  push_all('ZADD', delayed, waiting)
+  for topic, lane in pairs(due_now) do
+    to_ready(p, counts, topic, lane.ids, lane.levels)
+    ring(p, topic)
+  end
+  for f, list in pairs(forgotten) do push_all('HDEL', f.key, list) end
   for _, st in ipairs(plan.stops) do
     if st.token then
       redis.call('HSET', p .. 'cancels', st.member, st.token)
@@ -1233,7 +1294,7 @@ local function workflow_write(plan, now)
       args[#args + 1] = 'ended'
       args[#args + 1] = fmt(now)
     end
-    redis.call('HSET', f.key, unpack(args))
+    push_all('HSET', f.key, args)
     if ends then redis.call('PEXPIRE', f.key, math.max(1, math.floor(f.keep / 1000))) end
   end
   if #plan.releases > 0 then announce(p, delayed, plan.before) end
