@@ -98,6 +98,7 @@ pub(crate) enum Command {
     Reschedule(RescheduleArgs),
     /// One workflow: each step's state (a pending one's job: delayed, ready or running), the
     /// steps it comes after, and its value or error; or cancel it.
+    #[command(alias = "workflows")]
     Workflow {
         /// The workflow's id.
         id: String,

@@ -1107,6 +1107,11 @@ async fn workflow_shows_each_steps_state_and_cancel_cancels_what_has_not_run() {
     let v = json(&dq(&redis, &["workflow", "checkout-1", "--json"]));
     assert_eq!(v["cancelled"], true);
     assert_eq!(v["steps"][1]["state"], "cancelled");
+    let v = json(&dq(&redis, &["workflows", "checkout-1", "--json"]));
+    assert_eq!(
+        v["workflow"], "checkout-1",
+        "`dq workflows` is the same command"
+    );
     let said = fails(&redis, &["workflow", "nothing"], 3);
     assert!(said.contains("no workflow \"nothing\""), "{said}");
 }
