@@ -98,10 +98,16 @@ impl NewStep {
 
     /// The delay from its release (us).
     pub fn delay_us(&self) -> u64 {
-        match self.job.due {
-            crate::Due::After(d) => u64::try_from(d.as_micros()).unwrap_or(u64::MAX),
-            crate::Due::At(_) => 0,
-        }
+        release_delay_us(self.job.due)
+    }
+}
+
+/// A step's delay from its release (us): its `Due::After`; a due instant (refused for a step by
+/// [`NewWorkflow::check`]) counts as none.
+pub fn release_delay_us(due: crate::Due) -> u64 {
+    match due {
+        crate::Due::After(d) => u64::try_from(d.as_micros()).unwrap_or(u64::MAX),
+        crate::Due::At(_) => 0,
     }
 }
 

@@ -1019,7 +1019,7 @@ end
 
 local function workflow_new_plan(prefix)
   return {prefix = prefix, steps_key = prefix .. 'workflows', wfs = {}, order = {}, gone = {},
-          releases = {}, stops = {}, stopped = {}, touched = false}
+          releases = {}, stops = {}, stopped = {}}
 end
 
 -- Step `name` of `f` is cancelled without ever having had a job (blocked, or being released).
@@ -1103,7 +1103,6 @@ end
 -- script's first write.
 local function workflow_touch(plan)
   local p = plan.prefix
-  plan.touched = true
   redis.call('EXISTS', p .. 'jobs', p .. 'delayed', p .. 'counts', p .. 'cancels')
   plan.before = earliest(p .. 'delayed')
   local wanted = {}

@@ -9,7 +9,7 @@ use super::state::{Member, State};
 use super::{lock, MemoryStore};
 use crate::error::{Error, Result};
 use crate::events::EventKind;
-use crate::job::{Due, JobInfo, JobState, NewJob};
+use crate::job::{JobInfo, JobState, NewJob};
 use crate::name::{JobId, Topic};
 use crate::store::Workflows;
 use crate::workflow::{
@@ -284,10 +284,7 @@ impl State {
         let flow = self.workflows.get(wf)?;
         let step = &flow.steps[flow.index(name)?];
         let job = step.job.as_ref()?;
-        let delay = match job.due {
-            Due::After(d) => u64::try_from(d.as_micros()).unwrap_or(u64::MAX),
-            Due::At(_) => 0,
-        };
+        let delay = crate::workflow::release_delay_us(job.due);
         let envelope = crate::envelope::Envelope {
             attempt: 0,
             max_attempts: job.max_attempts,
