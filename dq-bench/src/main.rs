@@ -15,6 +15,7 @@
 mod dashboard;
 mod driver;
 mod embedded;
+mod push_latency;
 mod rate_limit;
 mod schedules;
 mod stats;
@@ -38,7 +39,9 @@ struct Cli {
     /// the rate they achieve together, and the most starts in one period) and
     /// embedded-memory (RSS of the embedded runtime after a tenth of --n tiny jobs and after
     /// all of them, default 2,000,000; no Redis) and workflow (1,000 plain jobs against one
-    /// workflow of 1,000 steps, a fan-out and fan-in, in this process: time and Redis CPU).
+    /// workflow of 1,000 steps, a fan-out and fan-in, in this process: time and Redis CPU) and
+    /// push-latency (--n one-at-a-time awaited pushes, default 5,000, beside PING round trips
+    /// of redis-rs and of `redis-benchmark -c 1`: p50, p99 and mean, us).
     #[arg(long, default_value = "all")]
     workload: String,
     /// Jobs in a burst (default: 100000 and 5000).
@@ -239,6 +242,15 @@ fn main() -> anyhow::Result<()> {
                         cli.seconds,
                         cli.concurrency,
                     ))?;
+                    line["rep"] = serde_json::json!(rep);
+                    line["redis_version"] = serde_json::json!(target.version());
+                    println!("{line}");
+                }
+                return Ok(());
+            }
+            if cli.workload == "push-latency" {
+                for rep in 0..cli.reps {
+                    let mut line = rt.block_on(push_latency::run(&target, n.unwrap_or(5000)))?;
                     line["rep"] = serde_json::json!(rep);
                     line["redis_version"] = serde_json::json!(target.version());
                     println!("{line}");

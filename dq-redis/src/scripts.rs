@@ -1,6 +1,13 @@
-//! The Lua scripts, one file per operation in `src/lua/`, each prefixed with `lib.lua` and run
-//! with EVALSHA (redis-rs loads a script again when Redis answers NOSCRIPT, as after a restart).
+//! The Lua scripts, one file per operation in `src/lua/`, each prefixed with the definitions of
+//! `lib.lua` it uses and run with EVALSHA (redis-rs loads a script again when Redis answers
+//! NOSCRIPT, as after a restart).
+//!
+//! Only the definitions a script reaches go in front of it: Redis runs a script's top level at
+//! every call, and each `local function` of it makes a closure then. The whole of `lib.lua`
+//! cost 19-21 us of Redis time per call on the 2-core machine of BENCHMARKS.md ("What a script
+//! call costs before its first command"), about as much as a one-job push's own commands.
 
+use std::collections::BTreeSet;
 use std::sync::LazyLock;
 
 use redis::Script;
@@ -8,7 +15,123 @@ use redis::Script;
 const LIB: &str = include_str!("lua/lib.lua");
 
 fn script(body: &str) -> Script {
-    Script::new(&format!("{LIB}\n{body}"))
+    Script::new(&with_lib(LIB, body))
+}
+
+/// One top-level definition of a library: a `local` statement at the start of a line, with the
+/// comment lines right above it and every line after it up to the next definition's.
+struct Definition<'a> {
+    /// The names it declares (`local function f` or `local a, b = ...`).
+    names: Vec<&'a str>,
+    text: &'a str,
+}
+
+/// `lib` cut into its text before the first definition and its definitions, in order.
+fn definitions(lib: &str) -> (&str, Vec<Definition<'_>>) {
+    let lines: Vec<(usize, &str)> = lib
+        .split_inclusive('\n')
+        .scan(0, |at, line| {
+            let start = *at;
+            *at += line.len();
+            Some((start, line))
+        })
+        .collect();
+    // Where each definition starts: its `local` line, moved up over the comments right above.
+    let mut starts = Vec::new();
+    for (i, (_, line)) in lines.iter().enumerate() {
+        if line.starts_with("local ") {
+            let mut first = i;
+            while first > 0 && lines[first - 1].1.starts_with("--") {
+                first -= 1;
+            }
+            starts.push((first, i));
+        }
+    }
+    let offset = |line: usize| lines.get(line).map_or(lib.len(), |l| l.0);
+    let prelude = &lib[..starts.first().map_or(lib.len(), |s| offset(s.0))];
+    let defs = starts
+        .iter()
+        .enumerate()
+        .map(|(k, &(first, local))| {
+            let end = starts.get(k + 1).map_or(lines.len(), |s| s.0);
+            let head = lines[local].1["local ".len()..].trim_start();
+            let head = head.strip_prefix("function ").unwrap_or(head);
+            let declared = head.split(['=', '(']).next().unwrap_or("");
+            Definition {
+                names: declared
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|n| !n.is_empty())
+                    .collect(),
+                text: &lib[offset(first)..offset(end)],
+            }
+        })
+        .collect();
+    (prelude, defs)
+}
+
+/// The names `code` uses: its identifiers outside comments and string literals.
+fn identifiers(code: &str) -> BTreeSet<&str> {
+    let bytes = code.as_bytes();
+    let mut out = BTreeSet::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'-' if bytes.get(i + 1) == Some(&b'-') => {
+                while i < bytes.len() && bytes[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            quote @ (b'\'' | b'"') => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != quote {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+            }
+            b if b.is_ascii_alphabetic() || b == b'_' => {
+                let start = i;
+                while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+                    i += 1;
+                }
+                out.insert(&code[start..i]);
+            }
+            b if b.is_ascii_digit() => {
+                while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'.') {
+                    i += 1;
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    out
+}
+
+/// `body` after the text of `lib` before its first definition and the definitions `body` uses,
+/// directly or through other definitions, in their order in `lib`.
+fn with_lib(lib: &str, body: &str) -> String {
+    let (prelude, defs) = definitions(lib);
+    let mut needed = vec![false; defs.len()];
+    let mut names: Vec<&str> = identifiers(body).into_iter().collect();
+    while let Some(name) = names.pop() {
+        for (k, def) in defs.iter().enumerate() {
+            if !needed[k] && def.names.contains(&name) {
+                needed[k] = true;
+                names.extend(
+                    identifiers(def.text)
+                        .into_iter()
+                        .filter(|n| !def.names.contains(n)),
+                );
+            }
+        }
+    }
+    let mut out = String::from(prelude);
+    for (def, _) in defs.iter().zip(&needed).filter(|(_, n)| **n) {
+        out.push_str(def.text);
+    }
+    out.push('\n');
+    out.push_str(body);
+    out
 }
 
 /// Declares the scripts once: the struct holding them, its loader and the name-to-hash list
@@ -83,6 +206,54 @@ mod tests {
             lease_expired(2, Some(3)),
             "lease expired on attempt 2 of 3 (the worker died or stopped renewing its lease)"
         );
+    }
+
+    const LIB: &str = "-- the prelude\n\n\
+        local function a() return 1 end\n\
+        -- b calls a\n\
+        local function b()\n  return a()\nend\n\
+        local function c() return 'a()' end -- a() in a comment\n\
+        local X, Y = 5, 6\n";
+
+    #[test]
+    fn a_script_gets_the_definitions_it_calls_and_those_they_call_in_library_order() {
+        assert_eq!(
+            super::with_lib(LIB, "return b()"),
+            "-- the prelude\n\nlocal function a() return 1 end\n-- b calls a\nlocal function b()\n  return a()\nend\n\nreturn b()"
+        );
+    }
+
+    #[test]
+    fn names_in_strings_and_comments_bring_no_definition() {
+        assert_eq!(
+            super::with_lib(LIB, "return c() -- b()"),
+            "-- the prelude\n\nlocal function c() return 'a()' end -- a() in a comment\n\nreturn c() -- b()"
+        );
+    }
+
+    #[test]
+    fn a_name_of_a_definition_of_several_brings_it_whole() {
+        assert_eq!(
+            super::with_lib(LIB, "return Y"),
+            "-- the prelude\n\nlocal X, Y = 5, 6\n\nreturn Y"
+        );
+    }
+
+    #[test]
+    fn every_definition_of_the_library_is_found() {
+        let lib = include_str!("lua/lib.lua");
+        let (_, defs) = super::definitions(lib);
+        let locals = lib.lines().filter(|l| l.starts_with("local ")).count();
+        assert_eq!(defs.len(), locals);
+        assert!(defs.iter().all(|d| !d.names.is_empty()));
+        // Nothing of the library is lost on the way: every script with everything it names is
+        // the library itself.
+        let all: String = defs
+            .iter()
+            .map(|d| d.names.join(" "))
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert_eq!(super::with_lib(lib, &all), format!("{lib}\n{all}"));
     }
 
     #[test]

@@ -1,0 +1,164 @@
+//! The `push-latency` workload: how long one awaited push takes with nothing else in flight
+//! (issue 34, item 4), beside the round trips it is made of. In this process, against the
+//! target's Redis, one round of `--n` (default 5,000) measures, one call at a time after a
+//! warm-up, the same number of each of:
+//!
+//! - `push`: `client.push_to(..).delay(1h).send().await` of the bench payload (no worker runs;
+//!   the jobs stay delayed);
+//! - `ping_redis_rs`: `PING` on a redis-rs multiplexed connection of this process, the kind dq's
+//!   store uses: the round trip of the client library;
+//! - `evalsha_return`: `EVALSHA` of a script that only returns, on that connection: a script
+//!   call that does no work;
+//! - `ping_redis_benchmark`: `redis-benchmark -c 1 -t ping` on the same server in the same run
+//!   (the C client's round trip, the floor of the issue's goal).
+//!
+//! Each is printed with p50, p99 and mean in microseconds, and the push's Redis time per call
+//! (`INFO commandstats` of `EVALSHA`), so that where the time goes shows: the script, the round
+//! trip, or the client's own work. `--reps` repeats the whole round, alternating nothing: each
+//! round's figures come from one run of the same server.
+
+use std::time::{Duration, Instant};
+
+use dq::Client;
+use serde_json::{json, Value};
+
+use crate::driver::payload;
+use crate::stats::round3;
+use crate::target::Target;
+
+const TOPIC: &str = "bench-latency";
+const WARM_UP: usize = 500;
+
+pub(crate) async fn run(target: &Target, n: usize) -> anyhow::Result<Value> {
+    target.flushall();
+    let config = crate::target::config(&target.url(), target.wait_replicas)?;
+    let client = Client::connect(config).await?;
+    let redis = redis::Client::open(target.masters()[0].url())?;
+    let mut conn = redis.get_multiplexed_async_connection().await?;
+    let noop = redis::Script::new("return 1");
+
+    for i in 0..WARM_UP {
+        push_one(&client, i).await?;
+        let _: String = redis::cmd("PING").query_async(&mut conn).await?;
+        let _: i64 = noop.invoke_async(&mut conn).await?;
+    }
+    let usec0 = evalsha_usec(target);
+    let mut push = Vec::with_capacity(n);
+    for i in 0..n {
+        let t = Instant::now();
+        push_one(&client, WARM_UP + i).await?;
+        push.push(micros(t.elapsed()));
+    }
+    let usec1 = evalsha_usec(target);
+    let script_us = (usec1.0 - usec0.0) as f64 / usec1.1.saturating_sub(usec0.1) as f64;
+
+    let mut ping = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let _: String = redis::cmd("PING").query_async(&mut conn).await?;
+        ping.push(micros(t.elapsed()));
+    }
+    let mut evalsha = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let _: i64 = noop.invoke_async(&mut conn).await?;
+        evalsha.push(micros(t.elapsed()));
+    }
+    let c_ping = redis_benchmark_ping(target, n)?;
+    let push_s = spread(&mut push);
+    let ping_s = spread(&mut ping);
+    Ok(json!({
+        "system": "dq",
+        "workload": "push-latency",
+        "n": n,
+        "push_us": push_s,
+        "push_redis_us_per_call": round3(script_us),
+        "ping_redis_rs_us": ping_s,
+        "evalsha_return_us": spread(&mut evalsha),
+        "ping_redis_benchmark_us": c_ping,
+        "push_p50_over_ping_p50": round3(
+            push_s["p50"].as_f64().unwrap_or(f64::NAN)
+                / c_ping["p50"].as_f64().unwrap_or(f64::NAN)
+        ),
+        "target": target.describe(),
+        "version": env!("CARGO_PKG_VERSION"),
+    }))
+}
+
+async fn push_one(client: &Client, i: usize) -> anyhow::Result<()> {
+    client
+        .push_to(TOPIC, &payload(i as u64))
+        .delay(Duration::from_secs(3600))
+        .send()
+        .await?;
+    Ok(())
+}
+
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// p50, p99 and mean of `values` (us).
+fn spread(values: &mut [f64]) -> Value {
+    values.sort_by(f64::total_cmp);
+    let mean = values.iter().sum::<f64>() / values.len().max(1) as f64;
+    json!({
+        "p50": round3(dq_testkit::stats::percentile(values, 0.50)),
+        "p99": round3(dq_testkit::stats::percentile(values, 0.99)),
+        "mean": round3(mean),
+    })
+}
+
+/// `EVALSHA`'s Redis time so far (us) and its calls, from `INFO commandstats`.
+fn evalsha_usec(target: &Target) -> (u64, u64) {
+    let info = target.masters()[0].command(&["INFO", "commandstats"]);
+    let line = info
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
+        .unwrap_or("");
+    let field = |name: &str| {
+        line.split(',')
+            .find_map(|kv| kv.strip_prefix(name))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    (field("usec="), field("calls="))
+}
+
+/// `redis-benchmark -c 1 -n N -t ping --csv` against the first master: its PING_MBULK line's
+/// p50 and p99, converted to us.
+fn redis_benchmark_ping(target: &Target, n: usize) -> anyhow::Result<Value> {
+    let port = target.masters()[0].port().to_string();
+    let out = std::process::Command::new("redis-benchmark")
+        .args(["-h", "127.0.0.1", "-p", &port, "-c", "1", "-n"])
+        .arg(n.to_string())
+        .args(["-t", "ping", "--csv"])
+        .output()
+        .map_err(|e| anyhow::anyhow!("redis-benchmark could not run ({e}): it comes with redis-server (apt-get install -y redis-server)"))?;
+    anyhow::ensure!(
+        out.status.success(),
+        "redis-benchmark failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    // "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("\"PING_MBULK\""))
+        .ok_or_else(|| anyhow::anyhow!("redis-benchmark printed no PING_MBULK line: {text}"))?;
+    let cols: Vec<f64> = line
+        .split(',')
+        .skip(1)
+        .map(|c| c.trim_matches('"').parse().unwrap_or(f64::NAN))
+        .collect();
+    anyhow::ensure!(
+        cols.len() >= 7,
+        "redis-benchmark's line has {} numbers: {line}",
+        cols.len()
+    );
+    Ok(json!({
+        "p50": round3(cols[3] * 1e3),
+        "p99": round3(cols[5] * 1e3),
+        "mean": round3(cols[1] * 1e3),
+    }))
+}
