@@ -73,6 +73,28 @@ async fn the_documented_acl_is_enough_for_pushing_running_and_administering() {
     wait_for(&seen, 2).await;
     c.pause("t").await.unwrap();
     c.resume("t").await.unwrap();
+    // A workflow's end sets its record's time to live (PEXPIRE).
+    let mut flow = c.workflow("w");
+    flow.step_to("only", "t", &3u32);
+    flow.push().await.unwrap();
+    wait_for(&seen, 3).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let state = c.workflow_status("w").await.unwrap().map(|w| w.state);
+        if state == Some(dq::workflow::WorkflowState::Succeeded) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "workflow w: {state:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let ttl = redis.command(&["PTTL", "dq:{app:0}:workflow:w"]);
+    assert!(
+        ttl.trim().trim_start_matches(':').parse::<i64>().unwrap() > 0,
+        "the ended workflow's record expires: PTTL {ttl}"
+    );
     assert_eq!(c.stats("t").await.unwrap().counts.dead, 0);
     assert!(!c.workers().await.unwrap().is_empty());
     rt.shutdown().await.unwrap();
@@ -95,6 +117,25 @@ async fn the_documented_acl_is_enough_for_pushing_running_and_administering() {
         .to_string()
         .to_lowercase()
         .contains("permission"));
+}
+
+#[test]
+fn operations_md_gives_exactly_the_least_rights_rules_of_dq() {
+    let doc = include_str!("../OPERATIONS.md");
+    let line = doc
+        .lines()
+        .find(|l| l.contains("ACL SETUSER dq on >PASSWORD"))
+        .unwrap();
+    let documented: Vec<&str> = line
+        .split_whitespace()
+        .skip_while(|w| *w != ">PASSWORD")
+        .skip(1)
+        .collect();
+    let rules: Vec<&str> = dq::store::ACL_RULES
+        .split_whitespace()
+        .filter(|r| *r != "\\")
+        .collect();
+    assert_eq!(documented, rules);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -52,6 +52,92 @@ async fn push_announces_a_new_earliest_due_time_on_the_wake_channel() {
     );
 }
 
+/// push.lua writes a lone new job in a few commands (its first section), and jobs pushed together
+/// in its general path: a job leaves the same data either way, delayed or ready.
+#[tokio::test]
+async fn a_lone_push_leaves_the_data_a_push_of_several_leaves() {
+    let redis = RedisServer::start();
+    let c = client(&redis).await;
+    let at = std::time::SystemTime::now() + Duration::from_secs(3600);
+    for (topic, due) in [("later", Some(at)), ("now", None)] {
+        let push = |id: &str| {
+            let p = c.push_to(topic, &7u32).id(id);
+            match due {
+                Some(at) => p.at(at),
+                None => p,
+            }
+        };
+        push("alone").send().await.unwrap();
+        c.push_batch([push("b1"), push("b2")]).await.unwrap();
+    }
+    let rc = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let query = |args: Vec<String>| {
+        let mut rc = rc.clone();
+        let mut cmd = redis::cmd(&args[0]);
+        for a in &args[1..] {
+            cmd.arg(a);
+        }
+        async move { cmd.query_async::<redis::Value>(&mut rc).await.unwrap() }
+    };
+    let key = |k: &str| format!("dq:{{test:0}}:{k}");
+    let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    // An envelope without its creation time (field 4), which differs between the calls, and
+    // for a job to run now without its due time (field 5), the time of its push.
+    let envelope = |v: redis::Value, now: bool| {
+        let redis::Value::BulkString(b) = v else {
+            panic!("no envelope: {v:?}")
+        };
+        let text = String::from_utf8(b).unwrap();
+        let mut fields: Vec<&str> = text.splitn(6, ':').collect();
+        if now {
+            fields.remove(4);
+        }
+        fields.remove(3);
+        fields.join(":")
+    };
+    for topic in ["later", "now"] {
+        let (alone, b1) = (format!("{topic}:alone"), format!("{topic}:b1"));
+        let jobs = key("jobs");
+        let now = topic == "now";
+        let a = envelope(query(args(&["HGET", &jobs, &alone])).await, now);
+        let b = envelope(query(args(&["HGET", &jobs, &b1])).await, now);
+        assert_eq!(a, b, "{topic}: the envelopes differ");
+        let delayed = key("delayed");
+        assert_eq!(
+            query(args(&["ZSCORE", &delayed, &alone])).await,
+            query(args(&["ZSCORE", &delayed, &b1])).await,
+            "{topic}: the due times differ"
+        );
+    }
+    let counts = key("counts");
+    assert_eq!(
+        query(args(&["HGET", &counts, "later:delayed"])).await,
+        redis::Value::BulkString(b"3".to_vec())
+    );
+    assert_eq!(
+        query(args(&["LRANGE", &key("ready:now"), "0", "-1"])).await,
+        redis::Value::Array(
+            ["alone", "b1", "b2"]
+                .iter()
+                .map(|s| redis::Value::BulkString(s.as_bytes().to_vec()))
+                .collect()
+        )
+    );
+    for topic in ["later", "now"] {
+        assert_eq!(
+            query(args(&["SISMEMBER", &key("topics"), topic])).await,
+            redis::Value::Int(1)
+        );
+    }
+    // The lone pushes took the first section: it alone looks for a new id with HEXISTS.
+    let stats = redis.command(&["INFO", "commandstats"]);
+    assert!(stats.contains("cmdstat_hexists:calls=2,"), "{stats}");
+}
+
 #[tokio::test]
 async fn every_key_of_a_shard_shares_one_hashtag() {
     let redis = RedisServer::start();

@@ -176,7 +176,10 @@ pub(crate) async fn run_all(
         }
         return Ok(0);
     }
-    let plan = plan(workload, n, push_mode)?;
+    let mut plan = Vec::new();
+    for w in workload.split(',') {
+        plan.extend(self::plan(w.trim(), n, push_mode)?);
+    }
     let redis = target;
     let redis_version = redis.version();
     let mut failed = 0;
@@ -243,7 +246,9 @@ async fn run_one(
     let mut fill = 0;
     if spec.workload == "pending" {
         let before = redis.used_memory();
+        let started = now_ms();
         fill_pending(&client, pending_fill).await?;
+        extra.insert("fill_s".into(), round3((now_ms() - started) / 1000.0));
         let after = redis.used_memory();
         fill = pending_fill;
         extra.insert("pending_fill".into(), json!(pending_fill));
@@ -251,7 +256,12 @@ async fn run_one(
             "redis_bytes_per_job".into(),
             round3((after - before) / pending_fill.max(1) as f64),
         );
+        extra.insert(
+            "bytes_per_job_by_key".into(),
+            bytes_by_key(redis, pending_fill),
+        );
     }
+    let profile = crate::profile::Profile::start(redis);
     let pushes = match spec.workload {
         "burst" | "pending" => burst(&client, n, spec.mode).await?,
         "steady" => steady(&client, n).await?,
@@ -277,6 +287,9 @@ async fn run_one(
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    if let Some(profile) = profile.finish(redis, n) {
+        extra.insert("redis_us_per_job".into(), profile);
     }
     // Redis' own CPU time over pushes and drain, against the wall time: near 1 s per second
     // means one Redis core was the limit.
@@ -414,6 +427,24 @@ async fn fill_pending(client: &Client, fill: usize) -> anyhow::Result<()> {
         client.push_batch(jobs).await?;
     }
     Ok(())
+}
+
+/// What each key of the filled shard holds per pending job (`MEMORY USAGE ... SAMPLES 0`:
+/// every element counted), bytes: the keys of more than a kilobyte.
+fn bytes_by_key(target: &Target, fill: usize) -> Value {
+    let mut out = serde_json::Map::new();
+    for m in target.masters() {
+        let keys = m.command(&["KEYS", "dq:*"]);
+        for key in keys.lines().filter(|l| l.starts_with("dq:")) {
+            let used = m.command(&["MEMORY", "USAGE", key, "SAMPLES", "0"]);
+            let bytes: f64 = used.trim().trim_start_matches(':').parse().unwrap_or(0.0);
+            if bytes > 1024.0 {
+                let name = key.rsplit_once("}:").map_or(key, |(_, k)| k);
+                out.insert(name.to_owned(), round3(bytes / fill.max(1) as f64));
+            }
+        }
+    }
+    Value::Object(out)
 }
 
 async fn burst(client: &Client, n: usize, mode: &str) -> anyhow::Result<Pushes> {

@@ -15,6 +15,7 @@
 mod dashboard;
 mod driver;
 mod embedded;
+mod profile;
 mod push_latency;
 mod rate_limit;
 mod schedules;
@@ -31,7 +32,9 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     role: Option<Role>,
-    /// all, burst, steady, sparse, sparse-offset, cross-process, pending, or, not in all:
+    /// all, burst, steady, sparse, sparse-offset, cross-process, pending, several of these
+    /// joined by commas (`burst,pending`: the same burst on an empty Redis, then on top of
+    /// --pending-fill delayed jobs, in one run), or, not in all:
     /// ready-changes (the cost of replacing, cancelling and rescheduling ready jobs),
     /// dashboard (`dq web`'s page times over --n jobs, default 1,000,000; build dq-cli first)
     /// schedules (tick lateness of --n one-second schedules, default 100, for 30 s),

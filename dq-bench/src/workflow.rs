@@ -5,8 +5,7 @@
 //! 998 values (`JobContext::dependencies`). Each part is timed from the push to its last job's
 //! ack, with the Redis CPU it used (`used_cpu_sys` + `used_cpu_user`, per job); `--reps`
 //! rounds alternate the two, so their ratio comes from one run. With `DQ_BENCH_PROFILE` set,
-//! the workflow part also prints Redis' time by command (`INFO commandstats`) and by script
-//! (`SLOWLOG` with every call logged, scripts named by their SHA) on stderr.
+//! the workflow part also prints Redis' time by command and by script on stderr (`profile`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -89,14 +88,7 @@ pub(crate) async fn run(
         let plain_cpu = target.cpu_s() - cpu0;
 
         // The fan-out and fan-in.
-        let stats0 = command_usec(target);
-        if std::env::var_os("DQ_BENCH_PROFILE").is_some() {
-            for m in target.masters() {
-                m.command(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
-                m.command(&["CONFIG", "SET", "slowlog-max-len", "200000"]);
-                m.command(&["SLOWLOG", "RESET"]);
-            }
-        }
+        let profile = crate::profile::Profile::start(target);
         let cpu0 = target.cpu_s();
         let started = Instant::now();
         let id = format!("fan-{rep}");
@@ -124,43 +116,8 @@ pub(crate) async fn run(
         };
         let workflow_s = started.elapsed().as_secs_f64();
         let workflow_cpu = target.cpu_s() - cpu0;
-        if std::env::var_os("DQ_BENCH_PROFILE").is_some() {
-            let stats1 = command_usec(target);
-            let mut top: Vec<(String, u64)> = stats1
-                .iter()
-                .map(|(k, v)| (k.clone(), v - stats0.get(k).copied().unwrap_or(0)))
-                .filter(|(_, d)| *d > 0)
-                .collect();
-            top.sort_by_key(|t| std::cmp::Reverse(t.1));
-            eprintln!(
-                "workflow part, Redis usec by command: {:?}",
-                &top[..top.len().min(8)]
-            );
-            let names: std::collections::HashMap<String, &str> = dq::store::script_hashes()
-                .into_iter()
-                .map(|(name, sha)| (sha, name))
-                .collect();
-            let mut by_script: std::collections::HashMap<String, (u64, u64)> = Default::default();
-            for m in target.masters() {
-                let log = m.command(&["SLOWLOG", "GET", "200000"]);
-                // RESP: an entry is :id, :time, :duration, *args, $7, evalsha, $40, sha, ...
-                let lines: Vec<&str> = log.lines().collect();
-                for i in 3..lines.len().saturating_sub(2) {
-                    if !lines[i].eq_ignore_ascii_case("evalsha") {
-                        continue;
-                    }
-                    let sha = lines[i + 2].to_owned();
-                    let us: u64 = lines[i - 3].trim_start_matches(':').parse().unwrap_or(0);
-                    let name = names.get(&sha).copied().unwrap_or("?").to_owned();
-                    let e = by_script.entry(name).or_default();
-                    e.0 += us;
-                    e.1 += 1;
-                }
-                m.command(&["CONFIG", "SET", "slowlog-log-slower-than", "10000"]);
-            }
-            let mut v: Vec<_> = by_script.into_iter().collect();
-            v.sort_by_key(|e| std::cmp::Reverse(e.1 .0));
-            eprintln!("workflow part, by script (us, calls): {v:?}");
+        if let Some(profile) = profile.finish(target, STEPS) {
+            eprintln!("workflow part, Redis us per step: {profile}");
         }
         anyhow::ensure!(
             state == WorkflowState::Succeeded,
@@ -190,26 +147,6 @@ pub(crate) async fn run(
     }
     rt.shutdown().await?;
     Ok(lines)
-}
-
-/// Redis time per command (and per script SHA) so far, us (`INFO commandstats`).
-fn command_usec(target: &Target) -> std::collections::HashMap<String, u64> {
-    let mut out = std::collections::HashMap::new();
-    for m in target.masters() {
-        for line in m.command(&["INFO", "commandstats"]).lines() {
-            let Some((name, rest)) = line.split_once(':') else {
-                continue;
-            };
-            let usec = rest
-                .split(',')
-                .find_map(|kv| kv.strip_prefix("usec="))
-                .and_then(|v| v.parse::<u64>().ok());
-            if let Some(u) = usec {
-                *out.entry(name.to_owned()).or_default() += u;
-            }
-        }
-    }
-    out
 }
 
 /// Keeps the fan-in's sum from being optimised away.

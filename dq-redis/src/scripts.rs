@@ -108,31 +108,45 @@ fn identifiers(code: &str) -> BTreeSet<&str> {
 }
 
 /// `body` after the text of `lib` before its first definition and the definitions `body` uses,
-/// directly or through other definitions, in their order in `lib`.
+/// directly or through other definitions, in their order in `lib`. A line `--@lib` in `body`
+/// puts the definitions that only the code after it uses there, after the code before it: a
+/// script that returns early (push.lua's lone job) does not make the closures of the rest.
 fn with_lib(lib: &str, body: &str) -> String {
     let (prelude, defs) = definitions(lib);
-    let mut needed = vec![false; defs.len()];
-    let mut names: Vec<&str> = identifiers(body).into_iter().collect();
-    while let Some(name) = names.pop() {
-        for (k, def) in defs.iter().enumerate() {
-            if !needed[k] && def.names.contains(&name) {
-                needed[k] = true;
-                names.extend(
-                    identifiers(def.text)
-                        .into_iter()
-                        .filter(|n| !def.names.contains(n)),
-                );
+    let mut placed = vec![false; defs.len()];
+    let mut out = String::from(prelude);
+    for (k, part) in body.split(LIB_MARK).enumerate() {
+        if k > 0 {
+            out.push('\n');
+        }
+        let mut needed = placed.clone();
+        let mut names: Vec<&str> = identifiers(part).into_iter().collect();
+        while let Some(name) = names.pop() {
+            for (k, def) in defs.iter().enumerate() {
+                if !needed[k] && def.names.contains(&name) {
+                    needed[k] = true;
+                    names.extend(
+                        identifiers(def.text)
+                            .into_iter()
+                            .filter(|n| !def.names.contains(n)),
+                    );
+                }
             }
         }
+        for (i, def) in defs.iter().enumerate() {
+            if needed[i] && !placed[i] {
+                out.push_str(def.text);
+            }
+        }
+        placed = needed;
+        out.push_str(if k == 0 { "\n" } else { "--@lib\n" });
+        out.push_str(part);
     }
-    let mut out = String::from(prelude);
-    for (def, _) in defs.iter().zip(&needed).filter(|(_, n)| **n) {
-        out.push_str(def.text);
-    }
-    out.push('\n');
-    out.push_str(body);
     out
 }
+
+/// The line of a script body where the library definitions of the code after it go.
+const LIB_MARK: &str = "\n--@lib\n";
 
 /// Declares the scripts once: the struct holding them, its loader and the name-to-hash list
 /// all come from this one list of names, each the stem of its file in `src/lua/`.
@@ -145,6 +159,12 @@ macro_rules! scripts {
         pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
             $($name: script(include_str!(concat!("lua/", stringify!($name), ".lua"))),)*
         });
+
+        /// Each script's name and body, as in `src/lua/`.
+        #[cfg(test)]
+        const BODIES: &[(&str, &str)] = &[
+            $((stringify!($name), include_str!(concat!("lua/", stringify!($name), ".lua"))),)*
+        ];
 
         /// Each script's name and SHA1, as `EVALSHA` shows it in `SLOWLOG`, `MONITOR` or
         /// `INFO commandstats`: which dq operation a slow entry was.
@@ -240,6 +260,14 @@ mod tests {
     }
 
     #[test]
+    fn the_definitions_only_the_code_after_a_mark_uses_go_after_the_code_before_it() {
+        assert_eq!(
+            super::with_lib(LIB, "if a() then return end\n--@lib\nreturn b()"),
+            "-- the prelude\n\nlocal function a() return 1 end\n\nif a() then return end\n-- b calls a\nlocal function b()\n  return a()\nend\n--@lib\nreturn b()"
+        );
+    }
+
+    #[test]
     fn every_definition_of_the_library_is_found() {
         let lib = include_str!("lua/lib.lua");
         let (_, defs) = super::definitions(lib);
@@ -254,6 +282,33 @@ mod tests {
             .collect::<Vec<_>>()
             .join(" ");
         assert_eq!(super::with_lib(lib, &all), format!("{lib}\n{all}"));
+    }
+
+    /// The words in capitals the scripts quote that are not commands.
+    const OPTIONS: &[&str] = &["COUNT", "LIMIT", "MINID", "PX", "REV", "WITHSCORES", "XX"];
+
+    #[test]
+    fn every_command_a_script_runs_is_granted_by_the_least_rights_rules() {
+        let rules: Vec<&str> = crate::ACL_RULES.split_whitespace().collect();
+        let sources = std::iter::once(("lib", include_str!("lua/lib.lua")))
+            .chain(super::BODIES.iter().copied());
+        for (name, source) in sources {
+            for line in source.lines().map(|l| l.split("--").next().unwrap_or("")) {
+                for (k, quoted) in line.split('\'').enumerate() {
+                    let command = k % 2 == 1
+                        && !quoted.is_empty()
+                        && quoted.bytes().all(|b| b.is_ascii_uppercase())
+                        && !OPTIONS.contains(&quoted);
+                    if command {
+                        let grant = format!("+{}", quoted.to_ascii_lowercase());
+                        assert!(
+                            rules.contains(&grant.as_str()),
+                            "{name}.lua runs {quoted}, which dq::store::ACL_RULES does not grant: add {grant} there (and to OPERATIONS.md's \"Least rights\"), or to OPTIONS here if it is no command"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]

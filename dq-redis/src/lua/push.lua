@@ -39,6 +39,37 @@
 -- that key: on a cluster whose slot is migrating a missing key aborts the script where it
 -- stands, so it must abort before the first write (lib.lua's rule).
 local jobs, delayed, topics, counts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+-- A lone new job with nothing to weigh is written here, as the general path below would write
+-- it, without its tables and before the closures of the library definitions only it uses
+-- (scripts.rs, `--@lib`): one awaited push pays about half the Redis time (BENCHMARKS.md,
+-- "One awaited push"). Nothing to weigh: no trace context, priority, group, schedule fence or
+-- reservation of its own, none in the shard either (no `unique`, `workflows`, `limits` or
+-- `events` key: one EXISTS), and its id not in `jobs`; anything else goes on below.
+if ARGV[3] == '1' and ARGV[8] == '0' and ARGV[9] == '' and not ARGV[11]
+  and redis.call('EXISTS', KEYS[6], ARGV[1] .. 'workflows', ARGV[1] .. 'limits', KEYS[9]) == 0 then
+  local prefix, topic = ARGV[1], ARGV[4]
+  local now = now_us()
+  local due = due_from(ARGV[6], now)
+  local before = earliest(delayed)
+  local ready = due <= now
+  if ready then touch_lanes(prefix, topic) end
+  redis.call('EXISTS', counts, topics)
+  local member = topic .. ':' .. ARGV[5]
+  if redis.call('HEXISTS', jobs, member) == 0 then
+    redis.call('HSET', jobs, member,
+      '2:0:' .. ARGV[7] .. ':' .. fmt(now) .. ':' .. fmt(due) .. ':0:' .. ARGV[10])
+    if ready then
+      to_ready(prefix, counts, topic, {ARGV[5]})
+      ring(prefix, topic)
+    else
+      redis.call('ZADD', delayed, fmt(due), member)
+      bump(counts, topic, 'delayed', 1)
+    end
+    redis.call('SADD', topics, topic)
+    return {ready and -1 or announce(prefix, delayed, before), 1}
+  end
+end
+--@lib
 local prefix, replace, n = ARGV[1], ARGV[2] == 'replace', tonumber(ARGV[3])
 local inflight = KEYS[5] -- only read, in phase 1
 local unique, unique_for, tick_fence = KEYS[6], KEYS[7], KEYS[8]

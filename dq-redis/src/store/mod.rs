@@ -73,7 +73,7 @@ pub const ACL_RULES: &str = "resetkeys ~dq:* resetchannels &dq:* -@all \
 +hset +hdel +hgetall +sadd +srem +smembers +config|get \
 +time +hget +hmget +hexists +hincrby +zadd +zrem +zscore +zrange +zrangebyscore \
 +zrevrange +zcount +zmscore +zincrby +zremrangebyrank +zremrangebyscore +zcard +hlen +lpop +rpush +lpush +lrange +ltrim +lrem +llen +lindex +lpos +sismember \
-+publish +cluster|slots +exists +get +set +multi +exec +wait +asking +xadd +xread +xrevrange +del";
++publish +cluster|slots +exists +get +set +multi +exec +wait +asking +xadd +xread +xrevrange +del +pexpire";
 
 /// Jobs in Redis, shared by every process that uses the same namespace.
 ///
