@@ -112,6 +112,15 @@ async fn jobs_run_once_each_across_sixteen_shards_on_three_masters() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_on_sixteen_shards_over_three_masters_run_in_order_one_at_a_time() {
+    let cluster = RedisCluster::start(3, 0);
+    support::groups::groups_of_one_slot_run_in_order_one_at_a_time_over_several_shards(config(
+        &cluster,
+    ))
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_graceful_failover_under_load_loses_no_job() {
     let cluster = RedisCluster::start(3, 1);
     let seen: Seen = Arc::default();

@@ -2,6 +2,7 @@
 #![allow(dead_code, unreachable_pub, unused_imports)]
 
 pub mod faulty;
+pub mod groups;
 pub mod worker;
 
 use std::sync::Arc;

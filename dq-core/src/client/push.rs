@@ -189,6 +189,11 @@ impl PushBuilder {
     /// order, "never two jobs for the same account at once"), and the groups with jobs ready
     /// take turns, so one with a million jobs does not delay one with one. The key follows the
     /// rules of a job id.
+    ///
+    /// On a namespace of several shards (a Redis Cluster's default) every job of a group lives
+    /// in its group's shard: leave the id to dq, which draws one that leads there; an id of
+    /// yours that leads to another shard is refused ([`Error::InvalidPush`]), with nothing
+    /// stored.
     pub fn group(mut self, key: impl Into<String>) -> Self {
         self.group = Some(key.into());
         self
@@ -337,7 +342,20 @@ impl PushBuilder {
         let id = match (self.id, self.id_from_payload) {
             (_, true) => payload_id(&payload),
             (Some(id), false) => JobId::new(id)?,
-            (None, false) => generated_id(),
+            (None, false) => match &self.group {
+                // On a namespace of several shards a grouped job lives in its group's shard:
+                // an id is drawn until it leads there (shards draws on average).
+                Some(group) if config.shards > 1 => {
+                    let home = crate::store::shard_of_group(&topic, group, config.shards);
+                    loop {
+                        let id = generated_id();
+                        if crate::store::shard_of(&topic, &id, config.shards) == home {
+                            break id;
+                        }
+                    }
+                }
+                _ => generated_id(),
+            },
         };
         check_due(topic.as_str(), id.as_str(), self.due)?;
         let invalid = |reason: String| Error::InvalidPush {

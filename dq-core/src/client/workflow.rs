@@ -43,7 +43,7 @@ impl Client {
     /// of the same id that exists is left as it is ([`WorkflowOutcome::AlreadyExists`]).
     ///
     /// Workflows need a namespace of one shard (the default on one Redis; on a cluster give
-    /// them a namespace of their own with `shards(1)`, as groups need): all of a workflow's
+    /// them a namespace of their own with `shards(1)`): all of a workflow's
     /// bookkeeping lives where one script sees it.
     pub fn workflow(&self, id: impl Into<String>) -> WorkflowBuilder {
         WorkflowBuilder {
@@ -209,7 +209,7 @@ impl WorkflowBuilder {
             return Err(Error::InvalidPush {
                 topic: flow.steps[0].job.topic.to_string(),
                 reason: format!(
-                    "workflow {:?}: workflows need a namespace of one shard, and this one has {} (give workflows a namespace of their own with shards(1), as groups need)",
+                    "workflow {:?}: workflows need a namespace of one shard, and this one has {} (give workflows a namespace of their own with shards(1))",
                     flow.id,
                     store.shards()
                 ),

@@ -24,7 +24,7 @@ pub use self::backend::{open, Backend, Opening};
 pub use self::memory::{Event, MemoryStore};
 pub use self::registry::Registry;
 pub use self::schedules::{ScheduleEntry, Schedules};
-pub use self::shard::shard_of;
+pub use self::shard::{shard_of, shard_of_group};
 pub use self::workflows::Workflows;
 pub use crate::envelope::{Envelope, ENVELOPE_VERSION};
 pub use crate::events::{EventEntry, EventFeed, EventPosition};

@@ -5,6 +5,18 @@ use crate::name::{JobId, Topic};
 /// The shard of a job: FNV-1a of `topic:id`, modulo the shard count. Stable across releases
 /// and platforms, because changing it would strand every pending job.
 pub fn shard_of(topic: &Topic, id: &JobId, shards: u16) -> u16 {
+    hashed(topic, id.as_str(), shards)
+}
+
+/// The shard that holds every job of `group` of `topic`: FNV-1a of `topic:group`, as
+/// [`shard_of`] takes of an id. A grouped job's id must lead to the same shard (a generated
+/// one is chosen so), so that its group's slots are counted in one place whatever the number
+/// of shards.
+pub fn shard_of_group(topic: &Topic, group: &str, shards: u16) -> u16 {
+    hashed(topic, group, shards)
+}
+
+fn hashed(topic: &Topic, key: &str, shards: u16) -> u16 {
     if shards <= 1 {
         return 0;
     }
@@ -13,7 +25,7 @@ pub fn shard_of(topic: &Topic, id: &JobId, shards: u16) -> u16 {
         .as_str()
         .bytes()
         .chain(std::iter::once(b':'))
-        .chain(id.as_str().bytes())
+        .chain(key.bytes())
     {
         hash ^= u64::from(b);
         hash = hash.wrapping_mul(0x0100_0000_01b3);

@@ -399,8 +399,8 @@ end
 -- order (`<topic>:seq` in the counts hash); `gq:<topic>:<group>` LIST `<number>:<id>`, the
 -- group's parked jobs in order (an entry whose job is no longer parked under that number is
 -- skipped: O(1) cancels); `gwait:<topic>` ZSET group scored by how many of its jobs are parked
--- (the busiest groups). Groups need one shard (a cluster namespace of one shard included): the
--- Redis store refuses a grouped push on more (keys.rs).
+-- (the busiest groups). Every job of a group lives in its group's shard (produce.rs refuses a
+-- grouped push whose id leads elsewhere), so a shard counts its groups' slots alone.
 
 local function group_keys(prefix, topic)
   return { prefix = prefix, topic = topic, active = prefix .. 'gactive:' .. topic,

@@ -414,7 +414,7 @@ impl Leases for RedisStore {
     }
 
     async fn set_group_rate(&self, topic: &Topic, rate: Option<Rate>) -> Result<()> {
-        // Every shard holds the whole rate: a grouped job lives in a namespace of one shard
+        // Every shard holds the whole rate: every job of a group lives in its group's shard
         // (produce.rs), and the rate reads the same wherever it is asked. A new rate starts
         // afresh for every group.
         self.record_rate(topic, "group_rate", rate, 1, |k| {

@@ -253,17 +253,22 @@ fn read_pushed(reply: &[Value], chunk: &[usize], outcomes: &mut [PushOutcome]) -
 impl Producer for RedisStore {
     async fn push(&self, jobs: Vec<NewJob>, on_conflict: OnConflict) -> Result<Vec<PushOutcome>> {
         jobs.iter().try_for_each(dq_core::store::check_priority)?;
-        if self.shards() > 1 {
-            if let Some(job) = jobs.iter().find(|j| j.group.is_some()) {
-                return Err(Error::InvalidPush {
-                    topic: job.topic.to_string(),
-                    reason: format!(
-                        "job {}: groups need a namespace of one shard (this one has {}): a group's slots are counted in one place, and a job of a group lives in its id's shard. Use a namespace of one shard for grouped topics (DQ_SHARDS=1, or Config::shards(1)), or leave the group out",
-                        job.id,
-                        self.shards()
-                    ),
-                });
-            }
+        if let Some((job, group)) = jobs.iter().find_map(|j| {
+            let group = j.group.as_deref()?;
+            let home = dq_core::store::shard_of_group(&j.topic, group, self.shards());
+            (shard_of(&j.topic, &j.id, self.shards()) != home).then_some((j, group))
+        }) {
+            return Err(Error::InvalidPush {
+                topic: job.topic.to_string(),
+                reason: format!(
+                    "job {}: on a namespace of {} shards every job of a group lives in its group's shard, where its slots are counted (group {group:?}: shard {}), and the id {} leads to shard {}. Leave the id out (dq then draws one that leads to the group's shard), or give grouped topics a namespace of one shard (Config::shards(1)) to choose their ids freely",
+                    job.id,
+                    self.shards(),
+                    dq_core::store::shard_of_group(&job.topic, group, self.shards()),
+                    job.id,
+                    shard_of(&job.topic, &job.id, self.shards()),
+                ),
+            });
         }
         let mode = match on_conflict {
             OnConflict::Replace => "replace",

@@ -24,7 +24,7 @@ impl RedisStore {
             return Err(Error::InvalidPush {
                 topic: String::new(),
                 reason: format!(
-                    "{what}: workflows need a namespace of one shard, and this one has {} (give workflows a namespace of their own with shards(1), as groups need)",
+                    "{what}: workflows need a namespace of one shard, and this one has {} (give workflows a namespace of their own with shards(1))",
                     self.shards()
                 ),
             });
