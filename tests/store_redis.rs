@@ -58,6 +58,14 @@ async fn push_announces_a_new_earliest_due_time_on_the_wake_channel() {
 async fn a_lone_push_leaves_the_data_a_push_of_several_leaves() {
     let redis = RedisServer::start();
     let c = client(&redis).await;
+    // A job made ready is announced on the shard's `ready` channel, by either path.
+    let mut ready = redis::Client::open(redis.url())
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .unwrap();
+    ready.subscribe("dq:{test:0}:ready").await.unwrap();
+    let mut ready = ready.into_on_message();
     let at = std::time::SystemTime::now() + Duration::from_secs(3600);
     for (topic, due) in [("later", Some(at)), ("now", None)] {
         let push = |id: &str| {
@@ -68,6 +76,14 @@ async fn a_lone_push_leaves_the_data_a_push_of_several_leaves() {
             }
         };
         push("alone").send().await.unwrap();
+        if due.is_none() {
+            use futures_util::StreamExt;
+            let rung = tokio::time::timeout(Duration::from_secs(2), ready.next())
+                .await
+                .expect("the lone push of a ready job rings the topic")
+                .unwrap();
+            assert_eq!(rung.get_payload::<String>().unwrap(), topic);
+        }
         c.push_batch([push("b1"), push("b2")]).await.unwrap();
     }
     let rc = redis::Client::open(redis.url())

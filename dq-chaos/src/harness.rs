@@ -1112,11 +1112,32 @@ pub(crate) struct PushPlan {
     /// How long one push is retried (same id) before the producer gives up on it.
     pub(crate) retry_for: Duration,
     /// How many groups the jobs are spread over (0: none): job `j<i>` is in group `g<i mod
-    /// groups>`.
+    /// groups>` (its id `j<i>-<s>` on several shards: [`grouped_id`]).
     pub(crate) groups: u64,
     /// Each push is a diamond workflow `d<i>` of four jobs ([`crate::diamond`]) instead of
     /// one job `j<i>`; its first step is due as the job would be, the others when released.
     pub(crate) diamonds: bool,
+}
+
+/// The id of job `i` of `group`: `j<i>`, or on a namespace of several shards, where every job
+/// of a group lives in its group's shard, `j<i>-<s>` with the least `s` whose id leads there
+/// when `j<i>` does not.
+pub(crate) fn grouped_id(i: usize, group: &str, shards: u16) -> String {
+    let topic = dq::Topic::new(crate::TOPIC).unwrap_or_else(|_| unreachable!("a valid topic"));
+    let home = dq::store::shard_of_group(&topic, group, shards);
+    let leads_home = |id: &str| {
+        dq::JobId::new(id)
+            .map(|id| dq::store::shard_of(&topic, &id, shards) == home)
+            .unwrap_or(false)
+    };
+    let plain = format!("j{i}");
+    if leads_home(&plain) {
+        return plain;
+    }
+    (0..)
+        .map(|s| format!("j{i}-{s}"))
+        .find(|id| leads_home(id))
+        .unwrap_or(plain)
 }
 
 /// What the producer saw.
@@ -1163,6 +1184,12 @@ pub(crate) async fn produce(client: dq::Client, plan: PushPlan, seed: u64) -> Pu
             let _permit = permit;
             let id = if diamonds {
                 crate::diamond::workflow_id(i)
+            } else if groups > 0 {
+                grouped_id(
+                    i,
+                    &format!("g{}", i as u64 % groups),
+                    client.config().shards,
+                )
             } else {
                 format!("j{i}")
             };

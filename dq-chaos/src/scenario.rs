@@ -41,6 +41,7 @@ pub(crate) const ALL: &[&str] = &[
     "flow-limits-cluster",
     "groups",
     "groups-cluster",
+    "groups-shards",
     "group-rate",
     "diamond",
     "diamond-cluster",
@@ -109,6 +110,7 @@ async fn run_until_drained(name: &str, full: bool, seed: u64) -> anyhow::Result<
         "flow-limits-cluster" => flow_limits(full, seed, true).await,
         "groups" => groups(full, seed, false).await,
         "groups-cluster" => groups(full, seed, true).await,
+        "groups-shards" => groups_over_shards(full, seed).await,
         "group-rate" => group_rate(full, seed).await,
         "diamond" => crate::diamond::diamond(full, seed, false).await,
         "diamond-cluster" => crate::diamond::diamond(full, seed, true).await,
@@ -388,7 +390,8 @@ const GROUPS: u64 = 50;
 /// (their due times: the mover lets them in in that order), and nothing is lost. A run cut by a
 /// kill is not in the ledger; it held its group's slot until its lease was reclaimed, then ran
 /// again before the group's next job. With `cluster`, on a 3-master Redis Cluster in a
-/// namespace of one shard (groups need one: README "Groups").
+/// namespace of one shard (as measured before groups could spread over shards: README
+/// "Groups").
 async fn groups(full: bool, seed: u64, cluster: bool) -> anyhow::Result<Outcome> {
     let (n, stops) = if full { (20_000, 30) } else { (1_000, 5) };
     let every = if full { (1_000, 3_000) } else { (500, 1_500) };
@@ -397,6 +400,17 @@ async fn groups(full: bool, seed: u64, cluster: bool) -> anyhow::Result<Outcome>
     } else {
         Harness::start("groups", PLAIN, worker(full), seed).await?
     };
+    let window = Duration::from_millis(stops * (every.0 + every.1) / 2);
+    grouped_load_with_kills(h, n, window, stops, every, seed).await
+}
+
+/// The groups scenario on a 3-master Redis Cluster with its default 16 shards: every job of a
+/// group lives in its group's shard (README "Groups"), so the groups spread over the masters
+/// and each is counted on its own.
+async fn groups_over_shards(full: bool, seed: u64) -> anyhow::Result<Outcome> {
+    let (n, stops) = if full { (20_000, 30) } else { (1_000, 5) };
+    let every = if full { (1_000, 3_000) } else { (500, 1_500) };
+    let h = Harness::start_cluster("groups-shards", 3, 0, worker(full), seed).await?;
     let window = Duration::from_millis(stops * (every.0 + every.1) / 2);
     grouped_load_with_kills(h, n, window, stops, every, seed).await
 }
@@ -433,11 +447,13 @@ pub(crate) async fn load_with_kills(
     Ok((h, pushes, Default::default()))
 }
 
-/// The ledger's runs by group: job `j<i>` is in group `i mod GROUPS` (the push plan's groups).
+/// The ledger's runs by group: job `j<i>` (or `j<i>-<s>`: `harness::grouped_id`) is in group
+/// `i mod GROUPS` (the push plan's groups).
 fn runs_by_group(h: &Harness) -> HashMap<u64, Vec<&Run>> {
     let mut by_group: HashMap<u64, Vec<&Run>> = HashMap::new();
     for r in &h.ledger.runs {
-        if let Some(i) = r.id.strip_prefix('j').and_then(|n| n.parse::<u64>().ok()) {
+        let number = r.id.strip_prefix('j').and_then(|n| n.split('-').next());
+        if let Some(i) = number.and_then(|n| n.parse::<u64>().ok()) {
             by_group.entry(i % GROUPS).or_default().push(r);
         }
     }

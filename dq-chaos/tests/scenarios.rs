@@ -292,6 +292,15 @@ fn groups_hold_on_a_cluster_through_worker_sigkills_and_lose_nothing() {
     assert_eq!(r["group_order_violations"], 0, "{r}");
 }
 
+/// The same on a 3-master Redis Cluster with 16 shards: each group counted in its own shard.
+#[test]
+fn groups_spread_over_sixteen_shards_hold_through_worker_sigkills_and_lose_nothing() {
+    let r = assert_ok("groups-shards");
+    assert_eq!(r["lost"], 0);
+    assert_eq!(r["most_of_a_group_at_once"], 1, "{r}");
+    assert_eq!(r["group_order_violations"], 0, "{r}");
+}
+
 /// Workflows under worker kills: diamonds (a, then b and c, then d after both) pushed while
 /// workers are killed with SIGKILL: every workflow succeeds, every d starts after its b and c
 /// ended (runs a kill cut included) and reads both their values, is released once, and nothing
