@@ -149,6 +149,28 @@ async fn the_busiest_groups_waiting_jobs_show_as_a_gauge() {
     rt.shutdown().await.unwrap();
 }
 
+/// Jobs a group rate holds back are counted (issue 33: until then only their `postponed`
+/// events told).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_held_back_by_their_groups_rate_are_counted() {
+    let redis = RedisServer::start();
+    let listener = Listener::new("tenants", |_: u32, _: JobContext| async move {})
+        .group_concurrency(3)
+        .group_rate("1/60s".parse::<dq::Rate>().unwrap());
+    let rt = worker(&redis, listener).await;
+    let c = rt.client();
+    for n in 0..3u32 {
+        c.push_to("tenants", &n).group("t-1").await.unwrap();
+    }
+    // One starts; the other two wait a minute each for their group's turn.
+    scrape_until(&[
+        r#"dq_jobs_started_total{topic="tenants"} 1"#,
+        r#"dq_jobs_held_by_group_rate_total{topic="tenants"} 2"#,
+    ])
+    .await;
+    rt.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_job_stopped_by_a_cancel_is_counted_as_cancelled_not_retried() {
     let redis = RedisServer::start();

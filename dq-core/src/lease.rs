@@ -112,6 +112,11 @@ pub struct Fetched {
     ///
     /// [`Client::set_global_concurrency`]: crate::Client::set_global_concurrency
     pub at_capacity: bool,
+    /// Ready jobs this call found whose group had used its rate ([`Client::set_group_rate`]):
+    /// each went back to wait for its group's next turn (a `postponed` event), not leased.
+    ///
+    /// [`Client::set_group_rate`]: crate::Client::set_group_rate
+    pub held_back: usize,
 }
 
 /// What one promotion call did.

@@ -27,6 +27,9 @@ pub const FETCHES_THROTTLED: &str = "dq_fetches_throttled_total";
 /// Counter, label `topic`: fetches that the topic's global concurrency cut short while jobs
 /// were ready: the consumer waited for a lease to end.
 pub const FETCHES_AT_CAPACITY: &str = "dq_fetches_at_capacity_total";
+/// Counter, label `topic`: ready jobs a fetch of this process found whose group had used its
+/// rate (`group_rate`): each went back to wait for its group's next turn, not started.
+pub const JOBS_HELD_BY_GROUP_RATE: &str = "dq_jobs_held_by_group_rate_total";
 /// Counter, label `topic`: jobs moved to the dead letters.
 pub const JOBS_DEAD_LETTERED: &str = "dq_jobs_dead_lettered_total";
 /// Counter, label `topic`: jobs of a fetch whose reply was lost, taken back by a later fetch of

@@ -296,6 +296,10 @@ impl ConsumerLoop {
     }
 
     fn say_taken_back(&self, fetched: &Fetched) {
+        if fetched.held_back > 0 {
+            let topic = self.topic.as_str();
+            crate::metrics::count_n(metric::JOBS_HELD_BY_GROUP_RATE, topic, fetched.held_back);
+        }
         if fetched.taken_back > 0 {
             let topic = self.topic.as_str();
             crate::metrics::count_n(metric::JOBS_TAKEN_BACK, topic, fetched.taken_back);

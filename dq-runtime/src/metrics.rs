@@ -15,6 +15,7 @@
 //! | `dq_fetches_at_capacity_total` | counter | topic | fetches of this process that the topic's global concurrency cut short while jobs were ready; the consumer waited for a lease to end |
 //! | `dq_fetches_throttled_total` | counter | topic | fetches of this process that the topic's rate limit (or a hold) cut short while jobs were ready; the consumer waited for the next start allowed |
 //! | `dq_jobs_dead_lettered_total` | counter | topic | jobs moved to the dead letters (poison included) |
+//! | `dq_jobs_held_by_group_rate_total` | counter | topic | ready jobs a fetch of this process found whose group had used its rate (`group_rate`): each went back to wait for its group's next turn |
 //! | `dq_jobs_taken_back_total` | counter | topic | jobs of a fetch whose reply was lost, taken back by the consumer's next fetch (no run counted) |
 //! | `dq_leases_lost_total` | counter | topic | runs whose lease was found lost while the handler ran (the job may run elsewhere too) |
 //! | `dq_jobs_cancelled_total` | counter | topic | running jobs a cancel asked to stop whose run then ended without success: deleted, not retried (a run that succeeds anyway counts as succeeded) |

@@ -520,6 +520,7 @@ pub(crate) async fn a_job_held_back_by_its_group_rate_leaves_the_room_it_took_un
     // leases nothing: the topic is not full, so the consumer comes back at once for b1.
     let held = c.store().fetch(0, &t, 10, LEASE).await.unwrap();
     assert!(held.jobs.is_empty());
+    assert_eq!(held.held_back, 1, "the fetch says it held a2 back");
     assert!(!held.at_capacity, "no job runs: the topic is not full");
     assert_eq!(ids(&fetch_ids(c, 10, LEASE).await), ["b1"]);
 }

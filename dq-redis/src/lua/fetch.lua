@@ -33,7 +33,7 @@
 -- ARGV[1] topic  ARGV[2] most jobs (at most 1000)  ARGV[3] lease length (us)
 -- ARGV[4] this fetch's nonce ('': not recorded)  ARGV[5] nonces of the consumer's earlier
 --   fetches whose reply did not arrive, comma-separated
--- Returns {now_us, token, taken_back, throttled_us, at_capacity, id_1, envelope_1, ...}, or
+-- Returns {now_us, token, taken_back, throttled_us, at_capacity, held_back, id_1, envelope_1, ...}, or
 -- {'paused'} when the topic is paused (a lost fetch's jobs then go back to the front of the
 -- ready list). throttled_us: the rate limit or a hold let out fewer jobs than asked while more
 -- are ready, and the next may start in this many us (0: not throttled). at_capacity: 1 when
@@ -141,7 +141,7 @@ if paused or held then
     left = left + #back
   end
   if paused then return {'paused'} end
-  return {fmt(clock), '0', 0, throttled(), 0}
+  return {fmt(clock), '0', 0, throttled(), 0, 0}
 end
 -- The envelopes of the jobs taken back, read before anything is written.
 local back_raws = #back > 0 and redis.call('HMGET', jobs, unpack(back)) or {}
@@ -259,7 +259,7 @@ if stale > 0 then
     ring(string.sub(ready, 1, #ready - #topic - 6), topic)
   end
 end
-if #ids == 0 and #back == 0 then return {fmt(now_us()), '0', 0, throttled(), at_capacity(0)} end
+if #ids == 0 and #back == 0 then return {fmt(now_us()), '0', 0, throttled(), at_capacity(0), 0} end
 proceed_when_full(leases) -- leasing moves jobs (ready to inflight): allowed when Redis is full
 local now = now_us()
 -- ':next' cannot be a member: every member has a topic before its colon. A token is never
@@ -277,7 +277,7 @@ if counter[2] then
 else
   redis.call('HSET', leases, ':next', token, ':table', LEASES_AS_TABLE)
 end
-local out = {fmt(now), token, 0, throttled(), at_capacity(#ids)}
+local out = {fmt(now), token, 0, throttled(), at_capacity(#ids), 0}
 local deadline = fmt(now + lease_us)
 local held, deadlines = {}, {}
 -- Taken back from a lost fetch: leased again to this one, first in line; no run counted.
@@ -348,6 +348,7 @@ end
 -- throttled one.
 out[5] = at_capacity(#ids - held_back)
 if held_back > 0 then out[4] = 0 end
+out[6] = held_back
 for i, id in ipairs(ids) do
   local raw = raws[i]
   -- An id without an envelope was cancelled while it waited: nothing to run.

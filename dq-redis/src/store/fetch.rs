@@ -38,7 +38,8 @@ impl RedisStore {
             Unsigned(Some(taken_back)),
             Unsigned(Some(throttled_us)),
             Unsigned(Some(at_capacity)),
-        ) = (head(0)?, head(1)?, head(2)?, head(3)?, head(4)?)
+            Unsigned(Some(held_back)),
+        ) = (head(0)?, head(1)?, head(2)?, head(3)?, head(4)?, head(5)?)
         else {
             return Err(malformed_reply("fetch", &Value::Array(reply)));
         };
@@ -48,7 +49,8 @@ impl RedisStore {
         out.taken_back = usize::try_from(taken_back).unwrap_or(usize::MAX);
         out.throttled = (throttled_us > 0).then(|| Duration::from_micros(throttled_us));
         out.at_capacity = at_capacity == 1;
-        for pair in reply.get(5..).unwrap_or_default().chunks(2) {
+        out.held_back = usize::try_from(held_back).unwrap_or(usize::MAX);
+        for pair in reply.get(6..).unwrap_or_default().chunks(2) {
             let (Some(Value::BulkString(id)), Some(Value::BulkString(raw))) =
                 (pair.first(), pair.get(1))
             else {

@@ -232,6 +232,7 @@ impl Leases for MemoryStore {
             // Throttled when the rate let out fewer than asked: not when jobs held back by their
             // group's rate left starts unused.
             out.throttled = if held_back > 0 { None } else { throttled };
+            out.held_back = held_back;
             // Full when the jobs leased took the room: not when jobs held back by their
             // group's rate left some of it unused.
             out.at_capacity = at_capacity && out.jobs.len() >= max;
