@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dq::store::{shard_of, shard_of_group};
-use dq::{JobContext, Listener, Runtime, Topic};
+use dq::{JobContext, Listener, Topic};
 
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Step {
@@ -48,13 +48,7 @@ pub async fn groups_of_one_slot_run_in_order_one_at_a_time_over_several_shards(c
         }
     })
     .concurrency(16);
-    let rt = Runtime::builder()
-        .config(config)
-        .without_registered_listeners()
-        .listener(listener)
-        .start()
-        .await
-        .unwrap();
+    let rt = super::start_on(config, None, listener).await;
     let c = rt.client().clone();
     for seq in 0..EACH {
         for group in 0..GROUPS {
