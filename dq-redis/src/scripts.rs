@@ -4,8 +4,8 @@
 //!
 //! Only the definitions a script reaches go in front of it: Redis runs a script's top level at
 //! every call, and each `local function` of it makes a closure then. The whole of `lib.lua`
-//! cost 19-21 us of Redis time per call on the 2-core machine of BENCHMARKS.md ("What a script
-//! call costs before its first command"), about as much as a one-job push's own commands.
+//! cost 19-21 us of Redis time per call on the 2-core machine of BENCHMARKS.md ("One awaited
+//! push", where the script's time is broken down), about a third of a one-job push's own work.
 
 use std::collections::BTreeSet;
 use std::sync::LazyLock;
