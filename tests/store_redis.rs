@@ -55,7 +55,7 @@ async fn push_announces_a_new_earliest_due_time_on_the_wake_channel() {
 /// push.lua writes a lone new job in a few commands (its first section), and jobs pushed together
 /// in its general path: a job leaves the same data either way, delayed or ready.
 #[tokio::test]
-async fn a_lone_push_leaves_the_data_a_push_of_several_leaves() {
+async fn the_short_section_of_push_leaves_the_data_the_general_path_leaves() {
     let redis = RedisServer::start();
     let c = client(&redis).await;
     // A job made ready is announced on the shard's `ready` channel, by either path.
@@ -85,6 +85,10 @@ async fn a_lone_push_leaves_the_data_a_push_of_several_leaves() {
             assert_eq!(rung.get_payload::<String>().unwrap(), topic);
         }
         c.push_batch([push("b1"), push("b2")]).await.unwrap();
+        // An id twice in one call takes the general path (the second is kept, not created).
+        c.push_batch([push("c1"), push("c2"), push("c1")])
+            .await
+            .unwrap();
     }
     let rc = redis::Client::open(redis.url())
         .unwrap()
@@ -116,28 +120,36 @@ async fn a_lone_push_leaves_the_data_a_push_of_several_leaves() {
         fields.join(":")
     };
     for topic in ["later", "now"] {
-        let (alone, b1) = (format!("{topic}:alone"), format!("{topic}:b1"));
+        let (alone, b1, c1) = (
+            format!("{topic}:alone"),
+            format!("{topic}:b1"),
+            format!("{topic}:c1"),
+        );
         let jobs = key("jobs");
         let now = topic == "now";
         let a = envelope(query(args(&["HGET", &jobs, &alone])).await, now);
         let b = envelope(query(args(&["HGET", &jobs, &b1])).await, now);
-        assert_eq!(a, b, "{topic}: the envelopes differ");
+        let general = envelope(query(args(&["HGET", &jobs, &c1])).await, now);
+        assert_eq!(a, general, "{topic}: the envelopes differ");
+        assert_eq!(b, general, "{topic}: the envelopes differ");
         let delayed = key("delayed");
-        assert_eq!(
-            query(args(&["ZSCORE", &delayed, &alone])).await,
-            query(args(&["ZSCORE", &delayed, &b1])).await,
-            "{topic}: the due times differ"
-        );
+        for short in [&alone, &b1] {
+            assert_eq!(
+                query(args(&["ZSCORE", &delayed, short])).await,
+                query(args(&["ZSCORE", &delayed, &c1])).await,
+                "{topic}: the due times differ"
+            );
+        }
     }
     let counts = key("counts");
     assert_eq!(
         query(args(&["HGET", &counts, "later:delayed"])).await,
-        redis::Value::BulkString(b"3".to_vec())
+        redis::Value::BulkString(b"5".to_vec())
     );
     assert_eq!(
         query(args(&["LRANGE", &key("ready:now"), "0", "-1"])).await,
         redis::Value::Array(
-            ["alone", "b1", "b2"]
+            ["alone", "b1", "b2", "c1", "c2"]
                 .iter()
                 .map(|s| redis::Value::BulkString(s.as_bytes().to_vec()))
                 .collect()
@@ -149,9 +161,10 @@ async fn a_lone_push_leaves_the_data_a_push_of_several_leaves() {
             redis::Value::Int(1)
         );
     }
-    // The lone pushes took the first section: it alone looks for a new id with HEXISTS.
+    // Only the two calls with an id twice took the general path: it alone counts the delayed
+    // set (ZCARD), once a call.
     let stats = redis.command(&["INFO", "commandstats"]);
-    assert!(stats.contains("cmdstat_hexists:calls=2,"), "{stats}");
+    assert!(stats.contains("cmdstat_zcard:calls=2,"), "{stats}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

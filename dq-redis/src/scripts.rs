@@ -110,7 +110,7 @@ fn identifiers(code: &str) -> BTreeSet<&str> {
 /// `body` after the text of `lib` before its first definition and the definitions `body` uses,
 /// directly or through other definitions, in their order in `lib`. A line `--@lib` in `body`
 /// puts the definitions that only the code after it uses there, after the code before it: a
-/// script that returns early (push.lua's lone job) does not make the closures of the rest.
+/// script that returns early (push.lua's short section for new jobs) does not make the closures of the rest.
 fn with_lib(lib: &str, body: &str) -> String {
     let (prelude, defs) = definitions(lib);
     let mut placed = vec![false; defs.len()];

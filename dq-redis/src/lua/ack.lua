@@ -42,13 +42,15 @@ local out = {0}
 if #members == 0 then return out end
 local held = redis.call('HMGET', leases, unpack(members))
 local done, done_values, done_runs, done_topics, per_topic, seen = {}, {}, {}, {}, {}, {}
+-- The topic of every job when the call has one (the caller lists its jobs' topics).
+local only_topic = n_topics == 1 and ARGV[2]
 for i, member in ipairs(members) do
   if held[i] == tokens[i] and not seen[member] then
     seen[member] = true
     done[#done + 1] = member
     done_values[#done] = values[i]
     done_runs[#done] = said_runs[i]
-    local topic = topic_of(member)
+    local topic = only_topic or topic_of(member)
     done_topics[#done] = topic
     per_topic[topic] = (per_topic[topic] or 0) + 1
   else
@@ -72,20 +74,24 @@ if #done > 0 and redis.call('EXISTS', retain) == 1 then
 end
 -- The jobs kept (their envelopes stay), their records (member, `<stamp>:<value>` pairs for
 -- HSET, as the caller wrote them), and the jobs whose envelopes go.
-local drop, keep_of, records_of = {}, {}, {}
-for i, member in ipairs(done) do
-  local topic = done_topics[i]
-  if kept[topic] then
-    local list, records = keep_of[topic], records_of[topic]
-    if not list then
-      list, records = {}, {}
-      keep_of[topic], records_of[topic] = list, records
+-- Without a topic that keeps them, every envelope goes: `drop` is `done`.
+local drop, keep_of, records_of = done, {}, {}
+if next(kept) then
+  drop = {}
+  for i, member in ipairs(done) do
+    local topic = done_topics[i]
+    if kept[topic] then
+      local list, records = keep_of[topic], records_of[topic]
+      if not list then
+        list, records = {}, {}
+        keep_of[topic], records_of[topic] = list, records
+      end
+      list[#list + 1] = member
+      records[#records + 1] = member
+      records[#records + 1] = done_values[i]
+    else
+      drop[#drop + 1] = member
     end
-    list[#list + 1] = member
-    records[#records + 1] = member
-    records[#records + 1] = done_values[i]
-  else
-    drop[#drop + 1] = member
   end
 end
 if #done > 0 then redis.call('EXISTS', jobs) end -- touched before the first write
@@ -123,31 +129,33 @@ if #done > 0 then
     for k, counted in ipairs(runs_of_all(jobs, unsaid)) do runs[at[k]] = counted + 1 end
   end
 end
--- Groups: the slots the jobs give back, and the jobs their groups let in, read first.
+-- Groups: the slots the jobs give back, and the jobs their groups let in, read first; only
+-- the jobs of topics where a job holds a slot (`gactive:<topic>`) are looked at.
+local prefix = string.sub(jobs, 1, -5)
 local group_plans = {}
-if #done > 0 then
-  local ids_of = {}
+local ids_of = {}
+for topic in pairs(per_topic) do
+  if redis.call('EXISTS', prefix .. 'gactive:' .. topic) == 1 then ids_of[topic] = {} end
+end
+if next(ids_of) then
   for i, member in ipairs(done) do
     local topic = done_topics[i]
     local ids = ids_of[topic]
-    if not ids then
-      ids = {}
-      ids_of[topic] = ids
-    end
-    ids[#ids + 1] = string.sub(member, #topic + 2)
+    if ids then ids[#ids + 1] = string.sub(member, #topic + 2) end
   end
   for topic, ids in pairs(ids_of) do
-    group_plans[#group_plans + 1] = plan_leave(string.sub(jobs, 1, -5), topic, ids)
+    group_plans[#group_plans + 1] = plan_leave(prefix, topic, ids)
   end
 end
 local cancelled = #done > 0 and redis.call('EXISTS', cancels) == 1
 local reported = #done > 0 and has_progress(progress)
 -- Workflows: the steps whose jobs these are end with them, and release their dependents (lib.lua).
+-- A shard without workflows pays one EXISTS.
 local workflow = nil
-if #done > 0 then
+if #done > 0 and redis.call('EXISTS', prefix .. 'workflows') == 1 then
   local ended, cut = {}, #stamp + 2
   for i, member in ipairs(done) do ended[i] = {member, 'd', string.sub(done_values[i], cut)} end
-  workflow = workflow_plan(string.sub(jobs, 1, -5), ended)
+  workflow = workflow_plan(prefix, ended)
 end
 if #done > 0 then proceed_when_full(leases) end -- an ack must go through when Redis is full
 workflow_write(workflow, now)

@@ -39,38 +39,88 @@
 -- that key: on a cluster whose slot is migrating a missing key aborts the script where it
 -- stands, so it must abort before the first write (lib.lua's rule).
 local jobs, delayed, topics, counts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
--- A lone new job with nothing to weigh is written here, as the general path below would write
--- it, without its tables and before the closures of the library definitions only it uses
--- (scripts.rs, `--@lib`): one awaited push pays about half the Redis time (BENCHMARKS.md,
--- "One awaited push"). Nothing to weigh: no trace context, priority, group, schedule fence or
--- reservation of its own, none in the shard either (no `unique`, `workflows`, `limits` or
--- `events` key: one EXISTS), and its id not in `jobs`; anything else goes on below.
-if ARGV[3] == '1' and ARGV[8] == '0' and ARGV[9] == '' and not ARGV[11]
+-- New jobs with nothing to weigh are written here, as the general path below would write them,
+-- without its tables and before the closures of the library definitions only it uses
+-- (scripts.rs, `--@lib`): one awaited push pays about half the Redis time and a batch of a
+-- thousand about three quarters (BENCHMARKS.md, "One awaited push" and "Redis' time per job").
+-- Nothing to weigh: no trace context, priority, group, schedule fence or reservation of their
+-- own, none in the shard either (no `unique`, `workflows`, `limits` or `events` key: one
+-- EXISTS), no id twice in the call and none in `jobs`; anything else goes on below, which
+-- reads again what this part read.
+local n = tonumber(ARGV[3])
+if not ARGV[4 + n * 7]
   and redis.call('EXISTS', KEYS[6], ARGV[1] .. 'workflows', ARGV[1] .. 'limits', KEYS[9]) == 0 then
-  local prefix, topic = ARGV[1], ARGV[4]
-  local now = now_us()
-  local due = due_from(ARGV[6], now)
-  local before = earliest(delayed)
-  local ready = due <= now
-  if ready then touch_lanes(prefix, topic) end
-  redis.call('EXISTS', counts, topics)
-  local member = topic .. ':' .. ARGV[5]
-  if redis.call('HEXISTS', jobs, member) == 0 then
-    redis.call('HSET', jobs, member,
-      '2:0:' .. ARGV[7] .. ':' .. fmt(now) .. ':' .. fmt(due) .. ':0:' .. ARGV[10])
-    if ready then
-      to_ready(prefix, counts, topic, {ARGV[5]})
-      ring(prefix, topic)
-    else
-      redis.call('ZADD', delayed, fmt(due), member)
-      bump(counts, topic, 'delayed', 1)
+  local members, seen, plain = {}, {}, true
+  for i = 0, n - 1 do
+    local b = i * 7
+    local member = ARGV[4 + b] .. ':' .. ARGV[5 + b]
+    if ARGV[8 + b] ~= '0' or ARGV[9 + b] ~= '' or seen[member] then
+      plain = false
+      break
     end
-    redis.call('SADD', topics, topic)
-    return {ready and -1 or announce(prefix, delayed, before), 1}
+    seen[member] = true
+    members[i + 1] = member
+  end
+  local found = plain and redis.call('HMGET', jobs, unpack(members))
+  if plain then
+    for i = 1, n do
+      if found[i] then
+        plain = false
+        break
+      end
+    end
+  end
+  if plain then
+    local prefix = ARGV[1]
+    local now = now_us()
+    local before = earliest(delayed)
+    local created = ':' .. fmt(now) .. ':'
+    local writes, adds, ready_by, delayed_by, out = {}, {}, {}, {}, {-1}
+    local dues, due_strs = {}, {}
+    for i = 0, n - 1 do
+      local b = i * 7
+      local topic, when = ARGV[4 + b], ARGV[6 + b]
+      local due = dues[when]
+      if not due then
+        due = due_from(when, now)
+        dues[when], due_strs[when] = due, fmt(due)
+      end
+      local due_str = due_strs[when]
+      writes[#writes + 1] = members[i + 1]
+      writes[#writes + 1] = '2:0:' .. ARGV[7 + b] .. created .. due_str .. ':0:' .. ARGV[10 + b]
+      if due > now then
+        adds[#adds + 1] = due_str
+        adds[#adds + 1] = members[i + 1]
+        delayed_by[topic] = (delayed_by[topic] or 0) + 1
+      else
+        local list = ready_by[topic]
+        if not list then
+          list = {}
+          ready_by[topic] = list
+          touch_lanes(prefix, topic)
+        end
+        list[#list + 1] = ARGV[5 + b]
+      end
+      out[i + 2] = 1
+    end
+    redis.call('EXISTS', counts, topics)
+    redis.call('HSET', jobs, unpack(writes))
+    if #adds > 0 then redis.call('ZADD', delayed, unpack(adds)) end
+    for topic, list in pairs(ready_by) do
+      to_ready(prefix, counts, topic, list)
+      ring(prefix, topic)
+      redis.call('SADD', topics, topic)
+    end
+    for topic, k in pairs(delayed_by) do
+      bump(counts, topic, 'delayed', k)
+      redis.call('SADD', topics, topic)
+    end
+    if #adds > 0 then out[1] = announce(prefix, delayed, before) end
+    return out
   end
 end
 --@lib
-local prefix, replace, n = ARGV[1], ARGV[2] == 'replace', tonumber(ARGV[3])
+local prefix, replace = ARGV[1], ARGV[2] == 'replace'
 local inflight = KEYS[5] -- only read, in phase 1
 local unique, unique_for, tick_fence = KEYS[6], KEYS[7], KEYS[8]
 -- The fences this call raises: schedule id -> {generation, tick}.
