@@ -163,6 +163,7 @@ on_every_store!(
         a_waiting_job_rescheduled_to_later_leaves_the_line,
         a_replace_into_another_group_hands_the_old_slot_on,
         stats_and_listings_show_the_waiting_jobs_and_the_busiest_groups,
+        an_ack_of_several_groups_counts_each_groups_waiting_jobs_down,
         a_group_key_that_is_not_a_valid_key_is_refused,
         a_group_rate_spaces_a_groups_starts_and_leaves_other_groups_alone,
         a_job_held_back_by_its_group_rate_keeps_its_slot_and_its_place,

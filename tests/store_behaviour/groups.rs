@@ -330,6 +330,49 @@ pub(crate) async fn stats_and_listings_show_the_waiting_jobs_and_the_busiest_gro
     );
 }
 
+/// One ack of jobs of several groups lets in the next job of each: the busiest groups count
+/// each down by one, and a group left with none waiting leaves the list.
+pub(crate) async fn an_ack_of_several_groups_counts_each_groups_waiting_jobs_down(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    push_grouped(
+        c,
+        &[
+            ("a1", Some("a")),
+            ("b1", Some("b")),
+            ("c1", Some("c")),
+            ("a2", Some("a")),
+            ("a3", Some("a")),
+            ("b2", Some("b")),
+            ("c2", Some("c")),
+            ("c3", Some("c")),
+            ("c4", Some("c")),
+        ],
+    )
+    .await;
+    let got = fetch_ids(c, 10, Duration::from_secs(60)).await;
+    assert_eq!(ids(&got), ["a1", "b1", "c1"]);
+    let acks: Vec<Succeeded> = got
+        .iter()
+        .map(|(_, lease)| Succeeded {
+            lease: lease.clone(),
+            result: None,
+            run: 1,
+        })
+        .collect();
+    c.store().ack_succeeded(&acks).await.unwrap();
+    let stats = c.stats(TOPIC).await.unwrap();
+    assert_eq!(
+        stats.busiest_groups,
+        [GroupLoad::new("c", 2, 1), GroupLoad::new("a", 1, 1)],
+        "b has none waiting any more"
+    );
+    assert_eq!(
+        ids(&fetch_ids(c, 10, Duration::from_secs(60)).await),
+        ["a2", "b2", "c2"]
+    );
+}
+
 pub(crate) async fn a_group_key_that_is_not_a_valid_key_is_refused(kind: Kind) {
     let h = Harness::new(kind, |b| b).await;
     let c = &h.client;

@@ -16,7 +16,9 @@ local waiting = redis.call('ZRANGE', k.waiting, 0, -1)
 local held = slots_held(k, waiting)
 local plan = leave_plan(k, {})
 redis.call('EXISTS', limits, counts, k.active, k.parked) -- touched before the first write
-for _, g in ipairs(waiting) do plan_next(plan, g, held[g], n) end
+local wants = {}
+for x, g in ipairs(waiting) do wants[x] = {g, held[g]} end
+plan_nexts(plan, wants, n)
 plan_levels(plan)
 if limit == '' then
   redis.call('HDEL', limits, field)

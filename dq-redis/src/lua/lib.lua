@@ -154,16 +154,20 @@ local function push_all(cmd, key, values)
 end
 
 -- HMGET of any number of fields, 1000 at a time (Lua's unpack is limited to a few thousand).
-local function hmget_all(key, fields)
+local function read_many(cmd, key, fields)
   local out = {}
   local i = 1
   while i <= #fields do
     local j = math.min(i + 999, #fields)
-    local got = redis.call('HMGET', key, unpack(fields, i, j))
+    local got = redis.call(cmd, key, unpack(fields, i, j))
     for x = i, j do out[x] = got[x - i + 1] end
     i = j + 1
   end
   return out
+end
+
+local function hmget_all(key, fields)
+  return read_many('HMGET', key, fields)
 end
 
 -- Tells the processes waiting on this shard that `topic` has ready jobs (consumers on a Redis
@@ -482,6 +486,17 @@ local function next_parked(k, group, room)
   return ids, taken
 end
 
+-- Adds `sign * by[i]` to the parked count of each group `names[i]` (distinct) in `k.waiting`:
+-- one ZMSCORE and one ZADD for all, reading the counts as they are at this point of the script
+-- (a ZINCRBY per group cost a call per group, each several microseconds: BENCHMARKS.md).
+local function add_waiting(k, names, by, sign)
+  if #names == 0 then return end
+  local old = read_many('ZMSCORE', k.waiting, names)
+  local args = {}
+  for i, g in ipairs(names) do push_all_pairs(args, fmt(tonumber(old[i] or 0) + sign * by[i]), g) end
+  push_all('ZADD', k.waiting, args)
+end
+
 -- Plans letting grouped jobs into `topic`'s ready lanes (a push, a promotion, a requeue):
 -- `jobs` is a list of {id, group, priority}. Reads only, touching every key `write_enter`
 -- writes; the jobs that already hold a slot (a retry's, a postponement's) go in as they are.
@@ -506,6 +521,7 @@ local function plan_enter(prefix, topic, jobs, held_from)
     if held[g] then held[g] = n end
   end
   local limit = group_limit(prefix, topic)
+  local queues = {}
   for i, j in ipairs(jobs) do
     if holding[i] then
       plan.admit[#plan.admit + 1] = j[1]
@@ -519,9 +535,14 @@ local function plan_enter(prefix, topic, jobs, held_from)
       push_all_pairs(plan.active, j[1], j[2])
     else
       plan.park[#plan.park + 1] = j
-      redis.call('EXISTS', group_queue(k, j[2])) -- touched before the first write
+      if not queues[j[2]] then
+        queues[j[2]] = true
+        queues[#queues + 1] = group_queue(k, j[2])
+      end
     end
   end
+  -- Every list a job parks in, touched before the first write: one EXISTS for all.
+  push_all('EXISTS', k.waiting, queues)
   redis.call('EXISTS', k.parked, k.waiting)
   if #plan.admit > 0 then touch_lanes(prefix, topic) end
   return plan
@@ -553,24 +574,54 @@ local function write_enter(plan, counts)
       end
       line[#line + 1] = seq .. ':' .. j[1]
     end
-    for _, g in ipairs(order) do
+    local parked_by = {}
+    for x, g in ipairs(order) do
       push_all('RPUSH', group_queue(k, g), lines[g])
-      redis.call('ZINCRBY', k.waiting, #lines[g], g)
+      parked_by[x] = #lines[g]
     end
+    add_waiting(k, order, parked_by, 1)
     push_all('ZADD', k.parked, scored)
   end
 end
 
--- Adds to `plan` (of `plan_leave`) the next parked jobs `group` lets in, holding `left` slots
--- before them of `limit` (read).
-local function plan_next(plan, group, left, limit)
-  local next_ids, taken = next_parked(plan.k, group, limit - left)
-  for _, id in ipairs(next_ids) do
-    plan.admit[#plan.admit + 1] = id
-    push_all_pairs(plan.active, id, group)
+-- Adds to `plan` (of `plan_leave`) the next parked jobs each group of `wants` lets in
+-- ({group, left}: it holds `left` slots before them of `limit`; groups distinct). Reads only:
+-- the head of each group's list (one LRANGE a group), whether its entries are live (one
+-- ZMSCORE for all groups); a group short of live entries there reads on alone (next_parked).
+local function plan_nexts(plan, wants, limit)
+  local k = plan.k
+  local heads, names = {}, {}
+  for x, w in ipairs(wants) do
+    local room = limit - w[2]
+    local entries = room > 0 and redis.call('LRANGE', group_queue(k, w[1]), 0, room - 1) or {}
+    local head = {room = room, first = #names + 1, seqs = {}, ids = {}}
+    for i, e in ipairs(entries) do
+      local seq, id = string.match(e, '^(%d+):(.*)$')
+      head.seqs[i], head.ids[i] = seq, id
+      names[#names + 1] = id or ''
+    end
+    heads[x] = head
   end
-  plan.held[group] = left + #next_ids
-  if taken > 0 then plan.trims[#plan.trims + 1] = {group, taken, #next_ids} end
+  local scores = read_many('ZMSCORE', k.parked, names)
+  for x, w in ipairs(wants) do
+    local head, ids, taken = heads[x], {}, 0
+    for i, seq in ipairs(head.seqs) do
+      if #ids >= head.room then break end
+      taken = i
+      local score = scores[head.first + i - 1]
+      if seq and score and tonumber(score) == tonumber(seq) then ids[#ids + 1] = head.ids[i] end
+    end
+    if #ids < head.room and #head.seqs == head.room then
+      -- Stale entries at the head, and more may follow: this group reads on by itself.
+      ids, taken = next_parked(k, w[1], head.room)
+    end
+    for _, id in ipairs(ids) do
+      plan.admit[#plan.admit + 1] = id
+      push_all_pairs(plan.active, id, w[1])
+    end
+    plan.held[w[1]] = w[2] + #ids
+    if taken > 0 then plan.trims[#plan.trims + 1] = {w[1], taken, #ids} end
+  end
 end
 
 -- Reads the priorities of the jobs `plan` lets in, and touches the lanes they go to.
@@ -611,7 +662,9 @@ local function plan_leave(prefix, topic, ids)
   local limit = group_limit(prefix, topic)
   local plan = leave_plan(k, leaving)
   redis.call('EXISTS', k.parked, k.waiting)
-  for _, g in ipairs(names) do plan_next(plan, g, math.max(held[g] - freed[g], 0), limit) end
+  local wants = {}
+  for x, g in ipairs(names) do wants[x] = {g, math.max(held[g] - freed[g], 0)} end
+  plan_nexts(plan, wants, limit)
   plan_levels(plan)
   return plan
 end
@@ -639,10 +692,15 @@ local function write_leave(plan, counts, enter)
     to_ready(k.prefix, counts, k.topic, plan.admit, plan.levels)
     ring(k.prefix, k.topic)
   end
+  local let_in, let_in_by = {}, {}
   for _, t in ipairs(plan.trims) do
-    if t[3] > 0 then redis.call('ZINCRBY', k.waiting, -t[3], t[1]) end
+    if t[3] > 0 then
+      let_in[#let_in + 1] = t[1]
+      let_in_by[#let_in] = t[3]
+    end
     redis.call('LTRIM', group_queue(k, t[1]), t[2], -1)
   end
+  add_waiting(k, let_in, let_in_by, -1)
   if #plan.admit > 0 then
     redis.call('ZREMRANGEBYSCORE', k.waiting, '-inf', 0)
     push_all('ZREM', k.parked, plan.admit)
