@@ -926,8 +926,9 @@ fn add(sums: &mut [u64; 6], counts: [u64; 6]) {
     }
 }
 
-/// Job records, delayed, running, ready and dead jobs (of `topics`) of one shard, and lease
-/// tokens held (the `leases` hash without its `:next` counter and its `:table` field).
+/// Job records, delayed, running (the inflight set's finite scores: not its `:skiplist` keeper),
+/// ready and dead jobs (of `topics`) of one shard, and lease tokens held (the `leases` hash
+/// without its `:next` counter and its `:table` field).
 async fn shard_counts<C: redis::aio::ConnectionLike>(
     c: &mut C,
     shard: u16,
@@ -940,8 +941,10 @@ async fn shard_counts<C: redis::aio::ConnectionLike>(
         .arg(keys.jobs())
         .cmd("ZCARD")
         .arg(keys.delayed())
-        .cmd("ZCARD")
+        .cmd("ZCOUNT")
         .arg(keys.inflight())
+        .arg("-inf")
+        .arg("(+inf")
         .cmd("HLEN")
         .arg(keys.leases())
         .cmd("HEXISTS")

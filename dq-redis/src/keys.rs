@@ -11,7 +11,7 @@
 //! | `jobs` | HASH | `topic:id` -> envelope (see [`Envelope`](dq_core::Envelope)) |
 //! | `delayed` | ZSET | `topic:id` scored by due time (us) |
 //! | `ready:<topic>` | LIST | ids due and waiting for a worker, oldest first |
-//! | `inflight` | ZSET | `topic:id` scored by lease deadline (us) |
+//! | `inflight` | ZSET | `topic:id` scored by lease deadline (us); one member `:skiplist ...` scored +inf, a long text that keeps the set a skip list (fetch.lua) |
 //! | `meta` | HASH | shard 0 only: `epoch` -> when dq first used the namespace (us), gone when Redis loses its data; `shards` -> the namespace's shard count, recorded by the first process |
 //! | `fetched:<consumer>` | STRING | the last fetches of a consumer (process, topic), `<nonce>:<token>:<deadline>` joined by `\|`, expiring after three leases |
 //! | `leases` | HASH | `topic:id` -> lease token of each running job; `:next` -> the last token given (never below the shard's clock in us); `:table` -> a long text that keeps the hash a hash table (fetch.lua) |

@@ -279,7 +279,7 @@ else
 end
 local out = {fmt(now), token, 0, throttled(), at_capacity(#ids), 0}
 local deadline = fmt(now + lease_us)
-local held, deadlines = {}, {}
+local held, deadlines = {}, {'+inf', INFLIGHT_AS_SKIPLIST}
 -- Taken back from a lost fetch: leased again to this one, first in line; no run counted.
 for i, member in ipairs(back) do
   if back_raws[i] then
