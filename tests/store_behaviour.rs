@@ -162,6 +162,8 @@ on_every_store!(
         a_replaced_waiting_job_goes_last_of_its_group_once,
         a_waiting_job_rescheduled_to_later_leaves_the_line,
         a_replace_into_another_group_hands_the_old_slot_on,
+        a_batch_moving_a_slot_holder_and_its_next_job_runs_each_once,
+        a_batch_moving_a_slot_holder_and_replacing_its_next_job_runs_each_once,
         stats_and_listings_show_the_waiting_jobs_and_the_busiest_groups,
         an_ack_of_several_groups_counts_each_groups_waiting_jobs_down,
         a_group_key_that_is_not_a_valid_key_is_refused,

@@ -468,7 +468,7 @@ end
 
 -- Up to `room` live entries of `group`'s parked jobs, first first (read): the ids, and how many
 -- entries they take from the head of its list (stale ones included).
-local function next_parked(k, group, room)
+local function next_parked(k, group, room, skip)
   local ids, taken = {}, 0
   if room <= 0 then return ids, 0 end
   local key = group_queue(k, group)
@@ -487,7 +487,9 @@ local function next_parked(k, group, room)
     for i, p in ipairs(parsed) do
       if #ids >= room then break end
       taken = from + i
-      if p[1] and scores[i] and tonumber(scores[i]) == tonumber(p[1]) then ids[#ids + 1] = p[2] end
+      if p[1] and scores[i] and tonumber(scores[i]) == tonumber(p[1]) and not (skip and skip[p[2]]) then
+        ids[#ids + 1] = p[2]
+      end
     end
     from = from + #entries
     chunk = math.min(room - #ids + 16, 1000)
@@ -597,7 +599,9 @@ end
 -- ({group, left}: it holds `left` slots before them of `limit`; groups distinct). Reads only:
 -- the head of each group's list (one LRANGE a group), whether its entries are live (one
 -- ZMSCORE for all groups); a group short of live entries there reads on alone (next_parked).
-local function plan_nexts(plan, wants, limit)
+-- `skip` (optional): ids whose entries count as stale (jobs the calling script takes out of
+-- their group's line itself: push.lua's replaces).
+local function plan_nexts(plan, wants, limit, skip)
   local k = plan.k
   local heads, names = {}, {}
   for x, w in ipairs(wants) do
@@ -618,11 +622,13 @@ local function plan_nexts(plan, wants, limit)
       if #ids >= head.room then break end
       taken = i
       local score = scores[head.first + i - 1]
-      if seq and score and tonumber(score) == tonumber(seq) then ids[#ids + 1] = head.ids[i] end
+      if seq and score and tonumber(score) == tonumber(seq) and not (skip and skip[head.ids[i]]) then
+        ids[#ids + 1] = head.ids[i]
+      end
     end
     if #ids < head.room and #head.seqs == head.room then
       -- Stale entries at the head, and more may follow: this group reads on by itself.
-      ids, taken = next_parked(k, w[1], head.room)
+      ids, taken = next_parked(k, w[1], head.room, skip)
     end
     for _, id in ipairs(ids) do
       plan.admit[#plan.admit + 1] = id
@@ -652,8 +658,9 @@ end
 
 -- Plans the return of the slots of `ids` of `topic` (jobs that ended, or left their group: a
 -- cancel, a replace, a reschedule to later) and the jobs their groups let in next. Reads only
--- (nil when none of them holds a slot), touching every key `write_leave` writes.
-local function plan_leave(prefix, topic, ids)
+-- (nil when none of them holds a slot), touching every key `write_leave` writes. `skip`
+-- (optional): parked ids the caller takes out of line itself, never let in (plan_nexts).
+local function plan_leave(prefix, topic, ids, skip)
   local k = group_keys(prefix, topic)
   if #ids == 0 or redis.call('EXISTS', k.active) == 0 then return nil end
   local groups_of = hmget_all(k.active, ids)
@@ -673,7 +680,7 @@ local function plan_leave(prefix, topic, ids)
   redis.call('EXISTS', k.parked, k.waiting)
   local wants = {}
   for x, g in ipairs(names) do wants[x] = {g, math.max(held[g] - freed[g], 0)} end
-  plan_nexts(plan, wants, limit)
+  plan_nexts(plan, wants, limit, skip)
   plan_levels(plan)
   return plan
 end

@@ -387,8 +387,14 @@ for _, p in pairs(was_parked) do
 end
 -- The slots the switched jobs give back (a replace into another group), planned first: the
 -- plans of the jobs entering then start from their groups' counts.
-local leave_plans = {}
-for topic, ids in pairs(switched) do leave_plans[topic] = plan_leave(prefix, topic, ids) end
+-- A parked job this call replaces is not let in by a slot given back here: its entry is
+-- taken out of line (it goes in again, or waits, as the new push).
+local leave_plans, moving = {}, {}
+for _, p in pairs(was_parked) do
+  moving[p[1]] = moving[p[1]] or {}
+  moving[p[1]][p[2]] = true
+end
+for topic, ids in pairs(switched) do leave_plans[topic] = plan_leave(prefix, topic, ids, moving[topic]) end
 for topic, list in pairs(enter_by_topic) do
   local leave = leave_plans[topic]
   group_plans[topic] = plan_enter(prefix, topic, list, leave and leave.held)
