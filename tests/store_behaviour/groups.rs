@@ -439,6 +439,31 @@ pub(crate) async fn stats_and_listings_show_the_waiting_jobs_and_the_busiest_gro
     );
 }
 
+/// A job its group lets in when a slot comes back goes in line at its priority: ahead of the
+/// topic's plain ready jobs when its priority is higher (the ack reads the priorities of the
+/// jobs it lets in only in a topic that has some).
+pub(crate) async fn a_job_its_group_lets_in_goes_in_line_at_its_priority(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    push_grouped(c, &[("a1", Some("acct-1"))]).await;
+    c.push(OrderCancel { order_id: 1 })
+        .id("a2")
+        .group("acct-1")
+        .priority(5)
+        .await
+        .unwrap();
+    push_grouped(c, &[("x1", None), ("x2", None)]).await;
+    let first = fetch_ids(c, 1, LEASE).await;
+    assert_eq!(ids(&first), ["a1"]);
+    ack(c, &first[0].1).await;
+    let next = fetch_ids(c, 3, LEASE).await;
+    assert_eq!(
+        ids(&next),
+        ["a2", "x1", "x2"],
+        "a2 at priority 5 goes first"
+    );
+}
+
 /// One ack of jobs of several groups lets in the next job of each: the busiest groups count
 /// each down by one, and a group left with none waiting leaves the list.
 pub(crate) async fn an_ack_of_several_groups_counts_each_groups_waiting_jobs_down(kind: Kind) {

@@ -639,11 +639,13 @@ local function plan_nexts(plan, wants, limit, skip)
   end
 end
 
--- Reads the priorities of the jobs `plan` lets in, and touches the lanes they go to.
+-- Reads the priorities of the jobs `plan` lets in, and touches the lanes they go to. A topic
+-- never marked ranked (push.lua) has none to read.
 local function plan_levels(plan)
   if #plan.admit == 0 then return end
   local k = plan.k
   touch_lanes(k.prefix, k.topic)
+  if not redis.call('HGET', k.prefix .. 'counts', k.topic .. ':ranked') then return end
   local members = {}
   for x, id in ipairs(plan.admit) do members[x] = k.topic .. ':' .. id end
   for x, raw in ipairs(hmget_all(k.prefix .. 'jobs', members)) do
@@ -653,7 +655,8 @@ end
 
 -- An empty plan of `plan_leave` for the slots `leaving` give back (ids) in `k`'s topic.
 local function leave_plan(k, leaving)
-  return { k = k, leaving = leaving, held = {}, admit = {}, levels = {}, trims = {}, active = {} }
+  return { k = k, leaving = leaving, held = {}, was = {}, admit = {}, levels = {}, trims = {},
+    active = {} }
 end
 
 -- Plans the return of the slots of `ids` of `topic` (jobs that ended, or left their group: a
@@ -679,7 +682,10 @@ local function plan_leave(prefix, topic, ids, skip)
   local plan = leave_plan(k, leaving)
   redis.call('EXISTS', k.parked, k.waiting)
   local wants = {}
-  for x, g in ipairs(names) do wants[x] = {g, math.max(held[g] - freed[g], 0)} end
+  for x, g in ipairs(names) do
+    wants[x] = {g, math.max(held[g] - freed[g], 0)}
+    plan.was[g] = held[g]
+  end
   plan_nexts(plan, wants, limit, skip)
   plan_levels(plan)
   return plan
@@ -698,7 +704,8 @@ local function write_leave(plan, counts, enter)
     if enter and enter.held[g] then
       -- written by `enter`
     elseif n > 0 then
-      push_all_pairs(set, g, fmt(n))
+      -- (a group whose count is back where it was is not written again)
+      if n ~= plan.was[g] then push_all_pairs(set, g, fmt(n)) end
     else
       gone[#gone + 1] = g
     end
