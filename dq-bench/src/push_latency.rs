@@ -12,6 +12,17 @@
 //! - `ping_redis_benchmark`: `redis-benchmark -c 1 -t ping` on the same server in the same run
 //!   (the C client's round trip, the floor of the goal).
 //!
+//! And, to show where a push's own time goes:
+//!
+//! - `ping_redis_rs_response_timeout`: `PING` on a multiplexed connection with a reply timeout
+//!   (a timer per command), and `ping_connection_manager`: on a redis-rs `ConnectionManager`
+//!   with that timeout, the kind dq's connection wraps;
+//! - `store_time`: `client.store_time()`, a `TIME` through dq's connection (its reconnecting
+//!   manager and reply timeout around redis-rs): dq's round trip, beside redis-rs' bare one;
+//! - `store_push`: the same push as `push`, made by the store directly
+//!   (`RedisStore::push` of one `NewJob`, on a second store of its own): the push without the
+//!   client's builder.
+//!
 //! Each is printed with p50, p99 and mean in microseconds, and the push's Redis time per call
 //! (`INFO commandstats` of `EVALSHA`), so that where the time goes shows: the script, the round
 //! trip, or the client's own work. `--reps` repeats the whole round, alternating nothing: each
@@ -19,6 +30,8 @@
 
 use std::time::{Duration, Instant};
 
+use dq::push::OnConflict;
+use dq::store::{NewJob, Producer, RedisStore};
 use dq::Client;
 use serde_json::{json, Value};
 
@@ -58,11 +71,74 @@ pub(crate) async fn run(target: &Target, n: usize) -> anyhow::Result<Value> {
         let _: String = redis::cmd("PING").query_async(&mut conn).await?;
         ping.push(micros(t.elapsed()));
     }
+    let mut timed = redis
+        .get_multiplexed_async_connection_with_config(
+            &redis::AsyncConnectionConfig::new()
+                .set_response_timeout(Some(Duration::from_secs(10))),
+        )
+        .await?;
+    for _ in 0..WARM_UP {
+        let _: String = redis::cmd("PING").query_async(&mut timed).await?;
+    }
+    let mut ping_timed = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let _: String = redis::cmd("PING").query_async(&mut timed).await?;
+        ping_timed.push(micros(t.elapsed()));
+    }
+    let mut manager = redis::aio::ConnectionManager::new_with_config(
+        redis.clone(),
+        redis::aio::ConnectionManagerConfig::new()
+            .set_response_timeout(Some(Duration::from_secs(10))),
+    )
+    .await?;
+    for _ in 0..WARM_UP {
+        let _: String = redis::cmd("PING").query_async(&mut manager).await?;
+    }
+    let mut ping_manager = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let _: String = redis::cmd("PING").query_async(&mut manager).await?;
+        ping_manager.push(micros(t.elapsed()));
+    }
     let mut evalsha = Vec::with_capacity(n);
     for _ in 0..n {
         let t = Instant::now();
         let _: i64 = noop.invoke_async(&mut conn).await?;
         evalsha.push(micros(t.elapsed()));
+    }
+    let mut store_time = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        client.store_time().await?;
+        store_time.push(micros(t.elapsed()));
+    }
+    let store =
+        RedisStore::connect(&crate::target::config(&target.url(), target.wait_replicas)?).await?;
+    let topic = dq::Topic::new(TOPIC)?;
+    let one = |i: usize| -> anyhow::Result<NewJob> {
+        Ok(NewJob {
+            topic: topic.clone(),
+            id: dq::JobId::new(format!("store-{i}"))?,
+            due: dq::Due::After(Duration::from_secs(3600)),
+            max_attempts: 4,
+            unique_for: None,
+            fence: None,
+            trace: None,
+            priority: 0,
+            group: None,
+            payload: serde_json::to_vec(&payload(i as u64))?,
+        })
+    };
+    for i in 0..WARM_UP {
+        store.push(vec![one(i)?], OnConflict::Keep).await?;
+    }
+    let mut store_push = Vec::with_capacity(n);
+    for i in 0..n {
+        let job = one(WARM_UP + i)?;
+        let t = Instant::now();
+        store.push(vec![job], OnConflict::Keep).await?;
+        store_push.push(micros(t.elapsed()));
     }
     let c_ping = redis_benchmark_ping(target, n)?;
     let push_s = spread(&mut push);
@@ -75,6 +151,10 @@ pub(crate) async fn run(target: &Target, n: usize) -> anyhow::Result<Value> {
         "push_redis_us_per_call": round3(script_us),
         "ping_redis_rs_us": ping_s,
         "evalsha_return_us": spread(&mut evalsha),
+        "ping_redis_rs_response_timeout_us": spread(&mut ping_timed),
+        "ping_connection_manager_us": spread(&mut ping_manager),
+        "store_time_us": spread(&mut store_time),
+        "store_push_us": spread(&mut store_push),
         "ping_redis_benchmark_us": c_ping,
         "push_p50_over_ping_p50": round3(
             push_s["p50"].as_f64().unwrap_or(f64::NAN)

@@ -344,14 +344,18 @@ local function place(prefix, delayed, counts, member, topic, id, due, now, prior
   end
 end
 
--- Tells every process's mover when a job became the earliest one (Redisson's trick).
-local function announce(prefix, delayed, before)
-  local now_first = earliest(delayed)
-  if now_first and (not before or now_first < before) then
-    redis.call('PUBLISH', prefix .. 'wake', fmt(now_first))
-    return now_first
+-- Tells every process's mover when a job became the earliest one (Redisson's trick): `first`
+-- is the earliest due time now, `before` the one before the call's writes (nil: none).
+local function announce_first(prefix, first, before)
+  if first and (not before or first < before) then
+    redis.call('PUBLISH', prefix .. 'wake', fmt(first))
+    return first
   end
   return -1
+end
+
+local function announce(prefix, delayed, before)
+  return announce_first(prefix, earliest(delayed), before)
 end
 
 local function due_from(when, now)

@@ -76,7 +76,9 @@ if not ARGV[4 + n * 7]
     local before = earliest(delayed)
     local created = ':' .. fmt(now) .. ':'
     local writes, adds, ready_by, delayed_by, out = {}, {}, {}, {}, {-1}
-    local dues, due_strs = {}, {}
+    -- The earliest of the call's delayed jobs: the set's earliest now, when it is before `before`
+    -- (new jobs only: nothing left the set).
+    local dues, due_strs, first = {}, {}, nil
     for i = 0, n - 1 do
       local b = i * 7
       local topic, when = ARGV[4 + b], ARGV[6 + b]
@@ -92,6 +94,7 @@ if not ARGV[4 + n * 7]
         adds[#adds + 1] = due_str
         adds[#adds + 1] = members[i + 1]
         delayed_by[topic] = (delayed_by[topic] or 0) + 1
+        if not first or due < first then first = due end
       else
         local list = ready_by[topic]
         if not list then
@@ -115,7 +118,7 @@ if not ARGV[4 + n * 7]
       bump(counts, topic, 'delayed', k)
       redis.call('SADD', topics, topic)
     end
-    if #adds > 0 then out[1] = announce(prefix, delayed, before) end
+    if first then out[1] = announce_first(prefix, first, before) end
     return out
   end
 end
