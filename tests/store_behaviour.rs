@@ -167,6 +167,7 @@ on_every_store!(
         stats_and_listings_show_the_waiting_jobs_and_the_busiest_groups,
         an_ack_of_several_groups_counts_each_groups_waiting_jobs_down,
         a_job_its_group_lets_in_goes_in_line_at_its_priority,
+        a_groups_slot_count_follows_its_jobs_as_they_end_and_come_in,
         a_group_key_that_is_not_a_valid_key_is_refused,
         a_group_rate_spaces_a_groups_starts_and_leaves_other_groups_alone,
         a_job_held_back_by_its_group_rate_keeps_its_slot_and_its_place,

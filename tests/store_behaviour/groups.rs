@@ -48,6 +48,18 @@ async fn ack(c: &TestClient, lease: &LeaseRef) {
     c.store().ack_succeeded(&[ok]).await.unwrap();
 }
 
+async fn ack_all(c: &TestClient, leases: &[&LeaseRef]) {
+    let done: Vec<Succeeded> = leases
+        .iter()
+        .map(|lease| Succeeded {
+            lease: (*lease).clone(),
+            result: None,
+            run: 1,
+        })
+        .collect();
+    c.store().ack_succeeded(&done).await.unwrap();
+}
+
 /// The ids of the topic's ready jobs, as a listing shows them.
 async fn listed_ready(c: &TestClient) -> Vec<String> {
     let page = c
@@ -461,6 +473,54 @@ pub(crate) async fn a_job_its_group_lets_in_goes_in_line_at_its_priority(kind: K
         ids(&next),
         ["a2", "x1", "x2"],
         "a2 at priority 5 goes first"
+    );
+}
+
+/// A group of concurrency two counts its slots right as its jobs end and the next ones come in
+/// (helper-46's review of the ack that leaves an unchanged count alone): an ack that lets in as
+/// many as it frees leaves the count as it was, one that lets in fewer lowers it, and a group
+/// whose slots came back takes new jobs at once.
+pub(crate) async fn a_groups_slot_count_follows_its_jobs_as_they_end_and_come_in(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    c.set_group_concurrency(TOPIC, Some(2)).await.unwrap();
+    let five = [
+        ("a1", Some("g")),
+        ("a2", Some("g")),
+        ("a3", Some("g")),
+        ("a4", Some("g")),
+        ("a5", Some("g")),
+    ];
+    push_grouped(c, &five).await;
+    let first = fetch_ids(c, 10, LEASE).await;
+    assert_eq!(ids(&first), ["a1", "a2"]);
+    ack(c, &first[0].1).await;
+    let busiest = c.stats(TOPIC).await.unwrap().busiest_groups;
+    assert_eq!(busiest, [GroupLoad::new("g", 2, 2)], "a3 took a1's slot");
+    let third = fetch_ids(c, 10, LEASE).await;
+    assert_eq!(ids(&third), ["a3"]);
+    ack_all(c, &[&first[1].1, &third[0].1]).await;
+    let next = fetch_ids(c, 10, LEASE).await;
+    assert_eq!(ids(&next), ["a4", "a5"], "two out, two in");
+    ack(c, &next[0].1).await;
+    push_grouped(c, &[("b1", Some("g")), ("b2", Some("g"))]).await;
+    let b1 = fetch_ids(c, 10, LEASE).await;
+    assert_eq!(ids(&b1), ["b1"], "one slot was free: b1 at once, b2 waits");
+    let busiest = c.stats(TOPIC).await.unwrap().busiest_groups;
+    assert_eq!(busiest, [GroupLoad::new("g", 1, 2)]);
+    ack_all(c, &[&next[1].1, &b1[0].1]).await;
+    let b2 = fetch_ids(c, 10, LEASE).await;
+    assert_eq!(ids(&b2), ["b2"]);
+    ack(c, &b2[0].1).await;
+    push_grouped(
+        c,
+        &[("c1", Some("g")), ("c2", Some("g")), ("c3", Some("g"))],
+    )
+    .await;
+    assert_eq!(
+        ids(&fetch_ids(c, 10, LEASE).await),
+        ["c1", "c2"],
+        "every slot came back"
     );
 }
 
