@@ -65,42 +65,21 @@ pub(crate) async fn run(target: &Target, n: usize) -> anyhow::Result<Value> {
     let usec1 = evalsha_usec(target);
     let script_us = (usec1.0 - usec0.0) as f64 / usec1.1.saturating_sub(usec0.1) as f64;
 
-    let mut ping = Vec::with_capacity(n);
-    for _ in 0..n {
-        let t = Instant::now();
-        let _: String = redis::cmd("PING").query_async(&mut conn).await?;
-        ping.push(micros(t.elapsed()));
-    }
+    let mut ping = pings(&mut conn, 0, n).await?;
     let mut timed = redis
         .get_multiplexed_async_connection_with_config(
             &redis::AsyncConnectionConfig::new()
                 .set_response_timeout(Some(Duration::from_secs(10))),
         )
         .await?;
-    for _ in 0..WARM_UP {
-        let _: String = redis::cmd("PING").query_async(&mut timed).await?;
-    }
-    let mut ping_timed = Vec::with_capacity(n);
-    for _ in 0..n {
-        let t = Instant::now();
-        let _: String = redis::cmd("PING").query_async(&mut timed).await?;
-        ping_timed.push(micros(t.elapsed()));
-    }
+    let mut ping_timed = pings(&mut timed, WARM_UP, n).await?;
     let mut manager = redis::aio::ConnectionManager::new_with_config(
         redis.clone(),
         redis::aio::ConnectionManagerConfig::new()
             .set_response_timeout(Some(Duration::from_secs(10))),
     )
     .await?;
-    for _ in 0..WARM_UP {
-        let _: String = redis::cmd("PING").query_async(&mut manager).await?;
-    }
-    let mut ping_manager = Vec::with_capacity(n);
-    for _ in 0..n {
-        let t = Instant::now();
-        let _: String = redis::cmd("PING").query_async(&mut manager).await?;
-        ping_manager.push(micros(t.elapsed()));
-    }
+    let mut ping_manager = pings(&mut manager, WARM_UP, n).await?;
     let mut evalsha = Vec::with_capacity(n);
     for _ in 0..n {
         let t = Instant::now();
@@ -163,6 +142,24 @@ pub(crate) async fn run(target: &Target, n: usize) -> anyhow::Result<Value> {
         "target": target.describe(),
         "version": env!("CARGO_PKG_VERSION"),
     }))
+}
+
+/// The times (us) of `n` `PING`s on `conn`, one at a time, after `warm_up` untimed ones.
+async fn pings(
+    conn: &mut impl redis::aio::ConnectionLike,
+    warm_up: usize,
+    n: usize,
+) -> anyhow::Result<Vec<f64>> {
+    for _ in 0..warm_up {
+        let _: String = redis::cmd("PING").query_async(conn).await?;
+    }
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let _: String = redis::cmd("PING").query_async(conn).await?;
+        times.push(micros(t.elapsed()));
+    }
+    Ok(times)
 }
 
 async fn push_one(client: &Client, i: usize) -> anyhow::Result<()> {
