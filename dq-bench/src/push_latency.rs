@@ -100,7 +100,8 @@ pub(crate) async fn run(target: &Target, n: usize) -> anyhow::Result<Value> {
             topic: topic.clone(),
             id: dq::JobId::new(format!("store-{i}"))?,
             due: dq::Due::After(Duration::from_secs(3600)),
-            max_attempts: 4,
+            // As the client's push: the default retries, then dead-lettered.
+            max_attempts: dq::limits::DEFAULT_RETRIES + 1,
             unique_for: None,
             fence: None,
             trace: None,
