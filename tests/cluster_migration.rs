@@ -80,11 +80,12 @@ async fn an_operation_refused_while_its_slot_migrates_changes_nothing_and_no_job
     let s = c.store().clone();
     let (source, target, slot) = shard_zero_and_another_master(&cluster);
 
-    // State that every script finds: a job far ahead (delayed exists), one running (inflight and
-    // leases exist), and the jobs each operation below is tried on.
+    // State that every script finds: a delayed job (delayed exists: two minutes ahead, not
+    // far enough to be stored compact), one running (inflight and leases exist), and the jobs
+    // each operation below is tried on.
     c.push_to("keep", &0)
         .id("far")
-        .delay(Duration::from_secs(3600))
+        .delay(Duration::from_secs(120))
         .await
         .unwrap();
     c.push_to("run", &0).id("held").await.unwrap();
@@ -385,12 +386,13 @@ async fn a_throttled_fetch_that_empties_its_ready_list_while_its_slot_migrates_l
     // the events (the topic's stream too), a delayed job, a running job with a cancel asked,
     // the consumer's record of its last fetch, the topic's generations (a replaced ready job),
     // its limits (the rate), its ranked set (a job of priority -1, which waits behind `a`), its
-    // dead letters, its kept successes and its groups' times under a group rate.
+    // dead letters, its kept successes and its groups' times under a group rate. (The delayed
+    // job two minutes ahead: one due further ahead is stored compact, out of `delayed`.)
     c.pause("other").await.unwrap();
     s.set_events(&topic("slow"), Some(100)).await.unwrap();
     c.push_to("keep", &0)
         .id("far")
-        .delay(Duration::from_secs(3600))
+        .delay(Duration::from_secs(120))
         .await
         .unwrap();
     c.push_to("run", &0).id("held").await.unwrap();

@@ -24,6 +24,8 @@ mod concurrency;
 mod dead_letters;
 #[path = "store_behaviour/events.rs"]
 mod events;
+#[path = "store_behaviour/far.rs"]
+mod far;
 #[path = "store_behaviour/groups.rs"]
 mod groups;
 #[path = "store_behaviour/history.rs"]
@@ -129,6 +131,14 @@ macro_rules! on_every_store {
 }
 
 on_every_store!(
+    far: [
+        a_job_due_hours_ahead_shows_its_payload_due_time_and_attempts,
+        a_job_due_hours_ahead_is_kept_or_replaced_by_a_push_of_its_id,
+        a_job_due_hours_ahead_can_be_cancelled_and_its_id_used_again,
+        a_job_due_hours_ahead_rescheduled_to_now_runs_with_its_payload,
+        jobs_due_hours_ahead_are_listed_after_the_sooner_ones,
+        thousands_of_jobs_due_hours_ahead_are_each_found_by_id,
+    ],
     workflows: [
         a_fan_in_step_runs_once_after_both_its_dependencies_succeeded,
         a_failed_dependency_cancels_the_steps_after_it_by_default,

@@ -66,7 +66,9 @@ async fn the_short_section_of_push_leaves_the_data_the_general_path_leaves() {
         .unwrap();
     ready.subscribe("dq:{test:0}:ready").await.unwrap();
     let mut ready = ready.into_on_message();
-    let at = std::time::SystemTime::now() + Duration::from_secs(3600);
+    // (Two minutes ahead: a job due further ahead is written compact by the general path
+    // alone, see the test after this one.)
+    let at = std::time::SystemTime::now() + Duration::from_secs(120);
     for (topic, due) in [("later", Some(at)), ("now", None)] {
         let push = |id: &str| {
             let p = c.push_to(topic, &7u32).id(id);
@@ -165,6 +167,106 @@ async fn the_short_section_of_push_leaves_the_data_the_general_path_leaves() {
     // set (ZCARD), once a call.
     let stats = redis.command(&["INFO", "commandstats"]);
     assert!(stats.contains("cmdstat_zcard:calls=2,"), "{stats}");
+}
+
+#[tokio::test]
+async fn a_job_due_hours_ahead_is_stored_compact_and_moved_into_place_at_its_exact_due_time() {
+    let redis = RedisServer::start();
+    let c = client(&redis).await;
+    let mut rc = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let key = |k: &str| format!("dq:{{test:0}}:{k}");
+    let member = "order-cancel:far";
+    push_order(&c, 9, "far", Duration::from_secs(2 * 3600)).await;
+    let before = c.status_in("order-cancel", "far").await.unwrap().unwrap();
+    let due_us = u64::try_from(
+        before
+            .due
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros(),
+    )
+    .unwrap();
+
+    // Compact: neither in `jobs` nor in `delayed`, but in a part scored by its due time.
+    let in_jobs: bool = redis::cmd("HEXISTS")
+        .arg(key("jobs"))
+        .arg(member)
+        .query_async(&mut rc)
+        .await
+        .unwrap();
+    let in_delayed: Option<f64> = redis::cmd("ZSCORE")
+        .arg(key("delayed"))
+        .arg(member)
+        .query_async(&mut rc)
+        .await
+        .unwrap();
+    assert!(!in_jobs && in_delayed.is_none(), "stored compact");
+    let parts: Vec<(String, u64)> = redis::cmd("ZRANGE")
+        .arg(key("far"))
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query_async(&mut rc)
+        .await
+        .unwrap();
+    assert_eq!(parts.len(), 1);
+    assert_eq!(
+        parts[0].1, due_us,
+        "the part is scored by its earliest due time"
+    );
+    assert!(parts[0].0.ends_with(":0:order-cancel"), "{parts:?}");
+    let moves_at = c.store().promote(0, 1000).await.unwrap().next_due_us;
+    assert_eq!(
+        moves_at,
+        Some(due_us - 300_000_000),
+        "the mover comes back 5 minutes before the job is due"
+    );
+
+    // Its part made due to move (as if the time had come): the job goes into `jobs` and
+    // `delayed` with its exact due time, the same job as before, and nothing is left behind.
+    let _: () = redis::cmd("ZADD")
+        .arg(key("far"))
+        .arg("XX")
+        .arg(0)
+        .arg(&parts[0].0)
+        .query_async(&mut rc)
+        .await
+        .unwrap();
+    let moved = c.store().promote(0, 1000).await.unwrap();
+    assert_eq!(moved.moved, 0, "not due yet");
+    assert_eq!(moved.next_due_us, Some(due_us));
+    let score: Option<u64> = redis::cmd("ZSCORE")
+        .arg(key("delayed"))
+        .arg(member)
+        .query_async(&mut rc)
+        .await
+        .unwrap();
+    assert_eq!(score, Some(due_us));
+    let after = c.status_in("order-cancel", "far").await.unwrap().unwrap();
+    assert_eq!(
+        (after.state, after.due, after.created, after.payload.clone()),
+        (
+            before.state,
+            before.due,
+            before.created,
+            before.payload.clone()
+        )
+    );
+    assert_eq!((after.attempt, after.max_attempts), (0, 3));
+    let left: Vec<String> = redis::cmd("KEYS")
+        .arg("dq:{test:0}:f*")
+        .query_async(&mut rc)
+        .await
+        .unwrap();
+    assert!(
+        left.is_empty(),
+        "the part, its index entry and `far` are gone: {left:?}"
+    );
+    assert_eq!(c.counts("order-cancel").await.unwrap().delayed, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -430,17 +430,45 @@ async fn fill_pending(client: &Client, fill: usize) -> anyhow::Result<()> {
 }
 
 /// What each key of the filled shard holds per pending job (`MEMORY USAGE ... SAMPLES 0`:
-/// every element counted), bytes: the keys of more than a kilobyte.
+/// every element counted), bytes: the keys of more than a kilobyte. Keys of one kind (the
+/// parts of far jobs, `far:<bucket>:<n>:<topic>`, and their index hashes, `fx:<h>`) are
+/// summed as one, from up to 100 of them measured and the count.
 fn bytes_by_key(target: &Target, fill: usize) -> Value {
+    let mut kinds: std::collections::BTreeMap<String, Vec<String>> = Default::default();
     let mut out = serde_json::Map::new();
     for m in target.masters() {
+        kinds.clear();
         let keys = m.command(&["KEYS", "dq:*"]);
         for key in keys.lines().filter(|l| l.starts_with("dq:")) {
-            let used = m.command(&["MEMORY", "USAGE", key, "SAMPLES", "0"]);
-            let bytes: f64 = used.trim().trim_start_matches(':').parse().unwrap_or(0.0);
+            let name = key.rsplit_once("}:").map_or(key, |(_, k)| k);
+            let kind = if name.starts_with("far:") {
+                "far:<bucket>:<n>:<topic>"
+            } else if name.starts_with("fx:") {
+                "fx:<h>"
+            } else {
+                name
+            };
+            kinds
+                .entry(kind.to_owned())
+                .or_default()
+                .push(key.to_owned());
+        }
+        for (kind, keys) in &kinds {
+            let sample = &keys[..keys.len().min(100)];
+            let measured: f64 = sample
+                .iter()
+                .map(|key| {
+                    let used = m.command(&["MEMORY", "USAGE", key, "SAMPLES", "0"]);
+                    used.trim()
+                        .trim_start_matches(':')
+                        .parse::<f64>()
+                        .unwrap_or(0.0)
+                })
+                .sum();
+            let bytes = measured / sample.len() as f64 * keys.len() as f64;
             if bytes > 1024.0 {
-                let name = key.rsplit_once("}:").map_or(key, |(_, k)| k);
-                out.insert(name.to_owned(), round3(bytes / fill.max(1) as f64));
+                let before = out.get(kind).and_then(Value::as_f64).unwrap_or(0.0);
+                out.insert(kind.clone(), round3(before + bytes / fill.max(1) as f64));
             }
         }
     }

@@ -129,7 +129,9 @@ pub struct Promoted {
     pub moved: usize,
     /// How many of them per topic.
     pub topics: Vec<(Topic, usize)>,
-    /// The due time of the earliest job still delayed, in microseconds since the epoch.
+    /// The due time of the earliest job still delayed, in microseconds since the epoch; on
+    /// Redis, or the time its jobs stored compact are next to be moved into place, when that
+    /// comes first (dq-redis's far jobs: 5 minutes before the earliest of them is due).
     pub next_due_us: Option<u64>,
     /// The store's clock when the call ran, in microseconds since the epoch.
     pub now_us: u64,

@@ -312,7 +312,16 @@ mod tests {
     }
 
     /// The words in capitals the scripts quote that are not commands.
-    const OPTIONS: &[&str] = &["COUNT", "LIMIT", "MINID", "PX", "REV", "WITHSCORES", "XX"];
+    const OPTIONS: &[&str] = &[
+        "COUNT",
+        "LIMIT",
+        "LT",
+        "MINID",
+        "PX",
+        "REV",
+        "WITHSCORES",
+        "XX",
+    ];
 
     #[test]
     fn every_command_a_script_runs_is_granted_by_the_least_rights_rules() {

@@ -13,18 +13,37 @@
 -- here (not started, or dead) is announced (`cancelled`, with the runs it made)
 -- KEYS[15] cancelled:<topic>: a job deleted here of a topic that keeps its ends is marked
 -- cancelled there, within the retention, for the waits that come after
--- ARGV[1] key prefix  ARGV[2] topic  ARGV[3] id
+-- ARGV[1] key prefix  ARGV[2] topic  ARGV[3] id  ARGV[4] 'far' where far jobs may be (lib.lua)
 -- Returns 1 cancelled (or a kept record deleted), 0 not found, 3 running (its worker was asked
 -- to stop it), 2 running with no lease token (left alone; not expected).
 -- A ready job's entry stays in its list, made stale (lib.lua): O(1) however long the list. A
 -- job of a group (lib.lua's groups) gives the slot it holds back, and its group lets its next
 -- job in; one that waited for a slot (parked) leaves its group's line. A job of a workflow
 -- step, or a blocked step (which has no job yet), ends its step, cancelled, and its dependents
--- follow their policies (lib.lua's workflows).
+-- follow their policies (lib.lua's workflows). A far job (lib.lua) is found through its index.
 local jobs, delayed, inflight, counts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local prefix, topic, id = ARGV[1], ARGV[2], ARGV[3]
 local member = topic .. ':' .. id
 if redis.call('HEXISTS', jobs, member) == 0 then
+  -- A far job (lib.lua): its element goes blank and its index entry goes. It has not run.
+  local far = ARGV[4] == 'far' and far_where(prefix, member, topic)
+  if far then
+    redis.call('EXISTS', far.part) -- touched before the first write
+    local spec = redis.call('HGET', KEYS[10], topic)
+    if spec then redis.call('EXISTS', KEYS[15]) end
+    local stream
+    for _, cap in pairs(events_on(KEYS[13], {topic})) do stream = events_open(KEYS[14], cap) end
+    far_blank(far)
+    bump(counts, topic, 'delayed', -1)
+    redis.call('HDEL', KEYS[8], member)
+    if spec then
+      bury(KEYS[15], member, spec, now_us())
+      redis.call('PUBLISH', prefix .. 'ended', member)
+    end
+    if stream then emit_event(stream, 'cancelled', id, 0, fmt(now_us())) end
+    far_unindex(far)
+    return 1
+  end
   -- A blocked workflow step (no job yet): it ends cancelled, and its dependents follow.
   local workflow = workflow_plan(prefix, {{member, 'c', ''}})
   if not workflow then return 0 end

@@ -401,6 +401,248 @@ local function push_all_pairs(list, a, b)
   list[#list + 1] = b
 end
 
+-- Far-future jobs (issue 34; BENCHMARKS.md, "Layouts for far-future jobs"). A new job whose due
+-- time falls in a FAR_WIDTH bucket starting more than FAR_AHEAD after now, and that has nothing
+-- to keep but its payload and its attempts (no trace context, priority, group or unique_for of
+-- its own), is not written into `jobs` and `delayed` but compact: one element of a list that
+-- holds at most FAR_PART jobs of its topic due in that bucket, `far:<bucket>:<n>:<topic>` (part
+-- n of the bucket), found by id through one of FAR_INDEXES small hashes, `fx:<h>`: `topic:id` ->
+-- `<bucket>:<n>:<position>`, h from the SHA-1 of `topic:id` (small enough to stay listpacks up
+-- to 16 million far jobs a shard: Redis' default hash-max-listpack-entries is 512). The `far`
+-- set holds each part, `<bucket>:<n>:<topic>`, scored by the earliest due time among its
+-- elements; `farn` the part being filled of each topic and bucket, `<topic>:<bucket>` -> n.
+-- The mover (promote.lua) moves a part into `jobs` and `delayed`, with its jobs' exact due
+-- times, once its earliest one is due within FAR_AHEAD; a push never writes into a bucket that
+-- near, so a part no longer grows once it is due to move. A cancel, a replace or a reschedule
+-- of a far job blanks its element ('': skipped by the move) and drops its index entry: bounded
+-- (an LSET into a part of at most FAR_PART), and the part keeps its positions. A far job counts as delayed (`<topic>:delayed`) from its
+-- push. The bucket number is written in base 36, the numbers of each job (in its element and
+-- its index entry) in hexadecimal (formatted in C: base 36 in Lua cost 2 us a number more,
+-- for a byte or two less). An element:
+--   <max_attempts>:<due - bucket start>:<due - created>:<id length>:<id><payload>
+-- (it starts with a digit: a later format would start otherwise).
+local FAR_WIDTH = 300000000
+local FAR_AHEAD = 300000000
+local FAR_PART = 1000
+local FAR_INDEXES = 32768
+local B36 = '0123456789abcdefghijklmnopqrstuvwxyz'
+-- list.lua's cursors from here on (2^46) are positions among the far parts: a part's rank in
+-- `far` times 1024, plus the position in it.
+local FAR_CURSOR = 70368744177664
+
+local function b36(n)
+  if n < 36 then return string.sub(B36, n + 1, n + 1) end
+  local out = {}
+  while n > 0 do
+    local d = n % 36
+    out[#out + 1] = string.sub(B36, d + 1, d + 1)
+    n = (n - d) / 36
+  end
+  return string.reverse(table.concat(out))
+end
+
+-- The index hash of `member`.
+local function far_index(prefix, member)
+  return prefix .. 'fx:' .. (tonumber(string.sub(redis.sha1hex(member), 1, 4), 16) % FAR_INDEXES)
+end
+
+-- The bucket of a new job due at `due`, when it goes far (nil: it does not).
+local function far_bucket(due, now)
+  local bucket = math.floor(due / FAR_WIDTH)
+  if bucket * FAR_WIDTH > now + FAR_AHEAD then return bucket end
+  return nil
+end
+
+local function far_element(max, due, created, bucket, id, payload)
+  return max .. ':' .. string.format('%x:%x:', due - bucket * FAR_WIDTH, due - created) .. #id
+    .. ':' .. id .. payload
+end
+
+-- The id, the envelope (format 2) and the due time of an element of a part of `bucket` (nil for
+-- a blank one).
+local function far_job(element, bucket)
+  local max, off, ago, len, pos = string.match(element, '^(%d+):(%w+):(%w+):(%d+):()')
+  if not max then return nil end
+  local stop = pos + tonumber(len)
+  local due = bucket * FAR_WIDTH + tonumber(off, 16)
+  return string.sub(element, pos, stop - 1),
+    '2:0:' .. max .. ':' .. fmt(due - tonumber(ago, 16)) .. ':' .. fmt(due) .. ':0:'
+      .. string.sub(element, stop),
+    due
+end
+
+-- Where the far job `member` is (reads its index hash): {index, member, part, pos, bucket}, or
+-- nil when it is not a far job; and its index hash. `topic`: member's topic.
+local function far_where(prefix, member, topic)
+  local index = far_index(prefix, member)
+  local at = redis.call('HGET', index, member)
+  local b, n, p = string.match(at or '', '^(%w+):(%d+):(%w+)$')
+  if not b then return nil, index end
+  return { index = index, member = member, pos = tonumber(p, 16), bucket = tonumber(b, 36),
+    part = prefix .. 'far:' .. b .. ':' .. n .. ':' .. topic }, index
+end
+
+-- The envelope and due time of the far job at `w` (read; touches its part).
+local function far_read(w)
+  local _, raw, due = far_job(redis.call('LINDEX', w.part, w.pos) or '', w.bucket)
+  return raw, due
+end
+
+-- Takes the far job at `w` out (a cancel, a replace, a reschedule): its element goes blank, and
+-- (`far_unindex`, after every other use of the index hash: the HDEL may delete it) its index
+-- entry goes.
+local function far_blank(w)
+  redis.call('LSET', w.part, w.pos, '')
+end
+
+local function far_unindex(w)
+  redis.call('HDEL', w.index, w.member)
+end
+
+-- Plans the writing of new far jobs (push.lua): `jobs` is a list of {topic, member, bucket,
+-- element, due, index}. Reads only, touching every key `far_write` writes but the index hashes
+-- (the caller touched them).
+local function far_plan(prefix, jobs)
+  local plan, names = { prefix = prefix, groups = {}, order = {} }, {}
+  for _, j in ipairs(jobs) do
+    local b = names[j.bucket]
+    if not b then
+      b = b36(j.bucket)
+      names[j.bucket] = b
+    end
+    local field = j.topic .. ':' .. b
+    local g = plan.groups[field]
+    if not g then
+      g = { topic = j.topic, b = b, jobs = {} }
+      plan.groups[field] = g
+      plan.order[#plan.order + 1] = field
+    end
+    g.jobs[#g.jobs + 1] = j
+  end
+  redis.call('EXISTS', prefix .. 'far', prefix .. 'farn')
+  local parts = hmget_all(prefix .. 'farn', plan.order)
+  for x, field in ipairs(plan.order) do
+    local g = plan.groups[field]
+    g.n = tonumber(parts[x] or 0)
+    -- The length of each part the call writes (those it opens are empty unless Redis' clock
+    -- went back, and are read all the same).
+    g.lens = {}
+    local base, n, left = prefix .. 'far:' .. g.b .. ':', g.n, #g.jobs
+    while true do
+      g.lens[n] = redis.call('LLEN', base .. n .. ':' .. g.topic)
+      left = left - math.max(FAR_PART - g.lens[n], 0)
+      if left <= 0 then break end
+      n = n + 1
+    end
+  end
+  return plan
+end
+
+-- Writes a plan of `far_plan`.
+local function far_write(plan)
+  local prefix = plan.prefix
+  local far, index_writes, indexes, filling = prefix .. 'far', {}, {}, {}
+  for _, field in ipairs(plan.order) do
+    local g = plan.groups[field]
+    local n, i = g.n, 1
+    local len = g.lens[n]
+    while i <= #g.jobs do
+      while len >= FAR_PART do
+        n = n + 1
+        len = g.lens[n]
+      end
+      local name = g.b .. ':' .. n .. ':' .. g.topic
+      local stop = math.min(#g.jobs, i + FAR_PART - len - 1)
+      local elements, first = {}, nil
+      for k = i, stop do
+        local j = g.jobs[k]
+        elements[#elements + 1] = j.element
+        local w = index_writes[j.index]
+        if not w then
+          w = {}
+          index_writes[j.index] = w
+          indexes[#indexes + 1] = j.index
+        end
+        push_all_pairs(w, j.member, g.b .. ':' .. n .. ':' .. string.format('%x', len + k - i))
+        if not first or j.due < first then first = j.due end
+      end
+      redis.call('RPUSH', prefix .. 'far:' .. name, unpack(elements))
+      redis.call('ZADD', far, 'LT', fmt(first), name)
+      len = len + stop - i + 1
+      i = stop + 1
+    end
+    push_all_pairs(filling, field, fmt(n))
+  end
+  push_all('HSET', prefix .. 'farn', filling)
+  for _, index in ipairs(indexes) do redis.call('HSET', index, unpack(index_writes[index])) end
+end
+
+-- When the mover must next move far jobs: FAR_AHEAD before the earliest due time of the part
+-- ranked `rank` in `far` (nil: none).
+local function far_next(prefix, rank)
+  local part = redis.call('ZRANGE', prefix .. 'far', rank, rank, 'WITHSCORES')
+  if part[2] then return tonumber(part[2]) - FAR_AHEAD end
+  return nil
+end
+
+-- Plans the move of the far parts whose earliest job is due within FAR_AHEAD, at most `most`
+-- of them (promote.lua): their jobs into `jobs` and `delayed`. Reads only, touching every key
+-- `far_move` writes but `jobs` and `delayed`. Returns nil when none is due; `plan.first` is the
+-- earliest due time it moves, `plan.next` when the next move is due (nil: no part left).
+local function far_due(prefix, now, most)
+  local far = prefix .. 'far'
+  local parts = redis.call('ZRANGEBYSCORE', far, '-inf', fmt(now + FAR_AHEAD), 'LIMIT', 0, most)
+  if #parts == 0 then return nil end
+  local plan = { prefix = prefix, parts = parts, keys = {}, writes = {}, adds = {}, dropped = {},
+    indexes = {}, fields = {}, filling = {}, moved = 0 }
+  for x, name in ipairs(parts) do
+    local b, n, topic = string.match(name, '^(%w+):(%d+):(.*)$')
+    local key = prefix .. 'far:' .. name
+    plan.keys[x] = key
+    plan.fields[x] = topic .. ':' .. b
+    plan.filling[x] = n
+    local bucket = tonumber(b or '', 36) or 0
+    for _, element in ipairs(redis.call('LRANGE', key, 0, -1)) do
+      local id, raw, due = far_job(element, bucket)
+      if id then
+        local member = topic .. ':' .. id
+        push_all_pairs(plan.writes, member, raw)
+        push_all_pairs(plan.adds, fmt(due), member)
+        local index = far_index(prefix, member)
+        local list = plan.dropped[index]
+        if not list then
+          list = {}
+          plan.dropped[index] = list
+          plan.indexes[#plan.indexes + 1] = index
+        end
+        list[#list + 1] = member
+        plan.moved = plan.moved + 1
+        if not plan.first or due < plan.first then plan.first = due end
+      end
+    end
+  end
+  plan.current = hmget_all(prefix .. 'farn', plan.fields)
+  push_all('EXISTS', prefix .. 'farn', plan.indexes)
+  plan.next = far_next(prefix, #parts)
+  return plan
+end
+
+-- Writes a plan of `far_due` (nil: nothing); the writes that may delete a key come last.
+local function far_move(plan, jobs, delayed)
+  if not plan then return end
+  local prefix = plan.prefix
+  push_all('HSET', jobs, plan.writes)
+  push_all('ZADD', delayed, plan.adds)
+  for _, index in ipairs(plan.indexes) do push_all('HDEL', index, plan.dropped[index]) end
+  local done = {}
+  for x, field in ipairs(plan.fields) do
+    if plan.current[x] == plan.filling[x] then done[#done + 1] = field end
+  end
+  push_all('HDEL', prefix .. 'farn', done)
+  push_all('ZREM', prefix .. 'far', plan.parts)
+  redis.call('DEL', unpack(plan.keys))
+end
+
 -- Groups (issue 33, item 3): a job pushed with a group key holds a slot of its group from the
 -- moment it is let into its topic's ready lanes until it ends (succeeds, is dead-lettered, is
 -- cancelled, or is replaced into another group: push.lua), through its runs, retries and

@@ -5,7 +5,10 @@
 --   order, lib.lua's ready lanes, and stale entries are skipped)
 -- Ready jobs waiting for a slot of their group (lib.lua's groups: `parked:<topic>`, in push
 --   order) come after the lanes' ones.
--- ARGV[1] 'list' | 'zset'  ARGV[2] topic  ARGV[3] cursor (position to start at)  ARGV[4] page size
+-- Delayed jobs (ARGV[1] 'delayed', KEYS[2] delayed): the far jobs (lib.lua) follow the delayed
+--   set's, from the cursor FAR_CURSOR on.
+-- ARGV[5] 'far' where far jobs may be.
+-- ARGV[1] 'list' | 'zset' | 'delayed'  ARGV[2] topic  ARGV[3] cursor (position to start at)  ARGV[4] page size
 -- Returns {next_cursor or -1, member_1, score_1, envelope_1, ...}; score is -1 for ready jobs.
 local jobs, key = KEYS[1], KEYS[2]
 local kind, topic, cursor, size = ARGV[1], ARGV[2], tonumber(ARGV[3]), math.min(tonumber(ARGV[4]), 1000)
@@ -33,6 +36,43 @@ if kind == 'list' then
   if seen == size then out[1] = cursor + size end
   return out
 end
+local far_on = ARGV[5] == 'far'
+if kind == 'delayed' and far_on and cursor >= FAR_CURSOR then
+  -- The far jobs (lib.lua): the topic's parts in the order of their earliest due time, each in
+  -- push order, blank elements skipped; at most 100 parts and 1000 elements looked at.
+  local at = cursor - FAR_CURSOR
+  local rank, offset = math.floor(at / 1024), at % 1024
+  local prefix = string.sub(jobs, 1, -5)
+  local parts = redis.call('ZRANGE', prefix .. 'far', rank, rank + 99)
+  local found, examined = 0, 0
+  for x, name in ipairs(parts) do
+    local b, t = string.match(name, '^(%w+):%d+:(.*)$')
+    if t == topic then
+      local elements = redis.call('LRANGE', prefix .. 'far:' .. name, offset, offset + 999 - examined)
+      for k, element in ipairs(elements) do
+        local id, raw, due = far_job(element, tonumber(b, 36))
+        if id then
+          out[#out + 1] = topic .. ':' .. id
+          out[#out + 1] = fmt(due)
+          out[#out + 1] = raw
+          found = found + 1
+          if found == size then
+            out[1] = FAR_CURSOR + (rank + x - 1) * 1024 + offset + k
+            return out
+          end
+        end
+      end
+      examined = examined + #elements
+      if examined >= 1000 then
+        out[1] = FAR_CURSOR + (rank + x - 1) * 1024 + offset + #elements
+        return out
+      end
+    end
+    offset = 0
+  end
+  if #parts == 100 then out[1] = FAR_CURSOR + (rank + 100) * 1024 end
+  return out
+end
 local window = redis.call('ZRANGE', key, cursor, cursor + 999, 'WITHSCORES')
 local prefix = topic .. ':'
 local found, examined = 0, 0
@@ -47,5 +87,9 @@ for i = 1, #window, 2 do
     if found == size then break end
   end
 end
-if found == size or #window == 2000 then out[1] = cursor + examined end
+if found == size or #window == 2000 then
+  out[1] = cursor + examined
+elseif kind == 'delayed' and far_on and cursor < FAR_CURSOR then
+  out[1] = FAR_CURSOR -- then the far jobs
+end
 return out

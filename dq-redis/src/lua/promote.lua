@@ -4,7 +4,8 @@
 --   job goes in through its group, and may wait there, parked, for a slot)  KEYS[4] events (the topics whose job events
 --   are on: `promoted` on their streams)  KEYS[5..] ready:<topic>, gen:<topic>, events:<topic>
 --   and ranked:<topic> of each topic the caller knows
--- ARGV[1] key prefix  ARGV[2] most jobs to move (at most 10000)
+-- ARGV[1] key prefix  ARGV[2] most jobs to move (at most 10000)  ARGV[3] 'far' where far jobs
+--   may be (lib.lua): they are moved into place from there
 -- Returns {moved, next_due_us or -1, now_us, n, unknown_topic_1, ..., unknown_topic_n,
 --          topic_1, count_1, topic_2, count_2, ...}
 -- Only jobs whose ready list is declared in KEYS move. On a cluster whose slot is migrating,
@@ -21,6 +22,11 @@ local declared = {}
 for i = 5, #KEYS do declared[KEYS[i]] = true end
 local now = now_us()
 local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, limit)
+-- Far jobs (lib.lua) whose part is due to move: into `jobs` and `delayed`, at most two parts a
+-- call, after the promotion's writes and before its removals. They count as delayed already.
+local far_on = ARGV[3] == 'far'
+local far = far_on and far_due(prefix, now, 2)
+redis.call('EXISTS', KEYS[3]) -- `jobs`, touched before the first write
 local by_topic, order, unknown, gone = {}, {}, {}, {}
 -- Whether each topic met is declared: decided once per topic, not per job.
 local usable = {}
@@ -56,10 +62,28 @@ if #unknown > 0 then
 else
   -- The next due time once these are gone: the entry ranked right after them.
   local after = redis.call('ZRANGE', delayed, #due, #due, 'WITHSCORES')
-  if after[2] then out[2] = fmt(tonumber(after[2])) end
+  local next_due = tonumber(after[2] or '')
+  -- And the far jobs': those moved now (due already, when the mover was late), then the next
+  -- part's move.
+  local far_first, far_then
+  if far then
+    far_first, far_then = far.first, far.next
+  elseif far_on then
+    far_then = far_next(prefix, 0)
+  end
+  for _, t in ipairs({far_first or false, far_then or false}) do
+    if t and (not next_due or t < next_due) then next_due = math.max(t, 0) end
+  end
+  if next_due then out[2] = fmt(next_due) end
 end
 for _, topic in ipairs(unknown) do out[#out + 1] = topic end
-if #gone == 0 then return out end
+if #gone == 0 then
+  if far then
+    proceed_when_full(counts) -- far jobs move into place when Redis is full too
+    far_move(far, KEYS[3], delayed)
+  end
+  return out
+end
 -- Job events: the streams of the topics that have them on, read before the first write. A
 -- promotion does not read the jobs it moves, so `promoted` carries no run (read as 0): reading
 -- every envelope for it cost more than the rest of the promotion.
@@ -131,9 +155,10 @@ for topic, stream in pairs(streams) do
   end
   emit_events(stream, 'promoted', ids, nil, stamp)
 end
+far_move(far, KEYS[3], delayed)
 -- Last: this may empty (delete) the delayed set. When every due member moved they are exactly
--- the lowest-ranked ones, so they go by rank in one call.
-if #gone == #due then
+-- the lowest-ranked ones, so they go by rank in one call (unless far jobs came in).
+if #gone == #due and not (far and far.moved > 0) then
   redis.call('ZREMRANGEBYRANK', delayed, 0, #due - 1)
 else
   local i = 1

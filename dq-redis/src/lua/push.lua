@@ -9,7 +9,8 @@
 -- KEYS[10..] ready:<topic>, dead:<topic>, gen:<topic>, done:<topic>, events:<topic> and ranked:<topic> of every topic
 --   in the call (declared, not used by position: on a cluster Redis refuses the call while declared keys
 --   are split between two nodes during a reshard, instead of running it where a key reads as missing)
--- ARGV[1] key prefix  ARGV[2] 'keep' | 'replace'  ARGV[3] n (jobs in this call, at most 1000)
+-- ARGV[1] key prefix  ARGV[2] 'keep' | 'replace', then ' far' when new jobs may be stored far
+--   (lib.lua; on one Redis, not on a cluster)  ARGV[3] n (jobs in this call, at most 1000)
 -- then 7 values per job: topic, id, when ('+<us>' after now, or '<us>' since the epoch),
 --   max_attempts, unique_for (us the id stays reserved after the job succeeds; 0: none),
 --   fence ('' or '<generation>:<tick us>:<schedule id>' for a schedule's tick: created only
@@ -70,23 +71,44 @@ if not ARGV[4 + n * 7]
       end
     end
   end
+  -- Far jobs (lib.lua): in a shard that holds any, an id is looked up in their index too; a job
+  -- that goes far takes the path below.
+  local far_on = string.sub(ARGV[2], -4) == ' far'
+  if plain and far_on and redis.call('EXISTS', ARGV[1] .. 'far') == 1 then
+    for i = 1, n do
+      if redis.call('HEXISTS', far_index(ARGV[1], members[i]), members[i]) == 1 then
+        plain = false
+        break
+      end
+    end
+  end
+  local now = plain and now_us()
+  local dues, due_strs = {}, {}
+  if plain then
+    for i = 0, n - 1 do
+      local when = ARGV[6 + i * 7]
+      if not dues[when] then
+        local due = due_from(when, now)
+        dues[when], due_strs[when] = due, fmt(due)
+        if far_on and far_bucket(due, now) then
+          plain = false
+          break
+        end
+      end
+    end
+  end
   if plain then
     local prefix = ARGV[1]
-    local now = now_us()
     local before = earliest(delayed)
     local created = ':' .. fmt(now) .. ':'
     local writes, adds, ready_by, delayed_by, out = {}, {}, {}, {}, {-1}
     -- The earliest of the call's delayed jobs: the set's earliest now, when it is before `before`
     -- (new jobs only: nothing left the set).
-    local dues, due_strs, first = {}, {}, nil
+    local first = nil
     for i = 0, n - 1 do
       local b = i * 7
       local topic, when = ARGV[4 + b], ARGV[6 + b]
       local due = dues[when]
-      if not due then
-        due = due_from(when, now)
-        dues[when], due_strs[when] = due, fmt(due)
-      end
       local due_str = due_strs[when]
       writes[#writes + 1] = members[i + 1]
       writes[#writes + 1] = '2:0:' .. ARGV[7 + b] .. created .. due_str .. ':0:' .. ARGV[10 + b]
@@ -123,7 +145,9 @@ if not ARGV[4 + n * 7]
   end
 end
 --@lib
-local prefix, replace = ARGV[1], ARGV[2] == 'replace'
+local prefix, replace = ARGV[1], string.sub(ARGV[2], 1, 7) == 'replace'
+-- Whether new jobs may go far (lib.lua); only where they may are ids looked up among them.
+local far_on = string.sub(ARGV[2], -4) == ' far'
 local inflight = KEYS[5] -- only read, in phase 1
 local unique, unique_for, tick_fence = KEYS[6], KEYS[7], KEYS[8]
 -- The fences this call raises: schedule id -> {generation, tick}.
@@ -137,6 +161,17 @@ local out = {-1}
 local members = {}
 for i = 0, n - 1 do members[i + 1] = ARGV[4 + i * 7] .. ':' .. ARGV[5 + i * 7] end
 local existing = redis.call('HMGET', jobs, unpack(members))
+-- Far jobs (lib.lua): where each id not in `jobs` is, when the shard holds any (one EXISTS for a
+-- shard that holds none). far_at[i]: lib.lua's far_where, or nil; far_keys[i]: the index hash
+-- of members[i] once computed.
+local far_at, far_keys = {}, {}
+if far_on and redis.call('EXISTS', prefix .. 'far') == 1 then
+  for i = 1, n do
+    if not existing[i] then
+      far_at[i], far_keys[i] = far_where(prefix, members[i], ARGV[4 + (i - 1) * 7])
+    end
+  end
+end
 -- The jobs of blocked workflow steps (in `workflows`, not in `jobs` yet) keep their ids: a push of
 -- one is kept (lib.lua's workflows). A shard with no workflow pays one EXISTS.
 local stepped = redis.call('EXISTS', prefix .. 'workflows') == 1
@@ -151,6 +186,8 @@ local dues, due_strs = {}, {}
 -- dead letters by topic. A replaced ready job's entry is left in its list and made stale
 -- (lib.lua): O(1), where an LREM would scan the list.
 local was_delayed, was_ready, revived = {}, {}, {}
+-- Replaced far jobs: where each was, by member.
+local was_far = {}
 -- Replaced jobs that waited for a slot of their group: {topic, id, group} by member. Replaced
 -- jobs that held a slot of another group than the new push's: their ids by topic, and whether
 -- each member is one.
@@ -197,7 +234,8 @@ for i = 0, n - 1 do
     -- The count of records taken out (lib.lua), touched before the first write.
     if record then redis.call('EXISTS', done .. ':taken') end
   end
-  local fresh = record or not existing[i + 1]
+  local far_old = far_at[i + 1]
+  local fresh = record or not (existing[i + 1] or far_old)
   local reserved = any_reserved and not earlier and fresh
     and tonumber(redis.call('ZSCORE', unique, member) or 0) or 0
   local fence = ARGV[9 + i * 7]
@@ -227,6 +265,13 @@ for i = 0, n - 1 do
     if replace then
       code = 2
       plan[earlier] = false
+    else
+      code = 0
+    end
+  elseif far_old then
+    if replace then
+      code = 2
+      was_far[member] = far_old
     else
       code = 0
     end
@@ -303,6 +348,8 @@ local levels_by_topic, rank = {}, {}
 -- topics to mark grouped.
 local enter_by_topic, grouped = {}, {}
 local unready, undelay = {}, {}
+-- The jobs that go far (lib.lua's far_plan), and the replaced far jobs that go far again.
+local far_jobs, far_again = {}, {}
 -- The envelope of a new job (format 2 in lib.lua, 3 with a trace context), built directly:
 -- only the due time varies.
 local created = ':' .. fmt(now) .. ':'
@@ -311,51 +358,70 @@ for _, i in ipairs(plan) do
     local topic, id, when = ARGV[4 + i * 7], ARGV[5 + i * 7], ARGV[6 + i * 7]
     local member = members[i + 1]
     local due_str = due_strs[when]
-    writes[#writes + 1] = member
     local trace = ARGV[4 + n * 7 + i] or ''
     local priority = tonumber(ARGV[4 + n * 8 + i] or '0') or 0
     local group = ARGV[4 + n * 9 + i] or ''
-    if priority ~= 0 or group ~= '' then
-      writes[#writes + 1] = '4:0:' .. ARGV[7 + i * 7] .. created .. due_str .. ':0:' .. #trace .. ':'
-        .. fmt(priority) .. ':' .. #group .. ':' .. trace .. group .. ARGV[10 + i * 7]
-      if priority ~= 0 then rank[topic] = true end
-      if group ~= '' then grouped[topic] = true end
-    elseif trace == '' then
-      writes[#writes + 1] = '2:0:' .. ARGV[7 + i * 7] .. created .. due_str .. ':0:' .. ARGV[10 + i * 7]
-    else
-      writes[#writes + 1] = '3:0:' .. ARGV[7 + i * 7] .. created .. due_str .. ':0:' .. #trace .. ':'
-        .. trace .. ARGV[10 + i * 7]
-    end
-    -- A job moved out of the slot of its old group waits in the delayed set, due as pushed,
-    -- for the mover to let it into its new one.
-    if dues[when] > now or switching[member] then
-      adds[#adds + 1] = due_str
-      adds[#adds + 1] = member
-      if not was_delayed[member] then
-        delayed_by_topic[topic] = (delayed_by_topic[topic] or 0) + 1
-        delayed_left = delayed_left + 1
-      end
-    else
-      if group ~= '' then
-        local list = enter_by_topic[topic]
-        if not list then
-          list = {}
-          enter_by_topic[topic] = list
-        end
-        list[#list + 1] = {id, group, priority}
+    -- A job new to `jobs` with nothing of its own to keep, due in a far bucket, goes far.
+    local bucket = far_on and not existing[i + 1] and trace == '' and priority == 0 and group == ''
+      and ARGV[8 + i * 7] == '0' and far_bucket(dues[when], now)
+    if bucket then
+      far_jobs[#far_jobs + 1] = { topic = topic, member = member, bucket = bucket, due = dues[when],
+        element = far_element(ARGV[7 + i * 7], dues[when], now, bucket, id, ARGV[10 + i * 7]),
+        index = far_keys[i + 1] or far_index(prefix, member) }
+      -- (never a job in `jobs`: not one that was delayed)
+      if was_far[member] then
+        far_again[member] = true
       else
-        local list = ready_by_topic[topic]
-        if not list then
-          list = {}
-          ready_by_topic[topic] = list
-          levels_by_topic[topic] = {}
-        end
-        list[#list + 1] = id
-        levels_by_topic[topic][#list] = priority
+        delayed_by_topic[topic] = (delayed_by_topic[topic] or 0) + 1
       end
-      if was_delayed[member] then
-        undelay[#undelay + 1] = member
-        delayed_by_topic[topic] = (delayed_by_topic[topic] or 0) - 1
+    else
+      writes[#writes + 1] = member
+      if priority ~= 0 or group ~= '' then
+        writes[#writes + 1] = '4:0:' .. ARGV[7 + i * 7] .. created .. due_str .. ':0:' .. #trace .. ':'
+          .. fmt(priority) .. ':' .. #group .. ':' .. trace .. group .. ARGV[10 + i * 7]
+        if priority ~= 0 then rank[topic] = true end
+        if group ~= '' then grouped[topic] = true end
+      elseif trace == '' then
+        writes[#writes + 1] = '2:0:' .. ARGV[7 + i * 7] .. created .. due_str .. ':0:' .. ARGV[10 + i * 7]
+      else
+        writes[#writes + 1] = '3:0:' .. ARGV[7 + i * 7] .. created .. due_str .. ':0:' .. #trace .. ':'
+          .. trace .. ARGV[10 + i * 7]
+      end
+      -- A job moved out of the slot of its old group waits in the delayed set, due as pushed,
+      -- for the mover to let it into its new one.
+      if dues[when] > now or switching[member] then
+        adds[#adds + 1] = due_str
+        adds[#adds + 1] = member
+        if not was_delayed[member] then
+          if not was_far[member] then
+            delayed_by_topic[topic] = (delayed_by_topic[topic] or 0) + 1
+          end
+          delayed_left = delayed_left + 1
+        end
+      else
+        if group ~= '' then
+          local list = enter_by_topic[topic]
+          if not list then
+            list = {}
+            enter_by_topic[topic] = list
+          end
+          list[#list + 1] = {id, group, priority}
+        else
+          local list = ready_by_topic[topic]
+          if not list then
+            list = {}
+            ready_by_topic[topic] = list
+            levels_by_topic[topic] = {}
+          end
+          list[#list + 1] = id
+          levels_by_topic[topic][#list] = priority
+        end
+        if was_delayed[member] then
+          undelay[#undelay + 1] = member
+          delayed_by_topic[topic] = (delayed_by_topic[topic] or 0) - 1
+        elseif was_far[member] then
+          delayed_by_topic[topic] = (delayed_by_topic[topic] or 0) - 1
+        end
       end
     end
     if was_ready[member] then unready[#unready + 1] = was_ready[member] end
@@ -402,6 +468,20 @@ for topic, list in pairs(enter_by_topic) do
   local leave = leave_plans[topic]
   group_plans[topic] = plan_enter(prefix, topic, list, leave and leave.held)
 end
+-- Far jobs: the parts and index hashes this call writes, and the parts of the replaced ones,
+-- touched before the first write; when the next move of far jobs is due as things stand.
+local far_writing = #far_jobs > 0 and far_plan(prefix, far_jobs)
+local far_before, far_first
+if far_writing then
+  local indexes = {}
+  for x, j in ipairs(far_jobs) do
+    indexes[x] = j.index
+    far_first = math.min(far_first or j.due, j.due)
+  end
+  push_all('EXISTS', prefix .. 'far', indexes)
+  far_before = far_next(prefix, 0)
+end
+for _, w in pairs(was_far) do redis.call('EXISTS', w.part) end
 -- Phase 2: writes.
 if #writes > 0 then redis.call('HSET', jobs, unpack(writes)) end
 if #reserve > 0 then redis.call('HSET', unique_for, unpack(reserve)) end
@@ -454,6 +534,14 @@ if next(streams) then
     emit_events(streams[topic], 'pushed', b.ids, b.runs, stamp, 'd', b.dues)
   end
 end
+for _, w in pairs(was_far) do far_blank(w) end
+if far_writing then
+  far_write(far_writing)
+  -- The movers wake when the earliest far part is due to move (lib.lua's far_next).
+  local was = far_before
+  if before and (not was or before < was) then was = before end
+  announce_first(prefix, far_first - FAR_AHEAD, was)
+end
 delayed_left = delayed_left - #undelay
 if delayed_left > 0 then out[1] = announce(prefix, delayed, before) end
 -- Removals last: each may delete its key, which nothing below uses again.
@@ -462,6 +550,10 @@ for topic, dead_members in pairs(revived) do
   redis.call('ZREM', prefix .. 'dead:' .. topic, unpack(dead_members))
 end
 if #unreserve > 0 then redis.call('HDEL', unique_for, unpack(unreserve)) end
+-- The index entries of the replaced far jobs that did not go far again.
+for member, w in pairs(was_far) do
+  if not far_again[member] then far_unindex(w) end
+end
 -- The replaced parked jobs that were not parked again leave the parked set.
 for topic, gone in pairs(unparked) do
   local again = {}

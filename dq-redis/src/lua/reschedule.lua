@@ -5,6 +5,7 @@
 -- KEYS[10] retain (declared, unused)  KEYS[11] ranked:<topic> (lib.lua's ready lanes: a job with
 --   a priority goes there when it is to run now)
 -- ARGV[1] key prefix  ARGV[2] topic  ARGV[3] id  ARGV[4] when ('+<us>' after now, or '<us>')
+-- ARGV[5] 'far' where far jobs may be (lib.lua)
 -- Returns 1 rescheduled, 0 not found (or dead, or a kept record), 2 running (left alone).
 -- A ready job's entry stays in its list, made stale (lib.lua), and a new one is made if it is
 -- to run now: O(1) however long the list. The write that may delete a key (ZREM delayed) is
@@ -14,8 +15,31 @@
 local jobs, delayed, inflight, counts, gen = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[7]
 local prefix, topic, id, when = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local member = topic .. ':' .. id
-local e = parse(redis.call('HGET', jobs, member))
+local raw = redis.call('HGET', jobs, member)
+-- A far job (lib.lua) moves into `jobs` and waits there (or goes in line now); its element
+-- goes blank.
+local far = not raw and ARGV[5] == 'far' and far_where(prefix, member, topic)
+if far then raw = far_read(far) end
+local e = parse(raw)
 if not e then return 0 end
+if far then
+  local now = now_us()
+  local before = earliest(delayed)
+  e.due = due_from(when, now)
+  if e.due <= now then touch_lanes(prefix, topic) end
+  redis.call('HSET', jobs, member, encode(e))
+  far_blank(far)
+  if e.due <= now then
+    to_ready(prefix, counts, topic, {id}, {e.priority})
+    ring(prefix, topic)
+    bump(counts, topic, 'delayed', -1)
+  else
+    redis.call('ZADD', delayed, fmt(e.due), member)
+    announce(prefix, delayed, before)
+  end
+  far_unindex(far)
+  return 1
+end
 if redis.call('ZSCORE', inflight, member) then return 2 end
 if redis.call('ZSCORE', prefix .. 'dead:' .. topic, member) then return 0 end
 local was_delayed = redis.call('ZSCORE', delayed, member) ~= false

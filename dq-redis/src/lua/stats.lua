@@ -1,6 +1,6 @@
 -- stats: a topic's counts, how late its oldest ready job is, its next due time, whether it is
 -- paused (read-only, bounded: the next due time is looked for among the shard's first 1000
--- delayed entries).
+-- delayed entries, and its first 1000 parts of far jobs: lib.lua).
 -- KEYS[1] counts  KEYS[2] ready:<topic>  KEYS[3] dead:<topic>  KEYS[4] jobs  KEYS[5] delayed
 -- KEYS[6] paused  KEYS[7] gen:<topic>  KEYS[8] done:<topic>  KEYS[9] ranked:<topic> (lib.lua's
 --   ready lanes)
@@ -10,7 +10,7 @@
 -- Groups (lib.lua): ready counts the jobs waiting for a slot of their group too, the oldest of
 -- them is looked at (the first parked), and the busiest groups follow: the 10 with the most jobs
 -- parked, each with how many and how many slots it holds; and the topic's group concurrency.
--- ARGV[1] topic
+-- ARGV[1] topic  ARGV[2] 'far' where far jobs may be (lib.lua)
 -- Returns {delayed, ready, running, dead, done, oldest_ready_due_us or -1, next_due_us or -1,
 --   paused, now_us, group_concurrency or -1, group_1, parked_1, held_1, ...} (the head as
 --   counts.lua's; done: the records of succeeded jobs kept).
@@ -40,6 +40,15 @@ local prefix = topic .. ':'
 for i = 1, #window, 2 do
   if string.sub(window[i], 1, #prefix) == prefix then
     next_due = window[i + 1]
+    break
+  end
+end
+-- Or the earliest of its far jobs (lib.lua), among the first 1000 parts: a part's score is
+-- the earliest due time written into it (a job cancelled since may have had it).
+local parts = ARGV[2] == 'far' and redis.call('ZRANGE', gk.prefix .. 'far', 0, 999, 'WITHSCORES') or {}
+for i = 1, #parts, 2 do
+  if string.match(parts[i], '^%w+:%d+:(.*)$') == topic then
+    if next_due == -1 or tonumber(parts[i + 1]) < tonumber(next_due) then next_due = parts[i + 1] end
     break
   end
 end

@@ -3,7 +3,8 @@
 -- KEYS[6] progress
 -- A kept succeeded job's envelope stays in `jobs`, as a dead letter's does; `done:<topic>`
 -- holds its time and value (lib.lua).
--- ARGV[1] member
+-- A far job (lib.lua) is found through its index: delayed, its envelope rebuilt.
+-- ARGV[1] member  ARGV[2] 'far' where far jobs may be
 -- Returns {} when unknown, else {state, envelope, score_us[, value[, progress]]}; state is
 -- delayed, ready, running, dead, done or blocked (a workflow step waiting for the steps it comes
 -- after: its envelope from its workflow, lib.lua); the score is the due time, the lease deadline, the time
@@ -14,8 +15,14 @@ local jobs, delayed, inflight, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local member = ARGV[1]
 local raw = redis.call('HGET', jobs, member)
 if not raw then
-  -- A blocked workflow step: its envelope waits in its workflow (lib.lua's workflows).
   local prefix = string.sub(jobs, 1, -5)
+  -- A far job (lib.lua), delayed.
+  local far = ARGV[2] == 'far' and far_where(prefix, member, topic_of(member) or '')
+  if far then
+    local envelope, due = far_read(far)
+    if envelope then return {'delayed', envelope, fmt(due)} end
+  end
+  -- A blocked workflow step: its envelope waits in its workflow (lib.lua's workflows).
   local ref = redis.call('HGET', prefix .. 'workflows', member)
   local colon = ref and string.find(ref, ':', 1, true)
   if not colon then return {} end

@@ -6,7 +6,8 @@
 -- ARGV[1] key prefix  ARGV[2] workflow id  ARGV[3] keep (us its record is kept once it ended)
 -- ARGV[4] n, the steps  ARGV[5] the step names in order, comma-separated; then 10 values per
 -- step: name, topic, id, delay (us, from its release), max_attempts, priority, trace ('': none),
--- after and dependents (`name|policy,...`), payload
+-- after and dependents (`name|policy,...`), payload; then 'far' where far jobs may be (lib.lua:
+-- a step's id taken by one refuses the workflow)
 -- Returns {1} created, {0} a workflow of this id exists (nothing stored), {2, member} a step's
 -- job id is taken by a job that exists (pending, dead or kept; nothing stored).
 local jobs, delayed, counts, topics, steps_key, key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
@@ -16,8 +17,12 @@ local members = {}
 for i = 0, n - 1 do members[i + 1] = ARGV[7 + i * 10] .. ':' .. ARGV[8 + i * 10] end
 local existing = hmget_all(jobs, members)
 local stepped = hmget_all(steps_key, members)
+-- (a far job's id too: lib.lua)
+local far_any = ARGV[6 + n * 10] == 'far' and redis.call('EXISTS', prefix .. 'far') == 1
 for i, member in ipairs(members) do
-  if existing[i] or stepped[i] then return {2, member} end
+  if existing[i] or stepped[i] or (far_any and far_where(prefix, member, topic_of(member))) then
+    return {2, member}
+  end
 end
 local now = now_us()
 local before = earliest(delayed)

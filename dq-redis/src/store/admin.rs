@@ -31,7 +31,8 @@ impl RedisStore {
     }
 
     /// Runs a script that reads a topic (counts, stats, throughput) on every shard in turn:
-    /// with the shard's `keys`, then the topic's name. The replies, in shard order.
+    /// with the shard's `keys`, then the topic's name and [`RedisStore::far`] (stats reads
+    /// the next due time of the topic's far jobs). The replies, in shard order.
     async fn read_topic<T: FromRedisValue>(
         &self,
         op: &'static str,
@@ -45,7 +46,7 @@ impl RedisStore {
             for key in keys(k) {
                 inv.key(key);
             }
-            inv.arg(topic.as_str());
+            inv.arg(topic.as_str()).arg(self.far());
             replies.push(self.call(op, &inv).await?);
         }
         Ok(replies)
@@ -137,7 +138,7 @@ impl Admin for RedisStore {
             let k = self.keys(shard);
             let (kind, key) = match state {
                 JobState::Ready => ("list", k.ready(topic)),
-                JobState::Delayed => ("zset", k.delayed()),
+                JobState::Delayed => ("delayed", k.delayed()),
                 JobState::Running => ("zset", k.inflight()),
                 _ => {
                     return Err(Error::Config {
@@ -157,7 +158,8 @@ impl Admin for RedisStore {
             inv.arg(kind)
                 .arg(topic.as_str())
                 .arg(pos)
-                .arg(limit - page.jobs.len());
+                .arg(limit - page.jobs.len())
+                .arg(self.far());
             let reply: Vec<Value> = self.call("list", &inv).await?;
             let next = read::<Unsigned>("list", reply.first().cloned().unwrap_or(Value::Nil))?.0;
             page.jobs.extend(decode_jobs(

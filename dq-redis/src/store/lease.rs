@@ -130,7 +130,8 @@ impl Leases for RedisStore {
                         .key(k.ranked(t));
                 }
                 inv.arg(k.prefix())
-                    .arg(promote_limit(limit.saturating_sub(out.moved)));
+                    .arg(promote_limit(limit.saturating_sub(out.moved)))
+                    .arg(self.far());
                 inv
             },
             |out, p: Promotion| {

@@ -72,7 +72,7 @@ pub const ACL_RULES: &str = "resetkeys ~dq:* resetchannels &dq:* -@all \
 +evalsha +eval +script|load +subscribe +unsubscribe +ping +hello +info \
 +hset +hdel +hgetall +sadd +srem +smembers +config|get \
 +time +hget +hmget +hexists +hincrby +zadd +zrem +zscore +zrange +zrangebyscore \
-+zrevrange +zcount +zmscore +zincrby +zremrangebyrank +zremrangebyscore +zcard +hlen +lpop +rpush +lpush +lrange +ltrim +lrem +llen +lindex +lpos +sismember \
++zrevrange +zcount +zmscore +zincrby +zremrangebyrank +zremrangebyscore +zcard +hlen +lpop +rpush +lpush +lrange +ltrim +lrem +llen +lindex +lset +lpos +sismember \
 +publish +cluster|slots +exists +get +set +multi +exec +wait +asking +xadd +xread +xrevrange +del +pexpire";
 
 /// Jobs in Redis, shared by every process that uses the same namespace.
@@ -109,6 +109,18 @@ impl std::fmt::Debug for RedisStore {
 }
 
 impl RedisStore {
+    /// `"far"` where jobs due far ahead are stored compact (lib.lua's far jobs): on one Redis.
+    /// Not on a cluster: the scripts do not declare those keys, and a reshard that moved some
+    /// of them before the others could lose such jobs. Passed to every script that writes or
+    /// looks for them, which leaves them alone on a cluster (`""`).
+    pub(crate) fn far(&self) -> &'static str {
+        if self.server.is_cluster() {
+            ""
+        } else {
+            "far"
+        }
+    }
+
     /// Connects to the Redis at `config.redis_url`, or to the cluster of
     /// `config.redis_cluster`.
     pub async fn connect(config: &Config) -> Result<RedisStore> {

@@ -270,9 +270,12 @@ impl Producer for RedisStore {
                 ),
             });
         }
-        let mode = match on_conflict {
-            OnConflict::Replace => "replace",
-            _ => "keep",
+        let far = !self.far().is_empty();
+        let mode = match (on_conflict, far) {
+            (OnConflict::Replace, true) => "replace far",
+            (OnConflict::Replace, false) => "replace",
+            (_, true) => "keep far",
+            (_, false) => "keep",
         };
         let mut outcomes = vec![PushOutcome::Created; jobs.len()];
         let mut groups: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
@@ -301,7 +304,8 @@ impl Producer for RedisStore {
             .key(k.cancels())
             .key(k.events())
             .key(k.events_stream(topic))
-            .key(k.cancelled(topic));
+            .key(k.cancelled(topic))
+            .arg(self.far());
         Ok(self.call::<Reply<ChangeOutcome>>("cancel", &inv).await?.0)
     }
 
@@ -309,7 +313,8 @@ impl Producer for RedisStore {
         let mut inv = self.change_invocation(&SCRIPTS.reschedule, topic, id);
         // KEYS[11]: where a job with a priority goes when it is to run now.
         inv.key(self.keys_of(topic, id).ranked(topic))
-            .arg(when_arg(when));
+            .arg(when_arg(when))
+            .arg(self.far());
         Ok(self
             .call::<Reply<ChangeOutcome>>("reschedule", &inv)
             .await?
@@ -334,7 +339,8 @@ impl Producer for RedisStore {
             .key(k.dead(topic))
             .key(k.done(topic))
             .key(k.progress())
-            .arg(&m);
+            .arg(&m)
+            .arg(self.far());
         let StatusReply(found) = self.call("status", &inv).await?;
         let Some(super::reply::Status {
             state,

@@ -98,6 +98,7 @@ impl Workflows for RedisStore {
                 .arg(edges(after))
                 .arg(&step.job.payload);
         }
+        inv.arg(self.far());
         let reply: Value = self.run("push workflow", &inv).await?;
         let items: Vec<Value> = read("push workflow", reply)?;
         let code: i64 = read(
