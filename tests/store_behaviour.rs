@@ -138,6 +138,7 @@ on_every_store!(
         a_job_due_hours_ahead_rescheduled_to_now_runs_with_its_payload,
         jobs_due_hours_ahead_are_listed_after_the_sooner_ones,
         thousands_of_jobs_due_hours_ahead_are_each_found_by_id,
+        jobs_due_days_and_weeks_ahead_keep_their_exact_due_times,
     ],
     workflows: [
         a_fan_in_step_runs_once_after_both_its_dependencies_succeeded,

@@ -10,7 +10,7 @@
 //! | --- | --- | --- |
 //! | `jobs` | HASH | `topic:id` -> envelope (see [`Envelope`](dq_core::Envelope)) |
 //! | `delayed` | ZSET | `topic:id` scored by due time (us) |
-//! | `far:<bucket>:<n>:<topic>` | LIST | far jobs (lib.lua): part `n` of the topic's new jobs due in a 5-minute bucket (base 36, due time / 300 s) more than 5 minutes ahead, at most 1,000 elements `<max_attempts>:<due - bucket start>:<due - created>:<id length>:<id><payload>` (times in us, hexadecimal; '' for a job cancelled, replaced or rescheduled since). On one Redis only (`RedisStore::far`) |
+//! | `far:<bucket>:<n>:<topic>` | LIST | far jobs (lib.lua): part `n` of the topic's new jobs due in a bucket (its start / 300 s, base 36; 5 minutes wide within a day, an hour within 30 days, a day beyond) starting more than 5 minutes ahead, at most 1,000 elements `<max_attempts>:<due - bucket start>:<due - created>:<id length>:<id><payload>` (times in us, hexadecimal; '' for a job cancelled, replaced or rescheduled since). On one Redis only (`RedisStore::far`) |
 //! | `far` | ZSET | far jobs: `<bucket>:<n>:<topic>` of each part, scored by the earliest due time written into it (us); the mover moves a part into `jobs` and `delayed` 5 minutes before |
 //! | `farn` | HASH | far jobs: `<topic>:<bucket>` -> the part being filled |
 //! | `fx:<h>` | HASH | far jobs' index, 32,768 hashes (`h` from the SHA-1 of `topic:id`): `topic:id` -> `<bucket>:<n>:<position>` (the bucket in base 36, the position in hexadecimal) |

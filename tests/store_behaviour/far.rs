@@ -178,3 +178,45 @@ pub(crate) async fn thousands_of_jobs_due_hours_ahead_are_each_found_by_id(kind:
         .unwrap()
         .is_none());
 }
+
+pub(crate) async fn jobs_due_days_and_weeks_ahead_keep_their_exact_due_times(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let day = Duration::from_secs(86_400);
+    let start = SystemTime::now();
+    let wanted = [
+        ("hours", HOURS),
+        ("days", 2 * day + Duration::from_secs(17)),
+        ("weeks", 40 * day + Duration::from_secs(5)),
+    ];
+    for (i, (id, delay)) in wanted.iter().enumerate() {
+        push_order(c, i as u64, id, *delay).await;
+    }
+    for (id, delay) in wanted {
+        let due_in = existing(c, "order-cancel", id)
+            .await
+            .due
+            .duration_since(start)
+            .unwrap();
+        assert!(
+            due_in >= delay && due_in < delay + Duration::from_secs(1),
+            "{id}: {due_in:?}"
+        );
+    }
+    let page = c.jobs("order-cancel", JobState::Delayed, Cursor::START, 10);
+    let listed: Vec<String> = page
+        .await
+        .unwrap()
+        .jobs
+        .iter()
+        .map(|j| j.id.to_string())
+        .collect();
+    assert_eq!(listed, ["hours", "days", "weeks"]);
+    let cancelled = c.cancel_in("order-cancel", "days").await.unwrap();
+    assert_eq!(cancelled, ChangeOutcome::Done);
+    assert_eq!(delayed_count(c).await, 2);
+    let now = c.reschedule_in("order-cancel", "weeks", Due::After(Duration::ZERO));
+    assert_eq!(now.await.unwrap(), ChangeOutcome::Done);
+    let job = lease_one(c.store(), "order-cancel").await;
+    assert_eq!(job.lease.id.as_str(), "weeks");
+}

@@ -401,12 +401,13 @@ local function push_all_pairs(list, a, b)
   list[#list + 1] = b
 end
 
--- Far-future jobs (issue 34; BENCHMARKS.md, "Layouts for far-future jobs"). A new job whose due
--- time falls in a FAR_WIDTH bucket starting more than FAR_AHEAD after now, and that has nothing
--- to keep but its payload and its attempts (no trace context, priority, group or unique_for of
--- its own), is not written into `jobs` and `delayed` but compact: one element of a list that
--- holds at most FAR_PART jobs of its topic due in that bucket, `far:<bucket>:<n>:<topic>` (part
--- n of the bucket), found by id through one of FAR_INDEXES small hashes, `fx:<h>`: `topic:id` ->
+-- Far-future jobs (issue 34; BENCHMARKS.md, "Layouts for far-future jobs"). A new job whose
+-- due time falls in a bucket (far_bucket: FAR_WIDTH wide, or wider for later dues) starting
+-- more than FAR_AHEAD after now, and that has nothing to keep but its payload and its attempts
+-- (no trace context, priority, group or unique_for of its own), is not written into `jobs` and
+-- `delayed` but compact: one element of a list that holds at most FAR_PART jobs of its topic
+-- due in that bucket, `far:<bucket>:<n>:<topic>` (part n of the bucket; the bucket is its start
+-- in FAR_WIDTHs), found by id through one of FAR_INDEXES small hashes, `fx:<h>`: `topic:id` ->
 -- `<bucket>:<n>:<position>`, h from the SHA-1 of `topic:id` (small enough to stay listpacks up
 -- to 16 million far jobs a shard: Redis' default hash-max-listpack-entries is 512). The `far`
 -- set holds each part, `<bucket>:<n>:<topic>`, scored by the earliest due time among its
@@ -415,10 +416,11 @@ end
 -- times, once its earliest one is due within FAR_AHEAD; a push never writes into a bucket that
 -- near, so a part no longer grows once it is due to move. A cancel, a replace or a reschedule
 -- of a far job blanks its element ('': skipped by the move) and drops its index entry: bounded
--- (an LSET into a part of at most FAR_PART), and the part keeps its positions. A far job counts as delayed (`<topic>:delayed`) from its
--- push. The bucket number is written in base 36, the numbers of each job (in its element and
--- its index entry) in hexadecimal (formatted in C: base 36 in Lua cost 2 us a number more,
--- for a byte or two less). An element:
+-- (an LSET into a part of at most FAR_PART), and the part keeps its positions. A far job counts
+-- as delayed (`<topic>:delayed`) from its push. Only on one Redis: scripts are told so by their
+-- callers (RedisStore::far), since these keys go undeclared. The bucket is written in base 36,
+-- the numbers of each job (in its element and its index entry) in hexadecimal (formatted in C:
+-- base 36 in Lua cost 2 us a number more, for a byte or two less). An element:
 --   <max_attempts>:<due - bucket start>:<due - created>:<id length>:<id><payload>
 -- (it starts with a digit: a later format would start otherwise).
 local FAR_WIDTH = 300000000
@@ -446,10 +448,21 @@ local function far_index(prefix, member)
   return prefix .. 'fx:' .. (tonumber(string.sub(redis.sha1hex(member), 1, 4), 16) % FAR_INDEXES)
 end
 
--- The bucket of a new job due at `due`, when it goes far (nil: it does not).
+-- The bucket of a new job due at `due`, when it goes far (nil: it does not): the number of the
+-- FAR_WIDTH its bucket starts at. A bucket is FAR_WIDTH wide for a job due within a day, an
+-- hour within 30 days, a day further ahead (aligned to its width, so its jobs share a start
+-- and its part its lists): sparse dues far off fill parts of hundreds of jobs, not of one or
+-- two (each part costs a list and a member of `far`, some 150 bytes). A part moves whole, so
+-- a wider bucket's jobs move into `jobs` and `delayed` up to its width early.
 local function far_bucket(due, now)
-  local bucket = math.floor(due / FAR_WIDTH)
-  if bucket * FAR_WIDTH > now + FAR_AHEAD then return bucket end
+  local ahead, width = due - now, FAR_WIDTH
+  if ahead >= 30 * 86400000000 then
+    width = 86400000000
+  elseif ahead >= 86400000000 then
+    width = 3600000000
+  end
+  local start = math.floor(due / width) * width
+  if start > now + FAR_AHEAD then return start / FAR_WIDTH end
   return nil
 end
 
