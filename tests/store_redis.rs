@@ -226,6 +226,16 @@ async fn a_job_due_hours_ahead_is_stored_compact_and_moved_into_place_at_its_exa
         "the mover comes back 5 minutes before the job is due"
     );
 
+    // A member of `far` that names no part (never written by dq) is dropped, and holds
+    // nothing up.
+    let _: () = redis::cmd("ZADD")
+        .arg(key("far"))
+        .arg(0)
+        .arg("not a part")
+        .query_async(&mut rc)
+        .await
+        .unwrap();
+    c.store().promote(0, 1000).await.unwrap();
     // Its part made due to move (as if the time had come): the job goes into `jobs` and
     // `delayed` with its exact due time, the same job as before, and nothing is left behind.
     let _: () = redis::cmd("ZADD")

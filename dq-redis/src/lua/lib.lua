@@ -608,14 +608,18 @@ local function far_due(prefix, now, most)
   if #parts == 0 then return nil end
   local plan = { prefix = prefix, parts = parts, keys = {}, writes = {}, adds = {}, dropped = {},
     indexes = {}, fields = {}, filling = {}, moved = 0 }
-  for x, name in ipairs(parts) do
-    local b, n, topic = string.match(name, '^(%w+):(%d+):(.*)$')
-    local key = prefix .. 'far:' .. name
-    plan.keys[x] = key
-    plan.fields[x] = topic .. ':' .. b
-    plan.filling[x] = n
-    local bucket = tonumber(b or '', 36) or 0
-    for _, element in ipairs(redis.call('LRANGE', key, 0, -1)) do
+  for _, name in ipairs(parts) do
+    -- (a member that names no part, which dq never writes, is only dropped, as promote.lua
+    -- drops a member of `delayed` that names no job)
+    local b, n, topic = string.match(name, '^(%w+):(%d+):(.+)$')
+    local key = b and prefix .. 'far:' .. name
+    local bucket = b and tonumber(b, 36)
+    if bucket then
+      plan.keys[#plan.keys + 1] = key
+      plan.fields[#plan.fields + 1] = topic .. ':' .. b
+      plan.filling[#plan.filling + 1] = n
+    end
+    for _, element in ipairs(bucket and redis.call('LRANGE', key, 0, -1) or {}) do
       local id, raw, due = far_job(element, bucket)
       if id then
         local member = topic .. ':' .. id
@@ -653,7 +657,7 @@ local function far_move(plan, jobs, delayed)
   end
   push_all('HDEL', prefix .. 'farn', done)
   push_all('ZREM', prefix .. 'far', plan.parts)
-  redis.call('DEL', unpack(plan.keys))
+  if #plan.keys > 0 then redis.call('DEL', unpack(plan.keys)) end
 end
 
 -- Groups (issue 33, item 3): a job pushed with a group key holds a slot of its group from the
