@@ -452,7 +452,7 @@ end
 -- FAR_WIDTH its bucket starts at. A bucket is FAR_WIDTH wide for a job due within a day, an
 -- hour within 30 days, a day further ahead (aligned to its width, so its jobs share a start
 -- and its part its lists): sparse dues far off fill parts of hundreds of jobs, not of one or
--- two (each part costs a list and a member of `far`, some 150 bytes). A part moves whole, so
+-- two (each part costs a list and a member of `far`, some 150 bytes, estimated). A part moves whole, so
 -- a wider bucket's jobs move into `jobs` and `delayed` up to its width early.
 local function far_bucket(due, now)
   local ahead, width = due - now, FAR_WIDTH
