@@ -139,6 +139,7 @@ on_every_store!(
         jobs_due_hours_ahead_are_listed_after_the_sooner_ones,
         thousands_of_jobs_due_hours_ahead_are_each_found_by_id,
         jobs_due_days_and_weeks_ahead_keep_their_exact_due_times,
+        expanding_jobs_due_far_ahead_changes_none_of_them,
     ],
     workflows: [
         a_fan_in_step_runs_once_after_both_its_dependencies_succeeded,

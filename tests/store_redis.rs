@@ -279,6 +279,267 @@ async fn a_job_due_hours_ahead_is_stored_compact_and_moved_into_place_at_its_exa
     assert_eq!(c.counts("order-cancel").await.unwrap().delayed, 1);
 }
 
+/// Before a rollback (OPERATIONS.md): `dq expand` leaves no key of compact storage, and each
+/// job is where a release before it looks: its envelope (format 2) in `jobs`, scored by its
+/// exact due time in `delayed`.
+#[tokio::test]
+async fn expanded_far_jobs_are_in_the_layout_the_release_before_reads() {
+    let redis = RedisServer::start();
+    let c = client(&redis).await;
+    let mut due_us = Vec::new();
+    for (i, hours) in [2u64, 30, 24 * 40].into_iter().enumerate() {
+        let id = format!("far{i}");
+        push_order(&c, i as u64, &id, Duration::from_secs(hours * 3600)).await;
+        let info = c.status_in("order-cancel", &id).await.unwrap().unwrap();
+        let due = info.due.duration_since(std::time::UNIX_EPOCH).unwrap();
+        due_us.push(due.as_micros().to_string());
+    }
+    assert!(redis.command(&["EXISTS", "dq:{test:0}:far"]).contains(":1"));
+    assert_eq!(c.expand().await.unwrap().jobs, 3);
+    let left = redis.command(&["KEYS", "dq:{test:0}:f*"]);
+    assert_eq!(
+        left.trim(),
+        "*0",
+        "no key of compact storage is left: {left}"
+    );
+    for (i, due) in due_us.iter().enumerate() {
+        let member = format!("order-cancel:far{i}");
+        let envelope = redis.command(&["HGET", "dq:{test:0}:jobs", &member]);
+        assert!(envelope.contains("\r\n2:0:3:"), "format 2: {envelope}");
+        let score = redis.command(&["ZSCORE", "dq:{test:0}:delayed", &member]);
+        assert!(
+            score.contains(&format!("\r\n{due}\r\n")),
+            "{score} vs {due}"
+        );
+    }
+}
+
+/// The part of the far job `id` of order-cancel (its name in `far`) and its key.
+fn far_part(redis: &RedisServer) -> (String, String) {
+    let parts = redis.command(&["ZRANGE", "dq:{test:0}:far", "0", "-1"]);
+    let part = parts
+        .lines()
+        .find(|l| l.ends_with(":0:order-cancel"))
+        .unwrap_or_else(|| panic!("one part: {parts}"))
+        .to_owned();
+    let key = format!("dq:{{test:0}}:far:{part}");
+    (part, key)
+}
+
+/// Rule 3 for far jobs: an element of a part that cannot be read (dq never writes one) is not
+/// dropped when its part moves, nor does it stop the mover: it becomes a dead letter with the
+/// element as its payload, and the readable job beside it moves as it would have.
+#[tokio::test]
+async fn an_unreadable_far_element_is_dead_lettered_with_its_text_when_its_part_moves() {
+    let redis = RedisServer::start();
+    let c = client(&redis).await;
+    let s = c.store();
+    push_order(&c, 9, "far", Duration::from_secs(2 * 3600)).await;
+    let (part, key) = far_part(&redis);
+    let bucket = part.split(':').next().unwrap();
+    // Not an element; a number that is not hexadecimal; an id longer than the element; a
+    // blank one (a cancelled job's: skipped).
+    let planted = ["planted, not an element", "1:zz:0:1:x", "3:1:1:99:ab", ""];
+    for element in planted {
+        redis.command(&["RPUSH", &key, element]);
+    }
+    // The part made due to move (as if the time had come).
+    redis.command(&["ZADD", "dq:{test:0}:far", "XX", "0", &part]);
+
+    let moved = s.promote(0, 1000).await.unwrap();
+    assert_eq!(moved.moved, 0, "the readable job is not due yet");
+    let dead = s
+        .dead_jobs(&topic("order-cancel"), Cursor::START, 10)
+        .await
+        .unwrap()
+        .jobs;
+    let mut found: Vec<(String, Vec<u8>)> = dead
+        .iter()
+        .map(|d| (d.id.to_string(), d.payload.clone()))
+        .collect();
+    found.sort();
+    assert_eq!(found.len(), 3, "{found:?}");
+    for (k, element) in [1usize, 2, 3].into_iter().zip(planted) {
+        let (id, payload) = found
+            .iter()
+            .find(|(id, _)| id.starts_with(&format!("far-unreadable-{bucket}-0-{k}-")))
+            .unwrap_or_else(|| panic!("position {k}: {found:?}"));
+        assert_eq!(payload, element.as_bytes(), "{id}: the element is kept");
+    }
+    let error = dead[0].last_error.as_deref().unwrap_or_default();
+    assert!(
+        error.contains("could not be read") && error.contains(&format!("far:{part}")),
+        "{error}"
+    );
+    let job = c.status_in("order-cancel", "far").await.unwrap().unwrap();
+    assert_eq!(
+        job.state,
+        dq::JobState::Delayed,
+        "the readable one moved as it was"
+    );
+    let counts = c.counts("order-cancel").await.unwrap();
+    assert_eq!((counts.delayed, counts.dead), (1, 3));
+}
+
+/// A far job whose id a process that did not see it (an older release, during an upgrade or a
+/// rollback) pushed again: the second job keeps the id when the far one moves, and the far
+/// one is dead-lettered with its payload and the reason, neither overwritten nor dropped.
+#[tokio::test]
+async fn a_far_job_whose_id_an_older_release_pushed_again_is_dead_lettered_not_overwritten() {
+    let redis = RedisServer::start();
+    let c = client(&redis).await;
+    push_order(&c, 1, "o-7", Duration::from_secs(3 * 3600)).await;
+    // What a release before compact storage writes for a push of o-7 due in an hour.
+    let due = dq::store::to_us(std::time::SystemTime::now()) + 3_600_000_000;
+    let envelope = format!("2:0:3:{}:{due}:0:{{\"order_id\":2}}", due - 3_600_000_000);
+    redis.command(&["HSET", "dq:{test:0}:jobs", "order-cancel:o-7", &envelope]);
+    redis.command(&[
+        "ZADD",
+        "dq:{test:0}:delayed",
+        &due.to_string(),
+        "order-cancel:o-7",
+    ]);
+    redis.command(&["HINCRBY", "dq:{test:0}:counts", "order-cancel:delayed", "1"]);
+
+    let done = c.expand().await.unwrap();
+    assert_eq!((done.jobs, done.parts_left), (0, 0));
+    let kept = c.status_in("order-cancel", "o-7").await.unwrap().unwrap();
+    let order: OrderCancel = serde_json::from_slice(&kept.payload).unwrap();
+    assert_eq!(order.order_id, 2, "the second push keeps the id");
+    let dead = c
+        .store()
+        .dead_jobs(&topic("order-cancel"), Cursor::START, 10)
+        .await
+        .unwrap()
+        .jobs;
+    assert_eq!(dead.len(), 1);
+    assert!(
+        dead[0].id.as_str().starts_with("far-clash-"),
+        "{}",
+        dead[0].id
+    );
+    let first: OrderCancel = serde_json::from_slice(&dead[0].payload).unwrap();
+    assert_eq!(first.order_id, 1, "the far job's payload is kept");
+    let error = dead[0].last_error.as_deref().unwrap_or_default();
+    assert!(
+        error.contains("job o-7") && error.contains("pushed the same id again"),
+        "{error}"
+    );
+    let counts = c.counts("order-cancel").await.unwrap();
+    assert_eq!((counts.delayed, counts.dead), (1, 1));
+}
+
+/// An index entry that points at another job's element (left by an element that could not be
+/// read, or by a part whose name came back after `dq expand`) is not believed: the id is not
+/// pending, and nothing is done to the job it points at.
+#[tokio::test]
+async fn a_far_index_entry_pointing_at_another_job_is_not_believed() {
+    let redis = RedisServer::start();
+    let c = client(&redis).await;
+    push_order(&c, 1, "real", Duration::from_secs(2 * 3600)).await;
+    push_order(&c, 9, "ghost", Duration::from_secs(2 * 3600)).await;
+    let (part, key) = far_part(&redis);
+    let (bucket, rest) = part.split_once(':').unwrap();
+    let n = rest.split(':').next().unwrap();
+    // The ghost's element goes (as one that could not be read would have), and its index entry
+    // is made to point at the real job's element.
+    redis.command(&["LSET", &key, "1", ""]);
+    let keys = redis.command(&["KEYS", "dq:{test:0}:fx:*"]);
+    let index = keys
+        .lines()
+        .filter(|l| l.starts_with("dq:"))
+        .find(|k| {
+            redis
+                .command(&["HEXISTS", k, "order-cancel:ghost"])
+                .contains(":1")
+        })
+        .unwrap_or_else(|| panic!("the ghost's index entry: {keys}"))
+        .to_owned();
+    redis.command(&[
+        "HSET",
+        &index,
+        "order-cancel:ghost",
+        &format!("{bucket}:{n}:0"),
+    ]);
+
+    assert!(c
+        .status_in("order-cancel", "ghost")
+        .await
+        .unwrap()
+        .is_none());
+    let cancelled = c.cancel_in("order-cancel", "ghost").await.unwrap();
+    assert_eq!(cancelled, dq::admin::ChangeOutcome::NotFound);
+    let pushed = c
+        .push(OrderCancel { order_id: 2 })
+        .id("ghost")
+        .delay(Duration::from_secs(7200));
+    assert_eq!(
+        pushed.send().await.unwrap().outcome,
+        dq::push::PushOutcome::Created
+    );
+    let real = c.status_in("order-cancel", "real").await.unwrap().unwrap();
+    let order: OrderCancel = serde_json::from_slice(&real.payload).unwrap();
+    assert_eq!(
+        order.order_id, 1,
+        "the job the entry pointed at is untouched"
+    );
+    assert_eq!(c.counts("order-cancel").await.unwrap().delayed, 3);
+}
+
+/// `Config::compact` off (`DQ_COMPACT=off`, before a rollback): a push stores a job due far
+/// ahead as the releases before do, and the far jobs already stored are still found.
+#[tokio::test]
+async fn with_compact_storage_off_a_push_stores_nothing_compact_and_still_finds_far_jobs() {
+    let redis = RedisServer::start();
+    let c = client(&redis).await;
+    push_order(&c, 1, "before", Duration::from_secs(2 * 3600)).await;
+    let off = client_with(&redis, |b| b.compact(false)).await;
+    push_order(&off, 2, "after", Duration::from_secs(2 * 3600)).await;
+    let in_jobs = |id: &str| {
+        redis
+            .command(&["HEXISTS", "dq:{test:0}:jobs", &format!("order-cancel:{id}")])
+            .contains(":1")
+    };
+    assert!(!in_jobs("before") && in_jobs("after"));
+    let again = off
+        .push(OrderCancel { order_id: 3 })
+        .id("before")
+        .delay(Duration::from_secs(7200));
+    assert_eq!(
+        again.send().await.unwrap().outcome,
+        dq::push::PushOutcome::AlreadyPending
+    );
+    assert_eq!(off.counts("order-cancel").await.unwrap().delayed, 2);
+}
+
+/// `dq expand` announces the earliest job it moves on `wake` when it comes before the earliest
+/// delayed one, as a push does, so that the mover of any release comes for it in time.
+#[tokio::test]
+async fn expand_announces_a_moved_job_due_before_the_earliest_delayed_one() {
+    let redis = RedisServer::start();
+    let c = client(&redis).await;
+    push_order(&c, 1, "far", Duration::from_secs(2 * 3600)).await;
+    push_order(&c, 2, "later", Duration::from_secs(3 * 3600)).await;
+    let far = dq::store::to_us(
+        c.status_in("order-cancel", "far")
+            .await
+            .unwrap()
+            .unwrap()
+            .due,
+    );
+    let rc = redis::Client::open(redis.url()).unwrap();
+    let mut pubsub = rc.get_async_pubsub().await.unwrap();
+    pubsub.subscribe("dq:{test:0}:wake").await.unwrap();
+    let mut messages = pubsub.into_on_message();
+    assert_eq!(c.expand().await.unwrap().jobs, 2);
+    use futures_util::StreamExt;
+    let msg = tokio::time::timeout(Duration::from_secs(2), messages.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(msg.get_payload::<u64>().unwrap(), far);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn groups_on_a_namespace_of_four_shards_run_in_order_one_at_a_time() {
     let redis = RedisServer::start();

@@ -143,6 +143,7 @@ async fn dispatch(
     match command {
         Command::Stats => topics::stats(&client, json).await,
         Command::Watch { iterations } => topics::watch(&client, namespace, iterations, json).await,
+        Command::Expand => topics::expand(&client, json).await,
         Command::Pause { topic, force } => topics::pause(&client, &topic, force, json).await,
         Command::Resume { topic } => topics::resume(&client, &topic, json).await,
         Command::GlobalConcurrency { topic, max } => {

@@ -357,6 +357,26 @@ pub(crate) async fn resume(client: &Client, topic: &str, json: bool) -> Result<(
     Ok(())
 }
 
+pub(crate) async fn expand(client: &Client, json: bool) -> Result<(), Exit> {
+    let done = client.expand().await?;
+    let said = format!("{} jobs moved out of compact storage", done.jobs);
+    if done.parts_left > 0 {
+        return Err(Exit(
+            1,
+            format!(
+                "{said}, and {} parts of it are left: a process still stores jobs compact while this runs. Set DQ_COMPACT=off (Config::compact) on every process of the namespace, then run dq expand again",
+                done.parts_left
+            ),
+        ));
+    }
+    report(
+        json,
+        json!({ "expanded": done.jobs, "parts_left": 0 }),
+        &format!("{said}; none is left there"),
+    );
+    Ok(())
+}
+
 /// A command's number of jobs, at least 1, or `off` (`None`): exit 2 for anything else.
 fn at_least_one_or_off<T: std::str::FromStr + PartialOrd + From<u8>>(
     command: &str,

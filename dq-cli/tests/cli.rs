@@ -1115,3 +1115,29 @@ async fn workflow_shows_each_steps_state_and_cancel_cancels_what_has_not_run() {
     let said = fails(&redis, &["workflow", "nothing"], 3);
     assert!(said.contains("no workflow \"nothing\""), "{said}");
 }
+
+/// `dq expand` (before a rollback, OPERATIONS.md) moves the jobs stored compact and says how
+/// many; the jobs stay delayed, and a second run finds none.
+#[tokio::test]
+async fn expand_moves_the_jobs_stored_compact_and_says_how_many() {
+    let redis = RedisServer::start();
+    let c = client(&redis).await;
+    for id in ["a", "b"] {
+        c.push_json("reminders", "{}")
+            .id(id)
+            .delay(Duration::from_secs(3 * 3600))
+            .await
+            .unwrap();
+    }
+    let said = ok(&dq(&redis, &["expand"]));
+    assert!(
+        said.contains("2 jobs moved out of compact storage"),
+        "{said}"
+    );
+    let again = json(&dq(&redis, &["expand", "--json"]));
+    assert_eq!(
+        (again["expanded"].as_u64(), again["parts_left"].as_u64()),
+        (Some(0), Some(0))
+    );
+    assert_eq!(stats_row(&redis, "reminders")["delayed"].as_u64(), Some(2));
+}

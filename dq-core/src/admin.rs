@@ -185,6 +185,23 @@ pub enum ChangeOutcome {
     CancelRequested,
 }
 
+/// What one step of [`Admin::expand`](crate::store::Admin::expand) did in a shard.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct Expanded {
+    /// Jobs moved out of compact storage into the layout every release reads.
+    pub jobs: u64,
+    /// Parts of jobs stored compact still in the shard (0: none left).
+    pub parts_left: u64,
+}
+
+impl Expanded {
+    /// A step's outcome (for stores outside this crate).
+    pub fn new(jobs: u64, parts_left: u64) -> Expanded {
+        Expanded { jobs, parts_left }
+    }
+}
+
 /// How many jobs of one topic are in each state, and how many records of its succeeded jobs
 /// it keeps.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]

@@ -29,6 +29,7 @@ pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
 /// | `DQ_POLL_INTERVAL` | `poll_interval` | unset: wait for Redis' pub/sub messages instead of polling |
 /// | `DQ_WAIT_REPLICAS` | `wait_replicas` | unset: a push returns once the master has it |
 /// | `DQ_WAIT_TIMEOUT` | `wait_timeout` | `1s` (at most `5s`) |
+/// | `DQ_COMPACT` | `compact` | `on`; `off` stores no new job compact (before a rollback) |
 /// | `DQ_TLS_CA_FILE` | `tls_ca_file` | unset: the system's trust store |
 /// | `DQ_TLS_CERT_FILE` | `tls_cert_file` | unset: no client certificate |
 /// | `DQ_TLS_KEY_FILE` | `tls_key_file` | unset |
@@ -88,6 +89,11 @@ pub struct Config {
     pub wait_replicas: Option<u32>,
     /// How long a push waits for its replicas.
     pub wait_timeout: Duration,
+    /// Whether pushes store jobs due far ahead compact (on one Redis: README, "How jobs are
+    /// stored"). Off, a push stores every job as the releases before compact storage do, and
+    /// the jobs already stored compact are still found, moved and run: set it off on every
+    /// process before a rollback to such a release, then run `dq expand` (OPERATIONS.md).
+    pub compact: bool,
     /// PEM file of the certificate authority that signed the server's certificate, for a
     /// `rediss://` URL; `None` trusts the system's store.
     pub tls_ca_file: Option<PathBuf>,
@@ -127,6 +133,7 @@ impl Default for Config {
             promote_batch: 1000,
             wait_replicas: None,
             wait_timeout: Duration::from_secs(1),
+            compact: true,
             tls_ca_file: None,
             tls_cert_file: None,
             tls_key_file: None,
@@ -185,6 +192,19 @@ impl Config {
         }
         if let Some(v) = var("DQ_WAIT_TIMEOUT") {
             c.wait_timeout = parse_duration_var("DQ_WAIT_TIMEOUT", &v)?;
+        }
+        if let Some(v) = var("DQ_COMPACT") {
+            c.compact = match v.trim() {
+                "on" | "true" | "1" => true,
+                "off" | "false" | "0" => false,
+                _ => {
+                    return Err(Error::Config {
+                        key: "DQ_COMPACT",
+                        value: v,
+                        reason: "expected on or off".into(),
+                    })
+                }
+            };
         }
         c.tls_ca_file = var("DQ_TLS_CA_FILE").map(PathBuf::from);
         c.tls_cert_file = var("DQ_TLS_CERT_FILE").map(PathBuf::from);
@@ -327,6 +347,8 @@ setters! {
     poll_interval: Duration => |c: &mut Config, v| c.poll_interval = Some(v);
     /// Sets the mover's batch size.
     promote_batch: usize => |c: &mut Config, v| c.promote_batch = v;
+    /// Stores jobs due far ahead compact (`true`, the default) or not (before a rollback).
+    compact: bool => |c: &mut Config, v| c.compact = v;
     /// Trusts this PEM certificate authority for a `rediss://` URL.
     tls_ca_file: impl Into<PathBuf> => |c: &mut Config, v: _| c.tls_ca_file = Some(Into::<PathBuf>::into(v));
 }

@@ -22,8 +22,8 @@ pub mod trace;
 pub mod workflow;
 
 pub use crate::admin::{
-    ChangeOutcome, Cursor, GroupLoad, MinuteTally, Page, Throughput, TopicCounts, TopicStats,
-    WorkerInfo, BUSIEST_GROUPS,
+    ChangeOutcome, Cursor, Expanded, GroupLoad, MinuteTally, Page, Throughput, TopicCounts,
+    TopicStats, WorkerInfo, BUSIEST_GROUPS,
 };
 pub use crate::job::{
     from_us, to_us, Due, JobInfo, JobState, NewJob, OnConflict, PushOutcome, DEFAULT_RETRIES,

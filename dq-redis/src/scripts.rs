@@ -211,6 +211,7 @@ scripts!(
     hold,
     workflow_push,
     workflow_cancel,
+    expand,
 );
 
 #[cfg(test)]

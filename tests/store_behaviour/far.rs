@@ -220,3 +220,89 @@ pub(crate) async fn jobs_due_days_and_weeks_ahead_keep_their_exact_due_times(kin
     let job = lease_one(c.store(), "order-cancel").await;
     assert_eq!(job.lease.id.as_str(), "weeks");
 }
+
+/// `Client::expand` (`dq expand`, before a rollback) moves every job stored compact into the
+/// plain layout and changes none of them: each keeps its payload, due and created times and
+/// attempts, the counts and the listing stay, and a second call finds nothing. A store that
+/// stores nothing compact (in memory, a cluster) answers 0.
+pub(crate) async fn expanding_jobs_due_far_ahead_changes_none_of_them(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let day = Duration::from_secs(86_400);
+    // Three parts of one bucket (lib.lua: at most 1,000 a part), and jobs days and weeks ahead.
+    c.push_batch((0..2500).map(|i| {
+        c.push(OrderCancel { order_id: i })
+            .id(format!("j{i}"))
+            .delay(HOURS)
+    }))
+    .await
+    .unwrap();
+    push_order(c, 1, "days", 2 * day).await;
+    push_order(c, 2, "weeks", 40 * day).await;
+    for i in (0..2500).step_by(10) {
+        c.cancel_in("order-cancel", &format!("j{i}")).await.unwrap();
+    }
+    let ids: Vec<String> = (0..2500)
+        .filter(|i| i % 10 != 0)
+        .map(|i| format!("j{i}"))
+        .chain(["days".into(), "weeks".into()])
+        .collect();
+    let mut before = Vec::new();
+    for id in &ids {
+        before.push(existing(c, "order-cancel", id).await);
+    }
+    let counts = c.counts("order-cancel").await.unwrap();
+    assert_eq!(counts.delayed, 2252);
+
+    let moved = c.expand().await.unwrap();
+    let stored_compact = if matches!(kind, Kind::Redis) { 2252 } else { 0 };
+    assert_eq!(
+        (moved.jobs, moved.parts_left),
+        (stored_compact, 0),
+        "every job stored compact moved"
+    );
+    for (id, was) in ids.iter().zip(&before) {
+        let now = existing(c, "order-cancel", id).await;
+        assert_eq!(
+            (
+                now.state,
+                now.due,
+                now.created,
+                now.attempt,
+                now.max_attempts
+            ),
+            (
+                was.state,
+                was.due,
+                was.created,
+                was.attempt,
+                was.max_attempts
+            ),
+            "{id}"
+        );
+        assert_eq!(now.payload, was.payload, "{id}");
+    }
+    assert_eq!(c.counts("order-cancel").await.unwrap(), counts);
+    assert!(c.status_in("order-cancel", "j10").await.unwrap().is_none());
+    let mut listed = Vec::new();
+    let mut cursor = Cursor::START;
+    loop {
+        let page = c.jobs("order-cancel", JobState::Delayed, cursor, 500);
+        let page = page.await.unwrap();
+        listed.extend(page.jobs.iter().map(|j| j.id.to_string()));
+        match page.next {
+            Some(next) => cursor = next,
+            None => break,
+        }
+    }
+    listed.sort();
+    let mut wanted = ids.clone();
+    wanted.sort();
+    assert_eq!(listed, wanted, "each listed once");
+    assert_eq!(c.expand().await.unwrap().jobs, 0, "nothing left to move");
+    // A push of a moved id finds it, and jobs due far ahead are stored as before afterwards.
+    let again = c.push(OrderCancel { order_id: 0 }).id("j1").delay(HOURS);
+    assert_eq!(outcome(again).await, PushOutcome::AlreadyPending);
+    push_order(c, 3, "later", HOURS).await;
+    assert_eq!(delayed_count(c).await, 2253);
+}

@@ -4,7 +4,7 @@
 use std::time::{Duration, SystemTime};
 
 use super::Client;
-use crate::admin::{Cursor, Page, Throughput, TopicStats, WorkerInfo};
+use crate::admin::{Cursor, Expanded, Page, Throughput, TopicStats, WorkerInfo};
 use crate::error::Result;
 use crate::job::{from_us, JobState, DEFAULT_RETRIES};
 use crate::name::{JobId, Topic};
@@ -108,6 +108,45 @@ impl Client {
                 return Ok(n);
             }
         }
+    }
+
+    /// Moves every job stored compact (due far ahead, on one Redis: README, "How jobs are
+    /// stored") into the layout every release reads, `jobs` and `delayed`, with its exact due
+    /// time, shard by shard, in bounded steps (`dq expand`). Before a rollback to a release
+    /// before compact storage (OPERATIONS.md): first set [`Config::compact`](crate::Config::compact) off on every
+    /// process (`DQ_COMPACT=off`), so that no push stores more, then run this, then deploy the
+    /// older release. The jobs then take the memory of the plain layout, about 190 bytes a job
+    /// more. No job changes: due times, attempts, payloads and counts stay (but for jobs
+    /// dead-lettered on the way, as the mover does: an element that cannot be read, or a far job
+    /// whose id an older release pushed again). Returns the jobs moved and the parts of
+    /// compact storage left: none, unless processes kept storing jobs compact while it ran
+    /// (it stops a shard after as many steps as the shard had parts, and some more). The
+    /// in-memory store and a Redis Cluster store nothing compact: nothing to move there.
+    ///
+    /// ```no_run
+    /// # async fn f(client: dq_core::Client) -> dq_core::Result<()> {
+    /// let done = client.expand().await?;
+    /// println!("{} jobs moved; {} parts left", done.jobs, done.parts_left);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn expand(&self) -> Result<Expanded> {
+        let mut total = Expanded::default();
+        for shard in 0..self.store.shards() {
+            let first = self.store.expand(shard).await?;
+            total.jobs += first.jobs;
+            // Two parts a step: as many steps as the shard had parts is twice what it needs.
+            let mut steps = first.parts_left + 16;
+            let mut left = first.parts_left;
+            while left > 0 && steps > 0 {
+                let step = self.store.expand(shard).await?;
+                total.jobs += step.jobs;
+                left = step.parts_left;
+                steps -= 1;
+            }
+            total.parts_left += left;
+        }
+        Ok(total)
     }
 
     /// Runs every dead letter of every topic again. Returns how many.

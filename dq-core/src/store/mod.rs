@@ -33,7 +33,7 @@ pub use crate::lease::{check_progress, check_retry_delay};
 pub use crate::lease::{Acked, Fetched, LeaseRef, LeasedJob, Promoted, Reclaimed, Succeeded};
 pub use crate::result::{Retention, Waited};
 
-use crate::admin::{ChangeOutcome, Cursor, Page, Throughput, TopicCounts, TopicStats};
+use crate::admin::{ChangeOutcome, Cursor, Expanded, Page, Throughput, TopicCounts, TopicStats};
 use crate::error::Result;
 use crate::events::EventCursor;
 use crate::job::{Due, JobInfo, JobState, OnConflict, PushOutcome};
@@ -396,6 +396,18 @@ pub trait Admin: Sharded {
     /// skipped and nothing of it is touched: in particular an id pushed again since it died
     /// (its new job is pending) or retried. [`Producer::cancel`] would delete that new job.
     async fn delete_dead(&self, topic: &Topic, ids: &[JobId]) -> Result<usize>;
+
+    /// Moves the jobs of up to two parts of `shard`'s compact storage (jobs due far ahead,
+    /// written compact on one Redis: README, "How jobs are stored") into the layout every
+    /// release reads, with their exact due times, the parts due soonest first; a step is
+    /// bounded as a promotion is. Called again until no part is left, it leaves none: what a
+    /// rollback to a release before compact storage needs first
+    /// ([`Client::expand`](crate::Client::expand)). A store that stores nothing compact (the
+    /// in-memory one, a Redis Cluster) has nothing to move.
+    async fn expand(&self, shard: u16) -> Result<Expanded> {
+        let _ = shard;
+        Ok(Expanded::default())
+    }
 }
 
 /// Which dead letters [`Admin::requeue_dead`] takes.

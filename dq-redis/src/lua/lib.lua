@@ -472,11 +472,12 @@ local function far_element(max, due, created, bucket, id, payload)
 end
 
 -- The id, the envelope (format 2) and the due time of an element of a part of `bucket` (nil for
--- a blank one).
+-- a blank one, and for one that cannot be read: far_due dead-letters those).
 local function far_job(element, bucket)
-  local max, off, ago, len, pos = string.match(element, '^(%d+):(%w+):(%w+):(%d+):()')
+  local max, off, ago, len, pos = string.match(element, '^(%d+):(%x+):(%x+):(%d+):()')
   if not max then return nil end
   local stop = pos + tonumber(len)
+  if stop == pos or stop - 1 > #element then return nil end
   local due = bucket * FAR_WIDTH + tonumber(off, 16)
   return string.sub(element, pos, stop - 1),
     '2:0:' .. max .. ':' .. fmt(due - tonumber(ago, 16)) .. ':' .. fmt(due) .. ':0:'
@@ -484,21 +485,28 @@ local function far_job(element, bucket)
     due
 end
 
--- Where the far job `member` is (reads its index hash): {index, member, part, pos, bucket}, or
--- nil when it is not a far job; and its index hash. `topic`: member's topic.
+-- Where the far job `member` is (reads its index hash, and the element it points at, which
+-- touches its part): {index, member, part, pos, bucket, raw, due}, or nil when it is not a far
+-- job; and its index hash. `topic`: member's topic. An entry is believed only when its element
+-- is this job's: one left behind by an element that could not be read (far_due) points at
+-- nothing, or, once `dq expand` has moved its part and pushes have filled a part of that name
+-- again, at another job.
 local function far_where(prefix, member, topic)
   local index = far_index(prefix, member)
   local at = redis.call('HGET', index, member)
-  local b, n, p = string.match(at or '', '^(%w+):(%d+):(%w+)$')
+  local b, n, p = string.match(at or '', '^(%w+):(%d+):(%x+)$')
   if not b then return nil, index end
-  return { index = index, member = member, pos = tonumber(p, 16), bucket = tonumber(b, 36),
-    part = prefix .. 'far:' .. b .. ':' .. n .. ':' .. topic }, index
+  local w = { index = index, member = member, pos = tonumber(p, 16), bucket = tonumber(b, 36),
+    part = prefix .. 'far:' .. b .. ':' .. n .. ':' .. topic }
+  local id, raw, due = far_job(redis.call('LINDEX', w.part, w.pos) or '', w.bucket)
+  if id ~= string.sub(member, #topic + 2) then return nil, index end
+  w.raw, w.due = raw, due
+  return w, index
 end
 
--- The envelope and due time of the far job at `w` (read; touches its part).
+-- The envelope and due time of the far job at `w`.
 local function far_read(w)
-  local _, raw, due = far_job(redis.call('LINDEX', w.part, w.pos) or '', w.bucket)
-  return raw, due
+  return w.raw, w.due
 end
 
 -- Takes the far job at `w` out (a cancel, a replace, a reschedule): its element goes blank, and
@@ -598,16 +606,30 @@ local function far_next(prefix, rank)
   return nil
 end
 
+-- A dead letter of `topic` that far_due plans and far_move writes: `e`, an envelope as `parse`
+-- reads one, under `id`.
+local function far_dead(plan, topic, id, e)
+  local list = plan.dead[topic]
+  if not list then
+    list = {}
+    plan.dead[topic] = list
+  end
+  list[#list + 1] = {topic .. ':' .. id, e}
+end
+
 -- Plans the move of the far parts whose earliest job is due within FAR_AHEAD, at most `most`
 -- of them (promote.lua): their jobs into `jobs` and `delayed`. Reads only, touching every key
 -- `far_move` writes but `jobs` and `delayed`. Returns nil when none is due; `plan.first` is the
 -- earliest due time it moves, `plan.next` when the next move is due (nil: no part left).
-local function far_due(prefix, now, most)
+-- `every`: the parts due soonest whenever they are due (expand.lua).
+local function far_due(prefix, now, most, every)
   local far = prefix .. 'far'
-  local parts = redis.call('ZRANGEBYSCORE', far, '-inf', fmt(now + FAR_AHEAD), 'LIMIT', 0, most)
+  local parts = redis.call('ZRANGEBYSCORE', far, '-inf', every and '+inf' or fmt(now + FAR_AHEAD),
+    'LIMIT', 0, most)
   if #parts == 0 then return nil end
   local plan = { prefix = prefix, parts = parts, keys = {}, writes = {}, adds = {}, dropped = {},
-    indexes = {}, fields = {}, filling = {}, moved = 0 }
+    indexes = {}, fields = {}, filling = {}, moved = 0, members = {}, jobs = {}, dead = {},
+    left = {} }
   for _, name in ipairs(parts) do
     -- (a member that names no part, which dq never writes, is only dropped, as promote.lua
     -- drops a member of `delayed` that names no job)
@@ -619,12 +641,26 @@ local function far_due(prefix, now, most)
       plan.fields[#plan.fields + 1] = topic .. ':' .. b
       plan.filling[#plan.filling + 1] = n
     end
-    for _, element in ipairs(bucket and redis.call('LRANGE', key, 0, -1) or {}) do
+    for pos, element in ipairs(bucket and redis.call('LRANGE', key, 0, -1) or {}) do
       local id, raw, due = far_job(element, bucket)
-      if id then
+      local where = b .. '-' .. n .. '-' .. (pos - 1) .. '-' .. string.format('%x', now)
+      if not id and element ~= '' then
+        -- An element that cannot be read (dq never writes one) is not dropped: it becomes a
+        -- dead letter of its topic, under an id naming where it was, the element its payload,
+        -- for a person to look at. Its id, if it had one, is not known: an index entry of it
+        -- may stay, which far_where disbelieves. Counts: it is counted dead, and stays counted
+        -- delayed if it was a job once (its push counted it; which one is not known).
+        far_dead(plan, topic, 'far-unreadable-' .. where, {attempt = 0, max = 0,
+          created = now, due = now, payload = element, err = 'an element of part far:' .. name
+            .. ' (jobs due far ahead, stored compact) at position ' .. (pos - 1)
+            .. ' could not be read; dq never writes one, so it was changed in Redis. Its text is'
+            .. ' this job\'s payload: look at it, push its job again if it was one, then purge'
+            .. ' this dead letter'})
+      elseif id then
         local member = topic .. ':' .. id
-        push_all_pairs(plan.writes, member, raw)
-        push_all_pairs(plan.adds, fmt(due), member)
+        plan.members[#plan.members + 1] = member
+        plan.jobs[#plan.jobs + 1] = {topic = topic, member = member, raw = raw, due = due,
+          where = where, part = name}
         local index = far_index(prefix, member)
         local list = plan.dropped[index]
         if not list then
@@ -633,13 +669,38 @@ local function far_due(prefix, now, most)
           plan.indexes[#plan.indexes + 1] = index
         end
         list[#list + 1] = member
-        plan.moved = plan.moved + 1
-        if not plan.first or due < plan.first then plan.first = due end
       end
+    end
+  end
+  -- An id already in `jobs` was pushed again by a process that did not see its far job (an
+  -- older release, during an upgrade or a rollback: OPERATIONS.md) and made a second job,
+  -- which may be running or done by now: that one keeps the id, and the far job becomes a dead
+  -- letter under an id of its own, with its payload, due time and the reason, for a person to
+  -- run or purge. Never overwritten, never dropped.
+  local taken = hmget_all(prefix .. 'jobs', plan.members)
+  for x, j in ipairs(plan.jobs) do
+    if taken[x] then
+      local e = parse(j.raw)
+      e.err = 'job ' .. string.sub(j.member, #j.topic + 2) .. ' was due far ahead (stored'
+        .. ' compact, part far:' .. j.part .. ') when a process that did not see it pushed the'
+        .. ' same id again (an older release of dq, during an upgrade or a rollback) and made a'
+        .. ' second job, which keeps the id. This one is its first push, dead-lettered here with'
+        .. ' its payload and due time: retry it if it should run too, or purge it'
+      far_dead(plan, j.topic, 'far-clash-' .. j.where, e)
+      plan.left[j.topic] = (plan.left[j.topic] or 0) + 1
+    else
+      push_all_pairs(plan.writes, j.member, j.raw)
+      push_all_pairs(plan.adds, fmt(j.due), j.member)
+      plan.moved = plan.moved + 1
+      if not plan.first or j.due < plan.first then plan.first = j.due end
     end
   end
   plan.current = hmget_all(prefix .. 'farn', plan.fields)
   push_all('EXISTS', prefix .. 'farn', plan.indexes)
+  if next(plan.dead) then
+    redis.call('EXISTS', prefix .. 'counts')
+    for topic in pairs(plan.dead) do redis.call('EXISTS', prefix .. 'dead:' .. topic) end
+  end
   plan.next = far_next(prefix, #parts)
   return plan
 end
@@ -650,6 +711,16 @@ local function far_move(plan, jobs, delayed)
   local prefix = plan.prefix
   push_all('HSET', jobs, plan.writes)
   push_all('ZADD', delayed, plan.adds)
+  local now = now_us()
+  for topic, letters in pairs(plan.dead) do
+    local members = {}
+    for _, d in ipairs(letters) do
+      redis.call('HSET', jobs, d[1], encode(d[2]))
+      push_all_pairs(members, fmt(now), d[1])
+    end
+    push_all('ZADD', prefix .. 'dead:' .. topic, members)
+  end
+  for topic, k in pairs(plan.left) do bump(prefix .. 'counts', topic, 'delayed', -k) end
   for _, index in ipairs(plan.indexes) do push_all('HDEL', index, plan.dropped[index]) end
   local done = {}
   for x, field in ipairs(plan.fields) do

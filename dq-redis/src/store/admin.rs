@@ -15,7 +15,8 @@ use crate::scripts::SCRIPTS;
 use dq_core::store::policy::{batch_limit, WORKER_EXPIRY_MS};
 use dq_core::store::{Admin, DeadLetters, Registry, Sharded};
 use dq_core::{
-    from_us, to_us, Cursor, JobState, Page, Throughput, TopicCounts, TopicStats, WorkerInfo,
+    from_us, to_us, Cursor, Expanded, JobState, Page, Throughput, TopicCounts, TopicStats,
+    WorkerInfo,
 };
 use dq_core::{Error, Result};
 use dq_core::{JobId, Topic};
@@ -303,6 +304,17 @@ impl Admin for RedisStore {
             total += self.call::<Count>("delete_dead", &inv).await?.0;
         }
         Ok(total)
+    }
+
+    async fn expand(&self, shard: u16) -> Result<Expanded> {
+        if self.far().is_empty() {
+            return Ok(Expanded::default()); // a cluster: nothing is stored compact
+        }
+        let k = self.keys(shard);
+        let mut inv = SCRIPTS.expand.prepare_invoke();
+        inv.key(k.jobs()).key(k.delayed()).arg(k.prefix());
+        let (jobs, parts_left) = self.call::<(u64, u64)>("expand", &inv).await?;
+        Ok(Expanded::new(jobs, parts_left))
     }
 }
 

@@ -97,6 +97,8 @@ pub struct RedisStore {
     known: Arc<std::sync::Mutex<std::collections::BTreeSet<Topic>>>,
     /// Redis' clock as this process last read it (see `clock`).
     clock: Arc<clock::RedisClock>,
+    /// `compact` of the configuration (see `far_push`).
+    compact: bool,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -121,6 +123,17 @@ impl RedisStore {
         }
     }
 
+    /// What push.lua is told after its mode: ` far` where jobs due far ahead are stored
+    /// compact, ` seen` where only the ones stored already are looked for (`Config::compact`
+    /// off, before a rollback), nothing on a cluster.
+    pub(crate) fn far_push(&self) -> &'static str {
+        match (self.far(), self.compact) {
+            ("", _) => "",
+            (_, true) => " far",
+            (_, false) => " seen",
+        }
+    }
+
     /// Connects to the Redis at `config.redis_url`, or to the cluster of
     /// `config.redis_cluster`.
     pub async fn connect(config: &Config) -> Result<RedisStore> {
@@ -136,6 +149,7 @@ impl RedisStore {
             wait: (config.wait_replicas, config.wait_timeout),
             known: Arc::default(),
             clock: Arc::default(),
+            compact: config.compact,
         };
         let count = store.shard_count(config).await?;
         store.shards = (0..count)

@@ -270,13 +270,11 @@ impl Producer for RedisStore {
                 ),
             });
         }
-        let far = !self.far().is_empty();
-        let mode = match (on_conflict, far) {
-            (OnConflict::Replace, true) => "replace far",
-            (OnConflict::Replace, false) => "replace",
-            (_, true) => "keep far",
-            (_, false) => "keep",
+        let mode = match on_conflict {
+            OnConflict::Replace => "replace",
+            _ => "keep",
         };
+        let mode = format!("{mode}{}", self.far_push());
         let mut outcomes = vec![PushOutcome::Created; jobs.len()];
         let mut groups: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
         for (i, job) in jobs.iter().enumerate() {
@@ -287,7 +285,7 @@ impl Producer for RedisStore {
         }
         for (shard, indices) in groups {
             for chunk in indices.chunks(MAX_BATCH) {
-                let reply = self.push_chunk(shard, &jobs, chunk, mode).await?;
+                let reply = self.push_chunk(shard, &jobs, chunk, &mode).await?;
                 read_pushed(&reply, chunk, &mut outcomes)?;
             }
         }
