@@ -325,6 +325,7 @@ async fn a_job_whose_trace_context_is_garbage_runs_as_a_trace_of_its_own() {
         trace: Some("00-not-a-traceparent".to_owned()),
         priority: 0,
         group: None,
+        id_drawn: false,
         payload: b"{}".to_vec(),
     };
     store.push(vec![job], OnConflict::Keep).await.unwrap();

@@ -279,6 +279,48 @@ async fn a_job_due_hours_ahead_is_stored_compact_and_moved_into_place_at_its_exa
     assert_eq!(c.counts("order-cancel").await.unwrap().delayed, 1);
 }
 
+/// A push of ids dq drew (no `.id`) looks for none among the jobs stored compact, where each
+/// look costs an index read; a push of ids of the caller's looks each one up (Redis counts the
+/// script's `HEXISTS` and `HGET` calls).
+#[tokio::test]
+async fn a_push_of_ids_dq_drew_looks_for_none_among_far_jobs() {
+    let redis = RedisServer::start();
+    let c = client(&redis).await;
+    push_order(&c, 1, "far", Duration::from_secs(2 * 3600)).await;
+    let lookups = || {
+        let stats = redis.command(&["INFO", "commandstats"]);
+        ["cmdstat_hexists:calls=", "cmdstat_hget:calls="]
+            .iter()
+            .map(|k| {
+                stats.split(k).nth(1).map_or(0, |rest| {
+                    rest.split(',').next().unwrap().parse::<u64>().unwrap()
+                })
+            })
+            .sum::<u64>()
+    };
+    let minute = Duration::from_secs(60);
+    redis.command(&["CONFIG", "RESETSTAT"]);
+    for i in 0..10 {
+        c.push(OrderCancel { order_id: i })
+            .delay(minute)
+            .await
+            .unwrap();
+    }
+    let batch = (0..10).map(|i| c.push(OrderCancel { order_id: i }).delay(minute));
+    c.push_batch(batch).await.unwrap();
+    // Jobs that go far take push.lua's general path: there too.
+    let hours = Duration::from_secs(2 * 3600);
+    let batch = (0..10).map(|i| c.push(OrderCancel { order_id: i }).delay(hours));
+    c.push_batch(batch).await.unwrap();
+    assert_eq!(lookups(), 0, "no id dq drew was looked for");
+    for i in 0..10 {
+        let push = c.push(OrderCancel { order_id: i }).id(format!("o{i}"));
+        push.delay(minute).await.unwrap();
+    }
+    assert_eq!(lookups(), 10, "each id of the caller's was looked for");
+    assert_eq!(c.counts("order-cancel").await.unwrap().delayed, 41);
+}
+
 /// Before a rollback (OPERATIONS.md): `dq expand` leaves no key of compact storage, and each
 /// job is where a release before it looks: its envelope (format 2) in `jobs`, scored by its
 /// exact due time in `delayed`.
@@ -287,7 +329,8 @@ async fn expanded_far_jobs_are_in_the_layout_the_release_before_reads() {
     let redis = RedisServer::start();
     let c = client(&redis).await;
     let mut due_us = Vec::new();
-    for (i, hours) in [2u64, 30, 24 * 40].into_iter().enumerate() {
+    // Up to 150 years ahead (dq::limits::MAX_DELAY is 200).
+    for (i, hours) in [2u64, 30, 24 * 40, 24 * 365 * 150].into_iter().enumerate() {
         let id = format!("far{i}");
         push_order(&c, i as u64, &id, Duration::from_secs(hours * 3600)).await;
         let info = c.status_in("order-cancel", &id).await.unwrap().unwrap();
@@ -295,7 +338,7 @@ async fn expanded_far_jobs_are_in_the_layout_the_release_before_reads() {
         due_us.push(due.as_micros().to_string());
     }
     assert!(redis.command(&["EXISTS", "dq:{test:0}:far"]).contains(":1"));
-    assert_eq!(c.expand().await.unwrap().jobs, 3);
+    assert_eq!(c.expand().await.unwrap().jobs, 4);
     let left = redis.command(&["KEYS", "dq:{test:0}:f*"]);
     assert_eq!(
         left.trim(),
@@ -326,22 +369,34 @@ fn far_part(redis: &RedisServer) -> (String, String) {
     (part, key)
 }
 
-/// Rule 3 for far jobs: an element of a part that cannot be read (dq never writes one) is not
-/// dropped when its part moves, nor does it stop the mover: it becomes a dead letter with the
-/// element as its payload, and the readable job beside it moves as it would have.
+/// Rule 3 for far jobs: an element of a part that cannot be read (dq never writes one: here
+/// four jobs' elements changed in Redis) is not dropped when its part moves, nor does it stop
+/// the mover: it becomes a dead letter with the element as its payload, leaving the delayed
+/// count, and the readable job beside it moves as it would have.
 #[tokio::test]
 async fn an_unreadable_far_element_is_dead_lettered_with_its_text_when_its_part_moves() {
     let redis = RedisServer::start();
     let c = client(&redis).await;
     let s = c.store();
-    push_order(&c, 9, "far", Duration::from_secs(2 * 3600)).await;
+    for (i, id) in ["far", "x1", "x2", "x3", "x4", "gone"]
+        .into_iter()
+        .enumerate()
+    {
+        push_order(&c, i as u64, id, Duration::from_secs(2 * 3600)).await;
+    }
+    c.cancel_in("order-cancel", "gone").await.unwrap(); // a blank element: skipped
     let (part, key) = far_part(&redis);
     let bucket = part.split(':').next().unwrap();
-    // Not an element; a number that is not hexadecimal; an id longer than the element; a
-    // blank one (a cancelled job's: skipped).
-    let planted = ["planted, not an element", "1:zz:0:1:x", "3:1:1:99:ab", ""];
-    for element in planted {
-        redis.command(&["RPUSH", &key, element]);
+    // Not an element; a number that is not hexadecimal; an id longer than the element; a job
+    // created before 1970.
+    let changed = [
+        "planted, not an element",
+        "1:zz:0:1:x",
+        "3:1:1:99:ab",
+        "1:0:fffffffffffff:2:x4",
+    ];
+    for (k, element) in changed.into_iter().enumerate() {
+        redis.command(&["LSET", &key, &(k + 1).to_string(), element]);
     }
     // The part made due to move (as if the time had come).
     redis.command(&["ZADD", "dq:{test:0}:far", "XX", "0", &part]);
@@ -353,17 +408,16 @@ async fn an_unreadable_far_element_is_dead_lettered_with_its_text_when_its_part_
         .await
         .unwrap()
         .jobs;
-    let mut found: Vec<(String, Vec<u8>)> = dead
+    let found: Vec<(String, Vec<u8>)> = dead
         .iter()
         .map(|d| (d.id.to_string(), d.payload.clone()))
         .collect();
-    found.sort();
-    assert_eq!(found.len(), 3, "{found:?}");
-    for (k, element) in [1usize, 2, 3].into_iter().zip(planted) {
+    assert_eq!(found.len(), 4, "{found:?}");
+    for (k, element) in changed.into_iter().enumerate() {
         let (id, payload) = found
             .iter()
-            .find(|(id, _)| id.starts_with(&format!("far-unreadable-{bucket}-0-{k}-")))
-            .unwrap_or_else(|| panic!("position {k}: {found:?}"));
+            .find(|(id, _)| id.starts_with(&format!("far-unreadable-{bucket}-0-{}-", k + 1)))
+            .unwrap_or_else(|| panic!("position {}: {found:?}", k + 1));
         assert_eq!(payload, element.as_bytes(), "{id}: the element is kept");
     }
     let error = dead[0].last_error.as_deref().unwrap_or_default();
@@ -378,7 +432,7 @@ async fn an_unreadable_far_element_is_dead_lettered_with_its_text_when_its_part_
         "the readable one moved as it was"
     );
     let counts = c.counts("order-cancel").await.unwrap();
-    assert_eq!((counts.delayed, counts.dead), (1, 3));
+    assert_eq!((counts.delayed, counts.dead), (1, 4));
 }
 
 /// A far job whose id a process that did not see it (an older release, during an upgrade or a
@@ -1300,6 +1354,7 @@ async fn only_a_job_with_a_trace_context_is_stored_in_envelope_format_3() {
         trace: Some(trace.to_owned()),
         priority: 0,
         group: None,
+        id_drawn: false,
         payload: b"{}".to_vec(),
     };
     s.push(vec![job], dq::push::OnConflict::Keep).await.unwrap();

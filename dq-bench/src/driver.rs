@@ -29,6 +29,10 @@ pub(crate) static MAX_PENDING: std::sync::atomic::AtomicU64 = std::sync::atomic:
 pub(crate) static GLOBAL_CONCURRENCY: std::sync::atomic::AtomicU32 =
     std::sync::atomic::AtomicU32::new(0);
 
+/// Whether a burst's job ids are left to dq (`--drawn-ids`) instead of `<i>`.
+pub(crate) static DRAWN_IDS: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
 /// Whether a burst's jobs have priorities (`--priorities`): job i gets (i mod 21) - 10, every
 /// level from -10 to 10, so 20 jobs in 21 wait in the topic's ranked set.
 pub(crate) static PRIORITIES: std::sync::atomic::AtomicBool =
@@ -241,6 +245,9 @@ async fn run_one(
     let client = Client::connect(crate::target::config(&redis.url(), redis.wait_replicas)?).await?;
 
     let mut extra = serde_json::Map::new();
+    if DRAWN_IDS.load(std::sync::atomic::Ordering::Relaxed) {
+        extra.insert("burst_ids".into(), json!("drawn"));
+    }
     let cpu_before = redis.cpu_s();
     let wall_before = now_ms();
     let mut fill = 0;
@@ -492,12 +499,11 @@ async fn burst(client: &Client, n: usize, mode: &str) -> anyhow::Result<Pushes> 
     let d = t0 + BURST_DELAY_MS;
     let mut due = vec![0.0; n];
     let mut ret = vec![0.0; n];
+    let drawn = DRAWN_IDS.load(std::sync::atomic::Ordering::Relaxed);
     let job = |i: usize| {
-        let push = client
-            .push_to(&topic_of(i), &payload(i as u64))
-            .id(i.to_string())
-            .at(at(d))
-            .priority(priority_of(i));
+        let push = client.push_to(&topic_of(i), &payload(i as u64));
+        let push = if drawn { push } else { push.id(i.to_string()) };
+        let push = push.at(at(d)).priority(priority_of(i));
         match group_of(i) {
             Some(group) => push.group(group),
             None => push,

@@ -97,6 +97,11 @@ struct Cli {
     /// every fetch, and of waiting for room when the workers' own concurrency is higher.
     #[arg(long)]
     global_concurrency: Option<u32>,
+    /// Leave a burst's job ids to dq (drawn at the push, `NewJob::id_drawn`) instead of `<i>`:
+    /// a push of ids dq drew looks for none among the jobs stored compact (`--pending-fill`
+    /// stores its jobs so), one of ids of the caller's does.
+    #[arg(long)]
+    drawn_ids: bool,
     /// Give a burst's job i the priority (i mod 21) - 10 (`PushBuilder::priority`): every level
     /// from -10 to 10, 20 jobs in 21 in the topic's ranked set, the cost of priorities.
     #[arg(long)]
@@ -201,6 +206,7 @@ fn main() -> anyhow::Result<()> {
             driver::RETAIN.store(cli.retain, std::sync::atomic::Ordering::Relaxed);
             driver::EVENTS.store(cli.events, std::sync::atomic::Ordering::Relaxed);
             driver::PRIORITIES.store(cli.priorities, std::sync::atomic::Ordering::Relaxed);
+            driver::DRAWN_IDS.store(cli.drawn_ids, std::sync::atomic::Ordering::Relaxed);
             driver::GROUPS.store(cli.groups, std::sync::atomic::Ordering::Relaxed);
             driver::MAX_PENDING.store(
                 cli.max_pending.unwrap_or(0),

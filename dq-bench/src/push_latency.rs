@@ -107,6 +107,7 @@ pub(crate) async fn run(target: &Target, n: usize) -> anyhow::Result<Value> {
             trace: None,
             priority: 0,
             group: None,
+            id_drawn: false,
             payload: serde_json::to_vec(&payload(i as u64))?,
         })
     };

@@ -115,9 +115,9 @@ pub(crate) enum Command {
         command: DeadCommand,
     },
     /// Move every job stored compact (due far ahead, on one Redis) into the layout every
-    /// release reads, with its exact due time: run it before a rollback to a release before
-    /// compact storage, once that release is deployed (OPERATIONS.md). Jobs take about 190
-    /// bytes more each in Redis then.
+    /// release reads, with its exact due time: before a rollback to a release before compact
+    /// storage, once every process runs with DQ_COMPACT=off, and again once the older release
+    /// is deployed (OPERATIONS.md). Jobs take about 190 bytes more each in Redis then.
     Expand,
     /// Stop workers from fetching a topic (running jobs finish); survives restarts.
     Pause {

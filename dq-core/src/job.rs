@@ -133,6 +133,11 @@ pub struct NewJob {
     /// Its group within its topic (`None`: none): at most the topic's group concurrency of
     /// one group's jobs run at once, in push order, and groups take turns.
     pub group: Option<String>,
+    /// Whether dq drew its id for this push (no id of the caller's, nor of the payload): no job
+    /// can hold it yet, so the store need not look for one where looking costs (jobs due far
+    /// ahead, stored compact, are found through an index). `false` for an id chosen by the
+    /// caller, which is always looked for.
+    pub id_drawn: bool,
     /// The serialized message.
     pub payload: Vec<u8>,
 }

@@ -516,6 +516,7 @@ mod tests {
             trace: None,
             priority: 0,
             group: None,
+            id_drawn: false,
             payload: b"{}".to_vec(),
         };
         NewStep::new(

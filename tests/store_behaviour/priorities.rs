@@ -142,6 +142,7 @@ pub(crate) async fn a_store_refuses_a_priority_outside_the_range(kind: Kind) {
         trace: None,
         priority: 50,
         group: None,
+        id_drawn: false,
         payload: b"{}".to_vec(),
     };
     let err = c

@@ -31,6 +31,7 @@ pub(crate) async fn a_ticks_job_is_created_once_per_generation_even_after_it_is_
         trace: None,
         priority: 0,
         group: None,
+        id_drawn: false,
         payload: b"{}".to_vec(),
     };
     let push = |job: NewJob| async move { s.push(vec![job], OnConflict::Keep).await.unwrap()[0] };

@@ -28,6 +28,7 @@ fn traced(name: &str, due: Due) -> NewJob {
         trace: Some(TRACE.to_owned()),
         priority: 0,
         group: None,
+        id_drawn: false,
         payload: br#"{"n":1}"#.to_vec(),
     }
 }

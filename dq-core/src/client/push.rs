@@ -418,6 +418,7 @@ impl PushBuilder {
             trace,
             priority: self.priority,
             group: self.group,
+            id_drawn: !chosen_id,
             payload,
         };
         crate::job::check_priority(&job)?;

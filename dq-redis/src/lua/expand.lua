@@ -4,7 +4,8 @@
 -- (2,000 jobs), as the mover moves them; the caller calls again while parts are left.
 -- KEYS[1] jobs  KEYS[2] delayed
 -- ARGV[1] key prefix
--- Returns {jobs moved, parts left}. Counts do not change: a far job counts as delayed already.
+-- Returns {jobs moved, parts left}. Counts do not change (a far job counts as delayed
+-- already), but for the jobs far_due dead-letters (lib.lua): they go from delayed to dead.
 -- A job moved earlier than the earliest one of `delayed` is announced on `wake`, as a push
 -- announces it, so that a mover of any release comes for it in time.
 local jobs, delayed, prefix = KEYS[1], KEYS[2], ARGV[1]

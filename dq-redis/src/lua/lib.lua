@@ -475,13 +475,15 @@ end
 -- a blank one, and for one that cannot be read: far_due dead-letters those).
 local function far_job(element, bucket)
   local max, off, ago, len, pos = string.match(element, '^(%d+):(%x+):(%x+):(%d+):()')
-  if not max then return nil end
+  if not max or #max > 10 or #off > 12 or #ago > 14 then return nil end
   local stop = pos + tonumber(len)
   if stop == pos or stop - 1 > #element then return nil end
-  local due = bucket * FAR_WIDTH + tonumber(off, 16)
+  -- (within the widest bucket, and created after 1970: an envelope every reader reads)
+  off, ago = tonumber(off, 16), tonumber(ago, 16)
+  local due = bucket * FAR_WIDTH + off
+  if off >= 86400000000 or ago > due then return nil end
   return string.sub(element, pos, stop - 1),
-    '2:0:' .. max .. ':' .. fmt(due - tonumber(ago, 16)) .. ':' .. fmt(due) .. ':0:'
-      .. string.sub(element, stop),
+    '2:0:' .. max .. ':' .. fmt(due - ago) .. ':' .. fmt(due) .. ':0:' .. string.sub(element, stop),
     due
 end
 
@@ -495,7 +497,7 @@ local function far_where(prefix, member, topic)
   local index = far_index(prefix, member)
   local at = redis.call('HGET', index, member)
   local b, n, p = string.match(at or '', '^(%w+):(%d+):(%x+)$')
-  if not b then return nil, index end
+  if not b or #p > 3 or tonumber(p, 16) >= FAR_PART then return nil, index end
   local w = { index = index, member = member, pos = tonumber(p, 16), bucket = tonumber(b, 36),
     part = prefix .. 'far:' .. b .. ':' .. n .. ':' .. topic }
   local id, raw, due = far_job(redis.call('LINDEX', w.part, w.pos) or '', w.bucket)
@@ -648,14 +650,16 @@ local function far_due(prefix, now, most, every)
         -- An element that cannot be read (dq never writes one) is not dropped: it becomes a
         -- dead letter of its topic, under an id naming where it was, the element its payload,
         -- for a person to look at. Its id, if it had one, is not known: an index entry of it
-        -- may stay, which far_where disbelieves. Counts: it is counted dead, and stays counted
-        -- delayed if it was a job once (its push counted it; which one is not known).
+        -- may stay, which far_where disbelieves. Counts: it leaves the delayed count (every
+        -- element dq writes was counted there at its push; at most what the count held when
+        -- the call read it) for the dead set.
         far_dead(plan, topic, 'far-unreadable-' .. where, {attempt = 0, max = 0,
           created = now, due = now, payload = element, err = 'an element of part far:' .. name
             .. ' (jobs due far ahead, stored compact) at position ' .. (pos - 1)
             .. ' could not be read; dq never writes one, so it was changed in Redis. Its text is'
             .. ' this job\'s payload: look at it, push its job again if it was one, then purge'
             .. ' this dead letter'})
+        plan.left[topic] = (plan.left[topic] or 0) + 1
       elseif id then
         local member = topic .. ':' .. id
         plan.members[#plan.members + 1] = member
@@ -680,7 +684,8 @@ local function far_due(prefix, now, most, every)
   local taken = hmget_all(prefix .. 'jobs', plan.members)
   for x, j in ipairs(plan.jobs) do
     if taken[x] then
-      local e = parse(j.raw)
+      -- (far_job builds only envelopes `parse` reads; the fallback keeps it so if one is not)
+      local e = parse(j.raw) or {attempt = 0, max = 0, created = now, due = now, payload = j.raw}
       e.err = 'job ' .. string.sub(j.member, #j.topic + 2) .. ' was due far ahead (stored'
         .. ' compact, part far:' .. j.part .. ') when a process that did not see it pushed the'
         .. ' same id again (an older release of dq, during an upgrade or a rollback) and made a'
@@ -694,6 +699,10 @@ local function far_due(prefix, now, most, every)
       plan.moved = plan.moved + 1
       if not plan.first or j.due < plan.first then plan.first = j.due end
     end
+  end
+  for topic, k in pairs(plan.left) do
+    local have = tonumber(redis.call('HGET', prefix .. 'counts', topic .. ':delayed') or 0) or 0
+    plan.left[topic] = math.max(math.min(k, have), 0)
   end
   plan.current = hmget_all(prefix .. 'farn', plan.fields)
   push_all('EXISTS', prefix .. 'farn', plan.indexes)

@@ -11,7 +11,8 @@
 --   are split between two nodes during a reshard, instead of running it where a key reads as missing)
 -- ARGV[1] key prefix  ARGV[2] 'keep' | 'replace', then ' far' when new jobs may be stored far
 --   (lib.lua; on one Redis, not on a cluster), or ' seen' when far jobs are only looked for
---   (Config::compact off: before a rollback)  ARGV[3] n (jobs in this call, at most 1000)
+--   (Config::compact off: before a rollback), then ' new' when dq drew every id of the call
+--   (NewJob::id_drawn: no far job holds one, and none is looked for)  ARGV[3] n (jobs in this call, at most 1000)
 -- then 7 values per job: topic, id, when ('+<us>' after now, or '<us>' since the epoch),
 --   max_attempts, unique_for (us the id stays reserved after the job succeeds; 0: none),
 --   fence ('' or '<generation>:<tick us>:<schedule id>' for a schedule's tick: created only
@@ -74,8 +75,9 @@ if not ARGV[4 + n * 7]
   end
   -- Far jobs (lib.lua): in a shard that holds any, an id is looked up in their index too; a job
   -- that goes far takes the path below.
-  local far_on = string.sub(ARGV[2], -4) == ' far'
-  local far_seen = far_on or string.sub(ARGV[2], -5) == ' seen'
+  local far_on = string.find(ARGV[2], ' far', 1, true) ~= nil
+  local far_seen = (far_on or string.find(ARGV[2], ' seen', 1, true))
+    and not string.find(ARGV[2], ' new', 1, true)
   if plain and far_seen and redis.call('EXISTS', ARGV[1] .. 'far') == 1 then
     for i = 1, n do
       if redis.call('HEXISTS', far_index(ARGV[1], members[i]), members[i]) == 1 then
@@ -149,9 +151,10 @@ end
 --@lib
 local prefix, replace = ARGV[1], string.sub(ARGV[2], 1, 7) == 'replace'
 -- Whether new jobs may go far (lib.lua), and whether ids are looked up among far jobs (where
--- they may go, or may have gone before: ' seen').
-local far_on = string.sub(ARGV[2], -4) == ' far'
-local far_seen = far_on or string.sub(ARGV[2], -5) == ' seen'
+-- they may go, or may have gone before: ' seen'; not ids dq drew: ' new').
+local far_on = string.find(ARGV[2], ' far', 1, true) ~= nil
+local far_seen = (far_on or string.find(ARGV[2], ' seen', 1, true))
+  and not string.find(ARGV[2], ' new', 1, true)
 local inflight = KEYS[5] -- only read, in phase 1
 local unique, unique_for, tick_fence = KEYS[6], KEYS[7], KEYS[8]
 -- The fences this call raises: schedule id -> {generation, tick}.

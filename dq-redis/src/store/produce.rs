@@ -285,6 +285,14 @@ impl Producer for RedisStore {
         }
         for (shard, indices) in groups {
             for chunk in indices.chunks(MAX_BATCH) {
+                // Ids dq drew are looked for nowhere costly (NewJob::id_drawn): push.lua is
+                // told so when every job of the call has one.
+                let drawn = chunk.iter().all(|&i| jobs[i].id_drawn);
+                let mode = if drawn && !self.far_push().is_empty() {
+                    format!("{mode} new")
+                } else {
+                    mode.clone()
+                };
                 let reply = self.push_chunk(shard, &jobs, chunk, &mode).await?;
                 read_pushed(&reply, chunk, &mut outcomes)?;
             }
