@@ -629,9 +629,9 @@ local function far_due(prefix, now, most, every)
   local parts = redis.call('ZRANGEBYSCORE', far, '-inf', every and '+inf' or fmt(now + FAR_AHEAD),
     'LIMIT', 0, most)
   if #parts == 0 then return nil end
-  local plan = { prefix = prefix, parts = parts, keys = {}, writes = {}, adds = {}, dropped = {},
-    indexes = {}, fields = {}, filling = {}, moved = 0, members = {}, jobs = {}, dead = {},
-    left = {} }
+  local plan = { prefix = prefix, now = now, parts = parts, keys = {}, writes = {}, adds = {},
+    dropped = {}, indexes = {}, fields = {}, filling = {}, moved = 0, members = {}, jobs = {},
+    dead = {}, left = {} }
   for _, name in ipairs(parts) do
     -- (a member that names no part, which dq never writes, is only dropped, as promote.lua
     -- drops a member of `delayed` that names no job)
@@ -720,7 +720,7 @@ local function far_move(plan, jobs, delayed)
   local prefix = plan.prefix
   push_all('HSET', jobs, plan.writes)
   push_all('ZADD', delayed, plan.adds)
-  local now = now_us()
+  local now = plan.now -- the dead letters' time: the call's, as far_due read it
   for topic, letters in pairs(plan.dead) do
     local members = {}
     for _, d in ipairs(letters) do
