@@ -274,6 +274,32 @@ fn migrate(source: &RedisServer, target: &RedisServer, keys: &[String]) {
     assert!(reply.starts_with("+OK"), "MIGRATE failed: {reply}");
 }
 
+/// The keys of `after` that `before` lacks (snapshots of one node).
+fn new_keys<'a>(before: &[(String, String)], after: &'a [(String, String)]) -> Vec<&'a String> {
+    after
+        .iter()
+        .filter(|k| !before.iter().any(|o| o.0 == k.0))
+        .map(|k| &k.0)
+        .collect()
+}
+
+/// Moves the keys `source` still holds of `slot` to `target` and gives the slot to `target`
+/// (node id `dst_id`) on every master.
+fn finish_migration(
+    cluster: &RedisCluster,
+    source: &RedisServer,
+    target: &RedisServer,
+    slot: &str,
+    dst_id: &str,
+) {
+    migrate(source, target, &keys_except(source, slot, &[]));
+    for node in cluster.masters() {
+        assert!(node
+            .command(&["CLUSTER", "SETSLOT", slot, "NODE", dst_id])
+            .starts_with("+OK"));
+    }
+}
+
 /// The other side of a live reshard: every key an operation used to declare has moved to the
 /// new node, but a ready list it writes without declaring it has not. Redis sends the script
 /// there (ASK), where that list reads as empty, and the write creates a second list on the new
@@ -301,23 +327,14 @@ async fn an_operation_whose_keys_are_split_between_two_nodes_is_refused_and_the_
     let (on_source, on_target) = (snapshot(source, &slot), snapshot(target, &slot));
     let refused = try_each_operation(&c, &s, &r.lease, &l.lease).await;
     let (src, dst) = (snapshot(source, &slot), snapshot(target, &slot));
-    let created: Vec<&String> = dst
-        .iter()
-        .filter(|k| !on_target.iter().any(|o| o.0 == k.0))
-        .map(|k| &k.0)
-        .collect();
+    let created = new_keys(&on_target, &dst);
     assert!(
         refused.len() == 6 && src == on_source && dst == on_target,
         "operations ran with their keys split between the nodes: refused only {refused:?}; new keys on the new node: {created:?}"
     );
 
     // The reshard completes: the ready lists move (no BUSYKEY), the slot is the new node's.
-    migrate(source, target, &keys_except(source, &slot, &[]));
-    for node in cluster.masters() {
-        assert!(node
-            .command(&["CLUSTER", "SETSLOT", &slot, "NODE", &dst_id])
-            .starts_with("+OK"));
-    }
+    finish_migration(&cluster, source, target, &slot, &dst_id);
     assert!(s.retry(&r.lease, Duration::ZERO, "boom").await.unwrap());
     assert_eq!(s.release(std::slice::from_ref(&l.lease)).await.unwrap(), 1);
     c.push_to("fresh", &1).id("f").await.unwrap();
@@ -444,4 +461,123 @@ async fn a_throttled_fetch_that_empties_its_ready_list_while_its_slot_migrates_l
     let during = during.expect("every key the fetch reads was there when it began");
     let ids: Vec<String> = during.jobs.iter().map(|j| j.lease.id.to_string()).collect();
     assert_eq!(ids, ["a"]);
+}
+
+/// Issue 33 (noticed in the review of issue 34): the keys of a group (`gq:<topic>:<group>`, the
+/// list of its parked jobs, and the topic's group counts) were named inside the scripts and not
+/// declared. Once every declared key had moved to the new node, Redis sent a grouped topic's
+/// ack there (ASK), where the group's list, not moved yet, read as empty: the slot went back
+/// and the parked job waited for good. A push or promotion that parked a job there started a
+/// second list on the new node, and the reshard then failed with BUSYKEY. Now every call
+/// declares them (those it cannot name beforehand after a first call that names them), so
+/// Redis refuses each of these while the keys are split, and nothing is written on either node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grouped_operation_whose_group_list_has_not_moved_is_refused_and_no_job_waits_for_good() {
+    let cluster = RedisCluster::start(3, 0);
+    let c = TestClient::connect(config(&cluster)).await.unwrap();
+    let s = c.store().clone();
+    let (source, target, slot) = shard_zero_and_another_master(&cluster);
+
+    // Redis sends a script to the new node only when every key it declares is there (one
+    // missing makes it TRYAGAIN): so every key an ack, a push and a promotion of "grp" declare
+    // exists, as in a busy namespace. Events and a retention on; a kept success ("k1", with a
+    // reservation), a dead letter ("d1"), a running job of another topic with a cancel asked
+    // and a progress; a delayed job with a reservation; a replaced ready job ("a"), one of
+    // priority -1 ("low"). Two keys no API call here makes are set as dq would: a schedule's
+    // tick fence and the mark of a listening wait.
+    let grp = topic("grp");
+    s.set_events(&grp, Some(100)).await.unwrap();
+    let retention = dq::store::Retention {
+        age: Duration::from_secs(3600),
+        count: 10,
+    };
+    s.set_retention(&grp, Some(retention)).await.unwrap();
+    c.push_to("grp", &0)
+        .id("k1")
+        .unique_for(Duration::from_secs(3600))
+        .await
+        .unwrap();
+    let k1 = lease_one(&s, "grp").await;
+    let kept = dq::store::Succeeded {
+        lease: k1.lease.clone(),
+        result: None,
+        run: 1,
+    };
+    s.ack_succeeded(&[kept]).await.unwrap();
+    c.push_to("grp", &0).id("d1").await.unwrap();
+    let d1 = lease_one(&s, "grp").await;
+    assert!(s.dead_letter(&d1.lease, "boom").await.unwrap());
+    c.push_to("run", &0).id("held").await.unwrap();
+    let held = lease_one(&s, "run").await;
+    assert!(s.progress(&held.lease, b"1").await.unwrap());
+    c.cancel_in("run", "held").await.unwrap();
+    // (A promotion declares every topic this client has pushed to: "run"'s keys too.)
+    s.set_events(&topic("run"), Some(100)).await.unwrap();
+    c.push_to("run", &0).id("r2").await.unwrap();
+    c.push_to("run", &1).id("r2").replace().await.unwrap();
+    c.push_to("run", &2).id("r3").priority(-1).await.unwrap();
+    c.push_to("grp", &0)
+        .id("later")
+        .unique_for(Duration::from_secs(3600))
+        .delay(Duration::from_secs(120))
+        .await
+        .unwrap();
+    let prefix = "dq:{mig:0}:";
+    source.command(&["HSET", &format!("{prefix}tick_fence"), "none", "0:0"]);
+    source.command(&["SET", &format!("{prefix}waiting"), "1", "PX", "600000"]);
+
+    // Group "acct" runs one job at a time: "g1" runs, "g2" waits in the group's list, "g4" is
+    // due in 200 ms and will wait there too.
+    c.push_to("grp", &0).id("g1").group("acct").await.unwrap();
+    let g1 = lease_one(&s, "grp").await;
+    assert_eq!(g1.lease.id.as_str(), "g1");
+    c.push_to("grp", &0).id("g2").group("acct").await.unwrap();
+    c.push_to("grp", &0)
+        .id("g4")
+        .group("acct")
+        .delay(Duration::from_millis(200))
+        .await
+        .unwrap();
+    c.push_to("grp", &0).id("a").await.unwrap();
+    c.push_to("grp", &1).id("a").replace().await.unwrap();
+    c.push_to("grp", &2).id("low").priority(-1).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // The slot starts moving, and every key but the group's list moves.
+    let dst_id = begin_migration(source, target, &slot);
+    migrate(source, target, &keys_except(source, &slot, &[":gq:"]));
+
+    let (on_source, on_target) = (snapshot(source, &slot), snapshot(target, &slot));
+    let done = dq::store::Succeeded {
+        lease: g1.lease.clone(),
+        result: None,
+        run: 1,
+    };
+    let (ack, push, promote) = tokio::join!(
+        s.ack_succeeded(std::slice::from_ref(&done)),
+        c.push_to("grp", &0).id("g3").group("acct").into_future(),
+        s.promote(0, 1000),
+    );
+    let (src, dst) = (snapshot(source, &slot), snapshot(target, &slot));
+    let ran: Vec<&str> = [
+        ("ack", ack.is_ok()),
+        ("push", push.is_ok()),
+        ("promote", promote.as_ref().is_ok_and(|p| p.moved > 0)),
+    ]
+    .into_iter()
+    .filter_map(|(what, ran)| ran.then_some(what))
+    .collect();
+    let created = new_keys(&on_target, &dst);
+    assert!(
+        ran.is_empty() && src == on_source && dst == on_target,
+        "grouped operations ran with their group's list on the other node: {ran:?} ran; new keys on the new node: {created:?}"
+    );
+
+    // The reshard completes (the group's list moves: no BUSYKEY), and every job runs once, in
+    // its turn.
+    finish_migration(&cluster, source, target, &slot, &dst_id);
+    assert_eq!(s.ack_succeeded(&[done]).await.unwrap().acked, 1);
+    c.push_to("grp", &0).id("g3").group("acct").await.unwrap();
+    let expected = ["g2", "g4", "g3", "a", "low"].map(String::from);
+    run_each_once(&cluster, &["grp"], &expected).await;
 }

@@ -65,11 +65,34 @@ enum Kind {
     Memory,
 }
 
-/// A client on a fresh store of the given kind (and its redis-server, killed on drop).
+/// A client on a fresh store of the given kind (and its redis-server, killed on drop). On a
+/// cluster, the keys its scripts touch are audited: a behaviour whose scripts touch a key they
+/// did not declare fails when the harness drops (a live reshard could lose its writes: lib.lua's
+/// `need`).
 struct Harness {
     client: TestClient,
     _redis: Option<RedisServer>,
     _cluster: Option<RedisCluster>,
+    audit: Option<dq_testkit::KeyAudit>,
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        let Some(audit) = self.audit.take() else {
+            return;
+        };
+        let names: std::collections::HashMap<String, &str> = dq::store::script_hashes()
+            .into_iter()
+            .map(|(name, sha)| (sha, name))
+            .collect();
+        let undeclared = audit.finish(&names);
+        if !undeclared.is_empty() && !std::thread::panicking() {
+            panic!(
+                "scripts touched keys they did not declare (unsafe while a cluster reshards; lib.lua's need):\n{}",
+                undeclared.join("\n")
+            );
+        }
+    }
 }
 
 impl Harness {
@@ -85,10 +108,14 @@ impl Harness {
                     client,
                     _redis: Some(redis),
                     _cluster: None,
+                    audit: None,
                 }
             }
             Kind::Cluster => {
                 let cluster = RedisCluster::start(3, 1);
+                let audit = dq_testkit::KeyAudit::start(
+                    cluster.node(cluster.master_of("dq:{test:0}:jobs")),
+                );
                 let config = tweak(
                     dq::Config::builder()
                         .redis_cluster(cluster.urls())
@@ -101,6 +128,7 @@ impl Harness {
                     client: TestClient::connect(config).await.unwrap(),
                     _redis: None,
                     _cluster: Some(cluster),
+                    audit: Some(audit),
                 }
             }
             Kind::Memory => {
@@ -109,6 +137,7 @@ impl Harness {
                     client: TestClient::new(Arc::new(MemoryStore::new()), config),
                     _redis: None,
                     _cluster: None,
+                    audit: None,
                 }
             }
         }
@@ -273,6 +302,7 @@ on_every_store!(
     ],
     results: [
         a_topic_without_retention_keeps_nothing_of_a_succeeded_job,
+        a_topic_whose_retention_is_removed_forgets_its_succeeded_jobs,
         a_succeeded_job_of_a_topic_with_retention_is_done_with_its_value,
         done_records_past_the_count_go_oldest_first,
         done_records_older_than_the_age_go_at_a_later_ack,

@@ -51,6 +51,13 @@
 //! | `ended` | pub/sub channel | `topic:id` of a job of a retained topic that succeeded, died or was cancelled: wakes the waits for it |
 //! | `wake` | pub/sub channel | the new earliest due time, when a push makes one; `resumed <topic>` when a topic is resumed; `cancel <topic:id>` when a cancel asks a running job's worker to stop it |
 
+//!
+//! On a Redis Cluster every script call declares every key it touches (Redis checks the
+//! declared keys of a call while its slot moves, and reads any other where the call runs): the
+//! keys a script names from what it reads (a group's list, a workflow, the lists of the topics
+//! of a workflow's other steps) it names in a first call that stops before its first write
+//! (lib.lua's `need`), and the store calls again with them declared (`RedisStore::run`).
+
 use dq_core::{JobId, Topic};
 
 /// The keys of one shard of one namespace.
@@ -226,6 +233,15 @@ impl ShardKeys {
     /// at grouped jobs drops the times passed.
     pub fn group_tat(&self, topic: &Topic) -> String {
         format!("{}gtat:{topic}", self.prefix)
+    }
+    /// A topic's keys of its groups that the scripts name themselves (lib.lua's
+    /// `topic_group_keys`): `gactive:`, `groups:`, `parked:` and `gwait:`.
+    pub fn topic_groups(&self, topic: &Topic) -> [String; 4] {
+        ["gactive", "groups", "parked", "gwait"].map(|k| format!("{}{k}:{topic}", self.prefix))
+    }
+    /// One group's list of parked jobs (lib.lua's `group_queue`).
+    pub fn group_queue(&self, topic: &Topic, group: &str) -> String {
+        format!("{}gq:{topic}:{group}", self.prefix)
     }
     /// The workflow and step of each job of a workflow step that has not ended (`topic:id` ->
     /// `<workflow>:<step>`), blocked ones too (lib.lua's workflows).

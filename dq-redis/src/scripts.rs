@@ -14,8 +14,13 @@ use redis::Script;
 
 const LIB: &str = include_str!("lua/lib.lua");
 
-fn script(body: &str) -> Script {
-    Script::new(&with_lib(LIB, body))
+/// A script as it runs on one Redis, or on a cluster (`cluster`): lib.lua's `need` reads
+/// `CLUSTER`, and stops a call on a cluster before it touches a key it did not declare.
+fn script(body: &str, cluster: bool) -> Script {
+    Script::new(&format!(
+        "local CLUSTER = {cluster}\n{}",
+        with_lib(LIB, body)
+    ))
 }
 
 /// One top-level definition of a library: a `local` statement at the start of a line, with the
@@ -156,8 +161,16 @@ macro_rules! scripts {
             $(pub(crate) $name: Script,)*
         }
 
+        /// The scripts as they run on one Redis.
         pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-            $($name: script(include_str!(concat!("lua/", stringify!($name), ".lua"))),)*
+            $($name: script(include_str!(concat!("lua/", stringify!($name), ".lua")), false),)*
+        });
+
+        /// The scripts as they run on a Redis Cluster, where a call is stopped before it
+        /// touches a key it did not declare (lib.lua's `need`; `RedisStore::run` calls again
+        /// with those).
+        pub(crate) static CLUSTER_SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
+            $($name: script(include_str!(concat!("lua/", stringify!($name), ".lua")), true),)*
         });
 
         /// Each script's name and body, as in `src/lua/`.
@@ -167,10 +180,13 @@ macro_rules! scripts {
         ];
 
         /// Each script's name and SHA1, as `EVALSHA` shows it in `SLOWLOG`, `MONITOR` or
-        /// `INFO commandstats`: which dq operation a slow entry was.
+        /// `INFO commandstats`: which dq operation a slow entry was (each name twice: as the
+        /// script runs on one Redis, then on a cluster).
         pub fn script_hashes() -> Vec<(&'static str, String)> {
-            let s = &*SCRIPTS;
-            vec![$((stringify!($name), s.$name.get_hash().to_owned()),)*]
+            let (s, c) = (&*SCRIPTS, &*CLUSTER_SCRIPTS);
+            let mut out = vec![$((stringify!($name), s.$name.get_hash().to_owned()),)*];
+            out.extend([$((stringify!($name), c.$name.get_hash().to_owned()),)*]);
+            out
         }
     };
 }

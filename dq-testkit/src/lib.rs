@@ -12,17 +12,20 @@
 //! - [`RedisServer`] (`server`): one server, optionally with TLS (`tls`);
 //! - [`RedisCluster`] (`cluster`): a Redis Cluster of such servers;
 //! - [`unused_port`] (`net`): a free loopback port;
+//! - [`KeyAudit`] (`key_audit`): the keys a server's scripts touch without declaring them;
 //! - [`process`] and [`stats`]: worker processes and the figures of dq-bench and dq-chaos.
 
 pub mod process;
 pub mod stats;
 
 mod cluster;
+mod key_audit;
 mod net;
 mod server;
 mod tls;
 
 pub use cluster::RedisCluster;
+pub use key_audit::KeyAudit;
 pub use net::unused_port;
 pub use server::RedisServer;
 

@@ -81,6 +81,20 @@ pub(crate) async fn a_topic_without_retention_keeps_nothing_of_a_succeeded_job(k
     assert_eq!(result(c, "a").await, JobResult::NotKept);
 }
 
+pub(crate) async fn a_topic_whose_retention_is_removed_forgets_its_succeeded_jobs(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    retain(c, 100).await;
+    succeed(c, "a").await;
+    assert_eq!(existing(c, "order-cancel", "a").await.state, JobState::Done);
+    let t = topic("order-cancel");
+    c.store().set_retention(&t, None).await.unwrap();
+    let status = c.status_in("order-cancel", "a").await.unwrap();
+    assert!(status.is_none(), "forgotten: {status:?}");
+    assert_eq!(c.counts("order-cancel").await.unwrap().done, 0);
+    assert_eq!(result(c, "a").await, JobResult::NotKept);
+}
+
 pub(crate) async fn a_succeeded_job_of_a_topic_with_retention_is_done_with_its_value(kind: Kind) {
     let h = Harness::new(kind, |b| b).await;
     let c = &h.client;

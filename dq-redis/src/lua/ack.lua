@@ -135,7 +135,9 @@ local prefix = string.sub(jobs, 1, -5)
 local group_plans = {}
 local ids_of = {}
 for topic in pairs(per_topic) do
-  if redis.call('EXISTS', prefix .. 'gactive:' .. topic) == 1 then ids_of[topic] = {} end
+  local active = prefix .. 'gactive:' .. topic
+  if CLUSTER then need({active}) end
+  if redis.call('EXISTS', active) == 1 then ids_of[topic] = {} end
 end
 if next(ids_of) then
   for i, member in ipairs(done) do

@@ -10,10 +10,12 @@ local counts, ready, dead, done = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local topic = ARGV[1]
 -- Stale entries (lib.lua) are in the lanes but are no jobs.
 local stale = tonumber(redis.call('HGET', counts, topic .. ':stale') or 0)
+local parked = string.sub(counts, 1, -7) .. 'parked:' .. topic
+need({parked}) -- declared on a cluster (lib.lua)
 return {
   tonumber(redis.call('HGET', counts, topic .. ':delayed') or 0),
   math.max(redis.call('LLEN', ready) + redis.call('ZCARD', KEYS[5]) - stale, 0)
-    + redis.call('ZCARD', string.sub(counts, 1, -7) .. 'parked:' .. topic),
+    + redis.call('ZCARD', parked),
   tonumber(redis.call('HGET', counts, topic .. ':inflight') or 0),
   redis.call('ZCARD', dead),
   redis.call('HLEN', done),

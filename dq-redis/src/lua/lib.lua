@@ -41,6 +41,37 @@ local LEASES_AS_TABLE = 'this field keeps the leases hash a hash table, whose lo
 -- not listed (list.lua keeps the members of the topic asked for).
 local INFLIGHT_AS_SKIPLIST = ':skiplist this member keeps the inflight set a skip list, whose inserts do not scan it, whatever the number of running jobs (fetch.lua)'
 
+-- On a Redis Cluster a script must declare every key it touches. While dq's slot moves between
+-- two nodes, Redis runs a call only on a node that holds every key it declares (TRYAGAIN while
+-- they are split, ASK to the new node once they are all there), and a key it did not declare
+-- reads there as the node has it: empty on the new node until it moves (issue 33). Some keys a
+-- call names from what it reads (a group's list, from the group of a job it meets): `need`
+-- stops the call with the error `DQKEYS <key> ...` naming those it did not declare, and the
+-- caller calls again with them declared (RedisStore::run). Called before the first write only,
+-- like the touches above. CLUSTER is set by scripts.rs (true in the scripts run on a cluster):
+-- on one Redis, nothing is checked.
+local declared_keys
+local function all_declared(keys)
+  if not CLUSTER then return true end
+  if not declared_keys then
+    declared_keys = {}
+    for _, key in ipairs(KEYS) do declared_keys[key] = true end
+  end
+  for _, key in ipairs(keys) do
+    if not declared_keys[key] then return false end
+  end
+  return true
+end
+
+local function need(keys)
+  if all_declared(keys) then return end
+  local missing = {}
+  for _, key in ipairs(keys) do
+    if not declared_keys[key] then missing[#missing + 1] = key end
+  end
+  error({err = 'DQKEYS ' .. table.concat(missing, ' ')})
+end
+
 local function now_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -274,8 +305,10 @@ end
 
 -- Touches both lanes of a topic, before a script's first write (this file's rule).
 local function touch_lanes(prefix, topic)
-  redis.call('LLEN', prefix .. 'ready:' .. topic)
-  redis.call('EXISTS', ranked_key(prefix, topic))
+  local ready, ranked = prefix .. 'ready:' .. topic, ranked_key(prefix, topic)
+  if CLUSTER then need({ready, ranked, prefix .. 'gen:' .. topic}) end
+  redis.call('LLEN', ready)
+  redis.call('EXISTS', ranked)
 end
 
 -- Makes the jobs `ids` of `topic` ready: last of their priorities, or first when `front`.
@@ -758,10 +791,18 @@ end
 -- (the busiest groups). Every job of a group lives in its group's shard (produce.rs refuses a
 -- grouped push whose id leads elsewhere), so a shard counts its groups' slots alone.
 
+-- The keys of `topic`'s groups that every call reaching them declares on a cluster (`need`;
+-- RedisStore::group_keys names the same).
+local function topic_group_keys(prefix, topic)
+  return { prefix .. 'gactive:' .. topic, prefix .. 'groups:' .. topic,
+    prefix .. 'parked:' .. topic, prefix .. 'gwait:' .. topic }
+end
+
 local function group_keys(prefix, topic)
-  return { prefix = prefix, topic = topic, active = prefix .. 'gactive:' .. topic,
-    held = prefix .. 'groups:' .. topic, parked = prefix .. 'parked:' .. topic,
-    waiting = prefix .. 'gwait:' .. topic }
+  local names = topic_group_keys(prefix, topic)
+  need(names)
+  return { prefix = prefix, topic = topic, active = names[1], held = names[2],
+    parked = names[3], waiting = names[4] }
 end
 
 local function group_queue(k, group)
@@ -815,6 +856,7 @@ local function next_parked(k, group, room, skip)
   local ids, taken = {}, 0
   if room <= 0 then return ids, 0 end
   local key = group_queue(k, group)
+  if CLUSTER then need({key}) end
   -- The first `room` entries first (the usual case: none stale); past stale ones, more at a time.
   local from, chunk = 0, math.min(room, 1000)
   while #ids < room do
@@ -895,7 +937,8 @@ local function plan_enter(prefix, topic, jobs, held_from)
       end
     end
   end
-  -- Every list a job parks in, touched before the first write: one EXISTS for all.
+  -- Every list a job parks in, declared, and touched before the first write: one EXISTS for all.
+  need(queues)
   push_all('EXISTS', k.waiting, queues)
   redis.call('EXISTS', k.parked, k.waiting)
   if #plan.admit > 0 then touch_lanes(prefix, topic) end
@@ -947,6 +990,13 @@ end
 local function plan_nexts(plan, wants, limit, skip)
   local k = plan.k
   local heads, names = {}, {}
+  if CLUSTER then
+    local queues = {}
+    for _, w in ipairs(wants) do
+      if limit > w[2] then queues[#queues + 1] = group_queue(k, w[1]) end
+    end
+    need(queues)
+  end
   for x, w in ipairs(wants) do
     local room = limit - w[2]
     local entries = room > 0 and redis.call('LRANGE', group_queue(k, w[1]), 0, room - 1) or {}
@@ -1428,6 +1478,7 @@ local function workflow_open(plan, wf)
   local f = plan.wfs[wf]
   if f == nil then
     local key = plan.prefix .. 'workflow:' .. wf
+    if CLUSTER then need({key}) end
     local head = redis.call('HMGET', key, 'left', 'cancelled', 'keep', 'steps')
     f = false
     if head[1] then
@@ -1525,10 +1576,8 @@ end
 -- Reads what the plan's releases and stops need, and touches every key workflow_write writes
 -- (lib.lua's rule): call it once, after the last workflow_end or workflow_cancel_all, before the
 -- script's first write.
-local function workflow_touch(plan)
-  local p = plan.prefix
-  redis.call('EXISTS', p .. 'jobs', p .. 'delayed', p .. 'counts', p .. 'cancels')
-  plan.before = earliest(p .. 'delayed')
+-- Reads the fields `kinds` (`m:`, `j:`...) of every step `plan` releases: one HMGET a workflow.
+local function workflow_prefetch_releases(plan, kinds)
   local wanted = {}
   for _, r in ipairs(plan.releases) do
     local list = wanted[r.f]
@@ -1536,11 +1585,44 @@ local function workflow_touch(plan)
       list = {}
       wanted[r.f] = list
     end
-    list[#list + 1] = 'm:' .. r.name
-    list[#list + 1] = 'j:' .. r.name
-    list[#list + 1] = 't:' .. r.name
+    for _, kind in ipairs(kinds) do list[#list + 1] = kind .. r.name end
   end
   for f, list in pairs(wanted) do workflow_prefetch(f, list) end
+end
+
+-- On a cluster, every key workflow_touch and the writes after it may use (lib.lua's `need`):
+-- the shard's, and those of the topics of the steps the plan releases or stops and of the last
+-- step of each workflow it ends, read from the workflows (declared by then) first.
+local function workflow_need(plan)
+  local p = plan.prefix
+  local keys = {p .. 'jobs', p .. 'delayed', p .. 'counts', p .. 'cancels', p .. 'leases',
+    p .. 'retain', p .. 'unique_for', p .. 'events', p .. 'workflows'}
+  workflow_prefetch_releases(plan, {'m:'})
+  local seen = {}
+  local function add(member)
+    local topic = member and topic_of(member)
+    if topic and not seen[topic] then
+      seen[topic] = true
+      for _, kind in ipairs({'ready:', 'gen:', 'cancelled:', 'events:', 'done:'}) do
+        keys[#keys + 1] = p .. kind .. topic
+      end
+      keys[#keys + 1] = ranked_key(p, topic)
+    end
+  end
+  for _, r in ipairs(plan.releases) do add(workflow_get(r.f, 'm:' .. r.name)) end
+  for _, st in ipairs(plan.stops) do add(st.member) end
+  for _, f in ipairs(plan.order) do
+    if f.left <= 0 and f.last then add(workflow_get(f, 'm:' .. f.last)) end
+  end
+  need(keys)
+end
+
+local function workflow_touch(plan)
+  local p = plan.prefix
+  if CLUSTER then workflow_need(plan) end
+  redis.call('EXISTS', p .. 'jobs', p .. 'delayed', p .. 'counts', p .. 'cancels')
+  plan.before = earliest(p .. 'delayed')
+  workflow_prefetch_releases(plan, {'m:', 'j:', 't:'})
   local lanes = {}
   for _, r in ipairs(plan.releases) do
     r.member = workflow_get(r.f, 'm:' .. r.name)

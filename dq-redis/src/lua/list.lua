@@ -22,6 +22,7 @@ if kind == 'list' then
   local stop = cursor + size - 1
   if stop >= lanes then
     local parked = string.sub(jobs, 1, -5) .. 'parked:' .. topic
+    need({parked}) -- declared on a cluster (lib.lua)
     for _, id in ipairs(redis.call('ZRANGE', parked, math.max(cursor - lanes, 0), stop - lanes)) do
       ids[#ids + 1] = id
       seen = seen + 1

@@ -3,7 +3,8 @@
 --   jobs whose topic is marked ranked or grouped: lib.lua's ready lanes and groups; a grouped
 --   job goes in through its group, and may wait there, parked, for a slot)  KEYS[4] events (the topics whose job events
 --   are on: `promoted` on their streams)  KEYS[5..] ready:<topic>, gen:<topic>, events:<topic>
---   and ranked:<topic> of each topic the caller knows
+--   and ranked:<topic> of each topic the caller knows (on a cluster, with the keys of its groups:
+--   lib.lua's `need`)
 -- ARGV[1] key prefix  ARGV[2] most jobs to move (at most 10000)  ARGV[3] 'far' where far jobs
 --   may be (lib.lua): they are moved into place from there
 -- Returns {moved, next_due_us or -1, now_us, n, unknown_topic_1, ..., unknown_topic_n,
@@ -37,7 +38,8 @@ for _, member in ipairs(due) do
     local ok = usable[topic]
     if ok == nil then
       ok = declared[prefix .. 'ready:' .. topic] and declared[prefix .. 'gen:' .. topic]
-        and declared[prefix .. 'events:' .. topic] and declared[ranked_key(prefix, topic)] or false
+        and declared[prefix .. 'events:' .. topic] and declared[ranked_key(prefix, topic)]
+        and (not CLUSTER or all_declared(topic_group_keys(prefix, topic))) or false
       usable[topic] = ok
       if ok then
         by_topic[topic] = {}

@@ -218,7 +218,7 @@ local function room_of(topic)
       local c = redis.call('HMGET', counts, topic .. ':delayed', topic .. ':inflight', topic .. ':stale')
       local ready_now = redis.call('LLEN', prefix .. 'ready:' .. topic)
         + redis.call('ZCARD', ranked_key(prefix, topic)) - tonumber(c[3] or 0)
-        + redis.call('ZCARD', prefix .. 'parked:' .. topic)
+        + ((CLUSTER and need({prefix .. 'parked:' .. topic})) or redis.call('ZCARD', prefix .. 'parked:' .. topic))
       local pending = tonumber(c[1] or 0) + tonumber(c[2] or 0) + math.max(ready_now, 0)
       room = {left = tonumber(share) - pending, bound = bound}
     end
@@ -294,7 +294,7 @@ for i = 0, n - 1 do
       code = 2
       if redis.call('ZSCORE', delayed, member) then
         was_delayed[member] = true
-      elseif redis.call('ZSCORE', prefix .. 'parked:' .. topic, id) then
+      elseif (CLUSTER and need({prefix .. 'parked:' .. topic})) or redis.call('ZSCORE', prefix .. 'parked:' .. topic, id) then
         -- Waiting for a slot of its group: no ready entry to make stale (lib.lua's groups).
         was_parked[member] = {topic, id, group_of(existing[i + 1])}
       else
@@ -457,6 +457,7 @@ for _, p in pairs(was_parked) do
   if not list then
     list = {}
     unparked[p[1]] = list
+    need(topic_group_keys(prefix, p[1]))
     redis.call('EXISTS', prefix .. 'gwait:' .. p[1])
   end
   list[#list + 1] = {p[2], p[3] or ''}

@@ -12,8 +12,9 @@
 -- KEYS[7] cancels (a cancel's request goes with the lease: the job is taken back as any)
 -- KEYS[8] events (the topics whose job events are on: a job taken back is announced on its
 -- topic's stream, `stalled`, or `dead` with its error)
--- KEYS[9..] ready:<topic>, dead:<topic>, gen:<topic>, events:<topic> and ranked:<topic> of each topic the caller
--- knows, then progress (the last key: the entries of the jobs taken back go)
+-- KEYS[9] progress (the entries of the jobs taken back go)
+-- KEYS[10..] ready:<topic>, dead:<topic>, gen:<topic>, events:<topic> and ranked:<topic> of each topic the caller
+-- knows (on a cluster, with the keys of its groups: lib.lua's `need`)
 -- ARGV[1] key prefix  ARGV[2] most jobs (at most 1000)
 -- A job dead-lettered here gives the slot of its group back, and its group lets its next job in
 -- (lib.lua's groups); a job taken back to ready keeps its slot. One of a workflow step ends its
@@ -26,9 +27,9 @@
 -- write that may delete a key (ZREM inflight) last.
 local jobs, inflight, counts, leases, attempts = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local prefix, limit = ARGV[1], math.min(tonumber(ARGV[2]), 1000)
-local progress = KEYS[#KEYS]
+local progress = KEYS[9]
 local declared = {}
-for i = 9, #KEYS - 1 do declared[KEYS[i]] = true end
+for i = 10, #KEYS do declared[KEYS[i]] = true end
 local now = now_us()
 local found = redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0, limit)
 local expired, unknown, seen_unknown = {}, {}, {}
@@ -36,7 +37,8 @@ for _, member in ipairs(found) do
   local topic = topic_of(member)
   if topic and declared[prefix .. 'ready:' .. topic] and declared[prefix .. 'dead:' .. topic]
     and declared[prefix .. 'gen:' .. topic] and declared[prefix .. 'events:' .. topic]
-    and declared[ranked_key(prefix, topic)] then
+    and declared[ranked_key(prefix, topic)]
+    and (not CLUSTER or all_declared(topic_group_keys(prefix, topic))) then
     expired[#expired + 1] = member
   elseif topic and not seen_unknown[topic] then
     seen_unknown[topic] = true

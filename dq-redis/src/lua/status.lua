@@ -27,7 +27,9 @@ if not raw then
   local colon = ref and string.find(ref, ':', 1, true)
   if not colon then return {} end
   local step = string.sub(ref, colon + 1)
-  local got = redis.call('HMGET', prefix .. 'workflow:' .. string.sub(ref, 1, colon - 1), 's:' .. step, 'j:' .. step)
+  local flow = prefix .. 'workflow:' .. string.sub(ref, 1, colon - 1)
+  need({flow}) -- declared on a cluster (lib.lua)
+  local got = redis.call('HMGET', flow, 's:' .. step, 'j:' .. step)
   if got[1] == 'b' and got[2] then return {'blocked', got[2], '-1'} end
   return {}
 end

@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use super::reply::AckReply;
 use super::RedisStore;
 use crate::keys::member;
-use crate::scripts::SCRIPTS;
 use dq_core::store::{Retention, Sharded, Succeeded, MAX_BATCH};
 use dq_core::{Acked, Result, Topic};
 
@@ -38,7 +37,7 @@ impl RedisStore {
         let k = self.keys(shard);
         let topics: std::collections::BTreeSet<&Topic> =
             chunk.iter().map(|j| &j.lease.topic).collect();
-        let mut inv = SCRIPTS.ack.prepare_invoke();
+        let mut inv = self.scripts().ack.prepare_invoke();
         inv.key(k.jobs())
             .key(k.inflight())
             .key(k.counts())
@@ -57,6 +56,9 @@ impl RedisStore {
             inv.key(k.events_stream(topic));
         }
         inv.key(k.waiting());
+        for key in self.named_keys(k, topics.iter().copied()) {
+            inv.key(key);
+        }
         inv.arg(topics.len());
         for topic in &topics {
             inv.arg(topic.as_str());
@@ -76,7 +78,7 @@ impl RedisStore {
                 .arg(record)
                 .arg(job.run);
         }
-        self.call("ack", &inv).await
+        self.call("ack", &mut inv).await
     }
 
     /// Writes (or removes) `topic`'s retention in every shard, as `<age us>:<count>`.
@@ -115,9 +117,12 @@ impl RedisStore {
     /// was).
     async fn forget_done(&self, k: &crate::keys::ShardKeys, topic: &Topic) -> Result<()> {
         loop {
-            let mut inv = SCRIPTS.forget_done.prepare_invoke();
+            let mut inv = self.scripts().forget_done.prepare_invoke();
             inv.key(k.jobs()).key(k.done(topic)).key(k.cancelled(topic));
-            let deleted: i64 = self.call("forget_done", &inv).await?;
+            for key in self.named_keys(k, [topic]) {
+                inv.key(key);
+            }
+            let deleted: i64 = self.call("forget_done", &mut inv).await?;
             if deleted < 0 {
                 return Ok(());
             }

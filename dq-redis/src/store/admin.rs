@@ -11,7 +11,6 @@ use super::reply::{decode_jobs, read, Count, Reply, ShardStats, ShardThroughput,
 use super::waiters::RESUMED;
 use super::RedisStore;
 use crate::keys::ShardKeys;
-use crate::scripts::SCRIPTS;
 use dq_core::store::policy::{batch_limit, WORKER_EXPIRY_MS};
 use dq_core::store::{Admin, DeadLetters, Registry, Sharded};
 use dq_core::{
@@ -48,7 +47,7 @@ impl RedisStore {
                 inv.key(key);
             }
             inv.arg(topic.as_str()).arg(self.far());
-            replies.push(self.call(op, &inv).await?);
+            replies.push(self.call(op, &mut inv).await?);
         }
         Ok(replies)
     }
@@ -58,14 +57,16 @@ impl RedisStore {
 impl Admin for RedisStore {
     async fn counts(&self, topic: &Topic) -> Result<TopicCounts> {
         let shards: Vec<Reply<TopicCounts>> = self
-            .read_topic("counts", &SCRIPTS.counts, topic, |k| {
-                vec![
+            .read_topic("counts", &self.scripts().counts, topic, |k| {
+                let mut keys = vec![
                     k.counts(),
                     k.ready(topic),
                     k.dead(topic),
                     k.done(topic),
                     k.ranked(topic),
-                ]
+                ];
+                keys.extend(self.named_keys(k, [topic]));
+                keys
             })
             .await?;
         let mut total = TopicCounts::default();
@@ -77,8 +78,8 @@ impl Admin for RedisStore {
 
     async fn stats(&self, topic: &Topic) -> Result<TopicStats> {
         let shards: Vec<ShardStats> = self
-            .read_topic("stats", &SCRIPTS.stats, topic, |k| {
-                vec![
+            .read_topic("stats", &self.scripts().stats, topic, |k| {
+                let mut keys = vec![
                     k.counts(),
                     k.ready(topic),
                     k.dead(topic),
@@ -88,7 +89,9 @@ impl Admin for RedisStore {
                     k.ready_gen(topic),
                     k.done(topic),
                     k.ranked(topic),
-                ]
+                ];
+                keys.extend(self.named_keys(k, [topic]));
+                keys
             })
             .await?;
         let earliest = |a: Option<SystemTime>, us: Option<u64>| match (a, us.map(from_us)) {
@@ -115,7 +118,7 @@ impl Admin for RedisStore {
 
     async fn throughput(&self, topic: &Topic) -> Result<Throughput> {
         let shards: Vec<ShardThroughput> = self
-            .read_topic("throughput", &SCRIPTS.throughput, topic, |k| {
+            .read_topic("throughput", &self.scripts().throughput, topic, |k| {
                 vec![k.counts()]
             })
             .await?;
@@ -151,17 +154,20 @@ impl Admin for RedisStore {
                     })
                 }
             };
-            let mut inv = SCRIPTS.list.prepare_invoke();
+            let mut inv = self.scripts().list.prepare_invoke();
             inv.key(k.jobs()).key(key);
             if state == JobState::Ready {
                 inv.key(k.ready_gen(topic)).key(k.ranked(topic));
+                for key in self.named_keys(k, [topic]) {
+                    inv.key(key);
+                }
             }
             inv.arg(kind)
                 .arg(topic.as_str())
                 .arg(pos)
                 .arg(limit - page.jobs.len())
                 .arg(self.far());
-            let reply: Vec<Value> = self.call("list", &inv).await?;
+            let reply: Vec<Value> = self.call("list", &mut inv).await?;
             let next = read::<Unsigned>("list", reply.first().cloned().unwrap_or(Value::Nil))?.0;
             page.jobs.extend(decode_jobs(
                 reply.get(1..).unwrap_or_default(),
@@ -223,9 +229,9 @@ impl Admin for RedisStore {
         while shard < self.shards() && page.jobs.len() < limit {
             let k = self.keys(shard);
             let want = limit - page.jobs.len();
-            let mut inv = SCRIPTS.dead_list.prepare_invoke();
+            let mut inv = self.scripts().dead_list.prepare_invoke();
             inv.key(k.jobs()).key(k.dead(topic)).arg(pos).arg(want);
-            let reply: Vec<Value> = self.call("dead_list", &inv).await?;
+            let reply: Vec<Value> = self.call("dead_list", &mut inv).await?;
             let entries = reply.len() / 3;
             page.jobs
                 .extend(decode_jobs(&reply, &k.jobs(), JobState::Dead, true));
@@ -250,14 +256,17 @@ impl Admin for RedisStore {
         let mut total = 0;
         for (shard, shard_ids) in by_shard {
             let k = self.keys(shard);
-            let mut inv = SCRIPTS.requeue_dead.prepare_invoke();
+            let mut inv = self.scripts().requeue_dead.prepare_invoke();
             inv.key(k.jobs())
                 .key(k.dead(topic))
                 .key(k.ready(topic))
                 .key(k.ready_gen(topic))
                 .key(k.counts())
-                .key(k.ranked(topic))
-                .arg(k.prefix())
+                .key(k.ranked(topic));
+            for key in self.named_keys(k, [topic]) {
+                inv.key(key);
+            }
+            inv.arg(k.prefix())
                 .arg(topic.as_str())
                 .arg(max)
                 .arg(limit - total)
@@ -265,7 +274,7 @@ impl Admin for RedisStore {
             for id in shard_ids {
                 inv.arg(id.as_str());
             }
-            total += self.call::<Count>("requeue_dead", &inv).await?.0;
+            total += self.call::<Count>("requeue_dead", &mut inv).await?.0;
             if total >= limit {
                 break;
             }
@@ -276,13 +285,13 @@ impl Admin for RedisStore {
     async fn purge_dead(&self, topic: &Topic, before: SystemTime, limit: usize) -> Result<usize> {
         let mut total = 0;
         for k in &self.shards {
-            let mut inv = SCRIPTS.purge_dead.prepare_invoke();
+            let mut inv = self.scripts().purge_dead.prepare_invoke();
             inv.key(k.jobs())
                 .key(k.dead(topic))
                 .key(k.unique_for())
                 .arg(to_us(before))
                 .arg(batch_limit(limit));
-            total += self.call::<Count>("purge_dead", &inv).await?.0;
+            total += self.call::<Count>("purge_dead", &mut inv).await?.0;
         }
         Ok(total)
     }
@@ -293,7 +302,7 @@ impl Admin for RedisStore {
         let mut total = 0;
         for (shard, shard_ids) in by_shard {
             let k = self.keys(shard);
-            let mut inv = SCRIPTS.delete_dead.prepare_invoke();
+            let mut inv = self.scripts().delete_dead.prepare_invoke();
             inv.key(k.jobs())
                 .key(k.dead(topic))
                 .key(k.unique_for())
@@ -301,7 +310,7 @@ impl Admin for RedisStore {
             for id in shard_ids {
                 inv.arg(id.as_str());
             }
-            total += self.call::<Count>("delete_dead", &inv).await?.0;
+            total += self.call::<Count>("delete_dead", &mut inv).await?.0;
         }
         Ok(total)
     }
@@ -311,9 +320,9 @@ impl Admin for RedisStore {
             return Ok(Expanded::default()); // a cluster: nothing is stored compact
         }
         let k = self.keys(shard);
-        let mut inv = SCRIPTS.expand.prepare_invoke();
+        let mut inv = self.scripts().expand.prepare_invoke();
         inv.key(k.jobs()).key(k.delayed()).arg(k.prefix());
-        let (jobs, parts_left) = self.call::<(u64, u64)>("expand", &inv).await?;
+        let (jobs, parts_left) = self.call::<(u64, u64)>("expand", &mut inv).await?;
         Ok(Expanded::new(jobs, parts_left))
     }
 }
@@ -364,9 +373,9 @@ impl Registry for RedisStore {
     }
 
     async fn namespace_epoch(&self) -> Result<String> {
-        let mut inv = SCRIPTS.epoch.prepare_invoke();
+        let mut inv = self.scripts().epoch.prepare_invoke();
         inv.key(self.keys(0).meta());
-        self.call::<String>("read the namespace's epoch", &inv)
+        self.call::<String>("read the namespace's epoch", &mut inv)
             .await
     }
 }
@@ -381,9 +390,12 @@ impl RedisStore {
         while shard < self.shards() && page.jobs.len() < limit {
             let k = self.keys(shard);
             let want = limit - page.jobs.len();
-            let mut inv = SCRIPTS.done_list.prepare_invoke();
+            let mut inv = self.scripts().done_list.prepare_invoke();
             inv.key(k.jobs()).key(k.done(topic)).arg(pos).arg(want);
-            let reply: Vec<Value> = self.call("done_list", &inv).await?;
+            for key in self.named_keys(k, [topic]) {
+                inv.key(key);
+            }
+            let reply: Vec<Value> = self.call("done_list", &mut inv).await?;
             let entries = reply.len() / 4;
             for quad in reply.chunks(4) {
                 let mut found =

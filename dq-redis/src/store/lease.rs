@@ -10,7 +10,6 @@ use super::reply::{Applied, Count, Promotion, Reclamation};
 use super::waiters::RedisWakeListener;
 use super::{micros, RedisStore};
 use crate::keys::member;
-use crate::scripts::SCRIPTS;
 use crate::subscription::ShardSubscription;
 use dq_core::store::policy::{batch_limit, promote_limit};
 use dq_core::store::{
@@ -31,7 +30,7 @@ impl RedisStore {
     ) -> Result<bool> {
         dq_core::store::check_retry_delay(lease, delay)?;
         let k = self.keys_of(&lease.topic, &lease.id);
-        let mut inv = SCRIPTS.retry.prepare_invoke();
+        let mut inv = self.scripts().retry.prepare_invoke();
         inv.key(k.jobs())
             .key(k.inflight())
             .key(k.delayed())
@@ -50,7 +49,7 @@ impl RedisStore {
             .arg(micros(delay))
             .arg(error)
             .arg(if counted { "1" } else { "0" });
-        Ok(self.call::<Applied>("retry", &inv).await?.0)
+        Ok(self.call::<Applied>("retry", &mut inv).await?.0)
     }
 
     fn lease_invocation<'s>(
@@ -97,8 +96,8 @@ impl RedisStore {
     ) -> Result<A> {
         let mut needed: Vec<Topic> = Vec::new();
         for _ in 0..2 {
-            let inv = invocation(&out, &self.declared_topics(&needed));
-            let reply: T = self.call(op, &inv).await?;
+            let mut inv = invocation(&out, &self.declared_topics(&needed));
+            let reply: T = self.call(op, &mut inv).await?;
             let undeclared = take(&mut out, reply);
             if undeclared.is_empty() {
                 break;
@@ -118,16 +117,24 @@ impl Leases for RedisStore {
             "promote",
             Promoted::default(),
             |out, topics| {
-                let mut inv = SCRIPTS.promote.prepare_invoke();
+                let mut inv = self.scripts().promote.prepare_invoke();
                 inv.key(k.delayed())
                     .key(k.counts())
                     .key(k.jobs())
                     .key(k.events());
+                for key in self.named_keys(k, []) {
+                    inv.key(key);
+                }
                 for t in topics {
                     inv.key(k.ready(t))
                         .key(k.ready_gen(t))
                         .key(k.events_stream(t))
                         .key(k.ranked(t));
+                    if self.server.is_cluster() {
+                        for key in k.topic_groups(t) {
+                            inv.key(key);
+                        }
+                    }
                 }
                 inv.arg(k.prefix())
                     .arg(promote_limit(limit.saturating_sub(out.moved)))
@@ -168,7 +175,7 @@ impl Leases for RedisStore {
         let k = self.keys(shard);
         let recorded = !fetcher.consumer.is_empty();
         let lost: Vec<String> = fetcher.lost.iter().map(u64::to_string).collect();
-        let mut inv = SCRIPTS.fetch.prepare_invoke();
+        let mut inv = self.scripts().fetch.prepare_invoke();
         inv.key(k.jobs())
             .key(k.inflight())
             .key(k.ready(topic))
@@ -195,7 +202,7 @@ impl Leases for RedisStore {
                 String::new()
             })
             .arg(lost.join(","));
-        let reply: Vec<Value> = self.call("fetch", &inv).await?;
+        let reply: Vec<Value> = self.call("fetch", &mut inv).await?;
         self.read_fetched(shard, topic, reply).await
     }
 
@@ -213,7 +220,7 @@ impl Leases for RedisStore {
 
     async fn dead_letter(&self, lease: &LeaseRef, error: &str) -> Result<bool> {
         let k = self.keys_of(&lease.topic, &lease.id);
-        let mut inv = SCRIPTS.dead.prepare_invoke();
+        let mut inv = self.scripts().dead.prepare_invoke();
         inv.key(k.jobs())
             .key(k.inflight())
             .key(k.counts())
@@ -223,11 +230,14 @@ impl Leases for RedisStore {
             .key(k.cancels())
             .key(k.progress())
             .key(k.events())
-            .key(k.events_stream(&lease.topic))
-            .arg(member(&lease.topic, &lease.id))
+            .key(k.events_stream(&lease.topic));
+        for key in self.named_keys(k, [&lease.topic]) {
+            inv.key(key);
+        }
+        inv.arg(member(&lease.topic, &lease.id))
             .arg(lease.token)
             .arg(error);
-        Ok(self.call::<Applied>("dead_letter", &inv).await?.0)
+        Ok(self.call::<Applied>("dead_letter", &mut inv).await?.0)
     }
 
     async fn release(&self, leases: &[LeaseRef]) -> Result<usize> {
@@ -251,9 +261,13 @@ impl Leases for RedisStore {
                 keys.push(k.ranked(t));
             }
             keys.push(k.progress());
-            let inv =
-                Self::lease_invocation(&SCRIPTS.release, &keys, &[k.prefix().to_owned()], &chunk);
-            released += self.call::<Count>("release", &inv).await?.0;
+            let mut inv = Self::lease_invocation(
+                &self.scripts().release,
+                &keys,
+                &[k.prefix().to_owned()],
+                &chunk,
+            );
+            released += self.call::<Count>("release", &mut inv).await?.0;
         }
         Ok(released)
     }
@@ -266,13 +280,13 @@ impl Leases for RedisStore {
         let mut lost = Vec::new();
         for (shard, chunk) in self.lease_chunks(leases) {
             let k = self.keys(shard);
-            let inv = Self::lease_invocation(
-                &SCRIPTS.extend,
+            let mut inv = Self::lease_invocation(
+                &self.scripts().extend,
                 &[k.inflight(), k.leases()],
                 &[micros(lease).to_string()],
                 &chunk,
             );
-            let lost_members: Vec<String> = self.call("extend", &inv).await?;
+            let lost_members: Vec<String> = self.call("extend", &mut inv).await?;
             lost.extend(named_leases(&chunk, lost_members));
         }
         Ok(lost)
@@ -292,7 +306,7 @@ impl Leases for RedisStore {
             "reclaim",
             Reclaimed::default(),
             |_, topics| {
-                let mut inv = SCRIPTS.reclaim.prepare_invoke();
+                let mut inv = self.scripts().reclaim.prepare_invoke();
                 inv.key(k.jobs())
                     .key(k.inflight())
                     .key(k.counts())
@@ -300,15 +314,23 @@ impl Leases for RedisStore {
                     .key(k.attempts())
                     .key(k.retain())
                     .key(k.cancels())
-                    .key(k.events());
+                    .key(k.events())
+                    .key(k.progress());
+                for key in self.named_keys(k, []) {
+                    inv.key(key);
+                }
                 for t in topics {
                     inv.key(k.ready(t))
                         .key(k.dead(t))
                         .key(k.ready_gen(t))
                         .key(k.events_stream(t))
                         .key(k.ranked(t));
+                    if self.server.is_cluster() {
+                        for key in k.topic_groups(t) {
+                            inv.key(key);
+                        }
+                    }
                 }
-                inv.key(k.progress());
                 inv.arg(k.prefix()).arg(batch_limit(limit));
                 inv
             },
@@ -401,14 +423,13 @@ impl Leases for RedisStore {
         let limit = max.map(|m| m.max(1).to_string()).unwrap_or_default();
         for shard in 0..self.shards() {
             let k = self.keys(shard);
-            let mut inv = SCRIPTS.group_concurrency.prepare_invoke();
-            inv.key(k.limits())
-                .key(k.counts())
-                .key(k.jobs())
-                .arg(k.prefix())
-                .arg(topic.as_str())
-                .arg(&limit);
-            self.call::<Count>("set a topic's group concurrency", &inv)
+            let mut inv = self.scripts().group_concurrency.prepare_invoke();
+            inv.key(k.limits()).key(k.counts()).key(k.jobs());
+            for key in self.named_keys(k, [topic]) {
+                inv.key(key);
+            }
+            inv.arg(k.prefix()).arg(topic.as_str()).arg(&limit);
+            self.call::<Count>("set a topic's group concurrency", &mut inv)
                 .await?;
         }
         Ok(())
@@ -495,11 +516,11 @@ impl Leases for RedisStore {
 
     async fn hold(&self, topic: &Topic, duration: Duration) -> Result<()> {
         for shard in 0..self.shards() {
-            let mut inv = SCRIPTS.hold.prepare_invoke();
+            let mut inv = self.scripts().hold.prepare_invoke();
             inv.key(self.keys(shard).limits())
                 .arg(topic.as_str())
                 .arg(micros(duration));
-            let _: Value = self.call("hold a topic's starts", &inv).await?;
+            let _: Value = self.call("hold a topic's starts", &mut inv).await?;
         }
         Ok(())
     }
@@ -508,12 +529,12 @@ impl Leases for RedisStore {
         let mut lifted = false;
         for shard in 0..self.shards() {
             let k = self.keys(shard);
-            let mut inv = SCRIPTS.lift_hold.prepare_invoke();
+            let mut inv = self.scripts().lift_hold.prepare_invoke();
             inv.key(k.limits())
                 .arg(topic.as_str())
                 .arg(k.wake())
                 .arg(format!("{}{topic}", super::waiters::RESUMED));
-            lifted |= self.call::<Count>("lift a topic's hold", &inv).await?.0 > 0;
+            lifted |= self.call::<Count>("lift a topic's hold", &mut inv).await?.0 > 0;
         }
         Ok(lifted)
     }

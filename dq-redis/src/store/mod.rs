@@ -34,7 +34,7 @@ use crate::cluster::{on_any_node, on_owner_of};
 use crate::connection::{self, Conn, Server};
 use crate::hub::ReadyHub;
 use crate::keys::ShardKeys;
-use crate::scripts::SCRIPTS;
+use crate::scripts::{Scripts, CLUSTER_SCRIPTS, SCRIPTS};
 use dq_core::store::shard_of;
 use dq_core::store::Sharded;
 use dq_core::Config;
@@ -189,9 +189,9 @@ impl RedisStore {
             Ok(None) => {
                 // Nothing recorded yet: this process's count becomes the namespace's (should
                 // another record first, the script keeps theirs and answers it).
-                let mut inv = SCRIPTS.shard_count.prepare_invoke();
+                let mut inv = self.scripts().shard_count.prepare_invoke();
                 inv.key(&meta).arg(config.shards);
-                match self.call::<u64>(op, &inv).await {
+                match self.call::<u64>(op, &mut inv).await {
                     Ok(n) => n,
                     Err(e) => {
                         tracing::warn!(error = %e, shards = config.shards, "could not record the namespace's shard count in Redis (full or read-only?); using this process's own, unrecorded");
@@ -278,25 +278,108 @@ impl RedisStore {
         query_pipe(redis::Pipeline)
     }
 
+    /// The scripts as this store runs them: on a cluster, those that stop a call before it
+    /// touches a key it did not declare (lib.lua's `need`).
+    pub(super) fn scripts(&self) -> &'static Scripts {
+        if self.server.is_cluster() {
+            &CLUSTER_SCRIPTS
+        } else {
+            &SCRIPTS
+        }
+    }
+
+    /// On a cluster, the keys that the scripts a call of `topics` may reach name themselves
+    /// (lib.lua's `need`): the shard's (workflows, limits, the delayed set, events, unique ids,
+    /// retention) and each topic's (its groups, its ready lanes, dead letters, kept records and
+    /// event stream), which the call declares; those named from what the call reads (a group's
+    /// list, a workflow, the topics of its other steps) it names when it meets them. None on
+    /// one Redis, where no call checks them.
+    pub(super) fn named_keys<'t>(
+        &self,
+        k: &ShardKeys,
+        topics: impl IntoIterator<Item = &'t Topic>,
+    ) -> Vec<String> {
+        if !self.server.is_cluster() {
+            return Vec::new();
+        }
+        let mut keys = vec![
+            k.workflow_steps(),
+            k.limits(),
+            k.delayed(),
+            k.events(),
+            k.unique_for(),
+            k.retain(),
+        ];
+        for topic in topics {
+            keys.extend(k.topic_groups(topic));
+            let done = k.done(topic);
+            keys.extend([
+                k.ready(topic),
+                k.ranked(topic),
+                k.ready_gen(topic),
+                k.dead(topic),
+                format!("{done}:order"),
+                format!("{done}:taken"),
+                done,
+                k.cancelled(topic),
+                k.events_stream(topic),
+            ]);
+        }
+        keys
+    }
+
+    /// Runs a script. On a cluster, a call that meets keys it did not declare (a group's list,
+    /// named from the jobs it reads) stops before its first write, naming them (lib.lua's
+    /// `need`), and is made again with them declared: `inv` keeps them.
     pub(super) async fn run(
         &self,
         op: &'static str,
-        inv: &redis::ScriptInvocation<'_>,
+        inv: &mut redis::ScriptInvocation<'_>,
     ) -> Result<Value> {
         let mut conn = self.conn.clone();
-        inv.invoke_async(&mut conn)
-            .await
-            .map_err(crate::error::redis(op))
+        let mut rounds = 0;
+        loop {
+            match inv.invoke_async(&mut conn).await {
+                Err(e) if rounds < NEED_ROUNDS && !needed_keys(&e).is_empty() => {
+                    rounds += 1;
+                    for key in needed_keys(&e) {
+                        inv.key(key);
+                    }
+                }
+                other => return other.map_err(crate::error::redis(op)),
+            }
+        }
     }
 
     /// Runs a script and reads its reply as `T` (see `reply`).
     pub(super) async fn call<T: redis::FromRedisValue>(
         &self,
         op: &'static str,
-        inv: &redis::ScriptInvocation<'_>,
+        inv: &mut redis::ScriptInvocation<'_>,
     ) -> Result<T> {
         reply::read(op, self.run(op, inv).await?)
     }
+}
+
+/// How many times `run` makes a call again with the keys it named. A call names every key it
+/// lacks at each point where it may stop: a topic's groups (declared beforehand by every
+/// caller), then the lists of the groups it meets. More rounds mean the groups it met changed
+/// between two calls.
+pub(super) const NEED_ROUNDS: usize = 6;
+
+/// The keys a script stopped for (lib.lua's `need`: the error `DQKEYS <key> ...`, to which
+/// Redis adds the script's name); none for any other error.
+pub(super) fn needed_keys(e: &redis::RedisError) -> Vec<String> {
+    if e.code() != Some("DQKEYS") {
+        return Vec::new();
+    }
+    // Every key of dq's has a hashtag; the words Redis adds have none.
+    e.detail()
+        .unwrap_or_default()
+        .split_whitespace()
+        .take_while(|w| w.contains('{'))
+        .map(str::to_owned)
+        .collect()
 }
 
 /// A duration as the scripts take it: whole microseconds (saturating; delays are checked

@@ -11,7 +11,7 @@ use super::reply::{job_info, malformed_reply, read, Count, Reply, StatusReply};
 use super::RedisStore;
 use crate::cluster::pipeline_on_owner_of;
 use crate::keys::{member, ShardKeys};
-use crate::scripts::SCRIPTS;
+
 use dq_core::events::EventCursor;
 use dq_core::store::shard_of;
 use dq_core::store::{EventFeed, Producer, Sharded, Waited, MAX_BATCH};
@@ -58,7 +58,18 @@ impl RedisStore {
     ) -> Result<Vec<Value>> {
         let k = self.keys(shard);
         let topics: BTreeSet<&Topic> = chunk.iter().map(|&i| &jobs[i].topic).collect();
-        let keys = push_keys(k, &topics);
+        let mut keys = push_keys(k, &topics);
+        if self.server.is_cluster() {
+            // The keys the script names itself (lib.lua's `need`), and the lists of the groups
+            // of the jobs pushed: a push that moves a job out of another group names that
+            // one's list.
+            keys.extend(self.named_keys(k, topics.iter().copied()));
+            let groups: BTreeSet<(&Topic, &str)> = chunk
+                .iter()
+                .filter_map(|&i| Some((&jobs[i].topic, jobs[i].group.as_deref()?)))
+                .collect();
+            keys.extend(groups.into_iter().map(|(t, g)| k.group_queue(t, g)));
+        }
         self.learn(topics);
         // The arguments borrow the payloads: only the numbers are printed here.
         let count = chunk.len().to_string();
@@ -106,16 +117,16 @@ impl RedisStore {
             );
         }
         if self.wait.0.is_some() {
-            read("push", self.push_and_wait(shard, &keys, &args).await?)
+            read("push", self.push_and_wait(shard, keys, &args).await?)
         } else {
-            let mut inv = SCRIPTS.push.prepare_invoke();
+            let mut inv = self.scripts().push.prepare_invoke();
             for key in &keys {
                 inv.key(key);
             }
             for arg in &args {
                 inv.arg(*arg);
             }
-            self.call("push", &inv).await
+            self.call("push", &mut inv).await
         }
     }
 
@@ -126,23 +137,31 @@ impl RedisStore {
     /// cluster failover scenario of dq-chaos caught exactly that.) If the pipeline is retried,
     /// both parts are, and the push is idempotent by id. WAIT holds that connection until the
     /// replicas answer, at most `wait_timeout`: that is its cost.
-    async fn push_and_wait(&self, shard: u16, keys: &[String], args: &[&[u8]]) -> Result<Value> {
+    /// On a cluster, a call that names keys it was not given (lib.lua's `need`) is sent again
+    /// with them, as `RedisStore::run` does.
+    async fn push_and_wait(
+        &self,
+        shard: u16,
+        mut keys: Vec<String>,
+        args: &[&[u8]],
+    ) -> Result<Value> {
         let (Some(wanted), timeout) = self.wait else {
             unreachable!("push_and_wait is used with wait_replicas set")
         };
-        let mut pipe = redis::pipe();
-        pipe.cmd("EVALSHA")
-            .arg(SCRIPTS.push.get_hash())
-            .arg(keys.len())
-            .arg(keys);
-        for arg in args {
-            pipe.arg(*arg);
-        }
         let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
-        pipe.cmd("WAIT").arg(wanted).arg(timeout_ms);
         let owner = self.keys(shard).jobs();
         let mut replies = None;
-        for _ in 0..2 {
+        let (mut loads, mut rounds) = (0, 0);
+        while loads < 2 {
+            let mut pipe = redis::pipe();
+            pipe.cmd("EVALSHA")
+                .arg(self.scripts().push.get_hash())
+                .arg(keys.len())
+                .arg(&keys);
+            for arg in args {
+                pipe.arg(*arg);
+            }
+            pipe.cmd("WAIT").arg(wanted).arg(timeout_ms);
             let sent = pipeline_on_owner_of(&self.conn, &owner, &pipe, 2).await;
             // A pipeline's command errors come back as error values (cluster) or as the
             // pipeline's error (one server): either way, NOSCRIPT means load and send again.
@@ -151,12 +170,17 @@ impl RedisStore {
                 _ => Ok(replies),
             });
             match sent {
+                Err(e) if rounds < super::NEED_ROUNDS && !super::needed_keys(&e).is_empty() => {
+                    rounds += 1;
+                    keys.extend(super::needed_keys(&e));
+                }
                 Err(e)
                     if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
                 {
+                    loads += 1;
                     // After a restart or SCRIPT FLUSH: load it (on every master) and again.
                     let mut conn = self.conn.clone();
-                    SCRIPTS
+                    self.scripts()
                         .push
                         .load_async(&mut conn)
                         .await
@@ -301,7 +325,7 @@ impl Producer for RedisStore {
     }
 
     async fn cancel(&self, topic: &Topic, id: &JobId) -> Result<ChangeOutcome> {
-        let mut inv = self.change_invocation(&SCRIPTS.cancel, topic, id);
+        let mut inv = self.change_invocation(&self.scripts().cancel, topic, id);
         // A running job's cancel is recorded against its lease (cancel.lua's KEYS[11], [12]);
         // a job deleted is announced on its topic's events (KEYS[13], [14]) and marked
         // cancelled for the waits (KEYS[15]).
@@ -312,17 +336,27 @@ impl Producer for RedisStore {
             .key(k.events_stream(topic))
             .key(k.cancelled(topic))
             .arg(self.far());
-        Ok(self.call::<Reply<ChangeOutcome>>("cancel", &inv).await?.0)
+        // On a cluster, last: the keys of the topic's groups (lib.lua's `need`).
+        for key in self.named_keys(k, [topic]) {
+            inv.key(key);
+        }
+        Ok(self
+            .call::<Reply<ChangeOutcome>>("cancel", &mut inv)
+            .await?
+            .0)
     }
 
     async fn reschedule(&self, topic: &Topic, id: &JobId, when: Due) -> Result<ChangeOutcome> {
-        let mut inv = self.change_invocation(&SCRIPTS.reschedule, topic, id);
-        // KEYS[11]: where a job with a priority goes when it is to run now.
-        inv.key(self.keys_of(topic, id).ranked(topic))
-            .arg(when_arg(when))
-            .arg(self.far());
+        let mut inv = self.change_invocation(&self.scripts().reschedule, topic, id);
+        // KEYS[11]: where a job with a priority goes when it is to run now; on a cluster, the
+        // keys of the topic's groups after it (lib.lua's `need`).
+        let k = self.keys_of(topic, id);
+        inv.key(k.ranked(topic)).arg(when_arg(when)).arg(self.far());
+        for key in self.named_keys(k, [topic]) {
+            inv.key(key);
+        }
         Ok(self
-            .call::<Reply<ChangeOutcome>>("reschedule", &inv)
+            .call::<Reply<ChangeOutcome>>("reschedule", &mut inv)
             .await?
             .0)
     }
@@ -338,7 +372,7 @@ impl Producer for RedisStore {
     async fn status(&self, topic: &Topic, id: &JobId) -> Result<Option<JobInfo>> {
         let k = self.keys_of(topic, id);
         let m = member(topic, id);
-        let mut inv = SCRIPTS.status.prepare_invoke();
+        let mut inv = self.scripts().status.prepare_invoke();
         inv.key(k.jobs())
             .key(k.delayed())
             .key(k.inflight())
@@ -347,7 +381,10 @@ impl Producer for RedisStore {
             .key(k.progress())
             .arg(&m)
             .arg(self.far());
-        let StatusReply(found) = self.call("status", &inv).await?;
+        for key in self.named_keys(k, [topic]) {
+            inv.key(key);
+        }
+        let StatusReply(found) = self.call("status", &mut inv).await?;
         let Some(super::reply::Status {
             state,
             raw,

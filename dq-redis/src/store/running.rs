@@ -4,7 +4,6 @@
 use super::reply::Applied;
 use super::RedisStore;
 use crate::keys::member;
-use crate::scripts::SCRIPTS;
 use dq_core::{LeaseRef, Result};
 
 impl RedisStore {
@@ -13,7 +12,7 @@ impl RedisStore {
     pub(super) async fn record_progress(&self, lease: &LeaseRef, value: &[u8]) -> Result<bool> {
         dq_core::store::check_progress(lease, value)?;
         let k = self.keys_of(&lease.topic, &lease.id);
-        let mut inv = SCRIPTS.progress.prepare_invoke();
+        let mut inv = self.scripts().progress.prepare_invoke();
         inv.key(k.leases())
             .key(k.progress())
             .key(k.jobs())
@@ -22,7 +21,7 @@ impl RedisStore {
             .arg(member(&lease.topic, &lease.id))
             .arg(lease.token)
             .arg(value);
-        Ok(self.call::<Applied>("progress", &inv).await?.0)
+        Ok(self.call::<Applied>("progress", &mut inv).await?.0)
     }
 
     /// Those of `leases` with a cancel request made against that very lease, read shard by
@@ -52,7 +51,7 @@ impl RedisStore {
     /// when the lease is no longer held.
     pub(super) async fn delete_cancelled_run(&self, lease: &LeaseRef) -> Result<bool> {
         let k = self.keys_of(&lease.topic, &lease.id);
-        let mut inv = SCRIPTS.cancel_running.prepare_invoke();
+        let mut inv = self.scripts().cancel_running.prepare_invoke();
         inv.key(k.jobs())
             .key(k.inflight())
             .key(k.counts())
@@ -63,9 +62,11 @@ impl RedisStore {
             .key(k.progress())
             .key(k.events())
             .key(k.events_stream(&lease.topic))
-            .key(k.cancelled(&lease.topic))
-            .arg(member(&lease.topic, &lease.id))
-            .arg(lease.token);
-        Ok(self.call::<Applied>("cancel_running", &inv).await?.0)
+            .key(k.cancelled(&lease.topic));
+        for key in self.named_keys(k, [&lease.topic]) {
+            inv.key(key);
+        }
+        inv.arg(member(&lease.topic, &lease.id)).arg(lease.token);
+        Ok(self.call::<Applied>("cancel_running", &mut inv).await?.0)
     }
 }

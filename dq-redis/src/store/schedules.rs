@@ -5,7 +5,6 @@ use redis::Value;
 
 use super::reply::{read, Applied};
 use super::RedisStore;
-use crate::scripts::SCRIPTS;
 use dq_core::store::{FiredTick, ScheduleEntry, Schedules};
 use dq_core::Result;
 
@@ -13,7 +12,7 @@ use dq_core::Result;
 impl Schedules for RedisStore {
     async fn put_schedule(&self, id: &str, spec_json: &str, next_us: Option<u64>) -> Result<()> {
         let args = [id, spec_json, &tick_arg(next_us)];
-        self.schedule_script(&SCRIPTS.schedule_put, "put schedule", args)
+        self.schedule_script(&self.scripts().schedule_put, "put schedule", args)
             .await
             .map(drop)
     }
@@ -101,7 +100,7 @@ impl Schedules for RedisStore {
 
     async fn advance_schedule(&self, fired: &FiredTick, to_us: Option<u64>) -> Result<bool> {
         let k = self.keys(0);
-        let mut inv = SCRIPTS.schedule_advance.prepare_invoke();
+        let mut inv = self.scripts().schedule_advance.prepare_invoke();
         inv.key(k.schedule_next())
             .key(k.schedule_last())
             .key(k.schedule_gen())
@@ -109,14 +108,14 @@ impl Schedules for RedisStore {
             .arg(fired.tick_us)
             .arg(tick_arg(to_us))
             .arg(fired.generation);
-        let reply = self.run("advance schedule", &inv).await?;
+        let reply = self.run("advance schedule", &mut inv).await?;
         Ok(read::<Applied>("advance schedule", reply)?.0)
     }
 
     async fn set_schedule_next(&self, id: &str, next_us: Option<u64>) -> Result<bool> {
         let reply = self
             .schedule_script(
-                &SCRIPTS.schedule_set_next,
+                &self.scripts().schedule_set_next,
                 "set schedule",
                 [id, &tick_arg(next_us)],
             )
@@ -128,7 +127,7 @@ impl Schedules for RedisStore {
         let op = "raise schedule generation";
         let above = above.to_string();
         let reply = self
-            .schedule_script(&SCRIPTS.schedule_raise, op, [id, &above])
+            .schedule_script(&self.scripts().schedule_raise, op, [id, &above])
             .await?;
         let generation: u64 = read(op, reply)?;
         Ok((generation > 0).then_some(generation))
@@ -151,7 +150,7 @@ impl RedisStore {
         for arg in args {
             inv.arg(arg);
         }
-        self.run(op, &inv).await
+        self.run(op, &mut inv).await
     }
 }
 

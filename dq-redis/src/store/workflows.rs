@@ -10,7 +10,6 @@ use redis::Value;
 use super::reply::read;
 use super::{micros, RedisStore};
 use crate::keys::member;
-use crate::scripts::SCRIPTS;
 use dq_core::store::{Sharded, Workflows};
 use dq_core::workflow::{
     NewWorkflow, OnFailure, StepInfo, StepRef, StepState, WorkflowInfo, WorkflowOutcome,
@@ -70,7 +69,7 @@ impl Workflows for RedisStore {
                 topics.push(&step.job.topic);
             }
         }
-        let mut inv = SCRIPTS.workflow_push.prepare_invoke();
+        let mut inv = self.scripts().workflow_push.prepare_invoke();
         inv.key(k.jobs())
             .key(k.delayed())
             .key(k.counts())
@@ -79,6 +78,9 @@ impl Workflows for RedisStore {
             .key(k.workflow(&flow.id));
         for t in &topics {
             inv.key(k.ready(t)).key(k.ranked(t)).key(k.ready_gen(t));
+        }
+        for key in self.named_keys(k, topics.iter().copied()) {
+            inv.key(key);
         }
         let names: Vec<&str> = flow.steps.iter().map(|s| s.name.as_str()).collect();
         inv.arg(k.prefix())
@@ -99,7 +101,7 @@ impl Workflows for RedisStore {
                 .arg(&step.job.payload);
         }
         inv.arg(self.far());
-        let reply: Value = self.run("push workflow", &inv).await?;
+        let reply: Value = self.run("push workflow", &mut inv).await?;
         let items: Vec<Value> = read("push workflow", reply)?;
         let code: i64 = read(
             "push workflow",
@@ -141,7 +143,7 @@ impl Workflows for RedisStore {
     async fn cancel_workflow(&self, id: &str) -> Result<Option<usize>> {
         self.one_shard(&format!("workflow {id:?}"))?;
         let k = self.keys(0);
-        let mut inv = SCRIPTS.workflow_cancel.prepare_invoke();
+        let mut inv = self.scripts().workflow_cancel.prepare_invoke();
         inv.key(k.workflow(id))
             .key(k.workflow_steps())
             .key(k.jobs())
@@ -151,7 +153,10 @@ impl Workflows for RedisStore {
             .key(k.leases())
             .arg(k.prefix())
             .arg(id);
-        let n: i64 = self.call("cancel workflow", &inv).await?;
+        for key in self.named_keys(k, []) {
+            inv.key(key);
+        }
+        let n: i64 = self.call("cancel workflow", &mut inv).await?;
         Ok(usize::try_from(n).ok())
     }
 

@@ -460,8 +460,12 @@ impl Leases for MemoryStore {
         match retention {
             Some(r) => s.retention.insert(topic.clone(), r),
             None => {
+                // A topic that keeps nothing forgets what it kept, as the Redis store does
+                // (forget_done.lua).
                 s.forget_cancelled(topic);
-                s.retention.remove(topic)
+                let was = s.retention.remove(topic);
+                s.trim_done(topic, 0, usize::MAX);
+                was
             }
         };
         Ok(())
