@@ -172,6 +172,7 @@ on_every_store!(
     ],
     workflows: [
         a_fan_in_step_runs_once_after_both_its_dependencies_succeeded,
+        one_ack_of_the_steps_of_many_workflows_releases_each_ones_next,
         a_failed_dependency_cancels_the_steps_after_it_by_default,
         a_step_that_runs_after_a_failure_is_released_once_the_others_ended,
         a_failure_under_cancel_workflow_cancels_every_step_that_has_not_run,
@@ -192,6 +193,7 @@ on_every_store!(
     ],
     groups: [
         a_groups_jobs_run_one_at_a_time_in_push_order,
+        one_ack_of_many_grouped_topics_lets_each_groups_next_job_in,
         groups_take_turns_so_a_big_group_does_not_delay_a_small_one,
         a_dead_workers_group_slot_comes_back_and_its_job_runs_first_again,
         a_cancelled_waiting_job_is_skipped_and_counted_out,

@@ -817,3 +817,27 @@ pub(crate) async fn a_job_held_back_by_its_group_rate_is_announced_as_postponed(
         "one postponed, its first run, due when it waits for"
     );
 }
+
+/// One ack of jobs of many grouped topics lets each group's next job in. (On a cluster the call
+/// names the lists of every group it meets in one stop, lib.lua's `need`, not one stop a topic.)
+pub(crate) async fn one_ack_of_many_grouped_topics_lets_each_groups_next_job_in(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let topics: Vec<String> = (0..10).map(|n| format!("grouped-{n}")).collect();
+    let mut running = Vec::new();
+    for t in &topics {
+        for id in ["first", "second"] {
+            c.push_to(t, &0).id(id).group("acct").await.unwrap();
+        }
+        let got = c.store().fetch(0, &topic(t), 10, LEASE).await.unwrap().jobs;
+        assert_eq!(got.len(), 1, "{t}: one job of the group at a time");
+        running.push(got[0].lease.clone());
+    }
+    let leases: Vec<&LeaseRef> = running.iter().collect();
+    ack_all(c, &leases).await;
+    for t in &topics {
+        let got = c.store().fetch(0, &topic(t), 10, LEASE).await.unwrap().jobs;
+        let ids: Vec<String> = got.iter().map(|j| j.lease.id.to_string()).collect();
+        assert_eq!(ids, ["second"], "{t}: the group's next job");
+    }
+}

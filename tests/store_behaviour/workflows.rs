@@ -563,3 +563,32 @@ pub(crate) async fn a_released_step_keeps_the_time_its_workflow_was_pushed(kind:
     assert_eq!(released.state, JobState::Ready);
     assert_eq!(released.created, blocked.created);
 }
+
+/// One ack of the first steps of many workflows releases each one's next step, on a topic of
+/// its own. (On a cluster the call names every workflow it meets in one stop, lib.lua's `need`.)
+pub(crate) async fn one_ack_of_the_steps_of_many_workflows_releases_each_ones_next(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    for n in 0..10 {
+        let mut flow = c.workflow(format!("batch-{n}"));
+        flow.step_to("a", "wf-a", &serde_json::json!({ "n": n }));
+        flow.step_to("b", &format!("wf-b{n}"), &serde_json::json!({ "n": n }))
+            .after("a");
+        assert_eq!(flow.push().await.unwrap(), WorkflowOutcome::Created);
+    }
+    let first = fetch_all(c, "wf-a").await;
+    assert_eq!(first.len(), 10);
+    let done: Vec<Succeeded> = first
+        .iter()
+        .map(|j| Succeeded {
+            lease: j.lease.clone(),
+            result: None,
+            run: 1,
+        })
+        .collect();
+    assert_eq!(c.store().ack_succeeded(&done).await.unwrap().acked, 10);
+    for n in 0..10 {
+        let next = fetch_all(c, &format!("wf-b{n}")).await;
+        assert_eq!(ids(&next), [format!("batch-{n}.b")]);
+    }
+}

@@ -140,6 +140,7 @@ for topic in pairs(per_topic) do
   if redis.call('EXISTS', active) == 1 then ids_of[topic] = {} end
 end
 if next(ids_of) then
+  defer_needs() -- the lists of every grouped topic's groups named in one stop (lib.lua's `need`)
   for i, member in ipairs(done) do
     local topic = done_topics[i]
     local ids = ids_of[topic]
@@ -148,6 +149,7 @@ if next(ids_of) then
   for topic, ids in pairs(ids_of) do
     group_plans[#group_plans + 1] = plan_leave(prefix, topic, ids)
   end
+  needs_met()
 end
 local cancelled = #done > 0 and redis.call('EXISTS', cancels) == 1
 local reported = #done > 0 and has_progress(progress)

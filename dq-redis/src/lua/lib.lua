@@ -50,7 +50,12 @@ local INFLIGHT_AS_SKIPLIST = ':skiplist this member keeps the inflight set a ski
 -- caller calls again with them declared (RedisStore::run). Called before the first write only,
 -- like the touches above. CLUSTER is set by scripts.rs (true in the scripts run on a cluster):
 -- on one Redis, nothing is checked.
+-- A loop that would stop once per topic or workflow it meets (an ack of jobs of several
+-- grouped topics or workflows) names them all in one stop instead: between `defer_needs()` and
+-- `needs_met()`, `need_soon` records the keys it lacks and answers false (its caller then
+-- touches none of them), and `needs_met` stops the call with every key recorded.
 local declared_keys
+local need_missing, need_deferred = {}, false
 local function all_declared(keys)
   if not CLUSTER then return true end
   if not declared_keys then
@@ -63,13 +68,36 @@ local function all_declared(keys)
   return true
 end
 
-local function need(keys)
-  if all_declared(keys) then return end
+local function need_raise(keys)
   local missing = {}
   for _, key in ipairs(keys) do
     if not declared_keys[key] then missing[#missing + 1] = key end
   end
-  error({err = 'DQKEYS ' .. table.concat(missing, ' ')})
+  for _, key in ipairs(need_missing) do missing[#missing + 1] = key end
+  -- A text, not an error table: Redis 6.2 passes on only a text raised by a script.
+  error('DQKEYS ' .. table.concat(missing, ' '))
+end
+
+local function need(keys)
+  if not all_declared(keys) then need_raise(keys) end
+end
+
+local function need_soon(keys)
+  if all_declared(keys) then return true end
+  if not need_deferred then need_raise(keys) end
+  for _, key in ipairs(keys) do
+    if not declared_keys[key] then need_missing[#need_missing + 1] = key end
+  end
+  return false
+end
+
+local function defer_needs()
+  need_deferred = CLUSTER
+end
+
+local function needs_met()
+  need_deferred = false
+  if #need_missing > 0 then need_raise({}) end
 end
 
 local function now_us()
@@ -798,9 +826,11 @@ local function topic_group_keys(prefix, topic)
     prefix .. 'parked:' .. topic, prefix .. 'gwait:' .. topic }
 end
 
-local function group_keys(prefix, topic)
+-- `written`: called after the script's first write, where its keys were needed before (no
+-- stop there).
+local function group_keys(prefix, topic, written)
   local names = topic_group_keys(prefix, topic)
-  need(names)
+  if not written then need(names) end
   return { prefix = prefix, topic = topic, active = names[1], held = names[2],
     parked = names[3], waiting = names[4] }
 end
@@ -856,7 +886,7 @@ local function next_parked(k, group, room, skip)
   local ids, taken = {}, 0
   if room <= 0 then return ids, 0 end
   local key = group_queue(k, group)
-  if CLUSTER then need({key}) end
+  if CLUSTER and not need_soon({key}) then return ids, 0 end
   -- The first `room` entries first (the usual case: none stale); past stale ones, more at a time.
   local from, chunk = 0, math.min(room, 1000)
   while #ids < room do
@@ -938,7 +968,7 @@ local function plan_enter(prefix, topic, jobs, held_from)
     end
   end
   -- Every list a job parks in, declared, and touched before the first write: one EXISTS for all.
-  need(queues)
+  if CLUSTER and not need_soon(queues) then return plan end
   push_all('EXISTS', k.waiting, queues)
   redis.call('EXISTS', k.parked, k.waiting)
   if #plan.admit > 0 then touch_lanes(prefix, topic) end
@@ -995,7 +1025,7 @@ local function plan_nexts(plan, wants, limit, skip)
     for _, w in ipairs(wants) do
       if limit > w[2] then queues[#queues + 1] = group_queue(k, w[1]) end
     end
-    need(queues)
+    if not need_soon(queues) then return end
   end
   for x, w in ipairs(wants) do
     local room = limit - w[2]
@@ -1478,7 +1508,7 @@ local function workflow_open(plan, wf)
   local f = plan.wfs[wf]
   if f == nil then
     local key = plan.prefix .. 'workflow:' .. wf
-    if CLUSTER then need({key}) end
+    if CLUSTER and not need_soon({key}) then return nil end
     local head = redis.call('HMGET', key, 'left', 'cancelled', 'keep', 'steps')
     f = false
     if head[1] then
@@ -1703,6 +1733,7 @@ local function workflow_plan(prefix, ended, taken_back)
   for _, m in ipairs(taken_back) do members[#members + 1] = m end
   local refs = hmget_all(plan.steps_key, members)
   local any = false
+  defer_needs() -- every workflow met named in one stop (lib.lua's `need`)
   for i, e in ipairs(ended) do
     local ref = refs[i]
     if ref then
@@ -1729,6 +1760,7 @@ local function workflow_plan(prefix, ended, taken_back)
       end
     end
   end
+  needs_met()
   if not any then return nil end
   workflow_touch(plan)
   return plan

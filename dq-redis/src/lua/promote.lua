@@ -102,6 +102,7 @@ for i, topic in ipairs(order) do
   marks[2 * i] = topic .. ':grouped'
 end
 local flags = redis.call('HMGET', counts, unpack(marks))
+defer_needs() -- the lists of every grouped topic's groups named in one stop (lib.lua's `need`)
 for i, topic in ipairs(order) do
   local ranked, grouped = flags[2 * i - 1], flags[2 * i]
   if ranked or grouped then
@@ -128,6 +129,7 @@ for i, topic in ipairs(order) do
     priorities[topic] = levels
   end
 end
+needs_met()
 proceed_when_full(counts) -- due jobs move to ready when Redis is full too
 for _, topic in ipairs(order) do
   local plain = by_topic[topic]

@@ -471,11 +471,13 @@ for _, p in pairs(was_parked) do
   moving[p[1]] = moving[p[1]] or {}
   moving[p[1]][p[2]] = true
 end
+defer_needs() -- the lists of every grouped topic's groups named in one stop (lib.lua's `need`)
 for topic, ids in pairs(switched) do leave_plans[topic] = plan_leave(prefix, topic, ids, moving[topic]) end
 for topic, list in pairs(enter_by_topic) do
   local leave = leave_plans[topic]
   group_plans[topic] = plan_enter(prefix, topic, list, leave and leave.held)
 end
+needs_met()
 -- Far jobs: the parts and index hashes this call writes, and the parts of the replaced ones,
 -- touched before the first write; when the next move of far jobs is due as things stand.
 local far_writing = #far_jobs > 0 and far_plan(prefix, far_jobs)
@@ -504,7 +506,7 @@ end
 local touched = {}
 for topic in pairs(rank) do redis.call('HSET', counts, topic .. ':ranked', 1) end
 for topic in pairs(grouped) do redis.call('HSET', counts, topic .. ':grouped', 1) end
-for topic, gone in pairs(unparked) do unpark(group_keys(prefix, topic), gone) end
+for topic, gone in pairs(unparked) do unpark(group_keys(prefix, topic, true), gone) end
 for topic, leave in pairs(leave_plans) do write_leave(leave, counts, group_plans[topic]) end
 for topic, plan in pairs(group_plans) do
   write_enter(plan, counts)
@@ -570,7 +572,7 @@ for topic, gone in pairs(unparked) do
   for _, g in ipairs(gone) do
     if not again[g[1]] then ids[#ids + 1] = g[1] end
   end
-  tidy_parked(group_keys(prefix, topic), ids)
+  tidy_parked(group_keys(prefix, topic, true), ids)
 end
 -- The records pushed again go (`done:<topic>` was read for them): one HDEL per hash, last;
 -- they are counted as taken out (lib.lua).

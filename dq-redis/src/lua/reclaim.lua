@@ -138,7 +138,9 @@ for topic in pairs(dead_by) do
   announced[topic] = redis.call('HEXISTS', KEYS[6], topic) == 1
 end
 local group_plans = {}
+defer_needs() -- the lists of every grouped topic's groups named in one stop (lib.lua's `need`)
 for topic, ids in pairs(dead_ids) do group_plans[#group_plans + 1] = plan_leave(prefix, topic, ids) end
+needs_met()
 local cancelled = redis.call('EXISTS', KEYS[7]) == 1
 local reported = has_progress(progress)
 -- The jobs taken back whose workflow is cancelled are deleted instead (lib.lua's workflows):

@@ -337,16 +337,18 @@ impl RedisStore {
         inv: &mut redis::ScriptInvocation<'_>,
     ) -> Result<Value> {
         let mut conn = self.conn.clone();
-        let mut rounds = 0;
+        let mut named = Needed::default();
         loop {
             match inv.invoke_async(&mut conn).await {
-                Err(e) if rounds < NEED_ROUNDS && !needed_keys(&e).is_empty() => {
-                    rounds += 1;
-                    for key in needed_keys(&e) {
-                        inv.key(key);
+                Err(e) => match named.more(&e) {
+                    Some(keys) => {
+                        for key in keys {
+                            inv.key(key);
+                        }
                     }
-                }
-                other => return other.map_err(crate::error::redis(op)),
+                    None => return Err(crate::error::redis(op)(e)),
+                },
+                ok => return ok.map_err(crate::error::redis(op)),
             }
         }
     }
@@ -361,25 +363,36 @@ impl RedisStore {
     }
 }
 
-/// How many times `run` makes a call again with the keys it named. A call names every key it
-/// lacks at each point where it may stop: a topic's groups (declared beforehand by every
-/// caller), then the lists of the groups it meets. More rounds mean the groups it met changed
-/// between two calls.
-pub(super) const NEED_ROUNDS: usize = 6;
+/// Most times a call is made again with the keys it named. A call stops at most at a few
+/// points, each naming every key it lacks there (the lists of the groups of every grouped topic
+/// it meets, then its workflows, then their steps' topics), so it needs two or three; more mean
+/// that what it reads changed between two calls. Past this, the error is the caller's.
+const NEED_ROUNDS: usize = 32;
 
-/// The keys a script stopped for (lib.lua's `need`: the error `DQKEYS <key> ...`, to which
-/// Redis adds the script's name); none for any other error.
-pub(super) fn needed_keys(e: &redis::RedisError) -> Vec<String> {
-    if e.code() != Some("DQKEYS") {
-        return Vec::new();
+/// The keys the calls of one operation named (lib.lua's `need`), so far.
+#[derive(Default)]
+pub(super) struct Needed {
+    keys: std::collections::HashSet<String>,
+    rounds: usize,
+}
+
+impl Needed {
+    /// The keys `e` names that no earlier call of the operation named: to declare in the next
+    /// call. None when `e` is another error, names nothing new (a script that keeps asking for
+    /// keys it has: its caller's error), or the calls made are [`NEED_ROUNDS`].
+    pub(super) fn more(&mut self, e: &redis::RedisError) -> Option<Vec<String>> {
+        let text = e.to_string();
+        let (_, named) = text.split_once("DQKEYS ")?;
+        // Every key of dq's has a hashtag; the words Redis adds after them have none.
+        let fresh: Vec<String> = named
+            .split_whitespace()
+            .take_while(|w| w.contains('{'))
+            .filter(|k| self.keys.insert((*k).to_owned()))
+            .map(str::to_owned)
+            .collect();
+        self.rounds += 1;
+        (!fresh.is_empty() && self.rounds <= NEED_ROUNDS).then_some(fresh)
     }
-    // Every key of dq's has a hashtag; the words Redis adds have none.
-    e.detail()
-        .unwrap_or_default()
-        .split_whitespace()
-        .take_while(|w| w.contains('{'))
-        .map(str::to_owned)
-        .collect()
 }
 
 /// A duration as the scripts take it: whole microseconds (saturating; delays are checked

@@ -151,7 +151,7 @@ impl RedisStore {
         let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
         let owner = self.keys(shard).jobs();
         let mut replies = None;
-        let (mut loads, mut rounds) = (0, 0);
+        let (mut loads, mut named) = (0, super::Needed::default());
         while loads < 2 {
             let mut pipe = redis::pipe();
             pipe.cmd("EVALSHA")
@@ -170,10 +170,10 @@ impl RedisStore {
                 _ => Ok(replies),
             });
             match sent {
-                Err(e) if rounds < super::NEED_ROUNDS && !super::needed_keys(&e).is_empty() => {
-                    rounds += 1;
-                    keys.extend(super::needed_keys(&e));
-                }
+                Err(e) if e.to_string().contains("DQKEYS ") => match named.more(&e) {
+                    Some(more) => keys.extend(more),
+                    None => return Err(crate::error::redis("push")(e)),
+                },
                 Err(e)
                     if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
                 {
