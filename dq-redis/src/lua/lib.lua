@@ -55,7 +55,7 @@ local INFLIGHT_AS_SKIPLIST = ':skiplist this member keeps the inflight set a ski
 -- `needs_met()`, `need_soon` records the keys it lacks and answers false (its caller then
 -- touches none of them), and `needs_met` stops the call with every key recorded.
 local declared_keys
-local need_missing, need_deferred = {}, false
+local need_missing, need_named, need_deferred = {}, {}, false
 local function all_declared(keys)
   if not CLUSTER then return true end
   if not declared_keys then
@@ -86,7 +86,11 @@ local function need_soon(keys)
   if all_declared(keys) then return true end
   if not need_deferred then need_raise(keys) end
   for _, key in ipairs(keys) do
-    if not declared_keys[key] then need_missing[#need_missing + 1] = key end
+    -- Once each (an ack of many steps of one workflow meets its key at each).
+    if not declared_keys[key] and not need_named[key] then
+      need_named[key] = true
+      need_missing[#need_missing + 1] = key
+    end
   end
   return false
 end
