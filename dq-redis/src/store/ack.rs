@@ -56,9 +56,7 @@ impl RedisStore {
             inv.key(k.events_stream(topic));
         }
         inv.key(k.waiting());
-        for key in self.named_keys(k, topics.iter().copied()) {
-            inv.key(key);
-        }
+        inv.key(self.named_keys(k, topics.iter().copied()));
         inv.arg(topics.len());
         for topic in &topics {
             inv.arg(topic.as_str());
@@ -119,9 +117,7 @@ impl RedisStore {
         loop {
             let mut inv = self.scripts().forget_done.prepare_invoke();
             inv.key(k.jobs()).key(k.done(topic)).key(k.cancelled(topic));
-            for key in self.named_keys(k, [topic]) {
-                inv.key(key);
-            }
+            inv.key(self.named_keys(k, [topic]));
             let deleted: i64 = self.call("forget_done", &mut inv).await?;
             if deleted < 0 {
                 return Ok(());

@@ -158,9 +158,7 @@ impl Admin for RedisStore {
             inv.key(k.jobs()).key(key);
             if state == JobState::Ready {
                 inv.key(k.ready_gen(topic)).key(k.ranked(topic));
-                for key in self.named_keys(k, [topic]) {
-                    inv.key(key);
-                }
+                inv.key(self.named_keys(k, [topic]));
             }
             inv.arg(kind)
                 .arg(topic.as_str())
@@ -263,9 +261,7 @@ impl Admin for RedisStore {
                 .key(k.ready_gen(topic))
                 .key(k.counts())
                 .key(k.ranked(topic));
-            for key in self.named_keys(k, [topic]) {
-                inv.key(key);
-            }
+            inv.key(self.named_keys(k, [topic]));
             inv.arg(k.prefix())
                 .arg(topic.as_str())
                 .arg(max)
@@ -392,9 +388,7 @@ impl RedisStore {
             let want = limit - page.jobs.len();
             let mut inv = self.scripts().done_list.prepare_invoke();
             inv.key(k.jobs()).key(k.done(topic)).arg(pos).arg(want);
-            for key in self.named_keys(k, [topic]) {
-                inv.key(key);
-            }
+            inv.key(self.named_keys(k, [topic]));
             let reply: Vec<Value> = self.call("done_list", &mut inv).await?;
             let entries = reply.len() / 4;
             for quad in reply.chunks(4) {

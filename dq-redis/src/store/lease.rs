@@ -122,18 +122,14 @@ impl Leases for RedisStore {
                     .key(k.counts())
                     .key(k.jobs())
                     .key(k.events());
-                for key in self.named_keys(k, []) {
-                    inv.key(key);
-                }
+                inv.key(self.named_keys(k, []));
                 for t in topics {
                     inv.key(k.ready(t))
                         .key(k.ready_gen(t))
                         .key(k.events_stream(t))
                         .key(k.ranked(t));
                     if self.server.is_cluster() {
-                        for key in k.topic_groups(t) {
-                            inv.key(key);
-                        }
+                        inv.key(k.topic_groups(t).to_vec());
                     }
                 }
                 inv.arg(k.prefix())
@@ -231,9 +227,7 @@ impl Leases for RedisStore {
             .key(k.progress())
             .key(k.events())
             .key(k.events_stream(&lease.topic));
-        for key in self.named_keys(k, [&lease.topic]) {
-            inv.key(key);
-        }
+        inv.key(self.named_keys(k, [&lease.topic]));
         inv.arg(member(&lease.topic, &lease.id))
             .arg(lease.token)
             .arg(error);
@@ -316,9 +310,7 @@ impl Leases for RedisStore {
                     .key(k.cancels())
                     .key(k.events())
                     .key(k.progress());
-                for key in self.named_keys(k, []) {
-                    inv.key(key);
-                }
+                inv.key(self.named_keys(k, []));
                 for t in topics {
                     inv.key(k.ready(t))
                         .key(k.dead(t))
@@ -326,9 +318,7 @@ impl Leases for RedisStore {
                         .key(k.events_stream(t))
                         .key(k.ranked(t));
                     if self.server.is_cluster() {
-                        for key in k.topic_groups(t) {
-                            inv.key(key);
-                        }
+                        inv.key(k.topic_groups(t).to_vec());
                     }
                 }
                 inv.arg(k.prefix()).arg(batch_limit(limit));
@@ -425,9 +415,7 @@ impl Leases for RedisStore {
             let k = self.keys(shard);
             let mut inv = self.scripts().group_concurrency.prepare_invoke();
             inv.key(k.limits()).key(k.counts()).key(k.jobs());
-            for key in self.named_keys(k, [topic]) {
-                inv.key(key);
-            }
+            inv.key(self.named_keys(k, [topic]));
             inv.arg(k.prefix()).arg(topic.as_str()).arg(&limit);
             self.call::<Count>("set a topic's group concurrency", &mut inv)
                 .await?;

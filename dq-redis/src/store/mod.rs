@@ -342,9 +342,7 @@ impl RedisStore {
             match inv.invoke_async(&mut conn).await {
                 Err(e) => match named.more(&e) {
                     Some(keys) => {
-                        for key in keys {
-                            inv.key(key);
-                        }
+                        inv.key(keys);
                     }
                     None => return Err(crate::error::redis(op)(e)),
                 },

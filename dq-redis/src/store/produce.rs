@@ -337,9 +337,7 @@ impl Producer for RedisStore {
             .key(k.cancelled(topic))
             .arg(self.far());
         // On a cluster, last: the keys of the topic's groups (lib.lua's `need`).
-        for key in self.named_keys(k, [topic]) {
-            inv.key(key);
-        }
+        inv.key(self.named_keys(k, [topic]));
         Ok(self
             .call::<Reply<ChangeOutcome>>("cancel", &mut inv)
             .await?
@@ -352,9 +350,7 @@ impl Producer for RedisStore {
         // keys of the topic's groups after it (lib.lua's `need`).
         let k = self.keys_of(topic, id);
         inv.key(k.ranked(topic)).arg(when_arg(when)).arg(self.far());
-        for key in self.named_keys(k, [topic]) {
-            inv.key(key);
-        }
+        inv.key(self.named_keys(k, [topic]));
         Ok(self
             .call::<Reply<ChangeOutcome>>("reschedule", &mut inv)
             .await?
@@ -381,9 +377,7 @@ impl Producer for RedisStore {
             .key(k.progress())
             .arg(&m)
             .arg(self.far());
-        for key in self.named_keys(k, [topic]) {
-            inv.key(key);
-        }
+        inv.key(self.named_keys(k, [topic]));
         let StatusReply(found) = self.call("status", &mut inv).await?;
         let Some(super::reply::Status {
             state,

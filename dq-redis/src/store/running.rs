@@ -63,9 +63,7 @@ impl RedisStore {
             .key(k.events())
             .key(k.events_stream(&lease.topic))
             .key(k.cancelled(&lease.topic));
-        for key in self.named_keys(k, [&lease.topic]) {
-            inv.key(key);
-        }
+        inv.key(self.named_keys(k, [&lease.topic]));
         inv.arg(member(&lease.topic, &lease.id)).arg(lease.token);
         Ok(self.call::<Applied>("cancel_running", &mut inv).await?.0)
     }

@@ -79,9 +79,7 @@ impl Workflows for RedisStore {
         for t in &topics {
             inv.key(k.ready(t)).key(k.ranked(t)).key(k.ready_gen(t));
         }
-        for key in self.named_keys(k, topics.iter().copied()) {
-            inv.key(key);
-        }
+        inv.key(self.named_keys(k, topics.iter().copied()));
         let names: Vec<&str> = flow.steps.iter().map(|s| s.name.as_str()).collect();
         inv.arg(k.prefix())
             .arg(&flow.id)
@@ -153,9 +151,7 @@ impl Workflows for RedisStore {
             .key(k.leases())
             .arg(k.prefix())
             .arg(id);
-        for key in self.named_keys(k, []) {
-            inv.key(key);
-        }
+        inv.key(self.named_keys(k, []));
         let n: i64 = self.call("cancel workflow", &mut inv).await?;
         Ok(usize::try_from(n).ok())
     }
