@@ -530,3 +530,74 @@ async fn a_dropped_cluster_store_leaves_no_subscription_behind() {
     )
     .await;
 }
+
+/// Calls a node answered with a plain error, from `INFO errorstats` (a script's stop that
+/// names keys it lacks, lib.lua's `need`, is one: its caller calls again with them; a
+/// script's first call on a node, `NOSCRIPT`, is not).
+fn refused_calls(node: &support::RedisServer) -> u64 {
+    node.command(&["INFO", "errorstats"])
+        .lines()
+        .find_map(|l| l.strip_prefix("errorstat_ERR:count="))
+        .map_or(0, |n| n.trim().parse().unwrap())
+}
+
+/// A job's group's list of parked jobs is a key its ack reads; the store that fetched the job
+/// read its group then, and declares that list at the ack, so the ack is one call, not a first
+/// one that stops to name the lists and a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_of_grouped_jobs_this_process_fetched_is_one_call_on_a_cluster() {
+    use dq::store::Succeeded;
+    let cluster = RedisCluster::start(3, 0);
+    let config = dq::Config::builder()
+        .redis_cluster(cluster.urls())
+        .shards(1)
+        .namespace("acks")
+        .build()
+        .unwrap();
+    let client = support::TestClient::connect(config).await.unwrap();
+    for n in 0..20u64 {
+        client
+            .push(support::OrderCancel { order_id: n })
+            .id(format!("job-{n}"))
+            .group(format!("acct-{}", n % 10))
+            .await
+            .unwrap();
+    }
+    let topic = support::topic("order-cancel");
+    let first = client
+        .store()
+        .fetch(0, &topic, 20, support::LEASE)
+        .await
+        .unwrap();
+    assert_eq!(first.jobs.len(), 10, "one job of each group at a time");
+    let owner = cluster.node(cluster.master_of("dq:{acks:0}:jobs"));
+    let refused = refused_calls(owner);
+    let done: Vec<Succeeded> = first
+        .jobs
+        .iter()
+        .map(|j| Succeeded {
+            lease: j.lease.clone(),
+            result: None,
+            run: 1,
+        })
+        .collect();
+    let acked = client.store().ack_succeeded(&done).await.unwrap();
+    assert_eq!(acked.acked, 10);
+    assert_eq!(
+        refused_calls(owner) - refused,
+        0,
+        "the ack stopped to name keys it lacked"
+    );
+    let second = client
+        .store()
+        .fetch(0, &topic, 20, support::LEASE)
+        .await
+        .unwrap();
+    let mut ids: Vec<String> = second.jobs.iter().map(|j| j.lease.id.to_string()).collect();
+    ids.sort_by_key(|id| id[4..].parse::<u64>().unwrap());
+    let expected: Vec<String> = (10..20).map(|n| format!("job-{n}")).collect();
+    assert_eq!(
+        ids, expected,
+        "each group's second job was let in by the ack"
+    );
+}

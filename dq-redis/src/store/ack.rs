@@ -57,6 +57,7 @@ impl RedisStore {
         }
         inv.key(k.waiting());
         inv.key(self.named_keys(k, topics.iter().copied()));
+        inv.key(self.leased_group_queues(chunk.iter().map(|j| &j.lease)));
         inv.arg(topics.len());
         for topic in &topics {
             inv.arg(topic.as_str());

@@ -79,6 +79,9 @@ impl RedisStore {
                 Ok(mut envelope) => {
                     // Stored: the runs counted so far; handed over: the run being made.
                     envelope.attempt = envelope.attempt.saturating_add(1);
+                    if let Some(group) = &envelope.group {
+                        self.leased_in_group(k, topic, &lease.id, group);
+                    }
                     out.jobs.push(LeasedJob { lease, envelope });
                 }
                 Err(e) => self.dead_letter_malformed(&mut out, lease, e).await,

@@ -228,6 +228,7 @@ impl Leases for RedisStore {
             .key(k.events())
             .key(k.events_stream(&lease.topic));
         inv.key(self.named_keys(k, [&lease.topic]));
+        inv.key(self.leased_group_queues([lease]));
         inv.arg(member(&lease.topic, &lease.id))
             .arg(lease.token)
             .arg(error);

@@ -95,6 +95,10 @@ pub struct RedisStore {
     /// `reclaim`): those two declare the ready and dead keys of these topics, since a script
     /// must declare every key it touches (see `promote.lua`).
     known: Arc<std::sync::Mutex<std::collections::BTreeSet<Topic>>>,
+    /// On a cluster, the list of parked jobs of the group of each grouped job this store
+    /// leased (`topic:id` -> key), read from its envelope at the fetch: the ack declares it,
+    /// so that it need not stop to name it (see `leased_group_queues`).
+    leased_groups: Arc<std::sync::Mutex<std::collections::HashMap<String, String>>>,
     /// Redis' clock as this process last read it (see `clock`).
     clock: Arc<clock::RedisClock>,
     /// `compact` of the configuration (see `far_push`).
@@ -148,6 +152,7 @@ impl RedisStore {
             ended: Arc::default(),
             wait: (config.wait_replicas, config.wait_timeout),
             known: Arc::default(),
+            leased_groups: Arc::default(),
             clock: Arc::default(),
             compact: config.compact,
         };
@@ -358,6 +363,47 @@ impl RedisStore {
         inv: &mut redis::ScriptInvocation<'_>,
     ) -> Result<T> {
         reply::read(op, self.run(op, inv).await?)
+    }
+}
+
+/// Most grouped jobs whose groups a store remembers between their fetch and their end (see
+/// `RedisStore::leased_group_queues`). Past it, it forgets them all: a job whose end another
+/// process recorded (a lease taken back) is never forgotten otherwise, and an ack of a job it
+/// forgot costs one more call, nothing else.
+const LEASED_GROUPS: usize = 1 << 17;
+
+impl RedisStore {
+    /// Remembers the group of a job this store leased (on a cluster only).
+    pub(super) fn leased_in_group(&self, k: &ShardKeys, topic: &Topic, id: &JobId, group: &str) {
+        if !self.server.is_cluster() {
+            return;
+        }
+        let mut groups = self.leased_groups.lock().unwrap_or_else(|p| p.into_inner());
+        if groups.len() >= LEASED_GROUPS {
+            groups.clear();
+        }
+        groups.insert(crate::keys::member(topic, id), k.group_queue(topic, group));
+    }
+
+    /// The lists of parked jobs of the groups of `leases`, as far as this store leased them,
+    /// once each, forgotten here: an ack or a dead letter of a grouped job reads its group's
+    /// list to let the next job in, and on a cluster a script must declare it (lib.lua's
+    /// `need`). Empty on one Redis.
+    pub(super) fn leased_group_queues<'l>(
+        &self,
+        leases: impl IntoIterator<Item = &'l LeaseRef>,
+    ) -> Vec<String> {
+        if !self.server.is_cluster() {
+            return Vec::new();
+        }
+        let mut groups = self.leased_groups.lock().unwrap_or_else(|p| p.into_inner());
+        let mut queues: Vec<String> = leases
+            .into_iter()
+            .filter_map(|l| groups.remove(&crate::keys::member(&l.topic, &l.id)))
+            .collect();
+        queues.sort_unstable();
+        queues.dedup();
+        queues
     }
 }
 
