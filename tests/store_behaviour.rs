@@ -202,6 +202,7 @@ on_every_store!(
         a_retried_job_keeps_its_groups_slot_until_it_succeeds,
         a_dead_letter_frees_its_slot_and_a_requeue_waits_its_turn,
         a_delayed_grouped_job_waits_for_its_group_when_due,
+        a_job_pushed_to_run_now_does_not_pass_one_of_its_group_already_due,
         a_replaced_waiting_job_goes_last_of_its_group_once,
         a_waiting_job_rescheduled_to_later_leaves_the_line,
         a_replace_into_another_group_hands_the_old_slot_on,

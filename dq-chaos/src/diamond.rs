@@ -124,7 +124,7 @@ pub(crate) async fn diamond(full: bool, seed: u64, cluster: bool) -> anyhow::Res
 
 /// What the store and the ledgers say of the `n` diamonds once drained (the workflows whose
 /// push was acknowledged): the scenario's figures, and its failures under `failures`.
-async fn held(
+pub(crate) async fn held(
     h: &mut Harness,
     pushes: &Pushes,
     n: usize,

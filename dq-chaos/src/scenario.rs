@@ -31,6 +31,8 @@ pub(crate) const ALL: &[&str] = &[
     "cluster-failover",
     "shard-stall",
     "cluster-reshard",
+    "groups-reshard",
+    "diamond-reshard",
     "cluster-failover-wait",
     "cron-skew",
     "redis-empty-restart",
@@ -68,7 +70,7 @@ pub(crate) async fn run(name: &str, full: bool, seed: u64, keep: bool) -> anyhow
     h.stop_workers().await;
     let mut report = h.report(&pushes).await?;
     let mut failures = common_failures(name, &report);
-    own_failures(name, &report, &h, &mut extra, &mut failures);
+    own_failures(name, &report, &h, &pushes, &mut extra, &mut failures);
     let ok = failures.is_empty();
     h.cleanup(keep || (!ok && name != "sabotage"));
     let obj = report.as_object_mut().expect("the report is an object");
@@ -97,7 +99,9 @@ async fn run_until_drained(name: &str, full: bool, seed: u64) -> anyhow::Result<
         "maxmemory" => maxmemory(full, seed).await,
         "blackhole" => blackhole(full, seed).await,
         "shard-stall" => shard_stall(full, seed).await,
-        "cluster-reshard" => cluster_reshard(full, seed).await,
+        "cluster-reshard" => cluster_reshard(full, seed, Reshard::Plain).await,
+        "groups-reshard" => cluster_reshard(full, seed, Reshard::Groups).await,
+        "diamond-reshard" => cluster_reshard(full, seed, Reshard::Diamonds).await,
         "sabotage" => sabotage(seed).await,
         "cluster-failover" => cluster_failover(full, seed, false).await,
         "cluster-failover-wait" => cluster_failover(full, seed, true).await,
@@ -155,6 +159,7 @@ fn own_failures(
     name: &str,
     report: &Value,
     h: &Harness,
+    pushes: &Pushes,
     extra: &mut serde_json::Map<String, Value>,
     failures: &mut Vec<String>,
 ) {
@@ -179,7 +184,7 @@ fn own_failures(
         flow_limits_held(h, extra, failures);
     }
     if name.starts_with("groups") {
-        groups_held(h, extra, failures);
+        groups_held(h, pushes, extra, failures);
     }
     if name == "group-rate" {
         group_rate_held(h, extra, failures);
@@ -462,9 +467,14 @@ fn runs_by_group(h: &Harness) -> HashMap<u64, Vec<&Run>> {
 
 /// What the ledger of the groups scenario says: per group, the most runs at once (a sweep over
 /// their starts and ends, an end before a start at the same instant), and whether its jobs'
-/// first runs started in the order of their due times.
+/// first runs started in the order they went in line. A job goes in line at its due time, or
+/// when its push reaches Redis if that is later (a push held up by a fault, as a reshard holds
+/// them, arrives after its due time): an order violation is a job that started before one that
+/// surely went in line earlier, whose due time and push acknowledgement both came before the
+/// first one's due time.
 fn groups_held(
     h: &Harness,
+    pushes: &Pushes,
     extra: &mut serde_json::Map<String, Value>,
     failures: &mut Vec<String>,
 ) {
@@ -488,12 +498,14 @@ fn groups_held(
         let mut firsts: Vec<&&Run> = first.values().collect();
         firsts.sort_by_key(|r| r.start_us);
         for pair in firsts.windows(2) {
-            if pair[1].due_us < pair[0].due_us {
+            let acked = pushes.acked.get(&pair[1].id).copied().unwrap_or(u64::MAX);
+            if pair[1].due_us.max(acked) < pair[0].due_us {
                 out_of_order += 1;
                 if samples.len() < 3 {
+                    let pushed = |r: &Run| pushes.acked.get(&r.id).copied().unwrap_or_default();
                     samples.push(format!(
-                        "group g{g}: {} (due {}) started before {} (due {})",
-                        pair[0].id, pair[0].due_us, pair[1].id, pair[1].due_us
+                        "group g{g}: {} (due {}, push acknowledged {}) started before {} (due {}, push acknowledged {})",
+                        pair[0].id, pair[0].due_us, pushed(pair[0]), pair[1].id, pair[1].due_us, pushed(pair[1])
                     ));
                 }
             }
@@ -952,6 +964,19 @@ async fn shard_stall(full: bool, seed: u64) -> anyhow::Result<Outcome> {
     Ok((h, pushes, extra))
 }
 
+/// What `cluster_reshard` pushes while the slots move.
+#[derive(Clone, Copy, PartialEq)]
+enum Reshard {
+    /// Plain jobs (`cluster-reshard`).
+    Plain,
+    /// Jobs spread over [`GROUPS`] groups of one slot each, in 16 shards (`groups-reshard`):
+    /// a group's list of parked jobs is a key its scripts name from what they read.
+    Groups,
+    /// Diamond workflows in a namespace of one shard (`diamond-reshard`): a workflow and its
+    /// steps' lists are keys the scripts name from what they read.
+    Diamonds,
+}
+
 /// A live reshard under load: the slots of dq's shards move to the next master, one shard at a
 /// time (short: 4 shards once; full: all 16, twice), while jobs are pushed, promoted, fetched
 /// and acked. Each slot's keys move one per `MIGRATE`, 20 ms apart, and the ready and dead
@@ -960,28 +985,69 @@ async fn shard_stall(full: bool, seed: u64) -> anyhow::Result<Outcome> {
 /// its keys split between two nodes. Nothing may be lost, and no key may be found already on
 /// the new node (`busy_keys`: a script that ran there wrote a second copy, which the reshard
 /// refuses; moved with REPLACE it overwrites jobs). The workers run fewer jobs per second than
-/// arrive, so that the lists being moved are not empty.
-async fn cluster_reshard(full: bool, seed: u64) -> anyhow::Result<Outcome> {
-    let (n, window, shards, rounds) = if full {
+/// arrive, so that the lists being moved are not empty. With groups, the groups' checks hold
+/// too (one run of a group at a time, in order); with diamonds, the workflows' (each d once,
+/// after its b and c), and the one shard moves round after round (short: 4 times; full: 8).
+async fn cluster_reshard(full: bool, seed: u64, load_of: Reshard) -> anyhow::Result<Outcome> {
+    let (mut n, window, mut shards, mut rounds) = if full {
         (20_000, 75.0, 16, 2)
     } else {
         (2_000, 10.0_f64, 4, 1)
     };
     // Fewer handlers than jobs arriving: the ready lists hold a backlog while they move.
+    // (A diamond worker runs four topics, each with this concurrency.)
+    let diamonds = load_of == Reshard::Diamonds;
     let w = WorkerArgs {
-        concurrency: if full { 8 } else { 4 },
+        concurrency: match (full, diamonds) {
+            (true, false) => 8,
+            (false, false) => 4,
+            (true, true) => 2,
+            (false, true) => 1,
+        },
         work_min_ms: 50,
         work_max_ms: 150,
+        diamond: diamonds,
         ..worker(full)
     };
-    let mut h = Harness::start_cluster("cluster-reshard", 3, 0, w, seed).await?;
-    let (t0, producer) = load(&mut h, 3, plan(n, secs(window)), seed).await?;
+    let mut push_plan = plan(n, secs(window));
+    let mut h = match load_of {
+        Reshard::Plain => Harness::start_cluster("cluster-reshard", 3, 0, w, seed).await?,
+        Reshard::Groups => {
+            push_plan.groups = GROUPS;
+            Harness::start_cluster("groups-reshard", 3, 0, w, seed).await?
+        }
+        Reshard::Diamonds => {
+            // Four jobs a diamond: 500 (short) or 1,000 (full, as `diamond`). One shard, moved
+            // 4 or 8 times: a workflow is a key of its own, so the slot holds a key per
+            // workflow not ended, each moved on its own (20 ms apart) while calls wait.
+            n = if full { 1_000 } else { n / 4 };
+            push_plan.n = n;
+            push_plan.diamonds = true;
+            (rounds, shards) = (if full { 8 } else { 4 }, 1);
+            let mut h = Harness::start_cluster_one_shard("diamond-reshard", 3, w, seed).await?;
+            h.topics = crate::diamond::STEPS
+                .iter()
+                .map(|(_, topic)| (*topic).to_owned())
+                .collect();
+            h
+        }
+    };
+    let (t0, producer) = load(&mut h, 3, push_plan, seed).await?;
+    // Each key of a slot moves on its own, this long after the one before; the workflows'
+    // slot holds hundreds of keys (a workflow's is kept after it ends, as its results are).
+    let key_every = Duration::from_millis(if diamonds { 5 } else { 20 });
     let masters = h.master_ports().await?;
     let (mut slots, mut keys, mut busy) = (0u64, 0u64, 0u64);
     let start = now_us();
     for round in 0..rounds {
-        // Once a backlog has built up (the lists exist), then again later.
-        sleep_until(t0, window * (0.4 + 0.3 * f64::from(round))).await;
+        // Once a backlog has built up (the lists exist), then again later (spread over the
+        // second half of the window when the one shard moves round after round).
+        let at = if rounds > 2 {
+            0.4 + 0.5 * f64::from(round) / f64::from(rounds)
+        } else {
+            0.4 + 0.3 * f64::from(round)
+        };
+        sleep_until(t0, window * at).await;
         for shard in 0..shards {
             let from = h.master_of_shard(shard).await?;
             let next = masters.iter().position(|&p| p == from).unwrap_or(0) + 1;
@@ -992,7 +1058,7 @@ async fn cluster_reshard(full: bool, seed: u64) -> anyhow::Result<Outcome> {
                     from,
                     to,
                     &masters,
-                    Duration::from_millis(20),
+                    key_every,
                     Duration::from_millis(1_500),
                 )
                 .await?;
@@ -1003,18 +1069,23 @@ async fn cluster_reshard(full: bool, seed: u64) -> anyhow::Result<Outcome> {
     }
     h.record_since(&format!("{slots} shard slots moved between masters"), start);
     let pushes = finish(&mut h, producer).await?;
-    let mut extra = figures([
+    let mut extra = if load_of == Reshard::Diamonds {
+        crate::diamond::held(&mut h, &pushes, n).await?
+    } else {
+        serde_json::Map::new()
+    };
+    extra.extend(figures([
         ("slots_moved", json!(slots)),
         ("keys_moved", json!(keys)),
         ("busy_keys", json!(busy)),
-    ]);
+    ]));
     if busy > 0 {
-        extra.insert(
-            "failures".into(),
-            json!([format!(
+        let failures = extra.entry("failures").or_insert_with(|| json!([]));
+        if let Some(list) = failures.as_array_mut() {
+            list.push(json!(format!(
                 "{busy} keys were already on the new master (a script ran there with the slot split) and were overwritten"
-            )]),
-        );
+            )));
+        }
     }
     Ok((h, pushes, extra))
 }

@@ -167,6 +167,36 @@ fn a_live_reshard_under_load_loses_nothing_and_never_writes_ahead_on_the_new_mas
     assert!(r["slots_moved"].as_u64().unwrap() >= 4, "{r}");
 }
 
+/// The same with the jobs spread over 50 groups of one slot each, in 16 shards: a group's list
+/// of parked jobs, named by the scripts from the jobs they read, moves with its slot too.
+#[test]
+fn a_live_reshard_of_grouped_jobs_loses_nothing_and_keeps_each_group_one_at_a_time_in_order() {
+    let r = assert_ok("groups-reshard");
+    assert_eq!(r["lost"], 0);
+    assert_eq!(r["busy_keys"], 0, "{r}");
+    assert_eq!(r["most_of_a_group_at_once"], 1, "{r}");
+    assert_eq!(r["group_order_violations"], 0, "{r}");
+    assert!(r["slots_moved"].as_u64().unwrap() >= 4, "{r}");
+}
+
+/// The same with diamond workflows in a namespace of one shard, moved 4 times: a workflow and
+/// its steps' lists move with the slot while its steps end and release each other.
+#[test]
+fn a_live_reshard_of_workflows_loses_nothing_and_releases_each_d_once_after_b_and_c() {
+    let r = assert_ok("diamond-reshard");
+    assert_zero(
+        &r,
+        &[
+            "lost",
+            "busy_keys",
+            "workflows_not_succeeded",
+            "d_started_before_deps",
+            "d_released_twice",
+        ],
+    );
+    assert!(r["slots_moved"].as_u64().unwrap() >= 4, "{r}");
+}
+
 #[test]
 fn a_one_second_cron_on_five_skewed_clocks_with_sigkills_makes_one_job_per_tick_none_early() {
     let r = run("cron-skew");

@@ -360,6 +360,8 @@ local far_jobs, far_again = {}, {}
 -- The envelope of a new job (format 2 in lib.lua, 3 with a trace context), built directly:
 -- only the due time varies.
 local created = ':' .. fmt(now) .. ':'
+-- Whether a job fell due before now and the mover has not moved it yet.
+local mover_behind = before ~= nil and before <= now
 for _, i in ipairs(plan) do
   if i then
     local topic, id, when = ARGV[4 + i * 7], ARGV[5 + i * 7], ARGV[6 + i * 7]
@@ -395,8 +397,10 @@ for _, i in ipairs(plan) do
           .. trace .. ARGV[10 + i * 7]
       end
       -- A job moved out of the slot of its old group waits in the delayed set, due as pushed,
-      -- for the mover to let it into its new one.
-      if dues[when] > now or switching[member] then
+      -- for the mover to let it into its new one. So does a grouped job due now while jobs
+      -- that fell due earlier wait for the mover (it behind: workers down, a reshard): the
+      -- mover lets them into their groups in the order they fell due, this one last.
+      if dues[when] > now or switching[member] or (group ~= '' and mover_behind) then
         adds[#adds + 1] = due_str
         adds[#adds + 1] = member
         if not was_delayed[member] then

@@ -128,7 +128,7 @@ pub(super) fn store_job(s: &mut State, job: NewJob, m: Member, now: u64) -> bool
     s.events.emit(&m, 0, now, || EventKind::Pushed {
         due: (due > now).then(|| from_us(due)),
     });
-    s.place(m, due, now)
+    s.place_pushed(m, due, now)
 }
 
 #[async_trait]

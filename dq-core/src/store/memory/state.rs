@@ -264,6 +264,21 @@ impl State {
         }
     }
 
+    /// Places a pushed job as [`State::place`] does, except that a grouped job due now waits
+    /// with the delayed jobs, due as pushed, while jobs that fell due earlier wait for the
+    /// mover: the mover lets them into their groups in the order they fell due, this one last
+    /// (push.lua does the same).
+    pub(super) fn place_pushed(&mut self, m: Member, due: u64, now: u64) -> bool {
+        let grouped = self.jobs.get(&m).is_some_and(|e| e.group.is_some());
+        let mover_behind = self.delayed.first().is_some_and(|(d, _)| *d <= now);
+        if due <= now && grouped && mover_behind {
+            State::bump(&mut self.delayed_count, &m.0, true);
+            self.delayed.insert((due, m));
+            return false;
+        }
+        self.place(m, due, now)
+    }
+
     /// The priority of a stored job (0 for one not stored).
     fn priority_of(&self, m: &Member) -> i8 {
         self.jobs.get(m).map_or(0, |e| e.priority)
