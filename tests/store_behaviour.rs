@@ -203,6 +203,8 @@ on_every_store!(
         a_dead_letter_frees_its_slot_and_a_requeue_waits_its_turn,
         a_delayed_grouped_job_waits_for_its_group_when_due,
         a_job_pushed_to_run_now_does_not_pass_one_of_its_group_already_due,
+        jobs_pushed_together_behind_the_mover_go_in_line_in_push_order,
+        a_job_rescheduled_to_run_now_does_not_pass_one_of_its_group_already_due,
         a_replaced_waiting_job_goes_last_of_its_group_once,
         a_waiting_job_rescheduled_to_later_leaves_the_line,
         a_replace_into_another_group_hands_the_old_slot_on,

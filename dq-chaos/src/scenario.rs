@@ -471,7 +471,7 @@ fn runs_by_group(h: &Harness) -> HashMap<u64, Vec<&Run>> {
 /// when its push reaches Redis if that is later (a push held up by a fault, as a reshard holds
 /// them, arrives after its due time): an order violation is a job that started before one that
 /// surely went in line earlier, whose due time and push acknowledgement both came before the
-/// first one's due time.
+/// due time of one that started before it.
 fn groups_held(
     h: &Harness,
     pushes: &Pushes,
@@ -497,17 +497,23 @@ fn groups_held(
         }
         let mut firsts: Vec<&&Run> = first.values().collect();
         firsts.sort_by_key(|r| r.start_us);
-        for pair in firsts.windows(2) {
-            let acked = pushes.acked.get(&pair[1].id).copied().unwrap_or(u64::MAX);
-            if pair[1].due_us.max(acked) < pair[0].due_us {
+        // Each job against the one due latest of those that started before it: a job that
+        // surely went in line before that one fell due, yet started after it, is out of order.
+        let mut latest: Option<&Run> = None;
+        for r in firsts.into_iter().copied() {
+            let acked = pushes.acked.get(&r.id).copied().unwrap_or(u64::MAX);
+            if let Some(earlier) = latest.filter(|e| r.due_us.max(acked) < e.due_us) {
                 out_of_order += 1;
                 if samples.len() < 3 {
                     let pushed = |r: &Run| pushes.acked.get(&r.id).copied().unwrap_or_default();
                     samples.push(format!(
                         "group g{g}: {} (due {}, push acknowledged {}) started before {} (due {}, push acknowledged {})",
-                        pair[0].id, pair[0].due_us, pushed(pair[0]), pair[1].id, pair[1].due_us, pushed(pair[1])
+                        earlier.id, earlier.due_us, pushed(earlier), r.id, r.due_us, pushed(r)
                     ));
                 }
+            }
+            if latest.is_none_or(|e| r.due_us > e.due_us) {
+                latest = Some(r);
             }
         }
     }
@@ -1007,6 +1013,14 @@ async fn cluster_reshard(full: bool, seed: u64, load_of: Reshard) -> anyhow::Res
         work_min_ms: 50,
         work_max_ms: 150,
         diamond: diamonds,
+        // No worker is killed here: a lease long enough to outlast a slot's move (hundreds of
+        // workflow keys) keeps a run whose ack waits for the move from running again, which
+        // the workflows' checks would count against it (a d run again without a kill).
+        lease_ms: if diamonds {
+            10_000
+        } else {
+            worker(full).lease_ms
+        },
         ..worker(full)
     };
     let mut push_plan = plan(n, secs(window));

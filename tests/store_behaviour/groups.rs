@@ -252,6 +252,67 @@ pub(crate) async fn a_job_pushed_to_run_now_does_not_pass_one_of_its_group_alrea
     assert_eq!(ids(&fetch_ids(c, 10, LEASE).await), ["now"]);
 }
 
+/// The jobs of one call pushed to run now while the mover is behind keep the call's order: the
+/// mover lets them in in push order, not in the order of their ids.
+pub(crate) async fn jobs_pushed_together_behind_the_mover_go_in_line_in_push_order(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    c.push(OrderCancel { order_id: 1 })
+        .id("due-first")
+        .group("g")
+        .delay(Duration::from_millis(40))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    c.push_batch(
+        ["zz", "mm", "aa"]
+            .iter()
+            .map(|id| c.push(OrderCancel { order_id: 2 }).id(*id).group("g")),
+    )
+    .await
+    .unwrap();
+    let mut order = Vec::new();
+    for _ in 0..4 {
+        c.store().promote(0, 100).await.unwrap();
+        let got = fetch_ids(c, 10, LEASE).await;
+        assert_eq!(got.len(), 1, "one of the group at a time: {:?}", ids(&got));
+        order.push(got[0].0.clone());
+        ack(c, &got[0].1).await;
+    }
+    assert_eq!(order, ["due-first", "zz", "mm", "aa"]);
+}
+
+/// A delayed job of a group rescheduled to run now does not pass one of its group that fell due
+/// earlier and waits for the mover, as a push does not.
+pub(crate) async fn a_job_rescheduled_to_run_now_does_not_pass_one_of_its_group_already_due(
+    kind: Kind,
+) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    c.push(OrderCancel { order_id: 1 })
+        .id("due-first")
+        .group("g")
+        .delay(Duration::from_millis(40))
+        .await
+        .unwrap();
+    c.push(OrderCancel { order_id: 2 })
+        .id("later")
+        .group("g")
+        .delay(Duration::from_secs(3600))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    c.reschedule::<OrderCancel>("later", Due::After(Duration::ZERO))
+        .await
+        .unwrap();
+    c.store().promote(0, 100).await.unwrap();
+    let first = fetch_ids(c, 10, LEASE).await;
+    assert_eq!(ids(&first), ["due-first"], "the job due first runs first");
+    ack(c, &first[0].1).await;
+    c.store().promote(0, 100).await.unwrap();
+    assert_eq!(ids(&fetch_ids(c, 10, LEASE).await), ["later"]);
+}
+
 pub(crate) async fn a_replaced_waiting_job_goes_last_of_its_group_once(kind: Kind) {
     let h = Harness::new(kind, |b| b).await;
     let c = &h.client;

@@ -360,8 +360,16 @@ local far_jobs, far_again = {}, {}
 -- The envelope of a new job (format 2 in lib.lua, 3 with a trace context), built directly:
 -- only the due time varies.
 local created = ':' .. fmt(now) .. ':'
--- Whether a job fell due before now and the mover has not moved it yet.
+-- Whether a job fell due before now and the mover has not moved it yet. The grouped jobs due
+-- that wait behind it (and the jobs moved into another group) go in line as they arrive: scored
+-- now, a microsecond apart in the call's order (the mover reads equal scores in id order), so
+-- that the mover lets them in after the jobs that fell due before and in push order.
 local mover_behind = before ~= nil and before <= now
+local behind_last = nil
+local function behind_score()
+  behind_last = behind_last and behind_last + 1 or now
+  return behind_last
+end
 for _, i in ipairs(plan) do
   if i then
     local topic, id, when = ARGV[4 + i * 7], ARGV[5 + i * 7], ARGV[6 + i * 7]
@@ -399,9 +407,15 @@ for _, i in ipairs(plan) do
       -- A job moved out of the slot of its old group waits in the delayed set, due as pushed,
       -- for the mover to let it into its new one. So does a grouped job due now while jobs
       -- that fell due earlier wait for the mover (it behind: workers down, a reshard): the
-      -- mover lets them into their groups in the order they fell due, this one last.
-      if dues[when] > now or switching[member] or (group ~= '' and mover_behind) then
-        adds[#adds + 1] = due_str
+      -- mover lets them into their groups in the order they fell due, this one last; and so
+      -- do the grouped jobs due now after it in this call.
+      local score = dues[when] > now and due_str
+      if not score and (switching[member] or (group ~= '' and mover_behind)) then
+        score = fmt(behind_score())
+        mover_behind = true
+      end
+      if score then
+        adds[#adds + 1] = score
         adds[#adds + 1] = member
         if not was_delayed[member] then
           if not was_far[member] then

@@ -3,12 +3,14 @@
 -- KEYS[1] inflight  KEYS[2] counts  KEYS[3] leases  KEYS[4] cancels (a cancel's request goes
 -- with the lease)  KEYS[5] jobs  KEYS[6] events: when a topic's job events are on, each job
 -- released is announced on its stream (`released`, with its run, read from its envelope)
--- KEYS[7..] ready:<topic>, gen:<topic>, events:<topic> and ranked:<topic> of every topic in the call (declared for
---   a cluster's reshard: see push.lua), then progress (the last key: the released jobs' entries go)
+-- KEYS[7] progress (the released jobs' entries go)
+-- KEYS[8..] ready:<topic>, gen:<topic>, events:<topic> and ranked:<topic> of every topic in the
+--   call (declared for a cluster's reshard: see push.lua), then any key a stop named (lib.lua's
+--   `need`)
 -- ARGV[1] key prefix, then member_1, token_1, ... (at most 1000 pairs)
 -- Returns the number released.
 -- Reads first (tokens, and a touch of each ready list), writes after; ZREM inflight last.
-local inflight, counts, leases, progress = KEYS[1], KEYS[2], KEYS[3], KEYS[#KEYS]
+local inflight, counts, leases, progress = KEYS[1], KEYS[2], KEYS[3], KEYS[7]
 local prefix = ARGV[1]
 local members = {}
 for i = 2, #ARGV, 2 do members[#members + 1] = ARGV[i] end

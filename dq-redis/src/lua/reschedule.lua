@@ -11,7 +11,8 @@
 -- to run now: O(1) however long the list. The write that may delete a key (ZREM delayed) is
 -- last. A job of a group (lib.lua's groups) keeps the slot it holds; one waiting for a slot
 -- (parked) keeps its place when it is to run now, and leaves its group's line when it is to
--- wait; one to run now that holds no slot goes in through its group.
+-- wait; one to run now that holds no slot goes in through its group (a delayed one after those
+-- that fell due before it and wait for the mover, as push.lua).
 local jobs, delayed, inflight, counts, gen = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[7]
 local prefix, topic, id, when = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local member = topic .. ':' .. id
@@ -50,6 +51,10 @@ local left = redis.call('ZCARD', delayed) -- delayed jobs after this call
 e.due = due_from(when, now)
 local now_ready = e.due <= now
 local k = e.group ~= '' and group_keys(prefix, topic)
+-- A grouped job waiting with the delayed jobs and rescheduled to run now stays with them while
+-- jobs that fell due earlier wait for the mover (it behind: workers down, a reshard), as a
+-- push does (push.lua): the mover lets them into their groups in the order they fell due.
+if k and now_ready and was_delayed and before and before <= now then now_ready = false end
 local parked = k and not was_delayed and redis.call('ZSCORE', k.parked, id)
 if parked and now_ready then
   redis.call('HSET', jobs, member, encode(e))

@@ -246,6 +246,7 @@ impl Leases for RedisStore {
                 k.cancels(),
                 k.jobs(),
                 k.events(),
+                k.progress(),
             ];
             let topics: std::collections::BTreeSet<&Topic> =
                 chunk.iter().map(|l| &l.topic).collect();
@@ -255,7 +256,6 @@ impl Leases for RedisStore {
                 keys.push(k.events_stream(t));
                 keys.push(k.ranked(t));
             }
-            keys.push(k.progress());
             let mut inv = Self::lease_invocation(
                 &self.scripts().release,
                 &keys,

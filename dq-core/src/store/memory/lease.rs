@@ -101,31 +101,10 @@ impl Leases for MemoryStore {
     async fn promote(&self, _shard: u16, limit: usize) -> Result<Promoted> {
         let limit = promote_limit(limit);
         let now = self.now_us();
-        let mut moved: Vec<(Topic, usize)> = Vec::new();
-        let (count, next) = {
+        let (count, moved, next) = {
             let mut s = lock(&self.state);
-            let mut count = 0;
-            while count < limit {
-                let Some((due, _)) = s.delayed.first() else {
-                    break;
-                };
-                if *due > now {
-                    break;
-                }
-                let Some((_, m)) = s.delayed.pop_first() else {
-                    break;
-                };
-                State::bump(&mut s.delayed_count, &m.0, false);
-                // No run on `promoted`, as on Redis (events.rs says why).
-                s.events.emit(&m, 0, now, || EventKind::Promoted);
-                match moved.iter_mut().find(|(t, _)| *t == m.0) {
-                    Some((_, n)) => *n += 1,
-                    None => moved.push((m.0.clone(), 1)),
-                }
-                s.enter(m);
-                count += 1;
-            }
-            (count, s.earliest())
+            let (count, moved) = s.promote_due(now, limit);
+            (count, moved, s.earliest())
         };
         for (t, _) in &moved {
             self.signal_ready(t);

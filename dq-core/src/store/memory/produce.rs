@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::events::MemoryEventFeed;
-use super::state::{due_of, micros, Member, State};
+use super::state::{due_of, micros, Behind, Member, State};
 use super::workflows::StepEnd;
 use super::{lock, Event, MemoryStore};
 use crate::admin::ChangeOutcome;
@@ -92,7 +92,13 @@ fn full(s: &State, topic: &Topic) -> Option<u64> {
 
 /// Stores `job` as member `m`: its envelope, its tick's fence, its `unique_for` reservation,
 /// and its place in the delayed or ready set. True when it is ready now.
-pub(super) fn store_job(s: &mut State, job: NewJob, m: Member, now: u64) -> bool {
+pub(super) fn store_job(
+    s: &mut State,
+    job: NewJob,
+    m: Member,
+    now: u64,
+    behind: &mut Behind,
+) -> bool {
     if let Some(f) = &job.fence {
         s.tick_fence
             .insert(f.schedule.clone(), (f.generation, f.tick_us));
@@ -128,7 +134,7 @@ pub(super) fn store_job(s: &mut State, job: NewJob, m: Member, now: u64) -> bool
     s.events.emit(&m, 0, now, || EventKind::Pushed {
         due: (due > now).then(|| from_us(due)),
     });
-    s.place_pushed(m, due, now)
+    s.place_pushed(m, due, now, behind)
 }
 
 #[async_trait]
@@ -142,6 +148,7 @@ impl Producer for MemoryStore {
         let announce = {
             let mut s = lock(&self.state);
             let before = s.earliest();
+            let mut behind = Behind::at(&s, now);
             // Ended reservations go now and then (the Redis store trims them on every push).
             if s.unique.len() > 10_000 {
                 s.unique.retain(|_, until| *until > now);
@@ -161,12 +168,13 @@ impl Producer for MemoryStore {
                     _ => outcome_of(&mut s, &job, &m, now, replace),
                 };
                 if matches!(outcome, PushOutcome::Created | PushOutcome::Replaced)
-                    && store_job(&mut s, job, m.clone(), now)
+                    && store_job(&mut s, job, m.clone(), now, &mut behind)
                 {
                     ready_topics.insert(m.0);
                 }
                 out.push(outcome);
             }
+            ready_topics.extend(behind.moved);
             let after = s.earliest();
             after.filter(|a| before.is_none_or(|b| a < &b))
         };
@@ -225,7 +233,7 @@ impl Producer for MemoryStore {
     async fn reschedule(&self, topic: &Topic, id: &JobId, when: Due) -> Result<ChangeOutcome> {
         let now = self.now_us();
         let m = (topic.clone(), id.clone());
-        let (went_ready, announce) = {
+        let (went_ready, announce, moved) = {
             let mut s = lock(&self.state);
             if !s.jobs.contains_key(&m) || s.died_at.contains_key(&m) {
                 return Ok(ChangeOutcome::NotFound);
@@ -235,6 +243,10 @@ impl Producer for MemoryStore {
             }
             let before = s.earliest();
             let due = due_of(when, now);
+            // A delayed grouped job to run now waits behind the jobs the mover has not moved
+            // yet, as a push does (reschedule.lua).
+            let mut behind = Behind::at(&s, now);
+            behind.mover &= s.is_delayed(&m);
             if due <= now && s.is_parked(&m) {
                 // Waiting for a slot of its group already: it keeps its place there.
                 if let Some(e) = s.jobs.get_mut(&m) {
@@ -246,14 +258,18 @@ impl Producer for MemoryStore {
             if let Some(e) = s.jobs.get_mut(&m) {
                 e.due_us = due;
             }
-            let ready = s.place(m.clone(), due, now);
+            let ready = s.place_pushed(m.clone(), due, now, &mut behind);
             (
                 ready,
                 s.earliest().filter(|a| before.is_none_or(|b| a < &b)),
+                behind.moved,
             )
         };
         if went_ready {
             self.signal_ready(topic);
+        }
+        for t in &moved {
+            self.signal_ready(t);
         }
         if let Some(due) = announce {
             let _ = self.wake.send(Wake::Due {

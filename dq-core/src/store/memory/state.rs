@@ -264,19 +264,55 @@ impl State {
         }
     }
 
-    /// Places a pushed job as [`State::place`] does, except that a grouped job due now waits
-    /// with the delayed jobs, due as pushed, while jobs that fell due earlier wait for the
-    /// mover: the mover lets them into their groups in the order they fell due, this one last
-    /// (push.lua does the same).
-    pub(super) fn place_pushed(&mut self, m: Member, due: u64, now: u64) -> bool {
+    /// Places a pushed job as [`State::place`] does, except that a grouped job due now does
+    /// not pass the jobs that fell due before it and wait for the mover (`behind`, read once
+    /// per call before it changed anything): the mover moves those first, here, in the order
+    /// they fell due (push.lua keeps the job waiting in the delayed set behind them instead).
+    pub(super) fn place_pushed(
+        &mut self,
+        m: Member,
+        due: u64,
+        now: u64,
+        behind: &mut Behind,
+    ) -> bool {
         let grouped = self.jobs.get(&m).is_some_and(|e| e.group.is_some());
-        let mover_behind = self.delayed.first().is_some_and(|(d, _)| *d <= now);
-        if due <= now && grouped && mover_behind {
-            State::bump(&mut self.delayed_count, &m.0, true);
-            self.delayed.insert((due, m));
-            return false;
+        if due <= now && grouped && behind.mover {
+            let (_, moved) = self.promote_due(now, usize::MAX);
+            behind.mover = false;
+            behind
+                .moved
+                .extend(moved.into_iter().map(|(topic, _)| topic));
         }
         self.place(m, due, now)
+    }
+
+    /// Moves the delayed jobs due by `now` into line (their groups' or the ready jobs), at most
+    /// `limit`, in the order they fell due: what the mover does. How many, and how many of
+    /// each topic.
+    pub(super) fn promote_due(&mut self, now: u64, limit: usize) -> (usize, Vec<(Topic, usize)>) {
+        let mut moved: Vec<(Topic, usize)> = Vec::new();
+        let mut count = 0;
+        while count < limit {
+            let Some((due, _)) = self.delayed.first() else {
+                break;
+            };
+            if *due > now {
+                break;
+            }
+            let Some((_, m)) = self.delayed.pop_first() else {
+                break;
+            };
+            State::bump(&mut self.delayed_count, &m.0, false);
+            // No run on `promoted`, as on Redis (events.rs says why).
+            self.events.emit(&m, 0, now, || EventKind::Promoted);
+            match moved.iter_mut().find(|(t, _)| *t == m.0) {
+                Some((_, n)) => *n += 1,
+                None => moved.push((m.0.clone(), 1)),
+            }
+            self.enter(m);
+            count += 1;
+        }
+        (count, moved)
     }
 
     /// The priority of a stored job (0 for one not stored).
@@ -374,6 +410,13 @@ impl State {
         self.bury(m, now);
         self.wake_waiters(m);
         self.step_ended(m, super::workflows::StepEnd::Cancelled, now);
+    }
+
+    /// Whether `m` waits in the delayed set.
+    pub(super) fn is_delayed(&self, m: &Member) -> bool {
+        self.jobs
+            .get(m)
+            .is_some_and(|e| self.delayed.contains(&(e.due_us, m.clone())))
     }
 
     /// Whether job `m` waits for a slot of its group.
@@ -783,5 +826,24 @@ mod tests {
             (1, 4),
             "only minutes 1011 and 1070"
         );
+    }
+}
+
+/// Whether a job fell due and the mover has not moved it yet, as one call found it before it
+/// changed anything, and the topics whose jobs a call moved for that reason (see
+/// [`State::place_pushed`]).
+#[derive(Debug, Default)]
+pub(super) struct Behind {
+    pub(super) mover: bool,
+    pub(super) moved: Vec<Topic>,
+}
+
+impl Behind {
+    /// What `s` says at `now`, before a call changes it.
+    pub(super) fn at(s: &State, now: u64) -> Behind {
+        Behind {
+            mover: s.earliest().is_some_and(|due| due <= now),
+            moved: Vec::new(),
+        }
     }
 }

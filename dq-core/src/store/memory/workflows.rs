@@ -5,6 +5,7 @@
 use async_trait::async_trait;
 
 use super::produce::store_job;
+use super::state::Behind;
 use super::state::{Member, State};
 use super::{lock, MemoryStore};
 use crate::error::{Error, Result};
@@ -240,7 +241,8 @@ impl State {
     fn release_job(&mut self, job: NewJob, m: Member, now: u64, created: u64) {
         let before = self.earliest();
         let topic = m.0.clone();
-        if store_job(self, job, m.clone(), now) {
+        // (A workflow's steps have no group: nothing waits behind the mover.)
+        if store_job(self, job, m.clone(), now, &mut Behind::default()) {
             self.woken.push(topic);
         }
         if let Some(e) = self.jobs.get_mut(&m) {
