@@ -546,7 +546,6 @@ fn refused_calls(node: &support::RedisServer) -> u64 {
 /// one that stops to name the lists and a second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ack_of_grouped_jobs_this_process_fetched_is_one_call_on_a_cluster() {
-    use dq::store::Succeeded;
     let cluster = RedisCluster::start(3, 0);
     let config = dq::Config::builder()
         .redis_cluster(cluster.urls())
@@ -572,15 +571,7 @@ async fn an_ack_of_grouped_jobs_this_process_fetched_is_one_call_on_a_cluster() 
     assert_eq!(first.jobs.len(), 10, "one job of each group at a time");
     let owner = cluster.node(cluster.master_of("dq:{acks:0}:jobs"));
     let refused = refused_calls(owner);
-    let done: Vec<Succeeded> = first
-        .jobs
-        .iter()
-        .map(|j| Succeeded {
-            lease: j.lease.clone(),
-            result: None,
-            run: 1,
-        })
-        .collect();
+    let done = support::succeeded(first.jobs.iter().map(|j| &j.lease));
     let acked = client.store().ack_succeeded(&done).await.unwrap();
     assert_eq!(acked.acked, 10);
     assert_eq!(

@@ -27,6 +27,13 @@ pub(crate) const STEPS: [(&str, &str); 4] = [
     ("d", "chaos-d"),
 ];
 
+/// The topics of the steps, in order: a harness drains them in this order (the drain reads
+/// their counts one after the other, and a workflow's pending step only moves on to a topic read
+/// after its own, so a workflow that has not ended is never missed between two reads).
+pub(crate) fn step_topics() -> Vec<String> {
+    STEPS.iter().map(|(_, topic)| (*topic).to_owned()).collect()
+}
+
 /// The id of the `i`th diamond.
 pub(crate) fn workflow_id(i: usize) -> String {
     format!("d{i}")
@@ -108,10 +115,7 @@ pub(crate) async fn diamond(full: bool, seed: u64, cluster: bool) -> anyhow::Res
     } else {
         Harness::start("diamond", PLAIN, w, seed).await?
     };
-    // In the order of the steps: the drain reads their counts one after the other, and a
-    // workflow's pending step only moves on to a topic read after its own, so a workflow that
-    // has not ended is never missed between two reads.
-    h.topics = STEPS.iter().map(|(_, topic)| (*topic).to_owned()).collect();
+    h.topics = step_topics();
     let window = Duration::from_millis(stops * (every.0 + every.1) / 2);
     let plan = PushPlan {
         diamonds: true,

@@ -1032,17 +1032,14 @@ async fn cluster_reshard(full: bool, seed: u64, load_of: Reshard) -> anyhow::Res
         }
         Reshard::Diamonds => {
             // Four jobs a diamond: 500 (short) or 1,000 (full, as `diamond`). One shard, moved
-            // 4 or 8 times: a workflow is a key of its own, so the slot holds a key per
-            // workflow not ended, each moved on its own (20 ms apart) while calls wait.
+            // 4 or 8 times: a workflow is a key of its own, kept after it ends, so the slot
+            // holds hundreds of keys, each moved on its own (`key_every`) while calls wait.
             n = if full { 1_000 } else { n / 4 };
             push_plan.n = n;
             push_plan.diamonds = true;
             (rounds, shards) = (if full { 8 } else { 4 }, 1);
             let mut h = Harness::start_cluster_one_shard("diamond-reshard", 3, w, seed).await?;
-            h.topics = crate::diamond::STEPS
-                .iter()
-                .map(|(_, topic)| (*topic).to_owned())
-                .collect();
+            h.topics = crate::diamond::step_topics();
             h
         }
     };

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use dq::admin::{Cursor, GroupLoad};
-use dq::store::{DeadLetters, LeaseRef, Succeeded};
+use dq::store::{DeadLetters, LeaseRef};
 use dq::{Due, ErrorKind, JobState};
 
 use super::{Harness, Kind};
@@ -44,14 +44,7 @@ async fn ack(c: &TestClient, lease: &LeaseRef) {
 }
 
 async fn ack_all(c: &TestClient, leases: &[&LeaseRef]) {
-    let done: Vec<Succeeded> = leases
-        .iter()
-        .map(|lease| Succeeded {
-            lease: (*lease).clone(),
-            result: None,
-            run: 1,
-        })
-        .collect();
+    let done = crate::support::succeeded(leases.iter().copied());
     c.store().ack_succeeded(&done).await.unwrap();
 }
 
@@ -230,12 +223,9 @@ pub(crate) async fn a_delayed_grouped_job_waits_for_its_group_when_due(kind: Kin
     assert_eq!(ids(&fetch_ids(c, 10, LEASE).await), ["later"]);
 }
 
-/// A group's jobs go in line in the order they fall due: a job pushed to run now does not pass
-/// one of its group that fell due earlier and has not been moved in line yet (the mover behind:
-/// every worker down, or a reshard holding calls back, as dq-chaos `groups-reshard` found).
-pub(crate) async fn a_job_pushed_to_run_now_does_not_pass_one_of_its_group_already_due(kind: Kind) {
-    let h = Harness::new(kind, |b| b).await;
-    let c = &h.client;
+/// Pushes "due-first" of group "g", due in 40 ms, and waits until it is due: with no mover
+/// running, it waits in the delayed jobs as it would behind a mover held back.
+async fn due_and_not_moved(c: &TestClient) {
     c.push(OrderCancel { order_id: 1 })
         .id("due-first")
         .group("g")
@@ -243,6 +233,15 @@ pub(crate) async fn a_job_pushed_to_run_now_does_not_pass_one_of_its_group_alrea
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(60)).await;
+}
+
+/// A group's jobs go in line in the order they fall due: a job pushed to run now does not pass
+/// one of its group that fell due earlier and has not been moved in line yet (the mover behind:
+/// every worker down, or a reshard holding calls back, as dq-chaos `groups-reshard` found).
+pub(crate) async fn a_job_pushed_to_run_now_does_not_pass_one_of_its_group_already_due(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    due_and_not_moved(c).await;
     push_grouped(c, &[("now", Some("g"))]).await;
     c.store().promote(0, 100).await.unwrap();
     let first = fetch_ids(c, 10, LEASE).await;
@@ -257,13 +256,7 @@ pub(crate) async fn a_job_pushed_to_run_now_does_not_pass_one_of_its_group_alrea
 pub(crate) async fn jobs_pushed_together_behind_the_mover_go_in_line_in_push_order(kind: Kind) {
     let h = Harness::new(kind, |b| b).await;
     let c = &h.client;
-    c.push(OrderCancel { order_id: 1 })
-        .id("due-first")
-        .group("g")
-        .delay(Duration::from_millis(40))
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(60)).await;
+    due_and_not_moved(c).await;
     c.push_batch(
         ["zz", "mm", "aa"]
             .iter()
@@ -289,19 +282,13 @@ pub(crate) async fn a_job_rescheduled_to_run_now_does_not_pass_one_of_its_group_
 ) {
     let h = Harness::new(kind, |b| b).await;
     let c = &h.client;
-    c.push(OrderCancel { order_id: 1 })
-        .id("due-first")
-        .group("g")
-        .delay(Duration::from_millis(40))
-        .await
-        .unwrap();
+    due_and_not_moved(c).await;
     c.push(OrderCancel { order_id: 2 })
         .id("later")
         .group("g")
         .delay(Duration::from_secs(3600))
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(60)).await;
     c.reschedule::<OrderCancel>("later", Due::After(Duration::ZERO))
         .await
         .unwrap();
@@ -624,15 +611,7 @@ pub(crate) async fn an_ack_of_several_groups_counts_each_groups_waiting_jobs_dow
     .await;
     let got = fetch_ids(c, 10, Duration::from_secs(60)).await;
     assert_eq!(ids(&got), ["a1", "b1", "c1"]);
-    let acks: Vec<Succeeded> = got
-        .iter()
-        .map(|(_, lease)| Succeeded {
-            lease: lease.clone(),
-            result: None,
-            run: 1,
-        })
-        .collect();
-    c.store().ack_succeeded(&acks).await.unwrap();
+    ack_all(c, &got.iter().map(|(_, lease)| lease).collect::<Vec<_>>()).await;
     let stats = c.stats(TOPIC).await.unwrap();
     assert_eq!(
         stats.busiest_groups,

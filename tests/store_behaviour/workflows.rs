@@ -578,14 +578,7 @@ pub(crate) async fn one_ack_of_the_steps_of_many_workflows_releases_each_ones_ne
     }
     let first = fetch_all(c, "wf-a").await;
     assert_eq!(first.len(), 10);
-    let done: Vec<Succeeded> = first
-        .iter()
-        .map(|j| Succeeded {
-            lease: j.lease.clone(),
-            result: None,
-            run: 1,
-        })
-        .collect();
+    let done = crate::support::succeeded(first.iter().map(|j| &j.lease));
     assert_eq!(c.store().ack_succeeded(&done).await.unwrap().acked, 10);
     for n in 0..10 {
         let next = fetch_all(c, &format!("wf-b{n}")).await;

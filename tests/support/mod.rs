@@ -186,6 +186,20 @@ pub async fn push_order(c: &Client, order_id: u64, id: &str, delay: std::time::D
 }
 
 /// Leases the first ready job of `topic` in shard 0 (fails the test when there is none).
+/// Each lease as a run that succeeded (its first, no value), to ack.
+pub fn succeeded<'l>(
+    leases: impl IntoIterator<Item = &'l dq::store::LeaseRef>,
+) -> Vec<dq::store::Succeeded> {
+    leases
+        .into_iter()
+        .map(|lease| dq::store::Succeeded {
+            lease: lease.clone(),
+            result: None,
+            run: 1,
+        })
+        .collect()
+}
+
 pub async fn lease_one(store: &Arc<dyn Store>, topic_name: &str) -> dq::store::LeasedJob {
     let mut fetched = store
         .fetch(0, &topic(topic_name), 1, LEASE)

@@ -580,6 +580,25 @@ impl State {
     }
 }
 
+/// Whether a job fell due and the mover has not moved it yet, as one call found it before it
+/// changed anything, and the topics whose jobs a call moved for that reason (see
+/// [`State::place_pushed`]).
+#[derive(Debug, Default)]
+pub(super) struct Behind {
+    pub(super) mover: bool,
+    pub(super) moved: Vec<Topic>,
+}
+
+impl Behind {
+    /// What `s` says at `now`, before a call changes it.
+    pub(super) fn at(s: &State, now: u64) -> Behind {
+        Behind {
+            mover: s.earliest().is_some_and(|due| due <= now),
+            moved: Vec::new(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -826,24 +845,5 @@ mod tests {
             (1, 4),
             "only minutes 1011 and 1070"
         );
-    }
-}
-
-/// Whether a job fell due and the mover has not moved it yet, as one call found it before it
-/// changed anything, and the topics whose jobs a call moved for that reason (see
-/// [`State::place_pushed`]).
-#[derive(Debug, Default)]
-pub(super) struct Behind {
-    pub(super) mover: bool,
-    pub(super) moved: Vec<Topic>,
-}
-
-impl Behind {
-    /// What `s` says at `now`, before a call changes it.
-    pub(super) fn at(s: &State, now: u64) -> Behind {
-        Behind {
-            mover: s.earliest().is_some_and(|due| due <= now),
-            moved: Vec::new(),
-        }
     }
 }
