@@ -592,3 +592,53 @@ async fn an_ack_of_grouped_jobs_this_process_fetched_is_one_call_on_a_cluster() 
         "each group's second job was let in by the ack"
     );
 }
+
+/// Review of the groups' lists (helper-56, finding 4): a replace takes a waiting job out of its
+/// group's list, a key the push names from what it reads; one call replacing waiting jobs of
+/// forty grouped topics names every such list in one stop (it stopped once a topic, past the
+/// store's 32 rounds), and each replaced job runs in its new group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_push_replacing_waiting_jobs_of_forty_grouped_topics_names_their_lists_at_once() {
+    let cluster = RedisCluster::start(3, 0);
+    let config = dq::Config::builder()
+        .redis_cluster(cluster.urls())
+        .shards(1)
+        .namespace("moves")
+        .build()
+        .unwrap();
+    let client = support::TestClient::connect(config).await.unwrap();
+    let topics: Vec<String> = (0..40).map(|i| format!("t{i}")).collect();
+    for t in &topics {
+        for id in ["holder", "waiting"] {
+            client.push_to(t, &0).id(id).group("old").await.unwrap();
+        }
+    }
+    let owner = cluster.node(cluster.master_of("dq:{moves:0}:jobs"));
+    let refused = refused_calls(owner);
+    let moved = topics
+        .iter()
+        .map(|t| client.push_to(t, &1).id("waiting").group("new").replace());
+    let pushed = client.push_batch(moved).await.unwrap();
+    assert_eq!(pushed.len(), 40);
+    assert!(
+        refused_calls(owner) - refused <= 1,
+        "stopped {} times",
+        refused_calls(owner) - refused
+    );
+    for t in &topics {
+        let topic = support::topic(t);
+        let jobs = client
+            .store()
+            .fetch(0, &topic, 10, support::LEASE)
+            .await
+            .unwrap()
+            .jobs;
+        let mut ids: Vec<&str> = jobs.iter().map(|j| j.lease.id.as_str()).collect();
+        ids.sort();
+        assert_eq!(
+            ids,
+            ["holder", "waiting"],
+            "{t}: each group's first in line"
+        );
+    }
+}

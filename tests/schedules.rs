@@ -579,6 +579,19 @@ async fn greeting_at(client: &Client, tick: SystemTime) -> Option<String> {
 async fn a_process_stalled_past_a_ticks_reservation_does_not_make_its_job_again() {
     let (redis, config) = quiet_redis();
     let (faulty, stalled) = holding_pushes(&config, "beat@").await;
+    let client = Client::connect(config.clone()).await.unwrap();
+    let tick = every(&client, "beat", 1, "beats")
+        .upsert()
+        .await
+        .unwrap()
+        .next
+        .unwrap();
+    until_due(&client, tick).await;
+    // The stalled process looks at the schedule and holds before its push. No runtime runs yet:
+    // its ticker fires ticks ahead of time, and one that fired this tick before the look left
+    // it nothing to push (the test then waited for good).
+    let look = tokio::spawn(async move { fire_due(&stalled, Duration::ZERO).await });
+    faulty.pushing.notified().await;
     let runs = Arc::new(Mutex::new(Vec::new()));
     let r = runs.clone();
     let listener = Listener::new("beats", move |tick: Tick, _: JobContext| {
@@ -586,13 +599,6 @@ async fn a_process_stalled_past_a_ticks_reservation_does_not_make_its_job_again(
         async {}
     });
     let rt = support::runtime_with(&redis, listener).await;
-    let client = rt.client().clone();
-    let tick = every(&client, "beat", 1, "beats").upsert().await.unwrap();
-    let tick = tick.next.unwrap();
-    until_due(&client, tick).await;
-    // The stalled process looks at the schedule and holds before its push.
-    let look = tokio::spawn(async move { fire_due(&stalled, Duration::ZERO).await });
-    faulty.pushing.notified().await;
     // Another process fires the tick; its job runs.
     let id = dq::schedule::tick_job_id("beat", tick);
     fire_due(&client, Duration::ZERO).await.unwrap();

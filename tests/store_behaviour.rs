@@ -210,6 +210,7 @@ on_every_store!(
         a_replace_into_another_group_hands_the_old_slot_on,
         a_batch_moving_a_slot_holder_and_its_next_job_runs_each_once,
         a_batch_moving_a_slot_holder_and_replacing_its_next_job_runs_each_once,
+        a_batch_moving_a_slot_holder_and_replacing_one_of_several_waiting_runs_each_once,
         stats_and_listings_show_the_waiting_jobs_and_the_busiest_groups,
         an_ack_of_several_groups_counts_each_groups_waiting_jobs_down,
         a_job_its_group_lets_in_goes_in_line_at_its_priority,

@@ -1633,6 +1633,126 @@ async fn groups_leave_no_key_behind_once_their_jobs_ended() {
     assert!(groups.is_empty(), "left behind: {groups:?}");
 }
 
+/// A group's list holds exactly its parked jobs, in line order: a job taken out of line (a
+/// cancel, a reschedule to later) leaves it at once and a replaced one goes last (ack.lua lets
+/// the next ones in with one LPOP, trusting the list: BENCHMARKS.md, "What groups cost the
+/// drain").
+#[tokio::test]
+async fn a_groups_list_holds_exactly_its_parked_jobs_in_line_order() {
+    let redis = RedisServer::start();
+    let c = client(&redis).await;
+    for i in 0..6 {
+        c.push_to("t", &i)
+            .id(format!("j{i}"))
+            .group("g")
+            .await
+            .unwrap();
+    }
+    c.cancel_in("t", "j2").await.unwrap();
+    c.reschedule_in("t", "j4", dq::Due::After(Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    c.push_to("t", &99)
+        .id("j1")
+        .group("g")
+        .replace()
+        .await
+        .unwrap();
+    let line: Vec<String> = redis::cmd("LRANGE")
+        .arg("dq:{test:0}:gq:t:g")
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut raw_conn(&redis).await)
+        .await
+        .unwrap();
+    assert_eq!(
+        line,
+        ["j3", "j5", "j1"],
+        "j0 holds the slot; j2 and j4 left the line"
+    );
+}
+
+/// Review of the groups' lists (helper-56, finding 3): a parked job whose envelope cannot be read
+/// leaves a cancel's reach in its group's list (the cancel cannot tell which list), and the
+/// group still lets its next job in past it: the entry is dropped, its slot never taken.
+#[tokio::test]
+async fn a_cancelled_waiting_job_with_an_unreadable_envelope_does_not_block_its_group() {
+    let redis = RedisServer::start();
+    let c = client(&redis).await;
+    let store = c.store();
+    let t = topic("t");
+    for i in 0..3 {
+        c.push_to("t", &i)
+            .id(format!("j{i}"))
+            .group("g")
+            .await
+            .unwrap();
+    }
+    let _: () = redis::cmd("HSET")
+        .arg("dq:{test:0}:jobs")
+        .arg("t:j1")
+        .arg("not an envelope")
+        .query_async(&mut raw_conn(&redis).await)
+        .await
+        .unwrap();
+    c.cancel_in("t", "j1").await.unwrap();
+    let first = store.fetch(0, &t, 10, LEASE).await.unwrap().jobs;
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].lease.id.as_str(), "j0");
+    store
+        .ack(std::slice::from_ref(&first[0].lease))
+        .await
+        .unwrap();
+    let next = store.fetch(0, &t, 10, LEASE).await.unwrap().jobs;
+    let ids: Vec<&str> = next.iter().map(|j| j.lease.id.as_str()).collect();
+    assert_eq!(ids, ["j2"], "the group went on past the cancelled job");
+}
+
+/// Review of the groups' lists (helper-57, finding 2): a replace of a waiting job whose envelope
+/// cannot be read (so not its group), in a call that also moves its group's slot holder away,
+/// leaves the group's count of waiting jobs right: once every job ran none is counted waiting,
+/// and the next job of the group goes in line.
+#[tokio::test]
+async fn a_replaced_waiting_job_with_an_unreadable_envelope_leaves_its_groups_count_right() {
+    let redis = RedisServer::start();
+    let c = client(&redis).await;
+    let store = c.store();
+    let t = topic("t");
+    for id in ["h", "x", "y"] {
+        c.push_to("t", &0).id(id).group("a").await.unwrap();
+    }
+    let _: () = redis::cmd("HSET")
+        .arg("dq:{test:0}:jobs")
+        .arg("t:x")
+        .arg("not an envelope")
+        .query_async(&mut raw_conn(&redis).await)
+        .await
+        .unwrap();
+    let batch = [("x", "a"), ("h", "b")]
+        .map(|(id, group)| c.push_to("t", &1).id(id).group(group).replace());
+    c.push_batch(batch).await.unwrap();
+    let mut ran = Vec::new();
+    for _ in 0..10 {
+        store.promote(0, 100).await.unwrap();
+        let jobs = store.fetch(0, &t, 10, LEASE).await.unwrap().jobs;
+        if jobs.is_empty() {
+            break;
+        }
+        for job in &jobs {
+            ran.push(job.lease.id.to_string());
+            store.ack(std::slice::from_ref(&job.lease)).await.unwrap();
+        }
+    }
+    ran.sort();
+    assert_eq!(ran, ["h", "x", "y"]);
+    let stats = c.stats("t").await.unwrap();
+    assert_eq!(stats.busiest_groups, [], "no job waits");
+    assert_eq!(stats.counts.ready, 0);
+    c.push_to("t", &2).id("z").group("a").await.unwrap();
+    let next = store.fetch(0, &t, 10, LEASE).await.unwrap().jobs;
+    assert_eq!(next.len(), 1, "z goes in line at once");
+}
+
 /// Review of groups (helper-33, finding 2): a promotion of 10,000 due grouped jobs at once (the
 /// largest batch) lets each into its group in one script call, however many values that makes
 /// (Lua's `unpack` takes a few thousand at most).

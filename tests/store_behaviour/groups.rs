@@ -439,6 +439,45 @@ pub(crate) async fn a_batch_moving_a_slot_holder_and_replacing_its_next_job_runs
     );
 }
 
+/// Review of the groups' lists (helper-56, finding 1): a batch that moves a group's slot holder
+/// to another group and replaces the first of several jobs waiting behind it runs every job
+/// once (a list popped past the replaced job kept its new entry, last in line).
+pub(crate) async fn a_batch_moving_a_slot_holder_and_replacing_one_of_several_waiting_runs_each_once(
+    kind: Kind,
+) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    push_grouped(
+        c,
+        &[
+            ("a1", Some("a")),
+            ("a2", Some("a")),
+            ("a3", Some("a")),
+            ("a4", Some("a")),
+        ],
+    )
+    .await;
+    // The waiting job first: it goes in line again in this call (a job after the move waits
+    // for the mover).
+    let replaced = [("a2", "a"), ("a1", "b")].map(|(id, group)| {
+        c.push(OrderCancel { order_id: 9 })
+            .id(id)
+            .group(group)
+            .replace()
+    });
+    c.push_batch(replaced).await.unwrap();
+    let mut in_a: Vec<String> = run_all(c)
+        .await
+        .into_iter()
+        .filter(|(_, group)| group == "a")
+        .map(|(id, _)| id)
+        .collect();
+    in_a.sort();
+    assert_eq!(in_a, ["a2", "a3", "a4"], "each once");
+    let counts = c.counts(TOPIC).await.unwrap();
+    assert_eq!((counts.ready, counts.running), (0, 0), "{counts:?}");
+}
+
 /// Promotes, fetches and acks until nothing is left: the ids run with their groups, in order;
 /// fails when two jobs of one group were leased at once.
 async fn run_all(c: &TestClient) -> Vec<(String, String)> {

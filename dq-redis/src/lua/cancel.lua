@@ -86,19 +86,20 @@ local parked = redis.call('ZSCORE', gk.parked, id)
 -- Its group, from its envelope (false for one that cannot be read: it leaves the line all the
 -- same, and only its group's count of waiting jobs stays one too high).
 local parked_in = parked and (group_of(redis.call('HGET', jobs, member)) or false)
-if parked then redis.call('EXISTS', gk.waiting) end
+local parked_gone = parked and {{id, parked_in}}
+if parked then touch_parked(gk, parked_gone) end
 local leave = not parked and plan_leave(prefix, topic, {id})
 local workflow = workflow_plan(prefix, {{member, 'c', ''}})
 workflow_write(workflow, now_us())
 if redis.call('ZREM', delayed, member) == 1 then
   bump(counts, topic, 'delayed', -1)
 elseif parked then
-  if parked_in then unpark(gk, {{id, parked_in}}) end
+  unpark(gk, parked_gone)
 elseif redis.call('ZREM', prefix .. 'dead:' .. topic, member) == 0 then
   invalidate(KEYS[7], counts, topic, id)
 end
 write_leave(leave, counts)
-if parked then tidy_parked(gk, {id}) end
+if parked then tidy_parked(gk, parked_gone) end
 redis.call('HDEL', jobs, member)
 redis.call('HDEL', KEYS[8], member)
 if announced then

@@ -19,11 +19,10 @@ redis.call('EXISTS', limits, counts, k.active, k.parked) -- touched before the f
 local wants = {}
 for x, g in ipairs(waiting) do wants[x] = {g, held[g]} end
 plan_nexts(plan, wants, n)
-plan_levels(plan)
 if limit == '' then
   redis.call('HDEL', limits, field)
 else
   redis.call('HSET', limits, field, limit)
 end
-if #plan.admit > 0 or #plan.trims > 0 then write_leave(plan, counts) end
+if #plan.pops > 0 then write_leave(plan, counts) end
 return #plan.admit

@@ -817,10 +817,12 @@ end
 -- ready list), and fetch is untouched: O(1) per job whatever the number of groups. Keys, per
 -- topic: `gactive:<topic>` HASH id -> group (the jobs holding a slot); `groups:<topic>` HASH
 -- group -> slots held (absent: none); `parked:<topic>` ZSET id scored by its number in push
--- order (`<topic>:seq` in the counts hash); `gq:<topic>:<group>` LIST `<number>:<id>`, the
--- group's parked jobs in order (an entry whose job is no longer parked under that number is
--- skipped: O(1) cancels); `gwait:<topic>` ZSET group scored by how many of its jobs are parked
--- (the busiest groups). Every job of a group lives in its group's shard (produce.rs refuses a
+-- order (`<topic>:seq` in the counts hash); `gq:<topic>:<group>` LIST `<id>`, the group's
+-- parked jobs in order, exactly those: the next are let in with one LPOP (`pop_nexts`), and a
+-- job taken out of line (a cancel, a replace, a reschedule to later) is removed with an LREM
+-- from the tail, O(jobs of its group parked behind it), or from the head for one a replace
+-- parks again in the same group, O(jobs before it); `gwait:<topic>` ZSET group scored by
+-- how many of its jobs are parked (the busiest groups, and how many a line gives). Every job of a group lives in its group's shard (produce.rs refuses a
 -- grouped push whose id leads elsewhere), so a shard counts its groups' slots alone.
 
 -- The keys of `topic`'s groups that every call reaching them declares on a cluster (`need`;
@@ -882,38 +884,6 @@ local function slots_held(k, names)
   local raw = hmget_all(k.held, names)
   for i, g in ipairs(names) do held[g] = tonumber(raw[i] or 0) end
   return held
-end
-
--- Up to `room` live entries of `group`'s parked jobs, first first (read): the ids, and how many
--- entries they take from the head of its list (stale ones included).
-local function next_parked(k, group, room, skip)
-  local ids, taken = {}, 0
-  if room <= 0 then return ids, 0 end
-  local key = group_queue(k, group)
-  if CLUSTER and not need_soon({key}) then return ids, 0 end
-  -- The first `room` entries first (the usual case: none stale); past stale ones, more at a time.
-  local from, chunk = 0, math.min(room, 1000)
-  while #ids < room do
-    local entries = redis.call('LRANGE', key, from, from + chunk - 1)
-    if #entries == 0 then break end
-    local parsed, names = {}, {}
-    for i, e in ipairs(entries) do
-      local seq, id = string.match(e, '^(%d+):(.*)$')
-      parsed[i] = {seq, id}
-      names[i] = id or ''
-    end
-    local scores = redis.call('ZMSCORE', k.parked, unpack(names))
-    for i, p in ipairs(parsed) do
-      if #ids >= room then break end
-      taken = from + i
-      if p[1] and scores[i] and tonumber(scores[i]) == tonumber(p[1]) and not (skip and skip[p[2]]) then
-        ids[#ids + 1] = p[2]
-      end
-    end
-    from = from + #entries
-    chunk = math.min(room - #ids + 16, 1000)
-  end
-  return ids, taken
 end
 
 -- Adds `sign * by[i]` to the parked count of each group `names[i]` (distinct) in `k.waiting`:
@@ -979,7 +949,40 @@ local function plan_enter(prefix, topic, jobs, held_from)
   return plan
 end
 
--- Writes a plan of `plan_enter`; rings the topic when jobs went in line.
+-- Pushes the entries `plan` (of `plan_enter`) parks onto their groups' lines, one RPUSH a
+-- group, in order, and counts them in; only the groups of `only` when given (write_leave
+-- pushes those first), each group once. Returns how many went onto each group's line, and
+-- the set of their ids.
+local function park_lines(plan, only)
+  local k = plan.k
+  plan.lined = plan.lined or {}
+  local lines, order = {}, {}
+  for _, j in ipairs(plan.park) do
+    local g = j[2]
+    if not plan.lined[g] and (not only or only[g]) then
+      local line = lines[g]
+      if not line then
+        line = {}
+        lines[g] = line
+        order[#order + 1] = g
+      end
+      line[#line + 1] = j[1]
+    end
+  end
+  local by, pushed, ids = {}, {}, {}
+  for x, g in ipairs(order) do
+    push_all('RPUSH', group_queue(k, g), lines[g])
+    plan.lined[g] = true
+    by[x] = #lines[g]
+    pushed[g] = by[x]
+    for _, id in ipairs(lines[g]) do ids[id] = true end
+  end
+  add_waiting(k, order, by, 1)
+  return pushed, ids
+end
+
+-- Writes a plan of `plan_enter`; rings the topic when jobs went in line. Then the removals a
+-- plan of `plan_leave` written before it left to it (`plan.after`).
 local function write_enter(plan, counts)
   local k = plan.k
   if plan.active then push_all('HSET', k.active, plan.active) end
@@ -992,97 +995,134 @@ local function write_enter(plan, counts)
   end
   if #plan.park > 0 then
     local last = redis.call('HINCRBY', counts, k.topic .. ':seq', #plan.park)
-    -- One RPUSH and one ZINCRBY per group of the call, its entries in order.
-    local scored, lines, order = {}, {}, {}
-    for i, j in ipairs(plan.park) do
-      local seq = fmt(last - #plan.park + i)
-      push_all_pairs(scored, seq, j[1])
-      local line = lines[j[2]]
-      if not line then
-        line = {}
-        lines[j[2]] = line
-        order[#order + 1] = j[2]
-      end
-      line[#line + 1] = seq .. ':' .. j[1]
-    end
-    local parked_by = {}
-    for x, g in ipairs(order) do
-      push_all('RPUSH', group_queue(k, g), lines[g])
-      parked_by[x] = #lines[g]
-    end
-    add_waiting(k, order, parked_by, 1)
+    local scored = {}
+    for i, j in ipairs(plan.park) do push_all_pairs(scored, fmt(last - #plan.park + i), j[1]) end
+    park_lines(plan)
     push_all('ZADD', k.parked, scored)
   end
+  if plan.after then plan.after() end
 end
 
--- Adds to `plan` (of `plan_leave`) the next parked jobs each group of `wants` lets in
--- ({group, left}: it holds `left` slots before them of `limit`; groups distinct). Reads only:
--- the head of each group's list (one LRANGE a group), whether its entries are live (one
--- ZMSCORE for all groups); a group short of live entries there reads on alone (next_parked).
--- `skip` (optional): ids whose entries count as stale (jobs the calling script takes out of
--- their group's line itself: push.lua's replaces).
+-- Plans the parked jobs each group of `wants` lets in ({group, left}: it holds `left` slots
+-- before them of `limit`; groups distinct): how many its line gives (`plan.pops`), counted from
+-- the groups' parked counts (one ZMSCORE for all: a group's line holds exactly its parked jobs,
+-- first first), the jobs themselves popped by `write_leave` (one LPOP a group that lets jobs
+-- in, where reading a line's head and trimming it cost two calls a group: BENCHMARKS.md).
+-- Reads only, touching the lines it pops and the lanes. `skip` (optional): parked ids the
+-- calling script takes out of line itself (push.lua's replaces), each with its group (false
+-- when its envelope could not be read): never let in, nor counted.
 local function plan_nexts(plan, wants, limit, skip)
   local k = plan.k
-  local heads, names = {}, {}
-  if CLUSTER then
-    local queues = {}
-    for _, w in ipairs(wants) do
-      if limit > w[2] then queues[#queues + 1] = group_queue(k, w[1]) end
-    end
-    if not need_soon(queues) then return end
+  if #wants == 0 then return end
+  local names = {}
+  for x, w in ipairs(wants) do names[x] = w[1] end
+  local waiting = read_many('ZMSCORE', k.waiting, names)
+  local skipped = {}
+  for _, g in pairs(skip or {}) do
+    if g then skipped[g] = (skipped[g] or 0) + 1 end
   end
+  local queues = {}
   for x, w in ipairs(wants) do
-    local room = limit - w[2]
-    local entries = room > 0 and redis.call('LRANGE', group_queue(k, w[1]), 0, room - 1) or {}
-    local head = {room = room, first = #names + 1, seqs = {}, ids = {}}
-    for i, e in ipairs(entries) do
-      local seq, id = string.match(e, '^(%d+):(.*)$')
-      head.seqs[i], head.ids[i] = seq, id
-      names[#names + 1] = id or ''
+    local parked = tonumber(waiting[x] or 0)
+    local left = parked - (skipped[w[1]] or 0)
+    local n = math.min(limit - w[2], left)
+    plan.held[w[1]] = w[2] + math.max(n, 0)
+    if n > 0 then
+      plan.pops[#plan.pops + 1] = {w[1], n, parked, left}
+      queues[#queues + 1] = group_queue(k, w[1])
     end
-    heads[x] = head
   end
-  local scores = read_many('ZMSCORE', k.parked, names)
-  for x, w in ipairs(wants) do
-    local head, ids, taken = heads[x], {}, 0
-    for i, seq in ipairs(head.seqs) do
-      if #ids >= head.room then break end
-      taken = i
-      local score = scores[head.first + i - 1]
-      if seq and score and tonumber(score) == tonumber(seq) and not (skip and skip[head.ids[i]]) then
-        ids[#ids + 1] = head.ids[i]
-      end
-    end
-    if #ids < head.room and #head.seqs == head.room then
-      -- Stale entries at the head, and more may follow: this group reads on by itself.
-      ids, taken = next_parked(k, w[1], head.room, skip)
-    end
-    for _, id in ipairs(ids) do
-      plan.admit[#plan.admit + 1] = id
-      push_all_pairs(plan.active, id, w[1])
-    end
-    plan.held[w[1]] = w[2] + #ids
-    if taken > 0 then plan.trims[#plan.trims + 1] = {w[1], taken, #ids} end
+  if CLUSTER and not need_soon(queues) then
+    plan.pops = {}
+    return
+  end
+  if #queues > 0 then
+    push_all('EXISTS', k.waiting, queues) -- touched before the first write
+    touch_lanes(k.prefix, k.topic)
+    plan.ranked = redis.call('HGET', k.prefix .. 'counts', k.topic .. ':ranked') ~= false
   end
 end
 
--- Reads the priorities of the jobs `plan` lets in, and touches the lanes they go to. A topic
--- never marked ranked (push.lua) has none to read.
-local function plan_levels(plan)
-  if #plan.admit == 0 then return end
+-- Lets in the jobs `plan.pops` plans (write_leave): pops them from their lines, and counts
+-- the groups' slots and parked jobs. A popped id the caller takes out itself (`skip`) is not let
+-- in (`plan.popped`: its entry is gone), nor one that is no longer parked (an entry a cancel
+-- could not take out: a job whose envelope it could not read), which counts out of its group.
+-- A line emptied here (`plan.emptied`) is not used again: the LPOP may have deleted it.
+local function pop_nexts(plan, skip)
   local k = plan.k
-  touch_lanes(k.prefix, k.topic)
-  if not redis.call('HGET', k.prefix .. 'counts', k.topic .. ':ranked') then return end
-  local members = {}
-  for x, id in ipairs(plan.admit) do members[x] = k.topic .. ':' .. id end
-  for x, raw in ipairs(hmget_all(k.prefix .. 'jobs', members)) do
-    plan.levels[x] = priority_of(raw)
+  plan.emptied, plan.popped = {}, {}
+  local round = {}
+  for x, p in ipairs(plan.pops) do
+    round[x] = {g = p[1], want = p[2], parked = p[3], left = p[4], got = 0, taken = 0,
+      key = group_queue(k, p[1])}
+  end
+  local all = round
+  while #round > 0 do
+    -- One LPOP a group, then one ZMSCORE for all the ids popped.
+    local ids, owners = {}, {}
+    for _, st in ipairs(round) do
+      -- (never past the entries the plan counted: `enter`'s may follow them)
+      local ask = math.min(st.want - st.got, st.parked - st.taken)
+      local got = redis.call('LPOP', st.key, ask) or {}
+      st.taken = #got < ask and st.parked or st.taken + #got
+      local back = {}
+      for _, id in ipairs(got) do
+        if not back[1] and skip and skip[id] ~= nil and not plan.popped[id] then
+          -- (its first entry: a second is the one `enter` parked again)
+          plan.popped[id] = true
+          -- (one whose group could not be read was not counted out by `unpark`)
+          if not skip[id] then st.left = st.left - 1 end
+        elseif back[1] or (plan.fresh and plan.fresh[id]) then
+          -- Past the entries counted (counts gone wrong): `enter`'s own, put back in front.
+          back[#back + 1] = id
+        else
+          ids[#ids + 1] = id
+          owners[#ids] = st
+        end
+      end
+      if back[1] then
+        local front = {}
+        for x = #back, 1, -1 do front[#front + 1] = back[x] end
+        redis.call('LPUSH', st.key, unpack(front))
+        st.taken = st.parked
+      end
+    end
+    local live = read_many('ZMSCORE', k.parked, ids)
+    for x, id in ipairs(ids) do
+      local st = owners[x]
+      if live[x] then
+        st.got = st.got + 1
+        plan.admit[#plan.admit + 1] = id
+        push_all_pairs(plan.active, id, st.g)
+      else
+        st.left = st.left - 1
+      end
+    end
+    local short = {}
+    for _, st in ipairs(round) do
+      if st.got < st.want and st.taken < st.parked then short[#short + 1] = st end
+    end
+    round = short
+  end
+  local counted = {}
+  for _, st in ipairs(all) do
+    if st.taken >= st.parked then plan.emptied[st.g] = true end
+    plan.held[st.g] = plan.held[st.g] - st.want + st.got
+    -- Its parked count: the replaced ones skipped are counted out by `unpark`; the ones
+    -- `enter` parked first (write_leave) are in.
+    push_all_pairs(counted, fmt(math.max(st.left - st.got, 0) + (plan.pushed and plan.pushed[st.g] or 0)), st.g)
+  end
+  push_all('ZADD', k.waiting, counted)
+  if #plan.admit > 0 and plan.ranked then
+    local members = {}
+    for x, id in ipairs(plan.admit) do members[x] = k.topic .. ':' .. id end
+    for x, raw in ipairs(hmget_all(k.prefix .. 'jobs', members)) do plan.levels[x] = priority_of(raw) end
   end
 end
 
 -- An empty plan of `plan_leave` for the slots `leaving` give back (ids) in `k`'s topic.
 local function leave_plan(k, leaving)
-  return { k = k, leaving = leaving, held = {}, was = {}, admit = {}, levels = {}, trims = {},
+  return { k = k, leaving = leaving, held = {}, was = {}, admit = {}, levels = {}, pops = {},
     active = {} }
 end
 
@@ -1107,6 +1147,7 @@ local function plan_leave(prefix, topic, ids, skip)
   local held = slots_held(k, names)
   local limit = group_limit(prefix, topic)
   local plan = leave_plan(k, leaving)
+  plan.skip = skip
   redis.call('EXISTS', k.parked, k.waiting)
   local wants = {}
   for x, g in ipairs(names) do
@@ -1114,17 +1155,24 @@ local function plan_leave(prefix, topic, ids, skip)
     plan.was[g] = held[g]
   end
   plan_nexts(plan, wants, limit, skip)
-  plan_levels(plan)
   return plan
 end
 
 -- Writes a plan of `plan_leave` (nil: nothing); rings the topic when jobs went in line. The
--- writes that may delete a key come after every other use of it. `enter` (optional): a plan of
--- `plan_enter` made with this plan's counts (`held_from`), written next, which sets the counts
--- of its groups: those are left to it.
+-- writes that may delete a key come after every other use of it (a line its pop emptied is
+-- in `plan.emptied`). `enter` (optional): a plan of `plan_enter` made with this plan's counts
+-- (`held_from`), written next, which sets the counts of its groups: those are left to it.
 local function write_leave(plan, counts, enter)
   if not plan then return end
   local k = plan.k
+  if enter then
+    -- The jobs `enter` parks in a line popped here go in first, behind its old entries, so
+    -- that no pop deletes a list written after it.
+    local popped = {}
+    for _, p in ipairs(plan.pops) do popped[p[1]] = true end
+    plan.pushed, plan.fresh = park_lines(enter, popped)
+  end
+  pop_nexts(plan, plan.skip)
   push_all('HSET', k.active, plan.active)
   local set, gone = {}, {}
   for g, n in pairs(plan.held) do
@@ -1142,36 +1190,55 @@ local function write_leave(plan, counts, enter)
     to_ready(k.prefix, counts, k.topic, plan.admit, plan.levels)
     ring(k.prefix, k.topic)
   end
-  local let_in, let_in_by = {}, {}
-  for _, t in ipairs(plan.trims) do
-    if t[3] > 0 then
-      let_in[#let_in + 1] = t[1]
-      let_in_by[#let_in] = t[3]
-    end
-    redis.call('LTRIM', group_queue(k, t[1]), t[2], -1)
-  end
-  add_waiting(k, let_in, let_in_by, -1)
-  if #plan.admit > 0 then
-    redis.call('ZREMRANGEBYSCORE', k.waiting, '-inf', 0)
+  -- The removals, after `enter`'s writes when it follows (they may delete its keys).
+  local function removals()
+    if #plan.pops > 0 then redis.call('ZREMRANGEBYSCORE', k.waiting, '-inf', 0) end
     push_all('ZREM', k.parked, plan.admit)
+    push_all('HDEL', k.held, gone)
+    push_all('HDEL', k.active, plan.leaving)
   end
-  push_all('HDEL', k.held, gone)
-  push_all('HDEL', k.active, plan.leaving)
+  if enter then enter.after = removals else removals() end
 end
 
 -- Takes parked jobs out (a cancel, a replace, a reschedule to later), in two steps around a
--- script's other writes, its keys touched before its first write (`k.parked`, `k.waiting`):
--- `unpark` counts each of `gone` ({id, group} pairs) out of its group, `tidy_parked` removes
--- the jobs `ids` from the parked set and the groups left with none parked, after every other
--- use of both keys (each removal may delete its key). A job's entry in its group's list goes
--- stale, and is dropped when the group next lets a job in.
-local function unpark(k, gone)
-  for _, g in ipairs(gone) do redis.call('ZINCRBY', k.waiting, -1, g[2]) end
+-- script's other writes, its keys touched before its first write (`k.parked`, `k.waiting` and
+-- the lines of `gone`'s groups: `touch_parked`): `unpark` counts each of `gone` ({id, group}
+-- pairs) out of its group, `tidy_parked` removes each from its line and from the parked set
+-- and the groups left with none parked, after every other use of those keys (each removal may
+-- delete its key). A line's LREM scans it from the tail (a job replaced or cancelled soon
+-- after its push is near it), from the head for an id `again` holds (the call parked it again
+-- at the tail); not where `leave` (a plan of `plan_leave` written in the call) popped it
+-- already, nor in a line it emptied.
+local function touch_parked(k, gone)
+  local queues = {}
+  for _, g in ipairs(gone) do
+    if g[2] then queues[#queues + 1] = group_queue(k, g[2]) end
+  end
+  if CLUSTER and not need_soon(queues) then return end
+  push_all('EXISTS', k.waiting, queues)
+  redis.call('EXISTS', k.parked, k.waiting)
 end
 
-local function tidy_parked(k, ids)
-  if #ids == 0 then return end
-  redis.call('ZREMRANGEBYSCORE', k.waiting, '-inf', 0)
+local function unpark(k, gone)
+  for _, g in ipairs(gone) do
+    if g[2] then redis.call('ZINCRBY', k.waiting, -1, g[2]) end
+  end
+end
+
+local function tidy_parked(k, gone, again, leave)
+  if #gone == 0 then return end
+  local ids = {}
+  local emptied, popped = leave and leave.emptied or {}, leave and leave.popped or {}
+  for _, g in ipairs(gone) do
+    local back = again and again[g[1]]
+    if not back then ids[#ids + 1] = g[1] end
+    if g[2] and not emptied[g[2]] and not popped[g[1]] then
+      redis.call('LREM', group_queue(k, g[2]), back and 1 or -1, g[1])
+    end
+  end
+  -- (a `leave` that popped trimmed the counts after `unpark` already, and may have deleted
+  -- the key)
+  if not (leave and #leave.pops > 0) then redis.call('ZREMRANGEBYSCORE', k.waiting, '-inf', 0) end
   push_all('ZREM', k.parked, ids)
 end
 

@@ -475,10 +475,8 @@ for _, p in pairs(was_parked) do
   if not list then
     list = {}
     unparked[p[1]] = list
-    need(topic_group_keys(prefix, p[1]))
-    redis.call('EXISTS', prefix .. 'gwait:' .. p[1])
   end
-  list[#list + 1] = {p[2], p[3] or ''}
+  list[#list + 1] = {p[2], p[3] or false}
 end
 -- The slots the switched jobs give back (a replace into another group), planned first: the
 -- plans of the jobs entering then start from their groups' counts.
@@ -487,9 +485,10 @@ end
 local leave_plans, moving = {}, {}
 for _, p in pairs(was_parked) do
   moving[p[1]] = moving[p[1]] or {}
-  moving[p[1]][p[2]] = true
+  moving[p[1]][p[2]] = p[3] or false
 end
 defer_needs() -- the lists of every grouped topic's groups named in one stop (lib.lua's `need`)
+for topic, list in pairs(unparked) do touch_parked(group_keys(prefix, topic), list) end
 for topic, ids in pairs(switched) do leave_plans[topic] = plan_leave(prefix, topic, ids, moving[topic]) end
 for topic, list in pairs(enter_by_topic) do
   local leave = leave_plans[topic]
@@ -586,11 +585,7 @@ end
 for topic, gone in pairs(unparked) do
   local again = {}
   for _, j in ipairs(group_plans[topic] and group_plans[topic].park or {}) do again[j[1]] = true end
-  local ids = {}
-  for _, g in ipairs(gone) do
-    if not again[g[1]] then ids[#ids + 1] = g[1] end
-  end
-  tidy_parked(group_keys(prefix, topic, true), ids)
+  tidy_parked(group_keys(prefix, topic, true), gone, again, leave_plans[topic])
 end
 -- The records pushed again go (`done:<topic>` was read for them): one HDEL per hash, last;
 -- they are counted as taken out (lib.lua).

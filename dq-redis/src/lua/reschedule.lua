@@ -61,13 +61,13 @@ if parked and now_ready then
   return 1
 end
 if parked then
-  redis.call('EXISTS', k.waiting) -- touched before the first write
+  touch_parked(k, {{id, e.group}}) -- touched before the first write
   redis.call('HSET', jobs, member, encode(e))
   unpark(k, {{id, e.group}})
   redis.call('ZADD', delayed, fmt(e.due), member)
   bump(counts, topic, 'delayed', 1)
   announce(prefix, delayed, before)
-  tidy_parked(k, {id})
+  tidy_parked(k, {{id, e.group}})
   return 1
 end
 local plan = k and now_ready and plan_enter(prefix, topic, {{id, e.group, e.priority}})
