@@ -541,19 +541,24 @@ fn refused_calls(node: &support::RedisServer) -> u64 {
         .map_or(0, |n| n.trim().parse().unwrap())
 }
 
+/// A client of namespace `namespace` with one shard on `cluster` (groups' jobs all in it).
+async fn one_shard_client(cluster: &RedisCluster, namespace: &str) -> support::TestClient {
+    let config = dq::Config::builder()
+        .redis_cluster(cluster.urls())
+        .shards(1)
+        .namespace(namespace)
+        .build()
+        .unwrap();
+    support::TestClient::connect(config).await.unwrap()
+}
+
 /// A job's group's list of parked jobs is a key its ack reads; the store that fetched the job
 /// read its group then, and declares that list at the ack, so the ack is one call, not a first
 /// one that stops to name the lists and a second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ack_of_grouped_jobs_this_process_fetched_is_one_call_on_a_cluster() {
     let cluster = RedisCluster::start(3, 0);
-    let config = dq::Config::builder()
-        .redis_cluster(cluster.urls())
-        .shards(1)
-        .namespace("acks")
-        .build()
-        .unwrap();
-    let client = support::TestClient::connect(config).await.unwrap();
+    let client = one_shard_client(&cluster, "acks").await;
     for n in 0..20u64 {
         client
             .push(support::OrderCancel { order_id: n })
@@ -600,13 +605,7 @@ async fn an_ack_of_grouped_jobs_this_process_fetched_is_one_call_on_a_cluster() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_push_replacing_waiting_jobs_of_forty_grouped_topics_names_their_lists_at_once() {
     let cluster = RedisCluster::start(3, 0);
-    let config = dq::Config::builder()
-        .redis_cluster(cluster.urls())
-        .shards(1)
-        .namespace("moves")
-        .build()
-        .unwrap();
-    let client = support::TestClient::connect(config).await.unwrap();
+    let client = one_shard_client(&cluster, "moves").await;
     let topics: Vec<String> = (0..40).map(|i| format!("t{i}")).collect();
     for t in &topics {
         for id in ["holder", "waiting"] {

@@ -1688,13 +1688,7 @@ async fn a_cancelled_waiting_job_with_an_unreadable_envelope_does_not_block_its_
             .await
             .unwrap();
     }
-    let _: () = redis::cmd("HSET")
-        .arg("dq:{test:0}:jobs")
-        .arg("t:j1")
-        .arg("not an envelope")
-        .query_async(&mut raw_conn(&redis).await)
-        .await
-        .unwrap();
+    redis.command(&["HSET", "dq:{test:0}:jobs", "t:j1", "not an envelope"]);
     c.cancel_in("t", "j1").await.unwrap();
     let first = store.fetch(0, &t, 10, LEASE).await.unwrap().jobs;
     assert_eq!(first.len(), 1);
@@ -1721,13 +1715,7 @@ async fn a_replaced_waiting_job_with_an_unreadable_envelope_leaves_its_groups_co
     for id in ["h", "x", "y"] {
         c.push_to("t", &0).id(id).group("a").await.unwrap();
     }
-    let _: () = redis::cmd("HSET")
-        .arg("dq:{test:0}:jobs")
-        .arg("t:x")
-        .arg("not an envelope")
-        .query_async(&mut raw_conn(&redis).await)
-        .await
-        .unwrap();
+    redis.command(&["HSET", "dq:{test:0}:jobs", "t:x", "not an envelope"]);
     let batch = [("x", "a"), ("h", "b")]
         .map(|(id, group)| c.push_to("t", &1).id(id).group(group).replace());
     c.push_batch(batch).await.unwrap();

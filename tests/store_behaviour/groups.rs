@@ -414,21 +414,8 @@ pub(crate) async fn a_batch_moving_a_slot_holder_and_replacing_its_next_job_runs
         &[("a1", Some("a")), ("a2", Some("a")), ("a3", Some("a"))],
     )
     .await;
-    let replaced = [("a1", "b"), ("a2", "a")].map(|(id, group)| {
-        c.push(OrderCancel { order_id: 9 })
-            .id(id)
-            .group(group)
-            .replace()
-    });
-    c.push_batch(replaced).await.unwrap();
-    let mut in_a: Vec<String> = run_all(c)
-        .await
-        .into_iter()
-        .filter(|(_, group)| group == "a")
-        .map(|(id, _)| id)
-        .collect();
-    in_a.sort();
-    assert_eq!(in_a, ["a2", "a3"], "each once");
+    replace_in_one_call(c, &[("a1", "b"), ("a2", "a")]).await;
+    assert_eq!(ran_in_group(c, "a").await, ["a2", "a3"], "each once");
     let counts = c.counts(TOPIC).await.unwrap();
     assert_eq!((counts.ready, counts.running), (0, 0), "{counts:?}");
     push_grouped(c, &[("a4", Some("a"))]).await;
@@ -459,23 +446,33 @@ pub(crate) async fn a_batch_moving_a_slot_holder_and_replacing_one_of_several_wa
     .await;
     // The waiting job first: it goes in line again in this call (a job after the move waits
     // for the mover).
-    let replaced = [("a2", "a"), ("a1", "b")].map(|(id, group)| {
+    replace_in_one_call(c, &[("a2", "a"), ("a1", "b")]).await;
+    assert_eq!(ran_in_group(c, "a").await, ["a2", "a3", "a4"], "each once");
+    let counts = c.counts(TOPIC).await.unwrap();
+    assert_eq!((counts.ready, counts.running), (0, 0), "{counts:?}");
+}
+
+/// Pushes `jobs` ({id, group}) again, replacing them, in one batch: one push call.
+async fn replace_in_one_call(c: &TestClient, jobs: &[(&str, &str)]) {
+    let replaced = jobs.iter().map(|&(id, group)| {
         c.push(OrderCancel { order_id: 9 })
             .id(id)
             .group(group)
             .replace()
     });
     c.push_batch(replaced).await.unwrap();
-    let mut in_a: Vec<String> = run_all(c)
+}
+
+/// Runs everything (`run_all`) and returns the ids that ran in `group`, sorted.
+async fn ran_in_group(c: &TestClient, group: &str) -> Vec<String> {
+    let mut ids: Vec<String> = run_all(c)
         .await
         .into_iter()
-        .filter(|(_, group)| group == "a")
+        .filter(|(_, g)| g == group)
         .map(|(id, _)| id)
         .collect();
-    in_a.sort();
-    assert_eq!(in_a, ["a2", "a3", "a4"], "each once");
-    let counts = c.counts(TOPIC).await.unwrap();
-    assert_eq!((counts.ready, counts.running), (0, 0), "{counts:?}");
+    ids.sort();
+    ids
 }
 
 /// Promotes, fetches and acks until nothing is left: the ids run with their groups, in order;

@@ -83,8 +83,9 @@ end
 -- write.
 local gk = group_keys(prefix, topic)
 local parked = redis.call('ZSCORE', gk.parked, id)
--- Its group, from its envelope (false for one that cannot be read: it leaves the line all the
--- same, and only its group's count of waiting jobs stays one too high).
+-- Its group, from its envelope (false for one that cannot be read: it leaves the parked set,
+-- and its entry stays in a list this call cannot name, dropped when its group pops it: lib.lua's
+-- `pop_nexts`).
 local parked_in = parked and (group_of(redis.call('HGET', jobs, member)) or false)
 local parked_gone = parked and {{id, parked_in}}
 if parked then touch_parked(gk, parked_gone) end

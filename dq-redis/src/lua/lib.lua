@@ -822,8 +822,9 @@ end
 -- job taken out of line (a cancel, a replace, a reschedule to later) is removed with an LREM
 -- from the tail, O(jobs of its group parked behind it), or from the head for one a replace
 -- parks again in the same group, O(jobs before it); `gwait:<topic>` ZSET group scored by
--- how many of its jobs are parked (the busiest groups, and how many a line gives). Every job of a group lives in its group's shard (produce.rs refuses a
--- grouped push whose id leads elsewhere), so a shard counts its groups' slots alone.
+-- how many of its jobs are parked (the busiest groups, and how many a line gives). Every job
+-- of a group lives in its group's shard (produce.rs refuses a grouped push whose id leads
+-- elsewhere), so a shard counts its groups' slots alone.
 
 -- The keys of `topic`'s groups that every call reaching them declares on a cluster (`need`;
 -- RedisStore::group_keys names the same).
@@ -1065,22 +1066,23 @@ local function pop_nexts(plan, skip)
       local ask = math.min(st.want - st.got, st.parked - st.taken)
       local got = redis.call('LPOP', st.key, ask) or {}
       st.taken = #got < ask and st.parked or st.taken + #got
-      local back = {}
+      local back
       for _, id in ipairs(got) do
-        if not back[1] and skip and skip[id] ~= nil and not plan.popped[id] then
+        if not back and skip and skip[id] ~= nil and not plan.popped[id] then
           -- (its first entry: a second is the one `enter` parked again)
           plan.popped[id] = true
           -- (one whose group could not be read was not counted out by `unpark`)
           if not skip[id] then st.left = st.left - 1 end
-        elseif back[1] or (plan.fresh and plan.fresh[id]) then
+        elseif back or (plan.fresh and plan.fresh[id]) then
           -- Past the entries counted (counts gone wrong): `enter`'s own, put back in front.
+          back = back or {}
           back[#back + 1] = id
         else
           ids[#ids + 1] = id
           owners[#ids] = st
         end
       end
-      if back[1] then
+      if back then
         local front = {}
         for x = #back, 1, -1 do front[#front + 1] = back[x] end
         redis.call('LPUSH', st.key, unpack(front))
@@ -1215,8 +1217,8 @@ local function touch_parked(k, gone)
     if g[2] then queues[#queues + 1] = group_queue(k, g[2]) end
   end
   if CLUSTER and not need_soon(queues) then return end
-  push_all('EXISTS', k.waiting, queues)
   redis.call('EXISTS', k.parked, k.waiting)
+  push_all('EXISTS', k.parked, queues)
 end
 
 local function unpark(k, gone)

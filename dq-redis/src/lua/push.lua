@@ -470,23 +470,23 @@ for topic in pairs(ready_by_topic) do touch_lanes(prefix, topic) end
 -- Groups (lib.lua): the replaced parked jobs, and the plans of the due grouped jobs, read
 -- before the first write.
 local unparked, group_plans = {}, {}
+-- (and, by topic, the same as a set id -> group for plan_leave's `skip`)
+local moving = {}
 for _, p in pairs(was_parked) do
   local list = unparked[p[1]]
   if not list then
     list = {}
     unparked[p[1]] = list
+    moving[p[1]] = {}
   end
   list[#list + 1] = {p[2], p[3] or false}
+  moving[p[1]][p[2]] = p[3] or false
 end
 -- The slots the switched jobs give back (a replace into another group), planned first: the
 -- plans of the jobs entering then start from their groups' counts.
 -- A parked job this call replaces is not let in by a slot given back here: its entry is
 -- taken out of line (it goes in again, or waits, as the new push).
-local leave_plans, moving = {}, {}
-for _, p in pairs(was_parked) do
-  moving[p[1]] = moving[p[1]] or {}
-  moving[p[1]][p[2]] = p[3] or false
-end
+local leave_plans = {}
 defer_needs() -- the lists of every grouped topic's groups named in one stop (lib.lua's `need`)
 for topic, list in pairs(unparked) do touch_parked(group_keys(prefix, topic), list) end
 for topic, ids in pairs(switched) do leave_plans[topic] = plan_leave(prefix, topic, ids, moving[topic]) end
