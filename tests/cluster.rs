@@ -84,35 +84,115 @@ async fn sixteen_shards_land_on_every_master_and_jobs_reach_them_all() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn jobs_due_hours_ahead_stay_in_the_delayed_sets_on_a_cluster() {
-    // A cluster's scripts do not declare the keys of jobs stored compact (README, "How jobs
-    // are stored"), which a reshard could then lose: there every job waits in `delayed`.
-    let cluster = RedisCluster::start(3, 0);
-    let client = dq::Client::connect(config(&cluster)).await.unwrap();
-    let jobs = (0..200u32).map(|i| {
-        client
-            .push_to("t", &i)
-            .id(format!("j{i}"))
-            .delay(Duration::from_secs(2 * 3600))
-    });
-    client.push_batch(jobs).await.unwrap();
-    assert_eq!(client.counts("t").await.unwrap().delayed, 200);
-    let mut delayed = 0;
+/// The keys of `pattern` on `master` (its `KEYS` reply, one key a line).
+fn keys_on(master: &support::RedisServer, pattern: &str) -> Vec<String> {
+    master
+        .command(&["KEYS", pattern])
+        .lines()
+        .filter(|l| l.starts_with("dq:"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The members of the `delayed` sets of every master.
+fn delayed_members(cluster: &RedisCluster) -> usize {
+    let mut n = 0;
     for master in cluster.masters() {
-        assert_eq!(
-            master.command(&["KEYS", "dq:*:far*"]).trim(),
-            "*0",
-            "nothing stored far"
+        for key in keys_on(master, "dq:*:delayed") {
+            let card = master.command(&["ZCARD", &key]);
+            n += card
+                .trim()
+                .trim_start_matches(':')
+                .parse::<usize>()
+                .unwrap();
+        }
+    }
+    n
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_due_hours_ahead_are_stored_compact_on_every_master_and_moved_into_place() {
+    // Far jobs (README, "How jobs are stored") on 16 shards over 3 masters, every script's keys
+    // audited on every master: a key touched without being declared fails the test (a live
+    // reshard could lose what it holds: lib.lua's `need`).
+    let cluster = RedisCluster::start(3, 0);
+    let audits: Vec<dq_testkit::KeyAudit> = cluster
+        .masters()
+        .into_iter()
+        .map(dq_testkit::KeyAudit::start)
+        .collect();
+    let c = support::TestClient::connect(config(&cluster))
+        .await
+        .unwrap();
+    let hours = Duration::from_secs(2 * 3600);
+    let chosen = (0..200u32).map(|i| c.push_to("t", &i).id(format!("j{i}")).delay(hours));
+    c.push_batch(chosen).await.unwrap();
+    let drawn = (0..200u32).map(|i| c.push_to("t", &(1000 + i)).delay(hours));
+    c.push_batch(drawn).await.unwrap();
+    assert_eq!(c.counts("t").await.unwrap().delayed, 400);
+    assert_eq!(delayed_members(&cluster), 0, "none in the delayed sets");
+    for master in cluster.masters() {
+        assert!(
+            !keys_on(master, "dq:*:far:*").is_empty(),
+            "master {} holds parts of far jobs",
+            master.port()
         );
-        for key in master.command(&["KEYS", "dq:*:delayed"]).lines() {
-            if key.starts_with("dq:") {
-                let n = master.command(&["ZCARD", key]);
-                delayed += n.trim().trim_start_matches(':').parse::<u64>().unwrap();
+    }
+
+    // Each is found by id, kept by a push of its id, cancelled, rescheduled.
+    let j7 = c.status_in("t", "j7").await.unwrap().unwrap();
+    assert_eq!(
+        (
+            j7.state,
+            serde_json::from_slice::<u32>(&j7.payload).unwrap()
+        ),
+        (dq::JobState::Delayed, 7)
+    );
+    let again = c.push_to("t", &0u32).id("j8").delay(hours).send().await;
+    assert_eq!(
+        again.unwrap().outcome,
+        dq::push::PushOutcome::AlreadyPending
+    );
+    let cancelled = c.cancel_in("t", "j9").await.unwrap();
+    assert_eq!(cancelled, dq::admin::ChangeOutcome::Done);
+    let now = c.reschedule_in("t", "j10", dq::Due::After(Duration::ZERO));
+    assert_eq!(now.await.unwrap(), dq::admin::ChangeOutcome::Done);
+    let counts = c.counts("t").await.unwrap();
+    assert_eq!((counts.delayed, counts.ready), (398, 1));
+
+    // Every part made due to move (as if the time had come): the movers of the 16 shards move
+    // them into `jobs` and `delayed` with their exact due times, and nothing is left behind.
+    for master in cluster.masters() {
+        for far in keys_on(master, "dq:*:far") {
+            let parts = master.command(&["ZRANGE", &far, "0", "-1"]);
+            for part in parts.lines().filter(|l| l.ends_with(":t")) {
+                master.command(&["ZADD", &far, "XX", "0", part]);
             }
         }
     }
-    assert_eq!(delayed, 200);
+    for shard in 0..16 {
+        c.store().promote(shard, 10_000).await.unwrap();
+    }
+    assert_eq!(delayed_members(&cluster), 398);
+    for master in cluster.masters() {
+        let left = keys_on(master, "dq:*:f*");
+        assert!(left.is_empty(), "parts, indexes and `far` gone: {left:?}");
+    }
+    assert_eq!(c.counts("t").await.unwrap(), counts);
+    let moved = c.status_in("t", "j7").await.unwrap().unwrap();
+    assert_eq!(
+        (moved.due, moved.created, moved.payload),
+        (j7.due, j7.created, j7.payload)
+    );
+
+    let names: HashMap<String, &str> = dq::store::script_hashes()
+        .into_iter()
+        .map(|(name, sha)| (sha, name))
+        .collect();
+    for audit in audits {
+        let undeclared = audit.finish(&names);
+        assert!(undeclared.is_empty(), "undeclared keys: {undeclared:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -640,4 +720,136 @@ async fn one_push_replacing_waiting_jobs_of_forty_grouped_topics_names_their_lis
             "{t}: each group's first in line"
         );
     }
+}
+
+/// A push that stores far jobs writes into the part being filled of its topic and bucket, a key
+/// it names from `farn` (lib.lua): the first push names it in a call that stops, and the store
+/// declares it in its next pushes to that shard, which then take one call each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pushes_of_jobs_due_far_ahead_name_their_part_once_on_a_cluster() {
+    let cluster = RedisCluster::start(3, 0);
+    let client = one_shard_client(&cluster, "far").await;
+    let owner = cluster.node(cluster.master_of("dq:{far:0}:jobs"));
+    let hours = Duration::from_secs(2 * 3600);
+    let mut stops = Vec::new();
+    for n in 0..5u32 {
+        let refused = refused_calls(owner);
+        client
+            .push_to("t", &n)
+            .id(format!("j{n}"))
+            .delay(hours)
+            .await
+            .unwrap();
+        stops.push(refused_calls(owner) - refused);
+    }
+    assert_eq!(
+        stops,
+        [1, 0, 0, 0, 0],
+        "calls stopped to name a part, per push"
+    );
+    assert_eq!(
+        keys_on(owner, "dq:*:far:*").len(),
+        1,
+        "one part holds the five"
+    );
+    assert_eq!(client.counts("t").await.unwrap().delayed, 5);
+}
+
+/// Review of far jobs on a cluster (helper-58, finding 1): the movers of every process race for
+/// the same far parts, and a move takes three calls there (name the parts, name their jobs'
+/// index hashes, move). A mover whose parts another one moved between its calls moves none and
+/// comes back in a fresh call, instead of naming the next parts in a fourth, and so on until
+/// it ran out of rounds: each promotion stops at most twice, and every job is moved once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn movers_racing_for_many_far_parts_each_stop_at_most_twice_a_call() {
+    let cluster = RedisCluster::start(3, 0);
+    let client = one_shard_client(&cluster, "race").await;
+    let owner = cluster.node(cluster.master_of("dq:{race:0}:jobs"));
+    let hours = Duration::from_secs(2 * 3600);
+    for batch in 0..20u32 {
+        let jobs = (0..1000u32).map(|i| {
+            client
+                .push_to("t", &i)
+                .id(format!("j{batch}-{i}"))
+                .delay(hours)
+        });
+        client.push_batch(jobs).await.unwrap();
+    }
+    let far = "dq:{race:0}:far";
+    let parts: Vec<String> = keys_on(owner, "dq:*:far:*");
+    assert_eq!(parts.len(), 20, "a part a thousand jobs");
+    for part in &parts {
+        let name = part.strip_prefix("dq:{race:0}:far:").unwrap();
+        owner.command(&["ZADD", far, "XX", "0", name]);
+    }
+    let movers: Vec<support::TestClient> =
+        futures_util::future::join_all((0..6).map(|_| one_shard_client(&cluster, "race"))).await;
+    // Each mover calls while parts are left (a call that finds none stops nowhere).
+    let conn = redis::Client::open(owner.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let refused = refused_calls(owner);
+    let calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let runs = movers.iter().map(|m| {
+        let (calls, mut conn) = (calls.clone(), conn.clone());
+        async move {
+            loop {
+                let left: u64 = redis::cmd("ZCARD")
+                    .arg(far)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                if left == 0 {
+                    break;
+                }
+                calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                m.store().promote(0, 10_000).await.unwrap();
+            }
+        }
+    });
+    futures_util::future::join_all(runs).await;
+    let (stops, calls) = (
+        refused_calls(owner) - refused,
+        calls.load(std::sync::atomic::Ordering::Relaxed),
+    );
+    assert!(stops <= 2 * calls, "{stops} stops in {calls} promotions");
+    assert_eq!(delayed_members(&cluster), 20_000, "every job moved once");
+    assert!(keys_on(owner, "dq:*:f*").is_empty(), "no part left");
+    assert_eq!(client.counts("t").await.unwrap().delayed, 20_000);
+}
+
+/// Review of far jobs on a cluster (helper-58, finding 2): a job the store did not expect to go
+/// far (its index hash not declared: here a trace context of "", which the scripts read as
+/// none; a clock ahead of Redis' would do the same) has its index hash named in the push's
+/// stop, not read undeclared.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_far_job_whose_index_hash_the_store_did_not_declare_has_it_named() {
+    let cluster = RedisCluster::start(3, 0);
+    let client = one_shard_client(&cluster, "undeclared").await;
+    let owner = cluster.node(cluster.master_of("dq:{undeclared:0}:jobs"));
+    let audit = dq_testkit::KeyAudit::start(owner);
+    let job = dq::store::NewJob {
+        topic: support::topic("t"),
+        id: dq::JobId::new("j1").unwrap(),
+        due: dq::Due::After(Duration::from_secs(2 * 3600)),
+        max_attempts: 3,
+        unique_for: None,
+        fence: None,
+        trace: Some(String::new()),
+        priority: 0,
+        group: None,
+        id_drawn: true,
+        payload: b"1".to_vec(),
+    };
+    let pushed = client.store().push(vec![job], dq::push::OnConflict::Keep);
+    assert_eq!(pushed.await.unwrap(), [dq::push::PushOutcome::Created]);
+    assert_eq!(keys_on(owner, "dq:*:fx:*").len(), 1, "stored far");
+    let names: HashMap<String, &str> = dq::store::script_hashes()
+        .into_iter()
+        .map(|(name, sha)| (sha, name))
+        .collect();
+    let undeclared = audit.finish(&names);
+    assert!(undeclared.is_empty(), "undeclared keys: {undeclared:?}");
 }

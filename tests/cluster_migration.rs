@@ -463,24 +463,13 @@ async fn a_throttled_fetch_that_empties_its_ready_list_while_its_slot_migrates_l
     assert_eq!(ids, ["a"]);
 }
 
-/// Issue 33 (noticed in the review of issue 34): the keys of a group (`gq:<topic>:<group>`, the
-/// list of its parked jobs, and the topic's group counts) were named inside the scripts and not
-/// declared. Once every declared key had moved to the new node, Redis sent a grouped topic's
-/// ack there (ASK), where the group's list, not moved yet, read as empty: the slot went back
-/// and the parked job waited for good. A push or promotion that parked a job there started a
-/// second list on the new node, and the reshard then failed with BUSYKEY. Now every call
-/// declares them (those it cannot name beforehand after a first call that names them), so
-/// Redis refuses each of these while the keys are split, and nothing is written on either node.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_grouped_operation_whose_group_list_has_not_moved_is_refused_and_no_job_waits_for_good() {
-    let cluster = RedisCluster::start(3, 0);
-    let c = TestClient::connect(config(&cluster)).await.unwrap();
+/// Makes every key an ack, a push, a promotion, a cancel and a status of topic "grp" (and of
+/// "run") declare exist, as in a busy namespace: Redis sends a script to the new node of a
+/// moving slot only when every key it declares is there (one missing makes it TRYAGAIN), so a
+/// test that a call is refused for the one key that has not moved needs all the others.
+async fn stage_every_key(c: &TestClient, source: &RedisServer) {
     let s = c.store().clone();
-    let (source, target, slot) = shard_zero_and_another_master(&cluster);
-
-    // Redis sends a script to the new node only when every key it declares is there (one
-    // missing makes it TRYAGAIN): so every key an ack, a push and a promotion of "grp" declare
-    // exists, as in a busy namespace. Events and a retention on; a kept success ("k1", with a
+    // Events and a retention on; a kept success ("k1", with a
     // reservation), a dead letter ("d1"), a running job of another topic with a cancel asked
     // and a progress; a delayed job with a reservation; a replaced ready job ("a"), one of
     // priority -1 ("low"). Two keys no API call here makes are set as dq would: a schedule's
@@ -522,9 +511,54 @@ async fn a_grouped_operation_whose_group_list_has_not_moved_is_refused_and_no_jo
         .delay(Duration::from_secs(120))
         .await
         .unwrap();
+    // A bound on "run" (the `limits` hash), a workflow with a step blocked (`workflows`), a
+    // job due hours ahead (`far`, `farn`: lib.lua's far jobs), and a kept record of "grp"
+    // taken out by a push of its id (`done:grp:taken`).
+    c.set_max_pending("run", Some(1_000_000)).await.unwrap();
+    let mut flow = c.workflow("wf");
+    flow.step_to("s1", "run", &0);
+    flow.step_to("s2", "run", &0).after("s1");
+    flow.push().await.unwrap();
+    c.push_to("run", &0)
+        .id("later-far")
+        .delay(Duration::from_secs(2 * 3600))
+        .await
+        .unwrap();
+    c.push_to("grp", &0).id("k2").await.unwrap();
+    let k2 = lease_one(&s, "grp").await;
+    let kept = dq::store::Succeeded {
+        lease: k2.lease.clone(),
+        result: None,
+        run: 1,
+    };
+    s.ack_succeeded(&[kept]).await.unwrap();
+    c.push_to("grp", &0).id("k2").await.unwrap();
+    lease_one(&s, "grp").await; // (left running: the tests lease their own jobs next)
     let prefix = "dq:{mig:0}:";
+    for key in ["limits", "workflows", "far", "farn", "done:grp:taken"] {
+        let exists = source.command(&["EXISTS", &format!("{prefix}{key}")]);
+        assert_eq!(exists.trim(), ":1", "{key}");
+    }
     source.command(&["HSET", &format!("{prefix}tick_fence"), "none", "0:0"]);
     source.command(&["SET", &format!("{prefix}waiting"), "1", "PX", "600000"]);
+}
+
+/// Issue 33 (noticed in the review of issue 34): the keys of a group (`gq:<topic>:<group>`, the
+/// list of its parked jobs, and the topic's group counts) were named inside the scripts and not
+/// declared. Once every declared key had moved to the new node, Redis sent a grouped topic's
+/// ack there (ASK), where the group's list, not moved yet, read as empty: the slot went back
+/// and the parked job waited for good. A push or promotion that parked a job there started a
+/// second list on the new node, and the reshard then failed with BUSYKEY. Now every call
+/// declares them (those it cannot name beforehand after a first call that names them), so
+/// Redis refuses each of these while the keys are split, and nothing is written on either node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grouped_operation_whose_group_list_has_not_moved_is_refused_and_no_job_waits_for_good() {
+    let cluster = RedisCluster::start(3, 0);
+    let c = TestClient::connect(config(&cluster)).await.unwrap();
+    let s = c.store().clone();
+    let (source, target, slot) = shard_zero_and_another_master(&cluster);
+
+    stage_every_key(&c, source).await;
 
     // Group "acct" runs one job at a time: "g1" runs, "g2" waits in the group's list, "g4" is
     // due in 200 ms and will wait there too.
@@ -543,6 +577,12 @@ async fn a_grouped_operation_whose_group_list_has_not_moved_is_refused_and_no_jo
     c.push_to("grp", &2).id("low").priority(-1).await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
 
+    // (The promotion by a process that has pushed to no topic: it declares only the topics of
+    // the due jobs it finds, "grp" here, whose keys all exist; one that declared "run" too
+    // would be refused for "run"'s group keys, which do not exist, whatever it did with the
+    // group's list.)
+    let mover = TestClient::connect(config(&cluster)).await.unwrap();
+
     // The slot starts moving, and every key but the group's list moves.
     let dst_id = begin_migration(source, target, &slot);
     migrate(source, target, &keys_except(source, &slot, &[":gq:"]));
@@ -556,13 +596,13 @@ async fn a_grouped_operation_whose_group_list_has_not_moved_is_refused_and_no_jo
     let (ack, push, promote) = tokio::join!(
         s.ack_succeeded(std::slice::from_ref(&done)),
         c.push_to("grp", &0).id("g3").group("acct").into_future(),
-        s.promote(0, 1000),
+        mover.store().promote(0, 1000),
     );
     let (src, dst) = (snapshot(source, &slot), snapshot(target, &slot));
     let ran: Vec<&str> = [
         ("ack", ack.is_ok()),
         ("push", push.is_ok()),
-        ("promote", promote.as_ref().is_ok_and(|p| p.moved > 0)),
+        ("promote", promote.is_ok()),
     ]
     .into_iter()
     .filter_map(|(what, ran)| ran.then_some(what))
@@ -580,4 +620,124 @@ async fn a_grouped_operation_whose_group_list_has_not_moved_is_refused_and_no_jo
     c.push_to("grp", &0).id("g3").group("acct").await.unwrap();
     let expected = ["g2", "g4", "g3", "a", "low"].map(String::from);
     run_each_once(&cluster, &["grp"], &expected).await;
+}
+
+/// Far jobs (README, "How jobs are stored") while their slot moves: every key has moved to the
+/// new node but the part that holds them. The scripts name a part from what they read (`far`,
+/// `farn`, an index entry), so each first call stops to name it (lib.lua's `need`), and the
+/// call made with it declared is refused while the keys are split (TRYAGAIN): nothing is read
+/// as empty on the new node, nothing written on either, and every job runs once afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operation_on_far_jobs_whose_part_has_not_moved_is_refused_and_no_job_is_lost() {
+    let cluster = RedisCluster::start(3, 0);
+    let c = TestClient::connect(config(&cluster)).await.unwrap();
+    let s = c.store().clone();
+    let (source, target, slot) = shard_zero_and_another_master(&cluster);
+    stage_every_key(&c, source).await;
+    // And the rest of what the calls below declare: "grp"'s groups (one running, one waiting),
+    // a replaced ready job, one with a priority, a cancelled one's mark.
+    c.push_to("grp", &0).id("g1").group("acct").await.unwrap();
+    let g1 = lease_one(&s, "grp").await;
+    c.push_to("grp", &0).id("g2").group("acct").await.unwrap();
+    c.push_to("grp", &0).id("a").await.unwrap();
+    c.push_to("grp", &1).id("a").replace().await.unwrap();
+    c.push_to("grp", &2).id("low").priority(-1).await.unwrap();
+    c.push_to("grp", &0)
+        .id("gone")
+        .delay(Duration::from_secs(60))
+        .await
+        .unwrap();
+    c.cancel_in("grp", "gone").await.unwrap();
+
+    // Far jobs: "fa", "fb", "fc", "fe" in one part; a new one, "fd", will be pushed with an id
+    // whose index hash "fe"'s made (every index hash a call declares exists: above).
+    let hours = Duration::from_secs(2 * 3600);
+    for id in ["fa", "fb", "fc", "fe"] {
+        c.push_to("grp", &0).id(id).delay(hours).await.unwrap();
+    }
+    let k = dq::store::ShardKeys::new("mig", 0);
+    let fd = (0..)
+        .map(|i| format!("fd{i}"))
+        .find(|id| k.far_index(&format!("grp:{id}")) == k.far_index("grp:fe"))
+        .unwrap();
+    // Their part is due to move (as if the time had come): a promotion would move it.
+    let far = "dq:{mig:0}:far";
+    let parts = source.command(&["ZRANGE", far, "0", "-1"]);
+    let part = parts
+        .lines()
+        .find(|l| l.ends_with(":grp"))
+        .unwrap()
+        .to_owned();
+    assert!(source
+        .command(&["ZADD", far, "XX", "0", &part])
+        .starts_with(':'));
+
+    // (The promotion by a process that has pushed to no topic: it declares no topic's keys,
+    // which would not all exist, and a far part's move needs none but its dead set's.)
+    let mover = TestClient::connect(config(&cluster)).await.unwrap();
+
+    let dst_id = begin_migration(source, target, &slot);
+    migrate(source, target, &keys_except(source, &slot, &[":far:"]));
+    let (on_source, on_target) = (snapshot(source, &slot), snapshot(target, &slot));
+    let (promote, cancel, replace, status, reschedule, push) = tokio::join!(
+        mover.store().promote(0, 1000),
+        c.cancel_in("grp", "fa"),
+        c.push_to("grp", &1)
+            .id("fb")
+            .delay(hours)
+            .replace()
+            .into_future(),
+        c.status_in("grp", "fc"),
+        c.reschedule_in("grp", "fe", Due::After(Duration::ZERO)),
+        c.push_to("grp", &0)
+            .id(fd.as_str())
+            .delay(hours)
+            .into_future(),
+    );
+    let (src, dst) = (snapshot(source, &slot), snapshot(target, &slot));
+    let ran: Vec<&str> = [
+        ("promote", promote.is_ok()),
+        ("cancel", cancel.is_ok()),
+        ("replace", replace.is_ok()),
+        ("status", status.is_ok()),
+        ("reschedule", reschedule.is_ok()),
+        ("push", push.is_ok()),
+    ]
+    .into_iter()
+    .filter_map(|(what, ran)| ran.then_some(what))
+    .collect();
+    let created = new_keys(&on_target, &dst);
+    assert!(
+        ran.is_empty() && src == on_source && dst == on_target,
+        "operations on far jobs ran with their part on the other node: {ran:?} ran; new keys on the new node: {created:?}"
+    );
+
+    // The reshard completes (nothing was made on the new node: no BUSYKEY), and each far job
+    // is where it was: "fa" is cancelled now, "fb" replaced, and the others run once each.
+    finish_migration(&cluster, source, target, &slot, &dst_id);
+    drop(g1);
+    assert_eq!(
+        c.cancel_in("grp", "fa").await.unwrap(),
+        dq::admin::ChangeOutcome::Done
+    );
+    let replaced = c
+        .push_to("grp", &1)
+        .id("fb")
+        .delay(hours)
+        .replace()
+        .send()
+        .await;
+    assert_eq!(replaced.unwrap().outcome, dq::push::PushOutcome::Replaced);
+    c.push_to("grp", &0)
+        .id(fd.as_str())
+        .delay(hours)
+        .await
+        .unwrap();
+    let expected = ["fb", "fc", fd.as_str(), "fe"].map(String::from);
+    for id in &expected {
+        let now = c.reschedule_in("grp", id, Due::After(Duration::ZERO)).await;
+        assert_eq!(now.unwrap(), dq::admin::ChangeOutcome::Done, "{id}");
+    }
+    run_each_once(&cluster, &["grp"], &expected).await;
+    assert!(c.status_in("grp", "fa").await.unwrap().is_none());
 }

@@ -180,6 +180,11 @@ pub(crate) fn config(url: &str, wait_replicas: Option<u32>) -> anyhow::Result<dq
     if let Ok(shards) = std::env::var("DQ_SHARDS") {
         b = b.shards(shards.trim().parse()?);
     }
+    // DQ_COMPACT=off (inherited too) stores nothing compact: the layout of jobs due sooner for
+    // every job, to compare with in the same build.
+    if std::env::var("DQ_COMPACT").is_ok_and(|v| v.trim() == "off") {
+        b = b.compact(false);
+    }
     if let Some(n) = wait_replicas {
         b = b.wait_replicas(n, std::time::Duration::from_secs(1));
     }

@@ -89,8 +89,8 @@ pub struct Config {
     pub wait_replicas: Option<u32>,
     /// How long a push waits for its replicas.
     pub wait_timeout: Duration,
-    /// Whether pushes store jobs due far ahead compact (on one Redis: README, "How jobs are
-    /// stored"). Off, a push stores every job as the releases before compact storage do, and
+    /// Whether pushes store jobs due far ahead compact (on one Redis and on a cluster: README,
+    /// "How jobs are stored"). Off, a push stores every job as the releases before compact storage do, and
     /// the jobs already stored compact are still found, moved and run: set it off on every
     /// process before a rollback to such a release, then run `dq expand` (OPERATIONS.md).
     pub compact: bool,

@@ -10,7 +10,7 @@
 //! | --- | --- | --- |
 //! | `jobs` | HASH | `topic:id` -> envelope (see [`Envelope`](dq_core::Envelope)) |
 //! | `delayed` | ZSET | `topic:id` scored by due time (us) |
-//! | `far:<bucket>:<n>:<topic>` | LIST | far jobs (lib.lua): part `n` of the topic's new jobs due in a bucket (its start / 300 s, base 36; 5 minutes wide within a day, an hour within 30 days, a day beyond) starting more than 5 minutes ahead, at most 1,000 elements `<max_attempts>:<due - bucket start>:<due - created>:<id length>:<id><payload>` (times in us, hexadecimal; '' for a job cancelled, replaced or rescheduled since). On one Redis only (`RedisStore::far`) |
+//! | `far:<bucket>:<n>:<topic>` | LIST | far jobs (lib.lua): part `n` of the topic's new jobs due in a bucket (its start / 300 s, base 36; 5 minutes wide within a day, an hour within 30 days, a day beyond) starting more than 5 minutes ahead, at most 1,000 elements `<max_attempts>:<due - bucket start>:<due - created>:<id length>:<id><payload>` (times in us, hexadecimal; '' for a job cancelled, replaced or rescheduled since). On a cluster a call names a part it was not given in a first call (lib.lua's `need`) |
 //! | `far` | ZSET | far jobs: `<bucket>:<n>:<topic>` of each part, scored by the earliest due time written into it (us); the mover moves a part into `jobs` and `delayed` 5 minutes before |
 //! | `farn` | HASH | far jobs: `<topic>:<bucket>` -> the part being filled |
 //! | `fx:<h>` | HASH | far jobs' index, 32,768 hashes (`h` from the SHA-1 of `topic:id`): `topic:id` -> `<bucket>:<n>:<position>` (the bucket in base 36, the position in hexadecimal) |
@@ -234,6 +234,22 @@ impl ShardKeys {
     pub fn group_tat(&self, topic: &Topic) -> String {
         format!("{}gtat:{topic}", self.prefix)
     }
+    /// Far jobs (lib.lua): every part of the shard, scored by its earliest due time.
+    pub fn far(&self) -> String {
+        self.key("far")
+    }
+    /// Far jobs: the part being filled of each topic and bucket.
+    pub fn farn(&self) -> String {
+        self.key("farn")
+    }
+    /// The index hash of far jobs that holds `member` (`topic:id`), if it is one: one of
+    /// [`FAR_INDEXES`], from the first 16 bits of the SHA-1 of the member, as lib.lua's
+    /// `far_index` computes it. On a cluster a call that may meet the job declares it.
+    pub fn far_index(&self, member: &str) -> String {
+        let digest = sha1_smol::Sha1::from(member).digest().bytes();
+        let h = u16::from_be_bytes([digest[0], digest[1]]) % FAR_INDEXES;
+        format!("{}fx:{h}", self.prefix)
+    }
     /// A topic's keys of its groups that the scripts name themselves (lib.lua's
     /// `topic_group_keys`): `gactive:`, `groups:`, `parked:` and `gwait:`.
     pub fn topic_groups(&self, topic: &Topic) -> [String; 4] {
@@ -262,6 +278,9 @@ impl ShardKeys {
         self.key("ready")
     }
 }
+
+/// How many index hashes of far jobs a shard has (lib.lua's `FAR_INDEXES`).
+const FAR_INDEXES: u16 = 32768;
 
 /// The hashtag of a shard: `ns:0` for shard 0 (so one-shard keys read naturally), and for
 /// shard `s` > 0 the first `ns:s:k` whose slot lies in the 16 slots from `reverse14(s)`.
@@ -310,6 +329,19 @@ pub(crate) fn member(topic: &Topic, id: &JobId) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_far_jobs_index_hash_is_named_from_the_first_16_bits_of_its_members_sha1() {
+        // (Python's hashlib: int(sha1(member).hexdigest()[:4], 16) % 32768, as lib.lua does)
+        let k = ShardKeys::new("ns", 0);
+        for (member, h) in [
+            ("orders:1", 4566),
+            ("bench-0:f123", 11456),
+            ("t:a-very-long-id", 26977),
+        ] {
+            assert_eq!(k.far_index(member), format!("dq:{{ns:0}}:fx:{h}"));
+        }
+    }
 
     #[test]
     fn shards_spread_evenly_over_any_number_of_masters() {

@@ -121,7 +121,7 @@ impl Client {
     /// whose id an older release pushed again). Returns the jobs moved and the parts of
     /// compact storage left: none, unless processes kept storing jobs compact while it ran
     /// (it stops a shard after as many steps as the shard had parts, and some more). The
-    /// in-memory store and a Redis Cluster store nothing compact: nothing to move there.
+    /// in-memory store stores nothing compact: nothing to move there.
     ///
     /// ```no_run
     /// # async fn f(client: dq_core::Client) -> dq_core::Result<()> {

@@ -28,7 +28,7 @@ if redis.call('HEXISTS', jobs, member) == 0 then
   -- A far job (lib.lua): its element goes blank and its index entry goes. It has not run.
   local far = ARGV[4] == 'far' and far_where(prefix, member, topic)
   if far then
-    redis.call('EXISTS', far.part) -- touched before the first write
+    redis.call('EXISTS', far.part, counts, KEYS[8]) -- touched before the first write
     local spec = redis.call('HGET', KEYS[10], topic)
     if spec then redis.call('EXISTS', KEYS[15]) end
     local stream

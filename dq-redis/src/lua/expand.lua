@@ -10,7 +10,9 @@
 -- announces it, so that a mover of any release comes for it in time.
 local jobs, delayed, prefix = KEYS[1], KEYS[2], ARGV[1]
 local plan = far_due(prefix, now_us(), 2, true)
-if not plan then return {0, 0} end
+-- (none: no part left, or on a cluster another process moved the parts this call was given:
+-- lib.lua's far_due; the caller calls again while parts are left)
+if not plan then return {0, redis.call('ZCARD', prefix .. 'far')} end
 local before = earliest(delayed)
 redis.call('EXISTS', jobs) -- touched before the first write
 local left = redis.call('ZCARD', prefix .. 'far') - #plan.parts

@@ -482,8 +482,10 @@ end
 -- near, so a part no longer grows once it is due to move. A cancel, a replace or a reschedule
 -- of a far job blanks its element ('': skipped by the move) and drops its index entry: bounded
 -- (an LSET into a part of at most FAR_PART), and the part keeps its positions. A far job counts
--- as delayed (`<topic>:delayed`) from its push. Only on one Redis: scripts are told so by their
--- callers (RedisStore::far), since these keys go undeclared. The bucket is written in base 36,
+-- as delayed (`<topic>:delayed`) from its push. On a cluster every call declares the keys it
+-- touches (`need`): the index hashes the caller knows from the ids (RedisStore::far_indexes),
+-- `far` and `farn` are the shard's, and a part, named from what the call reads, is named by a
+-- first call that stops before its first write. The bucket is written in base 36,
 -- the numbers of each job (in its element and its index entry) in hexadecimal (formatted in C:
 -- base 36 in Lua cost 2 us a number more, for a byte or two less). An element:
 --   <max_attempts>:<due - bucket start>:<due - created>:<id length>:<id><payload>
@@ -558,13 +560,18 @@ end
 -- is this job's: one left behind by an element that could not be read (far_due) points at
 -- nothing, or, once `dq expand` has moved its part and pushes have filled a part of that name
 -- again, at another job.
+-- On a cluster its index hash and its part must be declared (`need_soon`: the caller declares
+-- the index hash, RedisStore::far_indexes; the part is named from the entry): in a deferred
+-- region, a key not declared answers nil and is named at `needs_met`.
 local function far_where(prefix, member, topic)
   local index = far_index(prefix, member)
+  if CLUSTER and not need_soon({index}) then return nil, index end
   local at = redis.call('HGET', index, member)
   local b, n, p = string.match(at or '', '^(%w+):(%d+):(%x+)$')
   if not b or #p > 3 or tonumber(p, 16) >= FAR_PART then return nil, index end
   local w = { index = index, member = member, pos = tonumber(p, 16), bucket = tonumber(b, 36),
     part = prefix .. 'far:' .. b .. ':' .. n .. ':' .. topic }
+  if CLUSTER and not need_soon({w.part}) then return nil, index end
   local id, raw, due = far_job(redis.call('LINDEX', w.part, w.pos) or '', w.bucket)
   if id ~= string.sub(member, #topic + 2) then return nil, index end
   w.raw, w.due = raw, due
@@ -607,6 +614,16 @@ local function far_plan(prefix, jobs)
     end
     g.jobs[#g.jobs + 1] = j
   end
+  -- On a cluster: the index hashes (declared by the caller, RedisStore::far_indexes) and the
+  -- parts (named from `farn`, which the caller may not know) must be declared; called between
+  -- `defer_needs()` and `needs_met()` (push.lua), so that those it lacks are named in one stop.
+  local indexes = {}
+  for x, j in ipairs(jobs) do indexes[x] = j.index end
+  local indexed = true -- (whether every index hash is declared: touched below only then)
+  if CLUSTER then
+    need({prefix .. 'far', prefix .. 'farn'})
+    indexed = need_soon(indexes)
+  end
   redis.call('EXISTS', prefix .. 'far', prefix .. 'farn')
   local parts = hmget_all(prefix .. 'farn', plan.order)
   for x, field in ipairs(plan.order) do
@@ -617,12 +634,15 @@ local function far_plan(prefix, jobs)
     g.lens = {}
     local base, n, left = prefix .. 'far:' .. g.b .. ':', g.n, #g.jobs
     while true do
-      g.lens[n] = redis.call('LLEN', base .. n .. ':' .. g.topic)
+      local part = base .. n .. ':' .. g.topic
+      -- (a part not declared is taken as empty: the call stops at needs_met, naming it)
+      g.lens[n] = (not CLUSTER or need_soon({part})) and redis.call('LLEN', part) or 0
       left = left - math.max(FAR_PART - g.lens[n], 0)
       if left <= 0 then break end
       n = n + 1
     end
   end
+  if indexed then push_all('EXISTS', prefix .. 'far', indexes) end
   return plan
 end
 
@@ -689,11 +709,33 @@ end
 -- `far_move` writes but `jobs` and `delayed`. Returns nil when none is due; `plan.first` is the
 -- earliest due time it moves, `plan.next` when the next move is due (nil: no part left).
 -- `every`: the parts due soonest whenever they are due (expand.lua).
+-- On a cluster every key it reads is declared: the parts named from `far`, the index hashes of
+-- their jobs and the dead sets of their topics, all named in one stop (`need_soon`); so a move
+-- takes three calls there (the parts, then what is in them, then the move). A call that was
+-- given parts moves those of them still due and names no others: when another mover moved
+-- them all between its calls, it moves none (nil), and the caller comes back for the next
+-- ones in a fresh call, instead of naming them in a fourth (movers of every process race for
+-- the same parts, and a loser would stop again at each part it lost).
 local function far_due(prefix, now, most, every)
   local far = prefix .. 'far'
+  if CLUSTER then need({far, prefix .. 'farn', prefix .. 'counts', prefix .. 'jobs'}) end
   local parts = redis.call('ZRANGEBYSCORE', far, '-inf', every and '+inf' or fmt(now + FAR_AHEAD),
     'LIMIT', 0, most)
+  if CLUSTER and #parts > 0 then
+    local given, named = {}, false
+    for _, name in ipairs(parts) do
+      if all_declared({prefix .. 'far:' .. name}) then given[#given + 1] = name end
+    end
+    for _, key in ipairs(KEYS) do
+      if string.sub(key, 1, #far + 1) == far .. ':' then
+        named = true
+        break
+      end
+    end
+    if named then parts = given end
+  end
   if #parts == 0 then return nil end
+  defer_needs()
   local plan = { prefix = prefix, now = now, parts = parts, keys = {}, writes = {}, adds = {},
     dropped = {}, indexes = {}, fields = {}, filling = {}, moved = 0, members = {}, jobs = {},
     dead = {}, left = {} }
@@ -708,7 +750,8 @@ local function far_due(prefix, now, most, every)
       plan.fields[#plan.fields + 1] = topic .. ':' .. b
       plan.filling[#plan.filling + 1] = n
     end
-    for pos, element in ipairs(bucket and redis.call('LRANGE', key, 0, -1) or {}) do
+    local readable = bucket and (not CLUSTER or need_soon({key}))
+    for pos, element in ipairs(readable and redis.call('LRANGE', key, 0, -1) or {}) do
       local id, raw, due = far_job(element, bucket)
       local where = b .. '-' .. n .. '-' .. (pos - 1) .. '-' .. string.format('%x', now)
       if not id and element ~= '' then
@@ -746,6 +789,20 @@ local function far_due(prefix, now, most, every)
   -- which may be running or done by now: that one keeps the id, and the far job becomes a dead
   -- letter under an id of its own, with its payload, due time and the reason, for a person to
   -- run or purge. Never overwritten, never dropped.
+  if CLUSTER then
+    need_soon(plan.indexes)
+    -- (the dead sets of the parts' topics: where far_move puts what it cannot move)
+    local dead, seen = {}, {}
+    for _, name in ipairs(parts) do
+      local topic = string.match(name, '^%w+:%d+:(.+)$')
+      if topic and not seen[topic] then
+        seen[topic] = true
+        dead[#dead + 1] = prefix .. 'dead:' .. topic
+      end
+    end
+    need_soon(dead)
+  end
+  needs_met()
   local taken = hmget_all(prefix .. 'jobs', plan.members)
   for x, j in ipairs(plan.jobs) do
     if taken[x] then

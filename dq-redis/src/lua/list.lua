@@ -44,7 +44,16 @@ if kind == 'delayed' and far_on and cursor >= FAR_CURSOR then
   local at = cursor - FAR_CURSOR
   local rank, offset = math.floor(at / 1024), at % 1024
   local prefix = string.sub(jobs, 1, -5)
+  need({prefix .. 'far'}) -- declared on a cluster (lib.lua)
   local parts = redis.call('ZRANGE', prefix .. 'far', rank, rank + 99)
+  if CLUSTER then
+    -- The topic's parts it may read, named from `far`: all in one stop (lib.lua's `need`).
+    local names = {}
+    for _, name in ipairs(parts) do
+      if string.match(name, '^%w+:%d+:(.*)$') == topic then names[#names + 1] = prefix .. 'far:' .. name end
+    end
+    need(names)
+  end
   local found, examined = 0, 0
   for x, name in ipairs(parts) do
     local b, t = string.match(name, '^(%w+):%d+:(.*)$')

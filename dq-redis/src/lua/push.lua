@@ -10,7 +10,7 @@
 --   in the call (declared, not used by position: on a cluster Redis refuses the call while declared keys
 --   are split between two nodes during a reshard, instead of running it where a key reads as missing)
 -- ARGV[1] key prefix  ARGV[2] 'keep' | 'replace', then ' far' when new jobs may be stored far
---   (lib.lua; on one Redis, not on a cluster), or ' seen' when far jobs are only looked for
+--   (lib.lua; on a cluster, the index hashes of the ids are declared: RedisStore::far_indexes), or ' seen' when far jobs are only looked for
 --   (Config::compact off: before a rollback), then ' new' when dq drew every id of the call
 --   (NewJob::id_drawn: no far job holds one, and none is looked for)  ARGV[3] n (jobs in this call, at most 1000)
 -- then 7 values per job: topic, id, when ('+<us>' after now, or '<us>' since the epoch),
@@ -78,9 +78,11 @@ if not ARGV[4 + n * 7]
   local far_on = string.find(ARGV[2], ' far', 1, true) ~= nil
   local far_seen = (far_on or string.find(ARGV[2], ' seen', 1, true))
     and not string.find(ARGV[2], ' new', 1, true)
-  if plain and far_seen and redis.call('EXISTS', ARGV[1] .. 'far') == 1 then
+  if plain and far_seen and ((CLUSTER and need({ARGV[1] .. 'far'})) or redis.call('EXISTS', ARGV[1] .. 'far') == 1) then
     for i = 1, n do
-      if redis.call('HEXISTS', far_index(ARGV[1], members[i]), members[i]) == 1 then
+      local index = far_index(ARGV[1], members[i])
+      if CLUSTER then need({index}) end -- (declared by the caller: RedisStore::far_indexes)
+      if redis.call('HEXISTS', index, members[i]) == 1 then
         plain = false
         break
       end
@@ -171,8 +173,11 @@ local existing = redis.call('HMGET', jobs, unpack(members))
 -- Far jobs (lib.lua): where each id not in `jobs` is, when the shard holds any (one EXISTS for a
 -- shard that holds none). far_at[i]: lib.lua's far_where, or nil; far_keys[i]: the index hash
 -- of members[i] once computed.
+-- On a cluster, the keys of far jobs met here and the lists of groups met below are named in
+-- one stop, before the first write (lib.lua's `need`).
+defer_needs()
 local far_at, far_keys = {}, {}
-if far_seen and redis.call('EXISTS', prefix .. 'far') == 1 then
+if far_seen and ((CLUSTER and need({prefix .. 'far'})) or redis.call('EXISTS', prefix .. 'far') == 1) then
   for i = 1, n do
     if not existing[i] then
       far_at[i], far_keys[i] = far_where(prefix, members[i], ARGV[4 + (i - 1) * 7])
@@ -487,25 +492,21 @@ end
 -- A parked job this call replaces is not let in by a slot given back here: its entry is
 -- taken out of line (it goes in again, or waits, as the new push).
 local leave_plans = {}
-defer_needs() -- the lists of every grouped topic's groups named in one stop (lib.lua's `need`)
+-- (still in the region of deferred needs opened above: the lists of every grouped topic's
+-- groups are named in the same stop as the far jobs' keys)
 for topic, list in pairs(unparked) do touch_parked(group_keys(prefix, topic), list) end
 for topic, ids in pairs(switched) do leave_plans[topic] = plan_leave(prefix, topic, ids, moving[topic]) end
 for topic, list in pairs(enter_by_topic) do
   local leave = leave_plans[topic]
   group_plans[topic] = plan_enter(prefix, topic, list, leave and leave.held)
 end
-needs_met()
 -- Far jobs: the parts and index hashes this call writes, and the parts of the replaced ones,
 -- touched before the first write; when the next move of far jobs is due as things stand.
 local far_writing = #far_jobs > 0 and far_plan(prefix, far_jobs)
+needs_met()
 local far_before, far_first
 if far_writing then
-  local indexes = {}
-  for x, j in ipairs(far_jobs) do
-    indexes[x] = j.index
-    far_first = math.min(far_first or j.due, j.due)
-  end
-  push_all('EXISTS', prefix .. 'far', indexes)
+  for _, j in ipairs(far_jobs) do far_first = math.min(far_first or j.due, j.due) end
   far_before = far_next(prefix, 0)
 end
 for _, w in pairs(was_far) do redis.call('EXISTS', w.part) end

@@ -45,6 +45,7 @@ for i = 1, #window, 2 do
 end
 -- Or the earliest of its far jobs (lib.lua), among the first 1000 parts: a part's score is
 -- the earliest due time written into it (a job cancelled since may have had it).
+if ARGV[2] == 'far' then need({gk.prefix .. 'far'}) end -- declared on a cluster (lib.lua)
 local parts = ARGV[2] == 'far' and redis.call('ZRANGE', gk.prefix .. 'far', 0, 999, 'WITHSCORES') or {}
 for i = 1, #parts, 2 do
   if string.match(parts[i], '^%w+:%d+:(.*)$') == topic then

@@ -18,7 +18,8 @@ for i = 0, n - 1 do members[i + 1] = ARGV[7 + i * 10] .. ':' .. ARGV[8 + i * 10]
 local existing = hmget_all(jobs, members)
 local stepped = hmget_all(steps_key, members)
 -- (a far job's id too: lib.lua)
-local far_any = ARGV[6 + n * 10] == 'far' and redis.call('EXISTS', prefix .. 'far') == 1
+local far_any = ARGV[6 + n * 10] == 'far'
+  and ((CLUSTER and need({prefix .. 'far'})) or redis.call('EXISTS', prefix .. 'far') == 1)
 for i, member in ipairs(members) do
   if existing[i] or stepped[i] or (far_any and far_where(prefix, member, topic_of(member))) then
     return {2, member}

@@ -159,6 +159,9 @@ impl Admin for RedisStore {
             if state == JobState::Ready {
                 inv.key(k.ready_gen(topic)).key(k.ranked(topic));
                 inv.key(self.named_keys(k, [topic]));
+            } else if state == JobState::Delayed {
+                // (on a cluster, `far` among them: the far jobs are listed after the others)
+                inv.key(self.named_keys(k, [topic]));
             }
             inv.arg(kind)
                 .arg(topic.as_str())
@@ -312,12 +315,14 @@ impl Admin for RedisStore {
     }
 
     async fn expand(&self, shard: u16) -> Result<Expanded> {
-        if self.far().is_empty() {
-            return Ok(Expanded::default()); // a cluster: nothing is stored compact
-        }
         let k = self.keys(shard);
         let mut inv = self.scripts().expand.prepare_invoke();
         inv.key(k.jobs()).key(k.delayed()).arg(k.prefix());
+        // On a cluster, the keys it names itself (lib.lua's `need`): `far`, `farn` and
+        // `counts` here, the parts and their jobs' index hashes by the calls that stop.
+        if self.server.is_cluster() {
+            inv.key(k.far()).key(k.farn()).key(k.counts());
+        }
         let (jobs, parts_left) = self.call::<(u64, u64)>("expand", &mut inv).await?;
         Ok(Expanded::new(jobs, parts_left))
     }

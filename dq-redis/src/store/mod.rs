@@ -103,6 +103,10 @@ pub struct RedisStore {
     clock: Arc<clock::RedisClock>,
     /// `compact` of the configuration (see `far_push`).
     compact: bool,
+    /// On a cluster, the parts of far jobs (lib.lua) that pushes to each shard named lately,
+    /// newest last: a push that may store far jobs declares them, so that it need not stop to
+    /// name the part being filled (see `far_parts_of`).
+    far_parts: Arc<std::sync::Mutex<std::collections::HashMap<u16, Vec<String>>>>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -115,26 +119,23 @@ impl std::fmt::Debug for RedisStore {
 }
 
 impl RedisStore {
-    /// `"far"` where jobs due far ahead are stored compact (lib.lua's far jobs): on one Redis.
-    /// Not on a cluster: the scripts do not declare those keys, and a reshard that moved some
-    /// of them before the others could lose such jobs. Passed to every script that writes or
-    /// looks for them, which leaves them alone on a cluster (`""`).
+    /// What every script that writes or looks for far jobs (lib.lua's far jobs: jobs due far
+    /// ahead, stored compact) is told: `"far"`, always since they are stored on a cluster too,
+    /// where every call declares the keys of far jobs it touches (the index hashes from the ids,
+    /// `far_indexes`; the parts named from what it reads, by a call that stops before its first
+    /// write: lib.lua's `need`). A script told `""` (a cluster, before) leaves them alone.
     pub(crate) fn far(&self) -> &'static str {
-        if self.server.is_cluster() {
-            ""
-        } else {
-            "far"
-        }
+        "far"
     }
 
     /// What push.lua is told after its mode: ` far` where jobs due far ahead are stored
     /// compact, ` seen` where only the ones stored already are looked for (`Config::compact`
-    /// off, before a rollback), nothing on a cluster.
+    /// off, before a rollback).
     pub(crate) fn far_push(&self) -> &'static str {
-        match (self.far(), self.compact) {
-            ("", _) => "",
-            (_, true) => " far",
-            (_, false) => " seen",
+        if self.compact {
+            " far"
+        } else {
+            " seen"
         }
     }
 
@@ -155,6 +156,7 @@ impl RedisStore {
             leased_groups: Arc::default(),
             clock: Arc::default(),
             compact: config.compact,
+            far_parts: Arc::default(),
         };
         let count = store.shard_count(config).await?;
         store.shards = (0..count)
@@ -314,6 +316,8 @@ impl RedisStore {
             k.events(),
             k.unique_for(),
             k.retain(),
+            k.far(),
+            k.farn(),
         ];
         for topic in topics {
             keys.extend(k.topic_groups(topic));
@@ -333,6 +337,54 @@ impl RedisStore {
         keys
     }
 
+    /// On a cluster, the index hashes of far jobs (lib.lua's `far_index`) that hold `members`
+    /// if they are far jobs: a call that looks them up or stores them declares these (they are
+    /// known from the ids; the parts, named from what the call reads, it names itself). Empty
+    /// on one Redis, where no call checks them.
+    pub(super) fn far_indexes<'m>(
+        &self,
+        k: &ShardKeys,
+        members: impl IntoIterator<Item = &'m str>,
+    ) -> Vec<String> {
+        if !self.server.is_cluster() {
+            return Vec::new();
+        }
+        let mut keys: Vec<String> = members.into_iter().map(|m| k.far_index(m)).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        keys
+    }
+
+    /// On a cluster, the parts of far jobs that calls of pushes to `shard` named lately (lib.lua's
+    /// `need`), to declare in the next push that may store far jobs there: the part being filled
+    /// of a topic and bucket stays the same for up to 1,000 jobs, so a push of far jobs mostly
+    /// takes one call instead of two. Empty on one Redis.
+    pub(super) fn far_parts_of(&self, shard: u16) -> Vec<String> {
+        let parts = self.far_parts.lock().unwrap_or_else(|p| p.into_inner());
+        parts.get(&shard).cloned().unwrap_or_default()
+    }
+
+    /// Remembers the parts of far jobs among `named`, keys a push to `shard` named (at most
+    /// [`FAR_PARTS_KEPT`] a shard, the oldest forgotten first).
+    pub(super) fn far_parts_named<'k>(
+        &self,
+        shard: u16,
+        named: impl IntoIterator<Item = &'k String>,
+    ) {
+        let fresh: Vec<&String> = named.into_iter().filter(|k| k.contains("}:far:")).collect();
+        if fresh.is_empty() {
+            return;
+        }
+        let mut parts = self.far_parts.lock().unwrap_or_else(|p| p.into_inner());
+        let kept = parts.entry(shard).or_default();
+        for part in fresh {
+            kept.retain(|k| k != part);
+            kept.push(part.clone());
+        }
+        let over = kept.len().saturating_sub(FAR_PARTS_KEPT);
+        kept.drain(..over);
+    }
+
     /// Runs a script. On a cluster, a call that meets keys it did not declare (a group's list,
     /// named from the jobs it reads) stops before its first write, naming them (lib.lua's
     /// `need`), and is made again with them declared: `inv` keeps them.
@@ -341,8 +393,17 @@ impl RedisStore {
         op: &'static str,
         inv: &mut redis::ScriptInvocation<'_>,
     ) -> Result<Value> {
+        self.run_naming(op, inv, &mut Needed::default()).await
+    }
+
+    /// [`RedisStore::run`], leaving in `named` the keys its calls named.
+    pub(super) async fn run_naming(
+        &self,
+        op: &'static str,
+        inv: &mut redis::ScriptInvocation<'_>,
+        named: &mut Needed,
+    ) -> Result<Value> {
         let mut conn = self.conn.clone();
-        let mut named = Needed::default();
         loop {
             match inv.invoke_async(&mut conn).await {
                 Err(e) => match named.more(&e) {
@@ -413,6 +474,10 @@ impl RedisStore {
 /// that what it reads changed between two calls. Past this, the error is the caller's.
 const NEED_ROUNDS: usize = 32;
 
+/// Most parts of far jobs a store remembers per shard for its pushes to declare (see
+/// `RedisStore::far_parts_of`): the parts being filled of that many topics and buckets.
+const FAR_PARTS_KEPT: usize = 64;
+
 /// The keys the calls of one operation named (lib.lua's `need`), so far.
 #[derive(Default)]
 pub(super) struct Needed {
@@ -421,6 +486,11 @@ pub(super) struct Needed {
 }
 
 impl Needed {
+    /// Every key named so far.
+    pub(super) fn named(&self) -> impl Iterator<Item = &String> {
+        self.keys.iter()
+    }
+
     /// The keys `e` names that no earlier call of the operation named: to declare in the next
     /// call. None when `e` is another error, names nothing new (a script that keeps asking for
     /// keys it has: its caller's error), or the calls made are [`NEED_ROUNDS`].

@@ -69,6 +69,19 @@ impl RedisStore {
                 .filter_map(|&i| Some((&jobs[i].topic, jobs[i].group.as_deref()?)))
                 .collect();
             keys.extend(groups.into_iter().map(|(t, g)| k.group_queue(t, g)));
+            // The index hashes of far jobs the call looks in (every id, but for ids dq drew)
+            // or writes (the jobs that may be stored far).
+            let lookup = !mode.ends_with(" new");
+            let members: Vec<String> = chunk
+                .iter()
+                .filter(|&&i| lookup || may_go_far(&jobs[i]))
+                .map(|&i| member(&jobs[i].topic, &jobs[i].id))
+                .collect();
+            keys.extend(self.far_indexes(k, members.iter().map(String::as_str)));
+            // And the parts lately named where far jobs of this shard go.
+            if chunk.iter().any(|&i| may_go_far(&jobs[i])) {
+                keys.extend(self.far_parts_of(shard));
+            }
         }
         self.learn(topics);
         // The arguments borrow the payloads: only the numbers are printed here.
@@ -116,8 +129,9 @@ impl RedisStore {
                     .map(|&i| jobs[i].group.as_deref().unwrap_or("").as_bytes()),
             );
         }
-        if self.wait.0.is_some() {
-            read("push", self.push_and_wait(shard, keys, &args).await?)
+        let mut named = super::Needed::default();
+        let reply = if self.wait.0.is_some() {
+            self.push_and_wait(shard, keys, &args, &mut named).await
         } else {
             let mut inv = self.scripts().push.prepare_invoke();
             for key in &keys {
@@ -126,8 +140,10 @@ impl RedisStore {
             for arg in &args {
                 inv.arg(*arg);
             }
-            self.call("push", &mut inv).await
-        }
+            self.run_naming("push", &mut inv, &mut named).await
+        };
+        self.far_parts_named(shard, named.named());
+        read("push", reply?)
     }
 
     /// The push script and `WAIT` in one pipeline, on one connection to the shard's master:
@@ -144,6 +160,7 @@ impl RedisStore {
         shard: u16,
         mut keys: Vec<String>,
         args: &[&[u8]],
+        named: &mut super::Needed,
     ) -> Result<Value> {
         let (Some(wanted), timeout) = self.wait else {
             unreachable!("push_and_wait is used with wait_replicas set")
@@ -151,7 +168,7 @@ impl RedisStore {
         let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
         let owner = self.keys(shard).jobs();
         let mut replies = None;
-        let (mut loads, mut named) = (0, super::Needed::default());
+        let mut loads = 0;
         while loads < 2 {
             let mut pipe = redis::pipe();
             pipe.cmd("EVALSHA")
@@ -209,6 +226,22 @@ impl RedisStore {
         }
         Ok(reply)
     }
+}
+
+/// Whether push.lua may store `j` far (lib.lua's `far_bucket`: new jobs due more than 5
+/// minutes ahead, by Redis' clock, with nothing of their own to keep): on a cluster the call
+/// declares its index hash. Judged by this host's clock with a minute to spare; a script given
+/// too few keys names the others (lib.lua's `need`), at the cost of a second call.
+fn may_go_far(j: &NewJob) -> bool {
+    const SOONEST: Duration = Duration::from_secs(240);
+    let plain = j.trace.is_none() && j.priority == 0 && j.group.is_none() && j.unique_for.is_none();
+    plain
+        && match j.due {
+            Due::After(d) => d >= SOONEST,
+            Due::At(t) => t
+                .duration_since(std::time::SystemTime::now())
+                .is_ok_and(|d| d >= SOONEST),
+        }
 }
 
 fn when_arg(when: Due) -> String {
@@ -312,7 +345,7 @@ impl Producer for RedisStore {
                 // Ids dq drew are looked for nowhere costly (NewJob::id_drawn): push.lua is
                 // told so when every job of the call has one.
                 let drawn = chunk.iter().all(|&i| jobs[i].id_drawn);
-                let mode = if drawn && !self.far_push().is_empty() {
+                let mode = if drawn {
                     format!("{mode} new")
                 } else {
                     mode.clone()
@@ -336,8 +369,10 @@ impl Producer for RedisStore {
             .key(k.events_stream(topic))
             .key(k.cancelled(topic))
             .arg(self.far());
-        // On a cluster, last: the keys of the topic's groups (lib.lua's `need`).
+        // On a cluster, last: the keys of the topic's groups and the index hash of the job if
+        // it is far (lib.lua's `need`).
         inv.key(self.named_keys(k, [topic]));
+        inv.key(self.far_indexes(k, [member(topic, id).as_str()]));
         Ok(self
             .call::<Reply<ChangeOutcome>>("cancel", &mut inv)
             .await?
@@ -351,6 +386,7 @@ impl Producer for RedisStore {
         let k = self.keys_of(topic, id);
         inv.key(k.ranked(topic)).arg(when_arg(when)).arg(self.far());
         inv.key(self.named_keys(k, [topic]));
+        inv.key(self.far_indexes(k, [member(topic, id).as_str()]));
         Ok(self
             .call::<Reply<ChangeOutcome>>("reschedule", &mut inv)
             .await?
@@ -378,6 +414,7 @@ impl Producer for RedisStore {
             .arg(&m)
             .arg(self.far());
         inv.key(self.named_keys(k, [topic]));
+        inv.key(self.far_indexes(k, [m.as_str()]));
         let StatusReply(found) = self.call("status", &mut inv).await?;
         let Some(super::reply::Status {
             state,

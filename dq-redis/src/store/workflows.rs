@@ -80,6 +80,13 @@ impl Workflows for RedisStore {
             inv.key(k.ready(t)).key(k.ranked(t)).key(k.ready_gen(t));
         }
         inv.key(self.named_keys(k, topics.iter().copied()));
+        // (a step's id may be a far job's: its index hash, lib.lua's `need`)
+        let members: Vec<String> = flow
+            .steps
+            .iter()
+            .map(|s| crate::keys::member(&s.job.topic, &s.job.id))
+            .collect();
+        inv.key(self.far_indexes(k, members.iter().map(String::as_str)));
         let names: Vec<&str> = flow.steps.iter().map(|s| s.name.as_str()).collect();
         inv.arg(k.prefix())
             .arg(&flow.id)
