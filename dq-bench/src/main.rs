@@ -166,7 +166,15 @@ enum Role {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let rt = tokio::runtime::Runtime::new()?;
+    // DQ_BENCH_RUNTIME=current runs the bench's own process on one thread (tokio's
+    // current-thread runtime): the push-latency workload's client wakes no other thread.
+    let rt = if std::env::var("DQ_BENCH_RUNTIME").is_ok_and(|v| v == "current") {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+    } else {
+        tokio::runtime::Runtime::new()?
+    };
     match cli.role {
         Some(Role::Worker {
             url,

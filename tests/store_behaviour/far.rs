@@ -1,7 +1,7 @@
-//! Jobs due hours ahead. On Redis and on a cluster they are stored compact, out of the `jobs` hash and the
-//! `delayed` set (lib.lua's far jobs), until the mover moves them into place 5 minutes before
-//! they are due; whatever a user can do with a delayed job works the same with them, on every
-//! store.
+//! Jobs due hours ahead. On Redis and on a cluster they are stored compact, out of the `jobs`
+//! hash and the `delayed` set (lib.lua's far jobs), until the mover moves them into place 5
+//! minutes before they are due; whatever a user can do with a delayed job works the same with
+//! them, on every store.
 
 use std::time::{Duration, SystemTime};
 
@@ -223,8 +223,8 @@ pub(crate) async fn jobs_due_days_and_weeks_ahead_keep_their_exact_due_times(kin
 
 /// `Client::expand` (`dq expand`, before a rollback) moves every job stored compact into the
 /// plain layout and changes none of them: each keeps its payload, due and created times and
-/// attempts, the counts and the listing stay, and a second call finds nothing. A store that
-/// stores nothing compact (in memory, a cluster) answers 0.
+/// attempts, the counts and the listing stay, and a second call finds nothing. The in-memory
+/// store, which stores nothing compact, answers 0.
 pub(crate) async fn expanding_jobs_due_far_ahead_changes_none_of_them(kind: Kind) {
     let h = Harness::new(kind, |b| b).await;
     let c = &h.client;
