@@ -4,7 +4,8 @@
 //! warm-up, the same number of each of:
 //!
 //! - `push`: `client.push_to(..).delay(1h).send().await` of the bench payload (no worker runs;
-//!   the jobs stay delayed);
+//!   the jobs stay delayed; `DQ_BENCH_PUSH_DELAY_S` sets another delay, in seconds: an hour
+//!   ahead is stored compact, README "How jobs are stored", a minute ahead is not);
 //! - `ping_redis_rs`: `PING` on a redis-rs multiplexed connection of this process, the kind dq's
 //!   store uses: the round trip of the client library;
 //! - `evalsha_return`: `EVALSHA` of a script that only returns, on that connection: a script
@@ -99,7 +100,7 @@ pub(crate) async fn run(target: &Target, n: usize) -> anyhow::Result<Value> {
         Ok(NewJob {
             topic: topic.clone(),
             id: dq::JobId::new(format!("store-{i}"))?,
-            due: dq::Due::After(Duration::from_secs(3600)),
+            due: dq::Due::After(push_delay()),
             // As the client's push: the default retries, then dead-lettered.
             max_attempts: dq::limits::DEFAULT_RETRIES + 1,
             unique_for: None,
@@ -167,10 +168,17 @@ async fn pings(
 async fn push_one(client: &Client, i: usize) -> anyhow::Result<()> {
     client
         .push_to(TOPIC, &payload(i as u64))
-        .delay(Duration::from_secs(3600))
+        .delay(push_delay())
         .send()
         .await?;
     Ok(())
+}
+
+/// How far ahead the measured pushes are due: `DQ_BENCH_PUSH_DELAY_S` seconds, an hour unless
+/// set.
+fn push_delay() -> Duration {
+    let secs = std::env::var("DQ_BENCH_PUSH_DELAY_S").ok();
+    Duration::from_secs(secs.and_then(|s| s.trim().parse().ok()).unwrap_or(3600))
 }
 
 fn micros(d: Duration) -> f64 {
