@@ -308,7 +308,7 @@ async fn a_push_of_ids_dq_drew_looks_for_none_among_far_jobs() {
     }
     let batch = (0..10).map(|i| c.push(OrderCancel { order_id: i }).delay(minute));
     c.push_batch(batch).await.unwrap();
-    // Jobs that go far take push.lua's general path: there too.
+    // Jobs that go far: there too.
     let hours = Duration::from_secs(2 * 3600);
     let batch = (0..10).map(|i| c.push(OrderCancel { order_id: i }).delay(hours));
     c.push_batch(batch).await.unwrap();
@@ -319,6 +319,57 @@ async fn a_push_of_ids_dq_drew_looks_for_none_among_far_jobs() {
     }
     assert_eq!(lookups(), 10, "each id of the caller's was looked for");
     assert_eq!(c.counts("order-cancel").await.unwrap().delayed, 41);
+}
+
+/// A lone push of a job due hours ahead (one awaited push, as a web request makes) is stored
+/// far by push.lua's short section, as one due in a minute is stored: the general path, which
+/// alone counts the delayed set (`ZCARD`), is not taken, and the job is where the general path
+/// would put it.
+#[tokio::test]
+async fn a_lone_push_due_hours_ahead_is_stored_far_by_the_short_section() {
+    let redis = RedisServer::start();
+    let c = client(&redis).await;
+    push_order(&c, 1, "soon", Duration::from_secs(60)).await;
+    redis.command(&["CONFIG", "RESETSTAT"]);
+    push_order(&c, 2, "far", Duration::from_secs(2 * 3600)).await;
+    let stats = redis.command(&["INFO", "commandstats"]);
+    assert!(
+        !stats.contains("cmdstat_zcard"),
+        "the general path was taken: {stats}"
+    );
+    assert!(
+        stats.contains("cmdstat_rpush:calls=1,"),
+        "one part written: {stats}"
+    );
+    let key = |k: &str| format!("dq:{{test:0}}:{k}");
+    assert_eq!(
+        redis
+            .command(&["HEXISTS", &key("jobs"), "order-cancel:far"])
+            .trim(),
+        ":0",
+        "not in `jobs`"
+    );
+    let info = c.status_in("order-cancel", "far").await.unwrap().unwrap();
+    let ahead = info
+        .due
+        .duration_since(std::time::SystemTime::now())
+        .unwrap();
+    assert!(ahead > Duration::from_secs(2 * 3600 - 5), "{ahead:?}");
+    let counts = c.counts("order-cancel").await.unwrap();
+    assert_eq!(counts.delayed, 2);
+    // A move into place finds it whole (the mover, as if its time had come).
+    let parts = redis.command(&["ZRANGE", &key("far"), "0", "-1"]);
+    let part = parts
+        .lines()
+        .find(|l| l.ends_with(":order-cancel"))
+        .unwrap();
+    redis.command(&["ZADD", &key("far"), "XX", "0", part]);
+    c.store().promote(0, 1000).await.unwrap();
+    let moved = c.status_in("order-cancel", "far").await.unwrap().unwrap();
+    assert_eq!(
+        (moved.due, moved.created, moved.payload),
+        (info.due, info.created, info.payload)
+    );
 }
 
 /// Before a rollback (OPERATIONS.md): `dq expand` leaves no key of compact storage, and each

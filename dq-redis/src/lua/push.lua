@@ -48,8 +48,9 @@ local jobs, delayed, topics, counts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 -- thousand about three quarters (BENCHMARKS.md, "One awaited push" and "Redis' time per job").
 -- Nothing to weigh: no trace context, priority, group, schedule fence or reservation of their
 -- own, none in the shard either (no `unique`, `workflows`, `limits` or `events` key: one
--- EXISTS), no id twice in the call and none in `jobs`; anything else goes on below, which
--- reads again what this part read.
+-- EXISTS), no id twice in the call and none in `jobs` (nor among the far jobs, where the shard
+-- holds some); anything else goes on below, which reads again what this part read. Jobs due in
+-- a far bucket are stored far here too (lib.lua's far_plan and far_write, as below).
 local n = tonumber(ARGV[3])
 if not ARGV[4 + n * 7]
   and redis.call('EXISTS', KEYS[6], ARGV[1] .. 'workflows', ARGV[1] .. 'limits', KEYS[9]) == 0 then
@@ -73,8 +74,8 @@ if not ARGV[4 + n * 7]
       end
     end
   end
-  -- Far jobs (lib.lua): in a shard that holds any, an id is looked up in their index too; a job
-  -- that goes far takes the path below.
+  -- Far jobs (lib.lua): in a shard that holds any, an id is looked up in their index too (one
+  -- found takes the general path); a new job due in a far bucket is stored far below.
   local far_on = string.find(ARGV[2], ' far', 1, true) ~= nil
   local far_seen = (far_on or string.find(ARGV[2], ' seen', 1, true))
     and not string.find(ARGV[2], ' new', 1, true)
@@ -96,10 +97,6 @@ if not ARGV[4 + n * 7]
       if not dues[when] then
         local due = due_from(when, now)
         dues[when], due_strs[when] = due, fmt(due)
-        if far_on and far_bucket(due, now) then
-          plain = false
-          break
-        end
       end
     end
   end
@@ -111,14 +108,28 @@ if not ARGV[4 + n * 7]
     -- The earliest of the call's delayed jobs: the set's earliest now, when it is before `before`
     -- (new jobs only: nothing left the set).
     local first = nil
+    -- New jobs due in a far bucket go far (lib.lua's far_plan), as the general path stores them;
+    -- the earliest of their due times.
+    local far_jobs, far_first = {}, nil
     for i = 0, n - 1 do
       local b = i * 7
       local topic, when = ARGV[4 + b], ARGV[6 + b]
       local due = dues[when]
       local due_str = due_strs[when]
-      writes[#writes + 1] = members[i + 1]
-      writes[#writes + 1] = '2:0:' .. ARGV[7 + b] .. created .. due_str .. ':0:' .. ARGV[10 + b]
-      if due > now then
+      local bucket = far_on and far_bucket(due, now)
+      if bucket then
+        far_jobs[#far_jobs + 1] = { topic = topic, member = members[i + 1], bucket = bucket,
+          due = due, element = far_element(ARGV[7 + b], due, now, bucket, ARGV[5 + b], ARGV[10 + b]),
+          index = far_index(prefix, members[i + 1]) }
+        delayed_by[topic] = (delayed_by[topic] or 0) + 1
+        if not far_first or due < far_first then far_first = due end
+      else
+        writes[#writes + 1] = members[i + 1]
+        writes[#writes + 1] = '2:0:' .. ARGV[7 + b] .. created .. due_str .. ':0:' .. ARGV[10 + b]
+      end
+      if bucket then
+        -- (stored far: neither in `jobs` nor in `delayed`)
+      elseif due > now then
         adds[#adds + 1] = due_str
         adds[#adds + 1] = members[i + 1]
         delayed_by[topic] = (delayed_by[topic] or 0) + 1
@@ -135,7 +146,17 @@ if not ARGV[4 + n * 7]
       out[i + 2] = 1
     end
     redis.call('EXISTS', counts, topics)
-    redis.call('HSET', jobs, unpack(writes))
+    -- The parts and index hashes the far jobs go to, touched before the first write (on a
+    -- cluster, those not declared named in one stop: lib.lua's `need`); when the next move of
+    -- far jobs is due as things stand.
+    local far_writing, far_before = false, nil
+    if #far_jobs > 0 then
+      defer_needs()
+      far_writing = far_plan(prefix, far_jobs)
+      needs_met()
+      far_before = far_next(prefix, 0)
+    end
+    if #writes > 0 then redis.call('HSET', jobs, unpack(writes)) end
     if #adds > 0 then redis.call('ZADD', delayed, unpack(adds)) end
     for topic, list in pairs(ready_by) do
       to_ready(prefix, counts, topic, list)
@@ -147,6 +168,13 @@ if not ARGV[4 + n * 7]
       redis.call('SADD', topics, topic)
     end
     if first then out[1] = announce_first(prefix, first, before) end
+    if far_writing then
+      far_write(far_writing)
+      -- The movers wake when the earliest far part is due to move (lib.lua's far_next).
+      local was = far_before
+      if before and (not was or before < was) then was = before end
+      announce_first(prefix, far_first - FAR_AHEAD, was)
+    end
     return out
   end
 end
