@@ -114,7 +114,7 @@ pub(crate) enum Command {
         #[command(subcommand)]
         command: DeadCommand,
     },
-    /// Move every job stored compact (due far ahead, on one Redis) into the layout every
+    /// Move every job stored compact (due far ahead, on Redis or a cluster) into the layout every
     /// release reads, with its exact due time: before a rollback to a release before compact
     /// storage, once every process runs with DQ_COMPACT=off, and again once the older release
     /// is deployed (OPERATIONS.md). Jobs take about 190 bytes more each in Redis then.

@@ -594,6 +594,14 @@ local function far_unindex(w)
   redis.call('HDEL', w.index, w.member)
 end
 
+-- When the mover must next move far jobs: FAR_AHEAD before the earliest due time of the part
+-- ranked `rank` in `far` (nil: none).
+local function far_next(prefix, rank)
+  local part = redis.call('ZRANGE', prefix .. 'far', rank, rank, 'WITHSCORES')
+  if part[2] then return tonumber(part[2]) - FAR_AHEAD end
+  return nil
+end
+
 -- Plans the writing of new far jobs (push.lua): `jobs` is a list of {topic, member, bucket,
 -- element, due, index}. Reads only, touching every key `far_write` writes but the index hashes
 -- (the caller touched them).
@@ -643,11 +651,16 @@ local function far_plan(prefix, jobs)
     end
   end
   if indexed then push_all('EXISTS', prefix .. 'far', indexes) end
+  -- The earliest due time written, and when the movers must come as things stand (far_write
+  -- announces the sooner of the two).
+  for _, j in ipairs(jobs) do plan.first = math.min(plan.first or j.due, j.due) end
+  plan.was = far_next(prefix, 0)
   return plan
 end
 
--- Writes a plan of `far_plan`.
-local function far_write(plan)
+-- Writes a plan of `far_plan`, and wakes the movers when its earliest part is due to move
+-- before the next move they know of (`before`: the delayed set's earliest before the call).
+local function far_write(plan, before)
   local prefix = plan.prefix
   local far, index_writes, indexes, filling = prefix .. 'far', {}, {}, {}
   for _, field in ipairs(plan.order) do
@@ -683,14 +696,9 @@ local function far_write(plan)
   end
   push_all('HSET', prefix .. 'farn', filling)
   for _, index in ipairs(indexes) do redis.call('HSET', index, unpack(index_writes[index])) end
-end
-
--- When the mover must next move far jobs: FAR_AHEAD before the earliest due time of the part
--- ranked `rank` in `far` (nil: none).
-local function far_next(prefix, rank)
-  local part = redis.call('ZRANGE', prefix .. 'far', rank, rank, 'WITHSCORES')
-  if part[2] then return tonumber(part[2]) - FAR_AHEAD end
-  return nil
+  local was = plan.was
+  if before and (not was or before < was) then was = before end
+  announce_first(prefix, plan.first - FAR_AHEAD, was)
 end
 
 -- A dead letter of `topic` that far_due plans and far_move writes: `e`, an envelope as `parse`

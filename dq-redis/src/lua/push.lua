@@ -110,7 +110,7 @@ if not ARGV[4 + n * 7]
     local first = nil
     -- New jobs due in a far bucket go far (lib.lua's far_plan), as the general path stores them;
     -- the earliest of their due times.
-    local far_jobs, far_first = {}, nil
+    local far_jobs = {}
     for i = 0, n - 1 do
       local b = i * 7
       local topic, when = ARGV[4 + b], ARGV[6 + b]
@@ -122,7 +122,6 @@ if not ARGV[4 + n * 7]
           due = due, element = far_element(ARGV[7 + b], due, now, bucket, ARGV[5 + b], ARGV[10 + b]),
           index = far_index(prefix, members[i + 1]) }
         delayed_by[topic] = (delayed_by[topic] or 0) + 1
-        if not far_first or due < far_first then far_first = due end
       else
         writes[#writes + 1] = members[i + 1]
         writes[#writes + 1] = '2:0:' .. ARGV[7 + b] .. created .. due_str .. ':0:' .. ARGV[10 + b]
@@ -149,12 +148,11 @@ if not ARGV[4 + n * 7]
     -- The parts and index hashes the far jobs go to, touched before the first write (on a
     -- cluster, those not declared named in one stop: lib.lua's `need`); when the next move of
     -- far jobs is due as things stand.
-    local far_writing, far_before = false, nil
+    local far_writing = false
     if #far_jobs > 0 then
       defer_needs()
       far_writing = far_plan(prefix, far_jobs)
       needs_met()
-      far_before = far_next(prefix, 0)
     end
     if #writes > 0 then redis.call('HSET', jobs, unpack(writes)) end
     if #adds > 0 then redis.call('ZADD', delayed, unpack(adds)) end
@@ -168,13 +166,7 @@ if not ARGV[4 + n * 7]
       redis.call('SADD', topics, topic)
     end
     if first then out[1] = announce_first(prefix, first, before) end
-    if far_writing then
-      far_write(far_writing)
-      -- The movers wake when the earliest far part is due to move (lib.lua's far_next).
-      local was = far_before
-      if before and (not was or before < was) then was = before end
-      announce_first(prefix, far_first - FAR_AHEAD, was)
-    end
+    if far_writing then far_write(far_writing, before) end
     return out
   end
 end
@@ -529,14 +521,9 @@ for topic, list in pairs(enter_by_topic) do
   group_plans[topic] = plan_enter(prefix, topic, list, leave and leave.held)
 end
 -- Far jobs: the parts and index hashes this call writes, and the parts of the replaced ones,
--- touched before the first write; when the next move of far jobs is due as things stand.
+-- touched before the first write (far_plan also reads when the next move is due).
 local far_writing = #far_jobs > 0 and far_plan(prefix, far_jobs)
 needs_met()
-local far_before, far_first
-if far_writing then
-  for _, j in ipairs(far_jobs) do far_first = math.min(far_first or j.due, j.due) end
-  far_before = far_next(prefix, 0)
-end
 for _, w in pairs(was_far) do redis.call('EXISTS', w.part) end
 -- Phase 2: writes.
 if #writes > 0 then redis.call('HSET', jobs, unpack(writes)) end
@@ -591,13 +578,7 @@ if next(streams) then
   end
 end
 for _, w in pairs(was_far) do far_blank(w) end
-if far_writing then
-  far_write(far_writing)
-  -- The movers wake when the earliest far part is due to move (lib.lua's far_next).
-  local was = far_before
-  if before and (not was or before < was) then was = before end
-  announce_first(prefix, far_first - FAR_AHEAD, was)
-end
+if far_writing then far_write(far_writing, before) end
 delayed_left = delayed_left - #undelay
 if delayed_left > 0 then out[1] = announce(prefix, delayed, before) end
 -- Removals last: each may delete its key, which nothing below uses again.
