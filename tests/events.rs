@@ -1,5 +1,6 @@
-//! Job events against a real redis-server, through the runtime: a consumer killed and restarted
-//! from its saved cursor misses no event of a 10,000-job run, and a program that only pushes
+//! Job events against a real redis-server, through the runtime: a consumer in a process of its
+//! own, killed (SIGKILL) and restarted from the cursor it printed, misses no event of a
+//! 10,000-job run, and a program that only pushes
 //! writes the `pushed` events of a topic whose listener turned them on.
 
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
@@ -7,10 +8,12 @@
 mod support;
 
 use std::collections::HashMap;
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 use dq::events::{EventCursor, EventItem, EventKind, EventStream};
 use dq::Listener;
+use support::worker::{self, Target, WorkerProcess};
 use support::{client, runtime_with, RedisServer};
 
 const JOBS: u64 = 10_000;
@@ -21,31 +24,68 @@ async fn next_item(stream: &mut EventStream) -> EventItem {
     next.expect("an event within 10 s").unwrap().unwrap()
 }
 
-/// Reads `stream` until `stop` says so, counting the succeeded events per job id; returns the
-/// cursor after the last event read.
-async fn count_succeeded(
-    stream: &mut EventStream,
-    succeeded: &mut HashMap<String, u32>,
-    mut stop: impl FnMut(&HashMap<String, u32>, usize) -> bool,
-) -> EventCursor {
-    let mut cursor = stream.cursor();
-    let mut read = 0;
-    while !stop(&*succeeded, read) {
-        match next_item(stream).await {
-            EventItem::Event {
-                event,
-                cursor: after,
-            } => {
-                if matches!(event.kind, EventKind::Succeeded { .. }) {
-                    *succeeded.entry(event.id.to_string()).or_default() += 1;
-                }
-                cursor = after;
-                read += 1;
+/// The test a consumer process runs, its role, and the variable that gives it the cursor to
+/// read from.
+const ENTRY: &str = "consumer_process_entry_point";
+const CONSUMER: &str = "events-consumer";
+const FROM: &str = "DQ_TEST_EVENTS_FROM";
+
+/// A consumer in a process of its own (this test binary run again): reads the topic's events
+/// from the cursor in [`FROM`] and prints each, `<kind> <id> <cursor after it>`, a line each,
+/// until the parent kills it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumer_process_entry_point() {
+    let Some((role, target)) = worker::role() else {
+        return; // a normal test run: nothing to do
+    };
+    assert_eq!(role, CONSUMER);
+    let from: EventCursor = std::env::var(FROM).unwrap().parse().unwrap();
+    let config = target.config("test").build().unwrap();
+    let client = dq::Client::connect(config).await.unwrap();
+    let mut events = client.events_from("bulk", from).await.unwrap();
+    worker::say_started();
+    while let Some(item) = events.recv().await {
+        let line = match item.unwrap() {
+            EventItem::Event { event, cursor } => {
+                format!("{} {} {cursor}", event.kind.name(), event.id)
             }
-            other => panic!("nothing is missed within the cap: {other:?}"),
-        }
+            other => format!("other {other:?}"),
+        };
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{line}").unwrap();
+        out.flush().unwrap();
     }
-    cursor
+}
+
+/// Reads `consumer`'s lines into `seen` (each job's events by kind) until `stop` says so;
+/// returns the cursor after the last event read, `from` when it read none.
+fn read_events(
+    consumer: &WorkerProcess,
+    seen: &mut HashMap<(String, String), u32>,
+    mut from: String,
+    mut stop: impl FnMut(&HashMap<(String, String), u32>, usize) -> bool,
+) -> String {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut read = 0;
+    while !stop(seen, read) {
+        assert!(
+            Instant::now() < deadline,
+            "{} events of {JOBS} jobs seen",
+            seen.len()
+        );
+        let line = tokio::task::block_in_place(|| consumer.next_line(Duration::from_secs(10)));
+        let line = line.expect("an event within 10 s");
+        let mut parts = line.splitn(3, ' ');
+        let (kind, id, cursor) = (parts.next(), parts.next(), parts.next());
+        let (Some(kind), Some(id), Some(cursor)) = (kind, id, cursor) else {
+            panic!("an event line: {line}");
+        };
+        assert_ne!(kind, "other", "nothing is missed within the cap: {line}");
+        *seen.entry((id.to_owned(), kind.to_owned())).or_default() += 1;
+        from = cursor.to_owned();
+        read += 1;
+    }
+    from
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -58,37 +98,30 @@ async fn a_consumer_killed_and_restarted_from_its_cursor_misses_no_event_of_a_10
         .events_cap(50_000);
     let rt = runtime_with(&redis, listener).await;
     let client = rt.client().clone();
-    let mut first = client.events("bulk").await.unwrap();
+    let target = Target::server(&redis);
+    // The consumer process reads from the stream's end as it starts, before the pushes.
+    let first = WorkerProcess::start_with(ENTRY, CONSUMER, &target, &[(FROM, "now".into())]);
     for chunk in (0..JOBS).collect::<Vec<_>>().chunks(1000) {
         let jobs = chunk
             .iter()
             .map(|i| client.push_to("bulk", i).id(i.to_string()));
         client.push_batch(jobs).await.unwrap();
     }
-    let mut succeeded = HashMap::new();
-    // Part of the run, then the consumer is killed: only its cursor, as text, survives.
-    let cursor = count_succeeded(&mut first, &mut succeeded, |_, read| read >= 3_000).await;
+    let mut seen = HashMap::new();
+    // Part of the run, then the consumer is killed (SIGKILL): only its cursor, as it printed
+    // it, survives.
+    let cursor = read_events(&first, &mut seen, "now".into(), |_, read| read >= 9_000);
     drop(first);
-    let saved = cursor.to_string();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let mut second = client
-        .events_from("bulk", saved.parse().unwrap())
-        .await
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(90);
-    count_succeeded(&mut second, &mut succeeded, |seen, _| {
-        assert!(
-            Instant::now() < deadline,
-            "{} of {JOBS} jobs seen",
-            seen.len()
-        );
-        seen.len() as u64 == JOBS
-    })
-    .await;
-    let twice: Vec<_> = succeeded.iter().filter(|(_, n)| **n != 1).collect();
-    assert!(twice.is_empty(), "each job's success once: {twice:?}");
+    let second = WorkerProcess::start_with(ENTRY, CONSUMER, &target, &[(FROM, cursor.clone())]);
+    let all = 3 * JOBS as usize;
+    read_events(&second, &mut seen, cursor, |seen, _| seen.len() == all);
+    let twice: Vec<_> = seen.iter().filter(|(_, n)| **n != 1).collect();
+    assert!(twice.is_empty(), "each event once: {twice:?}");
     for i in 0..JOBS {
-        assert!(succeeded.contains_key(&i.to_string()), "job {i} missed");
+        for kind in ["pushed", "started", "succeeded"] {
+            let key = (i.to_string(), kind.to_owned());
+            assert!(seen.contains_key(&key), "job {i}'s {kind} missed");
+        }
     }
     rt.shutdown().await.unwrap();
 }

@@ -126,6 +126,38 @@ async fn prometheus_endpoint_shows_lateness_outcomes_and_depth_of_a_running_topi
     rt.shutdown().await.unwrap();
 }
 
+/// Issue 33 review (helper-62, finding 7): each flow limit of a topic, and how close the topic
+/// is to it, show as gauges (there were none: only `dq stats` and the dashboard showed them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topics_limits_and_how_close_it_is_to_them_show_as_gauges() {
+    let redis = RedisServer::start();
+    let listener = Listener::new("payments", |_: u32, _: JobContext| async move {});
+    let rt = worker(&redis, listener).await;
+    let c = rt.client();
+    c.set_max_pending("payments", Some(8)).await.unwrap();
+    c.set_global_concurrency("payments", Some(4)).await.unwrap();
+    c.set_rate("payments", Some("100/2s".parse().unwrap()))
+        .await
+        .unwrap();
+    // Two jobs due in an hour: a quarter of the bound.
+    for id in ["p1", "p2"] {
+        let push = c.push_to("payments", &1u32).id(id);
+        push.delay(Duration::from_secs(3600)).await.unwrap();
+    }
+    scrape_until(&[
+        r#"dq_topic_limit{topic="payments",limit="max_pending"} 8"#,
+        r#"dq_topic_limit{topic="payments",limit="global_concurrency"} 4"#,
+        r#"dq_topic_limit{topic="payments",limit="rate_per_second"} 50"#,
+        r#"dq_topic_limit{topic="payments",limit="group_concurrency"} 1"#,
+        r#"dq_topic_limit{topic="payments",limit="group_rate_per_second"} 0"#,
+        r#"dq_topic_limit_used_ratio{topic="payments",limit="max_pending"} 0.25"#,
+        r#"dq_topic_limit_used_ratio{topic="payments",limit="global_concurrency"} 0"#,
+        r#"dq_topic_held_seconds{topic="payments"} 0"#,
+    ])
+    .await;
+    rt.shutdown().await.unwrap();
+}
+
 /// A group's jobs waiting for its one slot show in `dq_queue_group_waiting_max`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_busiest_groups_waiting_jobs_show_as_a_gauge() {
@@ -197,6 +229,12 @@ async fn a_running_job_stopped_by_a_cancel_is_counted_as_cancelled_not_retried()
     let text = scrape_until(&[r#"dq_jobs_cancelled_total{topic="reports"} 1"#]).await;
     assert!(
         !text.contains(r#"dq_jobs_retried_total{topic="reports"}"#),
+        "{text}"
+    );
+    // Issue 32 review (helper-61, finding 9): the run the cancel stopped was also counted as
+    // failed, where the store's per-minute chart (the dashboard's) counts no run.
+    assert!(
+        !text.contains(r#"dq_jobs_failed_total{topic="reports"}"#),
         "{text}"
     );
     rt.shutdown().await.unwrap();

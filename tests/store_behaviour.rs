@@ -305,6 +305,7 @@ on_every_store!(
         a_cancel_of_a_running_job_is_announced_and_recorded_against_its_lease,
         cancel_running_deletes_the_job_and_ends_the_waits_for_it,
         a_cancel_request_goes_with_the_lease_and_binds_no_later_run,
+        a_run_that_fails_after_its_cancel_was_requested_is_deleted_not_retried,
     ],
     results: [
         a_topic_without_retention_keeps_nothing_of_a_succeeded_job,
@@ -321,6 +322,7 @@ on_every_store!(
         wait_answers_at_once_for_a_done_a_dead_and_an_unknown_job,
         wait_answers_not_kept_for_a_topic_without_retention,
         wait_is_woken_when_the_job_is_acked,
+        a_wait_without_a_bound_gets_the_value,
         wait_times_out_on_a_job_still_pending,
         a_dead_letter_ends_the_wait_with_its_error,
         a_cancel_ends_the_wait_as_cancelled,
@@ -343,6 +345,7 @@ on_every_store!(
         every_other_step_of_a_job_is_announced_with_its_run,
         a_succeeded_event_carries_the_value_only_when_the_topic_keeps_it,
         a_topic_without_events_has_no_stream_at_all,
+        a_reader_resuming_across_events_turned_off_and_on_misses_nothing,
         a_reader_resuming_behind_the_cap_is_told_how_many_it_missed,
         a_reader_resumed_inside_a_bulk_push_gets_the_rest_of_it_once,
         the_cap_counts_events_however_many_an_entry_holds,

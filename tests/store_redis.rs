@@ -1598,6 +1598,32 @@ async fn max_pending_is_held_by_each_shard_as_its_share() {
     assert_eq!(shard_0, 2, "the share of shard 0");
 }
 
+/// Issue 33 review (helper-62, finding 1): each shard's share of `max_pending` was the bound
+/// divided by the shard count rounded up, so a bound the shards do not divide was exceeded (10
+/// over 4 shards held 12; 1 over 16 shards, 16). The shares now add up to the bound, and a bound
+/// under the shard count (a share of 0 would refuse every push to its shard) is refused.
+#[tokio::test]
+async fn a_max_pending_the_shards_do_not_divide_is_never_exceeded() {
+    let redis = RedisServer::start();
+    let c = client_with(&redis, |b| b.shards(4)).await;
+    let refused = c
+        .set_max_pending("order-cancel", Some(3))
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("4 shards"), "{refused}");
+    assert_eq!(c.max_pending("order-cancel").await.unwrap(), None);
+    c.set_max_pending("order-cancel", Some(10)).await.unwrap();
+    let jobs = (0..40).map(|i| c.push(OrderCancel { order_id: i }).id(format!("o{i}")));
+    let pushed = c.push_batch(jobs).await.unwrap();
+    let created = pushed
+        .iter()
+        .filter(|p| p.outcome == dq::push::PushOutcome::Created)
+        .count();
+    assert_eq!(created, 10, "the bound, no more: {pushed:?}");
+    let counts = c.counts("order-cancel").await.unwrap();
+    assert_eq!(counts.delayed + counts.ready, 10);
+}
+
 /// Issue 33 review (helper-29, finding 1): over several shards each shard holds a share of a
 /// global concurrency, at least 1, so a limit under the shard count let one job per shard run
 /// (2 on 4 shards: 4 at once), past the limit and silently. Such a limit is refused, saying

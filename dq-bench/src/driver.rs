@@ -29,6 +29,11 @@ pub(crate) static MAX_PENDING: std::sync::atomic::AtomicU64 = std::sync::atomic:
 pub(crate) static GLOBAL_CONCURRENCY: std::sync::atomic::AtomicU32 =
     std::sync::atomic::AtomicU32::new(0);
 
+/// The rate limit of each bench topic (`--topic-rate`) and of each of its groups
+/// (`--group-rate`), set before a burst's pushes.
+pub(crate) static RATES: std::sync::OnceLock<(Option<dq::Rate>, Option<dq::Rate>)> =
+    std::sync::OnceLock::new();
+
 /// Whether a burst's job ids are left to dq (`--drawn-ids`) instead of `<i>`.
 pub(crate) static DRAWN_IDS: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(false);
@@ -493,6 +498,15 @@ async fn burst(client: &Client, n: usize, mode: &str) -> anyhow::Result<Pushes> 
     if global > 0 {
         for topic in all_topics() {
             client.set_global_concurrency(&topic, Some(global)).await?;
+        }
+    }
+    let (rate, group_rate) = RATES.get().copied().unwrap_or_default();
+    for topic in all_topics() {
+        if rate.is_some() {
+            client.set_rate(&topic, rate).await?;
+        }
+        if group_rate.is_some() {
+            client.set_group_rate(&topic, group_rate).await?;
         }
     }
     let t0 = now_ms();

@@ -97,6 +97,15 @@ struct Cli {
     /// every fetch, and of waiting for room when the workers' own concurrency is higher.
     #[arg(long)]
     global_concurrency: Option<u32>,
+    /// Limit each bench topic's starts in all processes to this rate, `<count>/<period>`
+    /// (`Client::set_rate`), before a burst's pushes: with a rate above the drain's every fetch
+    /// pays the check and none waits, the cost of a rate limit on the drain.
+    #[arg(long)]
+    topic_rate: Option<dq::Rate>,
+    /// Limit each group's starts to this rate (`Client::set_group_rate`, with `--groups`),
+    /// before a burst's pushes: the cost of group rates on the drain.
+    #[arg(long)]
+    group_rate: Option<dq::Rate>,
     /// Leave a burst's job ids to dq (drawn at the push, `NewJob::id_drawn`) instead of `<i>`:
     /// a push of ids dq drew looks for none among the jobs stored compact (`--pending-fill`
     /// stores its jobs so), one of ids of the caller's does.
@@ -224,6 +233,7 @@ fn main() -> anyhow::Result<()> {
                 cli.global_concurrency.unwrap_or(0),
                 std::sync::atomic::Ordering::Relaxed,
             );
+            let _ = driver::RATES.set((cli.topic_rate, cli.group_rate));
             let n = match (cli.workload.as_str(), cli.n) {
                 ("steady", None) => Some(cli.rate * 15),
                 (_, n) => n,

@@ -180,8 +180,9 @@ pub enum ChangeOutcome {
     Running,
     /// The job is running: a cancel asked its worker, in whatever process, to stop it. Its
     /// handler sees the request in `JobContext::cancelled`; when the run then ends without
-    /// success (an error, a panic, a timeout), the job is deleted, not retried. A handler that
-    /// ignores the request runs to its end, and a run that succeeds is done as any.
+    /// success (an error, a panic, a timeout; or its worker shut down or died before hearing of
+    /// the request), the job is deleted, not retried. A handler that ignores the request runs
+    /// to its end, and a run that succeeds is done as any.
     CancelRequested,
 }
 

@@ -221,13 +221,15 @@ impl FromStr for EventPosition {
 /// events that come after the read opens) or `start` (every event still kept).
 ///
 /// It prints as a string to save (`now`, `start`, or the shards' positions joined by commas,
-/// `1764063000123-0:57,0-0:0`) and parses back from one, so that a consumer that restarts
-/// resumes where it stopped:
+/// each `<stream id>:<number of its last event>`: on Redis `0-57:57,0-12:12` for two shards,
+/// whose stream ids are the event numbers; the memory store's ids are times, as
+/// `1764063000123-0:57`) and parses back from one, so that a consumer that restarts resumes
+/// where it stopped:
 ///
 /// ```
 /// use dq_core::events::EventCursor;
 ///
-/// let saved = "1764063000123-0:57,1764063000200-3:12".to_string();
+/// let saved = "0-57:57,0-12:12".to_string();
 /// let cursor: EventCursor = saved.parse().unwrap();
 /// assert_eq!(cursor.to_string(), saved);
 /// assert_eq!("start".parse::<EventCursor>().unwrap(), EventCursor::start());

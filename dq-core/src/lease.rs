@@ -159,4 +159,8 @@ pub struct Reclaimed {
     pub requeued: usize,
     /// Jobs whose lease expired on their last attempt, dead-lettered.
     pub dead: usize,
+    /// Jobs whose lease expired after a cancel was requested against it, deleted as cancelled
+    /// (as a run that ends without success after its cancel was asked: README "Cancelling a
+    /// running job").
+    pub cancelled: usize,
 }

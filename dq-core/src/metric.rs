@@ -63,6 +63,17 @@ pub const QUEUE_LAG: &str = "dq_queue_lag_seconds";
 /// busiest group's; 0 when none waits): a tenant flooding its group shows here, its name in
 /// `dq groups`.
 pub const QUEUE_GROUP_WAITING_MAX: &str = "dq_queue_group_waiting_max";
+/// Gauge, labels `topic` and `limit`: each flow limit of the topic, 0 when it has none:
+/// `max_pending`, `global_concurrency`, `rate_per_second` (a rate limit's count over its
+/// period), `group_concurrency` (1 when none is set: the default) and `group_rate_per_second`.
+pub const TOPIC_LIMIT: &str = "dq_topic_limit";
+/// Gauge, labels `topic` and `limit`: how much of a limit the topic uses, from 0 to 1 (and past
+/// 1 while a bound lowered below what is already there is caught up with): its pending jobs over
+/// `max_pending`, its running jobs over `global_concurrency`; set only for the limits it has.
+pub const TOPIC_LIMIT_USED: &str = "dq_topic_limit_used_ratio";
+/// Gauge, label `topic`: seconds left of a hold a handler asked for (`Outcome::RateLimited`),
+/// 0 when none is in force.
+pub const TOPIC_HELD: &str = "dq_topic_held_seconds";
 /// Counter: jobs a schedule created, by schedule and topic (one per tick however many processes
 /// fire it; catch-up jobs for missed ticks count too).
 pub const SCHEDULE_FIRED: &str = "dq_schedule_fired_total";

@@ -228,6 +228,7 @@ scripts!(
     workflow_push,
     workflow_cancel,
     expand,
+    events_off,
 );
 
 #[cfg(test)]

@@ -1,13 +1,13 @@
 //! Starts the runtime's tasks, each holding only the roles of the store it uses: the movers,
 //! the consumer loops, the reclaimers and the acker hold its lease role; the heartbeat that and
 //! the worker registry; the ticker the registry (the namespace's epoch) and the lease role (the
-//! retries it declares); the queue gauges its admin role.
+//! retries it declares); the queue and limit gauges the runtime's client (`Client::stats`).
 
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dq_core::store::{Admin, Leases, Registry};
+use dq_core::store::{Leases, Registry};
 use dq_core::{Store, Succeeded, Topic, WorkerInfo};
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinHandle;
@@ -73,7 +73,6 @@ pub(crate) struct Plan<'a> {
 pub(crate) fn spawn(shared: &Arc<Shared>, plan: Plan<'_>) -> Chores {
     let leases: Arc<dyn Leases> = plan.store.clone();
     let registry: Arc<dyn Registry> = plan.store.clone();
-    let admin: Arc<dyn Admin> = plan.store.clone();
     let topics: Vec<Topic> = plan.listeners.iter().map(|(t, _)| t.clone()).collect();
     let mut loops = spawn_movers(shared, &leases);
     let schedules = ticker(
@@ -83,7 +82,7 @@ pub(crate) fn spawn(shared: &Arc<Shared>, plan: Plan<'_>) -> Chores {
         plan.declared,
     );
     loops.push(tokio::spawn(schedules));
-    let gauges = crate::metrics::queue_gauges(admin, shared.stop.clone(), topics);
+    let gauges = crate::metrics::queue_gauges(shared.client.clone(), shared.stop.clone(), topics);
     loops.push(tokio::spawn(gauges));
     loops.extend(spawn_consumers(
         shared,

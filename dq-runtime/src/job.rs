@@ -126,8 +126,9 @@ impl Runner {
             return (Ended::Cancelled, None);
         };
         self.shared.running.settling(lease);
-        record(lease.topic.as_str(), started.elapsed(), &ran);
-        if cancel.is_cancelled() {
+        let stopped = cancel.is_cancelled();
+        record(lease.topic.as_str(), started.elapsed(), &ran, stopped);
+        if stopped {
             return (Ended::CancelRequested(ran.outcome), kept);
         }
         (Ended::Returned(ran.outcome), kept)
@@ -177,10 +178,13 @@ impl Runner {
     }
 }
 
-/// Counts a run that returned, and says a success in the debug log.
-fn record(topic: &str, took: Duration, ran: &Ran) {
+/// Counts a run that returned, and says a success in the debug log. A run a cancel `stopped`
+/// that did not succeed is counted as cancelled when its job is deleted, not as failed (the
+/// store counts no run for it either).
+fn record(topic: &str, took: Duration, ran: &Ran, stopped: bool) {
     crate::metrics::finished(topic, took);
     match &ran.outcome {
+        Outcome::Error(_) if stopped => {}
         Outcome::Error(_) => {
             crate::metrics::count(metric::JOBS_FAILED, topic);
             if ran.timed_out {

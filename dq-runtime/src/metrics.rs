@@ -27,12 +27,14 @@
 //! | `dq_queue_jobs` | gauge | topic, state | jobs delayed, ready, running, dead, and `done`: the records of succeeded jobs kept (every 5 s) |
 //! | `dq_queue_lag_seconds` | gauge | topic | age of the oldest ready job: how far behind workers are |
 //! | `dq_queue_group_waiting_max` | gauge | topic | the most jobs one group has waiting for a slot (its busiest group's, 0 when none waits; the group is named by `dq groups`, not a label) |
+//! | `dq_topic_limit` | gauge | topic, limit | each flow limit, 0 when none: `max_pending`, `global_concurrency`, `rate_per_second`, `group_concurrency` (1 by default), `group_rate_per_second` (every 5 s) |
+//! | `dq_topic_limit_used_ratio` | gauge | topic, limit | how much of a limit is used: pending jobs over `max_pending`, running jobs over `global_concurrency` (only for the limits set) |
+//! | `dq_topic_held_seconds` | gauge | topic | seconds left of a hold a handler asked for (`Outcome::RateLimited`), 0 when none |
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use dq_core::metric;
-use dq_core::store::Admin;
+use dq_core::{Client, TopicStats};
 use tokio_util::sync::CancellationToken;
 
 /// Buckets for the two histograms, in seconds: lateness matters at the millisecond.
@@ -61,18 +63,19 @@ pub(crate) fn count_n(name: &'static str, topic: &str, n: usize) {
     metrics::counter!(name, "topic" => topic.to_owned()).increment(n);
 }
 
-/// Publishes the depth of each topic's queue every 5 s until `stop` (shutdown), read through
-/// the store's admin role.
+/// Publishes the depth of each topic's queue and its flow limits every 5 s until `stop`
+/// (shutdown), read through the client (`Client::stats`).
 pub(crate) async fn queue_gauges(
-    admin: Arc<dyn Admin>,
+    client: Client,
     stop: CancellationToken,
     topics: Vec<dq_core::Topic>,
 ) {
     loop {
         // Lag by the store's clock, as due times are stamped (this host's clock may be off).
-        let now = admin.time_us().await.map(dq_core::from_us);
+        let now = client.store_time().await;
         for topic in &topics {
-            if let (Ok(s), Ok(now)) = (admin.stats(topic).await, &now) {
+            if let (Ok(s), Ok(now)) = (client.stats(topic.as_str()).await, &now) {
+                limit_gauges(topic.as_str(), &s, *now);
                 let t = topic.to_string();
                 for (state, n) in [
                     ("delayed", s.counts.delayed),
@@ -98,6 +101,49 @@ pub(crate) async fn queue_gauges(
             _ = tokio::time::sleep(Duration::from_secs(5)) => {}
         }
     }
+}
+
+/// The gauges of `topic`'s flow limits (`dq_topic_limit`, `dq_topic_limit_used_ratio`,
+/// `dq_topic_held_seconds`) from its stats, at the store's time `now`.
+fn limit_gauges(topic: &str, s: &TopicStats, now: std::time::SystemTime) {
+    let per_second =
+        |r: Option<dq_core::Rate>| r.map_or(0.0, |r| r.count() as f64 / r.period().as_secs_f64());
+    let c = &s.counts;
+    let pending = c.delayed + c.ready + c.running;
+    for (limit, value, used) in [
+        (
+            "max_pending",
+            s.max_pending.map(|m| m as f64),
+            Some(pending as f64),
+        ),
+        (
+            "global_concurrency",
+            s.global_concurrency.map(f64::from),
+            Some(c.running as f64),
+        ),
+        ("rate_per_second", s.rate.map(|_| per_second(s.rate)), None),
+        (
+            "group_concurrency",
+            Some(f64::from(s.group_concurrency.unwrap_or(1))),
+            None,
+        ),
+        (
+            "group_rate_per_second",
+            s.group_rate.map(|_| per_second(s.group_rate)),
+            None,
+        ),
+    ] {
+        let labels = [("topic", topic.to_owned()), ("limit", limit.to_owned())];
+        metrics::gauge!(metric::TOPIC_LIMIT, &labels).set(value.unwrap_or(0.0));
+        if let (Some(value), Some(used)) = (value, used) {
+            metrics::gauge!(metric::TOPIC_LIMIT_USED, &labels).set(used / value.max(1.0));
+        }
+    }
+    let held = s
+        .held_until
+        .and_then(|end| end.duration_since(now).ok())
+        .unwrap_or_default();
+    metrics::gauge!(metric::TOPIC_HELD, "topic" => topic.to_owned()).set(held.as_secs_f64());
 }
 
 /// Installs the Prometheus exporter, serving `GET /metrics` (any path) on `addr`.

@@ -366,15 +366,16 @@ pub(crate) async fn reclaimer(shared: Arc<Shared>, leases: Arc<dyn Leases>, shar
             match leases.reclaim(shard, MAX_BATCH).await {
                 Ok(r) => {
                     health.ok();
-                    if r.requeued + r.dead > 0 {
+                    if r.requeued + r.dead + r.cancelled > 0 {
                         tracing::warn!(
                             shard,
                             requeued = r.requeued,
                             dead_lettered = r.dead,
+                            cancelled = r.cancelled,
                             "reclaimed jobs whose lease expired (a worker died or stalled)"
                         );
                     }
-                    if r.requeued + r.dead < MAX_BATCH {
+                    if r.requeued + r.dead + r.cancelled < MAX_BATCH {
                         break;
                     }
                 }

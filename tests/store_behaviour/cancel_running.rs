@@ -11,7 +11,7 @@ use dq::push::PushOutcome;
 use dq::store::{LeaseRef, Retention, Waited, Wake, WakeListener};
 
 use super::{outcome, push_and_lease, Harness, Kind};
-use crate::support::{id, lease_one, topic, OrderCancel, TestClient};
+use crate::support::{id, topic, OrderCancel, TestClient, LEASE};
 
 /// A timeout no wait here reaches unless the store fails to answer or to wake it.
 const LONG: Duration = Duration::from_secs(10);
@@ -120,13 +120,17 @@ pub(crate) async fn a_cancel_request_goes_with_the_lease_and_binds_no_later_run(
     let c = &h.client;
     let s = c.store();
 
-    // The run failed before its worker heard the cancel: its fate stands (a retry here), and
-    // the next run is not asked to stop.
+    // A handler that ignored the request and succeeded is acked as any, and nothing is left.
     let first = push_and_lease(c, "a").await;
     assert_eq!(cancel(c, "a").await, ChangeOutcome::CancelRequested);
-    assert!(s.retry(&first.lease, Duration::ZERO, "boom").await.unwrap());
-    let second = lease_one(s, "order-cancel").await;
-    assert_eq!(second.lease.id.as_str(), "a");
+    let acked = s.ack(std::slice::from_ref(&first.lease)).await.unwrap();
+    assert_eq!(acked.acked, 1);
+    assert!(c.status_in("order-cancel", "a").await.unwrap().is_none());
+    let found = s.cancel_requests(std::slice::from_ref(&first.lease));
+    assert!(found.await.unwrap().is_empty());
+
+    // The id pushed again makes a new job, whose run is not asked to stop.
+    let second = push_and_lease(c, "a").await;
     let both = [first.lease.clone(), second.lease.clone()];
     let found = s.cancel_requests(&both).await.unwrap();
     assert!(
@@ -137,30 +141,73 @@ pub(crate) async fn a_cancel_request_goes_with_the_lease_and_binds_no_later_run(
         !s.cancel_running(&first.lease).await.unwrap(),
         "the first run's lease is not held"
     );
+    let failed = s
+        .retry(&second.lease, Duration::ZERO, "boom")
+        .await
+        .unwrap();
+    assert!(failed, "the second run's failure is written");
+    let status = c.status_in("order-cancel", "a").await.unwrap().unwrap();
+    assert_eq!(status.attempt, 1, "retried: {status:?}");
+}
 
-    // A handler that ignored the request and succeeded is acked as any, and nothing is left.
-    assert_eq!(cancel(c, "a").await, ChangeOutcome::CancelRequested);
-    let acked = s.ack(std::slice::from_ref(&second.lease)).await.unwrap();
-    assert_eq!(acked.acked, 1);
-    assert!(c.status_in("order-cancel", "a").await.unwrap().is_none());
-    let found = s.cancel_requests(std::slice::from_ref(&second.lease));
-    assert!(found.await.unwrap().is_empty());
-
-    // A dead letter and a release end the request too.
-    let dead = push_and_lease(c, "d").await;
-    assert_eq!(cancel(c, "d").await, ChangeOutcome::CancelRequested);
+/// Issue 32 review (helper-61, finding 1): a run that ended without success after its cancel
+/// was requested, but before its worker heard of it (the `wake` message on its way, the next
+/// lease renewal not come), was retried, dead-lettered or put back in line, though the caller
+/// was told `CancelRequested` and README says such a job is deleted. Whatever ends the run
+/// without success (a retry, a postpone, a dead letter, a release, its lease expiring), the job
+/// is now deleted as cancelled and a wait for it answers `Cancelled`.
+pub(crate) async fn a_run_that_fails_after_its_cancel_was_requested_is_deleted_not_retried(
+    kind: Kind,
+) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let s = c.store();
+    let t = topic("order-cancel");
+    let retention = Retention {
+        age: Duration::from_secs(3600),
+        count: 100,
+    };
+    s.set_retention(&t, Some(retention)).await.unwrap();
+    let retried = push_and_lease(c, "retried").await;
+    let postponed = push_and_lease(c, "postponed").await;
+    let dead = push_and_lease(c, "dead").await;
+    let released = push_and_lease(c, "released").await;
+    for name in ["retried", "postponed", "dead", "released"] {
+        assert_eq!(cancel(c, name).await, ChangeOutcome::CancelRequested);
+    }
+    assert!(s
+        .retry(&retried.lease, Duration::ZERO, "boom")
+        .await
+        .unwrap());
+    assert!(s.postpone(&postponed.lease, Duration::ZERO).await.unwrap());
     assert!(s.dead_letter(&dead.lease, "gone").await.unwrap());
-    let released = push_and_lease(c, "r").await;
-    assert_eq!(cancel(c, "r").await, ChangeOutcome::CancelRequested);
+    let one = std::slice::from_ref(&released.lease);
+    assert_eq!(s.release(one).await.unwrap(), 1);
+
+    // A worker that died holding its job: the lease expires and the reclaimer finds it.
+    let p = c.push(OrderCancel { order_id: 1 }).id("stalled");
+    assert_eq!(outcome(p).await, PushOutcome::Created);
+    let stalled = s.fetch(0, &t, 1, Duration::from_millis(100)).await.unwrap();
+    assert_eq!(stalled.jobs.len(), 1);
+    assert_eq!(cancel(c, "stalled").await, ChangeOutcome::CancelRequested);
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    let reclaimed = s.reclaim(0, 100).await.unwrap();
     assert_eq!(
-        s.release(std::slice::from_ref(&released.lease))
-            .await
-            .unwrap(),
-        1
+        (reclaimed.requeued, reclaimed.dead),
+        (0, 0),
+        "{reclaimed:?}"
     );
-    let again = lease_one(s, "order-cancel").await;
-    assert_eq!(again.lease.id.as_str(), "r");
-    let ended = [dead.lease, released.lease, again.lease];
-    let found = s.cancel_requests(&ended).await.unwrap();
-    assert!(found.is_empty(), "{found:?}");
+
+    for name in ["retried", "postponed", "dead", "released", "stalled"] {
+        let status = c.status_in("order-cancel", name).await.unwrap();
+        assert!(status.is_none(), "{name} was deleted: {status:?}");
+        let waited = s.wait_finished(&t, &id(name), LONG).await.unwrap();
+        assert!(matches!(waited, Waited::Cancelled), "{name}: {waited:?}");
+    }
+    let counts = c.counts("order-cancel").await.unwrap();
+    assert_eq!(
+        (counts.delayed, counts.ready, counts.running, counts.dead),
+        (0, 0, 0, 0)
+    );
+    assert!(s.fetch(0, &t, 10, LEASE).await.unwrap().jobs.is_empty());
 }

@@ -259,6 +259,39 @@ pub(crate) async fn a_topic_without_events_has_no_stream_at_all(kind: Kind) {
     assert_nothing_kept(c).await;
 }
 
+/// Issue 32 review (helper-61, finding 2): turning a topic's events off deleted its stream, and
+/// the stream made when they were turned on again numbered its events from 1: a consumer
+/// resuming from a cursor taken before read nothing until the new numbers passed its own, and
+/// was not told. The numbering now goes on from where the deleted stream stopped.
+pub(crate) async fn a_reader_resuming_across_events_turned_off_and_on_misses_nothing(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    events_on(c, 100).await;
+    let mut events = c.events(TOPIC).await.unwrap();
+    let mut cursor = None;
+    for name in ["a", "b", "c"] {
+        c.push(OrderCancel { order_id: 1 }).id(name).await.unwrap();
+        match next_item(&mut events).await {
+            EventItem::Event { event, cursor: at } if event.id.as_str() == name => {
+                cursor = Some(at);
+            }
+            other => panic!("{name} pushed: {other:?}"),
+        }
+    }
+    drop(events);
+    let saved: EventCursor = cursor.unwrap().to_string().parse().unwrap();
+    c.store().set_events(&topic(TOPIC), None).await.unwrap();
+    events_on(c, 100).await;
+    c.push(OrderCancel { order_id: 2 }).id("d").await.unwrap();
+    let mut resumed = c.events_from(TOPIC, saved).await.unwrap();
+    match next_item(&mut resumed).await {
+        EventItem::Event { event, .. } => {
+            assert_eq!((event.kind.name(), event.id.as_str()), ("pushed", "d"));
+        }
+        other => panic!("d's push, after those read: {other:?}"),
+    }
+}
+
 /// No event of the topic is kept: a read from the start finds none in 300 ms.
 async fn assert_nothing_kept(c: &TestClient) {
     let mut all = c.events_from(TOPIC, EventCursor::start()).await.unwrap();

@@ -461,6 +461,29 @@ pub(crate) async fn wait_is_woken_when_the_job_is_acked(kind: Kind) {
     assert_eq!(ack.await.unwrap(), 1);
 }
 
+pub(crate) async fn a_wait_without_a_bound_gets_the_value(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    retain(c, 100).await;
+    let job = push_and_lease(c, "a").await;
+    let store = Arc::clone(c.store());
+    let ack = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        store
+            .ack_succeeded(&[with_value(&job)])
+            .await
+            .unwrap()
+            .acked
+    });
+    // `Duration::MAX`: wait for as long as it takes.
+    let read = c
+        .wait_in::<Value>("order-cancel", "a", Duration::MAX)
+        .await
+        .unwrap();
+    assert_eq!(read, JobResult::Succeeded(json!({"n": 1})));
+    assert_eq!(ack.await.unwrap(), 1);
+}
+
 pub(crate) async fn wait_times_out_on_a_job_still_pending(kind: Kind) {
     let h = Harness::new(kind, |b| b).await;
     let c = &h.client;

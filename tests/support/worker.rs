@@ -98,6 +98,17 @@ pub fn role() -> Option<(String, Target)> {
     Some((role, Target::from_env()))
 }
 
+/// In a child that is not a runtime: tells the parent it started, and exits when the parent
+/// goes (its end of our stdin closes).
+pub fn say_started() {
+    std::thread::spawn(|| {
+        let mut rest = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut rest);
+        std::process::exit(0);
+    });
+    println!("{STARTED}");
+}
+
 /// In the worker: tells the parent that `rt` started, then runs it until the parent kills
 /// this process, or goes itself (its end of our stdin closes).
 pub async fn serve(rt: dq::Runtime) {
@@ -120,6 +131,8 @@ pub async fn serve(rt: dq::Runtime) {
 #[derive(Debug)]
 pub struct WorkerProcess {
     child: Child,
+    /// The lines it printed after it started.
+    lines: mpsc::Receiver<String>,
 }
 
 impl WorkerProcess {
@@ -130,18 +143,35 @@ impl WorkerProcess {
     /// # Panics
     /// When it cannot be started, exits, or says nothing within the limit.
     pub fn start(entry: &str, role: &str, target: &Target) -> WorkerProcess {
+        WorkerProcess::start_with(entry, role, target, &[])
+    }
+
+    /// [`WorkerProcess::start`], with more variables in its environment.
+    ///
+    /// # Panics
+    /// As [`WorkerProcess::start`].
+    pub fn start_with(
+        entry: &str,
+        role: &str,
+        target: &Target,
+        env: &[(&str, String)],
+    ) -> WorkerProcess {
         let mut cmd = dq_testkit::process::this_test(entry).expect("this test binary");
         // Its stdin stays open while the handle lives: it closes if this process dies.
         cmd.env(ROLE, role)
             .envs(target.env())
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped());
         let mut child = cmd.spawn().expect("start the worker process");
         let stdout = child.stdout.take().expect("the worker's stdout is piped");
-        let mut worker = WorkerProcess { child };
         // Read on a thread of its own, to the end, so that the worker never blocks on a full
         // pipe and the wait for its word can be bounded.
         let (lines, heard) = mpsc::channel();
+        let mut worker = WorkerProcess {
+            child,
+            lines: heard,
+        };
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
@@ -151,7 +181,7 @@ impl WorkerProcess {
         let deadline = Instant::now() + START_LIMIT;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            match heard.recv_timeout(left) {
+            match worker.lines.recv_timeout(left) {
                 Ok(line) if line.contains(STARTED) => return worker,
                 Ok(_) => continue,
                 Err(mpsc::RecvTimeoutError::Timeout) => {
@@ -168,6 +198,11 @@ impl WorkerProcess {
     /// Its process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// The next line it printed after it started, waiting at most `limit` (`None`: none came).
+    pub fn next_line(&self, limit: Duration) -> Option<String> {
+        self.lines.recv_timeout(limit).ok()
     }
 }
 

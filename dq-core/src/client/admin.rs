@@ -215,12 +215,13 @@ impl Client {
     /// cannot fill Redis' memory; the jobs already stored all run. A listener's `max_pending`
     /// (`#[dq::listener(max_pending = 100000)]`) sets the same bound at runtime start.
     ///
-    /// On Redis each shard of the namespace holds its share: the bound divided by the shard
-    /// count, rounded up. With one shard (the default) the bound is exact; with N shards the
-    /// topic holds at most N times its share (the bound itself when N divides it), and a push
-    /// is refused once the shard its id falls in holds its share, which for a bound of a few
-    /// jobs per shard can be before the topic as a whole reaches it. Zero is refused
-    /// ([`Error::InvalidPush`](crate::Error::InvalidPush)).
+    /// On Redis each shard of the namespace holds its share, and the shares add up to the
+    /// bound, so the topic never holds more; a push is refused once the shard its id falls in
+    /// holds its share, which for a bound of a few jobs per shard can be before the topic as a
+    /// whole reaches it. Zero is refused ([`Error::InvalidPush`](crate::Error::InvalidPush)), and
+    /// on Redis a bound under the namespace's shard count
+    /// ([`Error::Config`](crate::Error::Config): a share of 0 would refuse every push to its
+    /// shard).
     ///
     /// Retrying dead letters (`retry_dead`, `dq dead retry`) is an operator's act and is not
     /// bounded; a periodic schedule's tick on a full topic waits (tried again at each look,

@@ -61,8 +61,9 @@ impl Client {
     /// never by polling. It never hangs: a job that is not found, whose topic keeps no records,
     /// that was cancelled, or that is still pending at `timeout` is answered as such
     /// ([`JobResult::NotFound`], [`JobResult::NotKept`], [`JobResult::Cancelled`],
-    /// [`JobResult::Pending`]). Each wait is counted in the metric
-    /// `dq_waits_total{topic, answer}` ([`metric::WAITS`]).
+    /// [`JobResult::Pending`]). A `timeout` of `Duration::MAX` waits for as long as the job
+    /// takes. Each wait is counted in the metric `dq_waits_total{topic, answer}`
+    /// ([`metric::WAITS`]).
     ///
     /// ```no_run
     /// # use std::time::Duration;

@@ -214,7 +214,10 @@ pub trait Leases: Sharded {
     async fn ack_succeeded(&self, done: &[Succeeded]) -> Result<Acked>;
 
     /// Schedules a failed job to run again after `delay`, recording `error`.
-    /// Returns false when the lease was no longer held.
+    /// Returns false when the lease was no longer held. A job whose cancel was requested
+    /// against this lease ([`Leases::cancel_requests`]) is deleted as cancelled instead, as
+    /// [`Leases::cancel_running`] does, whether or not its worker heard of the request; so it is
+    /// for a postpone, a dead letter, a release and a reclaim.
     async fn retry(&self, lease: &LeaseRef, delay: Duration, error: &str) -> Result<bool>;
 
     /// Schedules a job its handler postponed ([`Outcome::RetryAfter`]) to run again after
@@ -228,7 +231,8 @@ pub trait Leases: Sharded {
     /// Returns false when the lease was no longer held.
     async fn dead_letter(&self, lease: &LeaseRef, error: &str) -> Result<bool>;
 
-    /// Returns jobs to the front of their ready lists at once, not counting the attempt.
+    /// Returns jobs to the front of their ready lists at once, not counting the attempt (those
+    /// whose cancel was requested are deleted as cancelled: [`Leases::retry`]); how many.
     async fn release(&self, leases: &[LeaseRef]) -> Result<usize>;
 
     /// Records `value` (JSON, at most [`MAX_PROGRESS_BYTES`](crate::MAX_PROGRESS_BYTES)) as the
@@ -254,7 +258,8 @@ pub trait Leases: Sharded {
     /// the lease was no longer held (nothing changed).
     async fn cancel_running(&self, lease: &LeaseRef) -> Result<bool>;
 
-    /// Takes back up to `limit` jobs of a shard whose lease expired.
+    /// Takes back up to `limit` jobs of a shard whose lease expired (those whose cancel was
+    /// requested are deleted as cancelled: [`Leases::retry`]).
     async fn reclaim(&self, shard: u16, limit: usize) -> Result<Reclaimed>;
 
     /// Records the most runs (`retries` + 1, at least 1) the listeners of `topic` allow, or
@@ -278,8 +283,8 @@ pub trait Leases: Sharded {
     /// Bounds how many jobs of `topic` may be pending (delayed, ready and running together) to
     /// `max` (`None`: no bound, the default): a push that would create a job past it is refused
     /// ([`PushOutcome::Full`](crate::PushOutcome::Full)), so a runaway producer cannot fill
-    /// Redis. On Redis each of the namespace's shards holds its share, `max` divided by the
-    /// shard count and rounded up (exact with one shard, the default).
+    /// Redis. On Redis each of the namespace's shards holds its share, the shares adding up to
+    /// `max`; a `max` under the shard count is refused (`Error::Config`).
     async fn set_max_pending(&self, topic: &Topic, max: Option<u64>) -> Result<()>;
 
     /// The bound [`set_max_pending`](Leases::set_max_pending) recorded for `topic`, `None`

@@ -9,10 +9,12 @@
 -- A job of a group gives its slot back, and its group lets its next job in (lib.lua's groups).
 -- A job of a workflow step ends its step, failed, and its dependents follow their policies
 -- (lib.lua's workflows).
--- Returns 1, or 0 when the caller's lease was taken over (nothing changed).
+-- Returns 1, or 0 when the caller's lease was taken over (nothing changed), or 2 when a cancel
+-- was requested against this very lease: nothing changed (retry.lua says why).
 local jobs, inflight, counts, dead, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local member, token, err = ARGV[1], ARGV[2], ARGV[3]
 if redis.call('HGET', leases, member) ~= token then return 0 end
+if redis.call('HGET', KEYS[7], member) == token then return 2 end
 local now = now_us()
 local raw = redis.call('HGET', jobs, member)
 local e = parse(raw)

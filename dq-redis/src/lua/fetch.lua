@@ -410,7 +410,7 @@ if stream then
   for i, id in ipairs(ids) do
     if raws[i] then
       started[#started + 1] = id
-      runs[#runs + 1] = runs_of(raws[i]) + 1
+      runs[#runs + 1] = next_run_text(raws[i])
     end
   end
   emit_events(stream, 'started', started, runs, stamp)

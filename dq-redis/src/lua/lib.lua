@@ -1493,7 +1493,15 @@ local function events_open(key, cap)
   if opened_streams[key] then return opened_streams[key] end
   local n = 0
   local last = redis.call('XREVRANGE', key, '+', '-', 'COUNT', 1)[1]
-  if last and last[2][1] == 'n' then n = tonumber(last[2][2]) or 0 end
+  if last and last[2][1] == 'n' then
+    n = tonumber(last[2][2]) or 0
+  elseif not last then
+    -- No stream: one deleted when the topic's events were turned off goes on from its last
+    -- number (`<topic>:n` in `events`, events_off.lua), so that a reader resuming from before
+    -- misses nothing and is not held back.
+    local events, topic = string.match(key, '^(.*events):([^:]+)$')
+    if events then n = tonumber(redis.call('HGET', events, topic .. ':n') or '') or 0 end
+  end
   opened_streams[key] = { key = key, cap = cap, n = n }
   return opened_streams[key]
 end
@@ -1583,6 +1591,20 @@ end
 -- The runs an envelope counts (0 for none, or one that cannot be read).
 local function runs_of(raw)
   return raw and tonumber(string.match(raw, '^[234]:(%d+):')) or 0
+end
+
+-- The text of the run an envelope starts (`raw`'s runs so far plus one), as the events print
+-- it. Each text is made once per script call: a number printed per job cost a fetch with
+-- events about a sixth of a microsecond a job (BENCHMARKS.md, job events).
+local run_texts = {}
+local function next_run_text(raw)
+  local counted = raw and string.match(raw, '^[234]:(%d+):') or '0'
+  local text = run_texts[counted]
+  if not text then
+    text = fmt(tonumber(counted) + 1)
+    run_texts[counted] = text
+  end
+  return text
 end
 
 -- The runs counted so far of each of `members` (their envelopes'), 1000 at a time.

@@ -20,7 +20,10 @@
 -- (lib.lua's groups); a job taken back to ready keeps its slot. One of a workflow step ends its
 -- step, failed (lib.lua's workflows); one taken back whose workflow is cancelled is deleted,
 -- its step cancelled, instead of going back in line.
--- Returns {requeued, dead_lettered, unknown_topic_1, ...}.
+-- Returns {requeued, dead_lettered, n, asked_member_1, asked_token_1, ... (n pairs),
+-- unknown_topic_1, ...}: a job whose cancel was requested against its expired lease (cancel.lua)
+-- is not taken back but left as it is, for the store to delete as cancelled (cancel_running.lua;
+-- retry.lua says why).
 -- Only jobs whose ready and dead keys are declared are taken back; the others stay expired
 -- and their topics are returned for the caller to declare next time (see promote.lua).
 -- Reads first (and a touch of every ready and dead key it will write), writes after, and the
@@ -45,7 +48,25 @@ for _, member in ipairs(found) do
     unknown[#unknown + 1] = topic
   end
 end
-local out = {0, 0}
+-- The jobs whose cancel was requested against their lease stay as they are, for the caller.
+local asked = {}
+local cancelled = redis.call('EXISTS', KEYS[7]) == 1
+if cancelled and #expired > 0 then
+  local requests = redis.call('HMGET', KEYS[7], unpack(expired))
+  local tokens = redis.call('HMGET', leases, unpack(expired))
+  local rest = {}
+  for i, member in ipairs(expired) do
+    if requests[i] and requests[i] == tokens[i] then
+      asked[#asked + 1] = member
+      asked[#asked + 1] = tokens[i]
+    else
+      rest[#rest + 1] = member
+    end
+  end
+  expired = rest
+end
+local out = {0, 0, #asked / 2}
+for _, a in ipairs(asked) do out[#out + 1] = a end
 for _, topic in ipairs(unknown) do out[#out + 1] = topic end
 if #expired == 0 then return out end
 local raws = redis.call('HMGET', jobs, unpack(expired))
@@ -141,7 +162,6 @@ local group_plans = {}
 defer_needs() -- the lists of every grouped topic's groups named in one stop (lib.lua's `need`)
 for topic, ids in pairs(dead_ids) do group_plans[#group_plans + 1] = plan_leave(prefix, topic, ids) end
 needs_met()
-local cancelled = redis.call('EXISTS', KEYS[7]) == 1
 local reported = has_progress(progress)
 -- The jobs taken back whose workflow is cancelled are deleted instead (lib.lua's workflows):
 -- they leave the lists of jobs put back in line.

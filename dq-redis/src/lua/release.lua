@@ -8,17 +8,24 @@
 --   call (declared for a cluster's reshard: see push.lua), then any key a stop named (lib.lua's
 --   `need`)
 -- ARGV[1] key prefix, then member_1, token_1, ... (at most 1000 pairs)
--- Returns the number released.
+-- Returns {released, asked_member_1, ...}: a job whose cancel was requested against this very
+-- lease (cancel.lua) is not put back but left as it is, for the store to delete as cancelled
+-- (cancel_running.lua; retry.lua says why).
 -- Reads first (tokens, and a touch of each ready list), writes after; ZREM inflight last.
 local inflight, counts, leases, progress = KEYS[1], KEYS[2], KEYS[3], KEYS[7]
 local prefix = ARGV[1]
 local members = {}
 for i = 2, #ARGV, 2 do members[#members + 1] = ARGV[i] end
-if #members == 0 then return 0 end
+if #members == 0 then return {0} end
 local tokens = redis.call('HMGET', leases, unpack(members))
-local held, by_topic, order, seen = {}, {}, {}, {}
+local cancelled = redis.call('EXISTS', KEYS[4]) == 1
+local requests = cancelled and redis.call('HMGET', KEYS[4], unpack(members)) or {}
+local held, by_topic, order, seen, asked = {}, {}, {}, {}, {}
 for k, member in ipairs(members) do
-  if not seen[member] and tokens[k] == ARGV[2 * k + 1] then
+  if not seen[member] and tokens[k] == ARGV[2 * k + 1] and requests[k] == tokens[k] then
+    seen[member] = true
+    asked[#asked + 1] = member
+  elseif not seen[member] and tokens[k] == ARGV[2 * k + 1] then
     seen[member] = true
     local topic, id = split_member(member)
     if not by_topic[topic] then
@@ -31,7 +38,7 @@ for k, member in ipairs(members) do
     held[#held + 1] = member
   end
 end
-if #held == 0 then return 0 end
+if #held == 0 then return {0, unpack(asked)} end
 -- Each job goes back first of its priority (lib.lua's ready lanes).
 local priorities = {}
 local raws = redis.call('HMGET', KEYS[5], unpack(held))
@@ -40,7 +47,6 @@ for k, member in ipairs(held) do
   priorities[topic] = priorities[topic] or {}
   table.insert(priorities[topic], priority_of(raws[k]))
 end
-local cancelled = redis.call('EXISTS', KEYS[4]) == 1
 local reported = has_progress(progress)
 -- Job events: the streams of the call's topics that have them on, and the runs of their jobs.
 local streams, runs = {}, {}
@@ -78,4 +84,4 @@ if next(streams) then
   end
   for topic, b in pairs(batch) do emit_events(streams[topic], 'released', b.ids, b.runs, stamp) end
 end
-return #held
+return {#held, unpack(asked)}

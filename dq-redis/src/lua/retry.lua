@@ -10,12 +10,16 @@
 -- announced: `failed` (with its error) then `retrying` (with the due time), or `postponed`
 -- ARGV[1] key prefix  ARGV[2] member  ARGV[3] token  ARGV[4] delay (us)  ARGV[5] error
 -- ARGV[6] '1' when the run counts as an attempt, '0' when it was postponed
--- Returns 1, or 0 when the caller's lease was taken over (nothing changed).
+-- Returns 1, or 0 when the caller's lease was taken over (nothing changed), or 2 when a cancel
+-- was requested against this very lease (cancel.lua): nothing changed, and the store deletes
+-- the job as cancelled (cancel_running.lua), as README promises of a run that ends without
+-- success after its cancel was asked, whether or not its worker had heard of it.
 -- Reads first, writes after; the writes that may delete a key (ZREM inflight, HDEL progress)
 -- come last.
 local jobs, inflight, delayed, counts, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local prefix, member, token, delay, err = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
 if redis.call('HGET', leases, member) ~= token then return 0 end
+if redis.call('HGET', KEYS[8], member) == token then return 2 end
 local e = parse(redis.call('HGET', jobs, member))
 if not e then return 0 end
 local now = now_us()

@@ -31,6 +31,9 @@ const LOOK_AGAIN: &str = "*";
 /// How soon a wait looks again after a look failed for want of a connection.
 const LOOK_AFTER_FAILURE: Duration = Duration::from_millis(250);
 
+/// How long a wait without a bound (`Duration::MAX`) lasts: longer than any process.
+const UNBOUNDED: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 /// How long a wait's mark (`waiting`, which makes acks announce their kept jobs) lasts: renewed
 /// at each look, which comes at least every [`PING_EVERY`], so it outlives a wait by this much
 /// at most.
@@ -161,7 +164,11 @@ impl RedisStore {
         if timeout.is_zero() {
             return Ok(self.end_now(topic, id).await?.unwrap_or(Waited::TimedOut));
         }
-        let deadline = Instant::now() + timeout;
+        // A timeout too long for the clock (`Duration::MAX`: as long as it takes) is a wait
+        // of a century.
+        let deadline = Instant::now()
+            .checked_add(timeout)
+            .unwrap_or_else(|| Instant::now() + UNBOUNDED);
         // Listening before the first look: no announcement falls between the two. Every look,
         // the first too, is bounded by the deadline and goes on through a lost connection.
         let (mut ended, mut live) = self.ended.listen(self);

@@ -30,10 +30,11 @@ impl RedisStore {
                         .await?;
                 }
                 None => {
-                    let mut off = redis::pipe();
-                    off.hdel(k.events(), topic.as_str())
-                        .del(k.events_stream(topic));
-                    self.query_pipe::<Value>("turn a topic's job events off", &off)
+                    let mut inv = self.scripts().events_off.prepare_invoke();
+                    inv.key(k.events())
+                        .key(k.events_stream(topic))
+                        .arg(topic.as_str());
+                    self.call::<Value>("turn a topic's job events off", &mut inv)
                         .await?;
                 }
             }

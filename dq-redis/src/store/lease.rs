@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis::{Script, Value};
 
-use super::reply::{Applied, Count, Promotion, Reclamation};
+use super::reply::{Count, Promotion, Reclamation, Released, RunEnd};
 use super::waiters::RedisWakeListener;
 use super::{micros, RedisStore};
 use crate::keys::member;
@@ -49,7 +49,22 @@ impl RedisStore {
             .arg(micros(delay))
             .arg(error)
             .arg(if counted { "1" } else { "0" });
-        Ok(self.call::<Applied>("retry", &mut inv).await?.0)
+        let how = if counted { "failed" } else { "was postponed" };
+        self.unless_asked(lease, self.call("retry", &mut inv).await?, how)
+            .await
+    }
+
+    /// The answer of a script that ends a run without success: what it applied, or, when a
+    /// cancel was requested against the run's lease (it left the job alone), whether the job
+    /// was then deleted as cancelled.
+    async fn unless_asked(&self, lease: &LeaseRef, end: RunEnd, how: &str) -> Result<bool> {
+        match end {
+            RunEnd::Applied(applied) => Ok(applied),
+            RunEnd::CancelRequested => {
+                let deleted = self.delete_asked(std::slice::from_ref(lease), how).await?;
+                Ok(deleted > 0)
+            }
+        }
     }
 
     fn lease_invocation<'s>(
@@ -232,7 +247,8 @@ impl Leases for RedisStore {
         inv.arg(member(&lease.topic, &lease.id))
             .arg(lease.token)
             .arg(error);
-        Ok(self.call::<Applied>("dead_letter", &mut inv).await?.0)
+        let end = self.call("dead_letter", &mut inv).await?;
+        self.unless_asked(lease, end, "failed for good").await
     }
 
     async fn release(&self, leases: &[LeaseRef]) -> Result<usize> {
@@ -262,7 +278,10 @@ impl Leases for RedisStore {
                 &[k.prefix().to_owned()],
                 &chunk,
             );
-            released += self.call::<Count>("release", &mut inv).await?.0;
+            let r: Released = self.call("release", &mut inv).await?;
+            released += r.released;
+            let asked = named_leases(&chunk, r.asked);
+            released += self.delete_asked(&asked, "was released").await?;
         }
         Ok(released)
     }
@@ -297,41 +316,58 @@ impl Leases for RedisStore {
 
     async fn reclaim(&self, shard: u16, limit: usize) -> Result<Reclaimed> {
         let k = self.keys(shard);
-        self.declaring_topics(
-            "reclaim",
-            Reclaimed::default(),
-            |_, topics| {
-                let mut inv = self.scripts().reclaim.prepare_invoke();
-                inv.key(k.jobs())
-                    .key(k.inflight())
-                    .key(k.counts())
-                    .key(k.leases())
-                    .key(k.attempts())
-                    .key(k.retain())
-                    .key(k.cancels())
-                    .key(k.events())
-                    .key(k.progress());
-                inv.key(self.named_keys(k, []));
-                for t in topics {
-                    inv.key(k.ready(t))
-                        .key(k.dead(t))
-                        .key(k.ready_gen(t))
-                        .key(k.events_stream(t))
-                        .key(k.ranked(t));
-                    if self.server.is_cluster() {
-                        inv.key(k.topic_groups(t).to_vec());
+        let (mut out, asked) = self
+            .declaring_topics(
+                "reclaim",
+                (Reclaimed::default(), Vec::new()),
+                |_, topics| {
+                    let mut inv = self.scripts().reclaim.prepare_invoke();
+                    inv.key(k.jobs())
+                        .key(k.inflight())
+                        .key(k.counts())
+                        .key(k.leases())
+                        .key(k.attempts())
+                        .key(k.retain())
+                        .key(k.cancels())
+                        .key(k.events())
+                        .key(k.progress());
+                    inv.key(self.named_keys(k, []));
+                    for t in topics {
+                        inv.key(k.ready(t))
+                            .key(k.dead(t))
+                            .key(k.ready_gen(t))
+                            .key(k.events_stream(t))
+                            .key(k.ranked(t));
+                        if self.server.is_cluster() {
+                            inv.key(k.topic_groups(t).to_vec());
+                        }
                     }
-                }
-                inv.arg(k.prefix()).arg(batch_limit(limit));
-                inv
-            },
-            |out, r: Reclamation| {
-                out.requeued += r.requeued;
-                out.dead += r.dead;
-                r.undeclared
-            },
-        )
-        .await
+                    inv.arg(k.prefix()).arg(batch_limit(limit));
+                    inv
+                },
+                |(out, asked), r: Reclamation| {
+                    out.requeued += r.requeued;
+                    out.dead += r.dead;
+                    asked.extend(r.asked);
+                    r.undeclared
+                },
+            )
+            .await?;
+        // The jobs whose worker died after their cancel was requested.
+        let asked: Vec<LeaseRef> = asked
+            .into_iter()
+            .filter_map(|(m, token)| {
+                let (topic, id) = m.split_once(':')?;
+                Some(LeaseRef {
+                    topic: Topic::new(topic).ok()?,
+                    id: dq_core::JobId::new(id).ok()?,
+                    token,
+                    shard,
+                })
+            })
+            .collect();
+        out.cancelled += self.delete_asked(&asked, "lost its worker").await?;
+        Ok(out)
     }
 
     async fn set_attempt_limit(&self, topic: &Topic, max_attempts: Option<u32>) -> Result<()> {
@@ -372,12 +408,21 @@ impl Leases for RedisStore {
     async fn set_max_pending(&self, topic: &Topic, max: Option<u64>) -> Result<()> {
         let field = format!("{topic}:max_pending");
         let shards = self.shards.len() as u64;
-        for k in &self.shards {
+        if let Some(max) = max.filter(|max| *max < shards) {
+            return Err(dq_core::Error::Config {
+                key: "max_pending",
+                value: max.to_string(),
+                reason: format!(
+                    "topic {topic:?}: the namespace has {shards} shards, each holding a share of the bound of at least 1 (a share of 0 would refuse every push to its shard), so {shards} jobs could be pending; give a bound of at least {shards}, or use a namespace of fewer shards (DQ_SHARDS) for this topic"
+                ),
+            });
+        }
+        for (i, k) in (0u64..).zip(&self.shards) {
             let cmd = match max {
                 Some(max) => redis::cmd("HSET")
                     .arg(k.limits())
                     .arg(&field)
-                    .arg(format!("{}:{max}", max.div_ceil(shards)))
+                    .arg(format!("{}:{max}", share(max, shards, i)))
                     .to_owned(),
                 None => redis::cmd("HDEL").arg(k.limits()).arg(&field).to_owned(),
             };
@@ -476,7 +521,10 @@ impl Leases for RedisStore {
                 Some(max) => redis::cmd("HSET")
                     .arg(k.limits())
                     .arg(&field)
-                    .arg(format!("{}:{max}", concurrency_share(max, shards, i)))
+                    .arg(format!(
+                        "{}:{max}",
+                        share(max.into(), shards.into(), i.into())
+                    ))
                     .to_owned(),
                 None => redis::cmd("HDEL").arg(k.limits()).arg(&field).to_owned(),
             };
@@ -625,29 +673,30 @@ impl RedisStore {
     }
 }
 
-/// Shard `i`'s share of a global concurrency of `max` over `shards` shards: the shares add up
-/// to `max` (the first `max % shards` shards hold one more). `max` is at least the shard count
-/// (`set_global_concurrency` refuses less: a share of 0 would never run the shard's jobs), so
-/// each share is at least 1.
-fn concurrency_share(max: u32, shards: u32, i: u32) -> u32 {
+/// Shard `i`'s share of a limit of `max` over `shards` shards (a global concurrency, a
+/// `max_pending`): the shares add up to `max` (the first `max % shards` shards hold one more).
+/// `max` is at least the shard count (`set_global_concurrency` and `set_max_pending` refuse
+/// less: a share of 0 would never run, or never take, the shard's jobs), so each share is at
+/// least 1.
+fn share(max: u64, shards: u64, i: u64) -> u64 {
     let shards = shards.max(1);
-    (max / shards + u32::from(i < max % shards)).max(1)
+    (max / shards + u64::from(i < max % shards)).max(1)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::concurrency_share;
+    use super::share;
 
     #[test]
-    fn the_shares_of_a_global_concurrency_add_up_to_it_each_at_least_one() {
+    fn the_shares_of_a_limit_add_up_to_it_each_at_least_one() {
         let shares = |max, shards| {
             (0..shards)
-                .map(|i| concurrency_share(max, shards, i))
+                .map(|i| share(max, shards, i))
                 .collect::<Vec<_>>()
         };
         assert_eq!(shares(10, 1), [10]);
         assert_eq!(shares(10, 3), [4, 3, 3]);
-        assert_eq!(shares(256, 16).iter().sum::<u32>(), 256);
+        assert_eq!(shares(256, 16).iter().sum::<u64>(), 256);
         assert_eq!(shares(4, 4), [1, 1, 1, 1]);
     }
 }

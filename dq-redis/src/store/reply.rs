@@ -98,6 +98,23 @@ reader!(Unsigned, |v| {
     Ok(Unsigned(u64::try_from(whole(v)?).ok()))
 });
 
+/// What a script that ends a run without success answered (retry.lua, dead.lua): applied (1)
+/// or refused as stale (0), or left alone because a cancel was requested against the run's
+/// lease (2): the store then deletes the job as cancelled.
+pub(super) enum RunEnd {
+    Applied(bool),
+    CancelRequested,
+}
+
+reader!(RunEnd, |v| {
+    match whole(v)? {
+        0 => Ok(RunEnd::Applied(false)),
+        1 => Ok(RunEnd::Applied(true)),
+        2 => Ok(RunEnd::CancelRequested),
+        _ => Err(unexpected("0, 1 or 2", v)),
+    }
+});
+
 /// Whether a script applied a change to a leased job (1), or refused it as stale (0).
 pub(super) struct Applied(pub(super) bool);
 
@@ -250,19 +267,45 @@ reader!(Promotion, |v| {
     })
 });
 
-/// reclaim.lua: jobs put back to ready, jobs dead-lettered, then topics it found undeclared.
+/// reclaim.lua: jobs put back to ready, jobs dead-lettered, the jobs left alone because a
+/// cancel was requested against their lease (member, token), then topics it found undeclared.
 pub(super) struct Reclamation {
     pub(super) requeued: usize,
     pub(super) dead: usize,
+    pub(super) asked: Vec<(String, u64)>,
     pub(super) undeclared: Vec<Topic>,
 }
 
 reader!(Reclamation, |v| {
     let items = items(v)?;
+    let n = item::<Count>(items, 2)?.0;
+    let mut asked = Vec::with_capacity(n);
+    for k in 0..n {
+        let member: String = item(items, 3 + 2 * k)?;
+        let token = item::<Unsigned>(items, 4 + 2 * k)?.0;
+        let token = token.ok_or_else(|| unexpected("a lease token", v))?;
+        asked.push((member, token));
+    }
     Ok(Reclamation {
         requeued: item::<Count>(items, 0)?.0,
         dead: item::<Count>(items, 1)?.0,
-        undeclared: topics(items.get(2..).unwrap_or_default()),
+        asked,
+        undeclared: topics(items.get(3 + 2 * n..).unwrap_or_default()),
+    })
+});
+
+/// release.lua: how many were released, then the members left alone because a cancel was
+/// requested against their lease.
+pub(super) struct Released {
+    pub(super) released: usize,
+    pub(super) asked: Vec<String>,
+}
+
+reader!(Released, |v| {
+    let items = items(v)?;
+    Ok(Released {
+        released: item::<Count>(items, 0)?.0,
+        asked: String::from_redis_value_refs(items.get(1..).unwrap_or_default())?,
     })
 });
 

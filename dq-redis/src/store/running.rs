@@ -67,4 +67,21 @@ impl RedisStore {
         inv.arg(member(&lease.topic, &lease.id)).arg(lease.token);
         Ok(self.call::<Applied>("cancel_running", &mut inv).await?.0)
     }
+
+    /// Deletes as cancelled the jobs of `leases`: runs that ended without success (`how`)
+    /// after a cancel was requested against their lease, which the script that would have
+    /// retried, dead-lettered, released or taken them back left alone. How many it deleted.
+    pub(super) async fn delete_asked(&self, leases: &[LeaseRef], how: &str) -> Result<usize> {
+        let mut deleted = 0;
+        for lease in leases {
+            if self.delete_cancelled_run(lease).await? {
+                tracing::info!(
+                    topic = %lease.topic, id = %lease.id,
+                    "the run {how} after its cancel was requested: the job is deleted as cancelled, not run again"
+                );
+                deleted += 1;
+            }
+        }
+        Ok(deleted)
+    }
 }

@@ -46,7 +46,9 @@ impl Default for EventLog {
 }
 
 impl EventLog {
-    /// Turns a topic's events on, keeping `cap` of them, or off (`None`): its events go.
+    /// Turns a topic's events on, keeping `cap` of them, or off (`None`): its events go, and
+    /// the position of the last one stays, for the numbering to go on from it should they be
+    /// turned on again (a reader resuming from before misses nothing: as on Redis).
     pub(super) fn set_cap(&mut self, topic: &Topic, cap: Option<u64>) {
         match cap {
             Some(cap) => {
@@ -54,7 +56,9 @@ impl EventLog {
             }
             None => {
                 self.caps.remove(topic);
-                self.streams.remove(topic);
+                if let Some(stream) = self.streams.get_mut(topic) {
+                    stream.entries.clear();
+                }
             }
         }
     }
@@ -203,7 +207,10 @@ mod tests {
         assert_eq!(after.len(), 1);
         assert_eq!(log.latest(&t), kept[1].position);
         log.set_cap(&t, None);
-        assert!(log.read(&t, EventPosition::default(), 10).is_empty());
-        assert_eq!(log.latest(&t), EventPosition::default(), "its events went");
+        assert!(
+            log.read(&t, EventPosition::default(), 10).is_empty(),
+            "its events went"
+        );
+        assert_eq!(log.latest(&t), kept[1].position, "the numbering stays");
     }
 }

@@ -35,6 +35,10 @@ impl MemoryStore {
             let Some(m) = s.holds(lease) else {
                 return Ok(false);
             };
+            if s.asked_to_cancel(&m, lease.token) {
+                drop(s);
+                return self.delete_asked(lease);
+            }
             let before = s.earliest();
             s.end_lease(&m);
             let due = due_of(Due::After(delay), now);
@@ -290,6 +294,10 @@ impl Leases for MemoryStore {
         let Some(m) = s.holds(lease) else {
             return Ok(false);
         };
+        if s.asked_to_cancel(&m, lease.token) {
+            drop(s);
+            return self.delete_asked(lease);
+        }
         s.end_lease(&m);
         if let Some(e) = s.jobs.get_mut(&m) {
             e.attempt = e.attempt.saturating_add(1);
@@ -306,10 +314,15 @@ impl Leases for MemoryStore {
         let mut topics = BTreeSet::new();
         let mut n = 0;
         let now = self.now_us();
+        let mut asked = Vec::new();
         {
             let mut s = lock(&self.state);
             for l in leases {
                 let Some(m) = s.holds(l) else { continue };
+                if s.asked_to_cancel(&m, l.token) {
+                    asked.push(l);
+                    continue;
+                }
                 s.end_lease(&m);
                 let run = s.jobs.get(&m).map_or(1, |e| e.attempt.saturating_add(1));
                 s.events.emit(&m, run, now, || EventKind::Released);
@@ -320,6 +333,9 @@ impl Leases for MemoryStore {
         }
         for t in &topics {
             self.signal_ready(t);
+        }
+        for l in asked {
+            n += usize::from(self.delete_asked(l)?);
         }
         Ok(n)
     }
@@ -353,9 +369,7 @@ impl Leases for MemoryStore {
     }
 
     async fn cancel_running(&self, lease: &LeaseRef) -> Result<bool> {
-        let deleted = self.delete_cancelled_run(lease);
-        self.flush_woken();
-        deleted
+        self.delete_asked(lease)
     }
 
     async fn reclaim(&self, _shard: u16, limit: usize) -> Result<Reclaimed> {
@@ -363,6 +377,7 @@ impl Leases for MemoryStore {
         let now = self.now_us();
         let mut out = Reclaimed::default();
         let mut topics = BTreeSet::new();
+        let mut asked = Vec::new();
         {
             let mut s = lock(&self.state);
             let mut expired = Vec::new();
@@ -376,6 +391,23 @@ impl Leases for MemoryStore {
                     _ => break,
                 }
             }
+            // The jobs whose cancel was requested against their lease are deleted as cancelled
+            // below (as reclaim.lua leaves them to the store).
+            expired.retain(|m| {
+                let token = s.leases.get(m).map(|&(_, token)| token);
+                match token.filter(|&token| s.asked_to_cancel(m, token)) {
+                    Some(token) => {
+                        asked.push(LeaseRef {
+                            topic: m.0.clone(),
+                            id: m.1.clone(),
+                            token,
+                            shard: 0,
+                        });
+                        false
+                    }
+                    None => true,
+                }
+            });
             // The workflow steps of the jobs dead-lettered end after the call's own changes, and
             // the jobs taken back are then deleted when their workflow is cancelled, as
             // reclaim.lua settles them.
@@ -420,6 +452,9 @@ impl Leases for MemoryStore {
         }
         for t in &topics {
             self.signal_ready(t);
+        }
+        for l in &asked {
+            out.cancelled += usize::from(self.delete_asked(l)?);
         }
         self.flush_woken();
         Ok(out)

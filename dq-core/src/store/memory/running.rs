@@ -37,6 +37,17 @@ impl MemoryStore {
             .collect())
     }
 
+    /// Deletes as cancelled the job of `lease`, a run that ended without success after a
+    /// cancel was requested against its lease (`cancel_running`; and a retry, a postpone, a
+    /// dead letter, a release or a reclaim of such a run, which neither puts the job back nor
+    /// dead-letters it), and tells those waiting for its end; false when the lease is no longer
+    /// held.
+    pub(super) fn delete_asked(&self, lease: &LeaseRef) -> Result<bool> {
+        let deleted = self.delete_cancelled_run(lease);
+        self.flush_woken();
+        deleted
+    }
+
     /// Deletes the running job `lease` names, its cancel requested, and tells those waiting
     /// for its end; false when the lease is no longer held.
     pub(super) fn delete_cancelled_run(&self, lease: &LeaseRef) -> Result<bool> {

@@ -441,6 +441,11 @@ impl State {
         held.then_some(m)
     }
 
+    /// Whether a cancel was requested against the lease `token` of job `m`.
+    pub(super) fn asked_to_cancel(&self, m: &Member, token: u64) -> bool {
+        self.cancels.get(m) == Some(&token)
+    }
+
     /// Ends the lease of job `m`: it is no longer running, and its progress goes.
     pub(super) fn end_lease(&mut self, m: &Member) {
         self.cancels.remove(m);
