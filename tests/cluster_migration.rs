@@ -463,6 +463,32 @@ async fn a_throttled_fetch_that_empties_its_ready_list_while_its_slot_migrates_l
     assert_eq!(ids, ["a"]);
 }
 
+/// Review of events_off.lua (helper-63, finding 2): it deleted the topic's field of `events`
+/// before writing `<topic>:n` there; with the topic the hash's only field, the delete removed
+/// the hash and the write that followed was refused while the slot migrated ("non local key"):
+/// events left on and the stream kept. The number is now written first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turning_events_off_while_the_slot_migrates_goes_through() {
+    let cluster = RedisCluster::start(3, 0);
+    let c = TestClient::connect(config(&cluster)).await.unwrap();
+    let s = c.store().clone();
+    let (source, target, slot) = shard_zero_and_another_master(&cluster);
+    s.set_events(&topic("only"), Some(100)).await.unwrap();
+    c.push_to("only", &0).id("a").await.unwrap();
+    begin_migration(source, target, &slot);
+    let off = s.set_events(&topic("only"), None).await;
+    for node in [source, target] {
+        assert!(node
+            .command(&["CLUSTER", "SETSLOT", &slot, "STABLE"])
+            .starts_with("+OK"));
+    }
+    off.expect("turned off while its slot migrates");
+    let kept = reply_text(&source.command(&["HGET", "dq:{mig:0}:events", "only:n"]));
+    assert_eq!(kept, "1", "the number of its last event is kept");
+    let on = source.command(&["HEXISTS", "dq:{mig:0}:events", "only"]);
+    assert_eq!(reply_text(&on), "0", "its events are off");
+}
+
 /// Makes every key an ack, a push, a promotion, a cancel and a status of topic "grp" (and of
 /// "run") declare exist, as in a busy namespace: Redis sends a script to the new node of a
 /// moving slot only when every key it declares is there (one missing makes it TRYAGAIN), so a

@@ -155,6 +155,13 @@ async fn a_topics_limits_and_how_close_it_is_to_them_show_as_gauges() {
         r#"dq_topic_held_seconds{topic="payments"} 0"#,
     ])
     .await;
+    // A limit lifted: 0, not the ratio it had (helper-63, finding 4). Whole lines: "0" alone.
+    c.set_max_pending("payments", None).await.unwrap();
+    scrape_until(&[
+        "dq_topic_limit{topic=\"payments\",limit=\"max_pending\"} 0\n",
+        "dq_topic_limit_used_ratio{topic=\"payments\",limit=\"max_pending\"} 0\n",
+    ])
+    .await;
     rt.shutdown().await.unwrap();
 }
 

@@ -323,6 +323,7 @@ on_every_store!(
         wait_answers_not_kept_for_a_topic_without_retention,
         wait_is_woken_when_the_job_is_acked,
         a_wait_without_a_bound_gets_the_value,
+        a_wait_whose_topic_stops_keeping_ends_is_answered_not_kept,
         wait_times_out_on_a_job_still_pending,
         a_dead_letter_ends_the_wait_with_its_error,
         a_cancel_ends_the_wait_as_cancelled,

@@ -312,6 +312,43 @@ async fn job_events_are_stamped_by_the_virtual_clock() {
     rt.shutdown().await;
 }
 
+/// Issue 32, item 7 (helper-61's review: no test of it): a running handler's progress is read
+/// through `status` in the test runtime, and goes when the job ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_handlers_progress_is_read_through_status_in_tests() {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let (reported, mut has_reported) = tokio::sync::mpsc::unbounded_channel();
+    let g = gate.clone();
+    let listener = Listener::new("report", move |_: Reminder, ctx: JobContext| {
+        let (g, reported) = (g.clone(), reported.clone());
+        async move {
+            ctx.progress(&serde_json::json!({"rows": 40})).await?;
+            let _ = reported.send(());
+            let _ = g.acquire().await;
+            Ok::<(), dq::Error>(())
+        }
+    });
+    let rt = only(listener).await;
+    let c = rt.client();
+    c.push_to("report", &Reminder { ride: 1 })
+        .id("r")
+        .await
+        .unwrap();
+    let heard = tokio::time::timeout(Duration::from_secs(5), has_reported.recv()).await;
+    assert_eq!(heard.unwrap(), Some(()), "the handler reported");
+    let info = c.status_in("report", "r").await.unwrap().unwrap();
+    assert_eq!(info.state, dq::JobState::Running);
+    let progress: serde_json::Value = serde_json::from_slice(&info.progress.unwrap()).unwrap();
+    assert_eq!(progress, serde_json::json!({"rows": 40}));
+    gate.add_permits(1);
+    rt.wait_idle().await;
+    assert!(
+        c.status_in("report", "r").await.unwrap().is_none(),
+        "done: gone"
+    );
+    rt.shutdown().await;
+}
+
 /// A listener's `max_pending` holds in the test runtime as on Redis: the push past it fails
 /// with `TopicFull`, and once a job has run there is room again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -44,6 +44,10 @@ pub(crate) struct Harness {
     pub(crate) rng: Rng,
     pub(crate) ledger: Ledger,
     pub(crate) exit_ms: Vec<u64>,
+    /// When each worker process the harness killed or stopped had ended (us, by pid; each time,
+    /// should the system give a pid again): the end of the runs it cut
+    /// (`Ledger::with_cut_runs`).
+    pub(crate) ended_us: HashMap<u32, Vec<u64>>,
     /// The proxy between the workers and Redis, when the scenario has one; kept until the end.
     pub(crate) proxy: Option<crate::proxy::Blackhole>,
     /// Clock offsets injected into the workers, by slot (libfaketime); none past the end.
@@ -129,6 +133,7 @@ impl Harness {
             rng: Rng::new(seed),
             ledger: Ledger::default(),
             exit_ms: Vec::new(),
+            ended_us: HashMap::new(),
             proxy: None,
             clock_offsets_ms: Vec::new(),
             topics: vec![TOPIC.to_owned()],
@@ -244,7 +249,9 @@ impl Harness {
     /// SIGKILL of a worker, not restarted.
     pub(crate) fn kill(&mut self, slot: usize) {
         if let Some(mut child) = self.workers[slot].take() {
+            let pid = child.id();
             dq_testkit::process::kill(&mut child);
+            self.ended_us.entry(pid).or_default().push(now_us());
         }
     }
 
@@ -255,16 +262,19 @@ impl Harness {
             return true;
         };
         let start = Instant::now();
-        let _ = dq_testkit::process::terminate(child.id());
+        let pid = child.id();
+        let _ = dq_testkit::process::terminate(pid);
         loop {
             if let Ok(Some(_)) = child.try_wait() {
                 self.exit_ms
                     .push(u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX));
+                self.ended_us.entry(pid).or_default().push(now_us());
                 return true;
             }
             if start.elapsed() > limit {
                 dq_testkit::process::kill(&mut child);
                 self.exit_ms.push(u64::MAX);
+                self.ended_us.entry(pid).or_default().push(now_us());
                 return false;
             }
             tokio::time::sleep(Duration::from_millis(5)).await;

@@ -1,6 +1,8 @@
 //! The ledger: every handler run appends `id attempt pid start_us end_us due_us` to its
 //! worker's append-only file, one `write` per line, when the handler finishes. It lives outside
-//! Redis, so what Redis lost cannot hide what ran.
+//! Redis, so what Redis lost cannot hide what ran. Each run also writes its start when it starts
+//! (`<ledger>.starts`, as a run that ends then), so that the runs a kill cut are seen too
+//! ([`Ledger::with_cut_runs`]).
 
 use std::collections::{HashMap, HashSet};
 use std::io::{Read, Seek, SeekFrom};
@@ -11,6 +13,8 @@ use std::path::{Path, PathBuf};
 pub(crate) struct Run {
     pub(crate) id: String,
     pub(crate) attempt: u32,
+    /// The worker process that ran it.
+    pub(crate) pid: u32,
     pub(crate) start_us: u64,
     pub(crate) end_us: u64,
     pub(crate) due_us: u64,
@@ -27,13 +31,14 @@ fn parse(line: &str) -> Option<Run> {
     let mut f = line.split(' ');
     let id = f.next()?.to_owned();
     let attempt = f.next()?.parse().ok()?;
-    let _pid: u32 = f.next()?.parse().ok()?;
+    let pid = f.next()?.parse().ok()?;
     let start_us = f.next()?.parse().ok()?;
     let end_us = f.next()?.parse().ok()?;
     let due_us = f.next()?.parse().ok()?;
     f.next().is_none().then_some(Run {
         id,
         attempt,
+        pid,
         start_us,
         end_us,
         due_us,
@@ -70,6 +75,44 @@ impl Ledger {
             by_id.entry(run.id.as_str()).or_default().push(run);
         }
         by_id
+    }
+
+    /// The runs of the ledger and those a kill or a shutdown cut: the starts in `dir` with no
+    /// ledger line (same job, attempt and process), each ending when its process ended
+    /// (`ended`: the harness' times after it killed or stopped a process of that pid, the first
+    /// one after the start), or at its start when the harness did not end the process (then
+    /// counted in the second value).
+    pub(crate) fn with_cut_runs(
+        &self,
+        dir: &Path,
+        ended: &HashMap<u32, Vec<u64>>,
+    ) -> std::io::Result<(Vec<Run>, usize)> {
+        let mut starts = Ledger::default();
+        starts.refresh_from(dir, "starts")?;
+        let done: HashSet<(&str, u32, u32)> = self
+            .runs
+            .iter()
+            .map(|r| (r.id.as_str(), r.attempt, r.pid))
+            .collect();
+        let mut all = self.runs.clone();
+        let mut unended = 0;
+        for s in starts.runs {
+            if done.contains(&(s.id.as_str(), s.attempt, s.pid)) {
+                continue;
+            }
+            let after = ended
+                .get(&s.pid)
+                .and_then(|ends| ends.iter().copied().filter(|&end| end >= s.start_us).min());
+            let end_us = match after {
+                Some(end) => end,
+                None => {
+                    unended += 1;
+                    s.start_us
+                }
+            };
+            all.push(Run { end_us, ..s });
+        }
+        Ok((all, unended))
     }
 
     /// Reads the complete lines appended since the last call.

@@ -41,6 +41,8 @@ pub(crate) const ALL: &[&str] = &[
     "replica-demote",
     "flow-limits",
     "flow-limits-cluster",
+    "flow-all",
+    "flow-all-cluster",
     "groups",
     "groups-cluster",
     "groups-shards",
@@ -112,6 +114,8 @@ async fn run_until_drained(name: &str, full: bool, seed: u64) -> anyhow::Result<
         "replica-demote" => crate::bad_states::replica_demote(full, seed).await,
         "flow-limits" => flow_limits(full, seed, false).await,
         "flow-limits-cluster" => flow_limits(full, seed, true).await,
+        "flow-all" => flow_all(full, seed, false).await,
+        "flow-all-cluster" => flow_all(full, seed, true).await,
         "groups" => groups(full, seed, false).await,
         "groups-cluster" => groups(full, seed, true).await,
         "groups-shards" => groups_over_shards(full, seed).await,
@@ -180,14 +184,27 @@ fn own_failures(
         }
         extra.insert("exit_ms_max".into(), json!(h.exit_ms.iter().max()));
     }
-    if name.starts_with("flow-limits") {
-        flow_limits_held(h, extra, failures);
-    }
-    if name.starts_with("groups") {
-        groups_held(h, pushes, extra, failures);
-    }
-    if name == "group-rate" {
-        group_rate_held(h, extra, failures);
+    if name.starts_with("flow-") || name.starts_with("groups") || name == "group-rate" {
+        // The limits are judged on every run that started: those a kill cut too, each until
+        // its worker was killed (ledger.rs).
+        let (runs, unended) = match h.ledger.with_cut_runs(&h.dir, &h.ended_us) {
+            Ok(read) => read,
+            Err(e) => {
+                failures.push(format!("reading the runs' starts: {e}"));
+                (h.ledger.runs.clone(), 0)
+            }
+        };
+        extra.insert("runs_cut".into(), json!(runs.len() - h.ledger.runs.len()));
+        extra.insert("starts_of_no_ended_worker".into(), json!(unended));
+        if name.starts_with("flow-") {
+            flow_limits_held(h, &runs, extra, failures);
+        }
+        if name.starts_with("groups") || name.starts_with("flow-all") {
+            groups_held(&runs, pushes, extra, failures);
+        }
+        if name == "group-rate" {
+            group_rate_held(&runs, extra, failures);
+        }
     }
     if name == "replica-demote" {
         // Once a master again, the workers must run jobs within seconds.
@@ -315,10 +332,9 @@ const FLOW_RATE: &str = "100/1s";
 
 /// SIGKILL of a random worker every 1-3 s (short: 0.5-1.5 s), restarted at once, while the
 /// topic has a global concurrency of 8 and a rate of 100/1s (issue 33, item 6): from the
-/// ledger (each finished run's start and end), never more than 8 handlers at once, never more
-/// starts in one second than the rate allows and one burst, and nothing lost. (The runs cut by
-/// a kill are not in the ledger: they only held slots, which the limit counted until their
-/// leases were reclaimed.) With `cluster`, on a 3-master Redis Cluster and its 16 shards: a
+/// ledger (each run's start and end; a run a kill cut ends when its worker was killed), never
+/// more than 8 handlers at once, never more starts in one second than the rate allows and one
+/// burst, and nothing lost. With `cluster`, on a 3-master Redis Cluster and its 16 shards: a
 /// global concurrency of 16 (each shard holds a share of 1), and each shard's share of the
 /// rate with a burst of its own.
 async fn flow_limits(full: bool, seed: u64, cluster: bool) -> anyhow::Result<Outcome> {
@@ -343,6 +359,33 @@ async fn flow_limits(full: bool, seed: u64, cluster: bool) -> anyhow::Result<Out
     Ok((h, pushes, Default::default()))
 }
 
+/// Issue 33, item 6, whole: SIGKILL of a random worker every 1-3 s (short: 0.5-1.5 s),
+/// restarted at once, while the topic has a rate of 100/1s and a global concurrency of 8 (16 on
+/// a cluster's 16 shards) and its jobs are spread over 50 groups of one slot each: from the
+/// ledger and the starts (a run a kill cut counts until its worker was killed), never more
+/// handlers at once than the global concurrency, never more starts in one second than the
+/// rate allows and one burst, two runs of one group never at once, a group's jobs first
+/// started in the order they went in line, and nothing lost. With `cluster`, on a 3-master
+/// Redis Cluster and its 16 shards (each group lives in one).
+async fn flow_all(full: bool, seed: u64, cluster: bool) -> anyhow::Result<Outcome> {
+    let (n, stops) = if full { (6_000, 30) } else { (500, 5) };
+    let every = if full { (1_000, 3_000) } else { (500, 1_500) };
+    let h = if cluster {
+        Harness::start_cluster("flow-all-cluster", 3, 0, worker(full), seed).await?
+    } else {
+        Harness::start("flow-all", PLAIN, worker(full), seed).await?
+    };
+    let rate: dq::Rate = FLOW_RATE.parse()?;
+    h.client.set_rate(crate::TOPIC, Some(rate)).await?;
+    let global = flow_global(h.client.config().shards);
+    h.client
+        .set_global_concurrency(crate::TOPIC, Some(global))
+        .await?;
+    // Pushed over the time the rate needs to run them, so that the limits bind throughout.
+    let window = Duration::from_secs_f64(n as f64 / 100.0);
+    grouped_load_with_kills(h, n, window, stops, every, seed).await
+}
+
 /// What the ledger of flow-limits says of its limits: the most handlers running at once (a
 /// sweep over the runs' starts and ends), and the most starts in any one second, against what
 /// the rate allows there and one burst (the starts are read in the handlers, a little after
@@ -350,11 +393,12 @@ async fn flow_limits(full: bool, seed: u64, cluster: bool) -> anyhow::Result<Out
 /// `ceil((period + tolerance) / interval)` of its share in a period (`Rate::share_us`).
 fn flow_limits_held(
     h: &Harness,
+    runs: &[Run],
     extra: &mut serde_json::Map<String, Value>,
     failures: &mut Vec<String>,
 ) {
-    let most_running = most_at_once(&h.ledger.runs);
-    let mut starts: Vec<u64> = h.ledger.runs.iter().map(|r| r.start_us).collect();
+    let most_running = most_at_once(runs);
+    let mut starts: Vec<u64> = runs.iter().map(|r| r.start_us).collect();
     starts.sort_unstable();
     let (mut lo, mut most_started) = (0, 0);
     for hi in 0..starts.len() {
@@ -393,8 +437,8 @@ const GROUPS: u64 = 50;
 /// jobs are spread over 50 groups of one slot each (issue 33, item 6): from the ledger, two
 /// runs of one group never overlap, a group's jobs first start in the order they went in line
 /// (their due times: the mover lets them in in that order), and nothing is lost. A run cut by a
-/// kill is not in the ledger; it held its group's slot until its lease was reclaimed, then ran
-/// again before the group's next job. With `cluster`, on a 3-master Redis Cluster in a
+/// kill counts from its start until its worker was killed; it held its group's slot until its
+/// lease was reclaimed, then ran again before the group's next job. With `cluster`, on a 3-master Redis Cluster in a
 /// namespace of one shard (as measured before groups could spread over shards: README
 /// "Groups").
 async fn groups(full: bool, seed: u64, cluster: bool) -> anyhow::Result<Outcome> {
@@ -454,9 +498,9 @@ pub(crate) async fn load_with_kills(
 
 /// The ledger's runs by group: job `j<i>` (or `j<i>-<s>`: `harness::grouped_id`) is in group
 /// `i mod GROUPS` (the push plan's groups).
-fn runs_by_group(h: &Harness) -> HashMap<u64, Vec<&Run>> {
+fn runs_by_group(runs: &[Run]) -> HashMap<u64, Vec<&Run>> {
     let mut by_group: HashMap<u64, Vec<&Run>> = HashMap::new();
-    for r in &h.ledger.runs {
+    for r in runs {
         let number = r.id.strip_prefix('j').and_then(|n| n.split('-').next());
         if let Some(i) = number.and_then(|n| n.parse::<u64>().ok()) {
             by_group.entry(i % GROUPS).or_default().push(r);
@@ -473,12 +517,12 @@ fn runs_by_group(h: &Harness) -> HashMap<u64, Vec<&Run>> {
 /// surely went in line earlier, whose due time and push acknowledgement both came before the
 /// due time of one that started before it.
 fn groups_held(
-    h: &Harness,
+    runs: &[Run],
     pushes: &Pushes,
     extra: &mut serde_json::Map<String, Value>,
     failures: &mut Vec<String>,
 ) {
-    let by_group = runs_by_group(h);
+    let by_group = runs_by_group(runs);
     let (mut overlapping, mut out_of_order, mut most) = (0u64, 0u64, 0i64);
     let mut samples = Vec::new();
     for (g, runs) in &by_group {
@@ -557,11 +601,11 @@ async fn group_rate(full: bool, seed: u64) -> anyhow::Result<Outcome> {
 /// in the handlers, a little after their leases, on which the rate is enforced; the runs cut by
 /// a kill are not in the ledger).
 fn group_rate_held(
-    h: &Harness,
+    runs: &[Run],
     extra: &mut serde_json::Map<String, Value>,
     failures: &mut Vec<String>,
 ) {
-    let by_group = runs_by_group(h);
+    let by_group = runs_by_group(runs);
     let rate: dq::Rate = GROUP_RATE.parse().unwrap_or_else(|_| unreachable!());
     let allowed = rate.most_in_one_period() + rate.burst();
     let (mut most_started, mut most_at_once_seen, mut over) = (0usize, 0i64, Vec::new());

@@ -209,12 +209,19 @@ pub(crate) async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     } else {
         Vec::new()
     };
+    let starts = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(args.ledger.with_extension("starts"))?;
+    let starts = Arc::new(Mutex::new(starts));
     let a = args.clone();
     let listener = dq::Listener::new(TOPIC, move |_: Job, ctx: dq::JobContext| {
-        let file = file.clone();
+        let (file, starts) = (file.clone(), starts.clone());
         let a = a.clone();
         async move {
             let start = true_now_us(a.clock_offset_ms);
+            // Its start first, as a run that ends then: a kill may cut the run (ledger.rs).
+            append_run(&starts, &ctx, start, start)?;
             work(&a, &file, &ctx, start).await
         }
     })

@@ -285,6 +285,32 @@ fn flow_limits_hold_on_a_cluster_through_worker_sigkills_and_lose_nothing() {
     assert_eq!(r["faults"]["worker SIGKILL"], 5);
 }
 
+/// Issue 33, item 6, whole (helper-62's review: no scenario had the three limits at once): a
+/// rate, a global concurrency and groups of one slot, through SIGKILLs of workers, every run a
+/// kill cut counted until its worker was killed: no limit exceeded, no two runs of a group at
+/// once, a group's jobs in order, and nothing lost.
+#[test]
+fn a_rate_a_global_concurrency_and_groups_hold_together_through_worker_sigkills() {
+    let r = assert_ok("flow-all");
+    assert_eq!(r["lost"], 0);
+    assert!(r["most_running"].as_u64().unwrap() <= 8, "{r}");
+    assert_eq!(r["most_of_a_group_at_once"], 1, "{r}");
+    assert_eq!(r["group_order_violations"], 0, "{r}");
+    assert_eq!(r["starts_of_no_ended_worker"], 0, "{r}");
+    assert_eq!(r["faults"]["worker SIGKILL"], 5);
+}
+
+/// The same on a 3-master Redis Cluster and its 16 shards.
+#[test]
+fn a_rate_a_global_concurrency_and_groups_hold_together_on_a_cluster() {
+    let r = assert_ok("flow-all-cluster");
+    assert_eq!(r["lost"], 0);
+    assert_eq!(r["shards"], 16, "{r}");
+    assert!(r["most_running"].as_u64().unwrap() <= 16, "{r}");
+    assert_eq!(r["most_of_a_group_at_once"], 1, "{r}");
+    assert_eq!(r["faults"]["worker SIGKILL"], 5);
+}
+
 /// Issue 33, item 6, groups: SIGKILLs of workers while the jobs are spread over 50 groups of
 /// one slot each: two runs of one group never overlap, a group's jobs start in the order they
 /// went in line, and nothing is lost.

@@ -28,7 +28,7 @@
 //! | `dq_queue_lag_seconds` | gauge | topic | age of the oldest ready job: how far behind workers are |
 //! | `dq_queue_group_waiting_max` | gauge | topic | the most jobs one group has waiting for a slot (its busiest group's, 0 when none waits; the group is named by `dq groups`, not a label) |
 //! | `dq_topic_limit` | gauge | topic, limit | each flow limit, 0 when none: `max_pending`, `global_concurrency`, `rate_per_second`, `group_concurrency` (1 by default), `group_rate_per_second` (every 5 s) |
-//! | `dq_topic_limit_used_ratio` | gauge | topic, limit | how much of a limit is used: pending jobs over `max_pending`, running jobs over `global_concurrency` (only for the limits set) |
+//! | `dq_topic_limit_used_ratio` | gauge | topic, limit | how much of a limit is used: pending jobs over `max_pending`, running jobs over `global_concurrency` (0 when the topic has no such limit) |
 //! | `dq_topic_held_seconds` | gauge | topic | seconds left of a hold a handler asked for (`Outcome::RateLimited`), 0 when none |
 
 use std::time::Duration;
@@ -135,8 +135,10 @@ fn limit_gauges(topic: &str, s: &TopicStats, now: std::time::SystemTime) {
     ] {
         let labels = [("topic", topic.to_owned()), ("limit", limit.to_owned())];
         metrics::gauge!(metric::TOPIC_LIMIT, &labels).set(value.unwrap_or(0.0));
-        if let (Some(value), Some(used)) = (value, used) {
-            metrics::gauge!(metric::TOPIC_LIMIT_USED, &labels).set(used / value.max(1.0));
+        if let Some(used) = used {
+            // 0 once the limit is lifted: the ratio of a limit gone is not left as it was.
+            let ratio = value.map_or(0.0, |value| used / value.max(1.0));
+            metrics::gauge!(metric::TOPIC_LIMIT_USED, &labels).set(ratio);
         }
     }
     let held = s

@@ -484,6 +484,32 @@ pub(crate) async fn a_wait_without_a_bound_gets_the_value(kind: Kind) {
     assert_eq!(ack.await.unwrap(), 1);
 }
 
+/// Issue 32 review (helper-61, finding 11): a wait for a pending job whose topic's retention is
+/// then taken away is answered `NotKept` (its end will tell nobody), not left to its timeout:
+/// the memory store left it there, where Redis answers at its next look (every 5 s).
+pub(crate) async fn a_wait_whose_topic_stops_keeping_ends_is_answered_not_kept(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let t = topic("order-cancel");
+    retain(c, 100).await;
+    let _job = push_and_lease(c, "a").await;
+    let store = Arc::clone(c.store());
+    let off = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        store.set_retention(&t, None).await.unwrap();
+    });
+    let start = Instant::now();
+    let t = topic("order-cancel");
+    let waited = c.store().wait_finished(&t, &id("a"), LONG).await.unwrap();
+    let took = start.elapsed();
+    assert!(matches!(waited, Waited::NotKept), "{waited:?}");
+    assert!(
+        took < Duration::from_secs(7),
+        "at the next look at most, not at the timeout: {took:?}"
+    );
+    off.await.unwrap();
+}
+
 pub(crate) async fn wait_times_out_on_a_job_still_pending(kind: Kind) {
     let h = Harness::new(kind, |b| b).await;
     let c = &h.client;

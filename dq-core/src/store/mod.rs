@@ -216,8 +216,8 @@ pub trait Leases: Sharded {
     /// Schedules a failed job to run again after `delay`, recording `error`.
     /// Returns false when the lease was no longer held. A job whose cancel was requested
     /// against this lease ([`Leases::cancel_requests`]) is deleted as cancelled instead, as
-    /// [`Leases::cancel_running`] does, whether or not its worker heard of the request; so it is
-    /// for a postpone, a dead letter, a release and a reclaim.
+    /// [`Leases::cancel_running`] does, whether or not its worker heard of the request (true is
+    /// returned then too); so it is for a postpone, a dead letter, a release and a reclaim.
     async fn retry(&self, lease: &LeaseRef, delay: Duration, error: &str) -> Result<bool>;
 
     /// Schedules a job its handler postponed ([`Outcome::RetryAfter`]) to run again after

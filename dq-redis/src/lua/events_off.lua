@@ -8,7 +8,8 @@
 local events, stream, topic = KEYS[1], KEYS[2], ARGV[1]
 redis.call('EXISTS', events) -- touched before the first write
 local last = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', 1)[1]
-redis.call('HDEL', events, topic)
+-- The number first: the HDEL may delete the hash (a key is not written after that, lib.lua).
 if last and last[2][1] == 'n' then redis.call('HSET', events, topic .. ':n', last[2][2]) end
+redis.call('HDEL', events, topic)
 redis.call('DEL', stream)
 return 1
