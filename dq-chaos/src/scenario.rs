@@ -338,25 +338,12 @@ const FLOW_RATE: &str = "100/1s";
 /// global concurrency of 16 (each shard holds a share of 1), and each shard's share of the
 /// rate with a burst of its own.
 async fn flow_limits(full: bool, seed: u64, cluster: bool) -> anyhow::Result<Outcome> {
-    let (n, stops) = if full { (6_000, 30) } else { (500, 5) };
-    let every = if full { (1_000, 3_000) } else { (500, 1_500) };
-    let mut h = if cluster {
-        Harness::start_cluster("flow-limits-cluster", 3, 0, worker(full), seed).await?
+    let name = if cluster {
+        "flow-limits-cluster"
     } else {
-        Harness::start("flow-limits", PLAIN, worker(full), seed).await?
+        "flow-limits"
     };
-    let rate: dq::Rate = FLOW_RATE.parse()?;
-    h.client.set_rate(crate::TOPIC, Some(rate)).await?;
-    let global = flow_global(h.client.config().shards);
-    h.client
-        .set_global_concurrency(crate::TOPIC, Some(global))
-        .await?;
-    // Pushed over the time the rate needs to run them, so that the limits bind throughout.
-    let window = Duration::from_secs_f64(n as f64 / 100.0);
-    let (_, producer) = load(&mut h, 3, plan(n, window), seed).await?;
-    kill_workers(&mut h, stops, every).await?;
-    let pushes = finish(&mut h, producer).await?;
-    Ok((h, pushes, Default::default()))
+    limited_load_with_kills(name, full, seed, cluster, 0).await
 }
 
 /// Issue 33, item 6, whole: SIGKILL of a random worker every 1-3 s (short: 0.5-1.5 s),
@@ -368,12 +355,30 @@ async fn flow_limits(full: bool, seed: u64, cluster: bool) -> anyhow::Result<Out
 /// started in the order they went in line, and nothing lost. With `cluster`, on a 3-master
 /// Redis Cluster and its 16 shards (each group lives in one).
 async fn flow_all(full: bool, seed: u64, cluster: bool) -> anyhow::Result<Outcome> {
+    let name = if cluster {
+        "flow-all-cluster"
+    } else {
+        "flow-all"
+    };
+    limited_load_with_kills(name, full, seed, cluster, GROUPS).await
+}
+
+/// Scenario `name`: the topic limited to [`FLOW_RATE`] and a global concurrency of
+/// [`flow_global`], its jobs spread over `groups` groups (0: none), 30 SIGKILLs of a worker (5
+/// when short).
+async fn limited_load_with_kills(
+    name: &str,
+    full: bool,
+    seed: u64,
+    cluster: bool,
+    groups: u64,
+) -> anyhow::Result<Outcome> {
     let (n, stops) = if full { (6_000, 30) } else { (500, 5) };
     let every = if full { (1_000, 3_000) } else { (500, 1_500) };
     let h = if cluster {
-        Harness::start_cluster("flow-all-cluster", 3, 0, worker(full), seed).await?
+        Harness::start_cluster(name, 3, 0, worker(full), seed).await?
     } else {
-        Harness::start("flow-all", PLAIN, worker(full), seed).await?
+        Harness::start(name, PLAIN, worker(full), seed).await?
     };
     let rate: dq::Rate = FLOW_RATE.parse()?;
     h.client.set_rate(crate::TOPIC, Some(rate)).await?;
@@ -383,7 +388,11 @@ async fn flow_all(full: bool, seed: u64, cluster: bool) -> anyhow::Result<Outcom
         .await?;
     // Pushed over the time the rate needs to run them, so that the limits bind throughout.
     let window = Duration::from_secs_f64(n as f64 / 100.0);
-    grouped_load_with_kills(h, n, window, stops, every, seed).await
+    let plan = PushPlan {
+        groups,
+        ..plan(n, window)
+    };
+    load_with_kills(h, plan, stops, every, seed).await
 }
 
 /// What the ledger of flow-limits says of its limits: the most handlers running at once (a
