@@ -18,13 +18,22 @@ pub(crate) async fn tail(client: &Client, args: EventsArgs, json: bool) -> Resul
     }
     let mut events = client.events_from(&args.topic, args.from).await?;
     let mut printed = 0u64;
+    // An error ends the tail as Ctrl-C does, with the cursor to resume from said first.
+    let mut failed = None;
     while args.limit.is_none_or(|limit| printed < limit) {
         let item = tokio::select! {
             item = events.recv() => item,
             _ = tokio::signal::ctrl_c() => break,
         };
-        let Some(item) = item else { break };
-        match item? {
+        let item = match item {
+            Some(Ok(item)) => item,
+            Some(Err(e)) => {
+                failed = Some(e);
+                break;
+            }
+            None => break,
+        };
+        match item {
             EventItem::Event { event, cursor } => {
                 println!("{}", line(&event, Some(&cursor), json));
                 printed += 1;
@@ -46,7 +55,10 @@ pub(crate) async fn tail(client: &Client, args: EventsArgs, json: bool) -> Resul
         args.topic,
         events.cursor()
     );
-    Ok(())
+    match failed {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
+    }
 }
 
 /// `dq events TOPIC --job ID`: the job's events still kept, oldest first; says so when there

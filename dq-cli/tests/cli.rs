@@ -858,6 +858,30 @@ async fn events_prints_a_topics_job_events_and_resumes_from_a_printed_cursor() {
     assert!(bad.contains("yesterday"), "{bad}");
 }
 
+/// Issue 32 review (helper-61, finding 11): `dq events` that stopped on an error (here the
+/// topic's stream key holds something else) left without the cursor to resume from, which it
+/// prints when it stops for any other reason.
+#[tokio::test]
+async fn events_stopped_by_an_error_still_say_where_to_resume() {
+    let redis = RedisServer::start();
+    let (c, store) = client_and_store(&redis).await;
+    let topic = dq::Topic::new("mails").unwrap();
+    store.set_events(&topic, Some(100)).await.unwrap();
+    c.push_json("mails", "{}").id("a").await.unwrap();
+    let stream = dq::store::ShardKeys::new("dq", 0).events_stream(&topic);
+    assert!(redis.command(&["DEL", &stream]).starts_with(':'));
+    assert!(redis
+        .command(&["SET", &stream, "not a stream"])
+        .starts_with('+'));
+    let out = dq(
+        &redis,
+        &["events", "mails", "--from", "start", "--limit", "5"],
+    );
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "the error ends it: {said}");
+    assert!(said.contains("--from"), "the cursor to resume from: {said}");
+}
+
 /// Issue 31: `dq push -` reads the payload from stdin and `dq push @path` from a file, both past
 /// the ~128 KiB one command-line argument holds on Linux, and the job stores it byte for byte;
 /// a file that cannot be read is named, on one line.
