@@ -66,6 +66,19 @@ fn ids_of(jobs: &[JobInfo]) -> Vec<String> {
 }
 
 /// What the store keeps of order-cancel's job `id`, decoded as JSON.
+/// Acks `job` with its value 200 ms from now, as a worker elsewhere would; how many it acked.
+fn ack_later(c: &TestClient, job: LeasedJob) -> tokio::task::JoinHandle<usize> {
+    let store = Arc::clone(c.store());
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        store
+            .ack_succeeded(&[with_value(&job)])
+            .await
+            .unwrap()
+            .acked
+    })
+}
+
 async fn result(c: &TestClient, id: &str) -> JobResult<Value> {
     c.result_in::<Value>("order-cancel", id).await.unwrap()
 }
@@ -414,15 +427,7 @@ pub(crate) async fn wait_is_woken_when_the_job_is_acked(kind: Kind) {
     let t = topic("order-cancel");
     retain(c, 100).await;
     let job = push_and_lease(c, "a").await;
-    let store = Arc::clone(c.store());
-    let ack = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        store
-            .ack_succeeded(&[with_value(&job)])
-            .await
-            .unwrap()
-            .acked
-    });
+    let ack = ack_later(c, job);
     let start = Instant::now();
     let info = finished(c.store().wait_finished(&t, &id("a"), LONG).await.unwrap());
     let waited = start.elapsed();
@@ -441,15 +446,7 @@ pub(crate) async fn wait_is_woken_when_the_job_is_acked(kind: Kind) {
     assert_eq!(ack.await.unwrap(), 1);
     // Through the client: the value, decoded.
     let job = push_and_lease(c, "b").await;
-    let store = Arc::clone(c.store());
-    let ack = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        store
-            .ack_succeeded(&[with_value(&job)])
-            .await
-            .unwrap()
-            .acked
-    });
+    let ack = ack_later(c, job);
     let start = Instant::now();
     let read = c.wait_in::<Value>("order-cancel", "b", LONG).await.unwrap();
     assert_eq!(read, JobResult::Succeeded(json!({"n": 1})));
@@ -466,15 +463,7 @@ pub(crate) async fn a_wait_without_a_bound_gets_the_value(kind: Kind) {
     let c = &h.client;
     retain(c, 100).await;
     let job = push_and_lease(c, "a").await;
-    let store = Arc::clone(c.store());
-    let ack = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        store
-            .ack_succeeded(&[with_value(&job)])
-            .await
-            .unwrap()
-            .acked
-    });
+    let ack = ack_later(c, job);
     // `Duration::MAX`: wait for as long as it takes.
     let read = c
         .wait_in::<Value>("order-cancel", "a", Duration::MAX)

@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis::{Script, Value};
 
-use super::reply::{Count, Promotion, Reclamation, Released, RunEnd};
+use super::reply::{parse_member, Count, Promotion, Reclamation, Released, RunEnd};
 use super::waiters::RedisWakeListener;
 use super::{micros, RedisStore};
 use crate::keys::member;
@@ -357,10 +357,10 @@ impl Leases for RedisStore {
         let asked: Vec<LeaseRef> = asked
             .into_iter()
             .filter_map(|(m, token)| {
-                let (topic, id) = m.split_once(':')?;
+                let (topic, id) = parse_member(&m)?;
                 Some(LeaseRef {
-                    topic: Topic::new(topic).ok()?,
-                    id: dq_core::JobId::new(id).ok()?,
+                    topic,
+                    id,
                     token,
                     shard,
                 })
