@@ -144,6 +144,47 @@ async fn a_job_whose_worker_died_runs_again_when_its_listener_allows_more_retrie
     rt.shutdown().await.unwrap();
 }
 
+/// A job whose worker died runs again as soon as its lease runs out: a reclaimer looks at
+/// start and then when the shard's next lease runs out, not only every half lease (here 5 s
+/// of the runtime's 10 s lease, against the dead worker's 1 s), so the job and the slot it
+/// holds (global concurrency, a group's) come back within a lease of the death.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_worker_died_runs_again_as_soon_as_its_lease_runs_out() {
+    let redis = RedisServer::start();
+    let c = support::client(&redis).await;
+    c.push_to("mail", &1).id("m").await.unwrap();
+    let store = RedisStore::connect(&short_lease(&redis)).await.unwrap();
+    let died = Instant::now();
+    let f = store
+        .fetch(0, &topic("mail"), 10, Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert_eq!(f.jobs.len(), 1, "the dead worker took the job");
+    let runs: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let r = runs.clone();
+    let listener = Listener::new("mail", move |_: u32, _ctx: JobContext| {
+        r.lock().unwrap().push(Instant::now());
+        async {}
+    });
+    let config = no_safety_tick(&redis)
+        .lease(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let rt = start_on(config, None, listener).await;
+    support::wait_until(
+        Duration::from_secs(8),
+        || !runs.lock().unwrap().is_empty(),
+        || "the dead worker's job never ran again",
+    )
+    .await;
+    let ran = runs.lock().unwrap()[0] - died;
+    assert!(
+        ran >= Duration::from_millis(900) && ran < Duration::from_secs(3),
+        "ran again {ran:?} after its worker died with a 1 s lease"
+    );
+    rt.shutdown().await.unwrap();
+}
+
 /// A fetch from a stalled master held every free permit of its topic until the client's reply
 /// limit ended it, and took them all again at each retry, so the topic's jobs on healthy shards
 /// waited for it. After a failed fetch a consumer now asks for one permit until a fetch works.

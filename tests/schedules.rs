@@ -745,3 +745,106 @@ async fn a_look_right_after_a_schedule_changes_keeps_the_ticks_it_made() {
     }
     client.unschedule("greet").await.unwrap();
 }
+
+// Groups: a schedule's ticks go in the group its message names, or the one it is given, as a
+// push of the message would (helper-62's review of issue 33: ticks were always ungrouped).
+
+/// A nightly sync of one account, grouped by its account (README "Groups").
+#[derive(serde::Serialize, serde::Deserialize, dq::Message)]
+#[message(topic = "account-sync", group = "account")]
+struct AccountSync {
+    account: String,
+}
+
+/// The jobs of `topic` waiting for their ticks: (id, group).
+async fn delayed_groups(client: &Client, topic: &str) -> Vec<(String, Option<String>)> {
+    let jobs = jobs_in(client, topic, JobState::Delayed).await;
+    jobs.into_iter()
+        .map(|j| (j.id.to_string(), j.group))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_tick_of_a_schedule_goes_in_its_messages_group_whatever_the_shards() {
+    let redis = RedisServer::start();
+    // Four shards: every job of a group lives in its group's shard, so a tick's id leads there.
+    let config = support::no_safety_tick(&redis).shards(4).build().unwrap();
+    let client = Client::connect(config).await.unwrap();
+    let sync = AccountSync {
+        account: "acct-7".into(),
+    };
+    let schedule = client.schedule("sync-7").every(Duration::from_secs(1));
+    schedule.message(&sync).upsert().await.unwrap();
+    let listed = client.schedules().await.unwrap();
+    assert_eq!(listed[0].spec.group.as_deref(), Some("acct-7"));
+    let created = fire_due(&client, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(created, 5, "every tick in the lookahead became a job");
+    let jobs = delayed_groups(&client, "account-sync").await;
+    assert_eq!(jobs.len(), 5, "{jobs:?}");
+    let topic = dq::Topic::new("account-sync").unwrap();
+    let home = dq::store::shard_of_group(&topic, "acct-7", 4);
+    for (id, group) in &jobs {
+        assert_eq!(
+            group.as_deref(),
+            Some("acct-7"),
+            "{id} is in the account's group"
+        );
+        assert!(
+            id.starts_with("sync-7@"),
+            "{id} is named for its schedule and tick"
+        );
+        let job = dq::JobId::new(id.as_str()).unwrap();
+        assert_eq!(
+            dq::store::shard_of(&topic, &job, 4),
+            home,
+            "{id} is in the group's shard"
+        );
+    }
+    // A second look makes no second job of any tick (the ids are the same in every process).
+    assert_eq!(fire_due(&client, Duration::from_secs(5)).await.unwrap(), 0);
+    // Run now makes one more job, in the group too.
+    let now = client.run_schedule_now("sync-7").await.unwrap().unwrap();
+    let info = client
+        .status_in("account-sync", now.id.as_str())
+        .await
+        .unwrap();
+    assert_eq!(info.unwrap().group.as_deref(), Some("acct-7"));
+}
+
+#[tokio::test]
+async fn a_schedules_own_group_wins_over_its_messages_and_a_bad_one_is_refused() {
+    let (client, store) = manual();
+    let sync = AccountSync {
+        account: "acct-7".into(),
+    };
+    let every_minute = client.schedule("sync").every(Duration::from_secs(60));
+    every_minute
+        .message(&sync)
+        .group("acct-9")
+        .upsert()
+        .await
+        .unwrap();
+    store.advance_to(store.now_us() + 60_000_000);
+    assert_eq!(fire_due(&client, Duration::ZERO).await.unwrap(), 1);
+    let ready = jobs_in(&client, "account-sync", JobState::Ready).await;
+    assert_eq!(ready[0].group.as_deref(), Some("acct-9"));
+    let bad = client.schedule("sync").every(Duration::from_secs(60));
+    let e = bad
+        .message(&sync)
+        .group("acct 9")
+        .upsert()
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), dq::ErrorKind::InvalidInput);
+    assert!(e.to_string().contains("group \"acct 9\""), "{e}");
+    // A schedule without a group, and one whose message has none, stay ungrouped.
+    let plain = client.schedule("plain").every(Duration::from_secs(60));
+    plain
+        .message_to("account-sync", &sync)
+        .upsert()
+        .await
+        .unwrap();
+    let listed = client.schedules().await.unwrap();
+    let plain = listed.iter().find(|s| s.id == "plain").unwrap();
+    assert_eq!(plain.spec.group, None);
+}

@@ -268,6 +268,7 @@ on_every_store!(
         a_postponed_job_runs_again_without_spending_an_attempt_or_its_last_error,
         reclaim_requeues_expired_leases_and_dead_letters_the_last_attempt,
         reclaim_judges_a_job_by_its_listeners_attempt_limit_until_it_is_forgotten,
+        reclaim_says_when_the_next_lease_still_held_runs_out,
         extend_keeps_a_running_job_leased,
         release_puts_jobs_back_first_in_line_without_spending_an_attempt,
     ],

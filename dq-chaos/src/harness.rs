@@ -48,6 +48,10 @@ pub(crate) struct Harness {
     /// should the system give a pid again): the end of the runs it cut
     /// (`Ledger::with_cut_runs`).
     pub(crate) ended_us: HashMap<u32, Vec<u64>>,
+    /// When the store took back each job's expired leases (us, by id: its `stalled` and `dead`
+    /// events), read from the job events after the drain where the workers turned them on
+    /// (`WorkerArgs::events`); empty otherwise.
+    pub(crate) taken_back_us: HashMap<String, Vec<u64>>,
     /// The proxy between the workers and Redis, when the scenario has one; kept until the end.
     pub(crate) proxy: Option<crate::proxy::Blackhole>,
     /// Clock offsets injected into the workers, by slot (libfaketime); none past the end.
@@ -134,6 +138,7 @@ impl Harness {
             ledger: Ledger::default(),
             exit_ms: Vec::new(),
             ended_us: HashMap::new(),
+            taken_back_us: HashMap::new(),
             proxy: None,
             clock_offsets_ms: Vec::new(),
             topics: vec![TOPIC.to_owned()],
@@ -195,6 +200,9 @@ impl Harness {
         }
         if args.diamond {
             cmd.arg("--diamond");
+        }
+        if args.events {
+            cmd.arg("--events");
         }
         let offset = self.clock_offsets_ms.get(slot).copied().unwrap_or(0);
         if offset != 0 {

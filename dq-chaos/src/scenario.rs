@@ -375,10 +375,15 @@ async fn limited_load_with_kills(
 ) -> anyhow::Result<Outcome> {
     let (n, stops) = if full { (6_000, 30) } else { (500, 5) };
     let every = if full { (1_000, 3_000) } else { (500, 1_500) };
+    // The job events say when each lease a kill left behind was taken back (its slot with it).
+    let w = WorkerArgs {
+        events: true,
+        ..worker(full)
+    };
     let h = if cluster {
-        Harness::start_cluster(name, 3, 0, worker(full), seed).await?
+        Harness::start_cluster(name, 3, 0, w, seed).await?
     } else {
-        Harness::start(name, PLAIN, worker(full), seed).await?
+        Harness::start(name, PLAIN, w, seed).await?
     };
     let rate: dq::Rate = FLOW_RATE.parse()?;
     h.client.set_rate(crate::TOPIC, Some(rate)).await?;
@@ -392,7 +397,38 @@ async fn limited_load_with_kills(
         groups,
         ..plan(n, window)
     };
-    load_with_kills(h, plan, stops, every, seed).await
+    let (mut h, pushes, extra) = load_with_kills(h, plan, stops, every, seed).await?;
+    h.taken_back_us = leases_taken_back(&h.client).await?;
+    Ok((h, pushes, extra))
+}
+
+/// When each job's expired leases were taken back (us, by id), from its topic's job events:
+/// `stalled` (ready again) and `dead` (dead-lettered, from a run cut on its last attempt, or
+/// by its handler's last failure, which a kill's run never is). Read from the start until no
+/// event came for two seconds (the drain is over).
+async fn leases_taken_back(client: &dq::Client) -> anyhow::Result<HashMap<String, Vec<u64>>> {
+    use dq::events::{EventCursor, EventItem, EventKind};
+    let mut events = client
+        .events_from(crate::TOPIC, EventCursor::start())
+        .await?;
+    let mut taken: HashMap<String, Vec<u64>> = HashMap::new();
+    while let Ok(Some(item)) = tokio::time::timeout(Duration::from_secs(2), events.recv()).await {
+        match item? {
+            EventItem::Event { event, .. } => {
+                if matches!(event.kind, EventKind::Stalled | EventKind::Dead { .. }) {
+                    taken
+                        .entry(event.id.as_str().to_owned())
+                        .or_default()
+                        .push(dq::store::to_us(event.at));
+                }
+            }
+            EventItem::Lagged { shard, missed } => anyhow::bail!(
+                "the job events of shard {shard} were trimmed ({missed} missed) before the harness read them"
+            ),
+            other => anyhow::bail!("an event item the harness does not know: {other:?}"),
+        }
+    }
+    Ok(taken)
 }
 
 /// What the ledger of flow-limits says of its limits: the most handlers running at once (a
@@ -432,11 +468,73 @@ fn flow_limits_held(
             "{most_started} jobs started within one second, over the {allowed} the rate {FLOW_RATE} allows with one burst"
         ));
     }
+    slots_came_back(h, runs, extra, failures);
     extra.insert("most_running".into(), json!(most_running));
     extra.insert("global_concurrency".into(), json!(global));
     extra.insert("shards".into(), json!(shards));
     extra.insert("most_started_in_1s".into(), json!(most_started));
     extra.insert("rate_allows_in_1s".into(), json!(allowed));
+}
+
+/// How much later than its lease a slot may come back: the reclaimer looks when the lease runs
+/// out; this is its wake-up and the reclaim's round trip on two busy cores.
+const SLOT_BACK_SLACK_MS: u64 = 250;
+
+/// Whether the slot (of the global concurrency, and of its group) that each run cut by a kill
+/// held came back within a lease of the kill (issue 33, item 6): the run's lease was renewed
+/// last before the kill, so it ran out at most a lease after it, and the store took it back
+/// (its `stalled` or `dead` event, `Harness::taken_back_us`) within [`SLOT_BACK_SLACK_MS`]
+/// of that. A cut run is one of `runs` that is not in the ledger (`Ledger::with_cut_runs`),
+/// ending when its worker was killed.
+fn slots_came_back(
+    h: &Harness,
+    runs: &[Run],
+    extra: &mut serde_json::Map<String, Value>,
+    failures: &mut Vec<String>,
+) {
+    let ended: std::collections::HashSet<(&str, u32, u32)> = h
+        .ledger
+        .runs
+        .iter()
+        .map(|r| (r.id.as_str(), r.attempt, r.pid))
+        .collect();
+    let cut = runs
+        .iter()
+        .filter(|r| !ended.contains(&(r.id.as_str(), r.attempt, r.pid)) && r.end_us > r.start_us);
+    let (mut most_ms, mut checked, mut late, mut never) = (0u64, 0usize, Vec::new(), Vec::new());
+    let bound = h.worker.lease_ms + SLOT_BACK_SLACK_MS;
+    for r in cut {
+        checked += 1;
+        let back = h
+            .taken_back_us
+            .get(&r.id)
+            .and_then(|times| times.iter().copied().filter(|&t| t >= r.end_us).min());
+        match back {
+            Some(t) => {
+                let ms = (t - r.end_us) / 1000;
+                most_ms = most_ms.max(ms);
+                if ms > bound && late.len() < 3 {
+                    late.push(format!("{} (run {}): {ms} ms", r.id, r.attempt));
+                }
+            }
+            None if never.len() < 3 => never.push(format!("{} (run {})", r.id, r.attempt)),
+            None => {}
+        }
+    }
+    if most_ms > bound {
+        failures.push(format!(
+            "a slot held by a killed worker's job came back {most_ms} ms after the kill, over its lease of {} ms and {SLOT_BACK_SLACK_MS} ms: {late:?}",
+            h.worker.lease_ms
+        ));
+    }
+    if !never.is_empty() {
+        failures.push(format!(
+            "the leases of runs cut by a kill were never taken back (no stalled or dead event after the kill): {never:?}"
+        ));
+    }
+    extra.insert("runs_cut_checked".into(), json!(checked));
+    extra.insert("slot_back_ms_max".into(), json!(most_ms));
+    extra.insert("lease_ms".into(), json!(h.worker.lease_ms));
 }
 
 /// How many groups the groups scenario spreads its jobs over.

@@ -28,6 +28,7 @@ pub(crate) fn worker(full: bool) -> WorkerArgs {
         clock_offset_ms: 0,
         beat: false,
         diamond: false,
+        events: false,
     }
 }
 
@@ -55,8 +56,9 @@ pub(crate) type Outcome = (Harness, Pushes, serde_json::Map<String, Value>);
 
 /// How long to wait for the jobs to drain after the faults.
 pub(crate) async fn drain_limit(h: &Harness) -> Duration {
-    // A job of a killed worker waits for its lease to expire and the next reclaim (every
-    // half lease): allow three leases and a minute more for the backlog.
+    // A job of a killed worker waits for its lease to expire and the reclaim then (or, should
+    // no reclaimer know the lease, at most half a lease later): allow three leases and a
+    // minute more for the backlog.
     Duration::from_millis(h.worker.lease_ms * 3) + Duration::from_secs(60)
 }
 

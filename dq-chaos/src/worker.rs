@@ -45,7 +45,15 @@ pub(crate) struct WorkerArgs {
     /// Also runs the listeners of the diamond workflows' four topics (`diamond`).
     #[arg(long)]
     pub(crate) diamond: bool,
+    /// Turns the topic's job events on, keeping [`EVENTS_CAP`] per shard: the harness reads
+    /// when each lease a kill left behind was taken back (`flow-*`).
+    #[arg(long)]
+    pub(crate) events: bool,
 }
+
+/// How many job events a shard's stream keeps when the worker turns them on: more than a
+/// full run writes, so none is trimmed before the harness reads them.
+pub(crate) const EVENTS_CAP: u64 = 1_000_000;
 
 /// The topic (and schedule) of the `beat` listener.
 pub(crate) const BEAT: &str = "chaos-beat";
@@ -228,6 +236,11 @@ pub(crate) async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     .concurrency(args.concurrency)
     .no_timeout()
     .retries(2);
+    let listener = if args.events {
+        listener.events(true).events_cap(EVENTS_CAP)
+    } else {
+        listener
+    };
     let config = crate::config(&args.url)?
         .lease(Duration::from_millis(args.lease_ms))
         .shutdown_grace(Duration::from_millis(args.grace_ms))

@@ -288,11 +288,16 @@ fn flow_limits_hold_on_a_cluster_through_worker_sigkills_and_lose_nothing() {
 /// Issue 33, item 6, whole (helper-62's review: no scenario had the three limits at once): a
 /// rate, a global concurrency and groups of one slot, through SIGKILLs of workers, every run a
 /// kill cut counted until its worker was killed: no limit exceeded, no two runs of a group at
-/// once, a group's jobs in order, and nothing lost.
+/// once, a group's jobs in order, each slot a kill left taken back within a lease of the kill
+/// (the scenario fails otherwise), and nothing lost.
 #[test]
 fn a_rate_a_global_concurrency_and_groups_hold_together_through_worker_sigkills() {
     let r = assert_ok("flow-all");
     assert_eq!(r["lost"], 0);
+    assert!(
+        r["runs_cut_checked"].as_u64().unwrap() >= 1,
+        "a kill cut a run, whose slot was checked to come back within its lease: {r}"
+    );
     assert!(r["most_running"].as_u64().unwrap() <= 8, "{r}");
     assert_eq!(r["most_of_a_group_at_once"], 1, "{r}");
     assert_eq!(r["group_order_violations"], 0, "{r}");
@@ -305,6 +310,7 @@ fn a_rate_a_global_concurrency_and_groups_hold_together_through_worker_sigkills(
 fn a_rate_a_global_concurrency_and_groups_hold_together_on_a_cluster() {
     let r = assert_ok("flow-all-cluster");
     assert_eq!(r["lost"], 0);
+    assert!(r["runs_cut_checked"].as_u64().unwrap() >= 1, "{r}");
     assert_eq!(r["shards"], 16, "{r}");
     assert!(r["most_running"].as_u64().unwrap() <= 16, "{r}");
     assert_eq!(r["most_of_a_group_at_once"], 1, "{r}");

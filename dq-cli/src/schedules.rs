@@ -75,7 +75,10 @@ async fn list(client: &Client, json: bool) -> Result<(), Exit> {
             vec![
                 s.id.clone(),
                 s.spec.repeat.describe(),
-                s.spec.topic.clone(),
+                match &s.spec.group {
+                    Some(g) => format!("{} (group {g})", s.spec.topic),
+                    None => s.spec.topic.clone(),
+                },
                 s.next.map_or("paused".into(), until),
                 s.last.map_or("-".into(), ago),
                 format!("{:?}", s.spec.missed),
@@ -94,6 +97,7 @@ fn schedule_json(s: &ScheduleInfo) -> serde_json::Value {
         "id": s.id,
         "repeat": s.spec.repeat.describe(),
         "topic": s.spec.topic,
+        "group": s.spec.group,
         "missed": format!("{:?}", s.spec.missed),
         "paused": s.next.is_none(),
         "next_ms": s.next.map(|t| dq::store::to_us(t) / 1000),

@@ -163,4 +163,9 @@ pub struct Reclaimed {
     /// (as a run that ends without success after its cancel was asked: README "Cancelling a
     /// running job").
     pub cancelled: usize,
+    /// How long until the next lease still held in the shard runs out (`None`: no lease is
+    /// held). The runtime's reclaimer looks again then, so that a job whose worker died, and
+    /// the slot of its topic's global concurrency or group that it holds, come back as soon as
+    /// its lease runs out rather than up to half a lease later.
+    pub next_expiry: Option<Duration>,
 }

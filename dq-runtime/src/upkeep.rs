@@ -24,6 +24,13 @@ use crate::shared::Shared;
 /// Longest wait, at shutdown, to remove this worker's record.
 pub(crate) const UNREGISTER_LIMIT: Duration = Duration::from_secs(2);
 
+/// How soon after a lease runs out the reclaimer looks (the store's clock and this process'
+/// timers are not in step to the microsecond).
+const RECLAIM_AFTER_EXPIRY: Duration = Duration::from_millis(2);
+
+/// The reclaimer of a shard calls the store at most this often, however many leases run out.
+const RECLAIM_AT_MOST_EVERY: Duration = Duration::from_millis(50);
+
 /// How long one shard's renewal (or the worker record) may take: under a third of the lease,
 /// so that a stalled master cannot hold up the next heartbeat.
 pub(crate) fn renewal_limit(lease: Duration) -> Duration {
@@ -353,19 +360,28 @@ async fn cancel_requests(
     }
 }
 
-/// Puts back jobs whose lease expired, in one shard, every half lease.
+/// Puts back jobs whose lease expired, in one shard: it looks at start, then when the shard's
+/// next lease runs out (as the store says) and at least every half lease, so that a job whose worker died
+/// runs again, and the slot it held comes back, within its lease of the death (the last renewal
+/// came before it), not up to half a lease later.
 pub(crate) async fn reclaimer(shared: Arc<Shared>, leases: Arc<dyn Leases>, shard: u16) {
-    let every = (shared.config.lease / 2).max(Duration::from_millis(50));
+    let every = (shared.config.lease / 2).max(RECLAIM_AT_MOST_EVERY);
     let mut health = Health::new(format!("reclaimer of shard {shard}"));
+    // A process that starts looks at once: a worker that died may have left jobs behind.
+    let mut wait = Duration::ZERO;
     loop {
         tokio::select! {
             _ = shared.stop.cancelled() => return,
-            _ = tokio::time::sleep(every) => {}
+            _ = tokio::time::sleep(wait) => {}
         }
+        wait = every;
         loop {
             match leases.reclaim(shard, MAX_BATCH).await {
                 Ok(r) => {
                     health.ok();
+                    if let Some(next) = r.next_expiry {
+                        wait = wait.min((next + RECLAIM_AFTER_EXPIRY).max(RECLAIM_AT_MOST_EVERY));
+                    }
                     if r.requeued + r.dead + r.cancelled > 0 {
                         tracing::warn!(
                             shard,

@@ -212,9 +212,10 @@ pub(crate) async fn reclaim_requeues_expired_leases_and_dead_letters_the_last_at
         .await
         .unwrap();
     s.fetch(0, &t, 2, Duration::from_millis(50)).await.unwrap();
+    let r = s.reclaim(0, 100).await.unwrap();
     assert_eq!(
-        s.reclaim(0, 100).await.unwrap(),
-        Reclaimed::default(),
+        (r.requeued, r.dead, r.cancelled),
+        (0, 0, 0),
         "leases still valid"
     );
     tokio::time::sleep(Duration::from_millis(60)).await;
@@ -234,6 +235,33 @@ pub(crate) async fn reclaim_requeues_expired_leases_and_dead_letters_the_last_at
     assert_eq!((last.state, last.attempt), (JobState::Dead, 1));
     let again = lease_one(s, "order-cancel").await;
     assert_eq!(again.envelope.attempt, 2, "the second run");
+}
+
+/// The reclaimer looks again when the next lease runs out: reclaim says how long that is, and
+/// `None` when no lease is held.
+pub(crate) async fn reclaim_says_when_the_next_lease_still_held_runs_out(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let s = c.store();
+    let t = topic("order-cancel");
+    assert_eq!(s.reclaim(0, 100).await.unwrap(), Reclaimed::default());
+    push_a_then_b(c).await;
+    s.fetch(0, &t, 1, Duration::from_millis(100)).await.unwrap();
+    s.fetch(0, &t, 1, Duration::from_secs(30)).await.unwrap();
+    let r = s.reclaim(0, 100).await.unwrap();
+    let next = r.next_expiry.expect("two leases are held");
+    assert!(
+        next > Duration::from_millis(50) && next <= Duration::from_millis(100),
+        "the first lease runs out within 100 ms: {next:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    let r = s.reclaim(0, 100).await.unwrap();
+    assert_eq!(r.requeued, 1, "the first lease ran out");
+    let next = r.next_expiry.expect("the second lease is held");
+    assert!(
+        next > Duration::from_secs(29) && next <= Duration::from_secs(30),
+        "the second lease runs out in about 30 s: {next:?}"
+    );
 }
 
 pub(crate) async fn reclaim_judges_a_job_by_its_listeners_attempt_limit_until_it_is_forgotten(

@@ -336,7 +336,7 @@ impl Client {
     ///
     /// Counted by leases in the fetch script: a job counts from its fetch until its run's end
     /// is written (ack, retry, dead letter), and the slot of a worker killed mid-run comes back
-    /// when its lease is reclaimed (within about one and a half lease times): never a leaked
+    /// when its lease is reclaimed (within a lease of the kill and a few ms): never a leaked
     /// permit. As with any job, a worker cut off from Redis past its lease keeps running its
     /// handler while the job runs again elsewhere, one more in that window. A worker at the
     /// limit fetches again when one of the topic's jobs ends in its process, or after 10 ms

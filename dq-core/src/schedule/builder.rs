@@ -59,6 +59,10 @@ pub struct ScheduleBuilder {
     tz: String,
     topic: Option<String>,
     payload: Option<Result<String>>,
+    /// The group `.group(..)` gave, which wins over the message's.
+    group: Option<String>,
+    /// The group of the message `.message(..)` gave.
+    message_group: Option<String>,
     missed: Missed,
     max_retries: u32,
 }
@@ -74,6 +78,8 @@ impl ScheduleBuilder {
             tz: "UTC".to_owned(),
             topic: None,
             payload: None,
+            group: None,
+            message_group: None,
             missed: Missed::Skip,
             max_retries: crate::job::DEFAULT_RETRIES,
         }
@@ -98,13 +104,20 @@ impl ScheduleBuilder {
         self
     }
 
-    /// Each tick's job carries this message, to its type's topic.
+    /// Each tick's job carries this message, to its type's topic, in the message's group when
+    /// its type names one (`#[message(group = "account")]`: README "Groups"), as a push of it
+    /// would be.
     pub fn message<M: Message>(self, message: &M) -> Self {
-        self.message_to(M::TOPIC, message)
+        let group = message.group();
+        ScheduleBuilder {
+            message_group: group,
+            ..self.message_to(M::TOPIC, message)
+        }
     }
 
     /// Each tick's job carries this value (as JSON), to `topic`.
     pub fn message_to<T: Serialize + ?Sized>(mut self, topic: &str, message: &T) -> Self {
+        self.message_group = None;
         self.topic = Some(topic.to_owned());
         self.payload = Some(
             serde_json::to_string(message).map_err(|source| Error::Serialize {
@@ -119,6 +132,20 @@ impl ScheduleBuilder {
     pub fn topic(mut self, topic: impl Into<String>) -> Self {
         self.topic = Some(topic.into());
         self.payload = None;
+        self.message_group = None;
+        self
+    }
+
+    /// Puts each tick's job in group `key` of its topic (README "Groups"), as
+    /// [`PushBuilder::group`](crate::PushBuilder::group) does a push: a nightly sync per
+    /// tenant never runs beside that tenant's other jobs when the topic's group concurrency is
+    /// 1. It wins over the group of the message. The key follows the rules of a job id.
+    ///
+    /// On a namespace of several shards, where every job of a group lives in its group's shard,
+    /// a tick's job id gets a suffix that leads there when `<schedule>@<tick ms>` does not
+    /// (`.1`, `.2`, ...: the same in every process, so a tick is still one job).
+    pub fn group(mut self, key: impl Into<String>) -> Self {
+        self.group = Some(key.into());
         self
     }
 
@@ -177,12 +204,21 @@ impl ScheduleBuilder {
             }
             other => other.transpose()?,
         };
+        let group = self.group.or(self.message_group);
+        if let Some(g) = &group {
+            JobId::new(g.as_str()).map_err(|e| {
+                invalid(format!(
+                    "group {g:?} is not a valid group key ({e}); it follows the rules of a job id"
+                ))
+            })?;
+        }
         Ok(ScheduleSpec {
             repeat,
             topic,
             payload,
             missed: self.missed,
             max_retries: self.max_retries,
+            group,
         })
     }
 }
@@ -243,9 +279,42 @@ pub(crate) fn check_id(id: &str) -> Result<()> {
     Ok(())
 }
 
-/// The id of the job of `schedule`'s tick `tick`: the same in every process.
+/// The id of the job of `schedule`'s tick `tick`: the same in every process. (A schedule with
+/// a group on a namespace of several shards may add a suffix to it: [`ScheduleBuilder::group`].)
 pub fn tick_job_id(schedule: &str, tick: SystemTime) -> String {
     format!("{schedule}@{}", to_us(tick) / 1000)
+}
+
+/// The id of the job of tick `tick` of schedule `schedule` (`spec`) in a namespace of `shards`
+/// shards: [`tick_job_id`], led to its group's shard ([`in_group_shard`]).
+pub(crate) fn tick_job_id_in(
+    schedule: &str,
+    spec: &ScheduleSpec,
+    tick: SystemTime,
+    shards: u16,
+) -> String {
+    in_group_shard(tick_job_id(schedule, tick), spec, shards)
+}
+
+/// `id`, or when `spec` has a group and `id` leads to another shard than the group's (a
+/// grouped job lives in its group's shard), `id` with the first suffix `.<k>` that leads there:
+/// the same in every process.
+pub(crate) fn in_group_shard(id: String, spec: &ScheduleSpec, shards: u16) -> String {
+    let (Some(group), Ok(topic)) = (&spec.group, Topic::new(spec.topic.as_str())) else {
+        return id;
+    };
+    let home = crate::store::shard_of_group(&topic, group, shards);
+    let leads_home = |candidate: &str| {
+        JobId::new(candidate).is_ok_and(|j| crate::store::shard_of(&topic, &j, shards) == home)
+    };
+    if leads_home(&id) {
+        return id;
+    }
+    // Each suffix leads to a shard at random: some of the first few thousand lead home.
+    (1..=u32::from(shards).saturating_mul(64))
+        .map(|k| format!("{id}.{k}"))
+        .find(|candidate| leads_home(candidate))
+        .unwrap_or(id)
 }
 
 /// A guard on the ticks one look creates for one schedule (the shortest period is a second

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use tracing::Instrument;
 
-use super::builder::{job_payload, tick_job_id, ScheduleInfo, MAX_TICKS_PER_LOOK};
+use super::builder::{job_payload, tick_job_id_in, ScheduleInfo, MAX_TICKS_PER_LOOK};
 use super::spec::{Missed, ScheduleSpec};
 use crate::client::{Client, Pushed};
 use crate::error::Result;
@@ -149,8 +149,8 @@ impl Client {
                 // schedule as it is now has that tick too (its looks find the job in place).
                 let now_entry = self.store.schedule(fire.id).await?;
                 if made == 1 && !still_wanted(now_entry, fire.generation, current) {
-                    self.cancel_in(&fire.spec.topic, &tick_job_id(fire.id, current))
-                        .await?;
+                    let job = tick_job_id_in(fire.id, fire.spec, current, self.store.shards());
+                    self.cancel_in(&fire.spec.topic, &job).await?;
                     created -= 1;
                 }
                 break;
@@ -249,8 +249,9 @@ impl Client {
         // Pushed in a span of its own: with the `otel` feature the tick's job records it, and
         // its runs link to it (a tick's run is no part of whatever trace was current here).
         let span = tracing::info_span!("tick", schedule = id, tick_us = to_us(tick));
-        self.push_json(&spec.topic, job_payload(spec, id, tick)?)
-            .id(tick_job_id(id, tick))
+        let mut push = self
+            .push_json(&spec.topic, job_payload(spec, id, tick)?)
+            .id(tick_job_id_in(id, spec, tick, self.store.shards()))
             .at(due)
             .max_retries(spec.max_retries)
             .unique_for(window)
@@ -258,10 +259,11 @@ impl Client {
                 schedule: id.to_owned(),
                 generation,
                 tick_us: to_us(tick),
-            })
-            .send()
-            .instrument(span)
-            .await
+            });
+        if let Some(group) = &spec.group {
+            push = push.group(group.as_str());
+        }
+        push.send().instrument(span).await
     }
 }
 

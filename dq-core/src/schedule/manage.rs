@@ -3,7 +3,9 @@
 
 use std::time::{Duration, SystemTime};
 
-use super::builder::{job_payload, tick_job_id, ScheduleBuilder, ScheduleInfo, MAX_TICKS_PER_LOOK};
+use super::builder::{
+    in_group_shard, job_payload, tick_job_id_in, ScheduleBuilder, ScheduleInfo, MAX_TICKS_PER_LOOK,
+};
 use super::spec::ScheduleSpec;
 use crate::admin::ChangeOutcome;
 use crate::client::{Client, Pushed};
@@ -112,7 +114,10 @@ impl Client {
             };
             if !spared(t)
                 && self
-                    .cancel_in(&info.spec.topic, &tick_job_id(id, t))
+                    .cancel_in(
+                        &info.spec.topic,
+                        &tick_job_id_in(id, &info.spec, t, self.store.shards()),
+                    )
                     .await?
                     == ChangeOutcome::Done
             {
@@ -146,12 +151,18 @@ impl Client {
         let info = ScheduleInfo::from_entry(entry)?;
         let now = from_us(self.store.time_us().await?);
         let payload = job_payload(&info.spec, id, now)?;
-        let pushed = self
+        let job = in_group_shard(
+            format!("{id}@now-{}", to_us(now)),
+            &info.spec,
+            self.store.shards(),
+        );
+        let mut push = self
             .push_json(&info.spec.topic, payload)
-            .id(format!("{id}@now-{}", to_us(now)))
-            .max_retries(info.spec.max_retries)
-            .send()
-            .await?;
-        Ok(Some(pushed))
+            .id(job)
+            .max_retries(info.spec.max_retries);
+        if let Some(group) = &info.spec.group {
+            push = push.group(group.as_str());
+        }
+        Ok(Some(push.send().await?))
     }
 }

@@ -136,6 +136,11 @@ pub struct ScheduleSpec {
     pub missed: Missed,
     /// Retries of each tick's job.
     pub max_retries: u32,
+    /// The group each tick's job goes in (README "Groups"): the message's own group
+    /// ([`Message::group`](crate::Message::group)) or [`ScheduleBuilder::group`](crate::schedule::ScheduleBuilder::group);
+    /// `None` for none. Absent from a stored schedule without one, as before groups.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
 }
 
 /// The shortest interval a schedule may have: one second, as cron's seconds field.

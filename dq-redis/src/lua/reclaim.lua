@@ -20,7 +20,7 @@
 -- (lib.lua's groups); a job taken back to ready keeps its slot. One of a workflow step ends its
 -- step, failed (lib.lua's workflows); one taken back whose workflow is cancelled is deleted,
 -- its step cancelled, instead of going back in line.
--- Returns {requeued, dead_lettered, n, asked_member_1, asked_token_1, ... (n pairs),
+-- Returns {requeued, dead_lettered, next_in_us, n, asked_member_1, asked_token_1, ... (n pairs),
 -- unknown_topic_1, ...}: a job whose cancel was requested against its expired lease (cancel.lua)
 -- is not taken back but left as it is, for the store to delete as cancelled (cancel_running.lua;
 -- retry.lua says why).
@@ -65,7 +65,11 @@ if cancelled and #expired > 0 then
   end
   expired = rest
 end
-local out = {0, 0, #asked / 2}
+-- When the next lease still held runs out (us from now; -1: none), for the reclaimer to look
+-- again then rather than up to half a lease later.
+local next_lease = redis.call('ZRANGEBYSCORE', inflight, '(' .. fmt(now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+local next_in = next_lease[2] and math.max(tonumber(next_lease[2]) - now, 0) or -1
+local out = {0, 0, next_in, #asked / 2}
 for _, a in ipairs(asked) do out[#out + 1] = a end
 for _, topic in ipairs(unknown) do out[#out + 1] = topic end
 if #expired == 0 then return out end

@@ -348,6 +348,7 @@ impl Leases for RedisStore {
                 |(out, asked), r: Reclamation| {
                     out.requeued += r.requeued;
                     out.dead += r.dead;
+                    out.next_expiry = r.next_expiry;
                     asked.extend(r.asked);
                     r.undeclared
                 },

@@ -2,6 +2,8 @@
 //! impl, so a reply dq cannot read is an `Error::Malformed` naming the script and what it sent,
 //! never a count silently taken as zero.
 
+use std::time::Duration;
+
 use redis::{FromRedisValue, ParsingError, Value};
 
 use dq_core::Envelope;
@@ -267,30 +269,35 @@ reader!(Promotion, |v| {
     })
 });
 
-/// reclaim.lua: jobs put back to ready, jobs dead-lettered, the jobs left alone because a
-/// cancel was requested against their lease (member, token), then topics it found undeclared.
+/// reclaim.lua: jobs put back to ready, jobs dead-lettered, when the next lease runs out, the
+/// jobs left alone because a cancel was requested against their lease (member, token), then
+/// topics it found undeclared.
 pub(super) struct Reclamation {
     pub(super) requeued: usize,
     pub(super) dead: usize,
+    /// How long until the next lease still held runs out (none held: `None`).
+    pub(super) next_expiry: Option<Duration>,
     pub(super) asked: Vec<(String, u64)>,
     pub(super) undeclared: Vec<Topic>,
 }
 
 reader!(Reclamation, |v| {
     let items = items(v)?;
-    let n = item::<Count>(items, 2)?.0;
+    let n = item::<Count>(items, 3)?.0;
     let mut asked = Vec::with_capacity(n);
     for k in 0..n {
-        let member: String = item(items, 3 + 2 * k)?;
-        let token = item::<Unsigned>(items, 4 + 2 * k)?.0;
+        let member: String = item(items, 4 + 2 * k)?;
+        let token = item::<Unsigned>(items, 5 + 2 * k)?.0;
         let token = token.ok_or_else(|| unexpected("a lease token", v))?;
         asked.push((member, token));
     }
+    let next_in_us: i64 = item(items, 2)?;
     Ok(Reclamation {
         requeued: item::<Count>(items, 0)?.0,
         dead: item::<Count>(items, 1)?.0,
+        next_expiry: u64::try_from(next_in_us).ok().map(Duration::from_micros),
         asked,
-        undeclared: topics(items.get(3 + 2 * n..).unwrap_or_default()),
+        undeclared: topics(items.get(4 + 2 * n..).unwrap_or_default()),
     })
 });
 

@@ -38,7 +38,10 @@ pub(crate) async fn schedules(
                     tr data-schedule=(s.id) {
                         td { code { (s.id) } }
                         td { (s.spec.repeat.describe()) }
-                        td { a href={ (base) "/topics/" (s.spec.topic) } { (s.spec.topic) } }
+                        td {
+                            a href={ (base) "/topics/" (s.spec.topic) } { (s.spec.topic) }
+                            @if let Some(g) = &s.spec.group { " group " code { (g) } }
+                        }
                         td { (tick(s.next, now)) }
                         td { (tick(s.last, now)) }
                         td { (format!("{:?}", s.spec.missed)) }

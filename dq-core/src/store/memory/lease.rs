@@ -456,6 +456,12 @@ impl Leases for MemoryStore {
         for l in &asked {
             out.cancelled += usize::from(self.delete_asked(l)?);
         }
+        out.next_expiry = lock(&self.state)
+            .inflight
+            .iter()
+            .map(|(deadline, _)| *deadline)
+            .find(|&deadline| deadline > now)
+            .map(|deadline| Duration::from_micros(deadline - now));
         self.flush_woken();
         Ok(out)
     }
