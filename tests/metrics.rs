@@ -247,6 +247,50 @@ async fn a_running_job_stopped_by_a_cancel_is_counted_as_cancelled_not_retried()
     rt.shutdown().await.unwrap();
 }
 
+/// Issue 32 review (helper-63, finding 1): a run that failed before its worker heard of the
+/// cancel asked of it was counted as retried (or dead-lettered), where the store deleted the
+/// job as cancelled. The store now says so (`Leases::end_run`), and the runtime counts it as
+/// cancelled. The worker here never hears of cancels (`Faulty::deaf_to_cancels`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_fails_before_its_worker_hears_of_its_cancel_is_counted_as_cancelled() {
+    let redis = RedisServer::start();
+    endpoint();
+    let config = support::config(&redis);
+    let store = support::faulty::Faulty {
+        deaf_to_cancels: true,
+        ..support::faulty::Faulty::new(&config).await
+    };
+    let (started, mut has_started) = tokio::sync::mpsc::unbounded_channel();
+    let go = std::sync::Arc::new(tokio::sync::Notify::new());
+    let fail = go.clone();
+    let listener = Listener::new("exports", move |_: u32, _ctx: JobContext| {
+        let (started, fail) = (started.clone(), fail.clone());
+        async move {
+            let _ = started.send(());
+            fail.notified().await;
+            Err::<(), String>("the export failed on its own".into())
+        }
+    })
+    .no_timeout()
+    .retries(3);
+    let rt = support::start_on(config, Some(std::sync::Arc::new(store)), listener).await;
+    let c = rt.client();
+    c.push_to("exports", &1u32).id("e1").await.unwrap();
+    let run = tokio::time::timeout(LONG, has_started.recv()).await;
+    assert_eq!(run.unwrap(), Some(()), "the handler started");
+    let cancel = c.cancel_in("exports", "e1").await.unwrap();
+    assert_eq!(cancel, ChangeOutcome::CancelRequested);
+    go.notify_one();
+    let text = scrape_until(&[r#"dq_jobs_cancelled_total{topic="exports"} 1"#]).await;
+    assert!(
+        !text.contains(r#"dq_jobs_retried_total{topic="exports"}"#),
+        "{text}"
+    );
+    let status = c.status_in("exports", "e1").await.unwrap();
+    assert!(status.is_none(), "deleted: {status:?}");
+    rt.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waits_are_counted_by_what_they_answered() {
     let redis = RedisServer::start();

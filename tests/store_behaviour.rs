@@ -307,6 +307,7 @@ on_every_store!(
         cancel_running_deletes_the_job_and_ends_the_waits_for_it,
         a_cancel_request_goes_with_the_lease_and_binds_no_later_run,
         a_run_that_fails_after_its_cancel_was_requested_is_deleted_not_retried,
+        end_run_says_which_runs_were_deleted_as_cancelled,
     ],
     results: [
         a_topic_without_retention_keeps_nothing_of_a_succeeded_job,

@@ -505,13 +505,15 @@ fn slots_came_back(
     let bound = h.worker.lease_ms + SLOT_BACK_SLACK_MS;
     for r in cut {
         checked += 1;
+        // Taken back after the run started: after the kill, or before it when the worker had
+        // stalled past its lease (then the slot was back before the kill).
         let back = h
             .taken_back_us
             .get(&r.id)
-            .and_then(|times| times.iter().copied().filter(|&t| t >= r.end_us).min());
+            .and_then(|times| times.iter().copied().filter(|&t| t > r.start_us).min());
         match back {
             Some(t) => {
-                let ms = (t - r.end_us) / 1000;
+                let ms = t.saturating_sub(r.end_us) / 1000;
                 most_ms = most_ms.max(ms);
                 if ms > bound && late.len() < 3 {
                     late.push(format!("{} (run {}): {ms} ms", r.id, r.attempt));

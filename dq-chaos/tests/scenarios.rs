@@ -266,6 +266,7 @@ fn a_redis_demoted_to_a_replica_and_promoted_again_loses_nothing() {
 fn flow_limits_hold_through_worker_sigkills_and_lose_nothing() {
     let r = assert_ok("flow-limits");
     assert_eq!(r["lost"], 0);
+    assert!(r["runs_cut_checked"].as_u64().unwrap() >= 1, "{r}");
     assert!(r["most_running"].as_u64().unwrap() <= 8, "{r}");
     assert!(
         r["most_running"].as_u64().unwrap() >= 2,
@@ -280,6 +281,7 @@ fn flow_limits_hold_through_worker_sigkills_and_lose_nothing() {
 fn flow_limits_hold_on_a_cluster_through_worker_sigkills_and_lose_nothing() {
     let r = assert_ok("flow-limits-cluster");
     assert_eq!(r["lost"], 0);
+    assert!(r["runs_cut_checked"].as_u64().unwrap() >= 1, "{r}");
     assert_eq!(r["shards"], 16, "{r}");
     assert!(r["most_running"].as_u64().unwrap() <= 16, "{r}");
     assert_eq!(r["faults"]["worker SIGKILL"], 5);

@@ -149,6 +149,46 @@ pub struct Acked {
     pub stale: Vec<LeaseRef>,
 }
 
+/// A run's end without success, as [`Leases::end_run`](crate::store::Leases::end_run) writes
+/// it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunEnd<'a> {
+    /// The run failed: run the job again after `delay`, the run counted, `error` its last
+    /// error ([`Leases::retry`](crate::store::Leases::retry)).
+    Retry {
+        /// How long until it runs again.
+        delay: Duration,
+        /// The run's error.
+        error: &'a str,
+    },
+    /// The handler postponed the job: again after `delay`, the run not counted
+    /// ([`Leases::postpone`](crate::store::Leases::postpone)).
+    Postpone {
+        /// How long until it runs again.
+        delay: Duration,
+    },
+    /// Move the job to its topic's dead letters with `error`
+    /// ([`Leases::dead_letter`](crate::store::Leases::dead_letter)).
+    DeadLetter {
+        /// Why.
+        error: &'a str,
+    },
+}
+
+/// What [`Leases::end_run`](crate::store::Leases::end_run) did with a run's end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RunEnded {
+    /// Written as asked: the job runs again later, or is a dead letter.
+    Written,
+    /// The lease was no longer held (taken over after it expired): nothing changed.
+    NotHeld,
+    /// A cancel was requested against this lease (`Client::cancel` of the running job), heard
+    /// by its worker or not: the job was deleted as cancelled instead of being retried,
+    /// postponed or dead-lettered.
+    Cancelled,
+}
+
 /// What a reclaim call did.
 ///
 /// A store of your own starts from `default()` and sets the fields (more may come).

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use dq_core::store::Leases;
+use dq_core::store::{Leases, RunEnd, RunEnded};
 use dq_core::{metric, LeaseRef, Succeeded};
 
 use crate::fate::{Fate, Why};
@@ -70,26 +70,47 @@ fn log_dead_letter(reason: &str, why: &Why) {
 }
 
 /// Writes a finished run's outcome with `write`, again with backoff until it succeeds or
-/// shutdown aborts; if it never does, the lease expires and the job runs again (at least once,
-/// never lost). `write` returning false means the lease was taken over: `taken_over` is logged.
-async fn keep_writing<F, Fut>(shared: &Shared, what: String, taken_over: &str, mut write: F)
+/// shutdown aborts (`None`: then the lease expires and the job runs again, at least once,
+/// never lost); what the store answered.
+async fn keep_writing<T, F, Fut>(shared: &Shared, what: String, mut write: F) -> Option<T>
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = dq_core::Result<bool>>,
+    Fut: std::future::Future<Output = dq_core::Result<T>>,
 {
     let mut health = Health::new(what);
     loop {
         match write().await {
-            Ok(true) => return health.ok(),
-            Ok(false) => return tracing::warn!("{taken_over}"),
+            Ok(answer) => {
+                health.ok();
+                return Some(answer);
+            }
             Err(e) => {
                 let d = health.failed(&e);
                 tokio::select! {
-                    _ = shared.abort.cancelled() => return shared.running.gave_up(),
+                    _ = shared.abort.cancelled() => {
+                        shared.running.gave_up();
+                        return None;
+                    }
                     _ = tokio::time::sleep(d) => {}
                 }
             }
         }
+    }
+}
+
+/// Counts a run's end without success as the store wrote it: `metric` when written as asked,
+/// `dq_jobs_cancelled_total` when a cancel requested against the lease (which the worker had
+/// not heard of yet) had the job deleted instead, nothing (and `taken_over` logged) when the
+/// lease was no longer held.
+fn count_end(ended: Option<RunEnded>, topic: &str, metric: &'static str, taken_over: &str) {
+    match ended {
+        Some(RunEnded::Written) => crate::metrics::count(metric, topic),
+        Some(RunEnded::Cancelled) => {
+            crate::metrics::count(metric::JOBS_CANCELLED, topic);
+            tracing::info!("a cancel was asked for this job while it ran (its worker had not heard of it yet): deleted, not run again");
+        }
+        Some(RunEnded::NotHeld) => tracing::warn!("{taken_over}"),
+        Some(_) | None => {}
     }
 }
 
@@ -102,30 +123,27 @@ async fn write_retry(
     delay: Duration,
     error: Option<&str>,
 ) {
-    let metric = match error {
-        Some(_) => metric::JOBS_RETRIED,
-        None => metric::JOBS_POSTPONED,
+    let (metric, end) = match error {
+        Some(error) => (metric::JOBS_RETRIED, RunEnd::Retry { delay, error }),
+        None => (metric::JOBS_POSTPONED, RunEnd::Postpone { delay }),
     };
-    crate::metrics::count(metric, lease.topic.as_str());
     let what = format!("retry of {}:{}", lease.topic, lease.id);
     let taken_over = "the lease was taken over while the job ran (the lease expired: the worker stalled or Redis was unreachable); the other run decides the job's fate";
-    keep_writing(shared, what, taken_over, || async move {
-        match error {
-            Some(error) => leases.retry(lease, delay, error).await,
-            None => leases.postpone(lease, delay).await,
-        }
-    })
-    .await;
+    let ended = keep_writing(shared, what, || leases.end_run(lease, end)).await;
+    count_end(ended, lease.topic.as_str(), metric, taken_over);
 }
 
 async fn write_dead_letter(shared: &Shared, leases: &dyn Leases, lease: &LeaseRef, error: &str) {
-    crate::metrics::count(metric::JOBS_DEAD_LETTERED, lease.topic.as_str());
     let what = format!("dead-letter of {}:{}", lease.topic, lease.id);
     let taken_over = "the lease was taken over while the job ran; not dead-lettered here";
-    keep_writing(shared, what, taken_over, || {
-        leases.dead_letter(lease, error)
-    })
-    .await;
+    let end = RunEnd::DeadLetter { error };
+    let ended = keep_writing(shared, what, || leases.end_run(lease, end)).await;
+    count_end(
+        ended,
+        lease.topic.as_str(),
+        metric::JOBS_DEAD_LETTERED,
+        taken_over,
+    );
 }
 
 /// Holds the topic's starts back for `hold` in every shard, then puts the job back to the front
@@ -134,28 +152,27 @@ async fn write_dead_letter(shared: &Shared, leases: &dyn Leases, lease: &LeaseRe
 async fn write_throttle(shared: &Shared, leases: &dyn Leases, lease: &LeaseRef, hold: Duration) {
     crate::metrics::count(metric::JOBS_RATE_LIMITED, lease.topic.as_str());
     let what = format!("hold of topic {} for {hold:?}", lease.topic);
-    keep_writing(shared, what, "", || async move {
-        leases.hold(&lease.topic, hold).await.map(|()| true)
-    })
-    .await;
-    if shared.abort.is_cancelled() {
+    if keep_writing(shared, what, || leases.hold(&lease.topic, hold))
+        .await
+        .is_none()
+    {
         return; // shutdown gave up on the hold (counted): the job runs again when its lease expires
     }
     let what = format!("release of rate-limited job {}:{}", lease.topic, lease.id);
-    let taken_over = "the lease was taken over while the job ran; not released here";
-    keep_writing(shared, what, taken_over, || async move {
-        leases
-            .release(std::slice::from_ref(lease))
-            .await
-            .map(|n| n > 0)
+    let released = keep_writing(shared, what, || async move {
+        leases.release(std::slice::from_ref(lease)).await
     })
     .await;
+    if released == Some(0) {
+        tracing::warn!("the lease was taken over while the job ran; not released here");
+    }
 }
 
 /// Deletes a job a cancel asked to stop, whose run did not succeed.
 async fn write_cancel(shared: &Shared, leases: &dyn Leases, lease: &LeaseRef) {
     crate::metrics::count(metric::JOBS_CANCELLED, lease.topic.as_str());
     let what = format!("deletion of cancelled job {}:{}", lease.topic, lease.id);
-    let taken_over = "the lease was taken over while the job ran; not deleted here";
-    keep_writing(shared, what, taken_over, || leases.cancel_running(lease)).await;
+    if keep_writing(shared, what, || leases.cancel_running(lease)).await == Some(false) {
+        tracing::warn!("the lease was taken over while the job ran; not deleted here");
+    }
 }

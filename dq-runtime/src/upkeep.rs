@@ -28,8 +28,12 @@ pub(crate) const UNREGISTER_LIMIT: Duration = Duration::from_secs(2);
 /// timers are not in step to the microsecond).
 const RECLAIM_AFTER_EXPIRY: Duration = Duration::from_millis(2);
 
-/// The reclaimer of a shard calls the store at most this often, however many leases run out.
-const RECLAIM_AT_MOST_EVERY: Duration = Duration::from_millis(50);
+/// The shortest wait between two looks of a shard's reclaimer when leases run out one after
+/// another (each look takes back those that ran out, and says when the next one does).
+const RECLAIM_AT_MOST_EVERY: Duration = Duration::from_millis(5);
+
+/// A reclaimer's regular period is half the lease, and no shorter than this.
+const SHORTEST_RECLAIM_PERIOD: Duration = Duration::from_millis(50);
 
 /// How long one shard's renewal (or the worker record) may take: under a third of the lease,
 /// so that a stalled master cannot hold up the next heartbeat.
@@ -361,11 +365,13 @@ async fn cancel_requests(
 }
 
 /// Puts back jobs whose lease expired, in one shard: it looks at start, then when the shard's
-/// next lease runs out (as the store says) and at least every half lease, so that a job whose worker died
-/// runs again, and the slot it held comes back, within its lease of the death (the last renewal
-/// came before it), not up to half a lease later.
+/// next lease runs out (as the store says, and 2 ms more) and at least every half lease, so
+/// that a job whose worker died runs again, and the slot it held comes back, within its lease
+/// of the death (the last renewal came before it) and a few ms, not up to half a lease later.
+/// That holds for leases this process knew of at its last look: a lease shorter than half of
+/// this process's own, taken elsewhere after that look, waits for the next one.
 pub(crate) async fn reclaimer(shared: Arc<Shared>, leases: Arc<dyn Leases>, shard: u16) {
-    let every = (shared.config.lease / 2).max(RECLAIM_AT_MOST_EVERY);
+    let every = (shared.config.lease / 2).max(SHORTEST_RECLAIM_PERIOD);
     let mut health = Health::new(format!("reclaimer of shard {shard}"));
     // A process that starts looks at once: a worker that died may have left jobs behind.
     let mut wait = Duration::ZERO;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use dq::admin::ChangeOutcome;
 use dq::push::PushOutcome;
-use dq::store::{LeaseRef, Retention, Waited, Wake, WakeListener};
+use dq::store::{LeaseRef, Retention, RunEnd, RunEnded, Waited, Wake, WakeListener};
 
 use super::{outcome, push_and_lease, Harness, Kind};
 use crate::support::{id, topic, OrderCancel, TestClient, LEASE};
@@ -156,6 +156,55 @@ pub(crate) async fn a_cancel_request_goes_with_the_lease_and_binds_no_later_run(
 /// was told `CancelRequested` and README says such a job is deleted. Whatever ends the run
 /// without success (a retry, a postpone, a dead letter, a release, its lease expiring), the job
 /// is now deleted as cancelled and a wait for it answers `Cancelled`.
+/// The runtime counts a run's end by what the store did: `end_run` says a job was deleted as
+/// cancelled (its cancel asked while it ran, its worker not told), written, or not held.
+pub(crate) async fn end_run_says_which_runs_were_deleted_as_cancelled(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let s = c.store();
+    let r = push_and_lease(c, "r").await;
+    let p = push_and_lease(c, "p").await;
+    let d = push_and_lease(c, "d").await;
+    let written = push_and_lease(c, "w").await;
+    for name in ["r", "p", "d"] {
+        assert_eq!(cancel(c, name).await, ChangeOutcome::CancelRequested);
+    }
+    let retry = RunEnd::Retry {
+        delay: Duration::ZERO,
+        error: "boom",
+    };
+    let postpone = RunEnd::Postpone {
+        delay: Duration::ZERO,
+    };
+    let dead = RunEnd::DeadLetter { error: "gone" };
+    assert_eq!(
+        s.end_run(&r.lease, retry).await.unwrap(),
+        RunEnded::Cancelled
+    );
+    assert_eq!(
+        s.end_run(&p.lease, postpone).await.unwrap(),
+        RunEnded::Cancelled
+    );
+    assert_eq!(
+        s.end_run(&d.lease, dead).await.unwrap(),
+        RunEnded::Cancelled
+    );
+    assert_eq!(
+        s.end_run(&written.lease, retry).await.unwrap(),
+        RunEnded::Written
+    );
+    // The same lease again: the job is no longer held by it.
+    assert_eq!(s.end_run(&r.lease, retry).await.unwrap(), RunEnded::NotHeld);
+    assert_eq!(
+        s.end_run(&written.lease, dead).await.unwrap(),
+        RunEnded::NotHeld
+    );
+    for name in ["r", "p", "d"] {
+        let status = c.status_in("order-cancel", name).await.unwrap();
+        assert!(status.is_none(), "{name} was deleted: {status:?}");
+    }
+}
+
 pub(crate) async fn a_run_that_fails_after_its_cancel_was_requested_is_deleted_not_retried(
     kind: Kind,
 ) {

@@ -12,8 +12,8 @@ use dq::events::EventCursor;
 use dq::push::{OnConflict, PushOutcome};
 use dq::store::{
     Acked, Admin, DeadLetters, EventFeed, Fetched, Fetcher, FiredTick, LeaseRef, Leases, NewJob,
-    Producer, Promoted, ReadyWaiter, Reclaimed, RedisStore, Registry, Retention, ScheduleEntry,
-    Schedules, Sharded, Succeeded, Waited, WakeListener,
+    Producer, Promoted, ReadyWaiter, Reclaimed, RedisStore, Registry, Retention, RunEnd, RunEnded,
+    ScheduleEntry, Schedules, Sharded, Succeeded, Waited, Wake, WakeListener,
 };
 use dq::{Config, Due, JobId, JobInfo, JobState, Topic};
 use tokio::sync::{Notify, Semaphore};
@@ -49,6 +49,26 @@ pub struct Faulty {
     /// The next fetch that leases jobs runs in Redis, then fails as if its reply was lost (a
     /// timeout while Redis was stalled with the request in its buffer).
     pub lose_fetch_reply: AtomicBool,
+    /// The runtime never hears of a cancel of a running job: the announcements are dropped and
+    /// the heartbeat's read of the requests finds none (a worker whose run ends before the
+    /// news of the cancel reaches it).
+    pub deaf_to_cancels: bool,
+}
+
+/// The announcements of a store, without those of cancels.
+#[derive(Debug)]
+struct DeafToCancels(Box<dyn WakeListener>);
+
+#[async_trait]
+impl WakeListener for DeafToCancels {
+    async fn next(&mut self) -> dq::Result<Wake> {
+        loop {
+            match self.0.next().await? {
+                Wake::Cancel { .. } => continue,
+                other => return Ok(other),
+            }
+        }
+    }
 }
 
 impl Faulty {
@@ -68,6 +88,7 @@ impl Faulty {
             put_done: Notify::new(),
             put_gate: Semaphore::new(0),
             lose_fetch_reply: Default::default(),
+            deaf_to_cancels: false,
         }
     }
 
@@ -192,6 +213,9 @@ impl Leases for Faulty {
     async fn dead_letter(&self, lease: &LeaseRef, error: &str) -> dq::Result<bool> {
         self.inner.dead_letter(lease, error).await
     }
+    async fn end_run(&self, lease: &LeaseRef, end: RunEnd<'_>) -> dq::Result<RunEnded> {
+        self.inner.end_run(lease, end).await
+    }
     async fn release(&self, leases: &[LeaseRef]) -> dq::Result<usize> {
         self.inner.release(leases).await
     }
@@ -203,6 +227,9 @@ impl Leases for Faulty {
         self.inner.extend(leases, lease).await
     }
     async fn cancel_requests(&self, leases: &[LeaseRef]) -> dq::Result<Vec<LeaseRef>> {
+        if self.deaf_to_cancels {
+            return Ok(Vec::new());
+        }
         self.inner.cancel_requests(leases).await
     }
     async fn cancel_running(&self, lease: &LeaseRef) -> dq::Result<bool> {
@@ -263,7 +290,11 @@ impl Leases for Faulty {
         self.inner.ready_waiter(shard, topic)
     }
     async fn wake_listener(&self) -> dq::Result<Box<dyn WakeListener>> {
-        self.inner.wake_listener().await
+        let listener = self.inner.wake_listener().await?;
+        if self.deaf_to_cancels {
+            return Ok(Box::new(DeafToCancels(listener)));
+        }
+        Ok(listener)
     }
 }
 

@@ -336,9 +336,10 @@ impl Client {
     ///
     /// Counted by leases in the fetch script: a job counts from its fetch until its run's end
     /// is written (ack, retry, dead letter), and the slot of a worker killed mid-run comes back
-    /// when its lease is reclaimed (within a lease of the kill and a few ms): never a leaked
-    /// permit. As with any job, a worker cut off from Redis past its lease keeps running its
-    /// handler while the job runs again elsewhere, one more in that window. A worker at the
+    /// when its lease is reclaimed (within a lease of the kill and a few ms where the processes
+    /// share their lease length: README "Leases"): never a leaked permit. As with any job, a
+    /// worker cut off from Redis past its lease keeps running its handler while the job runs
+    /// again elsewhere, one more in that window. A worker at the
     /// limit fetches again when one of the topic's jobs ends in its process, or after 10 ms
     /// (up to 160 ms while the topic stays full) for the ends in other processes. On Redis
     /// each shard holds its share, the shares adding up to the limit (exact with one shard,

@@ -31,6 +31,7 @@ pub use crate::events::{EventEntry, EventFeed, EventPosition};
 pub use crate::job::{check_priority, from_us, to_us, FiredTick, NewJob};
 pub use crate::lease::{check_progress, check_retry_delay};
 pub use crate::lease::{Acked, Fetched, LeaseRef, LeasedJob, Promoted, Reclaimed, Succeeded};
+pub use crate::lease::{RunEnd, RunEnded};
 pub use crate::result::{Retention, Waited};
 
 use crate::admin::{ChangeOutcome, Cursor, Expanded, Page, Throughput, TopicCounts, TopicStats};
@@ -230,6 +231,25 @@ pub trait Leases: Sharded {
     /// Moves a job to its topic's dead letters with `error`.
     /// Returns false when the lease was no longer held.
     async fn dead_letter(&self, lease: &LeaseRef, error: &str) -> Result<bool>;
+
+    /// Writes a run's end without success ([`Leases::retry`], [`Leases::postpone`] or
+    /// [`Leases::dead_letter`]) and says what became of it, telling apart a job deleted as
+    /// cancelled because a cancel was requested against its lease ([`RunEnded::Cancelled`]),
+    /// which the runtime counts as cancelled, not as retried or dead-lettered. The default
+    /// calls the three methods, which cannot tell (a store of your own that deletes such jobs
+    /// should say so here).
+    async fn end_run(&self, lease: &LeaseRef, end: RunEnd<'_>) -> Result<RunEnded> {
+        let written = match end {
+            RunEnd::Retry { delay, error } => self.retry(lease, delay, error).await?,
+            RunEnd::Postpone { delay } => self.postpone(lease, delay).await?,
+            RunEnd::DeadLetter { error } => self.dead_letter(lease, error).await?,
+        };
+        Ok(if written {
+            RunEnded::Written
+        } else {
+            RunEnded::NotHeld
+        })
+    }
 
     /// Returns jobs to the front of their ready lists at once, not counting the attempt (those
     /// whose cancel was requested are deleted as cancelled: [`Leases::retry`]); how many.

@@ -66,8 +66,9 @@ if cancelled and #expired > 0 then
   expired = rest
 end
 -- When the next lease still held runs out (us from now; -1: none), for the reclaimer to look
--- again then rather than up to half a lease later.
-local next_lease = redis.call('ZRANGEBYSCORE', inflight, '(' .. fmt(now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+-- again then rather than up to half a lease later. Below +inf: the set's placeholder member
+-- (lib.lua's INFLIGHT_AS_SKIPLIST) is no lease.
+local next_lease = redis.call('ZRANGEBYSCORE', inflight, '(' .. fmt(now), '(+inf', 'WITHSCORES', 'LIMIT', 0, 1)
 local next_in = next_lease[2] and math.max(tonumber(next_lease[2]) - now, 0) or -1
 local out = {0, 0, next_in, #asked / 2}
 for _, a in ipairs(asked) do out[#out + 1] = a end

@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis::{Script, Value};
 
-use super::reply::{parse_member, Count, Promotion, Reclamation, Released, RunEnd};
+use super::reply::{parse_member, Count, EndReply, Promotion, Reclamation, Released};
 use super::waiters::RedisWakeListener;
 use super::{micros, RedisStore};
 use crate::keys::member;
@@ -15,6 +15,7 @@ use dq_core::store::policy::{batch_limit, promote_limit};
 use dq_core::store::{
     Fetcher, Leases, ReadyWaiter, Retention, Sharded, Succeeded, WakeListener, MAX_BATCH,
 };
+use dq_core::store::{RunEnd, RunEnded};
 use dq_core::Result;
 use dq_core::{Acked, Fetched, LeaseRef, Promoted, Reclaimed};
 use dq_core::{Rate, Topic};
@@ -27,7 +28,7 @@ impl RedisStore {
         delay: Duration,
         error: &str,
         counted: bool,
-    ) -> Result<bool> {
+    ) -> Result<RunEnded> {
         dq_core::store::check_retry_delay(lease, delay)?;
         let k = self.keys_of(&lease.topic, &lease.id);
         let mut inv = self.scripts().retry.prepare_invoke();
@@ -57,14 +58,42 @@ impl RedisStore {
     /// The answer of a script that ends a run without success: what it applied, or, when a
     /// cancel was requested against the run's lease (it left the job alone), whether the job
     /// was then deleted as cancelled.
-    async fn unless_asked(&self, lease: &LeaseRef, end: RunEnd, how: &str) -> Result<bool> {
-        match end {
-            RunEnd::Applied(applied) => Ok(applied),
-            RunEnd::CancelRequested => {
+    async fn unless_asked(&self, lease: &LeaseRef, end: EndReply, how: &str) -> Result<RunEnded> {
+        Ok(match end {
+            EndReply::Applied(true) => RunEnded::Written,
+            EndReply::Applied(false) => RunEnded::NotHeld,
+            EndReply::CancelRequested => {
                 let deleted = self.delete_asked(std::slice::from_ref(lease), how).await?;
-                Ok(deleted > 0)
+                if deleted > 0 {
+                    RunEnded::Cancelled
+                } else {
+                    RunEnded::NotHeld
+                }
             }
-        }
+        })
+    }
+
+    /// A failed run to dead-letter with `error`.
+    async fn dead_letter_job(&self, lease: &LeaseRef, error: &str) -> Result<RunEnded> {
+        let k = self.keys_of(&lease.topic, &lease.id);
+        let mut inv = self.scripts().dead.prepare_invoke();
+        inv.key(k.jobs())
+            .key(k.inflight())
+            .key(k.counts())
+            .key(k.dead(&lease.topic))
+            .key(k.leases())
+            .key(k.retain())
+            .key(k.cancels())
+            .key(k.progress())
+            .key(k.events())
+            .key(k.events_stream(&lease.topic));
+        inv.key(self.named_keys(k, [&lease.topic]));
+        inv.key(self.leased_group_queues([lease]));
+        inv.arg(member(&lease.topic, &lease.id))
+            .arg(lease.token)
+            .arg(error);
+        let end = self.call("dead_letter", &mut inv).await?;
+        self.unless_asked(lease, end, "failed for good").await
     }
 
     fn lease_invocation<'s>(
@@ -222,33 +251,25 @@ impl Leases for RedisStore {
     }
 
     async fn retry(&self, lease: &LeaseRef, delay: Duration, error: &str) -> Result<bool> {
-        self.retry_job(lease, delay, error, true).await
+        let end = self.retry_job(lease, delay, error, true).await?;
+        Ok(end != RunEnded::NotHeld)
     }
 
     async fn postpone(&self, lease: &LeaseRef, delay: Duration) -> Result<bool> {
-        self.retry_job(lease, delay, "", false).await
+        let end = self.retry_job(lease, delay, "", false).await?;
+        Ok(end != RunEnded::NotHeld)
     }
 
     async fn dead_letter(&self, lease: &LeaseRef, error: &str) -> Result<bool> {
-        let k = self.keys_of(&lease.topic, &lease.id);
-        let mut inv = self.scripts().dead.prepare_invoke();
-        inv.key(k.jobs())
-            .key(k.inflight())
-            .key(k.counts())
-            .key(k.dead(&lease.topic))
-            .key(k.leases())
-            .key(k.retain())
-            .key(k.cancels())
-            .key(k.progress())
-            .key(k.events())
-            .key(k.events_stream(&lease.topic));
-        inv.key(self.named_keys(k, [&lease.topic]));
-        inv.key(self.leased_group_queues([lease]));
-        inv.arg(member(&lease.topic, &lease.id))
-            .arg(lease.token)
-            .arg(error);
-        let end = self.call("dead_letter", &mut inv).await?;
-        self.unless_asked(lease, end, "failed for good").await
+        Ok(self.dead_letter_job(lease, error).await? != RunEnded::NotHeld)
+    }
+
+    async fn end_run(&self, lease: &LeaseRef, end: RunEnd<'_>) -> Result<RunEnded> {
+        match end {
+            RunEnd::Retry { delay, error } => self.retry_job(lease, delay, error, true).await,
+            RunEnd::Postpone { delay } => self.retry_job(lease, delay, "", false).await,
+            RunEnd::DeadLetter { error } => self.dead_letter_job(lease, error).await,
+        }
     }
 
     async fn release(&self, leases: &[LeaseRef]) -> Result<usize> {

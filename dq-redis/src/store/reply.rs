@@ -103,16 +103,16 @@ reader!(Unsigned, |v| {
 /// What a script that ends a run without success answered (retry.lua, dead.lua): applied (1)
 /// or refused as stale (0), or left alone because a cancel was requested against the run's
 /// lease (2): the store then deletes the job as cancelled.
-pub(super) enum RunEnd {
+pub(super) enum EndReply {
     Applied(bool),
     CancelRequested,
 }
 
-reader!(RunEnd, |v| {
+reader!(EndReply, |v| {
     match whole(v)? {
-        0 => Ok(RunEnd::Applied(false)),
-        1 => Ok(RunEnd::Applied(true)),
-        2 => Ok(RunEnd::CancelRequested),
+        0 => Ok(EndReply::Applied(false)),
+        1 => Ok(EndReply::Applied(true)),
+        2 => Ok(EndReply::CancelRequested),
         _ => Err(unexpected("0, 1 or 2", v)),
     }
 });
@@ -291,11 +291,17 @@ reader!(Reclamation, |v| {
         let token = token.ok_or_else(|| unexpected("a lease token", v))?;
         asked.push((member, token));
     }
-    let next_in_us: i64 = item(items, 2)?;
+    // -1: no lease is held; otherwise the microseconds until the next one runs out.
+    let next_expiry = match item::<i64>(items, 2)? {
+        -1 => None,
+        us => Some(Duration::from_micros(u64::try_from(us).map_err(|_| {
+            unexpected("the time until the next lease runs out (-1 or more)", v)
+        })?)),
+    };
     Ok(Reclamation {
         requeued: item::<Count>(items, 0)?.0,
         dead: item::<Count>(items, 1)?.0,
-        next_expiry: u64::try_from(next_in_us).ok().map(Duration::from_micros),
+        next_expiry,
         asked,
         undeclared: topics(items.get(4 + 2 * n..).unwrap_or_default()),
     })

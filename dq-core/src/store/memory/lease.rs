@@ -15,6 +15,7 @@ use crate::error::Result;
 use crate::events::EventKind;
 use crate::job::{from_us, Due};
 use crate::lease::{Acked, Fetched, LeaseRef, LeasedJob, Promoted, Reclaimed, Succeeded};
+use crate::lease::{RunEnd, RunEnded};
 use crate::name::Topic;
 use crate::rate::Rate;
 use crate::result::Retention;
@@ -27,17 +28,22 @@ const TRIM_PER_ACK: usize = 256;
 impl MemoryStore {
     /// A failed run to retry (with its `error`), or a postponed one (`None`: the run does not
     /// count, the last error stays).
-    fn retry_job(&self, lease: &LeaseRef, delay: Duration, error: Option<&str>) -> Result<bool> {
+    fn retry_job(
+        &self,
+        lease: &LeaseRef,
+        delay: Duration,
+        error: Option<&str>,
+    ) -> Result<RunEnded> {
         crate::lease::check_retry_delay(lease, delay)?;
         let now = self.now_us();
         let (ready, announce) = {
             let mut s = lock(&self.state);
             let Some(m) = s.holds(lease) else {
-                return Ok(false);
+                return Ok(RunEnded::NotHeld);
             };
             if s.asked_to_cancel(&m, lease.token) {
                 drop(s);
-                return self.delete_asked(lease);
+                return self.deleted_as_asked(lease);
             }
             let before = s.earliest();
             s.end_lease(&m);
@@ -96,7 +102,40 @@ impl MemoryStore {
                 due_us: due,
             });
         }
-        Ok(true)
+        Ok(RunEnded::Written)
+    }
+
+    /// A failed run to dead-letter with `error`.
+    fn dead_letter_job(&self, lease: &LeaseRef, error: &str) -> Result<RunEnded> {
+        let now = self.now_us();
+        let mut s = lock(&self.state);
+        let Some(m) = s.holds(lease) else {
+            return Ok(RunEnded::NotHeld);
+        };
+        if s.asked_to_cancel(&m, lease.token) {
+            drop(s);
+            return self.deleted_as_asked(lease);
+        }
+        s.end_lease(&m);
+        if let Some(e) = s.jobs.get_mut(&m) {
+            e.attempt = e.attempt.saturating_add(1);
+        }
+        s.tally(&m.0, Tally::Failed, 1, now);
+        s.kill(m.clone(), error.to_owned(), now);
+        s.step_ended(&m, StepEnd::Failed(error.to_owned()), now);
+        drop(s);
+        self.flush_woken();
+        Ok(RunEnded::Written)
+    }
+
+    /// Deletes a running job whose cancel was requested against `lease`, as its run ended
+    /// without success (`delete_asked`).
+    fn deleted_as_asked(&self, lease: &LeaseRef) -> Result<RunEnded> {
+        Ok(if self.delete_asked(lease)? {
+            RunEnded::Cancelled
+        } else {
+            RunEnded::NotHeld
+        })
     }
 }
 
@@ -281,33 +320,23 @@ impl Leases for MemoryStore {
     }
 
     async fn retry(&self, lease: &LeaseRef, delay: Duration, error: &str) -> Result<bool> {
-        self.retry_job(lease, delay, Some(error))
+        Ok(self.retry_job(lease, delay, Some(error))? != RunEnded::NotHeld)
     }
 
     async fn postpone(&self, lease: &LeaseRef, delay: Duration) -> Result<bool> {
-        self.retry_job(lease, delay, None)
+        Ok(self.retry_job(lease, delay, None)? != RunEnded::NotHeld)
     }
 
     async fn dead_letter(&self, lease: &LeaseRef, error: &str) -> Result<bool> {
-        let now = self.now_us();
-        let mut s = lock(&self.state);
-        let Some(m) = s.holds(lease) else {
-            return Ok(false);
-        };
-        if s.asked_to_cancel(&m, lease.token) {
-            drop(s);
-            return self.delete_asked(lease);
+        Ok(self.dead_letter_job(lease, error)? != RunEnded::NotHeld)
+    }
+
+    async fn end_run(&self, lease: &LeaseRef, end: RunEnd<'_>) -> Result<RunEnded> {
+        match end {
+            RunEnd::Retry { delay, error } => self.retry_job(lease, delay, Some(error)),
+            RunEnd::Postpone { delay } => self.retry_job(lease, delay, None),
+            RunEnd::DeadLetter { error } => self.dead_letter_job(lease, error),
         }
-        s.end_lease(&m);
-        if let Some(e) = s.jobs.get_mut(&m) {
-            e.attempt = e.attempt.saturating_add(1);
-        }
-        s.tally(&m.0, Tally::Failed, 1, now);
-        s.kill(m.clone(), error.to_owned(), now);
-        s.step_ended(&m, StepEnd::Failed(error.to_owned()), now);
-        drop(s);
-        self.flush_woken();
-        Ok(true)
     }
 
     async fn release(&self, leases: &[LeaseRef]) -> Result<usize> {
