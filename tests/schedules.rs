@@ -746,8 +746,9 @@ async fn a_look_right_after_a_schedule_changes_keeps_the_ticks_it_made() {
     client.unschedule("greet").await.unwrap();
 }
 
-// Groups: a schedule's ticks go in the group its message names, or the one it is given, as a
-// push of the message would (helper-62's review of issue 33: ticks were always ungrouped).
+// Groups: a schedule's ticks go in the group it is given (helper-62's review of issue 33: ticks
+// were always ungrouped), not in its message's by themselves (helper-65: a schedule declared
+// before groups would then change on upgrade).
 
 /// A nightly sync of one account, grouped by its account (README "Groups").
 #[derive(serde::Serialize, serde::Deserialize, dq::Message)]
@@ -765,7 +766,7 @@ async fn delayed_groups(client: &Client, topic: &str) -> Vec<(String, Option<Str
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn each_tick_of_a_schedule_goes_in_its_messages_group_whatever_the_shards() {
+async fn each_tick_of_a_grouped_schedule_goes_in_its_group_whatever_the_shards() {
     let redis = RedisServer::start();
     // Four shards: every job of a group lives in its group's shard, so a tick's id leads there.
     let config = support::no_safety_tick(&redis).shards(4).build().unwrap();
@@ -774,7 +775,8 @@ async fn each_tick_of_a_schedule_goes_in_its_messages_group_whatever_the_shards(
         account: "acct-7".into(),
     };
     let schedule = client.schedule("sync-7").every(Duration::from_secs(1));
-    schedule.message(&sync).upsert().await.unwrap();
+    let grouped = schedule.message(&sync).group(sync.account.clone());
+    grouped.upsert().await.unwrap();
     let listed = client.schedules().await.unwrap();
     assert_eq!(listed[0].spec.group.as_deref(), Some("acct-7"));
     let created = fire_due(&client, Duration::from_secs(5)).await.unwrap();
@@ -812,11 +814,15 @@ async fn each_tick_of_a_schedule_goes_in_its_messages_group_whatever_the_shards(
 }
 
 #[tokio::test]
-async fn a_schedules_own_group_wins_over_its_messages_and_a_bad_one_is_refused() {
+async fn a_schedules_group_is_the_one_it_is_given_not_its_messages_and_a_bad_one_is_refused() {
     let (client, store) = manual();
     let sync = AccountSync {
         account: "acct-7".into(),
     };
+    // Declared as before groups: the message's group field does not change the schedule.
+    let before = client.schedule("old").every(Duration::from_secs(60));
+    let old = before.message(&sync).upsert().await.unwrap();
+    assert_eq!(old.spec.group, None);
     let every_minute = client.schedule("sync").every(Duration::from_secs(60));
     every_minute
         .message(&sync)
@@ -825,9 +831,10 @@ async fn a_schedules_own_group_wins_over_its_messages_and_a_bad_one_is_refused()
         .await
         .unwrap();
     store.advance_to(store.now_us() + 60_000_000);
-    assert_eq!(fire_due(&client, Duration::ZERO).await.unwrap(), 1);
+    assert_eq!(fire_due(&client, Duration::ZERO).await.unwrap(), 2);
     let ready = jobs_in(&client, "account-sync", JobState::Ready).await;
-    assert_eq!(ready[0].group.as_deref(), Some("acct-9"));
+    let groups: BTreeSet<Option<String>> = ready.into_iter().map(|j| j.group).collect();
+    assert_eq!(groups, BTreeSet::from([None, Some("acct-9".to_owned())]));
     let bad = client.schedule("sync").every(Duration::from_secs(60));
     let e = bad
         .message(&sync)
@@ -847,4 +854,37 @@ async fn a_schedules_own_group_wins_over_its_messages_and_a_bad_one_is_refused()
     let listed = client.schedules().await.unwrap();
     let plain = listed.iter().find(|s| s.id == "plain").unwrap();
     assert_eq!(plain.spec.group, None);
+}
+
+/// A look under way when a schedule is given a group (on several shards, where the tick's job
+/// id then leads elsewhere) leaves one job of the tick, in the group: the job the look was
+/// pushing under the old spec is not that tick's job for the new one (helper-65's review).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_look_under_way_when_a_schedule_gets_a_group_leaves_one_job_of_each_tick_in_it() {
+    let redis = RedisServer::start();
+    let config = support::no_safety_tick(&redis).shards(4).build().unwrap();
+    let (faulty, stalled) = holding_pushes(&config, "greet@").await;
+    let client = Client::connect(config.clone()).await.unwrap();
+    start_of_a_second().await;
+    let tick = greet(&client, "hi").upsert().await.unwrap().next.unwrap();
+    let look = tokio::spawn(async move { fire_due(&stalled, Duration::from_secs(5)).await });
+    faulty.pushing.notified().await;
+    let changed = greet(&client, "hi").group("g").upsert().await.unwrap();
+    assert_eq!(changed.next, Some(tick));
+    faulty.push_gate.add_permits(100);
+    look.await.unwrap().unwrap();
+    fire_due(&client, Duration::from_secs(5)).await.unwrap();
+    let name = dq::schedule::tick_job_id("greet", tick);
+    let mut of_tick: Vec<(String, Option<String>)> = Vec::new();
+    for state in [JobState::Delayed, JobState::Ready] {
+        for j in jobs_in(&client, "greetings", state).await {
+            let id = j.id.to_string();
+            if id == name || id.starts_with(&format!("{name}.")) {
+                of_tick.push((id, j.group));
+            }
+        }
+    }
+    assert_eq!(of_tick.len(), 1, "one job of the tick: {of_tick:?}");
+    assert_eq!(of_tick[0].1.as_deref(), Some("g"), "{of_tick:?}");
+    client.unschedule("greet").await.unwrap();
 }

@@ -69,22 +69,34 @@ fn log_dead_letter(reason: &str, why: &Why) {
     }
 }
 
+/// What the store answered to a write [`keep_writing`] made, and whether an earlier try of it
+/// failed (its reply lost, so it may have been applied).
+struct Answer<T> {
+    said: T,
+    after_a_failed_try: bool,
+}
+
 /// Writes a finished run's outcome with `write`, again with backoff until it succeeds or
 /// shutdown aborts (`None`: then the lease expires and the job runs again, at least once,
 /// never lost); what the store answered.
-async fn keep_writing<T, F, Fut>(shared: &Shared, what: String, mut write: F) -> Option<T>
+async fn keep_writing<T, F, Fut>(shared: &Shared, what: String, mut write: F) -> Option<Answer<T>>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = dq_core::Result<T>>,
 {
     let mut health = Health::new(what);
+    let mut after_a_failed_try = false;
     loop {
         match write().await {
-            Ok(answer) => {
+            Ok(said) => {
                 health.ok();
-                return Some(answer);
+                return Some(Answer {
+                    said,
+                    after_a_failed_try,
+                });
             }
             Err(e) => {
+                after_a_failed_try = true;
                 let d = health.failed(&e);
                 tokio::select! {
                     _ = shared.abort.cancelled() => {
@@ -100,17 +112,27 @@ where
 
 /// Counts a run's end without success as the store wrote it: `metric` when written as asked,
 /// `dq_jobs_cancelled_total` when a cancel requested against the lease (which the worker had
-/// not heard of yet) had the job deleted instead, nothing (and `taken_over` logged) when the
-/// lease was no longer held.
-fn count_end(ended: Option<RunEnded>, topic: &str, metric: &'static str, taken_over: &str) {
-    match ended {
-        Some(RunEnded::Written) => crate::metrics::count(metric, topic),
-        Some(RunEnded::Cancelled) => {
-            crate::metrics::count(metric::JOBS_CANCELLED, topic);
-            tracing::info!("a cancel was asked for this job while it ran (its worker had not heard of it yet): deleted, not run again");
+/// not heard of yet) had the job deleted instead (the store logs it), nothing (and
+/// `taken_over` logged) when the lease was no longer held. A lease no longer held after a
+/// failed try is counted as written: that try may have been applied, its reply lost (as
+/// before the store said which runs were cancelled).
+fn count_end(ended: Option<Answer<RunEnded>>, topic: &str, metric: &'static str, taken_over: &str) {
+    let Some(Answer {
+        said,
+        after_a_failed_try,
+    }) = ended
+    else {
+        return;
+    };
+    match said {
+        RunEnded::Written => crate::metrics::count(metric, topic),
+        RunEnded::Cancelled => crate::metrics::count(metric::JOBS_CANCELLED, topic),
+        RunEnded::NotHeld if after_a_failed_try => {
+            crate::metrics::count(metric, topic);
+            tracing::warn!("the lease was no longer held when the write was tried again: an earlier try whose reply was lost wrote it, or {taken_over}");
         }
-        Some(RunEnded::NotHeld) => tracing::warn!("{taken_over}"),
-        Some(_) | None => {}
+        RunEnded::NotHeld => tracing::warn!("{taken_over}"),
+        _ => {}
     }
 }
 
@@ -163,7 +185,7 @@ async fn write_throttle(shared: &Shared, leases: &dyn Leases, lease: &LeaseRef, 
         leases.release(std::slice::from_ref(lease)).await
     })
     .await;
-    if released == Some(0) {
+    if released.is_some_and(|r| r.said == 0 && !r.after_a_failed_try) {
         tracing::warn!("the lease was taken over while the job ran; not released here");
     }
 }
@@ -172,7 +194,8 @@ async fn write_throttle(shared: &Shared, leases: &dyn Leases, lease: &LeaseRef, 
 async fn write_cancel(shared: &Shared, leases: &dyn Leases, lease: &LeaseRef) {
     crate::metrics::count(metric::JOBS_CANCELLED, lease.topic.as_str());
     let what = format!("deletion of cancelled job {}:{}", lease.topic, lease.id);
-    if keep_writing(shared, what, || leases.cancel_running(lease)).await == Some(false) {
+    let deleted = keep_writing(shared, what, || leases.cancel_running(lease)).await;
+    if deleted.is_some_and(|d| !d.said && !d.after_a_failed_try) {
         tracing::warn!("the lease was taken over while the job ran; not deleted here");
     }
 }

@@ -150,12 +150,6 @@ pub(crate) async fn a_cancel_request_goes_with_the_lease_and_binds_no_later_run(
     assert_eq!(status.attempt, 1, "retried: {status:?}");
 }
 
-/// Issue 32 review (helper-61, finding 1): a run that ended without success after its cancel
-/// was requested, but before its worker heard of it (the `wake` message on its way, the next
-/// lease renewal not come), was retried, dead-lettered or put back in line, though the caller
-/// was told `CancelRequested` and README says such a job is deleted. Whatever ends the run
-/// without success (a retry, a postpone, a dead letter, a release, its lease expiring), the job
-/// is now deleted as cancelled and a wait for it answers `Cancelled`.
 /// The runtime counts a run's end by what the store did: `end_run` says a job was deleted as
 /// cancelled (its cancel asked while it ran, its worker not told), written, or not held.
 pub(crate) async fn end_run_says_which_runs_were_deleted_as_cancelled(kind: Kind) {
@@ -205,6 +199,12 @@ pub(crate) async fn end_run_says_which_runs_were_deleted_as_cancelled(kind: Kind
     }
 }
 
+/// Issue 32 review (helper-61, finding 1): a run that ended without success after its cancel
+/// was requested, but before its worker heard of it (the `wake` message on its way, the next
+/// lease renewal not come), was retried, dead-lettered or put back in line, though the caller
+/// was told `CancelRequested` and README says such a job is deleted. Whatever ends the run
+/// without success (a retry, a postpone, a dead letter, a release, its lease expiring), the job
+/// is now deleted as cancelled and a wait for it answers `Cancelled`.
 pub(crate) async fn a_run_that_fails_after_its_cancel_was_requested_is_deleted_not_retried(
     kind: Kind,
 ) {

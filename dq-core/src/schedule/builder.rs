@@ -59,10 +59,8 @@ pub struct ScheduleBuilder {
     tz: String,
     topic: Option<String>,
     payload: Option<Result<String>>,
-    /// The group `.group(..)` gave, which wins over the message's.
+    /// The group `.group(..)` gave.
     group: Option<String>,
-    /// The group of the message `.message(..)` gave.
-    message_group: Option<String>,
     missed: Missed,
     max_retries: u32,
 }
@@ -79,7 +77,6 @@ impl ScheduleBuilder {
             topic: None,
             payload: None,
             group: None,
-            message_group: None,
             missed: Missed::Skip,
             max_retries: crate::job::DEFAULT_RETRIES,
         }
@@ -104,20 +101,16 @@ impl ScheduleBuilder {
         self
     }
 
-    /// Each tick's job carries this message, to its type's topic, in the message's group when
-    /// its type names one (`#[message(group = "account")]`: README "Groups"), as a push of it
-    /// would be.
+    /// Each tick's job carries this message, to its type's topic. Its jobs are not grouped by
+    /// the message's group field (`#[message(group = "account")]`) unless [`group`](Self::group)
+    /// says so: `.message(&m).group(m.account.clone())` (a schedule declared before groups keeps
+    /// its jobs and its place when the new version declares it again).
     pub fn message<M: Message>(self, message: &M) -> Self {
-        let group = message.group();
-        ScheduleBuilder {
-            message_group: group,
-            ..self.message_to(M::TOPIC, message)
-        }
+        self.message_to(M::TOPIC, message)
     }
 
     /// Each tick's job carries this value (as JSON), to `topic`.
     pub fn message_to<T: Serialize + ?Sized>(mut self, topic: &str, message: &T) -> Self {
-        self.message_group = None;
         self.topic = Some(topic.to_owned());
         self.payload = Some(
             serde_json::to_string(message).map_err(|source| Error::Serialize {
@@ -132,14 +125,15 @@ impl ScheduleBuilder {
     pub fn topic(mut self, topic: impl Into<String>) -> Self {
         self.topic = Some(topic.into());
         self.payload = None;
-        self.message_group = None;
         self
     }
 
     /// Puts each tick's job in group `key` of its topic (README "Groups"), as
-    /// [`PushBuilder::group`](crate::PushBuilder::group) does a push: a nightly sync per
-    /// tenant never runs beside that tenant's other jobs when the topic's group concurrency is
-    /// 1. It wins over the group of the message. The key follows the rules of a job id.
+    /// [`PushBuilder::group`](crate::PushBuilder::group) does a push: with a group concurrency
+    /// of one, a nightly sync per tenant never runs beside that tenant's other jobs. The key
+    /// follows the rules of a job id (`Error::InvalidPeriodic` at `upsert` otherwise). Every
+    /// process that fires schedules must know groups (this version or later: README
+    /// "Periodic jobs").
     ///
     /// On a namespace of several shards, where every job of a group lives in its group's shard,
     /// a tick's job id gets a suffix that leads there when `<schedule>@<tick ms>` does not
@@ -204,7 +198,7 @@ impl ScheduleBuilder {
             }
             other => other.transpose()?,
         };
-        let group = self.group.or(self.message_group);
+        let group = self.group;
         if let Some(g) = &group {
             JobId::new(g.as_str()).map_err(|e| {
                 invalid(format!(

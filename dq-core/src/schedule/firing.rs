@@ -148,7 +148,7 @@ impl Client {
                 // resumed while this tick's job was being made: then that job goes, unless the
                 // schedule as it is now has that tick too (its looks find the job in place).
                 let now_entry = self.store.schedule(fire.id).await?;
-                if made == 1 && !still_wanted(now_entry, fire.generation, current) {
+                if made == 1 && !still_wanted(now_entry, fire, current) {
                     let job = tick_job_id_in(fire.id, fire.spec, current, self.store.shards());
                     self.cancel_in(&fire.spec.topic, &job).await?;
                     created -= 1;
@@ -345,18 +345,22 @@ impl Walk {
 /// schedule on, should stay: yes when another process moved it (same generation: the tick was
 /// theirs to make too), or when the schedule changed or was resumed but still has that tick
 /// after the change; no when it was paused, removed, or no longer ticks then.
-fn still_wanted(now: Option<ScheduleEntry>, generation: u64, tick: SystemTime) -> bool {
+fn still_wanted(now: Option<ScheduleEntry>, fire: &Firing<'_>, tick: SystemTime) -> bool {
     let Some(entry) = now.filter(|e| e.next_us.is_some()) else {
         return false;
     };
-    if entry.generation == generation {
+    if entry.generation == fire.generation {
         return true;
     }
     // A new generation starts at (about) the store's clock when it began, in us.
     let after_change = to_us(tick) > entry.generation;
+    // Its job is the new spec's job of that tick only where the new spec puts it: the same
+    // topic and group (a grouped tick's id leads to its group's shard).
     let ticks_then = ScheduleInfo::from_entry(entry).is_ok_and(|info| {
         let before = tick.checked_sub(Duration::from_micros(1));
-        before.and_then(|b| info.spec.repeat.next_after(b)) == Some(tick)
+        info.spec.topic == fire.spec.topic
+            && info.spec.group == fire.spec.group
+            && before.and_then(|b| info.spec.repeat.next_after(b)) == Some(tick)
     });
     after_change && ticks_then
 }

@@ -92,6 +92,7 @@ impl Client {
             spare.is_some_and(|new| {
                 let before = t.checked_sub(Duration::from_micros(1));
                 new.topic == info.spec.topic
+                    && new.group == info.spec.group
                     && before.and_then(|b| new.repeat.next_after(b)) == Some(t)
             })
         };
