@@ -81,7 +81,8 @@ impl Ledger {
     /// ledger line (same job, attempt and process), each ending when its process ended
     /// (`ended`: the harness' times after it killed or stopped a process of that pid, the first
     /// one after the start), or at its start when the harness did not end the process (then
-    /// counted in the second value).
+    /// counted in the second value). The ledger's runs come first, in their order, then the
+    /// cut ones.
     pub(crate) fn with_cut_runs(
         &self,
         dir: &Path,

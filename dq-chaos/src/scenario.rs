@@ -484,23 +484,19 @@ const SLOT_BACK_SLACK_MS: u64 = 250;
 /// held came back within a lease of the kill (issue 33, item 6): the run's lease was renewed
 /// last before the kill, so it ran out at most a lease after it, and the store took it back
 /// (its `stalled` or `dead` event, `Harness::taken_back_us`) within [`SLOT_BACK_SLACK_MS`]
-/// of that. A cut run is one of `runs` that is not in the ledger (`Ledger::with_cut_runs`),
-/// ending when its worker was killed.
+/// of that. `runs` are `Ledger::with_cut_runs`'s: the ledger's, then the cut ones, each
+/// ending when its worker was killed (or at its start when the harness did not end it).
 fn slots_came_back(
     h: &Harness,
     runs: &[Run],
     extra: &mut serde_json::Map<String, Value>,
     failures: &mut Vec<String>,
 ) {
-    let ended: std::collections::HashSet<(&str, u32, u32)> = h
-        .ledger
-        .runs
-        .iter()
-        .map(|r| (r.id.as_str(), r.attempt, r.pid))
-        .collect();
     let cut = runs
+        .get(h.ledger.runs.len()..)
+        .unwrap_or_default()
         .iter()
-        .filter(|r| !ended.contains(&(r.id.as_str(), r.attempt, r.pid)) && r.end_us > r.start_us);
+        .filter(|r| r.end_us > r.start_us);
     let (mut most_ms, mut checked, mut late, mut never) = (0u64, 0usize, Vec::new(), Vec::new());
     let bound = h.worker.lease_ms + SLOT_BACK_SLACK_MS;
     for r in cut {

@@ -8,6 +8,16 @@ pub use dq_syntax::{MAX_JOB_ID_LEN, MAX_TOPIC_LEN};
 
 use crate::error::{Error, Result};
 
+/// What is wrong with `group` as a group key, which follows the rules of a job id (a push's
+/// and a schedule's); `None` when nothing is.
+pub(crate) fn group_key_problem(group: &str) -> Option<String> {
+    id_problem(group).map(|reason| {
+        format!(
+            "group {group:?} is not a valid group key ({reason}); it follows the rules of a job id"
+        )
+    })
+}
+
 macro_rules! name_impls {
     ($ty:ident, $problem:path, $error:expr) => {
         impl $ty {

@@ -401,12 +401,12 @@ impl PushBuilder {
         let trace = crate::trace::of_push(self.fence.is_some());
         #[cfg(not(feature = "otel"))]
         let trace = None;
-        if let Some(g) = &self.group {
-            JobId::new(g.as_str()).map_err(|e| {
-                invalid(format!(
-                    "job {id}: group {g:?} is not a valid group key ({e}); it follows the rules of a job id"
-                ))
-            })?;
+        if let Some(problem) = self
+            .group
+            .as_deref()
+            .and_then(crate::name::group_key_problem)
+        {
+            return Err(invalid(format!("job {id}: {problem}")));
         }
         let job = NewJob {
             topic,

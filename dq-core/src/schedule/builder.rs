@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 
 use super::spec::{Missed, Repeat, ScheduleSpec, Tick};
-use crate::client::Client;
+use crate::client::{Client, PushBuilder};
 use crate::error::{Error, Result};
 use crate::job::{from_us, to_us};
 use crate::message::Message;
@@ -198,13 +198,12 @@ impl ScheduleBuilder {
             }
             other => other.transpose()?,
         };
-        let group = self.group;
-        if let Some(g) = &group {
-            JobId::new(g.as_str()).map_err(|e| {
-                invalid(format!(
-                    "group {g:?} is not a valid group key ({e}); it follows the rules of a job id"
-                ))
-            })?;
+        if let Some(problem) = self
+            .group
+            .as_deref()
+            .and_then(crate::name::group_key_problem)
+        {
+            return Err(invalid(problem));
         }
         Ok(ScheduleSpec {
             repeat,
@@ -212,7 +211,7 @@ impl ScheduleBuilder {
             payload,
             missed: self.missed,
             max_retries: self.max_retries,
-            group,
+            group: self.group,
         })
     }
 }
@@ -277,6 +276,21 @@ pub(crate) fn check_id(id: &str) -> Result<()> {
 /// a group on a namespace of several shards may add a suffix to it: [`ScheduleBuilder::group`].)
 pub fn tick_job_id(schedule: &str, tick: SystemTime) -> String {
     format!("{schedule}@{}", to_us(tick) / 1000)
+}
+
+/// `push` of one of `spec`'s jobs with id `id`, in `spec`'s group when it has one, the id led
+/// to the group's shard ([`in_group_shard`]).
+pub(crate) fn placed(
+    push: PushBuilder,
+    id: String,
+    spec: &ScheduleSpec,
+    shards: u16,
+) -> PushBuilder {
+    let push = push.id(in_group_shard(id, spec, shards));
+    match &spec.group {
+        Some(group) => push.group(group.as_str()),
+        None => push,
+    }
 }
 
 /// The id of the job of tick `tick` of schedule `schedule` (`spec`) in a namespace of `shards`

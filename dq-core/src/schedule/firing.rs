@@ -9,7 +9,8 @@ use std::time::{Duration, SystemTime};
 
 use tracing::Instrument;
 
-use super::builder::{job_payload, tick_job_id_in, ScheduleInfo, MAX_TICKS_PER_LOOK};
+use super::builder::MAX_TICKS_PER_LOOK;
+use super::builder::{job_payload, placed, tick_job_id, tick_job_id_in, ScheduleInfo};
 use super::spec::{Missed, ScheduleSpec};
 use crate::client::{Client, Pushed};
 use crate::error::Result;
@@ -249,9 +250,8 @@ impl Client {
         // Pushed in a span of its own: with the `otel` feature the tick's job records it, and
         // its runs link to it (a tick's run is no part of whatever trace was current here).
         let span = tracing::info_span!("tick", schedule = id, tick_us = to_us(tick));
-        let mut push = self
-            .push_json(&spec.topic, job_payload(spec, id, tick)?)
-            .id(tick_job_id_in(id, spec, tick, self.store.shards()))
+        let push = self.push_json(&spec.topic, job_payload(spec, id, tick)?);
+        placed(push, tick_job_id(id, tick), spec, self.store.shards())
             .at(due)
             .max_retries(spec.max_retries)
             .unique_for(window)
@@ -259,11 +259,10 @@ impl Client {
                 schedule: id.to_owned(),
                 generation,
                 tick_us: to_us(tick),
-            });
-        if let Some(group) = &spec.group {
-            push = push.group(group.as_str());
-        }
-        push.send().instrument(span).await
+            })
+            .send()
+            .instrument(span)
+            .await
     }
 }
 

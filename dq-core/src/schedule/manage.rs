@@ -4,7 +4,7 @@
 use std::time::{Duration, SystemTime};
 
 use super::builder::{
-    in_group_shard, job_payload, tick_job_id_in, ScheduleBuilder, ScheduleInfo, MAX_TICKS_PER_LOOK,
+    job_payload, placed, tick_job_id_in, ScheduleBuilder, ScheduleInfo, MAX_TICKS_PER_LOOK,
 };
 use super::spec::ScheduleSpec;
 use crate::admin::ChangeOutcome;
@@ -152,18 +152,10 @@ impl Client {
         let info = ScheduleInfo::from_entry(entry)?;
         let now = from_us(self.store.time_us().await?);
         let payload = job_payload(&info.spec, id, now)?;
-        let job = in_group_shard(
-            format!("{id}@now-{}", to_us(now)),
-            &info.spec,
-            self.store.shards(),
-        );
-        let mut push = self
-            .push_json(&info.spec.topic, payload)
-            .id(job)
-            .max_retries(info.spec.max_retries);
-        if let Some(group) = &info.spec.group {
-            push = push.group(group.as_str());
-        }
+        let push = self.push_json(&info.spec.topic, payload);
+        let job = format!("{id}@now-{}", to_us(now));
+        let push =
+            placed(push, job, &info.spec, self.store.shards()).max_retries(info.spec.max_retries);
         Ok(Some(push.send().await?))
     }
 }
