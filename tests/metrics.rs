@@ -292,6 +292,46 @@ async fn a_run_that_fails_before_its_worker_hears_of_its_cancel_is_counted_as_ca
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_meets_a_rate_limit_before_its_worker_hears_of_its_cancel_is_counted_as_cancelled(
+) {
+    let redis = RedisServer::start();
+    endpoint();
+    let config = support::config(&redis);
+    let store = support::faulty::Faulty {
+        deaf_to_cancels: true,
+        ..support::faulty::Faulty::new(&config).await
+    };
+    let (started, mut has_started) = tokio::sync::mpsc::unbounded_channel();
+    let go = std::sync::Arc::new(tokio::sync::Notify::new());
+    let limited = go.clone();
+    let listener = Listener::new("payouts", move |_: u32, _ctx: JobContext| {
+        let (started, limited) = (started.clone(), limited.clone());
+        async move {
+            let _ = started.send(());
+            limited.notified().await;
+            Outcome::RateLimited(Duration::from_millis(10))
+        }
+    })
+    .no_timeout();
+    let rt = support::start_on(config, Some(std::sync::Arc::new(store)), listener).await;
+    let c = rt.client();
+    c.push_to("payouts", &1u32).id("p1").await.unwrap();
+    let run = tokio::time::timeout(LONG, has_started.recv()).await;
+    assert_eq!(run.unwrap(), Some(()), "the handler started");
+    let cancel = c.cancel_in("payouts", "p1").await.unwrap();
+    assert_eq!(cancel, ChangeOutcome::CancelRequested);
+    go.notify_one();
+    let text = scrape_until(&[r#"dq_jobs_cancelled_total{topic="payouts"} 1"#]).await;
+    assert!(
+        !text.contains(r#"dq_jobs_rate_limited_total{topic="payouts"}"#),
+        "{text}"
+    );
+    let status = c.status_in("payouts", "p1").await.unwrap();
+    assert!(status.is_none(), "deleted: {status:?}");
+    rt.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waits_are_counted_by_what_they_answered() {
     let redis = RedisServer::start();
     let listener = Listener::new("invoices", |n: u32, _: JobContext| async move {

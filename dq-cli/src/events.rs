@@ -47,6 +47,15 @@ pub(crate) async fn tail(client: &Client, args: EventsArgs, json: bool) -> Resul
             EventItem::Lagged { shard, missed } => {
                 println!("(missed {missed} events of shard {shard}: they were trimmed before they were read)");
             }
+            EventItem::RolledBack { shard, forgotten } if json => {
+                println!(
+                    "{}",
+                    json!({ "rolled_back": { "shard": shard, "forgotten": forgotten } })
+                );
+            }
+            EventItem::RolledBack { shard, forgotten } => {
+                println!("(Redis went back to an older state in shard {shard}: the last {forgotten} events printed are gone, with the changes they told of; the events written since follow)");
+            }
             _ => {}
         }
     }

@@ -20,7 +20,12 @@
 //! ([`Client::events_from`](crate::Client::events_from), `FromStr`), it resumes right after the
 //! last event handed out and misses nothing still within the cap; a reader that fell further
 //! behind is told so first ([`EventItem::Lagged`], with how many it missed). Every entry of a
-//! stream is numbered (1, 2, ...), which is how a reader knows.
+//! stream is numbered (1, 2, ...), which is how a reader knows. A reader on Redis also checks,
+//! whenever it connects and whenever a read finds nothing new, that the entry it stands on is
+//! still the one it read (by its time): after Redis went back to an older state (a restart from
+//! an older snapshot, a failover to a replica that was behind) it is told
+//! ([`EventItem::RolledBack`]) and reads every event written since, though their numbers are
+//! ones it had seen.
 //!
 //! Order: the events of one job come in the order they happened (a job lives in one shard, and
 //! each shard's stream is read in order); the events of jobs in different shards are interleaved
@@ -168,9 +173,11 @@ impl JobEvent {
 
 /// Where a reader stands in one shard's stream of a topic: the last event it read, by the id
 /// of its entry in the stream (`<ms>-<seq>`, as Redis writes stream ids: dq's Redis store writes
-/// `0-<n>`, the memory store the time and rank) and the event's number (1, 2, ...: how a reader
-/// knows it missed some, and where it stands inside an entry of several). The default (`0-0`,
-/// number 0) is before the first entry.
+/// `0-<n>`, the memory store the time and rank), the event's number (1, 2, ...: how a reader
+/// knows it missed some, and where it stands inside an entry of several) and, on Redis, the
+/// entry's time (how a reader knows the entry it stands on is still the one it read, after
+/// Redis went back to an older state: [`EventItem::RolledBack`]). The default (`0-0`, number
+/// 0) is before the first entry.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct EventPosition {
     /// The first part of the entry's stream id.
@@ -179,12 +186,26 @@ pub struct EventPosition {
     pub seq: u64,
     /// The event's number in the stream, from 1.
     pub n: u64,
+    /// When the entry was written, in microseconds since the Unix epoch by the store's clock
+    /// (its `t`); 0 when not known (a cursor saved by a release before this field, or a store
+    /// that does not check it).
+    pub t_us: u64,
 }
 
 impl EventPosition {
-    /// The position of the entry `<ms>-<seq>` numbered `n`.
+    /// The position of the entry `<ms>-<seq>` numbered `n`, its time not known.
     pub fn new(ms: u64, seq: u64, n: u64) -> EventPosition {
-        EventPosition { ms, seq, n }
+        EventPosition {
+            ms,
+            seq,
+            n,
+            t_us: 0,
+        }
+    }
+
+    /// The same position, the entry written at `t_us` (microseconds since the Unix epoch).
+    pub fn written_at(self, t_us: u64) -> EventPosition {
+        EventPosition { t_us, ..self }
     }
 
     /// The stream id, `<ms>-<seq>`.
@@ -199,10 +220,14 @@ impl EventPosition {
     }
 }
 
-/// `<ms>-<seq>:<n>`.
+/// `<ms>-<seq>:<n>`, then `@<t_us>` when the entry's time is known.
 impl fmt::Display for EventPosition {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}-{}:{}", self.ms, self.seq, self.n)
+        write!(f, "{}-{}:{}", self.ms, self.seq, self.n)?;
+        if self.t_us > 0 {
+            write!(f, "@{}", self.t_us)?;
+        }
+        Ok(())
     }
 }
 
@@ -210,10 +235,14 @@ impl FromStr for EventPosition {
     type Err = String;
 
     fn from_str(text: &str) -> std::result::Result<Self, String> {
-        let bad = || format!("{text:?} is not a shard's position, <ms>-<seq>:<n>");
-        let (id, n) = text.split_once(':').ok_or_else(bad)?;
+        let bad = || format!("{text:?} is not a shard's position, <ms>-<seq>:<n>[@<time>]");
+        let (id, rest) = text.split_once(':').ok_or_else(bad)?;
         let (ms, seq) = EventPosition::parse_stream_id(id).ok_or_else(bad)?;
-        Ok(EventPosition::new(ms, seq, n.parse().map_err(|_| bad())?))
+        let (n, t_us) = match rest.split_once('@') {
+            Some((n, t)) => (n, t.parse().map_err(|_| bad())?),
+            None => (rest, 0),
+        };
+        Ok(EventPosition::new(ms, seq, n.parse().map_err(|_| bad())?).written_at(t_us))
     }
 }
 
@@ -221,15 +250,17 @@ impl FromStr for EventPosition {
 /// events that come after the read opens) or `start` (every event still kept).
 ///
 /// It prints as a string to save (`now`, `start`, or the shards' positions joined by commas,
-/// each `<stream id>:<number of its last event>`: on Redis `0-57:57,0-12:12` for two shards,
-/// whose stream ids are the event numbers; the memory store's ids are times, as
-/// `1764063000123-0:57`) and parses back from one, so that a consumer that restarts resumes
-/// where it stopped:
+/// each `<stream id>:<number of its last event>@<time of its entry, us>`: on Redis
+/// `0-57:57@1764063000123456,0-12:12@1764063000200000` for two shards, whose stream ids are the
+/// event numbers; the memory store's ids are times, as `1764063000123-0:57`, without `@`) and
+/// parses back from one, so that a consumer that restarts resumes where it stopped. (A
+/// position without `@`, as cursors were saved before, reads the same; only the check for a
+/// rollback, [`EventItem::RolledBack`], needs the time.)
 ///
 /// ```
 /// use dq_core::events::EventCursor;
 ///
-/// let saved = "0-57:57,0-12:12".to_string();
+/// let saved = "0-57:57@1764063000123456,0-12:12@1764063000200000".to_string();
 /// let cursor: EventCursor = saved.parse().unwrap();
 /// assert_eq!(cursor.to_string(), saved);
 /// assert_eq!("start".parse::<EventCursor>().unwrap(), EventCursor::start());
@@ -354,6 +385,18 @@ pub enum EventItem {
         /// How many.
         missed: u64,
     },
+    /// The store went back to an older state in `shard`: the last `forgotten` events the
+    /// reader had read are no longer in its stream, and the numbers go on from before them.
+    /// On Redis, it restarted from a snapshot older than those events (`save` persistence,
+    /// or an `appendfsync` that had not written them), or a replica that had not received them
+    /// took over. The changes those events told of were lost with them; the events written
+    /// since follow, none missed.
+    RolledBack {
+        /// The shard that went back.
+        shard: u16,
+        /// How many events read before are gone.
+        forgotten: u64,
+    },
 }
 
 /// One entry of a shard's event stream as a store's feed hands it over ([`EventFeed`]): where
@@ -399,6 +442,7 @@ mod tests {
             "start",
             "0-0:0",
             "1764063000123-4:57,1764063000200-0:12",
+            "0-57:57@1764063000123456,0-12:12",
         ] {
             let cursor: EventCursor = text.parse().unwrap();
             assert_eq!(cursor.to_string(), text);
@@ -414,7 +458,16 @@ mod tests {
 
     #[test]
     fn a_cursor_that_is_not_one_or_of_another_shard_count_is_refused() {
-        for bad in ["", "yesterday", "5-1", "5:3", "5-x:3", "5-1:3,"] {
+        for bad in [
+            "",
+            "yesterday",
+            "5-1",
+            "5:3",
+            "5-x:3",
+            "5-1:3,",
+            "5-1:3@",
+            "5-1:3@x",
+        ] {
             let e = bad.parse::<EventCursor>().unwrap_err();
             assert_eq!(e.kind(), crate::ErrorKind::InvalidInput, "{bad:?}: {e}");
         }

@@ -173,13 +173,17 @@ pub enum RunEnd<'a> {
         /// Why.
         error: &'a str,
     },
+    /// The handler met its provider's rate limit: back to the front of its ready list at
+    /// once, the run not counted ([`Leases::release`](crate::store::Leases::release)).
+    Release,
 }
 
 /// What [`Leases::end_run`](crate::store::Leases::end_run) did with a run's end.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum RunEnded {
-    /// Written as asked: the job runs again later, or is a dead letter.
+    /// Written as asked: the job runs again (later, or at once after a release), or is a
+    /// dead letter.
     Written,
     /// The lease was no longer held (taken over after it expired): nothing changed.
     NotHeld,

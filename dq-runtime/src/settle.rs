@@ -170,24 +170,23 @@ async fn write_dead_letter(shared: &Shared, leases: &dyn Leases, lease: &LeaseRe
 
 /// Holds the topic's starts back for `hold` in every shard, then puts the job back to the front
 /// of its ready list, no attempt spent. Hold first: a job released first would start again at
-/// once, into the same 429.
+/// once, into the same 429. Counted as rate limited once released, or as cancelled when a
+/// cancel requested against the lease had the job deleted instead.
 async fn write_throttle(shared: &Shared, leases: &dyn Leases, lease: &LeaseRef, hold: Duration) {
-    crate::metrics::count(metric::JOBS_RATE_LIMITED, lease.topic.as_str());
+    let topic = lease.topic.as_str();
     let what = format!("hold of topic {} for {hold:?}", lease.topic);
     if keep_writing(shared, what, || leases.hold(&lease.topic, hold))
         .await
         .is_none()
     {
-        return; // shutdown gave up on the hold (counted): the job runs again when its lease expires
+        // Shutdown gave up on the hold: the job runs again when its lease expires.
+        crate::metrics::count(metric::JOBS_RATE_LIMITED, topic);
+        return;
     }
     let what = format!("release of rate-limited job {}:{}", lease.topic, lease.id);
-    let released = keep_writing(shared, what, || async move {
-        leases.release(std::slice::from_ref(lease)).await
-    })
-    .await;
-    if released.is_some_and(|r| r.said == 0 && !r.after_a_failed_try) {
-        tracing::warn!("the lease was taken over while the job ran; not released here");
-    }
+    let taken_over = "the lease was taken over while the job ran; not released here";
+    let ended = keep_writing(shared, what, || leases.end_run(lease, RunEnd::Release)).await;
+    count_end(ended, topic, metric::JOBS_RATE_LIMITED, taken_over);
 }
 
 /// Deletes a job a cancel asked to stop, whose run did not succeed.

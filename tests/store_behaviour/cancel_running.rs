@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use dq::admin::ChangeOutcome;
 use dq::push::PushOutcome;
 use dq::store::{LeaseRef, Retention, RunEnd, RunEnded, Waited, Wake, WakeListener};
+use dq::JobState;
 
 use super::{outcome, push_and_lease, Harness, Kind};
 use crate::support::{id, topic, OrderCancel, TestClient, LEASE};
@@ -159,8 +160,10 @@ pub(crate) async fn end_run_says_which_runs_were_deleted_as_cancelled(kind: Kind
     let r = push_and_lease(c, "r").await;
     let p = push_and_lease(c, "p").await;
     let d = push_and_lease(c, "d").await;
+    let l = push_and_lease(c, "l").await;
     let written = push_and_lease(c, "w").await;
-    for name in ["r", "p", "d"] {
+    let released = push_and_lease(c, "x").await;
+    for name in ["r", "p", "d", "l"] {
         assert_eq!(cancel(c, name).await, ChangeOutcome::CancelRequested);
     }
     let retry = RunEnd::Retry {
@@ -184,7 +187,15 @@ pub(crate) async fn end_run_says_which_runs_were_deleted_as_cancelled(kind: Kind
         RunEnded::Cancelled
     );
     assert_eq!(
+        s.end_run(&l.lease, RunEnd::Release).await.unwrap(),
+        RunEnded::Cancelled
+    );
+    assert_eq!(
         s.end_run(&written.lease, retry).await.unwrap(),
+        RunEnded::Written
+    );
+    assert_eq!(
+        s.end_run(&released.lease, RunEnd::Release).await.unwrap(),
         RunEnded::Written
     );
     // The same lease again: the job is no longer held by it.
@@ -193,7 +204,13 @@ pub(crate) async fn end_run_says_which_runs_were_deleted_as_cancelled(kind: Kind
         s.end_run(&written.lease, dead).await.unwrap(),
         RunEnded::NotHeld
     );
-    for name in ["r", "p", "d"] {
+    assert_eq!(
+        s.end_run(&released.lease, RunEnd::Release).await.unwrap(),
+        RunEnded::NotHeld
+    );
+    let back = c.status_in("order-cancel", "x").await.unwrap().unwrap();
+    assert_eq!(back.state, JobState::Ready, "released to ready: {back:?}");
+    for name in ["r", "p", "d", "l"] {
         let status = c.status_in("order-cancel", name).await.unwrap();
         assert!(status.is_none(), "{name} was deleted: {status:?}");
     }

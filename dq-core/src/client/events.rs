@@ -122,7 +122,9 @@ impl EventStream {
     }
 
     /// The next item among the entries read: word of a lag first, when the entry's number says
-    /// that entries before it were trimmed unread.
+    /// that entries before it were trimmed unread, or of a rollback, when its number is one the
+    /// reader has read already (the store went back, and the feed with it: see
+    /// [`EventItem::RolledBack`]).
     fn next_read(&mut self) -> Option<EventItem> {
         while let Some(entry) = self.read.pop_front() {
             let shard = entry.shard;
@@ -131,6 +133,15 @@ impl EventStream {
             };
             // A reader that has read nothing of a stream yet (from `start`, or from `now` on a
             // stream that did not exist) is owed nothing before its first entry.
+            if at.n > 0 && entry.position.n <= at.n {
+                let forgotten = at.n - entry.position.n.saturating_sub(1);
+                // Told once: the reader now stands just before the entry's event, which
+                // comes next (a cursor saved here resumes with it).
+                *at = entry.position;
+                at.n = entry.position.n.saturating_sub(1);
+                self.read.push_front(entry);
+                return Some(EventItem::RolledBack { shard, forgotten });
+            }
             if at.n > 0 && entry.position.n > at.n.saturating_add(1) {
                 let missed = entry.position.n - at.n - 1;
                 // The lag is told once: the entry comes next.
@@ -259,6 +270,20 @@ mod tests {
             EventItem::Event { cursor, .. } => assert_eq!(cursor.to_string(), "8-0:8"),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[tokio::test]
+    async fn a_reader_handed_numbers_it_has_read_is_told_of_the_rollback_once() {
+        // It had read up to 5; the store went back to 2 and wrote 3 and 4 since.
+        let got = items("5-0:5", vec![entry(3), entry(4)], 3).await;
+        assert_eq!(
+            got[0],
+            EventItem::RolledBack {
+                shard: 0,
+                forgotten: 3
+            }
+        );
+        assert_eq!((id_of(&got[1]), id_of(&got[2])), ("3".into(), "4".into()));
     }
 
     #[tokio::test]

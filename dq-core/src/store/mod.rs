@@ -232,17 +232,18 @@ pub trait Leases: Sharded {
     /// Returns false when the lease was no longer held.
     async fn dead_letter(&self, lease: &LeaseRef, error: &str) -> Result<bool>;
 
-    /// Writes a run's end without success ([`Leases::retry`], [`Leases::postpone`] or
-    /// [`Leases::dead_letter`]) and says what became of it, telling apart a job deleted as
+    /// Writes a run's end without success ([`Leases::retry`], [`Leases::postpone`],
+    /// [`Leases::dead_letter`] or [`Leases::release`]) and says what became of it, telling apart a job deleted as
     /// cancelled because a cancel was requested against its lease ([`RunEnded::Cancelled`]),
     /// which the runtime counts as cancelled, not as retried or dead-lettered. The default
-    /// calls the three methods, which cannot tell (a store of your own that deletes such jobs
+    /// calls those methods, which cannot tell (a store of your own that deletes such jobs
     /// should say so here).
     async fn end_run(&self, lease: &LeaseRef, end: RunEnd<'_>) -> Result<RunEnded> {
         let written = match end {
             RunEnd::Retry { delay, error } => self.retry(lease, delay, error).await?,
             RunEnd::Postpone { delay } => self.postpone(lease, delay).await?,
             RunEnd::DeadLetter { error } => self.dead_letter(lease, error).await?,
+            RunEnd::Release => self.release(std::slice::from_ref(lease)).await? == 1,
         };
         Ok(if written {
             RunEnded::Written

@@ -13,7 +13,7 @@ use redis::Value;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use super::events::{read_reply, OP};
+use super::events::{entry_position, read_reply, OP};
 use crate::connection::{Conn, Server, CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
 use dq_core::events::{EventCursor, EventEntry, EventPosition};
 use dq_core::store::EventFeed;
@@ -83,6 +83,7 @@ impl RedisEventFeed {
                 shards,
                 tx: tx.clone(),
                 resuming: true,
+                recheck: true,
             };
             readers.spawn(reader.run());
         }
@@ -128,6 +129,10 @@ struct Reader {
     /// events (a consumer stopped halfway through it), so that entry is read again and the
     /// events up to the cursor's are left out. Later reads go on after whole entries.
     resuming: bool,
+    /// Whether the next read first checks that each position still stands on the entry it
+    /// read ([`Reader::check_positions`]): on each new connection, and after a read that
+    /// found nothing.
+    recheck: bool,
 }
 
 impl Reader {
@@ -147,6 +152,7 @@ impl Reader {
                     }
                     failures = 0;
                     if entries.is_empty() {
+                        self.recheck = true;
                         continue;
                     }
                     for e in &entries {
@@ -178,16 +184,21 @@ impl Reader {
     /// One `XREAD BLOCK` of every stream of this reader after its positions, on its own
     /// connection (opened first when there is none).
     async fn read(
-        &self,
+        &mut self,
         conn: &mut Option<redis::aio::MultiplexedConnection>,
     ) -> Result<Vec<EventEntry>> {
         let c = match conn {
             Some(c) => c,
             None => {
                 let fresh = self.connect().await?;
+                self.recheck = true;
                 conn.insert(fresh)
             }
         };
+        if self.recheck {
+            self.check_positions(c).await?;
+            self.recheck = false;
+        }
         let mut cmd = redis::cmd("XREAD");
         cmd.arg("COUNT")
             .arg(READ_COUNT)
@@ -219,6 +230,82 @@ impl Reader {
             .map(|(shard, key, _)| (*shard, key.clone()))
             .collect();
         read_reply(&self.topic, &keys, &reply)
+    }
+
+    /// Checks that each shard's position still stands on the entry it read (same id, same
+    /// time). When not, and the stream was not merely trimmed past it, Redis went back to an
+    /// older state (a restart from an older snapshot, a failover to a replica that was behind):
+    /// the position moves back to the last entry written no later than the one it read, so
+    /// that the events written since, whose numbers the reader has seen, are read; the stream
+    /// tells the reader ([`EventItem::RolledBack`](dq_core::events::EventItem::RolledBack)).
+    /// A position without a time (saved so) is not checked.
+    async fn check_positions(&mut self, c: &mut redis::aio::MultiplexedConnection) -> Result<()> {
+        for i in 0..self.shards.len() {
+            let (shard, key, at) = self.shards[i].clone();
+            if at.n == 0 || at.t_us == 0 {
+                continue;
+            }
+            let id = at.stream_id();
+            let here = self.range(c, "XRANGE", &key, &id, &id, 1).await?;
+            if here.first().is_some_and(|e| e.t_us == at.t_us) {
+                continue;
+            }
+            let first = self.range(c, "XRANGE", &key, "-", "+", 1).await?;
+            if first
+                .first()
+                .is_some_and(|e| (e.ms, e.seq) > (at.ms, at.seq))
+            {
+                continue; // trimmed past it: the numbers tell the reader how many it missed
+            }
+            let mut end = "+".to_owned();
+            let back = 'found: loop {
+                let page = self.range(c, "XREVRANGE", &key, &end, "-", 100).await?;
+                let Some(oldest) = page.last() else {
+                    break EventPosition::default();
+                };
+                if let Some(kept) = page.iter().find(|e| e.t_us <= at.t_us) {
+                    break 'found *kept;
+                }
+                end = format!("({}", oldest.stream_id());
+            };
+            tracing::warn!(
+                topic = %self.topic, shard, read_up_to = at.n, kept_up_to = back.n,
+                "Redis lost job events this reader had read (it restarted from an older snapshot, or a replica that was behind took over): the reader is told, and reads on from the last event kept, so that it misses none of those written since"
+            );
+            self.shards[i].2 = back;
+        }
+        Ok(())
+    }
+
+    /// The entries `XRANGE`/`XREVRANGE` (`how`) of `key` from `from` to `to` returns, at most
+    /// `count`: the position of each entry's last event, with its time.
+    async fn range(
+        &self,
+        c: &mut redis::aio::MultiplexedConnection,
+        how: &str,
+        key: &str,
+        from: &str,
+        to: &str,
+        count: usize,
+    ) -> Result<Vec<EventPosition>> {
+        let cmd = redis::cmd(how)
+            .arg(key)
+            .arg(from)
+            .arg(to)
+            .arg("COUNT")
+            .arg(count)
+            .to_owned();
+        let reply = tokio::time::timeout(RESPONSE_TIMEOUT, cmd.query_async::<Value>(c))
+            .await
+            .map_err(|_| Error::Timeout {
+                op: "check where a reader of job events stands",
+                after: RESPONSE_TIMEOUT,
+            })?
+            .map_err(crate::error::redis(OP))?;
+        let Value::Array(entries) = &reply else {
+            return Err(super::reply::malformed_reply(how, &reply));
+        };
+        entries.iter().map(entry_position).collect()
     }
 
     /// Whether `e` is one of the events of the cursor's entry up to the cursor's event.

@@ -153,6 +153,7 @@ fn entries_of(topic: &Topic, shard: u16, v: &Value) -> Result<Vec<EventEntry>> {
     let fields = Fields::of(fields);
     let last = fields.number("n").unwrap_or(0);
     let count = fields.number("c").unwrap_or(1).max(1);
+    let written = fields.number("t").unwrap_or(0);
     let mut out = Vec::new();
     for i in 0..count {
         let event = job_event(
@@ -167,11 +168,30 @@ fn entries_of(topic: &Topic, shard: u16, v: &Value) -> Result<Vec<EventEntry>> {
         let n = (last + i + 1).saturating_sub(count);
         out.push(EventEntry {
             shard,
-            position: EventPosition::new(ms, seq, n),
+            position: EventPosition::new(ms, seq, n).written_at(written),
             event,
         });
     }
     Ok(out)
+}
+
+/// Where one stream entry, `[id, [field, value, ...]]`, stands: its id, the number of its last
+/// event and its time (its events not read).
+pub(super) fn entry_position(v: &Value) -> Result<EventPosition> {
+    let bad = || malformed_reply(OP, v);
+    let Value::Array(parts) = v else {
+        return Err(bad());
+    };
+    let (Some(id), Some(fields)) = (parts.first(), parts.get(1)) else {
+        return Err(bad());
+    };
+    let (ms, seq) = bytes_of(id)
+        .and_then(|b| std::str::from_utf8(b).ok())
+        .and_then(EventPosition::parse_stream_id)
+        .ok_or_else(bad)?;
+    let fields = Fields::of(fields);
+    let n = fields.number("n").unwrap_or(0);
+    Ok(EventPosition::new(ms, seq, n).written_at(fields.number("t").unwrap_or(0)))
 }
 
 /// Event `i` of the `count` an entry's fields describe (keys.rs lists them).
@@ -302,7 +322,10 @@ mod tests {
         let entries = read_reply(&topic, &keys, &reply).unwrap();
         assert_eq!(entries.len(), 3);
         assert_eq!(entries[0].shard, 1);
-        assert_eq!(entries[1].position, EventPosition::new(7, 1, 5));
+        assert_eq!(
+            entries[1].position,
+            EventPosition::new(7, 1, 5).written_at(7000)
+        );
         let failed = entries[0].event.as_ref().unwrap();
         assert_eq!(
             (failed.id.as_str(), failed.attempt, &failed.kind),

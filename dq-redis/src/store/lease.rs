@@ -151,6 +151,44 @@ impl RedisStore {
         }
         Ok(out)
     }
+
+    /// Puts `leases`' jobs back to the front of their ready lists; how many were, and how
+    /// many were deleted as cancelled instead (their cancel requested against the lease).
+    async fn release_runs(&self, leases: &[LeaseRef]) -> Result<(usize, usize)> {
+        let (mut released, mut cancelled) = (0, 0);
+
+        for (shard, chunk) in self.lease_chunks(leases) {
+            let k = self.keys(shard);
+            let mut keys = vec![
+                k.inflight(),
+                k.counts(),
+                k.leases(),
+                k.cancels(),
+                k.jobs(),
+                k.events(),
+                k.progress(),
+            ];
+            let topics: std::collections::BTreeSet<&Topic> =
+                chunk.iter().map(|l| &l.topic).collect();
+            for t in topics {
+                keys.push(k.ready(t));
+                keys.push(k.ready_gen(t));
+                keys.push(k.events_stream(t));
+                keys.push(k.ranked(t));
+            }
+            let mut inv = Self::lease_invocation(
+                &self.scripts().release,
+                &keys,
+                &[k.prefix().to_owned()],
+                &chunk,
+            );
+            let r: Released = self.call("release", &mut inv).await?;
+            released += r.released;
+            let asked = named_leases(&chunk, r.asked);
+            cancelled += self.delete_asked(&asked, "was released").await?;
+        }
+        Ok((released, cancelled))
+    }
 }
 
 #[async_trait]
@@ -269,42 +307,22 @@ impl Leases for RedisStore {
             RunEnd::Retry { delay, error } => self.retry_job(lease, delay, error, true).await,
             RunEnd::Postpone { delay } => self.retry_job(lease, delay, "", false).await,
             RunEnd::DeadLetter { error } => self.dead_letter_job(lease, error).await,
+            RunEnd::Release => {
+                let (released, cancelled) = self.release_runs(std::slice::from_ref(lease)).await?;
+                Ok(if cancelled > 0 {
+                    RunEnded::Cancelled
+                } else if released > 0 {
+                    RunEnded::Written
+                } else {
+                    RunEnded::NotHeld
+                })
+            }
         }
     }
 
     async fn release(&self, leases: &[LeaseRef]) -> Result<usize> {
-        let mut released = 0;
-        for (shard, chunk) in self.lease_chunks(leases) {
-            let k = self.keys(shard);
-            let mut keys = vec![
-                k.inflight(),
-                k.counts(),
-                k.leases(),
-                k.cancels(),
-                k.jobs(),
-                k.events(),
-                k.progress(),
-            ];
-            let topics: std::collections::BTreeSet<&Topic> =
-                chunk.iter().map(|l| &l.topic).collect();
-            for t in topics {
-                keys.push(k.ready(t));
-                keys.push(k.ready_gen(t));
-                keys.push(k.events_stream(t));
-                keys.push(k.ranked(t));
-            }
-            let mut inv = Self::lease_invocation(
-                &self.scripts().release,
-                &keys,
-                &[k.prefix().to_owned()],
-                &chunk,
-            );
-            let r: Released = self.call("release", &mut inv).await?;
-            released += r.released;
-            let asked = named_leases(&chunk, r.asked);
-            released += self.delete_asked(&asked, "was released").await?;
-        }
-        Ok(released)
+        let (released, cancelled) = self.release_runs(leases).await?;
+        Ok(released + cancelled)
     }
 
     async fn progress(&self, lease: &LeaseRef, value: &[u8]) -> Result<bool> {

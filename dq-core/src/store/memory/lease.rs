@@ -137,6 +137,38 @@ impl MemoryStore {
             RunEnded::NotHeld
         })
     }
+
+    /// Puts `leases`' jobs back to the front of their ready lists; how many were, and how
+    /// many were deleted as cancelled instead (their cancel requested against the lease).
+    fn release_runs(&self, leases: &[LeaseRef]) -> Result<(usize, usize)> {
+        let mut topics = BTreeSet::new();
+        let (mut n, mut cancelled) = (0, 0);
+        let now = self.now_us();
+        let mut asked = Vec::new();
+        {
+            let mut s = lock(&self.state);
+            for l in leases {
+                let Some(m) = s.holds(l) else { continue };
+                if s.asked_to_cancel(&m, l.token) {
+                    asked.push(l);
+                    continue;
+                }
+                s.end_lease(&m);
+                let run = s.jobs.get(&m).map_or(1, |e| e.attempt.saturating_add(1));
+                s.events.emit(&m, run, now, || EventKind::Released);
+                topics.insert(m.0.clone());
+                s.ready_again(m);
+                n += 1;
+            }
+        }
+        for t in &topics {
+            self.signal_ready(t);
+        }
+        for l in asked {
+            cancelled += usize::from(self.delete_asked(l)?);
+        }
+        Ok((n, cancelled))
+    }
 }
 
 #[async_trait]
@@ -336,37 +368,22 @@ impl Leases for MemoryStore {
             RunEnd::Retry { delay, error } => self.retry_job(lease, delay, Some(error)),
             RunEnd::Postpone { delay } => self.retry_job(lease, delay, None),
             RunEnd::DeadLetter { error } => self.dead_letter_job(lease, error),
+            RunEnd::Release => {
+                let (released, cancelled) = self.release_runs(std::slice::from_ref(lease))?;
+                Ok(if cancelled > 0 {
+                    RunEnded::Cancelled
+                } else if released > 0 {
+                    RunEnded::Written
+                } else {
+                    RunEnded::NotHeld
+                })
+            }
         }
     }
 
     async fn release(&self, leases: &[LeaseRef]) -> Result<usize> {
-        let mut topics = BTreeSet::new();
-        let mut n = 0;
-        let now = self.now_us();
-        let mut asked = Vec::new();
-        {
-            let mut s = lock(&self.state);
-            for l in leases {
-                let Some(m) = s.holds(l) else { continue };
-                if s.asked_to_cancel(&m, l.token) {
-                    asked.push(l);
-                    continue;
-                }
-                s.end_lease(&m);
-                let run = s.jobs.get(&m).map_or(1, |e| e.attempt.saturating_add(1));
-                s.events.emit(&m, run, now, || EventKind::Released);
-                topics.insert(m.0.clone());
-                s.ready_again(m);
-                n += 1;
-            }
-        }
-        for t in &topics {
-            self.signal_ready(t);
-        }
-        for l in asked {
-            n += usize::from(self.delete_asked(l)?);
-        }
-        Ok(n)
+        let (released, cancelled) = self.release_runs(leases)?;
+        Ok(released + cancelled)
     }
 
     async fn progress(&self, lease: &LeaseRef, value: &[u8]) -> Result<bool> {
