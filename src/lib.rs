@@ -48,7 +48,7 @@
 
 pub use dq_core::{
     Client, Config, Due, Error, ErrorKind, JobId, JobInfo, JobResult, JobState, Message, Rate,
-    Result, Topic,
+    Result, RunError, Topic, RUN_ERRORS_KEPT, RUN_ERROR_TEXT,
 };
 pub use dq_runtime::{
     Backoff, FromJob, JobContext, Listener, Outcome, Runtime, RuntimeBuilder, State,

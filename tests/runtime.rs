@@ -386,6 +386,18 @@ async fn job_failing_every_attempt_is_dead_lettered_with_its_last_error() {
         error.contains("order service says no (attempt 3)") && error.contains("attempt 3 of 3"),
         "{error}"
     );
+    // Each run's error, its topic's events off.
+    let runs: Vec<(u32, bool)> = info
+        .errors
+        .iter()
+        .map(|e| {
+            (
+                e.run,
+                e.error.contains(&format!("says no (attempt {})", e.run)),
+            )
+        })
+        .collect();
+    assert_eq!(runs, [(1, true), (2, true), (3, true)], "{:?}", info.errors);
     rt.shutdown().await.unwrap();
 }
 

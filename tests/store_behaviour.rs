@@ -376,6 +376,8 @@ on_every_store!(
     history: [
         a_jobs_history_keeps_the_error_of_each_run_that_failed,
         a_jobs_history_is_empty_when_its_topic_has_no_events,
+        a_job_keeps_the_error_of_each_failed_run_without_events,
+        a_dead_letter_keeps_the_error_of_each_failed_run_and_a_retry_of_it_goes_on,
     ],
 );
 

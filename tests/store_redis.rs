@@ -1419,9 +1419,21 @@ async fn only_a_job_with_a_trace_context_is_stored_in_envelope_format_3() {
     let lease = &leased.jobs[0].lease;
     assert!(s.retry(lease, Duration::ZERO, "boom").await.unwrap());
     let retried = stored_envelope(&redis, "traced:t");
-    let tail = format!(":4:{}:boom{trace}{{}}", trace.len());
+    // The error field: the last error, then after a NUL byte run 1's entry (`<run>:<us>:<len>:`).
+    let (head, rest) = retried
+        .split_once('\0')
+        .expect("the failed runs after a NUL byte");
+    let entry = rest
+        .strip_suffix(&format!("{trace}{{}}"))
+        .unwrap_or_else(|| panic!("{retried}"));
+    let field = format!("boom\0{entry}");
+    let head_tail = format!(":{}:{}:boom", field.len(), trace.len());
     assert!(
-        retried.starts_with("3:1:3:") && retried.ends_with(&tail),
+        retried.starts_with("3:1:3:") && head.ends_with(&head_tail),
+        "{retried}"
+    );
+    assert!(
+        entry.starts_with("1:") && entry.ends_with(":4:boom"),
         "{retried}"
     );
 }

@@ -110,6 +110,17 @@ fn job_fields(job: &JobInfo) -> Vec<Vec<String>> {
             String::from_utf8_lossy(&job.payload).into_owned(),
         ],
     ];
+    // Each failed run's error, oldest first, under the last error (which is kept whole).
+    for (i, e) in job.errors.iter().enumerate() {
+        let at = ago(dq::store::from_us(e.at_us));
+        rows.insert(
+            9 + i,
+            vec![
+                format!("run {} failed", e.run),
+                format!("{at}: {}", e.error),
+            ],
+        );
+    }
     if job.state == JobState::Done {
         let succeeded = job.state_since_or_until.map_or_else(|| "-".into(), ago);
         // After `pushed`, and the result last, under the payload.

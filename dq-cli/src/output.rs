@@ -144,6 +144,12 @@ pub(crate) fn job_json(j: &dq::JobInfo) -> Value {
         "created_ms": ms(j.created),
         "state_time_ms": j.state_since_or_until.map(ms),
         "last_error": j.last_error,
+        // Each failed run's error it keeps (the latest 10, each its first KiB), oldest first.
+        "errors": j.errors.iter().map(|e| json!({
+            "run": e.run,
+            "at_ms": e.at_us / 1000,
+            "error": e.error,
+        })).collect::<Vec<_>>(),
         "payload": nested(&j.payload),
         // A done job's value (null for none, and for a job that is not done).
         "result": j.result.as_deref().map(nested),

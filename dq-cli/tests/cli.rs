@@ -346,6 +346,41 @@ async fn groups_rate_is_set_shown_and_lifted() {
 }
 
 #[tokio::test]
+async fn show_lists_each_failed_runs_error_oldest_first() {
+    let redis = RedisServer::start();
+    let (c, store) = client_and_store(&redis).await;
+    c.push_json("t", r#"{"order_id":7}"#)
+        .id("flaky")
+        .await
+        .unwrap();
+    let topic = dq::Topic::new("t").unwrap();
+    let leased = store.fetch(0, &topic, 1, Duration::from_secs(30)).await;
+    let lease = leased.unwrap().jobs[0].lease.clone();
+    assert!(store
+        .retry(&lease, Duration::ZERO, "card declined")
+        .await
+        .unwrap());
+    assert_eq!(dead_letter_all(&store, "t", 1, "gateway timeout").await, 1);
+    let job = json(&dq(&redis, &["show", "t", "flaky", "--json"]));
+    let errors = job["errors"].as_array().expect("errors").clone();
+    let runs: Vec<(u64, &str)> = errors
+        .iter()
+        .map(|e| (e["run"].as_u64().unwrap(), e["error"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        runs,
+        [(1, "card declined"), (2, "gateway timeout")],
+        "{job}"
+    );
+    assert!(errors.iter().all(|e| e["at_ms"].is_u64()), "{job}");
+    let table = ok(&dq(&redis, &["show", "t", "flaky"]));
+    let first = table.find("run 1 failed").expect("run 1");
+    let second = table.find("run 2 failed").expect("run 2");
+    assert!(first < second, "{table}");
+    assert!(table[first..second].contains("card declined"), "{table}");
+}
+
+#[tokio::test]
 async fn a_done_job_shows_its_result_in_show_and_in_jobs_state_done() {
     let redis = RedisServer::start();
     let (c, store) = client_and_store(&redis).await;

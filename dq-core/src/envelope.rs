@@ -24,6 +24,12 @@
 //! * `error_len` bytes of the last error (0 when none), then (format 3) `trace_len` bytes of the
 //!   trace context, then the payload (JSON from serde). Every rewrite (a retry, a reclaim, a
 //!   dead letter and its requeue, a reschedule) keeps the trace context.
+//! * The error bytes of a job whose runs failed hold, after the last error and a NUL byte, the
+//!   errors of its failed runs ([`Envelope::errors`]): the latest [`RUN_ERRORS_KEPT`], each
+//!   `<run>:<us>:<len>:<text>` (the first [`RUN_ERROR_TEXT`] bytes of the error). Kept in the
+//!   error field, so that a release that does not know of them still reads the job (and shows
+//!   them after its last error), and they go with the job whatever deletes it. An error's own
+//!   NUL bytes are written as `?`.
 //!
 //! The same parser lives in `lua/lib.lua`; both must change together.
 
@@ -40,6 +46,40 @@ const TRACED_VERSION: u32 = 3;
 /// The format of a job with neither a trace context nor a priority, which every release reads.
 const UNTRACED_VERSION: u32 = 2;
 
+/// How many failed runs' errors a job keeps ([`Envelope::errors`], [`JobInfo::errors`]): the
+/// latest ten.
+///
+/// [`JobInfo::errors`]: crate::JobInfo::errors
+pub const RUN_ERRORS_KEPT: usize = 10;
+
+/// How much of each failed run's error a job's history keeps, in bytes: the first 1,024 (its
+/// last error is kept whole besides).
+pub const RUN_ERROR_TEXT: usize = 1024;
+
+/// One failed run of a job, as the job keeps it ([`Envelope::errors`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RunError {
+    /// Which run, from 1, as `JobContext::attempt` numbers it.
+    pub run: u32,
+    /// When it failed, in microseconds since the Unix epoch by the store's clock.
+    pub at_us: u64,
+    /// Its error: the first [`RUN_ERROR_TEXT`] bytes.
+    pub error: String,
+}
+
+impl RunError {
+    /// Run `run`'s error `error` at `at_us`, cut to its first [`RUN_ERROR_TEXT`] bytes.
+    pub fn new(run: u32, at_us: u64, error: &str) -> RunError {
+        let bytes = &error.as_bytes()[..error.len().min(RUN_ERROR_TEXT)];
+        RunError {
+            run,
+            at_us,
+            error: String::from_utf8_lossy(bytes).into_owned(),
+        }
+    }
+}
+
 /// A job as stored: bookkeeping and the serialized payload.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Envelope {
@@ -54,6 +94,10 @@ pub struct Envelope {
     pub due_us: u64,
     /// The error of the latest failed attempt.
     pub last_error: Option<String>,
+    /// The errors of its failed runs, oldest first: the latest [`RUN_ERRORS_KEPT`], each cut to
+    /// [`RUN_ERROR_TEXT`] bytes ([`Envelope::failed_run`] adds one). Empty for a job whose runs
+    /// never failed.
+    pub errors: Vec<RunError>,
     /// The W3C trace context the push recorded (feature `otel`; see `dq_core::trace` for the
     /// text), kept through every rewrite of the envelope; `None` for a job pushed outside any
     /// traced span, or without the feature. Stored only when not empty.
@@ -71,10 +115,33 @@ pub struct Envelope {
 }
 
 impl Envelope {
+    /// Run `run` failed with `error` at `now_us`: its last error, and the latest of its
+    /// [`errors`](Envelope::errors) (the oldest dropped past [`RUN_ERRORS_KEPT`]). A NUL byte
+    /// in the error becomes `?`. What lua/lib.lua's `failed_run` does on Redis.
+    pub fn failed_run(&mut self, error: &str, run: u32, now_us: u64) {
+        let error = error.replace('\0', "?");
+        self.errors.push(RunError::new(run, now_us, &error));
+        let extra = self.errors.len().saturating_sub(RUN_ERRORS_KEPT);
+        self.errors.drain(..extra);
+        self.last_error = Some(error);
+    }
+
     /// Encodes the envelope: format 4 when it has a priority, else format 3 when it carries a
     /// trace context, else format 2.
     pub fn encode(&self) -> Vec<u8> {
-        let err = self.last_error.as_deref().unwrap_or("");
+        let mut err = self.last_error.clone().unwrap_or_default();
+        if !self.errors.is_empty() {
+            err.push('\0');
+            for e in &self.errors {
+                err.push_str(&format!(
+                    "{}:{}:{}:{}",
+                    e.run,
+                    e.at_us,
+                    e.error.len(),
+                    e.error
+                ));
+            }
+        }
         let (attempt, max, created, due) = (
             self.attempt,
             self.max_attempts,
@@ -164,12 +231,18 @@ impl Envelope {
         let small = |v: u64, what: &str| {
             u32::try_from(v).map_err(|_| malformed(&format!("{what} out of range")))
         };
+        // The last error, and after a NUL byte the errors of the failed runs.
+        let (last_end, errors) = match raw[pos..err_end].iter().position(|&b| b == 0) {
+            Some(nul) => (pos + nul, run_errors(&raw[pos + nul + 1..err_end])),
+            None => (err_end, Vec::new()),
+        };
         Ok(Envelope {
             attempt: small(attempt, "attempt")?,
             max_attempts: small(max_attempts, "max_attempts")?,
             created_us,
             due_us,
-            last_error: text(pos, err_end),
+            last_error: text(pos, last_end),
+            errors,
             trace: text(err_end, trace_end),
             priority,
             group: text(trace_end, group_end),
@@ -216,6 +289,36 @@ fn header_priority(raw: &[u8], pos: &mut usize) -> std::result::Result<i8, Strin
     Ok(priority)
 }
 
+/// The entries `<run>:<us>:<len>:<text>` of a job's failed runs, as many as read whole (a
+/// history that does not read on is cut there rather than failing the job).
+fn run_errors(mut raw: &[u8]) -> Vec<RunError> {
+    let mut out = Vec::new();
+    while !raw.is_empty() {
+        let mut pos = 0;
+        let (Ok(run), Ok(at_us), Ok(len)) = (
+            header_number(raw, &mut pos, 0),
+            header_number(raw, &mut pos, 1),
+            header_number(raw, &mut pos, 2),
+        ) else {
+            break;
+        };
+        let Some(end) = usize::try_from(len)
+            .ok()
+            .and_then(|len| pos.checked_add(len))
+            .filter(|&end| end <= raw.len())
+        else {
+            break;
+        };
+        out.push(RunError {
+            run: u32::try_from(run).unwrap_or(u32::MAX),
+            at_us,
+            error: String::from_utf8_lossy(&raw[pos..end]).into_owned(),
+        });
+        raw = &raw[end..];
+    }
+    out
+}
+
 fn preview(raw: &[u8]) -> String {
     String::from_utf8_lossy(&raw[..raw.len().min(48)]).into_owned()
 }
@@ -231,11 +334,55 @@ mod tests {
             created_us: 1_700_000_000_000_123,
             due_us: 1_700_000_000_600_456,
             last_error: None,
+            errors: Vec::new(),
             trace: None,
             priority: 0,
             group: None,
             payload: br#"{"order_id":42}"#.to_vec(),
         }
+    }
+
+    #[test]
+    fn each_failed_runs_error_is_kept_after_the_last_error_and_round_trips() {
+        let mut env = envelope();
+        env.group = Some("g".into());
+        env.failed_run("first: a:b", 1, 10);
+        env.failed_run("second\0with a nul", 2, 20);
+        let raw = env.encode();
+        let back = Envelope::decode(&raw, "t").unwrap();
+        assert_eq!(back, env);
+        assert_eq!(back.last_error.as_deref(), Some("second?with a nul"));
+        let runs: Vec<(u32, u64, &str)> = back
+            .errors
+            .iter()
+            .map(|e| (e.run, e.at_us, e.error.as_str()))
+            .collect();
+        assert_eq!(runs, [(1, 10, "first: a:b"), (2, 20, "second?with a nul")]);
+    }
+
+    #[test]
+    fn a_jobs_history_keeps_the_latest_ten_runs_each_cut_to_a_kibibyte() {
+        let mut env = envelope();
+        for run in 1..=12 {
+            env.failed_run(&"x".repeat(2000), run, u64::from(run));
+        }
+        let back = Envelope::decode(&env.encode(), "t").unwrap();
+        let runs: Vec<u32> = back.errors.iter().map(|e| e.run).collect();
+        assert_eq!(runs, (3..=12).collect::<Vec<_>>());
+        assert!(back.errors.iter().all(|e| e.error.len() == RUN_ERROR_TEXT));
+        assert_eq!(back.last_error.map(|e| e.len()), Some(2000), "kept whole");
+    }
+
+    #[test]
+    fn a_release_that_does_not_know_the_history_reads_the_job_with_it_in_its_last_error() {
+        let mut env = envelope();
+        env.failed_run("boom", 1, 10);
+        let raw = env.encode();
+        // The field's length covers the history: a reader of the error field alone (as the
+        // release before) finds the payload where it was.
+        let expected = b"2:2:3:1700000000000123:1700000000600456:16:boom\x001:10:4:boom";
+        assert!(raw.starts_with(expected), "{}", preview(&raw));
+        assert!(raw.ends_with(br#"{"order_id":42}"#));
     }
 
     /// A W3C trace context as a push records it: traceparent, newline, tracestate.

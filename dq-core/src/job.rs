@@ -260,6 +260,12 @@ pub struct JobInfo {
     pub state_since_or_until: Option<SystemTime>,
     /// The error of the latest failed run.
     pub last_error: Option<String>,
+    /// The errors of its failed runs, oldest first: which run, when, and the first
+    /// [`RUN_ERROR_TEXT`](crate::RUN_ERROR_TEXT) bytes of its error, the latest
+    /// [`RUN_ERRORS_KEPT`](crate::RUN_ERRORS_KEPT) (runs that failed, timed out or were lost
+    /// with their worker; not runs its handler postponed). Kept with the job while it waits,
+    /// runs, is a dead letter, or is a kept record of a succeeded job (`retain`).
+    pub errors: Vec<crate::RunError>,
     /// Its priority within its topic (0 unless the push gave one; higher runs first).
     pub priority: i8,
     /// Its group within its topic, when the push gave one.
@@ -298,6 +304,7 @@ impl JobInfo {
             due: from_us(env.due_us),
             state_since_or_until: score_us.map(from_us),
             last_error: env.last_error,
+            errors: env.errors,
             priority: env.priority,
             group: env.group,
             payload: env.payload,

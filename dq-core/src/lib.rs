@@ -37,7 +37,7 @@ pub use client::{Client, EventStream, PushBuilder, Pushed, Step, WorkflowBuilder
 pub use config::{
     parse_duration, Config, ConfigBuilder, CLUSTER_SHARDS, DEFAULT_MAX_PAYLOAD_BYTES,
 };
-pub use envelope::{Envelope, ENVELOPE_VERSION};
+pub use envelope::{Envelope, RunError, ENVELOPE_VERSION, RUN_ERRORS_KEPT, RUN_ERROR_TEXT};
 pub use error::{Error, ErrorKind, Result};
 pub use message::Message;
 pub use name::{JobId, Topic, MAX_JOB_ID_LEN, MAX_TOPIC_LEN};

@@ -1136,6 +1136,41 @@ async fn the_job_page_shows_each_failed_runs_error_in_its_history() {
     assert!(page.contains("No events kept for this job"), "{page}");
 }
 
+/// A job whose runs failed, its topic's events off, lists each failed run's error on its
+/// page, oldest first.
+#[tokio::test]
+async fn the_job_page_lists_each_failed_runs_error_without_events() {
+    let (client, store) = memory_client_and_store().await;
+    let topic = Topic::new(TOPIC).unwrap();
+    push(&client, "o2", 2).await;
+    for error in ["card declined", "gateway timeout"] {
+        let leased = store.fetch(0, &topic, 1, Duration::from_secs(60)).await;
+        let mut jobs = leased.unwrap().jobs;
+        let job = jobs.remove(
+            jobs.iter()
+                .position(|j| j.lease.id.as_str() == "o2")
+                .unwrap(),
+        );
+        assert!(store
+            .retry(&job.lease, Duration::ZERO, error)
+            .await
+            .unwrap());
+        store
+            .release(&jobs.into_iter().map(|j| j.lease).collect::<Vec<_>>())
+            .await
+            .unwrap();
+    }
+    let addr = serve(client, Options::new()).await;
+    let (status, page) = get(&addr, "/topics/order-cancel/jobs/o2").await;
+    assert_eq!(status, 200, "{page}");
+    let runs = &page[page.find("Failed runs").expect("a failed runs row")..];
+    let first = runs.find(r#"data-run="1""#).expect("run 1");
+    let second = runs.find(r#"data-run="2""#).expect("run 2");
+    assert!(first < second, "oldest first: {page}");
+    assert!(runs[first..second].contains("card declined"), "{page}");
+    assert!(runs[second..].contains("gateway timeout"), "{page}");
+}
+
 /// A topic with a bound on its pending jobs shows how close it is, and says when it is full.
 #[tokio::test]
 async fn the_topic_page_shows_how_close_the_topic_is_to_its_max_pending() {

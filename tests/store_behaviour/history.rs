@@ -1,9 +1,12 @@
-//! A job's history (`Client::job_history`): its events still kept, oldest first, with the
-//! error of each run that failed, while the job itself keeps only the latest.
+//! A job's history: its events still kept (`Client::job_history`), oldest first, with the error
+//! of each run that failed; and, events on or off, the errors of its failed runs that the job
+//! itself keeps (`JobInfo::errors`).
 
 use std::time::Duration;
 
 use dq::events::EventKind;
+use dq::store::Retention;
+use dq::{JobInfo, JobState};
 
 use super::{Harness, Kind};
 use crate::support::{lease_one, topic, OrderCancel};
@@ -70,4 +73,76 @@ pub(crate) async fn a_jobs_history_is_empty_when_its_topic_has_no_events(kind: K
         .unwrap());
     let history = c.job_history(TOPIC, "a").await.unwrap();
     assert!(history.is_empty(), "{history:?}");
+}
+
+/// Which run, and its error, of each failed run `info` keeps; their times in order.
+fn run_errors(info: &JobInfo) -> Vec<(u32, String)> {
+    let times: Vec<u64> = info.errors.iter().map(|e| e.at_us).collect();
+    assert!(times.iter().all(|&t| t > 0), "{times:?}");
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
+    info.errors
+        .iter()
+        .map(|e| (e.run, e.error.clone()))
+        .collect()
+}
+
+/// A job whose runs failed keeps each one's error (which run, when, what), its topic's events
+/// off: while it waits, while it runs, and as the record of its success. A postponed run is
+/// not one of them.
+pub(crate) async fn a_job_keeps_the_error_of_each_failed_run_without_events(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let s = c.store();
+    let hour = Retention::for_age(Duration::from_secs(3600));
+    s.set_retention(&topic(TOPIC), Some(hour)).await.unwrap();
+    c.push(OrderCancel { order_id: 1 }).id("a").await.unwrap();
+    let run = lease_one(s, TOPIC).await;
+    assert!(s
+        .retry(&run.lease, Duration::ZERO, "card declined")
+        .await
+        .unwrap());
+    let run = lease_one(s, TOPIC).await;
+    assert!(s.postpone(&run.lease, Duration::ZERO).await.unwrap());
+    let run = lease_one(s, TOPIC).await;
+    assert!(s
+        .retry(&run.lease, Duration::ZERO, "gateway timeout")
+        .await
+        .unwrap());
+    let both = vec![
+        (1, "card declined".to_owned()),
+        (2, "gateway timeout".to_owned()),
+    ];
+    let waiting = c.status_in(TOPIC, "a").await.unwrap().unwrap();
+    assert_eq!(run_errors(&waiting), both, "waiting: {waiting:?}");
+    let run = lease_one(s, TOPIC).await;
+    let running = c.status_in(TOPIC, "a").await.unwrap().unwrap();
+    assert_eq!(running.state, JobState::Running);
+    assert_eq!(run_errors(&running), both, "running");
+    s.ack(&[run.lease]).await.unwrap();
+    let done = c.status_in(TOPIC, "a").await.unwrap().unwrap();
+    assert_eq!(done.state, JobState::Done);
+    assert_eq!(run_errors(&done), both, "the record of its success");
+    assert_eq!(done.last_error.as_deref(), Some("gateway timeout"));
+}
+
+/// A dead letter keeps the error of each failed run, the last the one that dead-lettered it;
+/// retried (`retry_dead`), the job goes on with them.
+pub(crate) async fn a_dead_letter_keeps_the_error_of_each_failed_run_and_a_retry_of_it_goes_on(
+    kind: Kind,
+) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let s = c.store();
+    c.push(OrderCancel { order_id: 1 }).id("d").await.unwrap();
+    let run = lease_one(s, TOPIC).await;
+    assert!(s.retry(&run.lease, Duration::ZERO, "one").await.unwrap());
+    let run = lease_one(s, TOPIC).await;
+    assert!(s.dead_letter(&run.lease, "two").await.unwrap());
+    let dead = c.status_in(TOPIC, "d").await.unwrap().unwrap();
+    assert_eq!(dead.state, JobState::Dead);
+    let runs = vec![(1, "one".to_owned()), (2, "two".to_owned())];
+    assert_eq!(run_errors(&dead), runs);
+    assert_eq!(c.retry_dead(TOPIC, &["d"]).await.unwrap(), 1);
+    let again = c.status_in(TOPIC, "d").await.unwrap().unwrap();
+    assert_eq!(run_errors(&again), runs, "retried: {again:?}");
 }

@@ -231,8 +231,19 @@ pub(crate) async fn reclaim_requeues_expired_leases_and_dead_letters_the_last_at
         .last_error
         .unwrap()
         .contains("lease expired on attempt 1"));
+    let lost: Vec<(u32, bool)> = left
+        .errors
+        .iter()
+        .map(|e| (e.run, e.error.contains("lease expired on attempt 1")))
+        .collect();
+    assert_eq!(lost, [(1, true)], "the lost run is in the job's errors");
     let last = existing(c, "order-cancel", "last-try").await;
     assert_eq!((last.state, last.attempt), (JobState::Dead, 1));
+    assert_eq!(
+        last.errors.iter().map(|e| e.run).collect::<Vec<_>>(),
+        [1],
+        "and in a dead letter's"
+    );
     let again = lease_one(s, "order-cancel").await;
     assert_eq!(again.envelope.attempt, 2, "the second run");
 }

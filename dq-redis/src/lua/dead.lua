@@ -25,7 +25,7 @@ elseif raw then
 else
   return 0
 end
-e.err = err
+failed_run(e, err, e.attempt, now)
 local topic = split_member(member)
 local announced = redis.call('HEXISTS', KEYS[6], topic) == 1
 local cancelled = redis.call('HEXISTS', KEYS[7], member) == 1

@@ -132,8 +132,12 @@ local function parse(raw)
   end
   el = tonumber(el)
   if #raw < pos + el + tl + gl - 1 then return nil end
+  -- The last error, and after a NUL byte the errors of the failed runs (`failed_run`).
+  local err, history = string.sub(raw, pos, pos + el - 1), ''
+  local nul = el > 0 and string.find(err, '\0', 1, true)
+  if nul then err, history = string.sub(err, 1, nul - 1), string.sub(err, nul + 1) end
   return { attempt = tonumber(a), max = tonumber(m), created = tonumber(c), due = tonumber(d),
-           err = string.sub(raw, pos, pos + el - 1), trace = string.sub(raw, pos + el, pos + el + tl - 1),
+           err = err, history = history, trace = string.sub(raw, pos + el, pos + el + tl - 1),
            priority = priority, group = string.sub(raw, pos + el + tl, pos + el + tl + gl - 1),
            payload = string.sub(raw, pos + el + tl + gl) }
 end
@@ -141,17 +145,45 @@ end
 -- Format 4 when the job has a priority (`e.priority`, absent or 0 in envelopes built here) or
 -- a group (`e.group`, absent or ''), else format 3 when it carries a trace context (`e.trace`), else format 2.
 local function encode(e)
+  local err = e.err or ''
+  if e.history and e.history ~= '' then err = err .. '\0' .. e.history end
   local head = fmt(e.attempt) .. ':' .. fmt(e.max) .. ':' .. fmt(e.created) .. ':' .. fmt(e.due) .. ':'
-    .. #e.err .. ':'
+    .. #err .. ':'
   local trace, group = e.trace or '', e.group or ''
   if (e.priority and e.priority ~= 0) or group ~= '' then
-    return '4:' .. head .. #trace .. ':' .. fmt(e.priority or 0) .. ':' .. #group .. ':' .. e.err
+    return '4:' .. head .. #trace .. ':' .. fmt(e.priority or 0) .. ':' .. #group .. ':' .. err
       .. trace .. group .. e.payload
   end
   if trace ~= '' then
-    return '3:' .. head .. #trace .. ':' .. e.err .. trace .. e.payload
+    return '3:' .. head .. #trace .. ':' .. err .. trace .. e.payload
   end
-  return '2:' .. head .. e.err .. e.payload
+  return '2:' .. head .. err .. e.payload
+end
+
+-- The errors of a job's failed runs (envelope.rs, `Envelope::errors`): the latest
+-- HISTORY_KEPT, each entry `<run>:<us>:<len>:<text>` (its text the first HISTORY_TEXT bytes of
+-- the run's error), kept in the envelope's error field after the last error and a NUL byte, so
+-- that a release that does not know of them reads the job still, and they go with the job
+-- whatever deletes it.
+local HISTORY_KEPT, HISTORY_TEXT = 10, 1024
+
+-- Run `run` failed with `err` at `now` (us): `e`'s last error, and the latest entry of its
+-- history (the oldest dropped past HISTORY_KEPT). A NUL byte in the error becomes `?` (the
+-- byte that ends the last error in the field).
+local function failed_run(e, err, run, now)
+  err = string.gsub(err, '%z', '?')
+  e.err = err
+  local text = string.sub(err, 1, HISTORY_TEXT)
+  local entries, pos, h = {}, 1, e.history or ''
+  while pos <= #h do
+    local len, after = string.match(h, '^%d+:%d+:(%d+):()', pos)
+    if not len then break end
+    local stop = after + tonumber(len)
+    entries[#entries + 1] = string.sub(h, pos, stop - 1)
+    pos = stop
+  end
+  entries[#entries + 1] = fmt(run) .. ':' .. fmt(now) .. ':' .. #text .. ':' .. text
+  e.history = table.concat(entries, '', math.max(#entries - HISTORY_KEPT + 1, 1))
 end
 
 -- The priority of a stored envelope (0 without one, or for one that cannot be read).

@@ -137,15 +137,16 @@ for i = #expired, 1, -1 do
         'malformed envelope found in Redis; the raw value is kept as the payload'} end
     end
   elseif e.attempt >= max then
-    e.err = 'lease expired on attempt ' .. e.attempt .. ' of ' .. max
-      .. ' (the worker died or stopped renewing its lease)'
+    failed_run(e, 'lease expired on attempt ' .. e.attempt .. ' of ' .. max
+      .. ' (the worker died or stopped renewing its lease)', e.attempt, now)
     writes[#writes + 1] = member
     writes[#writes + 1] = encode(e)
     to_dead(topic, member)
     workflow_ended[#workflow_ended + 1] = {member, 'f', e.err}
     if streams[topic] then happened[#happened + 1] = {topic, 'dead', id, e.attempt, e.err} end
   else
-    e.err = 'lease expired on attempt ' .. e.attempt .. ' (the worker died or stopped renewing its lease)'
+    failed_run(e, 'lease expired on attempt ' .. e.attempt
+      .. ' (the worker died or stopped renewing its lease)', e.attempt, now)
     writes[#writes + 1] = member
     writes[#writes + 1] = encode(e)
     if not ready[topic] then

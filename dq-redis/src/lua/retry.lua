@@ -33,7 +33,7 @@ if now + delay <= now then touch_lanes(prefix, topic) end
 proceed_when_full(leases) -- a retry must go through when Redis is full
 if ARGV[6] ~= '0' then
   e.attempt = e.attempt + 1
-  e.err = err
+  failed_run(e, err, e.attempt, now)
   tally(counts, topic, 'failed', 1, now)
 end
 e.due = now + delay

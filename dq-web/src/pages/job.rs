@@ -148,6 +148,33 @@ fn fields(job: &JobInfo, now: SystemTime) -> Markup {
                     @if let Some(whose) = whose_error(job) { p.hint { (whose) } }
                 }
             }
+            @if !job.errors.is_empty() {
+                tr {
+                    th { "Failed runs" }
+                    td { (failed_runs(job, now)) }
+                }
+            }
+        }
+    }
+}
+
+/// The errors of the job's failed runs that it keeps (the latest ten, each its first KiB),
+/// oldest first: which run, when, what.
+fn failed_runs(job: &JobInfo, now: SystemTime) -> Markup {
+    html! {
+        table.runs {
+            tr { th { "Run" } th { "When (UTC)" } th { "Error" } }
+            @for e in &job.errors {
+                @let at = dq_core::store::from_us(e.at_us);
+                tr data-run=(e.run) {
+                    td.num { (e.run) }
+                    td { (utc(at)) " (" (relative(at, now)) ")" }
+                    td.error { pre { (e.error) } }
+                }
+            }
+        }
+        @if job.errors.len() >= dq_core::RUN_ERRORS_KEPT {
+            p.hint { "The latest " (dq_core::RUN_ERRORS_KEPT) " failed runs: the job keeps no more." }
         }
     }
 }
@@ -217,16 +244,14 @@ fn attempt(job: &JobInfo) -> String {
     }
 }
 
-/// Which run the last error is of, when there is one: only the latest failed run's error is
-/// kept, so the errors of the runs before it are gone (see the crate's documentation).
+/// Which run the last error is of, when there is one (kept whole; each failed run's error,
+/// its first KiB, is under "Failed runs").
 fn whose_error(job: &JobInfo) -> Option<&'static str> {
     let whose = match job.state {
         JobState::Dead => "The error of its last run, which dead-lettered it.",
-        JobState::Done => {
-            "The error of a run that failed before it succeeded: the job keeps only the latest (its history has each run's error while its topic's events are on)."
-        }
-        JobState::Running => "The error of the run before this one: the job keeps only the latest (its history has each run's error while its topic's events are on).",
-        _ => "The error of its latest failed run: the job keeps only the latest (its history has each run's error while its topic's events are on).",
+        JobState::Done => "The error of the last run that failed before it succeeded.",
+        JobState::Running => "The error of the last run that failed before this one.",
+        _ => "The error of its latest failed run.",
     };
     job.last_error.as_ref().map(|_| whose)
 }

@@ -54,7 +54,7 @@ impl MemoryStore {
                 // A failed run counts; a postponed one does not.
                 if let Some(error) = error {
                     e.attempt = e.attempt.saturating_add(1);
-                    e.last_error = Some(error.to_owned());
+                    e.failed_run(error, e.attempt, now);
                 }
                 attempt = e.attempt;
             }
@@ -477,7 +477,7 @@ impl Leases for MemoryStore {
                     s.kill(m, error, now);
                     out.dead += 1;
                 } else {
-                    e.last_error = Some(lease_expired(e.attempt, None));
+                    e.failed_run(&lease_expired(e.attempt, None), e.attempt, now);
                     let run = e.attempt;
                     s.events.emit(&m, run, now, || EventKind::Stalled);
                     topics.insert(m.0.clone());

@@ -120,6 +120,7 @@ pub(super) fn store_job(
             created_us: now,
             due_us: due,
             last_error: None,
+            errors: Vec::new(),
             trace: job.trace,
             priority: job.priority,
             group: job.group,

@@ -461,7 +461,7 @@ impl State {
     pub(super) fn kill(&mut self, m: Member, error: String, now: u64) {
         self.leave(&m);
         if let Some(e) = self.jobs.get_mut(&m) {
-            e.last_error = Some(error.clone());
+            e.failed_run(&error, e.attempt, now);
         }
         self.dead
             .entry(m.0.clone())
@@ -628,6 +628,7 @@ mod tests {
                 created_us: 0,
                 due_us: due,
                 last_error: None,
+                errors: Vec::new(),
                 trace: None,
                 priority: 0,
                 group: None,
@@ -753,6 +754,7 @@ mod tests {
             created_us: 0,
             due_us: 0,
             last_error: None,
+            errors: Vec::new(),
             trace: None,
             priority: 0,
             group: None,

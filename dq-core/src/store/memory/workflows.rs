@@ -293,6 +293,7 @@ impl State {
             created_us: flow.created,
             due_us: flow.created.saturating_add(delay),
             last_error: None,
+            errors: Vec::new(),
             trace: job.trace.clone(),
             priority: job.priority,
             group: None,
