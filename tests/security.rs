@@ -119,6 +119,54 @@ async fn the_documented_acl_is_enough_for_pushing_running_and_administering() {
         .contains("permission"));
 }
 
+/// The next item of `stream`, which must come within 10 s.
+async fn next_event(stream: &mut dq::events::EventStream) -> dq::events::EventItem {
+    let read = tokio::time::timeout(Duration::from_secs(10), stream.recv()).await;
+    read.expect("an event within 10 s").unwrap().unwrap()
+}
+
+/// A reader of job events under the documented ACL: it reads, and resumes from a saved cursor
+/// (whose entry it checks first, for a Redis gone back to an older state).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_acl_is_enough_for_reading_job_events_and_resuming_them() {
+    use dq::events::{EventCursor, EventItem};
+    let redis = RedisServer::start();
+    let mut args = vec!["ACL", "SETUSER", "dqapp", "on", ">s3cret"];
+    args.extend(
+        dq::store::ACL_RULES
+            .split_whitespace()
+            .filter(|r| *r != "\\"),
+    );
+    assert_eq!(redis.command(&args).trim(), "+OK");
+    let config = dq::Config::builder()
+        .redis_url(format!("redis://dqapp:s3cret@127.0.0.1:{}/", redis.port()))
+        .namespace("app")
+        .build()
+        .unwrap();
+    let listener = Listener::new("e", |_: u32| async {}).events(true);
+    let rt = Runtime::builder()
+        .config(config)
+        .without_registered_listeners()
+        .listener(listener)
+        .start()
+        .await
+        .unwrap();
+    let c = rt.client().clone();
+    let later = Duration::from_secs(600);
+    let mut events = c.events_from("e", EventCursor::start()).await.unwrap();
+    c.push_to("e", &1u32).id("a").delay(later).await.unwrap();
+    let EventItem::Event { cursor, .. } = next_event(&mut events).await else {
+        panic!("an event");
+    };
+    c.push_to("e", &2u32).id("b").delay(later).await.unwrap();
+    let mut resumed = c.events_from("e", cursor).await.unwrap();
+    match next_event(&mut resumed).await {
+        EventItem::Event { event, .. } => assert_eq!(event.id.as_str(), "b"),
+        other => panic!("{other:?}"),
+    }
+    rt.shutdown().await.unwrap();
+}
+
 #[test]
 fn operations_md_gives_exactly_the_least_rights_rules_of_dq() {
     let doc = include_str!("../OPERATIONS.md");

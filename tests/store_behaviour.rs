@@ -378,6 +378,7 @@ on_every_store!(
         a_jobs_history_is_empty_when_its_topic_has_no_events,
         a_job_keeps_the_error_of_each_failed_run_without_events,
         a_dead_letter_keeps_the_error_of_each_failed_run_and_a_retry_of_it_goes_on,
+        a_job_keeps_the_latest_ten_failed_runs_each_cut_at_a_characters_start,
     ],
 );
 

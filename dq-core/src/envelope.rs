@@ -52,8 +52,8 @@ const UNTRACED_VERSION: u32 = 2;
 /// [`JobInfo::errors`]: crate::JobInfo::errors
 pub const RUN_ERRORS_KEPT: usize = 10;
 
-/// How much of each failed run's error a job's history keeps, in bytes: the first 1,024 (its
-/// last error is kept whole besides).
+/// How much of each failed run's error a job's history keeps, in bytes: up to the first 1,024,
+/// cut at a character's start (its last error is kept whole besides).
 pub const RUN_ERROR_TEXT: usize = 1024;
 
 /// One failed run of a job, as the job keeps it ([`Envelope::errors`]).
@@ -64,18 +64,22 @@ pub struct RunError {
     pub run: u32,
     /// When it failed, in microseconds since the Unix epoch by the store's clock.
     pub at_us: u64,
-    /// Its error: the first [`RUN_ERROR_TEXT`] bytes.
+    /// Its error, up to its first [`RUN_ERROR_TEXT`] bytes (cut at a character's start).
     pub error: String,
 }
 
 impl RunError {
-    /// Run `run`'s error `error` at `at_us`, cut to its first [`RUN_ERROR_TEXT`] bytes.
+    /// Run `run`'s error `error` at `at_us`, cut to at most [`RUN_ERROR_TEXT`] bytes at a
+    /// character's start.
     pub fn new(run: u32, at_us: u64, error: &str) -> RunError {
-        let bytes = &error.as_bytes()[..error.len().min(RUN_ERROR_TEXT)];
+        let mut cut = error.len().min(RUN_ERROR_TEXT);
+        while !error.is_char_boundary(cut) {
+            cut -= 1;
+        }
         RunError {
             run,
             at_us,
-            error: String::from_utf8_lossy(bytes).into_owned(),
+            error: error[..cut].to_owned(),
         }
     }
 }
@@ -129,7 +133,8 @@ impl Envelope {
     /// Encodes the envelope: format 4 when it has a priority, else format 3 when it carries a
     /// trace context, else format 2.
     pub fn encode(&self) -> Vec<u8> {
-        let mut err = self.last_error.clone().unwrap_or_default();
+        // A NUL byte ends the last error in the field: one of its own is written as `?`.
+        let mut err = self.last_error.as_deref().unwrap_or("").replace('\0', "?");
         if !self.errors.is_empty() {
             err.push('\0');
             for e in &self.errors {
@@ -358,6 +363,24 @@ mod tests {
             .map(|e| (e.run, e.at_us, e.error.as_str()))
             .collect();
         assert_eq!(runs, [(1, 10, "first: a:b"), (2, 20, "second?with a nul")]);
+    }
+
+    #[test]
+    fn a_last_error_set_with_a_nul_byte_reads_back_whole_with_a_question_mark() {
+        let mut env = envelope();
+        env.last_error = Some("a\0b:c".into());
+        let back = Envelope::decode(&env.encode(), "t").unwrap();
+        assert_eq!(back.last_error.as_deref(), Some("a?b:c"));
+        assert!(back.errors.is_empty());
+    }
+
+    #[test]
+    fn a_run_error_is_cut_at_a_characters_start() {
+        let error = format!("{}é", "x".repeat(RUN_ERROR_TEXT - 1));
+        assert_eq!(
+            RunError::new(1, 1, &error).error,
+            "x".repeat(RUN_ERROR_TEXT - 1)
+        );
     }
 
     #[test]

@@ -170,8 +170,10 @@ async fn write_dead_letter(shared: &Shared, leases: &dyn Leases, lease: &LeaseRe
 
 /// Holds the topic's starts back for `hold` in every shard, then puts the job back to the front
 /// of its ready list, no attempt spent. Hold first: a job released first would start again at
-/// once, into the same 429. Counted as rate limited once released, or as cancelled when a
-/// cancel requested against the lease had the job deleted instead.
+/// once, into the same 429. Counted as the store wrote it: rate limited once released (or
+/// after a try whose reply was lost), cancelled when a cancel requested against the lease had
+/// the job deleted instead; not at all when shutdown gave up (the job runs again when its
+/// lease expires) or the lease was taken over.
 async fn write_throttle(shared: &Shared, leases: &dyn Leases, lease: &LeaseRef, hold: Duration) {
     let topic = lease.topic.as_str();
     let what = format!("hold of topic {} for {hold:?}", lease.topic);
@@ -179,9 +181,7 @@ async fn write_throttle(shared: &Shared, leases: &dyn Leases, lease: &LeaseRef, 
         .await
         .is_none()
     {
-        // Shutdown gave up on the hold: the job runs again when its lease expires.
-        crate::metrics::count(metric::JOBS_RATE_LIMITED, topic);
-        return;
+        return; // shutdown gave up on the hold: the job runs again when its lease expires
     }
     let what = format!("release of rate-limited job {}:{}", lease.topic, lease.id);
     let taken_over = "the lease was taken over while the job ran; not released here";

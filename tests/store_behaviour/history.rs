@@ -146,3 +146,35 @@ pub(crate) async fn a_dead_letter_keeps_the_error_of_each_failed_run_and_a_retry
     let again = c.status_in(TOPIC, "d").await.unwrap().unwrap();
     assert_eq!(run_errors(&again), runs, "retried: {again:?}");
 }
+
+/// A job that failed twelve times keeps the errors of the last ten runs, each cut to at most
+/// a KiB at a character's start (the same on Redis, whose scripts cut it, and in memory); its
+/// last error is kept whole.
+pub(crate) async fn a_job_keeps_the_latest_ten_failed_runs_each_cut_at_a_characters_start(
+    kind: Kind,
+) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let s = c.store();
+    c.push(OrderCancel { order_id: 1 })
+        .id("f")
+        .max_retries(20)
+        .await
+        .unwrap();
+    // 1,023 bytes of x, then a two-byte character across the 1,024th byte.
+    let long = format!("{}é", "x".repeat(dq::RUN_ERROR_TEXT - 1));
+    for _ in 0..12 {
+        let run = lease_one(s, TOPIC).await;
+        assert!(s.retry(&run.lease, Duration::ZERO, &long).await.unwrap());
+    }
+    let info = c.status_in(TOPIC, "f").await.unwrap().unwrap();
+    let runs: Vec<u32> = info.errors.iter().map(|e| e.run).collect();
+    assert_eq!(runs, (3..=12).collect::<Vec<_>>(), "the latest ten");
+    let cut = "x".repeat(dq::RUN_ERROR_TEXT - 1);
+    assert!(
+        info.errors.iter().all(|e| e.error == cut),
+        "{:?}",
+        info.errors[0]
+    );
+    assert_eq!(info.last_error.as_deref(), Some(long.as_str()), "whole");
+}

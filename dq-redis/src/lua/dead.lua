@@ -25,7 +25,11 @@ elseif raw then
 else
   return 0
 end
-failed_run(e, err, e.attempt, now)
+if e.attempt > 0 then
+  failed_run(e, err, e.attempt, now)
+else
+  e.err = err -- a malformed envelope, kept as the payload: no run of it to count
+end
 local topic = split_member(member)
 local announced = redis.call('HEXISTS', KEYS[6], topic) == 1
 local cancelled = redis.call('HEXISTS', KEYS[7], member) == 1

@@ -11,6 +11,8 @@
 -- Format 4 is written only for a job with a priority other than 0 or a group, format 3 for one
 -- that carries a trace context (the `otel` feature) and neither; encode keeps all three through
 -- every rewrite, and writes a job with none as format 2, which every release reads.
+-- <err> of a job whose runs failed is `<last error>\0<entries>`: the errors of its failed runs
+-- after a NUL byte (`failed_run`), inside the field, so that every format and release reads it.
 -- attempt counts runs that ended without success; a running job is on run attempt + 1. A fetch
 -- does not rewrite the envelope: the lease token lives in the shard's `leases` hash.
 -- Times are integer microseconds from Redis TIME: workers' clocks never decide when a job is due.
@@ -161,8 +163,8 @@ local function encode(e)
 end
 
 -- The errors of a job's failed runs (envelope.rs, `Envelope::errors`): the latest
--- HISTORY_KEPT, each entry `<run>:<us>:<len>:<text>` (its text the first HISTORY_TEXT bytes of
--- the run's error), kept in the envelope's error field after the last error and a NUL byte, so
+-- HISTORY_KEPT, each entry `<run>:<us>:<len>:<text>` (its text the run's error up to
+-- HISTORY_TEXT bytes, cut at a character's start), kept in the envelope's error field after the last error and a NUL byte, so
 -- that a release that does not know of them reads the job still, and they go with the job
 -- whatever deletes it.
 local HISTORY_KEPT, HISTORY_TEXT = 10, 1024
@@ -173,7 +175,13 @@ local HISTORY_KEPT, HISTORY_TEXT = 10, 1024
 local function failed_run(e, err, run, now)
   err = string.gsub(err, '%z', '?')
   e.err = err
-  local text = string.sub(err, 1, HISTORY_TEXT)
+  -- Cut at a character's start: a byte 0x80-0xBF after the cut continues a UTF-8 character.
+  local cut = math.min(#err, HISTORY_TEXT)
+  while cut > 0 and cut < #err and string.byte(err, cut + 1) >= 128
+    and string.byte(err, cut + 1) < 192 do
+    cut = cut - 1
+  end
+  local text = string.sub(err, 1, cut)
   local entries, pos, h = {}, 1, e.history or ''
   while pos <= #h do
     local len, after = string.match(h, '^%d+:%d+:(%d+):()', pos)

@@ -245,21 +245,19 @@ impl Reader {
             if at.n == 0 || at.t_us == 0 {
                 continue;
             }
+            // XREVRANGE and XREAD only: the commands README's least-rights ACL allows.
             let id = at.stream_id();
-            let here = self.range(c, "XRANGE", &key, &id, &id, 1).await?;
+            let here = self.range(c, &key, &id, &id, 1).await?;
             if here.first().is_some_and(|e| e.t_us == at.t_us) {
                 continue;
             }
-            let first = self.range(c, "XRANGE", &key, "-", "+", 1).await?;
-            if first
-                .first()
-                .is_some_and(|e| (e.ms, e.seq) > (at.ms, at.seq))
-            {
+            let first = self.first_entry(c, shard, &key).await?;
+            if first.is_some_and(|e| (e.ms, e.seq) > (at.ms, at.seq)) {
                 continue; // trimmed past it: the numbers tell the reader how many it missed
             }
             let mut end = "+".to_owned();
             let back = 'found: loop {
-                let page = self.range(c, "XREVRANGE", &key, &end, "-", 100).await?;
+                let page = self.range(c, &key, &end, "-", 100).await?;
                 let Some(oldest) = page.last() else {
                     break EventPosition::default();
                 };
@@ -268,44 +266,65 @@ impl Reader {
                 }
                 end = format!("({}", oldest.stream_id());
             };
-            tracing::warn!(
-                topic = %self.topic, shard, read_up_to = at.n, kept_up_to = back.n,
-                "Redis lost job events this reader had read (it restarted from an older snapshot, or a replica that was behind took over): the reader is told, and reads on from the last event kept, so that it misses none of those written since"
-            );
+            if first.is_none() {
+                // No stream: the topic's events were turned off (the numbers go on from where
+                // they were when turned on again), or Redis went back to before the stream;
+                // read from its start, and the numbers tell the reader which.
+                tracing::debug!(topic = %self.topic, shard, "the stream of job events is gone; the reader reads a new one from its start");
+            } else {
+                tracing::warn!(
+                    topic = %self.topic, shard, read_up_to = at.n, kept_up_to = back.n,
+                    "Redis lost job events this reader had read (it restarted from an older snapshot, or a replica that was behind took over): the reader is told, and reads on from the last event kept, so that it misses none of those written since"
+                );
+            }
             self.shards[i].2 = back;
         }
         Ok(())
     }
 
-    /// The entries `XRANGE`/`XREVRANGE` (`how`) of `key` from `from` to `to` returns, at most
-    /// `count`: the position of each entry's last event, with its time.
+    /// The entries `XREVRANGE` of `key` from `from` down to `to` returns, at most `count`,
+    /// newest first: the position of each entry's last event, with its time.
     async fn range(
         &self,
         c: &mut redis::aio::MultiplexedConnection,
-        how: &str,
         key: &str,
         from: &str,
         to: &str,
         count: usize,
     ) -> Result<Vec<EventPosition>> {
-        let cmd = redis::cmd(how)
-            .arg(key)
-            .arg(from)
-            .arg(to)
-            .arg("COUNT")
-            .arg(count)
-            .to_owned();
-        let reply = tokio::time::timeout(RESPONSE_TIMEOUT, cmd.query_async::<Value>(c))
+        let mut cmd = redis::cmd("XREVRANGE");
+        cmd.arg(key).arg(from).arg(to).arg("COUNT").arg(count);
+        let reply = Self::checked(c, &cmd).await?;
+        let Value::Array(entries) = &reply else {
+            return Err(super::reply::malformed_reply("XREVRANGE", &reply));
+        };
+        entries.iter().map(entry_position).collect()
+    }
+
+    /// The position of the first entry of stream `key` (shard `shard`'s), `None` when it has
+    /// none (an `XREAD` without `BLOCK` after `0-0`).
+    async fn first_entry(
+        &self,
+        c: &mut redis::aio::MultiplexedConnection,
+        shard: u16,
+        key: &str,
+    ) -> Result<Option<EventPosition>> {
+        let mut cmd = redis::cmd("XREAD");
+        cmd.arg("COUNT").arg(1).arg("STREAMS").arg(key).arg("0-0");
+        let reply = Self::checked(c, &cmd).await?;
+        let entries = read_reply(&self.topic, &[(shard, key.to_owned())], &reply)?;
+        Ok(entries.first().map(|e| e.position))
+    }
+
+    /// The reply to one command of the check, bounded in time.
+    async fn checked(c: &mut redis::aio::MultiplexedConnection, cmd: &redis::Cmd) -> Result<Value> {
+        tokio::time::timeout(RESPONSE_TIMEOUT, cmd.query_async::<Value>(c))
             .await
             .map_err(|_| Error::Timeout {
                 op: "check where a reader of job events stands",
                 after: RESPONSE_TIMEOUT,
             })?
-            .map_err(crate::error::redis(OP))?;
-        let Value::Array(entries) = &reply else {
-            return Err(super::reply::malformed_reply(how, &reply));
-        };
-        entries.iter().map(entry_position).collect()
+            .map_err(crate::error::redis(OP))
     }
 
     /// Whether `e` is one of the events of the cursor's entry up to the cursor's event.

@@ -174,7 +174,7 @@ fn failed_runs(job: &JobInfo, now: SystemTime) -> Markup {
             }
         }
         @if job.errors.len() >= dq_core::RUN_ERRORS_KEPT {
-            p.hint { "The latest " (dq_core::RUN_ERRORS_KEPT) " failed runs: the job keeps no more." }
+            p.hint { "A job keeps the errors of its latest " (dq_core::RUN_ERRORS_KEPT) " failed runs." }
         }
     }
 }
