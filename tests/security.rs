@@ -51,9 +51,8 @@ async fn wait_for(seen: &std::sync::Mutex<Vec<u32>>, n: usize) {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_documented_acl_is_enough_for_pushing_running_and_administering() {
-    let redis = RedisServer::start();
+/// Makes user `dqapp` with exactly `ACL_RULES` on `redis`; the URL that logs in as it.
+fn least_rights_user(redis: &RedisServer) -> String {
     let mut args = vec!["ACL", "SETUSER", "dqapp", "on", ">s3cret"];
     args.extend(
         dq::store::ACL_RULES
@@ -61,7 +60,13 @@ async fn the_documented_acl_is_enough_for_pushing_running_and_administering() {
             .filter(|r| *r != "\\"),
     );
     assert_eq!(redis.command(&args).trim(), "+OK");
-    let url = format!("redis://dqapp:s3cret@127.0.0.1:{}/", redis.port());
+    format!("redis://dqapp:s3cret@127.0.0.1:{}/", redis.port())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_acl_is_enough_for_pushing_running_and_administering() {
+    let redis = RedisServer::start();
+    let url = least_rights_user(&redis);
 
     let (rt, seen) = run_one_job(url, "app").await;
     let c = rt.client().clone();
@@ -131,15 +136,8 @@ async fn next_event(stream: &mut dq::events::EventStream) -> dq::events::EventIt
 async fn the_documented_acl_is_enough_for_reading_job_events_and_resuming_them() {
     use dq::events::{EventCursor, EventItem};
     let redis = RedisServer::start();
-    let mut args = vec!["ACL", "SETUSER", "dqapp", "on", ">s3cret"];
-    args.extend(
-        dq::store::ACL_RULES
-            .split_whitespace()
-            .filter(|r| *r != "\\"),
-    );
-    assert_eq!(redis.command(&args).trim(), "+OK");
     let config = dq::Config::builder()
-        .redis_url(format!("redis://dqapp:s3cret@127.0.0.1:{}/", redis.port()))
+        .redis_url(least_rights_user(&redis))
         .namespace("app")
         .build()
         .unwrap();
