@@ -193,6 +193,20 @@ pub enum RunEnded {
     Cancelled,
 }
 
+impl RunEnded {
+    /// What a release of one run did, from how many jobs it put back and how many it deleted
+    /// as cancelled instead (for stores of your own, as the Redis and memory stores use it).
+    pub fn of_release(released: usize, cancelled: usize) -> RunEnded {
+        if cancelled > 0 {
+            RunEnded::Cancelled
+        } else if released > 0 {
+            RunEnded::Written
+        } else {
+            RunEnded::NotHeld
+        }
+    }
+}
+
 /// What a reclaim call did.
 ///
 /// A store of your own starts from `default()` and sets the fields (more may come).

@@ -139,21 +139,9 @@ pub(super) fn read_reply(
 /// per-job field one line per job: lib.lua's `emit_events`). An event this version cannot read
 /// (a kind added later, a field missing) keeps its place, without its event, and is logged.
 fn entries_of(topic: &Topic, shard: u16, v: &Value) -> Result<Vec<EventEntry>> {
-    let bad = || malformed_reply(OP, v);
-    let Value::Array(parts) = v else {
-        return Err(bad());
-    };
-    let (Some(id), Some(fields)) = (parts.first(), parts.get(1)) else {
-        return Err(bad());
-    };
-    let (ms, seq) = bytes_of(id)
-        .and_then(|b| std::str::from_utf8(b).ok())
-        .and_then(EventPosition::parse_stream_id)
-        .ok_or_else(bad)?;
-    let fields = Fields::of(fields);
-    let last = fields.number("n").unwrap_or(0);
+    let (at, fields) = entry_parts(v)?;
+    let (ms, seq, last, written) = (at.ms, at.seq, at.n, at.t_us);
     let count = fields.number("c").unwrap_or(1).max(1);
-    let written = fields.number("t").unwrap_or(0);
     let mut out = Vec::new();
     for i in 0..count {
         let event = job_event(
@@ -178,6 +166,11 @@ fn entries_of(topic: &Topic, shard: u16, v: &Value) -> Result<Vec<EventEntry>> {
 /// Where one stream entry, `[id, [field, value, ...]]`, stands: its id, the number of its last
 /// event and its time (its events not read).
 pub(super) fn entry_position(v: &Value) -> Result<EventPosition> {
+    Ok(entry_parts(v)?.0)
+}
+
+/// One stream entry's position (its id, the number of its last event, its time) and fields.
+fn entry_parts(v: &Value) -> Result<(EventPosition, Fields<'_>)> {
     let bad = || malformed_reply(OP, v);
     let Value::Array(parts) = v else {
         return Err(bad());
@@ -191,7 +184,8 @@ pub(super) fn entry_position(v: &Value) -> Result<EventPosition> {
         .ok_or_else(bad)?;
     let fields = Fields::of(fields);
     let n = fields.number("n").unwrap_or(0);
-    Ok(EventPosition::new(ms, seq, n).written_at(fields.number("t").unwrap_or(0)))
+    let at = EventPosition::new(ms, seq, n).written_at(fields.number("t").unwrap_or(0));
+    Ok((at, fields))
 }
 
 /// Event `i` of the `count` an entry's fields describe (keys.rs lists them).

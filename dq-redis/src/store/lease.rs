@@ -309,13 +309,7 @@ impl Leases for RedisStore {
             RunEnd::DeadLetter { error } => self.dead_letter_job(lease, error).await,
             RunEnd::Release => {
                 let (released, cancelled) = self.release_runs(std::slice::from_ref(lease)).await?;
-                Ok(if cancelled > 0 {
-                    RunEnded::Cancelled
-                } else if released > 0 {
-                    RunEnded::Written
-                } else {
-                    RunEnded::NotHeld
-                })
+                Ok(RunEnded::of_release(released, cancelled))
             }
         }
     }

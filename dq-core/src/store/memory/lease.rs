@@ -370,13 +370,7 @@ impl Leases for MemoryStore {
             RunEnd::DeadLetter { error } => self.dead_letter_job(lease, error),
             RunEnd::Release => {
                 let (released, cancelled) = self.release_runs(std::slice::from_ref(lease))?;
-                Ok(if cancelled > 0 {
-                    RunEnded::Cancelled
-                } else if released > 0 {
-                    RunEnded::Written
-                } else {
-                    RunEnded::NotHeld
-                })
+                Ok(RunEnded::of_release(released, cancelled))
             }
         }
     }
