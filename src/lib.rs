@@ -233,8 +233,9 @@ pub use dq_macros::Message;
 /// the record of each succeeded job (its value as JSON) for that long, and the program that
 /// pushed it reads the value with [`Client::result`] or waits for it with [`Client::wait`]
 /// ([`JobResult`]). Without `retain` nothing is kept (the default: memory stays flat), and a
-/// wait answers [`JobResult::NotKept`]. The runtime records the retention at start; a listener
-/// without `retain` turns it off for its topic.
+/// wait answers [`JobResult::NotKept`] once the job has ended (a dead letter is kept whatever
+/// the retention: a wait for one answers `Dead`). The runtime records the retention at start;
+/// a listener without `retain` turns it off for its topic.
 ///
 /// With `events = true`, every step of the topic's jobs (pushed, started, succeeded, failed,
 /// retrying, dead, ...) is written to a capped stream per shard in the same atomic step as the

@@ -192,33 +192,58 @@ async fn a_dead_job_ends_the_wait_with_its_last_error() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wait_on_a_topic_without_retention_answers_not_kept() {
+async fn a_wait_on_a_topic_without_retention_answers_not_kept_once_the_job_has_run() {
     let redis = RedisServer::start();
     let rt = runtime(&redis, invoicing()).await;
     let client = producer(&redis).await;
 
-    // A job that ran (no record of it is kept) and one still delayed: neither can be waited
-    // for, and neither wait waits.
+    // A job that ran: no record of it is kept, and a wait says so at once.
     let ran = push(&client, 1).await;
     assert!(
         once_ended(&client, &ran).await.is_none(),
         "no record kept without a retention"
     );
-    let delayed = push_delayed(&client, 2).await;
-    for id in [&ran, &delayed] {
-        let begun = Instant::now();
-        assert_eq!(wait(&client, id).await, JobResult::NotKept, "invoice {id}");
-        assert!(
-            begun.elapsed() < AT_ONCE,
-            "invoice {id}: answered after {:?}, not at once",
-            begun.elapsed()
-        );
-    }
-    // A read of the one that ran says why there is nothing; the delayed one is still pending.
+    let begun = Instant::now();
+    assert_eq!(wait(&client, &ran).await, JobResult::NotKept);
+    assert!(begun.elapsed() < AT_ONCE, "took {:?}", begun.elapsed());
     let read = client.result::<Invoice, Receipt>(&ran).await.unwrap();
     assert_eq!(read, JobResult::NotKept);
+
+    // One still delayed is pending: a wait waits for it, and is told when it has run.
+    let delayed = push_delayed(&client, 2).await;
     let read = client.result::<Invoice, Receipt>(&delayed).await.unwrap();
     assert_eq!(read, JobResult::Pending);
+    let short = Duration::from_millis(300);
+    let waited = client.wait::<Invoice, Receipt>(&delayed, short).await;
+    assert_eq!(waited.unwrap(), JobResult::Pending);
+    let now = Due::After(Duration::ZERO);
+    let moved = client.reschedule::<Invoice>(&delayed, now).await.unwrap();
+    assert_eq!(moved, ChangeOutcome::Done);
+    let begun = Instant::now();
+    assert_eq!(wait(&client, &delayed).await, JobResult::NotKept);
+    assert!(
+        begun.elapsed() < AT_ONCE,
+        "woken when it ran: {:?}",
+        begun.elapsed()
+    );
+    rt.shutdown().await.unwrap();
+}
+
+/// A producer that pushes and waits while its workers are still starting: the topic's
+/// retention is not recorded yet, and the wait still gets the value once they run the job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_made_before_the_workers_start_gets_the_value() {
+    let redis = RedisServer::start();
+    let client = producer(&redis).await;
+    let id = client.push(Invoice { order_id: 7 }).await.unwrap();
+    let waiting = {
+        let client = client.clone();
+        let id = id.to_string();
+        tokio::spawn(async move { wait(&client, &id).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let rt = runtime(&redis, invoicing().retain(RETAIN)).await;
+    assert_eq!(waiting.await.unwrap(), JobResult::Succeeded(receipt_of(7)));
     rt.shutdown().await.unwrap();
 }
 

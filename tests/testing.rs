@@ -349,6 +349,49 @@ async fn a_running_handlers_progress_is_read_through_status_in_tests() {
     rt.shutdown().await;
 }
 
+/// Issue 32, item 5 in the test runtime: a cancel of a running job reaches its handler through
+/// `JobContext::cancelled`, and the job ends cancelled, run once, not retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_handler_hears_its_cancel_in_tests() {
+    let (started, mut has_started) = tokio::sync::mpsc::unbounded_channel();
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let r = runs.clone();
+    let listener = Listener::new("report", move |_: Reminder, ctx: JobContext| {
+        let (started, r) = (started.clone(), r.clone());
+        async move {
+            let _ = started.send(());
+            tokio::select! {
+                () = ctx.cancelled() => r.lock().unwrap().push("stopped"),
+                () = tokio::time::sleep(Duration::from_secs(30)) => r.lock().unwrap().push("ran out"),
+            }
+            Err::<(), _>("stopped before the end")
+        }
+    });
+    let rt = only(listener).await;
+    let c = rt.client();
+    c.push_to("report", &Reminder { ride: 1 })
+        .id("r")
+        .await
+        .unwrap();
+    let heard = tokio::time::timeout(Duration::from_secs(5), has_started.recv()).await;
+    assert_eq!(heard.unwrap(), Some(()), "the handler started");
+    let asked = c.cancel_in("report", "r").await.unwrap();
+    assert_eq!(asked, dq::admin::ChangeOutcome::CancelRequested);
+    rt.wait_idle().await;
+    assert_eq!(
+        *runs.lock().unwrap(),
+        ["stopped"],
+        "once, stopped by the cancel"
+    );
+    assert!(
+        c.status_in("report", "r").await.unwrap().is_none(),
+        "cancelled: gone, not retried"
+    );
+    rt.advance(Duration::from_secs(3600)).await;
+    assert_eq!(runs.lock().unwrap().len(), 1, "no later run");
+    rt.shutdown().await;
+}
+
 /// A listener's `max_pending` holds in the test runtime as on Redis: the push past it fails
 /// with `TopicFull`, and once a job has run there is room again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

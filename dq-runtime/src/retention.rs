@@ -17,7 +17,9 @@ impl Listener {
     /// then reads its value with `Client::result`, or waits for its end with `Client::wait`.
     ///
     /// Default: none. Nothing is kept, and `Client::wait` on a job of the topic answers
-    /// `JobResult::NotKept` at once. The runtime records the retention in the store at start
+    /// `JobResult::NotKept` once the job has ended (at once for one that has: a wait for a
+    /// pending job waits for its end, since a runtime that keeps it may start before it
+    /// ends). The runtime records the retention in the store at start
     /// (the last runtime started decides for its topic), and a listener without one turns it
     /// off there: the jobs that succeed from then on leave no record.
     ///

@@ -40,7 +40,20 @@
 //! its deadline first, however little real time passed. A move in one step from before a
 //! job's due time to after a wait's deadline ends the wait before the job runs, as real time
 //! would have. A wait the clock never reaches still ends after its timeout of real time, so a
-//! test that forgets to advance fails instead of hanging.
+//! test that forgets to advance fails instead of hanging. A wait for a pending job of a topic
+//! that keeps nothing waits for its end too, then answers `NotKept` (or `Dead`).
+//!
+//! # Job events, progress and cancels on the test clock
+//!
+//! `rt.client().events(topic)` reads a topic's job events (its listener with
+//! [`Listener::events`]) as on Redis, each stamped by the test clock: a job pushed with a
+//! delay of an hour shows `pushed` at [`now`](TestRuntime::now) and `promoted`, `started`,
+//! `succeeded` an hour later once [`advance`](TestRuntime::advance) moved the clock. A running
+//! handler's `ctx.progress(..)` is read with `rt.client().status(..)` (`JobInfo::progress`),
+//! and `rt.client().cancel(..)` of a running job reaches its handler through
+//! `JobContext::cancelled`, as in production. These are the store's events, for any program;
+//! [`history`](TestRuntime::history) is another record, the test runtime's own list of what
+//! the store was asked to do (pushes, acks, retries, dead letters), for asserting on in tests.
 //!
 //! ```
 //! use std::time::Duration;

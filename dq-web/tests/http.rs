@@ -640,6 +640,41 @@ async fn a_running_job_shows_its_progress_on_its_page_escaped() {
     assert!(!page.contains("<b>copying</b>"), "{page}");
 }
 
+/// Issue 32, item 5 from the dashboard: a running job's page cancels it, which asks its worker
+/// to stop it; the job stays (until the worker does) and the page says so.
+#[tokio::test]
+async fn a_running_jobs_page_asks_its_worker_to_stop_it() {
+    let (client, store) = memory_client_and_store().await;
+    push(&client, "p1", 7).await;
+    let topic = Topic::new(TOPIC).unwrap();
+    let leased = store
+        .fetch(0, &topic, 1, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let lease = leased.jobs[0].lease.clone();
+    let (addr, body) = dashboard_and_form(&client).await;
+    let (_, page) = get(&addr, "/topics/order-cancel/jobs/p1").await;
+    assert!(page.contains("/jobs/p1/cancel"), "{page}");
+    assert!(!page.contains("cannot be changed"), "{page}");
+    let text = act(&addr, "/topics/order-cancel/jobs/p1/cancel", &body).await;
+    assert!(
+        location(&text).starts_with("/topics/order-cancel/jobs/p1?"),
+        "back to its page: {text}"
+    );
+    let (_, page) = follow(&addr, &text).await;
+    assert!(
+        page.contains("p1 is running: its worker was asked to stop it."),
+        "{page}"
+    );
+    assert!(page.contains(r#"data-state="running""#), "{page}");
+    let asked = store.cancel_requests(std::slice::from_ref(&lease)).await;
+    assert_eq!(
+        asked.unwrap(),
+        [lease],
+        "the cancel is recorded against its lease"
+    );
+}
+
 #[tokio::test]
 async fn run_now_on_a_ready_job_keeps_its_place() {
     let client = memory_client().await;

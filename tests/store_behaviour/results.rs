@@ -404,7 +404,7 @@ pub(crate) async fn wait_answers_not_kept_for_a_topic_without_retention(kind: Ki
         .await
         .unwrap();
     let start = Instant::now();
-    for name in ["pending", "gone", "never"] {
+    for name in ["gone", "never"] {
         let waited = s.wait_finished(&t, &id(name), LONG).await.unwrap();
         assert!(matches!(waited, Waited::NotKept), "{name}: {waited:?}");
         let read = c.wait_in::<Value>("order-cancel", name, LONG).await;
@@ -419,6 +419,97 @@ pub(crate) async fn wait_answers_not_kept_for_a_topic_without_retention(kind: Ki
         "answered at once, not at the timeout: {waited:?}"
     );
     assert_eq!(result(c, "pending").await, JobResult::Pending);
+    let short = Duration::from_millis(300);
+    let waited = s.wait_finished(&t, &id("pending"), short).await.unwrap();
+    assert!(
+        matches!(waited, Waited::TimedOut),
+        "a pending job is waited for: {waited:?}"
+    );
+}
+
+/// A wait for a pending job of a topic that keeps nothing waits for its end, woken by the ack
+/// (not at its timeout), and then says nothing of it was kept.
+pub(crate) async fn a_wait_for_a_pending_job_of_a_topic_without_retention_answers_not_kept_when_it_succeeds(
+    kind: Kind,
+) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let job = push_and_lease(c, "a").await;
+    let ack = ack_later(c, job);
+    let start = Instant::now();
+    let read = c.wait_in::<Value>("order-cancel", "a", LONG).await.unwrap();
+    let waited = start.elapsed();
+    assert_eq!(read, JobResult::NotKept);
+    assert!(
+        waited >= Duration::from_millis(150),
+        "it waited for the ack: {waited:?}"
+    );
+    assert!(
+        waited < AT_ONCE,
+        "woken by the ack, not at a look or the timeout: {waited:?}"
+    );
+    assert_eq!(ack.await.unwrap(), 1);
+}
+
+/// A dead letter is kept whatever the retention: a wait for a pending job of a topic that keeps
+/// nothing is woken by its death and told its error.
+pub(crate) async fn a_wait_for_a_pending_job_of_a_topic_without_retention_answers_dead_when_it_dies(
+    kind: Kind,
+) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let job = push_and_lease(c, "a").await;
+    let store = Arc::clone(c.store());
+    let dies = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        store.dead_letter(&job.lease, "boom").await.unwrap()
+    });
+    let start = Instant::now();
+    let read = c.wait_in::<Value>("order-cancel", "a", LONG).await.unwrap();
+    let waited = start.elapsed();
+    match read {
+        JobResult::Dead { error, .. } => assert_eq!(error, "boom"),
+        other => panic!("told {other:?}"),
+    }
+    assert!(
+        waited >= Duration::from_millis(150) && waited < AT_ONCE,
+        "woken by the death, not at a look or the timeout: {waited:?}"
+    );
+    assert!(dies.await.unwrap());
+}
+
+/// A wait made before any runtime recorded the topic's retention (a producer that pushes and
+/// waits while its workers are still starting) gets the value once the retention is recorded
+/// and the job runs: it is not told `NotKept` for a job whose end will be kept.
+pub(crate) async fn a_wait_made_before_the_retention_is_recorded_gets_the_value(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    c.push(OrderCancel { order_id: 1 }).id("a").await.unwrap();
+    let store = Arc::clone(c.store());
+    let worker = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let t = topic("order-cancel");
+        let retention = Retention {
+            age: Duration::from_secs(3600),
+            count: 100,
+        };
+        store.set_retention(&t, Some(retention)).await.unwrap();
+        let job = lease_one(&store, "order-cancel").await;
+        store
+            .ack_succeeded(&[with_value(&job)])
+            .await
+            .unwrap()
+            .acked
+    });
+    let start = Instant::now();
+    let read = c.wait_in::<Value>("order-cancel", "a", LONG).await.unwrap();
+    assert_eq!(read, JobResult::Succeeded(json!({"n": 1})));
+    assert!(
+        start.elapsed() < AT_ONCE,
+        "woken by the ack: {:?}",
+        start.elapsed()
+    );
+    assert_eq!(worker.await.unwrap(), 1);
 }
 
 pub(crate) async fn wait_is_woken_when_the_job_is_acked(kind: Kind) {
@@ -474,18 +565,24 @@ pub(crate) async fn a_wait_without_a_bound_gets_the_value(kind: Kind) {
 }
 
 /// Issue 32 review (helper-61, finding 11): a wait for a pending job whose topic's retention is
-/// then taken away is answered `NotKept` (its end will tell nobody), not left to its timeout:
-/// the memory store left it there, where Redis answers at its next look (every 5 s).
+/// then taken away is not left to its timeout: it is answered `NotKept` when the job ends,
+/// woken by the ack as any wait.
 pub(crate) async fn a_wait_whose_topic_stops_keeping_ends_is_answered_not_kept(kind: Kind) {
     let h = Harness::new(kind, |b| b).await;
     let c = &h.client;
     let t = topic("order-cancel");
     retain(c, 100).await;
-    let _job = push_and_lease(c, "a").await;
+    let job = push_and_lease(c, "a").await;
     let store = Arc::clone(c.store());
     let off = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(200)).await;
         store.set_retention(&t, None).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        store
+            .ack_succeeded(&[with_value(&job)])
+            .await
+            .unwrap()
+            .acked
     });
     let start = Instant::now();
     let t = topic("order-cancel");
@@ -493,10 +590,10 @@ pub(crate) async fn a_wait_whose_topic_stops_keeping_ends_is_answered_not_kept(k
     let took = start.elapsed();
     assert!(matches!(waited, Waited::NotKept), "{waited:?}");
     assert!(
-        took < Duration::from_secs(7),
-        "at the next look at most, not at the timeout: {took:?}"
+        took >= Duration::from_millis(350) && took < AT_ONCE,
+        "at the ack, not before it nor at a look or the timeout: {took:?}"
     );
-    off.await.unwrap();
+    assert_eq!(off.await.unwrap(), 1);
 }
 
 pub(crate) async fn wait_times_out_on_a_job_still_pending(kind: Kind) {

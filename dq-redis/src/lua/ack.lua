@@ -2,7 +2,8 @@
 -- with a retention (`retain`) is kept as a succeeded record with its handler's value: its
 -- envelope stays where it is, in `jobs` (as a dead letter's does: no copy), its time and value
 -- in `done:<topic>` (lib.lua); the records past the retention go a call's worth at a time, and
--- `ended` announces the kept jobs to the waits for them (while a wait listens: `waiting`).
+-- `ended` announces the jobs acked to the waits for them (while a wait listens: `waiting`), kept
+-- or not: a wait made before its topic's retention was recorded learns the job's end.
 -- Batched: one HMGET, one ZREM and two HDELs (three when jobs reported progress) for the whole
 -- batch.
 -- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] counts  KEYS[4] leases  KEYS[5] unique  KEYS[6] unique_for
@@ -97,7 +98,7 @@ end
 if #done > 0 then redis.call('EXISTS', jobs) end -- touched before the first write
 -- Whether a wait listens for the ends of this shard's jobs (store/ended.rs marks it while one
 -- does): the announcement is made only then.
-local heard = next(keep_of) and redis.call('EXISTS', waiting) == 1
+local heard = #done > 0 and redis.call('EXISTS', waiting) == 1
 -- Where each kept topic's jobs go and which of its slices go (lib.lua), read before any write.
 local plans = {}
 for topic, members_kept in pairs(keep_of) do
@@ -198,9 +199,7 @@ end
 if heard then
   -- `jobs` is <prefix>jobs: the channel is <prefix>ended. One message for the call, the
   -- members one per line.
-  local lines = {}
-  for _, list in pairs(keep_of) do lines[#lines + 1] = table.concat(list, '\n') end
-  redis.call('PUBLISH', string.sub(jobs, 1, -5) .. 'ended', table.concat(lines, '\n'))
+  redis.call('PUBLISH', string.sub(jobs, 1, -5) .. 'ended', table.concat(done, '\n'))
 end
 out[1] = #done
 for topic, k in pairs(per_topic) do

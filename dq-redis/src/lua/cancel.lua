@@ -4,7 +4,8 @@
 -- KEYS[8] unique_for (a cancelled job reserves nothing: its entry goes)
 -- KEYS[9] done:<topic>: a kept succeeded job's record (its envelope in `jobs`, its time and
 -- value in `done:<topic>`) is deleted by a cancel of its id (its order entry stays: lib.lua)  KEYS[10] retain: a
--- topic that keeps its ends announces a cancelled job on `ended`, for the waits for it
+-- job deleted here is announced on `ended`, for the waits for it (cancelled in a topic that keeps
+-- its ends, not kept in another)
 -- KEYS[11] leases  KEYS[12] cancels: a running job is not deleted here; the cancel is recorded
 -- against its lease (member -> token) and announced on the shard's `wake` channel as
 -- `cancel <topic:id>`, for its worker to stop it (it deletes the job with cancel_running.lua
@@ -36,10 +37,8 @@ if redis.call('HEXISTS', jobs, member) == 0 then
     far_blank(far)
     bump(counts, topic, 'delayed', -1)
     redis.call('HDEL', KEYS[8], member)
-    if spec then
-      bury(KEYS[15], member, spec, now_us())
-      redis.call('PUBLISH', prefix .. 'ended', member)
-    end
+    if spec then bury(KEYS[15], member, spec, now_us()) end
+    redis.call('PUBLISH', prefix .. 'ended', member)
     if stream then emit_event(stream, 'cancelled', id, 0, fmt(now_us())) end
     far_unindex(far)
     return 1
@@ -72,8 +71,8 @@ if not redis.call('ZSCORE', delayed, member)
   end
 end
 local spec = redis.call('HGET', KEYS[10], topic)
-local announced = spec ~= false
-if announced then redis.call('EXISTS', KEYS[15]) end -- touched before the first write
+local marked = spec ~= false
+if marked then redis.call('EXISTS', KEYS[15]) end -- touched before the first write
 local stream, runs
 for _, cap in pairs(events_on(KEYS[13], {topic})) do
   stream = events_open(KEYS[14], cap)
@@ -103,10 +102,8 @@ write_leave(leave, counts)
 if parked then tidy_parked(gk, parked_gone) end
 redis.call('HDEL', jobs, member)
 redis.call('HDEL', KEYS[8], member)
-if announced then
-  bury(KEYS[15], member, spec, now_us())
-  redis.call('PUBLISH', prefix .. 'ended', member)
-end
+if marked then bury(KEYS[15], member, spec, now_us()) end
+redis.call('PUBLISH', prefix .. 'ended', member)
 if stream then emit_event(stream, 'cancelled', id, runs, fmt(now_us())) end
 workflow_finish(workflow, now_us())
 return 1

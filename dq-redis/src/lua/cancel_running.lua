@@ -3,8 +3,8 @@
 -- run tallied (it neither succeeded nor failed).
 -- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] counts  KEYS[4] leases  KEYS[5] cancels
 -- KEYS[6] unique_for (a cancelled job reserves nothing: its entry goes)
--- KEYS[7] retain (a topic that keeps its ends announces this one on `ended`, for the waits for
--- it, which then find it gone)  KEYS[8] progress (the run's progress goes)
+-- KEYS[7] retain (the job is announced on `ended`, for the waits for it, which then find it
+-- gone: cancelled in a topic that keeps its ends, not kept in another)  KEYS[8] progress (the run's progress goes)
 -- KEYS[9] events  KEYS[10] events:<topic>: when the topic's job events are on, `cancelled` (with
 -- the run) is announced  KEYS[11] cancelled:<topic> (a topic that keeps its ends marks the job
 -- cancelled, within its retention, for the waits that come after)
@@ -17,7 +17,7 @@ local member, token = ARGV[1], ARGV[2]
 if redis.call('HGET', leases, member) ~= token then return 0 end
 local topic = topic_of(member)
 local spec = redis.call('HGET', KEYS[7], topic)
-local announced = spec ~= false
+local marked = spec ~= false
 redis.call('EXISTS', jobs, inflight, counts, cancels, KEYS[6], KEYS[11]) -- touched before the first write
 local reported = has_progress(KEYS[8])
 local stream, run
@@ -37,10 +37,8 @@ end_leases(inflight, leases, {member})
 write_leave(leave, counts)
 if reported then clear_progress(KEYS[8], {member}) end
 -- `jobs` is <prefix>jobs: the channel is <prefix>ended.
-if announced then
-  bury(KEYS[11], member, spec, now_us())
-  redis.call('PUBLISH', string.sub(jobs, 1, -5) .. 'ended', member)
-end
+if marked then bury(KEYS[11], member, spec, now_us()) end
+redis.call('PUBLISH', string.sub(jobs, 1, -5) .. 'ended', member)
 if stream then
   emit_event(stream, 'cancelled', string.sub(member, #topic + 2), run, fmt(now_us()))
 end

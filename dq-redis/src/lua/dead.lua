@@ -1,7 +1,8 @@
 -- dead: moves a job the caller holds to its topic's dead letters, counting the run and recording
 -- the error that killed it. An envelope that cannot be read is kept whole as the payload.
 -- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] counts  KEYS[4] dead:<topic>  KEYS[5] leases
--- KEYS[6] retain (a topic that keeps its ends announces this one on `ended`)
+-- KEYS[6] retain (unused: every dead letter is announced on `ended`, for the waits for it;
+-- dead letters are kept whatever the retention)
 -- KEYS[7] cancels (a cancel's request goes with the lease)  KEYS[8] progress
 -- KEYS[9] events  KEYS[10] events:<topic>: when the topic's job events are on, `dead` (with the
 -- error and the run) is announced
@@ -31,7 +32,6 @@ else
   e.err = err -- a malformed envelope, kept as the payload: no run of it to count
 end
 local topic = split_member(member)
-local announced = redis.call('HEXISTS', KEYS[6], topic) == 1
 local cancelled = redis.call('HEXISTS', KEYS[7], member) == 1
 local reported = has_progress(KEYS[8])
 local stream
@@ -47,7 +47,7 @@ tally(counts, topic, 'failed', 1, now)
 redis.call('ZADD', dead, now, member)
 write_leave(leave, counts)
 if cancelled then redis.call('HDEL', KEYS[7], member) end
-if announced then redis.call('PUBLISH', string.sub(jobs, 1, -5) .. 'ended', member) end
+redis.call('PUBLISH', string.sub(jobs, 1, -5) .. 'ended', member)
 if reported then clear_progress(KEYS[8], {member}) end
 if stream then
   emit_event(stream, 'dead', string.sub(member, #topic + 2), e.attempt, fmt(now), 'e', err)

@@ -2041,10 +2041,8 @@ local function workflow_write(plan, now)
       if not st.delayed and not st.taken_back then
         invalidate(p .. 'gen:' .. topic, counts, topic, id)
       end
-      if st.spec then
-        bury(p .. 'cancelled:' .. topic, st.member, st.spec, now)
-        redis.call('PUBLISH', p .. 'ended', st.member)
-      end
+      if st.spec then bury(p .. 'cancelled:' .. topic, st.member, st.spec, now) end
+      redis.call('PUBLISH', p .. 'ended', st.member)
     end
   end
 end

@@ -7,8 +7,8 @@
 -- ignored), or the one given at push when no runtime said. The envelope keeps the push's, as
 -- for failed runs, which each runtime judges by its listener.
 -- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] counts  KEYS[4] leases  KEYS[5] attempts
--- KEYS[6] retain (a job dead-lettered here, of a topic that keeps its ends, is announced on
--- `ended` for the waits for it)
+-- KEYS[6] retain (unused: a job dead-lettered here is announced on `ended` for the waits for
+-- it, whatever its topic's retention)
 -- KEYS[7] cancels (a cancel's request goes with the lease: the job is taken back as any)
 -- KEYS[8] events (the topics whose job events are on: a job taken back is announced on its
 -- topic's stream, `stalled`, or `dead` with its error)
@@ -160,10 +160,6 @@ for i = #expired, 1, -1 do
     if streams[topic] then happened[#happened + 1] = {topic, 'stalled', id, e.attempt} end
   end
 end
-local announced = {}
-for topic in pairs(dead_by) do
-  announced[topic] = redis.call('HEXISTS', KEYS[6], topic) == 1
-end
 local group_plans = {}
 defer_needs() -- the lists of every grouped topic's groups named in one stop (lib.lua's `need`)
 for topic, ids in pairs(dead_ids) do group_plans[#group_plans + 1] = plan_leave(prefix, topic, ids) end
@@ -195,9 +191,7 @@ workflow_write(workflow, now)
 if #writes > 0 then redis.call('HSET', jobs, unpack(writes)) end
 for topic, entries in pairs(dead_by) do
   redis.call('ZADD', prefix .. 'dead:' .. topic, unpack(entries))
-  if announced[topic] then
-    for i = 2, #entries, 2 do redis.call('PUBLISH', prefix .. 'ended', entries[i]) end
-  end
+  for i = 2, #entries, 2 do redis.call('PUBLISH', prefix .. 'ended', entries[i]) end
 end
 for topic, ids in pairs(ready) do
   if #ids > 0 then

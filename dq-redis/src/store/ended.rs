@@ -231,7 +231,9 @@ impl RedisStore {
     }
 
     /// What a wait answers now: the job's record when it ended, whether its topic keeps
-    /// none or it is gone, `None` while it is pending in a topic that keeps its ends.
+    /// none or it is gone, `None` while it is pending. A pending job's wait goes on whether
+    /// or not its topic keeps its ends yet: its end is announced either way (ack.lua, while a
+    /// wait listens), and a runtime that records the retention may start before it ends.
     async fn end_now(&self, topic: &Topic, id: &JobId) -> Result<Option<Waited>> {
         let info = self.status(topic, id).await?;
         if let Some(info) = &info {
@@ -247,10 +249,10 @@ impl RedisStore {
             .query_pipe("read the topic's retention and cancelled jobs", &look)
             .await?;
         Ok(match (info, kept) {
-            (_, false) => Some(Waited::NotKept),
+            (Some(_), _) => None,
+            (None, false) => Some(Waited::NotKept),
             (None, true) if cancelled.is_some() => Some(Waited::Cancelled),
             (None, true) => Some(Waited::NotFound),
-            (Some(_), true) => None,
         })
     }
 }

@@ -31,10 +31,11 @@ pub(crate) async fn job(
     };
     let done: dq_core::Result<Done> = match action.as_str() {
         "run" => run_now(&post, &topic, &id).await.map(|note| (note, false)),
-        "cancel" => client
-            .cancel_in(&topic, &id)
-            .await
-            .map(|o| (describe(o, &id, "was deleted"), true)),
+        // A running job stays until its worker stops it: back to its page.
+        "cancel" => client.cancel_in(&topic, &id).await.map(|o| {
+            let gone = o != ChangeOutcome::CancelRequested;
+            (describe(o, &id, "was deleted"), gone)
+        }),
         "delete" => delete_dead_letter(&post, &topic, &id).await,
         "delete-done" => delete_done(&post, &topic, &id).await,
         "retry" => client.retry_dead(&topic, &[&id]).await.map(|n| {

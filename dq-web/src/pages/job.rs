@@ -266,8 +266,9 @@ fn state_time(state: JobState) -> &'static str {
 }
 
 /// What can be done to job `id` in its state (`link` is its page's address): a pending job is
-/// run now (delayed only), cancelled or rescheduled; a blocked step cancelled; a dead letter
-/// retried or deleted; a done job's record deleted.
+/// run now (delayed only), cancelled or rescheduled; a running job cancelled (its worker is
+/// asked to stop it); a blocked step cancelled; a dead letter retried or deleted; a done job's
+/// record deleted.
 fn actions(job: &JobInfo, id: &str, link: &str, csrf: &str) -> Markup {
     html! {
         @match job.state {
@@ -330,9 +331,23 @@ fn actions(job: &JobInfo, id: &str, link: &str, csrf: &str) -> Markup {
                     ))
                 }
             }
-            _ => {
-                p.hint { "A running job cannot be changed until its run ends." }
+            JobState::Running => {
+                div.actions {
+                    (confirm_button(
+                        &format!("{link}/cancel"),
+                        csrf,
+                        "Cancel",
+                        &format!("Ask the worker running {id} to stop it?"),
+                    ))
+                    span.hint {
+                        " Its worker, in whatever process, is asked to stop it: a handler that "
+                        "listens for the cancel (JobContext::cancelled) stops, and the job ends "
+                        "cancelled, not retried; one that does not runs to its end. It cannot "
+                        "be rescheduled while it runs."
+                    }
+                }
             }
+            _ => {}
         }
     }
 }

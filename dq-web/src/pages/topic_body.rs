@@ -295,7 +295,7 @@ fn bulk_buttons(state: JobState) -> Markup {
                     button type="submit" name="action" value="retry" { "Retry" } " "
                     button.danger type="submit" name="action" value="delete" { "Delete" }
                 }
-                _ => { "running jobs cannot be changed until they end" }
+                _ => { "to cancel a running job, open its page: its worker is asked to stop it" }
             }
         }
     }

@@ -24,19 +24,19 @@ pub(super) struct Waiter {
 }
 
 impl State {
-    /// What a wait for job `m` answers now: its record when it is done or dead, `NotKept` when
-    /// its topic keeps no records, `Cancelled` when it was cancelled within the retention,
-    /// `NotFound` when it is not pending; `None` while it is pending (and its end will be
-    /// kept): then the wait goes on.
+    /// What a wait for job `m` answers now: its record when it is done or dead; `None` while it
+    /// is pending (then the wait goes on, whether or not its topic keeps its ends yet: a
+    /// runtime that records the retention may start before it ends); once it is neither,
+    /// `NotKept` when its topic keeps no records, `Cancelled` when it was cancelled within the
+    /// retention, `NotFound` otherwise.
     pub(super) fn wait_answer(&self, m: &Member) -> Option<Waited> {
         if self.done.contains_key(m) || self.died_at.contains_key(m) {
             return self.info(m).map(|info| Waited::Finished(Box::new(info)));
         }
-        if !self.retention.contains_key(&m.0) {
-            return Some(Waited::NotKept);
-        }
         if self.jobs.contains_key(m) {
             None
+        } else if !self.retention.contains_key(&m.0) {
+            Some(Waited::NotKept)
         } else if self.cancelled.contains_key(m) {
             Some(Waited::Cancelled)
         } else {

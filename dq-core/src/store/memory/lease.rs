@@ -525,17 +525,8 @@ impl Leases for MemoryStore {
                 s.forget_cancelled(topic);
                 let was = s.retention.remove(topic);
                 s.trim_done(topic, 0, usize::MAX);
-                // Those waiting for its jobs hear at once that their ends will not be kept
-                // (Redis tells them at their next look, within 5 s).
-                let waiting: Vec<_> = s
-                    .waiters
-                    .keys()
-                    .filter(|m| m.0 == *topic)
-                    .cloned()
-                    .collect();
-                for m in waiting {
-                    s.wake_waiters(&m);
-                }
+                // Those waiting for its pending jobs wait on: each is told `NotKept` when its
+                // job ends.
                 was
             }
         };
