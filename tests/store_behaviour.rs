@@ -304,6 +304,7 @@ on_every_store!(
     ],
     cancel_running: [
         a_cancel_of_a_running_job_is_announced_and_recorded_against_its_lease,
+        status_says_a_running_jobs_cancel_was_requested_until_its_run_ends,
         cancel_running_deletes_the_job_and_ends_the_waits_for_it,
         a_cancel_request_goes_with_the_lease_and_binds_no_later_run,
         a_run_that_fails_after_its_cancel_was_requested_is_deleted_not_retried,

@@ -65,15 +65,22 @@ pub(crate) async fn list(client: &Client, args: JobsArgs, json: bool) -> Result<
     Ok(())
 }
 
-/// `dq show`: every field of one job; exit 3 when there is no such job.
+/// `dq show`: every field of one job; exit 3 when there is no such job, saying what its topic
+/// kept of it (a mark that it was cancelled, or nothing).
 pub(crate) async fn show(client: &Client, topic: &str, id: &str, json: bool) -> Result<(), Exit> {
     let Some(job) = client.status_in(topic, id).await? else {
-        return Err(Exit(
-            3,
-            format!(
-                "no job {id:?} in topic {topic:?} (finished, cancelled, or never pushed; a finished job is kept only while its topic's retention lasts)"
+        let why = match client.result_in::<serde_json::Value>(topic, id).await? {
+            dq::JobResult::Cancelled => format!(
+                "job {id:?} of topic {topic:?} was cancelled: its topic keeps a mark of it within its retention, nothing else"
             ),
-        ));
+            dq::JobResult::NotKept => format!(
+                "no job {id:?} in topic {topic:?}: it finished or was cancelled (its topic keeps no records: `retain` on its listener), or was never pushed"
+            ),
+            _ => format!(
+                "no job {id:?} in topic {topic:?}: never pushed, purged, or past its topic's retention"
+            ),
+        };
+        return Err(Exit(3, why));
     };
     if json {
         println!("{}", job_json(&job));
@@ -130,6 +137,15 @@ fn job_fields(job: &JobInfo) -> Vec<Vec<String>> {
     if let Some(progress) = &job.progress {
         // Last, under the payload, as a done job's result.
         rows.push(vec!["progress".into(), pretty(progress)]);
+    }
+    if job.cancel_requested {
+        rows.insert(
+            3,
+            vec![
+                "cancel".into(),
+                "requested: its worker was asked to stop it".into(),
+            ],
+        );
     }
     rows
 }

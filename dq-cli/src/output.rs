@@ -155,6 +155,8 @@ pub(crate) fn job_json(j: &dq::JobInfo) -> Value {
         "result": j.result.as_deref().map(nested),
         // A running job's latest progress (null when it reported none, and when not running).
         "progress": j.progress.as_deref().map(nested),
+        // A running job whose worker was asked to stop it (`dq cancel`), its run not ended yet.
+        "cancel_requested": j.cancel_requested,
     })
 }
 

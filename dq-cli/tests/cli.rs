@@ -380,6 +380,46 @@ async fn show_lists_each_failed_runs_error_oldest_first() {
     assert!(table[first..second].contains("card declined"), "{table}");
 }
 
+/// A running job whose worker was asked to stop it says so in `dq show`; once cancelled, its
+/// topic keeps a mark of it (with a retention), and `dq show` says it was cancelled rather
+/// than that there is no such job.
+#[tokio::test]
+async fn show_says_a_running_jobs_cancel_was_requested_and_a_cancelled_job_was_cancelled() {
+    let redis = RedisServer::start();
+    let (c, store) = client_and_store(&redis).await;
+    let topic = dq::Topic::new("t").unwrap();
+    let keep = dq::store::Retention::for_age(Duration::from_secs(3600));
+    store.set_retention(&topic, Some(keep)).await.unwrap();
+    c.push_json("t", r#"{"order_id":7}"#)
+        .id("slow")
+        .await
+        .unwrap();
+    let leased = store.fetch(0, &topic, 1, Duration::from_secs(30)).await;
+    let lease = leased.unwrap().jobs[0].lease.clone();
+    let job = json(&dq(&redis, &["show", "t", "slow", "--json"]));
+    assert_eq!(job["cancel_requested"], false, "{job}");
+    let asked = c.cancel_in("t", "slow").await.unwrap();
+    assert_eq!(asked, dq::admin::ChangeOutcome::CancelRequested);
+    let job = json(&dq(&redis, &["show", "t", "slow", "--json"]));
+    assert_eq!(
+        (job["state"].as_str(), &job["cancel_requested"]),
+        (Some("running"), &serde_json::json!(true)),
+        "{job}"
+    );
+    let table = ok(&dq(&redis, &["show", "t", "slow"]));
+    assert!(
+        table.contains("requested: its worker was asked to stop it"),
+        "{table}"
+    );
+    // Its handler listened: the run ends, cancelled.
+    assert!(store.cancel_running(&lease).await.unwrap());
+    let said = fails(&redis, &["show", "t", "slow"], 3);
+    assert!(said.contains("was cancelled"), "{said}");
+    // One never pushed is not said to be cancelled.
+    let said = fails(&redis, &["show", "t", "nope"], 3);
+    assert!(said.contains("no job \"nope\""), "{said}");
+}
+
 #[tokio::test]
 async fn a_done_job_shows_its_result_in_show_and_in_jobs_state_done() {
     let redis = RedisServer::start();

@@ -282,6 +282,11 @@ pub struct JobInfo {
     /// [`result`](JobInfo::result) instead. Read by `status` (`Client::status`); listings
     /// need not carry it.
     pub progress: Option<Vec<u8>>,
+    /// Whether its worker was asked to stop it: a [`Running`](JobState::Running) job whose
+    /// cancel was asked (`Client::cancel`) during this run, which has not ended yet. A handler
+    /// that listens (`JobContext::cancelled`) stops and the job ends cancelled; one that does
+    /// not runs to its end. Read by `status`; listings need not carry it.
+    pub cancel_requested: bool,
 }
 
 impl JobInfo {
@@ -310,6 +315,7 @@ impl JobInfo {
             payload: env.payload,
             result: None,
             progress: None,
+            cancel_requested: false,
         }
     }
 }

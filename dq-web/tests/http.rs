@@ -667,12 +667,36 @@ async fn a_running_jobs_page_asks_its_worker_to_stop_it() {
         "{page}"
     );
     assert!(page.contains(r#"data-state="running""#), "{page}");
+    assert!(page.contains("Cancel requested"), "{page}");
+    assert!(!page.contains("/jobs/p1/cancel"), "asked once: {page}");
     let asked = store.cancel_requests(std::slice::from_ref(&lease)).await;
     assert_eq!(
         asked.unwrap(),
-        [lease],
+        std::slice::from_ref(&lease),
         "the cancel is recorded against its lease"
     );
+    // Its handler listened: the run ends, cancelled; without a retention nothing is kept.
+    assert!(store.cancel_running(&lease).await.unwrap());
+    let (status, page) = get(&addr, "/topics/order-cancel/jobs/p1").await;
+    assert_eq!(status, 404, "{page}");
+    assert!(page.contains("No job"), "no retention, no mark: {page}");
+}
+
+/// A job cancelled in a topic that keeps its ends: its page says it was cancelled, not that
+/// there is no such job.
+#[tokio::test]
+async fn a_cancelled_jobs_page_says_it_was_cancelled() {
+    let (client, store) = memory_client_and_store().await;
+    let topic = Topic::new(TOPIC).unwrap();
+    let keep = Retention::for_age(Duration::from_secs(3600));
+    store.set_retention(&topic, Some(keep)).await.unwrap();
+    push(&client, "c1", 7).await;
+    let cancelled = client.cancel_in(TOPIC, "c1").await.unwrap();
+    assert_eq!(cancelled, dq_core::ChangeOutcome::Done);
+    let addr = serve(client.clone(), Options::new()).await;
+    let (status, page) = get(&addr, "/topics/order-cancel/jobs/c1").await;
+    assert_eq!(status, 404, "{page}");
+    assert!(page.contains("was cancelled"), "{page}");
 }
 
 #[tokio::test]

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use dq::admin::ChangeOutcome;
 use dq::push::PushOutcome;
-use dq::store::{LeaseRef, Retention, RunEnd, RunEnded, Waited, Wake, WakeListener};
+use dq::store::{LeaseRef, Retention, RunEnd, RunEnded, Succeeded, Waited, Wake, WakeListener};
 use dq::JobState;
 
 use super::{outcome, push_and_lease, Harness, Kind};
@@ -54,7 +54,7 @@ pub(crate) async fn a_cancel_of_a_running_job_is_announced_and_recorded_against_
 
     // Still running: nothing is deleted until its worker stops it.
     let info = c.status_in("order-cancel", "a").await.unwrap().unwrap();
-    assert_eq!(info.state, dq::JobState::Running);
+    assert_eq!(info.state, JobState::Running);
     assert_eq!(c.counts("order-cancel").await.unwrap().running, 2);
     // The heartbeat's fallback finds the request, for that lease only.
     let both = [a.lease.clone(), b.lease.clone()];
@@ -71,6 +71,42 @@ pub(crate) async fn a_cancel_of_a_running_job_is_announced_and_recorded_against_
     // Asked again, the same answer.
     assert_eq!(cancel(c, "a").await, ChangeOutcome::CancelRequested);
     assert_eq!(s.cancel_requests(&both).await.unwrap(), [a.lease]);
+}
+
+/// `status` says which running jobs' workers were asked to stop them, for the run asked only: a
+/// handler that ignored the cancel and succeeded leaves a done record that says nothing of it.
+pub(crate) async fn status_says_a_running_jobs_cancel_was_requested_until_its_run_ends(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let s = c.store();
+    let retention = Retention {
+        age: Duration::from_secs(3600),
+        count: 100,
+    };
+    s.set_retention(&topic("order-cancel"), Some(retention))
+        .await
+        .unwrap();
+    let a = push_and_lease(c, "a").await;
+    let _b = push_and_lease(c, "b").await;
+    let asked = |id: &'static str| async move {
+        let info = c.status_in("order-cancel", id).await.unwrap().unwrap();
+        (info.state, info.cancel_requested)
+    };
+    assert_eq!(asked("a").await, (JobState::Running, false));
+    assert_eq!(cancel(c, "a").await, ChangeOutcome::CancelRequested);
+    assert_eq!(asked("a").await, (JobState::Running, true));
+    assert_eq!(
+        asked("b").await,
+        (JobState::Running, false),
+        "b was not asked"
+    );
+    let done = Succeeded {
+        lease: a.lease,
+        result: None,
+        run: 1,
+    };
+    assert_eq!(s.ack_succeeded(&[done]).await.unwrap().acked, 1);
+    assert_eq!(asked("a").await, (JobState::Done, false), "its run ended");
 }
 
 pub(crate) async fn cancel_running_deletes_the_job_and_ends_the_waits_for_it(kind: Kind) {

@@ -7,13 +7,13 @@
 -- ignored), or the one given at push when no runtime said. The envelope keeps the push's, as
 -- for failed runs, which each runtime judges by its listener.
 -- KEYS[1] jobs  KEYS[2] inflight  KEYS[3] counts  KEYS[4] leases  KEYS[5] attempts
--- KEYS[6] retain (unused: a job dead-lettered here is announced on `ended` for the waits for
--- it, whatever its topic's retention)
--- KEYS[7] cancels (a cancel's request goes with the lease: the job is taken back as any)
--- KEYS[8] events (the topics whose job events are on: a job taken back is announced on its
+-- (a job dead-lettered here is announced on `ended` for the waits for it, whatever its
+-- topic's retention)
+-- KEYS[6] cancels (a cancel's request goes with the lease: the job is taken back as any)
+-- KEYS[7] events (the topics whose job events are on: a job taken back is announced on its
 -- topic's stream, `stalled`, or `dead` with its error)
--- KEYS[9] progress (the entries of the jobs taken back go)
--- KEYS[10..] ready:<topic>, dead:<topic>, gen:<topic>, events:<topic> and ranked:<topic> of each topic the caller
+-- KEYS[8] progress (the entries of the jobs taken back go)
+-- KEYS[9..] ready:<topic>, dead:<topic>, gen:<topic>, events:<topic> and ranked:<topic> of each topic the caller
 -- knows (on a cluster, with the keys of its groups: lib.lua's `need`)
 -- ARGV[1] key prefix  ARGV[2] most jobs (at most 1000)
 -- A job dead-lettered here gives the slot of its group back, and its group lets its next job in
@@ -30,9 +30,9 @@
 -- write that may delete a key (ZREM inflight) last.
 local jobs, inflight, counts, leases, attempts = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local prefix, limit = ARGV[1], math.min(tonumber(ARGV[2]), 1000)
-local progress = KEYS[9]
+local progress = KEYS[8]
 local declared = {}
-for i = 10, #KEYS do declared[KEYS[i]] = true end
+for i = 9, #KEYS do declared[KEYS[i]] = true end
 local now = now_us()
 local found = redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0, limit)
 local expired, unknown, seen_unknown = {}, {}, {}
@@ -50,9 +50,9 @@ for _, member in ipairs(found) do
 end
 -- The jobs whose cancel was requested against their lease stay as they are, for the caller.
 local asked = {}
-local cancelled = redis.call('EXISTS', KEYS[7]) == 1
+local cancelled = redis.call('EXISTS', KEYS[6]) == 1
 if cancelled and #expired > 0 then
-  local requests = redis.call('HMGET', KEYS[7], unpack(expired))
+  local requests = redis.call('HMGET', KEYS[6], unpack(expired))
   local tokens = redis.call('HMGET', leases, unpack(expired))
   local rest = {}
   for i, member in ipairs(expired) do
@@ -90,7 +90,7 @@ end
 -- Job events: the streams of the topics that have them on, opened before the first write, and
 -- what to announce on them (topic, kind, id, run, error).
 local streams, happened = {}, {}
-for topic, cap in pairs(events_on(KEYS[8], topics)) do
+for topic, cap in pairs(events_on(KEYS[7], topics)) do
   streams[topic] = events_open(prefix .. 'events:' .. topic, cap)
 end
 local writes, ready, levels, dead_by, running, requeued, dead = {}, {}, {}, {}, {}, 0, 0
@@ -205,7 +205,7 @@ for topic, k in pairs(running) do
   bump(counts, topic, 'inflight', -k)
   tally(counts, topic, 'failed', k, now)
 end
-if cancelled then redis.call('HDEL', KEYS[7], unpack(expired)) end
+if cancelled then redis.call('HDEL', KEYS[6], unpack(expired)) end
 end_leases(inflight, leases, expired)
 if reported then clear_progress(progress, expired) end
 local stamp = fmt(now)

@@ -1,6 +1,7 @@
 -- status: one job's state and envelope (read-only).
 -- KEYS[1] jobs  KEYS[2] delayed  KEYS[3] inflight  KEYS[4] dead:<topic>  KEYS[5] done:<topic>
--- KEYS[6] progress
+-- KEYS[6] progress  KEYS[7] cancels  KEYS[8] leases (a running job whose cancel was asked
+-- against its lease: its worker was asked to stop it)
 -- A kept succeeded job's envelope stays in `jobs`, as a dead letter's does; `done:<topic>`
 -- holds its time and value (lib.lua).
 -- A far job (lib.lua) is found through its index: delayed, its envelope rebuilt.
@@ -9,8 +10,9 @@
 -- delayed, ready, running, dead, done or blocked (a workflow step waiting for the steps it comes
 -- after: its envelope from its workflow, lib.lua); the score is the due time, the lease deadline, the time
 -- of death or when it succeeded (-1 when ready); a done job's value is '' when its handler
--- returned none; a running job's reply is {'running', envelope, deadline, '', progress}, its
--- progress '' when it reported none.
+-- returned none; a running job's reply is {'running', envelope, deadline, '', progress, asked},
+-- its progress '' when it reported none, asked '1' when its cancel was asked (cancel.lua) and its
+-- run has not ended, else '0'.
 local jobs, delayed, inflight, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local member = ARGV[1]
 local raw = redis.call('HGET', jobs, member)
@@ -36,7 +38,11 @@ end
 local score = redis.call('ZSCORE', delayed, member)
 if score then return {'delayed', raw, score} end
 score = redis.call('ZSCORE', inflight, member)
-if score then return {'running', raw, score, '', redis.call('HGET', KEYS[6], member) or ''} end
+if score then
+  local asked = redis.call('HGET', KEYS[7], member)
+  asked = asked and asked == redis.call('HGET', KEYS[8], member) and '1' or '0'
+  return {'running', raw, score, '', redis.call('HGET', KEYS[6], member) or '', asked}
+end
 score = redis.call('ZSCORE', dead, member)
 if score then return {'dead', raw, score} end
 local rec = redis.call('HGET', KEYS[5], member)

@@ -82,7 +82,6 @@ impl RedisStore {
             .key(k.counts())
             .key(k.dead(&lease.topic))
             .key(k.leases())
-            .key(k.retain())
             .key(k.cancels())
             .key(k.progress())
             .key(k.events())
@@ -360,7 +359,6 @@ impl Leases for RedisStore {
                         .key(k.counts())
                         .key(k.leases())
                         .key(k.attempts())
-                        .key(k.retain())
                         .key(k.cancels())
                         .key(k.events())
                         .key(k.progress());

@@ -411,6 +411,8 @@ impl Producer for RedisStore {
             .key(k.dead(topic))
             .key(k.done(topic))
             .key(k.progress())
+            .key(k.cancels())
+            .key(k.leases())
             .arg(&m)
             .arg(self.far());
         inv.key(self.named_keys(k, [topic]));
@@ -422,6 +424,7 @@ impl Producer for RedisStore {
             score,
             value,
             progress,
+            cancel_requested,
         }) = found
         else {
             return Ok(None);
@@ -431,6 +434,7 @@ impl Producer for RedisStore {
         let mut info = job_info(topic.clone(), id.clone(), state, env, score);
         info.result = value.filter(|v| !v.is_empty());
         info.progress = progress.filter(|p| !p.is_empty());
+        info.cancel_requested = cancel_requested;
         Ok(Some(info))
     }
 }

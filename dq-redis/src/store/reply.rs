@@ -369,7 +369,7 @@ pub(super) fn decode_jobs(
 
 /// status.lua's reply: nothing (no such job), or the job's state, its raw envelope and the
 /// score of its state (when it is due, or when it died or its lease ends), then a done job's
-/// value, or a running job's '' and progress.
+/// value, or a running job's '', progress and whether its cancel was asked ('1' or '0').
 pub(super) struct StatusReply(pub(super) Option<Status>);
 
 /// A job status.lua found.
@@ -383,6 +383,8 @@ pub(super) struct Status {
     pub(super) value: Option<Vec<u8>>,
     /// A running job's latest progress ('' for none).
     pub(super) progress: Option<Vec<u8>>,
+    /// A running job whose worker was asked to stop it (its cancel, against its lease).
+    pub(super) cancel_requested: bool,
 }
 
 reader!(StatusReply, |v| {
@@ -390,9 +392,9 @@ reader!(StatusReply, |v| {
     if parts.is_empty() {
         return Ok(StatusReply(None));
     }
-    if !(3..=5).contains(&parts.len()) {
+    if !(3..=6).contains(&parts.len()) {
         return Err(unexpected(
-            "nothing, or a state, an envelope, a score (and a done job's value, a running job's progress)",
+            "nothing, or a state, an envelope, a score (and a done job's value, a running job's progress and cancel)",
             v,
         ));
     }
@@ -404,10 +406,25 @@ reader!(StatusReply, |v| {
     } else {
         None
     };
-    let progress: Option<Vec<u8>> = if parts.len() == 5 {
+    let progress: Option<Vec<u8>> = if parts.len() >= 5 {
         Some(item(parts, 4)?)
     } else {
         None
+    };
+    let cancel_requested = if parts.len() == 6 {
+        let asked: Vec<u8> = item(parts, 5)?;
+        match asked.as_slice() {
+            b"1" => true,
+            b"0" => false,
+            _ => {
+                return Err(unexpected(
+                    "'1' or '0': whether a running job's cancel was asked",
+                    v,
+                ))
+            }
+        }
+    } else {
+        false
     };
     Ok(StatusReply(Some(Status {
         state,
@@ -415,6 +432,7 @@ reader!(StatusReply, |v| {
         score,
         value,
         progress,
+        cancel_requested,
     })))
 });
 
@@ -555,12 +573,14 @@ mod tests {
             Value::Int(5),
             text(""),
             text("0.5"),
+            text("1"),
         ]);
         let StatusReply(Some(s)) = read::<StatusReply>("status", running).unwrap() else {
             panic!("a job was found");
         };
         assert_eq!(s.state, JobState::Running);
         assert_eq!(s.progress.as_deref(), Some(&b"0.5"[..]));
+        assert!(s.cancel_requested);
         let done = Value::Array(vec![
             text("done"),
             text("2:0:3:1:1:0:{}"),
@@ -571,8 +591,8 @@ mod tests {
             panic!("a job was found");
         };
         assert_eq!((s.value.as_deref(), s.progress), (Some(&b"1"[..]), None));
-        let six = Value::Array(vec![text("ready"); 6]);
-        assert!(read::<StatusReply>("status", six).is_err());
+        let seven = Value::Array(vec![text("ready"); 7]);
+        assert!(read::<StatusReply>("status", seven).is_err());
     }
 
     #[test]

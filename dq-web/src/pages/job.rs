@@ -41,9 +41,16 @@ pub(crate) async fn job(
     let base = &viewer.base;
     let link = job_page(&viewer, &topic, &id);
     let Some(job) = info else {
-        let message = format!(
-            "No job {id:?} in topic {topic:?}: it finished, was cancelled or deleted, or never existed (dq keeps finished jobs only while their topic's retention lasts, and only when it has one)."
-        );
+        // What its topic kept of it: a mark that it was cancelled, or nothing.
+        let end = client.result_in::<serde_json::Value>(&topic, &id).await;
+        let message = match end {
+            Ok(dq_core::JobResult::Cancelled) => format!(
+                "Job {id:?} of topic {topic:?} was cancelled: its topic keeps a mark of it within its retention, nothing else."
+            ),
+            _ => format!(
+                "No job {id:?} in topic {topic:?}: it finished, was cancelled or deleted, or never existed (dq keeps finished jobs only while their topic's retention lasts, and only when it has one)."
+            ),
+        };
         return view::error(StatusCode::NOT_FOUND, Some(&viewer), &message);
     };
     let body = html! {
@@ -329,6 +336,12 @@ fn actions(job: &JobInfo, id: &str, link: &str, csrf: &str) -> Markup {
                         "Delete",
                         &format!("Delete the record of done job {id} and its result? This cannot be undone."),
                     ))
+                }
+            }
+            JobState::Running if job.cancel_requested => {
+                p.hint {
+                    "Cancel requested: its worker was asked to stop it. A handler that listens "
+                    "stops, and the job ends cancelled; one that does not runs to its end."
                 }
             }
             JobState::Running => {

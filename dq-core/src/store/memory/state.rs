@@ -580,6 +580,8 @@ impl State {
         let mut info = JobInfo::from_envelope(m.0.clone(), m.1.clone(), state, env, score);
         if state == JobState::Running {
             info.progress = self.progress.get(m).cloned();
+            let token = self.leases.get(m).map(|(_, token)| token);
+            info.cancel_requested = token.is_some() && self.cancels.get(m) == token;
         }
         Some(info)
     }
