@@ -187,6 +187,7 @@ on_every_store!(
         a_job_taken_back_from_a_dead_worker_in_a_cancelled_workflow_is_deleted,
         a_step_id_taken_by_a_dead_letter_refuses_the_workflow,
         a_waiting_job_cancelled_with_its_workflow_answers_its_waits_cancelled,
+        a_wait_for_a_blocked_step_waits_and_its_cancel_answers_it,
         a_dead_steps_own_event_comes_before_its_workflows_end,
         a_cancel_of_an_ended_workflow_leaves_it_as_it_ended,
         a_released_step_keeps_the_time_its_workflow_was_pushed,

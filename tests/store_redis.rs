@@ -1586,6 +1586,36 @@ async fn a_call_not_forgotten_keeps_the_count_of_its_ids_taken_out() {
     assert!(x.is_none(), "x's call is past the age: {x:?}");
 }
 
+/// A handler's `RateLimited` hold pauses its topic in every shard of the namespace, and its lift
+/// resumes every shard (issue 33 review, helper-69: no test held more than one shard).
+#[tokio::test]
+async fn a_hold_pauses_the_topic_in_every_shard_and_its_lift_resumes_them() {
+    let redis = RedisServer::start();
+    let c = client_with(&redis, |b| b.shards(4)).await;
+    let jobs = (0..40).map(|i| c.push(OrderCancel { order_id: i }).id(format!("o{i}")));
+    c.push_batch(jobs).await.unwrap();
+    let s = c.store();
+    let t = topic("order-cancel");
+    s.hold(&t, Duration::from_secs(60)).await.unwrap();
+    for shard in 0..4 {
+        s.promote(shard, 1000).await.unwrap();
+        let got = s.fetch(shard, &t, 100, LEASE).await.unwrap();
+        assert!(
+            got.jobs.is_empty(),
+            "shard {shard} is held: {}",
+            got.jobs.len()
+        );
+    }
+    assert!(s.hold_ends_us(&t).await.unwrap().is_some());
+    assert!(s.lift_hold(&t).await.unwrap());
+    let mut fetched = 0;
+    for shard in 0..4 {
+        s.promote(shard, 1000).await.unwrap();
+        fetched += s.fetch(shard, &t, 100, LEASE).await.unwrap().jobs.len();
+    }
+    assert_eq!(fetched, 40, "every shard resumed");
+}
+
 /// Backpressure on a namespace of four shards: each shard holds its share of the bound (8 / 4),
 /// so the topic takes about its bound, never more.
 #[tokio::test]

@@ -47,8 +47,8 @@ pub enum Waited {
     /// It ended: its record, [`Done`](crate::JobState::Done) (with its value) or
     /// [`Dead`](crate::JobState::Dead) (with its last error).
     Finished(Box<JobInfo>),
-    /// It is no longer pending, and its topic keeps no records of succeeded jobs (no
-    /// retention): it succeeded or was cancelled, and nothing of it was kept.
+    /// It is not pending, and its topic keeps no records of succeeded jobs (no retention): it
+    /// succeeded, was cancelled or was never pushed, and nothing of it was kept.
     NotKept,
     /// It was cancelled (before it ran, or while it ran and its handler stopped), within its
     /// topic's retention: a topic that keeps its ends keeps a mark of each cancelled job for as
@@ -79,9 +79,10 @@ pub enum JobResult<T> {
     },
     /// Still delayed, ready or running (a `wait` that ran out says so).
     Pending,
-    /// It ended (succeeded, or was cancelled), and its topic keeps no records of succeeded
-    /// jobs: give its listener a retention (`#[dq::listener(retain = "1h")]`) to read values.
-    /// A wait for a job still pending waits for its end whatever the retention.
+    /// It is not pending (it succeeded, was cancelled, or was never pushed), and its topic
+    /// keeps no records of succeeded jobs: give its listener a retention
+    /// (`#[dq::listener(retain = "1h")]`) to read values. A wait for a job still pending
+    /// waits for its end whatever the retention.
     NotKept,
     /// It was cancelled (before it ran, or while it ran and its handler stopped); told for as
     /// long as its topic's retention keeps records.

@@ -667,8 +667,12 @@ async fn a_running_jobs_page_asks_its_worker_to_stop_it() {
         "{page}"
     );
     assert!(page.contains(r#"data-state="running""#), "{page}");
-    assert!(page.contains("Cancel requested"), "{page}");
+    assert!(page.contains("cancel requested"), "{page}");
     assert!(!page.contains("/jobs/p1/cancel"), "asked once: {page}");
+    // A viewer who cannot act sees it too.
+    let read_only = serve(client.clone(), Options::new().read_only(true)).await;
+    let (_, page) = get(&read_only, "/topics/order-cancel/jobs/p1").await;
+    assert!(page.contains(r#"data-cancel="requested""#), "{page}");
     let asked = store.cancel_requests(std::slice::from_ref(&lease)).await;
     assert_eq!(
         asked.unwrap(),

@@ -3,7 +3,8 @@
 //! cancel), so a fan-in is released exactly once; a failure or cancel follows each
 //! dependency's policy.
 
-use std::time::{Duration, SystemTime};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
 
 use dq::store::{LeaseRef, LeasedJob, Succeeded};
 use dq::workflow::{OnFailure, StepState, WorkflowOutcome, WorkflowState};
@@ -511,6 +512,46 @@ pub(crate) async fn a_waiting_job_cancelled_with_its_workflow_answers_its_waits_
         .await
         .unwrap();
     assert!(matches!(waited, dq::store::Waited::Cancelled), "{waited:?}");
+}
+
+/// A blocked step is pending (it will run): a wait for it waits, whatever its topic's
+/// retention, and its cancel (or the cancel it brings to the steps after it) answers the wait at
+/// once: `Cancelled` in a topic that keeps its ends, `NotKept` in one that keeps nothing.
+pub(crate) async fn a_wait_for_a_blocked_step_waits_and_its_cancel_answers_it(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let keep = dq::store::Retention::for_age(Duration::from_secs(3600));
+    c.store()
+        .set_retention(&topic("wf-b"), Some(keep))
+        .await
+        .unwrap();
+    push_diamond(c, "order-8", OnFailure::Cancel).await;
+    let store = Arc::clone(c.store());
+    let cancel = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let b = dq::JobId::new("order-8.b").unwrap();
+        store.cancel(&topic("wf-b"), &b).await.unwrap()
+    });
+    let long = Duration::from_secs(10);
+    let (tb, td) = (topic("wf-b"), topic("wf-d"));
+    let (b, d) = (
+        dq::JobId::new("order-8.b").unwrap(),
+        dq::JobId::new("order-8.d").unwrap(),
+    );
+    let start = Instant::now();
+    let (b, d) = tokio::join!(
+        c.store().wait_finished(&tb, &b, long),
+        c.store().wait_finished(&td, &d, long),
+    );
+    let took = start.elapsed();
+    let (b, d) = (b.unwrap(), d.unwrap());
+    assert!(matches!(b, dq::store::Waited::Cancelled), "b: {b:?}");
+    assert!(matches!(d, dq::store::Waited::NotKept), "d, after b: {d:?}");
+    assert!(
+        took >= Duration::from_millis(150) && took < Duration::from_secs(5),
+        "woken by the cancel, not before it nor at a look: {took:?}"
+    );
+    assert_eq!(cancel.await.unwrap(), dq::admin::ChangeOutcome::Done);
 }
 
 pub(crate) async fn a_dead_steps_own_event_comes_before_its_workflows_end(kind: Kind) {

@@ -57,11 +57,12 @@ impl Client {
     }
 
     /// Waits until job `id` of `M`'s topic has ended, at most `timeout`, and says what became
-    /// of it: woken by the store when the job succeeds or dies (from whatever process ran it),
-    /// never by polling. It never hangs: a job that is not found, whose topic keeps no records,
-    /// that was cancelled, or that is still pending at `timeout` is answered as such
-    /// ([`JobResult::NotFound`], [`JobResult::NotKept`], [`JobResult::Cancelled`],
-    /// [`JobResult::Pending`]). A `timeout` of `Duration::MAX` waits for as long as the job
+    /// of it: woken by the store when the job succeeds, dies or is cancelled (from whatever
+    /// process ran it), never by polling. It never hangs: a job that is no longer pending is
+    /// answered at once (not found, or ended in a topic that keeps no records: [`JobResult::NotFound`],
+    /// [`JobResult::NotKept`]; cancelled: [`JobResult::Cancelled`]), and one still pending at
+    /// `timeout` as [`JobResult::Pending`]. A pending job is waited for whatever its topic's
+    /// retention: a runtime that keeps its value may start before it ends. A `timeout` of `Duration::MAX` waits for as long as the job
     /// takes. Each wait is counted in the metric `dq_waits_total{topic, answer}`
     /// ([`metric::WAITS`]).
     ///

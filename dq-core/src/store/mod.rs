@@ -154,8 +154,9 @@ pub trait Producer: Sharded {
     async fn status(&self, topic: &Topic, id: &JobId) -> Result<Option<JobInfo>>;
 
     /// Waits until the job is done or dead, at most `timeout`, woken by the store (never by
-    /// polling). Answers at once when it has ended, when it is not found, or when its topic
-    /// keeps no records (no retention), and never waits past `timeout`, whatever becomes of
+    /// polling). Answers at once when it is no longer pending (ended, not found, or in a topic
+    /// that keeps no records: `NotKept`); waits for a pending job (a blocked workflow step
+    /// too) whatever its topic's retention, and never waits past `timeout`, whatever becomes of
     /// the job or the connection meanwhile. A connection lost during the wait does not end it
     /// early: it looks again once the connection is back, and answers the error only when
     /// `timeout` comes first. On a store with a manual clock (`MemoryStore::with_manual_clock`)

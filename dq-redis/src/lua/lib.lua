@@ -1724,16 +1724,20 @@ end
 
 local function workflow_new_plan(prefix)
   return {prefix = prefix, steps_key = prefix .. 'workflows', wfs = {}, order = {}, gone = {},
-          releases = {}, stops = {}, stopped = {}}
+          releases = {}, stops = {}, stopped = {}, dropped = {}}
 end
 
 -- Step `name` of `f` is cancelled without ever having had a job (blocked, or being released).
+-- Its member is announced on `ended` (and marked cancelled in a topic that keeps its ends), for
+-- the waits for it: `plan.dropped`.
 local function workflow_drop(plan, f, name)
   f.set['s:' .. name] = 'c'
   f.last = name
   f.releasing[name] = nil
   f.left = f.left - 1
-  plan.gone[#plan.gone + 1] = workflow_get(f, 'm:' .. name)
+  local member = workflow_get(f, 'm:' .. name)
+  plan.gone[#plan.gone + 1] = member
+  if member then plan.dropped[#plan.dropped + 1] = {member = member} end
 end
 
 -- Cancels workflow `f` as a whole: its blocked steps (and those this plan would release) are
@@ -1765,6 +1769,12 @@ end
 local function workflow_end(plan, f, name, o, text)
   local s = workflow_get(f, 's:' .. name)
   if s ~= 'p' and s ~= 'b' then return end
+  if s == 'b' then
+    -- A blocked step ended (cancelled: it has no job to end otherwise), announced as a
+    -- dropped one is.
+    local member = workflow_get(f, 'm:' .. name)
+    if member then plan.dropped[#plan.dropped + 1] = {member = member} end
+  end
   f.set['s:' .. name] = o
   f.last = name
   f.releasing[name] = nil
@@ -1894,6 +1904,19 @@ local function workflow_touch(plan)
       plan.gone[#plan.gone + 1] = m
       if st.taken_back then plan.stopped[m] = true end
     end
+  end
+  -- The blocked steps this plan cancels (all of them known by now: a stop above may cancel
+  -- the steps after it): each is marked cancelled in a topic that keeps its ends, and
+  -- announced, in workflow_write.
+  local marks = {}
+  for _, d in ipairs(plan.dropped) do
+    d.topic = topic_of(d.member)
+    if d.topic then marks[#marks + 1] = p .. 'cancelled:' .. d.topic end
+  end
+  if CLUSTER then need(marks) end
+  for _, d in ipairs(plan.dropped) do
+    d.spec = d.topic and redis.call('HGET', p .. 'retain', d.topic)
+    if d.spec then redis.call('EXISTS', p .. 'cancelled:' .. d.topic) end
   end
   -- Job events (lib.lua's events): a released step's job is `pushed`, a stopped one
   -- `cancelled`, and an ended workflow is announced on the stream of its last step's topic
@@ -2044,6 +2067,10 @@ local function workflow_write(plan, now)
       if st.spec then bury(p .. 'cancelled:' .. topic, st.member, st.spec, now) end
       redis.call('PUBLISH', p .. 'ended', st.member)
     end
+  end
+  for _, d in ipairs(plan.dropped) do
+    if d.spec then bury(p .. 'cancelled:' .. d.topic, d.member, d.spec, now) end
+    redis.call('PUBLISH', p .. 'ended', d.member)
   end
 end
 

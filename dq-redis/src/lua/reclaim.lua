@@ -189,10 +189,15 @@ end
 proceed_when_full(leases) -- taking back expired leases must go through when Redis is full
 workflow_write(workflow, now)
 if #writes > 0 then redis.call('HSET', jobs, unpack(writes)) end
+-- The dead letters announced on `ended` for the waits for them, in one message for the call
+-- (the members one per line, as the ack's): one message whatever the number, so that a burst of
+-- dead letters does not flood a cluster's bus, which copies each message to every node.
+local died = {}
 for topic, entries in pairs(dead_by) do
   redis.call('ZADD', prefix .. 'dead:' .. topic, unpack(entries))
-  for i = 2, #entries, 2 do redis.call('PUBLISH', prefix .. 'ended', entries[i]) end
+  for i = 2, #entries, 2 do died[#died + 1] = entries[i] end
 end
+if #died > 0 then redis.call('PUBLISH', prefix .. 'ended', table.concat(died, '\n')) end
 for topic, ids in pairs(ready) do
   if #ids > 0 then
     to_ready(prefix, counts, topic, ids, levels[topic], true)

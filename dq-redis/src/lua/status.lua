@@ -6,7 +6,7 @@
 -- holds its time and value (lib.lua).
 -- A far job (lib.lua) is found through its index: delayed, its envelope rebuilt.
 -- ARGV[1] member  ARGV[2] 'far' where far jobs may be
--- Returns {} when unknown, else {state, envelope, score_us[, value[, progress]]}; state is
+-- Returns {} when unknown, else {state, envelope, score_us[, value[, progress, asked]]}; state is
 -- delayed, ready, running, dead, done or blocked (a workflow step waiting for the steps it comes
 -- after: its envelope from its workflow, lib.lua); the score is the due time, the lease deadline, the time
 -- of death or when it succeeded (-1 when ready); a done job's value is '' when its handler

@@ -1,12 +1,12 @@
 //! Waiting for a job's end: one subscription per store to every shard's `ended` channel
-//! (announced by ack, dead letter and cancel for topics that keep their ends; an ack announces
-//! the jobs of its call in one message, one `topic:id` a line), shared by every
-//! wait of the process. A wait registers before it looks, so no announcement falls between the
-//! look and the wait; when the subscription is made again (Redis restarted, a shard moved),
-//! every wait looks again, since an announcement may have reached nobody meanwhile. An ack
-//! announces its kept jobs only while a wait listens in its shard (the `waiting` mark each look
-//! renews: a topic nobody waits on pays no announcement, and on a cluster none is copied to
-//! every node). A look
+//! (announced by ack, dead letter, the reclaimer's dead letters and cancels, in every topic;
+//! an ack and the reclaimer announce the jobs of a call in one message, one `topic:id` a
+//! line), shared by every wait of the process. A wait registers before it looks, so no
+//! announcement falls between the look and the wait; when the subscription is made again
+//! (Redis restarted, a shard moved), every wait looks again, since an announcement may have
+//! reached nobody meanwhile. An ack announces its jobs only while a wait listens in its shard
+//! (the `waiting` mark each look renews: a shard nobody waits on pays no announcement for its
+//! acks, and on a cluster none is copied to every node). A look
 //! that fails for want of a connection (Redis restarting, the shared connection being made
 //! again) does not end the wait: it looks again soon, and answers that error only if its
 //! timeout comes before a look gets through.
@@ -175,7 +175,8 @@ impl RedisStore {
         let me = member(topic, id);
         loop {
             // Besides the announcements, a look every few seconds: an end may go unannounced
-            // (its topic's retention removed meanwhile), or the subscription be down.
+            // (by a process of a release before, which announced only the ends it kept), or
+            // the subscription be down.
             let look_again = (Instant::now() + PING_EVERY).min(deadline);
             // Until the subscription is in place, an announcement could reach nobody.
             if !*live.borrow_and_update() {

@@ -33,7 +33,7 @@ pub(crate) async fn job(
         "run" => run_now(&post, &topic, &id).await.map(|note| (note, false)),
         // A running job stays until its worker stops it: back to its page.
         "cancel" => client.cancel_in(&topic, &id).await.map(|o| {
-            let gone = o != ChangeOutcome::CancelRequested;
+            let gone = !matches!(o, ChangeOutcome::CancelRequested | ChangeOutcome::Running);
             (describe(o, &id, "was deleted"), gone)
         }),
         "delete" => delete_dead_letter(&post, &topic, &id).await,

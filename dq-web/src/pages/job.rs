@@ -117,6 +117,13 @@ fn fields(job: &JobInfo, now: SystemTime) -> Markup {
                         ": waiting for the steps it comes after (it is a step of a workflow; "
                         "its job is pushed once they have ended)"
                     }
+                    @if job.cancel_requested {
+                        span.cancel-requested data-cancel="requested" {
+                            ": cancel requested, its worker was asked to stop it (a handler "
+                            "that listens stops, and the job ends cancelled; one that does not "
+                            "runs to its end)"
+                        }
+                    }
                 }
             }
             tr {
@@ -339,10 +346,7 @@ fn actions(job: &JobInfo, id: &str, link: &str, csrf: &str) -> Markup {
                 }
             }
             JobState::Running if job.cancel_requested => {
-                p.hint {
-                    "Cancel requested: its worker was asked to stop it. A handler that listens "
-                    "stops, and the job ends cancelled; one that does not runs to its end."
-                }
+                p.hint { "Its cancel was requested (see its state above)." }
             }
             JobState::Running => {
                 div.actions {

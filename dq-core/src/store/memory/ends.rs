@@ -25,7 +25,7 @@ pub(super) struct Waiter {
 
 impl State {
     /// What a wait for job `m` answers now: its record when it is done or dead; `None` while it
-    /// is pending (then the wait goes on, whether or not its topic keeps its ends yet: a
+    /// is pending, or a blocked workflow step that will be (then the wait goes on, whether or not its topic keeps its ends yet: a
     /// runtime that records the retention may start before it ends); once it is neither,
     /// `NotKept` when its topic keeps no records, `Cancelled` when it was cancelled within the
     /// retention, `NotFound` otherwise.
@@ -33,7 +33,7 @@ impl State {
         if self.done.contains_key(m) || self.died_at.contains_key(m) {
             return self.info(m).map(|info| Waited::Finished(Box::new(info)));
         }
-        if self.jobs.contains_key(m) {
+        if self.jobs.contains_key(m) || self.is_blocked_step(m) {
             None
         } else if !self.retention.contains_key(&m.0) {
             Some(Waited::NotKept)

@@ -190,14 +190,23 @@ impl State {
         let Some(i) = flow.index(&name) else {
             return;
         };
+        // A blocked step ends only cancelled (it has no job to end otherwise): announced as the
+        // steps it drops are.
+        if flow.steps[i].state == StepState::Blocked {
+            fx.dropped.push(m.clone());
+        }
         flow.end_step(i, end, now, &mut fx);
         self.apply(&wf, fx, now);
     }
 
     /// Carries out what a step's end or a workflow's cancel decided.
     fn apply(&mut self, wf: &str, fx: Effects, now: u64) {
+        // The blocked steps cancelled: marked cancelled in a topic that keeps its ends, and
+        // their waits told, as Redis announces them (lib.lua's workflow_write).
         for m in &fx.dropped {
             self.step_of.remove(m);
+            self.bury(m, now);
+            self.wake_waiters(m);
         }
         for i in fx.release {
             let Some(flow) = self.workflows.get_mut(wf) else {
