@@ -48,7 +48,7 @@
 //! | `events:<topic>` | STREAM | the topic's job events in this shard, appended by the script that makes each change (`XADD MINID ~`: at least the cap's latest events are kept). An entry holds one event, or several of one kind from one call (`c` of them: a promotion, fetch, ack or push of many jobs writes one entry per topic and kind, each per-job field one line per job); its id is `0-<n>`. Fields: `n` (the number of the entry's last event, 1, 2, ...: a reader that finds a gap missed that many), `c` (how many events, 1 when absent), `k` (`pushed`, `promoted`, `started`, `progress`, `succeeded`, `failed`, `retrying`, `postponed`, `dead`, `cancelled`, `stalled`, `released`), `id` (the job's id), `a` (the run, see `dq::events::EventKind`), `t` (when, us of Redis `TIME`); then one of `d` (due time, us: pushed to wait, retrying, postponed), `e` (error: failed, dead), `v` (JSON: progress, and succeeded in a topic that keeps its values) |
 //! | `workflows` | HASH | workflows: `topic:id` -> `<workflow>:<step>` for the job of each step that has not ended (a blocked step's too, whose job is not in `jobs` yet); the entry goes when the step ends |
 //! | `workflow:<id>` | HASH | one workflow (lib.lua's workflows): `created`, `keep`, `left` (steps not ended), `cancelled`, `ended`, `steps` (names in order); per step `s`: `m:s` member, `s:s` state (`b`locked, `p`ending, `d`one, `f`ailed, `c`ancelled), `w:s` dependencies not ended, `a:s` and `k:s` the steps before and after it (`name\|policy,...`), `j:s` and `t:s` a blocked step's envelope and delay (us), `v:s` its value, `e:s` its error. Expires `keep` after its last step ended |
-//! | `ended` | pub/sub channel | `topic:id` of a job of a retained topic that succeeded, died or was cancelled: wakes the waits for it |
+//! | `ended` | pub/sub channel | `topic:id` of a job that succeeded (while a wait listens: `waiting`), died or was cancelled, one a line: wakes the waits for it |
 //! | `wake` | pub/sub channel | the new earliest due time, when a push makes one; `resumed <topic>` when a topic is resumed; `cancel <topic:id>` when a cancel asks a running job's worker to stop it |
 
 //!
@@ -218,13 +218,13 @@ impl ShardKeys {
     pub fn events_stream(&self, topic: &Topic) -> String {
         format!("{}events:{topic}", self.prefix)
     }
-    /// The pub/sub channel that announces that a job of a retained topic ended (`topic:id`):
-    /// what waits for its end listen to.
+    /// The pub/sub channel that announces that jobs ended (`topic:id`, one a line): what waits
+    /// for their ends listen to.
     pub fn ended_channel(&self) -> String {
         self.key("ended")
     }
     /// Present (with a time to live) while a wait for the end of one of this shard's jobs
-    /// listens: an ack announces its kept jobs on [`ShardKeys::ended_channel`] only then.
+    /// listens: an ack announces its jobs on [`ShardKeys::ended_channel`] only then.
     pub fn waiting(&self) -> String {
         self.key("waiting")
     }

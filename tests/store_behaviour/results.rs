@@ -655,26 +655,35 @@ pub(crate) async fn a_dead_letter_ends_the_wait_with_its_error(kind: Kind) {
     assert!(waited < AT_ONCE, "woken by the dead letter: {waited:?}");
     assert!(kill.await.unwrap());
     // A lease that runs out on the last attempt ends the wait too, when the reclaimer
-    // dead-letters the job.
-    c.push(OrderCancel { order_id: 2 })
-        .id("b")
-        .max_retries(0)
-        .await
-        .unwrap();
-    let leased = s.fetch(0, &t, 1, Duration::from_millis(100)).await.unwrap();
-    assert_eq!(ids_of_leased(&leased.jobs), ["b"]);
+    // dead-letters the job; two at once, each wait woken (Redis announces the call's dead
+    // letters in one message, a member a line).
+    for (n, name) in [(2, "b"), (3, "c")] {
+        c.push(OrderCancel { order_id: n })
+            .id(name)
+            .max_retries(0)
+            .await
+            .unwrap();
+    }
+    let leased = s.fetch(0, &t, 2, Duration::from_millis(100)).await.unwrap();
+    assert_eq!(ids_of_leased(&leased.jobs), ["b", "c"]);
     let store = Arc::clone(s);
     let reclaim = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(200)).await;
         store.reclaim(0, 100).await.unwrap().dead
     });
     let start = Instant::now();
-    let dead = finished(s.wait_finished(&t, &id("b"), LONG).await.unwrap());
-    assert_eq!(dead.state, JobState::Dead);
-    assert!(dead.last_error.unwrap().contains("lease expired"));
+    let (b, c_) = (id("b"), id("c"));
+    let (b, c_) = tokio::join!(
+        s.wait_finished(&t, &b, LONG),
+        s.wait_finished(&t, &c_, LONG)
+    );
+    for dead in [finished(b.unwrap()), finished(c_.unwrap())] {
+        assert_eq!(dead.state, JobState::Dead, "{}", dead.id);
+        assert!(dead.last_error.unwrap().contains("lease expired"));
+    }
     let waited = start.elapsed();
-    assert!(waited < AT_ONCE, "woken by the reclaimer: {waited:?}");
-    assert_eq!(reclaim.await.unwrap(), 1);
+    assert!(waited < AT_ONCE, "both woken by the reclaimer: {waited:?}");
+    assert_eq!(reclaim.await.unwrap(), 2);
 }
 
 pub(crate) async fn a_cancel_ends_the_wait_as_cancelled(kind: Kind) {

@@ -59,11 +59,11 @@ impl Client {
     /// Waits until job `id` of `M`'s topic has ended, at most `timeout`, and says what became
     /// of it: woken by the store when the job succeeds, dies or is cancelled (from whatever
     /// process ran it), never by polling. It never hangs: a job that is no longer pending is
-    /// answered at once (not found, or ended in a topic that keeps no records: [`JobResult::NotFound`],
-    /// [`JobResult::NotKept`]; cancelled: [`JobResult::Cancelled`]), and one still pending at
-    /// `timeout` as [`JobResult::Pending`]. A pending job is waited for whatever its topic's
-    /// retention: a runtime that keeps its value may start before it ends. A `timeout` of `Duration::MAX` waits for as long as the job
-    /// takes. Each wait is counted in the metric `dq_waits_total{topic, answer}`
+    /// answered at once (not found, or ended in a topic that keeps no records:
+    /// [`JobResult::NotFound`], [`JobResult::NotKept`]; cancelled: [`JobResult::Cancelled`]),
+    /// and one still pending at `timeout` as [`JobResult::Pending`]. A pending job is waited
+    /// for whatever its topic's retention: a runtime that keeps its value may start before it
+    /// ends. A `timeout` of `Duration::MAX` waits for as long as the job takes. Each wait is counted in the metric `dq_waits_total{topic, answer}`
     /// ([`metric::WAITS`]).
     ///
     /// ```no_run

@@ -497,7 +497,9 @@ local function bury(key, member, spec, now)
   if not age then return end
   redis.call('ZADD', key, fmt(now), member)
   redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. fmt(now - tonumber(age)))
-  redis.call('ZREMRANGEBYRANK', key, 0, -(tonumber(count) + 1))
+  -- (at least the mark just made stays, as the ack keeps at least one record: the key is never
+  -- deleted here, so a second bury in the same call finds it)
+  redis.call('ZREMRANGEBYRANK', key, 0, -(math.max(tonumber(count), 1) + 1))
 end
 
 -- Appends two values to a list of arguments.
@@ -1831,8 +1833,9 @@ local function workflow_prefetch_releases(plan, kinds)
 end
 
 -- On a cluster, every key workflow_touch and the writes after it may use (lib.lua's `need`):
--- the shard's, and those of the topics of the steps the plan releases or stops and of the last
--- step of each workflow it ends, read from the workflows (declared by then) first.
+-- the shard's, and those of the topics of the steps the plan releases, stops or drops (a
+-- blocked step cancelled) and of the last step of each workflow it ends, read from the
+-- workflows (declared by then) first.
 local function workflow_need(plan)
   local p = plan.prefix
   local keys = {p .. 'jobs', p .. 'delayed', p .. 'counts', p .. 'cancels', p .. 'leases',
@@ -1851,6 +1854,7 @@ local function workflow_need(plan)
   end
   for _, r in ipairs(plan.releases) do add(workflow_get(r.f, 'm:' .. r.name)) end
   for _, st in ipairs(plan.stops) do add(st.member) end
+  for _, d in ipairs(plan.dropped) do add(d.member) end
   for _, f in ipairs(plan.order) do
     if f.left <= 0 and f.last then add(workflow_get(f, 'm:' .. f.last)) end
   end
@@ -1913,7 +1917,7 @@ local function workflow_touch(plan)
     d.topic = topic_of(d.member)
     if d.topic then marks[#marks + 1] = p .. 'cancelled:' .. d.topic end
   end
-  if CLUSTER then need(marks) end
+  if CLUSTER then need(marks) end -- (declared by workflow_need already: a check)
   for _, d in ipairs(plan.dropped) do
     d.spec = d.topic and redis.call('HGET', p .. 'retain', d.topic)
     if d.spec then redis.call('EXISTS', p .. 'cancelled:' .. d.topic) end
@@ -2058,6 +2062,10 @@ local function workflow_write(plan, now)
     if ends then redis.call('PEXPIRE', f.key, math.max(1, math.floor(f.keep / 1000))) end
   end
   if #plan.releases > 0 then announce(p, delayed, plan.before) end
+  -- The jobs and blocked steps this plan cancelled, announced in one message (one member a
+  -- line): a workflow of a thousand steps cancelled is one message, which a cluster copies to
+  -- every node, not a thousand.
+  local ended = {}
   for _, st in ipairs(plan.stops) do
     if st.waiting then
       local topic, id = split_member(st.member)
@@ -2065,13 +2073,14 @@ local function workflow_write(plan, now)
         invalidate(p .. 'gen:' .. topic, counts, topic, id)
       end
       if st.spec then bury(p .. 'cancelled:' .. topic, st.member, st.spec, now) end
-      redis.call('PUBLISH', p .. 'ended', st.member)
+      ended[#ended + 1] = st.member
     end
   end
   for _, d in ipairs(plan.dropped) do
     if d.spec then bury(p .. 'cancelled:' .. d.topic, d.member, d.spec, now) end
-    redis.call('PUBLISH', p .. 'ended', d.member)
+    ended[#ended + 1] = d.member
   end
+  if #ended > 0 then redis.call('PUBLISH', p .. 'ended', table.concat(ended, '\n')) end
 end
 
 -- The plan's deletes (the jobs of waiting steps a workflow's cancel stopped, and the

@@ -34,7 +34,7 @@ const LOOK_AFTER_FAILURE: Duration = Duration::from_millis(250);
 /// How long a wait without a bound (`Duration::MAX`) lasts: longer than any process.
 const UNBOUNDED: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
-/// How long a wait's mark (`waiting`, which makes acks announce their kept jobs) lasts: renewed
+/// How long a wait's mark (`waiting`, which makes acks announce their jobs) lasts: renewed
 /// at each look, which comes at least every [`PING_EVERY`], so it outlives a wait by this much
 /// at most.
 const MARK_LASTS: Duration = Duration::from_secs(30);

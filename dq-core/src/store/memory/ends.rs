@@ -25,8 +25,9 @@ pub(super) struct Waiter {
 
 impl State {
     /// What a wait for job `m` answers now: its record when it is done or dead; `None` while it
-    /// is pending, or a blocked workflow step that will be (then the wait goes on, whether or not its topic keeps its ends yet: a
-    /// runtime that records the retention may start before it ends); once it is neither,
+    /// is pending, or a blocked workflow step that will be (then the wait goes on, whether or
+    /// not its topic keeps its ends yet: a runtime that records the retention may start before
+    /// it ends); once it is neither,
     /// `NotKept` when its topic keeps no records, `Cancelled` when it was cancelled within the
     /// retention, `NotFound` otherwise.
     pub(super) fn wait_answer(&self, m: &Member) -> Option<Waited> {
@@ -55,7 +56,7 @@ impl State {
         let order = self.cancelled_order.entry(m.0.clone()).or_default();
         order.push_back((now, m.1.clone()));
         let oldest = now.saturating_sub(u64::try_from(r.age.as_micros()).unwrap_or(u64::MAX));
-        let count = usize::try_from(r.count).unwrap_or(usize::MAX);
+        let count = usize::try_from(r.count).unwrap_or(usize::MAX).max(1);
         while let Some((at, id)) = order.front().cloned() {
             if at >= oldest && order.len() <= count {
                 break;
