@@ -1,6 +1,6 @@
 //! The Prometheus endpoint, scraped over HTTP on 127.0.0.1 while topics run: lateness,
 //! durations, outcomes and queue depth per topic and state; cancels of running jobs, progress
-//! reports, kept results and waits by answer.
+//! reports, kept results and waits by answer; event readers' events read, missed and behind.
 //!
 //! The `metrics` recorder is one per process, so the tests share one endpoint (see
 //! [`endpoint`]) and each looks at topics of its own.
@@ -15,6 +15,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use dq::admin::ChangeOutcome;
+use dq::events::EventItem;
 use dq::{JobContext, JobResult, Listener, Outcome, Runtime};
 use support::RedisServer;
 
@@ -403,6 +404,67 @@ async fn progress_reports_written_and_results_kept_are_counted() {
     ])
     .await;
     rt.shutdown().await.unwrap();
+}
+
+/// Issue 32 (helper-68, finding 9): an event reader's progress shows in the metrics: the
+/// events it handed out, the events it missed behind its topic's cap, and how old the latest
+/// one was when it was handed out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_readers_events_read_and_missed_and_their_age_are_reported() {
+    let redis = RedisServer::start();
+    let listener = Listener::new("tracked", |_: u32| async { Ok::<(), String>(()) })
+        .events(true)
+        .events_cap(10);
+    let rt = worker(&redis, listener).await;
+    let c = rt.client();
+    let hour = Duration::from_secs(3600);
+    let mut events = c.events("tracked").await.unwrap();
+    c.push_to("tracked", &0u32)
+        .id("first")
+        .delay(hour)
+        .await
+        .unwrap();
+    let cursor = match next_event(&mut events).await {
+        EventItem::Event { event, cursor } if event.id.as_str() == "first" => cursor,
+        other => panic!("{other:?}"),
+    };
+    drop(events);
+    // One push each: a call's events share one entry, and the cap counts entries.
+    for i in 0..200u32 {
+        let push = c.push_to("tracked", &i).id(format!("j{i}")).delay(hour);
+        push.await.unwrap();
+    }
+    let mut resumed = c.events_from("tracked", cursor).await.unwrap();
+    let missed = match next_event(&mut resumed).await {
+        EventItem::Lagged { missed, .. } => missed,
+        other => panic!("told of the lag first: {other:?}"),
+    };
+    let mut read = 1; // "first"
+    loop {
+        match next_event(&mut resumed).await {
+            EventItem::Event { event, .. } => {
+                read += 1;
+                if event.id.as_str() == "j199" {
+                    break;
+                }
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!((1..200).contains(&missed), "{missed}");
+    scrape_until(&[
+        &format!(r#"dq_events_read_total{{topic="tracked"}} {read}"#),
+        &format!(r#"dq_events_missed_total{{topic="tracked"}} {missed}"#),
+        r#"dq_events_behind_seconds{topic="tracked"}"#,
+    ])
+    .await;
+    rt.shutdown().await.unwrap();
+}
+
+/// The next item of `stream`, which must come within 5 s.
+async fn next_event(stream: &mut dq::events::EventStream) -> EventItem {
+    let next = tokio::time::timeout(Duration::from_secs(5), stream.recv()).await;
+    next.expect("an event within 5 s").unwrap().unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -188,6 +188,8 @@ on_every_store!(
         a_step_id_taken_by_a_dead_letter_refuses_the_workflow,
         a_waiting_job_cancelled_with_its_workflow_answers_its_waits_cancelled,
         a_wait_for_a_blocked_step_waits_and_its_cancel_answers_it,
+        a_step_released_and_cancelled_with_its_workflow_in_one_call_never_runs,
+        a_wait_for_a_released_steps_job_hears_its_cancel,
         a_dead_steps_own_event_comes_before_its_workflows_end,
         a_cancel_of_an_ended_workflow_leaves_it_as_it_ended,
         a_released_step_keeps_the_time_its_workflow_was_pushed,

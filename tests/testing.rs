@@ -362,7 +362,7 @@ async fn a_running_handler_hears_its_cancel_in_tests() {
             let _ = started.send(());
             tokio::select! {
                 () = ctx.cancelled() => r.lock().unwrap().push("stopped"),
-                () = tokio::time::sleep(Duration::from_secs(30)) => r.lock().unwrap().push("ran out"),
+                () = tokio::time::sleep(Duration::from_secs(5)) => r.lock().unwrap().push("ran out"),
             }
             Err::<(), _>("stopped before the end")
         }

@@ -50,6 +50,17 @@ pub const RESULTS_KEPT: &str = "dq_results_kept_total";
 /// answered: `finished` (succeeded), `dead`, `not_kept`, `cancelled`, `not_found` or
 /// `timed_out`.
 pub const WAITS: &str = "dq_waits_total";
+/// Counter, label `topic`: job events handed out by this process' event readers
+/// (`Client::events`; a topic read by two readers counts each).
+pub const EVENTS_READ: &str = "dq_events_read_total";
+/// Counter, label `topic`: job events this process' readers missed: trimmed from their stream
+/// (past its cap) before they were read (`EventItem::Lagged`). Above 0, a reader is slower
+/// than its topic, or was stopped for longer than the cap holds: raise the listener's
+/// `events_cap`, or read faster.
+pub const EVENTS_MISSED: &str = "dq_events_missed_total";
+/// Gauge, label `topic`: how old the latest event a reader of this process handed out was when
+/// it did, in seconds: a reader falling behind its topic shows here before it misses events.
+pub const EVENTS_BEHIND: &str = "dq_events_behind_seconds";
 /// Histogram, label `topic`: start of a run minus the job's due time, in seconds.
 pub const JOB_LATENESS: &str = "dq_job_lateness_seconds";
 /// Histogram, label `topic`: how long handlers ran, in seconds.

@@ -42,9 +42,11 @@
 //!   several are listed with their topic and state, each linked; none says so.
 //! - A **job's page** shows its state, which attempt of how many it is on (or was on: the one
 //!   that succeeded, the one that dead-lettered it), its times, its payload, a running job's
-//!   latest progress and a done job's result. Of its errors, only the **last** is kept (in the
-//!   job's record, replaced by each failed run), so the page shows that one and says which run
-//!   it came from; the errors of the runs before it are not stored, and not shown. A step of
+//!   latest progress and a done job's result. Its last error says which run it came from, and
+//!   a table lists each failed run's error the job keeps (its latest ten, each its first KiB,
+//!   oldest first; its events, when its topic has them on, show them again in its history). A
+//!   topic's tabs show each row's last error and, when more than one run failed, every kept
+//!   run's error folded under it; the error filter matches any of them. A step of
 //!   a workflow says so, linking to its workflow's page; a blocked one (a step waiting for the
 //!   steps it comes after) says what it waits for.
 //! - A **workflow's page** (`<base>/workflows/<id>`) shows its state, when it was pushed and

@@ -1166,7 +1166,7 @@ async fn the_topic_page_shows_the_busiest_groups_and_a_job_its_group() {
 }
 
 /// A job whose runs failed twice then succeeded, on a topic with events on: its page lists
-/// each run's error in its history (the job itself keeps only the latest).
+/// each run's error in its history.
 #[tokio::test]
 async fn the_job_page_shows_each_failed_runs_error_in_its_history() {
     let (client, store) = memory_client_and_store().await;
@@ -1232,6 +1232,50 @@ async fn the_job_page_lists_each_failed_runs_error_without_events() {
     assert!(first < second, "oldest first: {page}");
     assert!(runs[first..second].contains("card declined"), "{page}");
     assert!(runs[second..].contains("gateway timeout"), "{page}");
+}
+
+/// Issue 32, item 7: a topic's dead tab shows every kept run's error of each dead letter, not
+/// only its last, and its error filter finds a job by the error of any of its runs.
+#[tokio::test]
+async fn the_dead_tab_shows_each_failed_runs_error_and_filters_by_any_of_them() {
+    let (client, store) = memory_client_and_store().await;
+    let topic = Topic::new(TOPIC).unwrap();
+    push(&client, "o2", 2).await;
+    for last in [false, true] {
+        let leased = store.fetch(0, &topic, 2, Duration::from_secs(60)).await;
+        let mut jobs = leased.unwrap().jobs;
+        let at = jobs.iter().position(|j| j.lease.id.as_str() == "o2");
+        let job = jobs.remove(at.expect("o2 leased"));
+        if last {
+            assert!(store
+                .dead_letter(&job.lease, "gateway timeout")
+                .await
+                .unwrap());
+        } else {
+            assert!(store
+                .retry(&job.lease, Duration::ZERO, "card declined")
+                .await
+                .unwrap());
+        }
+        let others: Vec<_> = jobs.into_iter().map(|j| j.lease).collect();
+        store.release(&others).await.unwrap();
+    }
+    let addr = serve(client, Options::new()).await;
+    let (status, page) = get(&addr, "/topics/order-cancel?state=dead").await;
+    assert_eq!(status, 200, "{page}");
+    let row = &page[page.find(r#"data-id="o2""#).expect("o2's row")..];
+    let row = &row[..row.find("</tr>").unwrap()];
+    assert!(row.contains("2 failed runs"), "{row}");
+    let first = row.find("run 1: card declined").expect("run 1's error");
+    let second = row.find("run 2: gateway timeout").expect("run 2's error");
+    assert!(first < second, "oldest first: {row}");
+    let (_, page) = get(&addr, "/topics/order-cancel?state=dead&error=CARD").await;
+    assert!(
+        page.contains(r#"data-id="o2""#),
+        "found by its first run's error: {page}"
+    );
+    let (_, page) = get(&addr, "/topics/order-cancel?state=dead&error=refused").await;
+    assert!(!page.contains(r#"data-id="o2""#), "{page}");
 }
 
 /// A topic with a bound on its pending jobs shows how close it is, and says when it is full.

@@ -554,6 +554,95 @@ pub(crate) async fn a_wait_for_a_blocked_step_waits_and_its_cancel_answers_it(ki
     assert_eq!(cancel.await.unwrap(), dq::admin::ChangeOutcome::Done);
 }
 
+/// Issue 32 (helper-71, finding 7): one reclaim kills two steps. One lets its dependent run
+/// all the same, the other cancels the workflow. The dependent is cancelled, never run, and a
+/// wait for it hears `Cancelled`, whichever of the two dies first: the first released, then
+/// cancelled in the same call (the order of the first round), or blocked when cancelled (the
+/// second).
+pub(crate) async fn a_step_released_and_cancelled_with_its_workflow_in_one_call_never_runs(
+    kind: Kind,
+) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let s = c.store();
+    let keep = dq::store::Retention::for_age(Duration::from_secs(3600));
+    s.set_retention(&topic("wf-c"), Some(keep)).await.unwrap();
+    for (wf, leased_first) in [("w9", ["wf-a", "wf-b"]), ("w10", ["wf-b", "wf-a"])] {
+        let mut flow = c.workflow(wf);
+        flow.step_to("x", "wf-a", &1).max_retries(0);
+        flow.step_to("y", "wf-b", &2).max_retries(0);
+        flow.step_to("r", "wf-c", &3)
+            .after_with("x", OnFailure::Run);
+        flow.step_to("z", "wf-d", &4)
+            .after_with("y", OnFailure::CancelWorkflow);
+        flow.push().await.unwrap();
+        // The lease taken first ends first, and the reclaimer takes the jobs in that order.
+        let short = Duration::from_millis(100);
+        for name in leased_first {
+            let leased = s.fetch(0, &topic(name), 1, short).await.unwrap();
+            assert_eq!(leased.jobs.len(), 1, "{wf}: {name}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let r = dq::JobId::new(format!("{wf}.r")).unwrap();
+        let wait = {
+            let store = Arc::clone(s);
+            tokio::spawn(async move {
+                let long = Duration::from_secs(10);
+                store.wait_finished(&topic("wf-c"), &r, long).await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let reclaimed = s.reclaim(0, 10).await.unwrap();
+        assert_eq!((reclaimed.dead, reclaimed.requeued), (2, 0), "{wf}");
+        let info = c.workflow_status(wf).await.unwrap().unwrap();
+        assert_eq!(info.step("r").unwrap().state, StepState::Cancelled, "{wf}");
+        assert_eq!(info.step("z").unwrap().state, StepState::Cancelled, "{wf}");
+        assert_eq!(info.state, WorkflowState::Failed, "{wf}");
+        assert!(fetch_all(c, "wf-c").await.is_empty(), "{wf}: r never runs");
+        let waited = tokio::time::timeout(Duration::from_secs(5), wait).await;
+        let waited = waited.expect("the wait answered by the reclaim").unwrap();
+        assert!(
+            matches!(waited, Ok(dq::store::Waited::Cancelled)),
+            "{wf}: {waited:?}"
+        );
+        let read = c
+            .result_in::<u32>("wf-c", &format!("{wf}.r"))
+            .await
+            .unwrap();
+        assert!(matches!(read, dq::JobResult::Cancelled), "{wf}: {read:?}");
+    }
+}
+
+/// A wait for a released step's job hears its cancel: the memory store woke its waits before
+/// the step ended, while it still counted the job as a blocked step's, and the wait hung until
+/// its timeout.
+pub(crate) async fn a_wait_for_a_released_steps_job_hears_its_cancel(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let mut flow = c.workflow("w11");
+    flow.step_to("a", "wf-a", &1);
+    flow.push().await.unwrap();
+    let store = Arc::clone(c.store());
+    let wait = tokio::spawn(async move {
+        let a = dq::JobId::new("w11.a").unwrap();
+        store
+            .wait_finished(&topic("wf-a"), &a, Duration::from_secs(10))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        c.cancel_in("wf-a", "w11.a").await.unwrap(),
+        dq::admin::ChangeOutcome::Done
+    );
+    let waited = tokio::time::timeout(Duration::from_secs(5), wait).await;
+    let waited = waited.expect("the wait answered by the cancel").unwrap();
+    // No retention: the job's end is not kept.
+    assert!(
+        matches!(waited, Ok(dq::store::Waited::NotKept)),
+        "{waited:?}"
+    );
+}
+
 pub(crate) async fn a_dead_steps_own_event_comes_before_its_workflows_end(kind: Kind) {
     let h = Harness::new(kind, |b| b).await;
     let c = &h.client;

@@ -5,12 +5,14 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::SystemTime;
 
 use futures_util::Stream;
 
 use super::Client;
 use crate::error::Result;
 use crate::events::{EventCursor, EventEntry, EventItem, EventPosition};
+use crate::metric;
 use crate::name::Topic;
 use crate::store::EventFeed;
 
@@ -61,7 +63,7 @@ impl Client {
         let shards = self.store.shards();
         after.check(shards)?;
         let feed = self.store.event_feed(&topic, &after).await?;
-        Ok(EventStream::new(feed, shards))
+        Ok(EventStream::new(feed, shards, &topic))
     }
 }
 
@@ -87,6 +89,8 @@ pub struct EventStream {
     cursor: Vec<EventPosition>,
     /// Entries read and not yet handed out.
     read: VecDeque<EventEntry>,
+    /// The topic, for the metrics' label.
+    topic: String,
 }
 
 impl std::fmt::Debug for EventStream {
@@ -99,13 +103,14 @@ impl std::fmt::Debug for EventStream {
 }
 
 impl EventStream {
-    fn new(feed: Box<dyn EventFeed>, shards: u16) -> EventStream {
+    fn new(feed: Box<dyn EventFeed>, shards: u16, topic: &Topic) -> EventStream {
         let start = feed.start();
         let cursor = (0..shards).map(|s| start.position(s)).collect();
         EventStream {
             feed: Feed::Idle(feed),
             cursor,
             read: VecDeque::new(),
+            topic: topic.to_string(),
         }
     }
 
@@ -144,6 +149,8 @@ impl EventStream {
             }
             if at.n > 0 && entry.position.n > at.n.saturating_add(1) {
                 let missed = entry.position.n - at.n - 1;
+                metrics::counter!(metric::EVENTS_MISSED, "topic" => self.topic.clone())
+                    .increment(missed);
                 // The lag is told once: the entry comes next.
                 at.n = entry.position.n - 1;
                 self.read.push_front(entry);
@@ -151,6 +158,12 @@ impl EventStream {
             }
             *at = entry.position;
             if let Some(event) = entry.event {
+                let topic = self.topic.clone();
+                metrics::counter!(metric::EVENTS_READ, "topic" => topic.clone()).increment(1);
+                let age = SystemTime::now()
+                    .duration_since(event.at)
+                    .unwrap_or_default();
+                metrics::gauge!(metric::EVENTS_BEHIND, "topic" => topic).set(age.as_secs_f64());
                 return Some(EventItem::Event {
                     event,
                     cursor: self.cursor(),
@@ -239,7 +252,7 @@ mod tests {
 
     async fn items(start: &str, entries: Vec<EventEntry>, n: usize) -> Vec<EventItem> {
         let feed = Given(start.parse().unwrap(), entries);
-        let mut stream = EventStream::new(Box::new(feed), 1);
+        let mut stream = EventStream::new(Box::new(feed), 1, &Topic::new("t").unwrap());
         let mut out = Vec::new();
         for _ in 0..n {
             let next = tokio::time::timeout(Duration::from_secs(1), stream.recv()).await;

@@ -32,12 +32,11 @@ local waiting = KEYS[11 + 2 * n_topics]
 local done_key = {}
 for i = 1, n_topics do done_key[ARGV[1 + i]] = KEYS[8 + i] end
 local stamp = ARGV[2 + n_topics]
-local members, tokens, values, said_runs = {}, {}, {}, {}
+-- Lists filled by count (`#t + 1` would search for the end of the list at every job).
+local members, tokens, values, said_runs, n = {}, {}, {}, {}, 0
 for i = 3 + n_topics, #ARGV, 4 do
-  members[#members + 1] = ARGV[i]
-  tokens[#tokens + 1] = ARGV[i + 1]
-  values[#values + 1] = ARGV[i + 2]
-  said_runs[#said_runs + 1] = ARGV[i + 3]
+  n = n + 1
+  members[n], tokens[n], values[n], said_runs[n] = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
 end
 local out = {0}
 if #members == 0 then return out end
@@ -45,14 +44,14 @@ local held = redis.call('HMGET', leases, unpack(members))
 local done, done_values, done_runs, done_topics, per_topic, seen = {}, {}, {}, {}, {}, {}
 -- The topic of every job when the call has one (the caller lists its jobs' topics).
 local only_topic = n_topics == 1 and ARGV[2]
+local d = 0
 for i, member in ipairs(members) do
   if held[i] == tokens[i] and not seen[member] then
     seen[member] = true
-    done[#done + 1] = member
-    done_values[#done] = values[i]
-    done_runs[#done] = said_runs[i]
+    d = d + 1
+    done[d], done_values[d], done_runs[d] = member, values[i], said_runs[i]
     local topic = only_topic or topic_of(member)
-    done_topics[#done] = topic
+    done_topics[d] = topic
     per_topic[topic] = (per_topic[topic] or 0) + 1
   else
     out[#out + 1] = member
@@ -76,20 +75,27 @@ end
 -- The jobs kept (their envelopes stay), their records (member, `<stamp>:<value>` pairs for
 -- HSET, as the caller wrote them), and the jobs whose envelopes go.
 -- Without a topic that keeps them, every envelope goes: `drop` is `done`.
+-- A call of one topic that keeps its jobs keeps them all: `done` is its list as it is.
 local drop, keep_of, records_of = done, {}, {}
-if next(kept) then
+if only_topic and kept[only_topic] then
   drop = {}
+  local records = {}
+  for i = 1, d do records[2 * i - 1], records[2 * i] = done[i], done_values[i] end
+  keep_of[only_topic], records_of[only_topic] = done, records
+elseif next(kept) then
+  drop = {}
+  local filled = {}
   for i, member in ipairs(done) do
     local topic = done_topics[i]
     if kept[topic] then
       local list, records = keep_of[topic], records_of[topic]
       if not list then
         list, records = {}, {}
-        keep_of[topic], records_of[topic] = list, records
+        keep_of[topic], records_of[topic], filled[topic] = list, records, 0
       end
-      list[#list + 1] = member
-      records[#records + 1] = member
-      records[#records + 1] = done_values[i]
+      local k = filled[topic] + 1
+      filled[topic] = k
+      list[k], records[2 * k - 1], records[2 * k] = member, member, done_values[i]
     else
       drop[#drop + 1] = member
     end

@@ -349,16 +349,17 @@ end
 out[5] = at_capacity(#ids - held_back)
 if held_back > 0 then out[4] = 0 end
 out[6] = held_back
+-- Filled by count: `#t + 1` would search for the end of each list at every job.
+local nh, nd, no = #held, #deadlines, #out
 for i, id in ipairs(ids) do
   local raw = raws[i]
   -- An id without an envelope was cancelled while it waited: nothing to run.
   if raw then
-    held[#held + 1] = members[i]
-    held[#held + 1] = token
-    deadlines[#deadlines + 1] = deadline
-    deadlines[#deadlines + 1] = members[i]
-    out[#out + 1] = id
-    out[#out + 1] = raw
+    local member = members[i]
+    held[nh + 1], held[nh + 2] = member, token
+    deadlines[nd + 1], deadlines[nd + 2] = deadline, member
+    out[no + 1], out[no + 2] = id, raw
+    nh, nd, no = nh + 2, nd + 2, no + 2
   end
 end
 if next(later) then

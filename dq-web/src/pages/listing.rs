@@ -67,9 +67,11 @@ impl Listing {
             && self.due_after.is_none_or(|t| job.due >= t)
             && self.due_before.is_none_or(|t| job.due < t)
             && self.error.as_ref().is_none_or(|text| {
-                job.last_error
-                    .as_ref()
-                    .is_some_and(|e| e.to_lowercase().contains(&text.to_lowercase()))
+                // The last error or any kept run's error.
+                let text = text.to_lowercase();
+                let has = |e: &str| e.to_lowercase().contains(&text);
+                job.last_error.as_deref().is_some_and(has)
+                    || job.errors.iter().any(|e| has(&e.error))
             })
     }
 }

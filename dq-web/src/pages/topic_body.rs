@@ -207,7 +207,7 @@ fn jobs_table(v: &TopicView<'_>) -> Markup {
                     JobState::Done => { th { "Succeeded" } }
                     _ => {}
                 }
-                th { "Last error" } th { "Payload" }
+                th { "Errors" } th { "Payload" }
                 @if state == JobState::Done { th { "Result" } }
             } }
             tbody {
@@ -240,7 +240,7 @@ fn nothing_listed(v: &TopicView<'_>) -> Markup {
 }
 
 /// One job's row: its id (a link to its page), due time, attempts, lease, death or success,
-/// last error and payload, clipped, and a done job's result, clipped.
+/// errors and payload, clipped, and a done job's result, clipped.
 fn job_row(v: &TopicView<'_>, job: &JobInfo) -> Markup {
     let (state, now) = (v.listing.state, v.now);
     html! {
@@ -264,13 +264,32 @@ fn job_row(v: &TopicView<'_>, job: &JobInfo) -> Markup {
                 (JobState::Running | JobState::Dead | JobState::Done, None) => { td { "-" } }
                 _ => {}
             }
-            td.error { (clip(job.last_error.as_deref().unwrap_or(""), 80)) }
+            td.error { (errors_cell(job)) }
             td.payload { code { (clip(&String::from_utf8_lossy(&job.payload), 60)) } }
             @if state == JobState::Done {
                 @if let Some(result) = &job.result {
                     td.payload.result { code { (clip(&result_line(result), 60)) } }
                 } @else {
                     td.result.hint { "no value" }
+                }
+            }
+        }
+    }
+}
+
+/// A row's errors: the last, clipped; when more than one run failed, each kept run's error
+/// below it (oldest first, clipped, folded: "3 failed runs"), so that a topic's dead and done
+/// jobs show every attempt's error without opening each job.
+fn errors_cell(job: &JobInfo) -> Markup {
+    html! {
+        (clip(job.last_error.as_deref().unwrap_or(""), 80))
+        @if job.errors.len() > 1 {
+            details.runs {
+                summary { (job.errors.len()) " failed runs" }
+                ol {
+                    @for e in &job.errors {
+                        li data-run=(e.run) title=(e.error) { "run " (e.run) ": " (clip(&e.error, 80)) }
+                    }
                 }
             }
         }

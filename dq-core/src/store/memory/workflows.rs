@@ -317,9 +317,20 @@ impl State {
         ))
     }
 
-    /// Whether `m` is the job of a blocked step (its id is taken: a push of it is kept).
+    /// Whether `m` is the job of a blocked step (its id is taken: a push of it is kept). Read
+    /// from the step's state: a pending step whose job was just deleted (cancelled, its step
+    /// not yet ended) is not blocked, and the waits for it are answered.
     pub(super) fn is_blocked_step(&self, m: &Member) -> bool {
-        !self.jobs.contains_key(m) && self.step_of.contains_key(m)
+        if self.jobs.contains_key(m) {
+            return false;
+        }
+        let Some((wf, name)) = self.step_of.get(m) else {
+            return false;
+        };
+        self.workflows.get(wf).is_some_and(|f| {
+            f.index(name)
+                .is_some_and(|i| f.steps[i].state == StepState::Blocked)
+        })
     }
 
     /// Drops the workflows that ended longer ago than they are kept.
