@@ -90,6 +90,7 @@ fn read_events(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consumer_killed_and_restarted_from_its_cursor_misses_no_event_of_a_10000_job_run() {
+    // Half of the jobs are pushed and run while the consumer is dead.
     let redis = RedisServer::start();
     // Every event of the run fits within the cap: pushed, started and succeeded for each job.
     let listener = Listener::new("bulk", |_: u64| async {})
@@ -101,17 +102,32 @@ async fn a_consumer_killed_and_restarted_from_its_cursor_misses_no_event_of_a_10
     let target = Target::server(&redis);
     // The consumer process reads from the stream's end as it starts, before the pushes.
     let first = WorkerProcess::start_with(ENTRY, CONSUMER, &target, &[(FROM, "now".into())]);
-    for chunk in (0..JOBS).collect::<Vec<_>>().chunks(1000) {
-        let jobs = chunk
-            .iter()
-            .map(|i| client.push_to("bulk", i).id(i.to_string()));
-        client.push_batch(jobs).await.unwrap();
-    }
+    let push = |range: std::ops::Range<u64>| {
+        let client = client.clone();
+        async move {
+            for chunk in range.collect::<Vec<_>>().chunks(1000) {
+                let jobs = chunk
+                    .iter()
+                    .map(|i| client.push_to("bulk", i).id(i.to_string()));
+                client.push_batch(jobs).await.unwrap();
+            }
+        }
+    };
+    // Half of the jobs while it reads.
+    push(0..JOBS / 2).await;
     let mut seen = HashMap::new();
     // Part of the run, then the consumer is killed (SIGKILL): only its cursor, as it printed
     // it, survives.
     let cursor = read_events(&first, &mut seen, "now".into(), |_, read| read >= 9_000);
     drop(first);
+    // The other half while it is dead: their events are written with no reader, and the
+    // restarted one must find them all.
+    push(JOBS / 2..JOBS).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while client.counts("bulk").await.unwrap() != Default::default() {
+        assert!(std::time::Instant::now() < deadline, "the run ends");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let second = WorkerProcess::start_with(ENTRY, CONSUMER, &target, &[(FROM, cursor.clone())]);
     let all = 3 * JOBS as usize;
     read_events(&second, &mut seen, cursor, |seen, _| seen.len() == all);

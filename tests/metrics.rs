@@ -453,8 +453,9 @@ async fn an_event_readers_events_read_and_missed_and_their_age_are_reported() {
     }
     assert!((1..200).contains(&missed), "{missed}");
     scrape_until(&[
-        &format!(r#"dq_events_read_total{{topic="tracked"}} {read}"#),
-        &format!(r#"dq_events_missed_total{{topic="tracked"}} {missed}"#),
+        // Whole lines: `} 20` must not pass for `} 201`.
+        &format!("dq_events_read_total{{topic=\"tracked\"}} {read}\n"),
+        &format!("dq_events_missed_total{{topic=\"tracked\"}} {missed}\n"),
         r#"dq_events_behind_seconds{topic="tracked"}"#,
     ])
     .await;

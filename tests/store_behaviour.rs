@@ -190,6 +190,7 @@ on_every_store!(
         a_wait_for_a_blocked_step_waits_and_its_cancel_answers_it,
         a_step_released_and_cancelled_with_its_workflow_in_one_call_never_runs,
         a_wait_for_a_released_steps_job_hears_its_cancel,
+        a_wait_for_a_released_steps_job_hears_its_ack,
         a_dead_steps_own_event_comes_before_its_workflows_end,
         a_cancel_of_an_ended_workflow_leaves_it_as_it_ended,
         a_released_step_keeps_the_time_its_workflow_was_pushed,
@@ -315,6 +316,7 @@ on_every_store!(
     ],
     results: [
         a_topic_without_retention_keeps_nothing_of_a_succeeded_job,
+        an_ack_of_two_topics_keeps_only_the_jobs_of_the_one_with_retention,
         a_topic_whose_retention_is_removed_forgets_its_succeeded_jobs,
         a_succeeded_job_of_a_topic_with_retention_is_done_with_its_value,
         done_records_past_the_count_go_oldest_first,

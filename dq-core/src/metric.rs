@@ -60,6 +60,9 @@ pub const EVENTS_READ: &str = "dq_events_read_total";
 pub const EVENTS_MISSED: &str = "dq_events_missed_total";
 /// Gauge, label `topic`: how old the latest event a reader of this process handed out was when
 /// it did, in seconds: a reader falling behind its topic shows here before it misses events.
+/// Set at each event handed out (by the store's time of the event against this host's clock,
+/// 0 when that is behind): a reader that stopped keeps its last value, and shows instead as
+/// [`EVENTS_READ`] no longer growing. Several readers of one topic in a process share it.
 pub const EVENTS_BEHIND: &str = "dq_events_behind_seconds";
 /// Histogram, label `topic`: start of a run minus the job's due time, in seconds.
 pub const JOB_LATENESS: &str = "dq_job_lateness_seconds";

@@ -22,6 +22,9 @@
 //! | `dq_progress_reports_total` | counter | topic | progress reports (`ctx.progress`) written to the store (those of a run that lost its lease are not) |
 //! | `dq_results_kept_total` | counter | topic | succeeded jobs acked with their record kept: the listener has a retention (`retain`) |
 //! | `dq_waits_total` | counter | topic, answer | waits for a job's end (`Client::wait`, any process that waits, not only workers), by answer: `finished` (succeeded), `dead`, `not_kept` (no retention), `cancelled`, `not_found`, `timed_out` |
+//! | `dq_events_read_total` | counter | topic | job events this process' readers (`Client::events`) handed out |
+//! | `dq_events_missed_total` | counter | topic | job events a reader of this process missed: trimmed past the topic's `events_cap` before it read them (`EventItem::Lagged`) |
+//! | `dq_events_behind_seconds` | gauge | topic | how old the latest event a reader of this process handed out was when it did (set at each event handed out: a reader that stopped keeps its last value, and shows as `rate(dq_events_read_total)` at 0) |
 //! | `dq_job_lateness_seconds` | histogram | topic | start of a run minus the job's due time |
 //! | `dq_job_duration_seconds` | histogram | topic | how long handlers ran |
 //! | `dq_queue_jobs` | gauge | topic, state | jobs delayed, ready, running, dead, and `done`: the records of succeeded jobs kept (every 5 s) |

@@ -23,8 +23,9 @@ const VALUE: &[u8] = br#"{"n":1}"#;
 /// A timeout no wait here reaches unless the store fails to answer or to wake it.
 const LONG: Duration = Duration::from_secs(10);
 
-/// Well under [`LONG`]: a wait that took less was answered, not timed out.
-const AT_ONCE: Duration = Duration::from_secs(5);
+/// Well under [`LONG`], and under half of a wait's 5-s look again on Redis: a wait that took
+/// less was answered, not timed out, and not by a late look.
+const AT_ONCE: Duration = Duration::from_millis(2500);
 
 /// Gives `order-cancel` a retention of an hour and at most `count` records.
 async fn retain(c: &TestClient, count: u64) {
@@ -65,7 +66,6 @@ fn ids_of(jobs: &[JobInfo]) -> Vec<String> {
     jobs.iter().map(|j| j.id.to_string()).collect()
 }
 
-/// What the store keeps of order-cancel's job `id`, decoded as JSON.
 /// Acks `job` with its value 200 ms from now, as a worker elsewhere would; how many it acked.
 fn ack_later(c: &TestClient, job: LeasedJob) -> tokio::task::JoinHandle<usize> {
     let store = Arc::clone(c.store());
@@ -79,6 +79,7 @@ fn ack_later(c: &TestClient, job: LeasedJob) -> tokio::task::JoinHandle<usize> {
     })
 }
 
+/// What the store keeps of order-cancel's job `id`, decoded as JSON.
 async fn result(c: &TestClient, id: &str) -> JobResult<Value> {
     c.result_in::<Value>("order-cancel", id).await.unwrap()
 }
@@ -92,6 +93,57 @@ pub(crate) async fn a_topic_without_retention_keeps_nothing_of_a_succeeded_job(k
     let done = c.jobs("order-cancel", JobState::Done, Cursor::START, 10);
     assert!(done.await.unwrap().jobs.is_empty());
     assert_eq!(result(c, "a").await, JobResult::NotKept);
+}
+
+/// Issue 32 review (helper-73): one ack call with jobs of two topics, one keeping its
+/// succeeded jobs and the other not, both with events on (a worker acks a shard's jobs of all
+/// its topics at once). The first topic's jobs are kept with their values, the second's go,
+/// and each `succeeded` event carries a value only where the topic keeps it.
+pub(crate) async fn an_ack_of_two_topics_keeps_only_the_jobs_of_the_one_with_retention(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let s = c.store();
+    retain(c, 100).await;
+    for name in ["order-cancel", "receipts"] {
+        s.set_events(&topic(name), Some(100)).await.unwrap();
+    }
+    for i in 0..2u64 {
+        let kept = c.push(OrderCancel { order_id: i }).id(format!("k{i}"));
+        kept.await.unwrap();
+        c.push_to("receipts", &i).id(format!("r{i}")).await.unwrap();
+    }
+    let mut acks = Vec::new();
+    for name in ["order-cancel", "receipts"] {
+        let leased = s.fetch(0, &topic(name), 10, Duration::from_secs(60)).await;
+        let jobs = leased.unwrap().jobs;
+        assert_eq!(jobs.len(), 2, "{name}");
+        acks.extend(jobs.iter().map(with_value));
+    }
+    acks.swap(1, 2); // the topics interleaved in the call
+    assert_eq!(s.ack_succeeded(&acks).await.unwrap().acked, 4);
+    for i in 0..2 {
+        let (k, r) = (format!("k{i}"), format!("r{i}"));
+        let kept = existing(c, "order-cancel", &k).await;
+        assert_eq!(kept.state, JobState::Done, "{k}");
+        assert_eq!(kept.result.as_deref(), Some(VALUE), "{k}");
+        let gone = c.status_in("receipts", &r).await.unwrap();
+        assert!(gone.is_none(), "{r}: {gone:?}");
+        let value = Some(VALUE.to_vec());
+        assert_eq!(succeeded_value(c, "order-cancel", &k).await, value, "{k}");
+        assert_eq!(succeeded_value(c, "receipts", &r).await, None, "{r}");
+    }
+    assert_eq!(c.counts("order-cancel").await.unwrap().done, 2);
+    assert_eq!(c.counts("receipts").await.unwrap().done, 0);
+}
+
+/// The value of job `id`'s `succeeded` event, which it must have.
+async fn succeeded_value(c: &TestClient, topic_name: &str, id: &str) -> Option<Vec<u8>> {
+    let events = c.job_history(topic_name, id).await.unwrap();
+    let succeeded = events.into_iter().find_map(|e| match e.kind {
+        dq::events::EventKind::Succeeded { value } => Some(value),
+        _ => None,
+    });
+    succeeded.unwrap_or_else(|| panic!("{topic_name}:{id} has no succeeded event"))
 }
 
 pub(crate) async fn a_topic_whose_retention_is_removed_forgets_its_succeeded_jobs(kind: Kind) {

@@ -643,6 +643,37 @@ pub(crate) async fn a_wait_for_a_released_steps_job_hears_its_cancel(kind: Kind)
     );
 }
 
+/// The same for an ack (helper-72): a wait for a released step's job, acked in a topic that
+/// keeps nothing, hears `NotKept` when the ack ends the job, not at its timeout.
+pub(crate) async fn a_wait_for_a_released_steps_job_hears_its_ack(kind: Kind) {
+    let h = Harness::new(kind, |b| b).await;
+    let c = &h.client;
+    let mut flow = c.workflow("w12");
+    flow.step_to("a", "wf-a", &1);
+    flow.push().await.unwrap();
+    let store = Arc::clone(c.store());
+    let wait = tokio::spawn(async move {
+        let a = dq::JobId::new("w12.a").unwrap();
+        store
+            .wait_finished(&topic("wf-a"), &a, Duration::from_secs(10))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let a = fetch_all(c, "wf-a").await;
+    let done = Succeeded {
+        lease: a[0].lease.clone(),
+        result: None,
+        run: 1,
+    };
+    assert_eq!(c.store().ack_succeeded(&[done]).await.unwrap().acked, 1);
+    let waited = tokio::time::timeout(Duration::from_secs(5), wait).await;
+    let waited = waited.expect("the wait answered by the ack").unwrap();
+    assert!(
+        matches!(waited, Ok(dq::store::Waited::NotKept)),
+        "{waited:?}"
+    );
+}
+
 pub(crate) async fn a_dead_steps_own_event_comes_before_its_workflows_end(kind: Kind) {
     let h = Harness::new(kind, |b| b).await;
     let c = &h.client;

@@ -278,17 +278,21 @@ fn job_row(v: &TopicView<'_>, job: &JobInfo) -> Markup {
 }
 
 /// A row's errors: the last, clipped; when more than one run failed, each kept run's error
-/// below it (oldest first, clipped, folded: "3 failed runs"), so that a topic's dead and done
-/// jobs show every attempt's error without opening each job.
+/// below it (oldest first, clipped, longer on hover, folded: "3 failed runs", or "last 10
+/// failed runs" once the job keeps no more), so that a topic's dead and done jobs show every
+/// attempt's error without opening each job (whose page has them whole).
 fn errors_cell(job: &JobInfo) -> Markup {
     html! {
         (clip(job.last_error.as_deref().unwrap_or(""), 80))
         @if job.errors.len() > 1 {
             details.runs {
-                summary { (job.errors.len()) " failed runs" }
+                summary {
+                    @if job.errors.len() >= dq_core::RUN_ERRORS_KEPT { "last " }
+                    (job.errors.len()) " failed runs"
+                }
                 ol {
                     @for e in &job.errors {
-                        li data-run=(e.run) title=(e.error) { "run " (e.run) ": " (clip(&e.error, 80)) }
+                        li data-run=(e.run) title=(clip(&e.error, 300)) { "run " (e.run) ": " (clip(&e.error, 80)) }
                     }
                 }
             }
