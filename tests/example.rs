@@ -1,7 +1,8 @@
 //! README's first command, `cargo run --example order_cancel`, works with nothing configured
 //! (in-memory store) and against Redis, and ends by itself with the expected orders cancelled;
 //! so does `cargo run --example checkout_flow`, a workflow that ships one order and refunds the
-//! other;
+//! other; and `cargo run --example flow_control`, charges under a rate, a global concurrency,
+//! groups, a priority and `max_pending`;
 //! the `axum_service` example serves HTTP, runs the jobs its requests push, and stops on one
 //! signal.
 
@@ -133,6 +134,37 @@ fn checkout_flow_example_runs_with_nothing_configured() {
 fn checkout_flow_example_runs_on_redis() {
     let redis = RedisServer::start();
     run_checkout_flow(Some(redis.url()));
+}
+
+/// `cargo run --example flow_control`: the provider saw the topic's rate, its global
+/// concurrency and one account at a time, in push order; a flood was refused by `max_pending`.
+fn run_flow_control(redis_url: Option<String>) {
+    let mut cmd = Command::new(example("flow_control"));
+    cmd.env_remove("DQ_REDIS_URL").env("NO_COLOR", "1");
+    if let Some(url) = redis_url {
+        cmd.env("DQ_REDIS_URL", url);
+    }
+    let out = cmd.output().unwrap();
+    let text = output_text(&out);
+    assert!(out.status.success(), "the example failed:\n{text}");
+    for line in [
+        "limits held at_most_20_a_second=true at_most_4_at_once=true one_account_at_a_time=true in_push_order=true",
+        "charges refused by max_pending",
+        "429 from the provider: topic held",
+    ] {
+        assert!(text.contains(line), "{line:?} is missing:\n{text}");
+    }
+}
+
+#[test]
+fn flow_control_example_runs_with_nothing_configured() {
+    run_flow_control(None);
+}
+
+#[test]
+fn flow_control_example_runs_on_redis() {
+    let redis = RedisServer::start();
+    run_flow_control(Some(redis.url()));
 }
 
 /// Kills the example if the test fails before it stopped it.

@@ -455,6 +455,32 @@ async fn a_listeners_rate_spreads_its_jobs_on_the_test_clock() {
     rt.shutdown().await;
 }
 
+/// How close a topic runs to its rate, on the test clock (issue 33, item 8; helper-69, finding
+/// 7): idle, none of it; with a backlog, the runs of the last full minute use all of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn how_much_of_its_rate_a_topic_used_is_read_from_its_last_full_minute() {
+    let rate: dq::Rate = "1/1s".parse().unwrap();
+    let listener = Listener::new("reminders", |_: Reminder, _: JobContext| async {
+        Ok::<(), String>(())
+    })
+    .rate(rate);
+    let rt = only(listener).await;
+    let c = rt.client();
+    assert_eq!(
+        c.throughput("reminders").await.unwrap().rate_used(rate),
+        0.0
+    );
+    let jobs = (0..300).map(|ride| c.push_to("reminders", &Reminder { ride }));
+    c.push_batch(jobs).await.unwrap();
+    for _ in 0..150 {
+        rt.advance(Duration::from_secs(1)).await;
+    }
+    let hour = c.throughput("reminders").await.unwrap();
+    let used = hour.rate_used(rate);
+    assert!((0.95..=1.05).contains(&used), "{used}: {:?}", hour.minutes);
+    rt.shutdown().await;
+}
+
 /// `Outcome::RateLimited` holds the topic on the test clock: the job runs again once the
 /// clock has moved past the hold, on the same attempt.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

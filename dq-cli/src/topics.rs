@@ -29,7 +29,8 @@ pub(crate) async fn known_topic(client: &Client, topic: &str) -> Result<(), Exit
 
 /// `dq stats`: one row per topic (DONE: the records of succeeded jobs it keeps, with a
 /// retention; MAX PENDING: its bound, `(full)` once its delayed, ready and running jobs reach
-/// it; RATE: its rate limit; RUNNING/GLOBAL: its running jobs against its global concurrency;
+/// it; RATE: its rate limit and how much of it the runs of the last full minute used;
+/// RUNNING/GLOBAL: its running jobs against its global concurrency;
 /// DONE 1H and FAILED 1H: the runs of the last hour).
 pub(crate) async fn stats(client: &Client, json: bool) -> Result<(), Exit> {
     let topics = client.topics().await?;
@@ -91,7 +92,7 @@ fn stats_row(topic: &str, s: &TopicStats, hour: &Throughput, now: SystemTime) ->
                 rate.map_or("-".into(), |r| r.to_string()),
                 until(end)
             ),
-            (Some(r), None) => r.to_string(),
+            (Some(r), None) => format!("{r} ({:.0}% last min)", hour.rate_used(r) * 100.0),
             (None, None) => "-".into(),
         },
         s.global_concurrency

@@ -1109,7 +1109,10 @@ async fn rate_sets_prints_and_lifts_a_topics_rate_limit() {
     c.push_json("t", "{}").await.unwrap();
     let stats = ok(&dq(&redis, &["stats", "--json"]));
     assert!(stats.contains(r#""rate":"100/1s""#), "{stats}");
-    assert!(ok(&dq(&redis, &["stats"])).contains("100/1s"));
+    // No run yet: none of the rate used (the share itself is tested on the test clock).
+    assert!(stats.contains(r#""rate_used_last_minute":0.0"#), "{stats}");
+    let table = ok(&dq(&redis, &["stats"]));
+    assert!(table.contains("100/1s (0% last min)"), "{table}");
     let said = fails(&redis, &["rate", "t", "100"], 2);
     assert!(said.contains("<count>/<period>"), "{said}");
     ok(&dq(&redis, &["rate", "t", "off"]));

@@ -279,6 +279,25 @@ impl Throughput {
     pub fn failed(&self) -> u64 {
         self.minutes.iter().map(|m| m.failed).sum()
     }
+
+    /// Runs that ended, done or failed, in the last full minute (the one before the current).
+    pub fn last_minute_runs(&self) -> u64 {
+        let full = self
+            .minutes
+            .len()
+            .checked_sub(2)
+            .and_then(|i| self.minutes.get(i));
+        full.map_or(0, |m| m.done + m.failed)
+    }
+
+    /// How much of `rate` the topic used over the last full minute: the runs that ended in it
+    /// against the starts `rate` allows in a minute (1.0: all of them; a little above 1 is a
+    /// burst, or runs started in the minute before). Counted as runs end, so it reads how close
+    /// a topic with a backlog runs to its limit, not its bursts within a second.
+    pub fn rate_used(&self, rate: crate::Rate) -> f64 {
+        let per_minute = rate.count() as f64 * 60.0 / rate.period().as_secs_f64();
+        self.last_minute_runs() as f64 / per_minute.max(f64::MIN_POSITIVE)
+    }
 }
 
 /// One minute of [`Throughput`].
@@ -291,4 +310,24 @@ pub struct MinuteTally {
     pub done: u64,
     /// Runs that failed in it.
     pub failed: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rate_used_counts_the_runs_of_the_last_full_minute_against_what_the_rate_allows() {
+        // Minute 100 is the current one (not counted), 99 the last full one.
+        let hour = Throughput::from_tallies(100, [(99, 500, 100), (100, 9000, 0), (98, 7, 0)]);
+        assert_eq!(hour.last_minute_runs(), 600);
+        let ten_a_second = crate::Rate::new(10, Duration::from_secs(1)).unwrap();
+        assert!((hour.rate_used(ten_a_second) - 1.0).abs() < 1e-9);
+        let twenty_a_minute = crate::Rate::new(20, Duration::from_secs(60)).unwrap();
+        assert!((hour.rate_used(twenty_a_minute) - 30.0).abs() < 1e-9);
+        assert_eq!(
+            Throughput::from_tallies(100, []).rate_used(ten_a_second),
+            0.0
+        );
+    }
 }

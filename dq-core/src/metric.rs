@@ -83,7 +83,9 @@ pub const QUEUE_GROUP_WAITING_MAX: &str = "dq_queue_group_waiting_max";
 pub const TOPIC_LIMIT: &str = "dq_topic_limit";
 /// Gauge, labels `topic` and `limit`: how much of a limit the topic uses, from 0 to 1 (and past
 /// 1 while a bound lowered below what is already there is caught up with): its pending jobs over
-/// `max_pending`, its running jobs over `global_concurrency`; 0 for a limit it does not have.
+/// `max_pending`, its running jobs over `global_concurrency`, and for `rate_per_second` the runs
+/// that ended in the last full minute over the starts its rate allows in a minute
+/// (`Throughput::rate_used`); 0 for a limit it does not have.
 pub const TOPIC_LIMIT_USED: &str = "dq_topic_limit_used_ratio";
 /// Gauge, label `topic`: seconds left of a hold a handler asked for (`Outcome::RateLimited`),
 /// 0 when none is in force.

@@ -31,7 +31,7 @@
 //! | `dq_queue_lag_seconds` | gauge | topic | age of the oldest ready job: how far behind workers are |
 //! | `dq_queue_group_waiting_max` | gauge | topic | the most jobs one group has waiting for a slot (its busiest group's, 0 when none waits; the group is named by `dq groups`, not a label) |
 //! | `dq_topic_limit` | gauge | topic, limit | each flow limit, 0 when none: `max_pending`, `global_concurrency`, `rate_per_second`, `group_concurrency` (1 by default), `group_rate_per_second` (every 5 s) |
-//! | `dq_topic_limit_used_ratio` | gauge | topic, limit | how much of a limit is used: pending jobs over `max_pending`, running jobs over `global_concurrency` (0 when the topic has no such limit) |
+//! | `dq_topic_limit_used_ratio` | gauge | topic, limit | how much of a limit is used: pending jobs over `max_pending`, running jobs over `global_concurrency`, and for `rate_per_second` the runs that ended in the last full minute over the starts the rate allows in a minute (0 when the topic has no such limit) |
 //! | `dq_topic_held_seconds` | gauge | topic | seconds left of a hold a handler asked for (`Outcome::RateLimited`), 0 when none |
 
 use std::time::Duration;
@@ -78,7 +78,13 @@ pub(crate) async fn queue_gauges(
         let now = client.store_time().await;
         for topic in &topics {
             if let (Ok(s), Ok(now)) = (client.stats(topic.as_str()).await, &now) {
-                limit_gauges(topic.as_str(), &s, *now);
+                // The last hour's runs, read only for a topic with a rate (how much of it the
+                // last full minute used).
+                let hour = match s.rate {
+                    Some(_) => client.throughput(topic.as_str()).await.ok(),
+                    None => None,
+                };
+                limit_gauges(topic.as_str(), &s, hour.as_ref(), *now);
                 let t = topic.to_string();
                 for (state, n) in [
                     ("delayed", s.counts.delayed),
@@ -107,24 +113,38 @@ pub(crate) async fn queue_gauges(
 }
 
 /// The gauges of `topic`'s flow limits (`dq_topic_limit`, `dq_topic_limit_used_ratio`,
-/// `dq_topic_held_seconds`) from its stats, at the store's time `now`.
-fn limit_gauges(topic: &str, s: &TopicStats, now: std::time::SystemTime) {
+/// `dq_topic_held_seconds`) from its stats and its last hour's runs (`hour`, read for a topic
+/// with a rate), at the store's time `now`.
+fn limit_gauges(
+    topic: &str,
+    s: &TopicStats,
+    hour: Option<&dq_core::Throughput>,
+    now: std::time::SystemTime,
+) {
     let per_second =
         |r: Option<dq_core::Rate>| r.map_or(0.0, |r| r.count() as f64 / r.period().as_secs_f64());
     let c = &s.counts;
     let pending = c.delayed + c.ready + c.running;
-    for (limit, value, used) in [
+    // How much of a limit is used; 0 once the limit is lifted: the ratio of a limit gone is
+    // not left as it was.
+    let over = |used: u64, limit: Option<f64>| limit.map_or(0.0, |l| used as f64 / l.max(1.0));
+    for (limit, value, ratio) in [
         (
             "max_pending",
             s.max_pending.map(|m| m as f64),
-            Some(pending as f64),
+            Some(over(pending, s.max_pending.map(|m| m as f64))),
         ),
         (
             "global_concurrency",
             s.global_concurrency.map(f64::from),
-            Some(c.running as f64),
+            Some(over(c.running, s.global_concurrency.map(f64::from))),
         ),
-        ("rate_per_second", s.rate.map(|_| per_second(s.rate)), None),
+        // The share of the rate the runs of the last full minute used.
+        (
+            "rate_per_second",
+            s.rate.map(|_| per_second(s.rate)),
+            Some(s.rate.zip(hour).map_or(0.0, |(r, h)| h.rate_used(r))),
+        ),
         (
             "group_concurrency",
             Some(f64::from(s.group_concurrency.unwrap_or(1))),
@@ -138,9 +158,7 @@ fn limit_gauges(topic: &str, s: &TopicStats, now: std::time::SystemTime) {
     ] {
         let labels = [("topic", topic.to_owned()), ("limit", limit.to_owned())];
         metrics::gauge!(metric::TOPIC_LIMIT, &labels).set(value.unwrap_or(0.0));
-        if let Some(used) = used {
-            // 0 once the limit is lifted: the ratio of a limit gone is not left as it was.
-            let ratio = value.map_or(0.0, |value| used / value.max(1.0));
+        if let Some(ratio) = ratio {
             metrics::gauge!(metric::TOPIC_LIMIT_USED, &labels).set(ratio);
         }
     }

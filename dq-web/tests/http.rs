@@ -1310,6 +1310,42 @@ async fn the_topic_page_shows_the_topics_rate_limit() {
     assert!(page.contains("one every 10ms"), "{page}");
 }
 
+/// How much of its rate a topic used shows on its page: the runs that ended in the last full
+/// minute against the starts its rate allows in a minute (issue 33, item 8; helper-69,
+/// finding 7).
+#[tokio::test]
+async fn the_topic_page_shows_how_much_of_its_rate_the_last_minute_used() {
+    let start = std::time::UNIX_EPOCH + Duration::from_secs(60 * 29_000_000);
+    let store = Arc::new(MemoryStore::with_manual_clock(start));
+    let client = Client::new(store.clone(), Config::builder().build().unwrap());
+    for i in 0..30 {
+        push(&client, &format!("r{i}"), i).await;
+    }
+    let topic = Topic::new(TOPIC).unwrap();
+    let leased = store.fetch(0, &topic, 30, Duration::from_secs(60)).await;
+    let done: Vec<_> = leased
+        .unwrap()
+        .jobs
+        .iter()
+        .map(|j| Succeeded {
+            lease: j.lease.clone(),
+            result: None,
+            run: 1,
+        })
+        .collect();
+    assert_eq!(store.ack_succeeded(&done).await.unwrap().acked, 30);
+    // 60 starts a minute allowed; the minute of the 30 runs is over.
+    client
+        .set_rate(TOPIC, Some("1/1s".parse().unwrap()))
+        .await
+        .unwrap();
+    store.advance(Duration::from_secs(60));
+    let addr = serve(client, Options::new()).await;
+    let (status, page) = get(&addr, "/topics/order-cancel").await;
+    assert_eq!(status, 200);
+    assert!(page.contains("50 % used last minute (30 runs)"), "{page}");
+}
+
 /// A topic with a global concurrency shows its running jobs against it (issue 33, item 8).
 #[tokio::test]
 async fn the_topic_page_shows_the_running_jobs_against_the_global_concurrency() {

@@ -70,6 +70,10 @@ fn summary(v: &TopicView<'_>) -> Markup {
                 " · rate " span.rate title="jobs started per period, in all worker processes together" {
                     strong { (rate) } " (one every " (format!("{:?}", rate.interval())) ")"
                 }
+                " " span.rate-used title="the runs that ended in the last full minute against the starts the rate allows in a minute" {
+                    (format!("{:.0}", v.hour.rate_used(rate) * 100.0)) " % used last minute ("
+                    (v.hour.last_minute_runs()) " runs)"
+                }
             }
             @if v.viewer.can_act {
                 " "
