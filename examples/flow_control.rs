@@ -62,9 +62,9 @@ mod provider {
                 b.in_flight += 1;
                 b.most_in_flight = b.most_in_flight.max(b.in_flight);
             }
-            // The provider's own work: a quarter of a second, so that at 20 starts a second five
-            // calls would overlap, and the global concurrency of 4 is what holds them back.
-            tokio::time::sleep(Duration::from_millis(250)).await;
+            // The provider's own work: 180 ms, so that at 20 starts a second about four calls
+            // overlap: the rate sets the pace, and the global concurrency of 4 caps the peaks.
+            tokio::time::sleep(Duration::from_millis(180)).await;
             let mut b = self.books();
             b.in_flight -= 1;
             b.calls.push(Call {
@@ -154,7 +154,7 @@ async fn main() -> dq::Result<()> {
         client.push(charge).id(format!("charge-{n}"))
     });
     client.push_batch(charges).await?;
-    // A VIP's charge, pushed last, runs before the ready charges of priority 0.
+    // A VIP's charge, pushed after the sixty, runs before the ready charges of priority 0.
     let vip = handlers::Charge {
         account: "vip".into(),
         charge: 60,
@@ -189,7 +189,8 @@ async fn main() -> dq::Result<()> {
         }
         if started.elapsed() > Duration::from_secs(60) {
             tracing::error!(?c, "charges still pending after 60 s; giving up");
-            break;
+            rt.shutdown().await?;
+            std::process::exit(1);
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -220,23 +221,38 @@ async fn main() -> dq::Result<()> {
         _ => Duration::ZERO,
     };
     let per_second = calls.len().saturating_sub(1) as f64 / span.as_secs_f64().max(1e-3);
+    // The most calls that started within any one second: the rate's `most_in_one_period` (20
+    // and its burst of 1) holds for the fetches; a handler calls a few milliseconds after its
+    // fetch, and a busy machine may bunch two calls more into a second.
+    let most_in_a_second = calls
+        .iter()
+        .map(|a| {
+            let end = a.started + Duration::from_secs(1);
+            calls
+                .iter()
+                .filter(|b| b.started >= a.started && b.started < end)
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
     let vip_rank = calls.iter().position(|c| c.account == "vip");
     info!(
         calls = calls.len(),
         seconds = format!("{:.1}", took.as_secs_f64()),
         per_second = format!("{per_second:.1}"),
+        most_in_a_second,
         most_at_once = provider.most_in_flight(),
         ?vip_rank,
         ?account_0,
         "what the provider saw"
     );
-    // The starts are measured as the handlers call the provider, a few milliseconds after the
-    // fetch the rate governs: 5 % is allowed for that.
     info!(
-        at_most_20_a_second = per_second <= 21.0,
+        at_most_23_in_a_second = most_in_a_second <= 23,
         at_most_4_at_once = provider.most_in_flight() <= 4,
         one_account_at_a_time,
         in_push_order,
+        vip_among_the_first_six = vip_rank.is_some_and(|r| r < 6),
+        flood_refused = refused > 0,
         "limits held"
     );
     let shown = |limit: Option<String>| limit.unwrap_or_else(|| "none".into());

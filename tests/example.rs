@@ -148,7 +148,7 @@ fn run_flow_control(redis_url: Option<String>) {
     let text = output_text(&out);
     assert!(out.status.success(), "the example failed:\n{text}");
     for line in [
-        "limits held at_most_20_a_second=true at_most_4_at_once=true one_account_at_a_time=true in_push_order=true",
+        "limits held at_most_23_in_a_second=true at_most_4_at_once=true one_account_at_a_time=true in_push_order=true vip_among_the_first_six=true flood_refused=true",
         "charges refused by max_pending",
         "429 from the provider: topic held",
     ] {

@@ -182,9 +182,11 @@ pub(crate) fn stats_json(
         "max_pending": s.max_pending,
         // Its rate limit as written (`dq rate`, "100/1s"), null when it has none.
         "rate": s.rate.map(|r| r.to_string()),
-        // How much of it the runs that ended in the last full minute used (1: all of it),
-        // null without a rate.
-        "rate_used_last_minute": s.rate.map(|r| (hour.rate_used(r) * 1000.0).round() / 1000.0),
+        // How much of it the runs that ended in its window used (1: all of it), null without a
+        // rate or for one too slow to measure; the window in full minutes (1 for any rate of
+        // two starts a minute or more: `Throughput::rate_window`).
+        "rate_used": s.rate.and_then(|r| hour.rate_used(r)).map(|u| (u * 1000.0).round() / 1000.0),
+        "rate_window_minutes": s.rate.and_then(dq::admin::Throughput::rate_window),
         // The most of its jobs running at once in all processes (`dq global-concurrency`).
         "global_concurrency": s.global_concurrency,
         // When a handler's hold (Outcome::RateLimited) in force ends, null when none is.

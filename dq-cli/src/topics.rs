@@ -29,7 +29,8 @@ pub(crate) async fn known_topic(client: &Client, topic: &str) -> Result<(), Exit
 
 /// `dq stats`: one row per topic (DONE: the records of succeeded jobs it keeps, with a
 /// retention; MAX PENDING: its bound, `(full)` once its delayed, ready and running jobs reach
-/// it; RATE: its rate limit and how much of it the runs of the last full minute used;
+/// it; RATE: its rate limit and how much of it the runs of the last full minute used (of the
+/// last few minutes, for a rate of under two starts a minute: `Throughput::rate_window`);
 /// RUNNING/GLOBAL: its running jobs against its global concurrency;
 /// DONE 1H and FAILED 1H: the runs of the last hour).
 pub(crate) async fn stats(client: &Client, json: bool) -> Result<(), Exit> {
@@ -92,7 +93,11 @@ fn stats_row(topic: &str, s: &TopicStats, hour: &Throughput, now: SystemTime) ->
                 rate.map_or("-".into(), |r| r.to_string()),
                 until(end)
             ),
-            (Some(r), None) => format!("{r} ({:.0}% last min)", hour.rate_used(r) * 100.0),
+            (Some(r), None) => match (hour.rate_used(r), Throughput::rate_window(r)) {
+                (Some(used), Some(1)) => format!("{r} ({:.0}% last min)", used * 100.0),
+                (Some(used), Some(k)) => format!("{r} ({:.0}% last {k} min)", used * 100.0),
+                _ => r.to_string(),
+            },
             (None, None) => "-".into(),
         },
         s.global_concurrency

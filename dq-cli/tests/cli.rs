@@ -1110,7 +1110,8 @@ async fn rate_sets_prints_and_lifts_a_topics_rate_limit() {
     let stats = ok(&dq(&redis, &["stats", "--json"]));
     assert!(stats.contains(r#""rate":"100/1s""#), "{stats}");
     // No run yet: none of the rate used (the share itself is tested on the test clock).
-    assert!(stats.contains(r#""rate_used_last_minute":0.0"#), "{stats}");
+    assert!(stats.contains(r#""rate_used":0.0"#), "{stats}");
+    assert!(stats.contains(r#""rate_window_minutes":1"#), "{stats}");
     let table = ok(&dq(&redis, &["stats"]));
     assert!(table.contains("100/1s (0% last min)"), "{table}");
     let said = fails(&redis, &["rate", "t", "100"], 2);

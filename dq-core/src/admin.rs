@@ -280,23 +280,38 @@ impl Throughput {
         self.minutes.iter().map(|m| m.failed).sum()
     }
 
-    /// Runs that ended, done or failed, in the last full minute (the one before the current).
-    pub fn last_minute_runs(&self) -> u64 {
-        let full = self
-            .minutes
-            .len()
-            .checked_sub(2)
-            .and_then(|i| self.minutes.get(i));
-        full.map_or(0, |m| m.done + m.failed)
+    /// Runs that ended, done or failed, in the last `k` full minutes (those before the current
+    /// one; at most 59).
+    pub fn runs_in_last_minutes(&self, k: usize) -> u64 {
+        let end = self.minutes.len().saturating_sub(1);
+        let start = end.saturating_sub(k);
+        self.minutes[start..end]
+            .iter()
+            .map(|m| m.done + m.failed)
+            .sum()
     }
 
-    /// How much of `rate` the topic used over the last full minute: the runs that ended in it
-    /// against the starts `rate` allows in a minute (1.0: all of them; a little above 1 is a
-    /// burst, or runs started in the minute before). Counted as runs end, so it reads how close
-    /// a topic with a backlog runs to its limit, not its bursts within a second.
-    pub fn rate_used(&self, rate: crate::Rate) -> f64 {
-        let per_minute = rate.count() as f64 * 60.0 / rate.period().as_secs_f64();
-        self.last_minute_runs() as f64 / per_minute.max(f64::MIN_POSITIVE)
+    /// How many full minutes [`Throughput::rate_used`] counts for `rate`: enough for two starts
+    /// at its rate, 1 for a start every 30 s or more often. `None` for a rate slower than one
+    /// start every 29.5 minutes, whose starts the hour's minutes cannot average.
+    pub fn rate_window(rate: crate::Rate) -> Option<usize> {
+        let k = (2.0 * rate.interval().as_secs_f64() / 60.0).ceil().max(1.0);
+        (k <= 59.0).then_some(k as usize)
+    }
+
+    /// How much of `rate` the topic used over its window ([`Throughput::rate_window`]: the last
+    /// full minute for any rate of two starts a minute or more): the runs that ended in it,
+    /// done or failed, against the starts `rate` allows in it (1.0: all of them; a little above
+    /// 1 is a burst, or runs started before the window). Runs a handler postponed, met a 429
+    /// with (`Outcome::RateLimited`) or that were cancelled or released are not counted, though
+    /// they took a start; the rate as it is now is the measure, even when it changed within the
+    /// window. So a topic held back by its rate alone reads about 1.0; one held back by its
+    /// global concurrency, its workers or its backlog reads less. `None` for a rate too slow to
+    /// measure this way.
+    pub fn rate_used(&self, rate: crate::Rate) -> Option<f64> {
+        let k = Self::rate_window(rate)?;
+        let allowed = k as f64 * rate.count() as f64 * 60.0 / rate.period().as_secs_f64();
+        Some(self.runs_in_last_minutes(k) as f64 / allowed.max(f64::MIN_POSITIVE))
     }
 }
 
@@ -320,14 +335,26 @@ mod tests {
     fn the_rate_used_counts_the_runs_of_the_last_full_minute_against_what_the_rate_allows() {
         // Minute 100 is the current one (not counted), 99 the last full one.
         let hour = Throughput::from_tallies(100, [(99, 500, 100), (100, 9000, 0), (98, 7, 0)]);
-        assert_eq!(hour.last_minute_runs(), 600);
-        let ten_a_second = crate::Rate::new(10, Duration::from_secs(1)).unwrap();
-        assert!((hour.rate_used(ten_a_second) - 1.0).abs() < 1e-9);
-        let twenty_a_minute = crate::Rate::new(20, Duration::from_secs(60)).unwrap();
-        assert!((hour.rate_used(twenty_a_minute) - 30.0).abs() < 1e-9);
-        assert_eq!(
-            Throughput::from_tallies(100, []).rate_used(ten_a_second),
-            0.0
-        );
+        assert_eq!(hour.runs_in_last_minutes(1), 600);
+        assert_eq!(hour.runs_in_last_minutes(2), 607);
+        let rate = |text: &str| text.parse::<crate::Rate>().unwrap();
+        let used = |text: &str| hour.rate_used(rate(text)).unwrap();
+        assert!((used("10/1s") - 1.0).abs() < 1e-9);
+        assert!((used("20/1m") - 30.0).abs() < 1e-9);
+        let idle = Throughput::from_tallies(100, []);
+        assert_eq!(idle.rate_used(rate("10/1s")), Some(0.0));
+    }
+
+    #[test]
+    fn a_slow_rate_is_measured_over_enough_minutes_for_two_starts_or_not_at_all() {
+        let rate = |text: &str| text.parse::<crate::Rate>().unwrap();
+        assert_eq!(Throughput::rate_window(rate("2/1m")), Some(1));
+        assert_eq!(Throughput::rate_window(rate("1/1m")), Some(2));
+        assert_eq!(Throughput::rate_window(rate("10/1h")), Some(12));
+        assert_eq!(Throughput::rate_window(rate("1/1d")), None);
+        // 10/1h over 12 minutes allows 2 starts: 2 runs in them are all of it.
+        let hour = Throughput::from_tallies(100, [(90, 1, 0), (97, 1, 0), (80, 5, 0)]);
+        assert_eq!(hour.rate_used(rate("10/1h")), Some(1.0));
+        assert_eq!(hour.rate_used(rate("1/1d")), None);
     }
 }

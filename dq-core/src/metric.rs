@@ -85,7 +85,8 @@ pub const TOPIC_LIMIT: &str = "dq_topic_limit";
 /// 1 while a bound lowered below what is already there is caught up with): its pending jobs over
 /// `max_pending`, its running jobs over `global_concurrency`, and for `rate_per_second` the runs
 /// that ended in the last full minute over the starts its rate allows in a minute
-/// (`Throughput::rate_used`); 0 for a limit it does not have.
+/// (`Throughput::rate_used`: over more minutes for a slow rate, 0 for one of under two starts
+/// an hour); 0 for a limit it does not have.
 pub const TOPIC_LIMIT_USED: &str = "dq_topic_limit_used_ratio";
 /// Gauge, label `topic`: seconds left of a hold a handler asked for (`Outcome::RateLimited`),
 /// 0 when none is in force.

@@ -31,7 +31,7 @@
 //! | `dq_queue_lag_seconds` | gauge | topic | age of the oldest ready job: how far behind workers are |
 //! | `dq_queue_group_waiting_max` | gauge | topic | the most jobs one group has waiting for a slot (its busiest group's, 0 when none waits; the group is named by `dq groups`, not a label) |
 //! | `dq_topic_limit` | gauge | topic, limit | each flow limit, 0 when none: `max_pending`, `global_concurrency`, `rate_per_second`, `group_concurrency` (1 by default), `group_rate_per_second` (every 5 s) |
-//! | `dq_topic_limit_used_ratio` | gauge | topic, limit | how much of a limit is used: pending jobs over `max_pending`, running jobs over `global_concurrency`, and for `rate_per_second` the runs that ended in the last full minute over the starts the rate allows in a minute (0 when the topic has no such limit) |
+//! | `dq_topic_limit_used_ratio` | gauge | topic, limit | how much of a limit is used: pending jobs over `max_pending`, running jobs over `global_concurrency`, and for `rate_per_second` the runs that ended in the last full minute over the starts the rate allows in a minute (`Throughput::rate_used`: more minutes for a slow rate; 0 under two starts an hour; postponed, 429'd and cancelled runs not counted) (0 when the topic has no such limit) |
 //! | `dq_topic_held_seconds` | gauge | topic | seconds left of a hold a handler asked for (`Outcome::RateLimited`), 0 when none |
 
 use std::time::Duration;
@@ -81,7 +81,7 @@ pub(crate) async fn queue_gauges(
                 // The last hour's runs, read only for a topic with a rate (how much of it the
                 // last full minute used).
                 let hour = match s.rate {
-                    Some(_) => client.throughput(topic.as_str()).await.ok(),
+                    Some(_) => Some(client.throughput(topic.as_str()).await),
                     None => None,
                 };
                 limit_gauges(topic.as_str(), &s, hour.as_ref(), *now);
@@ -118,7 +118,7 @@ pub(crate) async fn queue_gauges(
 fn limit_gauges(
     topic: &str,
     s: &TopicStats,
-    hour: Option<&dq_core::Throughput>,
+    hour: Option<&dq_core::Result<dq_core::Throughput>>,
     now: std::time::SystemTime,
 ) {
     let per_second =
@@ -139,11 +139,16 @@ fn limit_gauges(
             s.global_concurrency.map(f64::from),
             Some(over(c.running, s.global_concurrency.map(f64::from))),
         ),
-        // The share of the rate the runs of the last full minute used.
+        // The share of the rate its window's runs used: 0 without a rate or for one too slow
+        // to measure; the last value stands when the hour could not be read.
         (
             "rate_per_second",
             s.rate.map(|_| per_second(s.rate)),
-            Some(s.rate.zip(hour).map_or(0.0, |(r, h)| h.rate_used(r))),
+            match (s.rate, hour) {
+                (Some(r), Some(Ok(h))) => Some(h.rate_used(r).unwrap_or(0.0)),
+                (Some(_), _) => None,
+                (None, _) => Some(0.0),
+            },
         ),
         (
             "group_concurrency",

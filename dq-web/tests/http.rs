@@ -1343,7 +1343,10 @@ async fn the_topic_page_shows_how_much_of_its_rate_the_last_minute_used() {
     let addr = serve(client, Options::new()).await;
     let (status, page) = get(&addr, "/topics/order-cancel").await;
     assert_eq!(status, 200);
-    assert!(page.contains("50 % used last minute (30 runs)"), "{page}");
+    assert!(
+        page.contains("50 % used over the last minute (30 runs)"),
+        "{page}"
+    );
 }
 
 /// A topic with a global concurrency shows its running jobs against it (issue 33, item 8).

@@ -4,7 +4,7 @@
 //! The done tab lists the succeeded jobs a topic keeps, with their results; no bulk action
 //! applies to them.
 
-use dq_core::{Cursor, JobInfo, JobState};
+use dq_core::{Cursor, JobInfo, JobState, Throughput};
 use maud::{html, Markup};
 
 use super::lag;
@@ -70,9 +70,12 @@ fn summary(v: &TopicView<'_>) -> Markup {
                 " · rate " span.rate title="jobs started per period, in all worker processes together" {
                     strong { (rate) } " (one every " (format!("{:?}", rate.interval())) ")"
                 }
-                " " span.rate-used title="the runs that ended in the last full minute against the starts the rate allows in a minute" {
-                    (format!("{:.0}", v.hour.rate_used(rate) * 100.0)) " % used last minute ("
-                    (v.hour.last_minute_runs()) " runs)"
+                @if let (Some(used), Some(k)) = (v.hour.rate_used(rate), Throughput::rate_window(rate)) {
+                    " " span.rate-used title="the runs that ended done or failed in the last full minutes against the starts the rate allows in them" {
+                        (format!("{:.0}", used * 100.0)) " % used over the last "
+                        @if k == 1 { "minute" } @else { (k) " minutes" }
+                        " (" (v.hour.runs_in_last_minutes(k)) " runs)"
+                    }
                 }
             }
             @if v.viewer.can_act {
