@@ -36,8 +36,10 @@ fn example(name: &str) -> PathBuf {
     path
 }
 
-fn run_order_cancel(redis_url: Option<String>) -> String {
-    let mut cmd = Command::new(example("order_cancel"));
+/// Runs example `name` to its end, on Redis at `redis_url` or (`None`) on the in-memory store,
+/// and what it printed; it must succeed.
+fn run_example(name: &str, redis_url: Option<String>) -> String {
+    let mut cmd = Command::new(example(name));
     cmd.env_remove("DQ_REDIS_URL").env("NO_COLOR", "1");
     if let Some(url) = redis_url {
         cmd.env("DQ_REDIS_URL", url);
@@ -46,6 +48,10 @@ fn run_order_cancel(redis_url: Option<String>) -> String {
     let text = output_text(&out);
     assert!(out.status.success(), "the example failed:\n{text}");
     text
+}
+
+fn run_order_cancel(redis_url: Option<String>) -> String {
+    run_example("order_cancel", redis_url)
 }
 
 /// What a finished example printed, without colour codes, whatever the subscriber decided.
@@ -100,14 +106,7 @@ fn order_cancel_example_runs_on_redis() {
 }
 
 fn run_checkout_flow(redis_url: Option<String>) -> String {
-    let mut cmd = Command::new(example("checkout_flow"));
-    cmd.env_remove("DQ_REDIS_URL").env("NO_COLOR", "1");
-    if let Some(url) = redis_url {
-        cmd.env("DQ_REDIS_URL", url);
-    }
-    let out = cmd.output().unwrap();
-    let text = output_text(&out);
-    assert!(out.status.success(), "the example failed:\n{text}");
+    let text = run_example("checkout_flow", redis_url);
     for line in [
         "shipped order=1 receipt=R-1001 units=1",
         "nothing to refund order=1",
@@ -139,14 +138,7 @@ fn checkout_flow_example_runs_on_redis() {
 /// `cargo run --example flow_control`: the provider saw the topic's rate, its global
 /// concurrency and one account at a time, in push order; a flood was refused by `max_pending`.
 fn run_flow_control(redis_url: Option<String>) {
-    let mut cmd = Command::new(example("flow_control"));
-    cmd.env_remove("DQ_REDIS_URL").env("NO_COLOR", "1");
-    if let Some(url) = redis_url {
-        cmd.env("DQ_REDIS_URL", url);
-    }
-    let out = cmd.output().unwrap();
-    let text = output_text(&out);
-    assert!(out.status.success(), "the example failed:\n{text}");
+    let text = run_example("flow_control", redis_url);
     for line in [
         "limits held at_most_23_in_a_second=true at_most_4_at_once=true one_account_at_a_time=true in_push_order=true vip_among_the_first_six=true flood_refused=true",
         "charges refused by max_pending",

@@ -554,6 +554,18 @@ pub(crate) async fn a_wait_for_a_blocked_step_waits_and_its_cancel_answers_it(ki
     assert_eq!(cancel.await.unwrap(), dq::admin::ChangeOutcome::Done);
 }
 
+/// A wait for job `id` of `topic_name` (10 s at most), made in a task of its own, as a
+/// producer elsewhere waits while the test ends the job.
+fn wait_in_background(
+    c: &TestClient,
+    topic_name: &str,
+    id: &str,
+) -> tokio::task::JoinHandle<dq::Result<dq::store::Waited>> {
+    let (store, t) = (Arc::clone(c.store()), topic(topic_name));
+    let id = dq::JobId::new(id).unwrap();
+    tokio::spawn(async move { store.wait_finished(&t, &id, Duration::from_secs(10)).await })
+}
+
 /// Issue 32 (helper-71, finding 7): one reclaim kills two steps. One lets its dependent run
 /// all the same, the other cancels the workflow. The dependent is cancelled, never run, and a
 /// wait for it hears `Cancelled`, whichever of the two dies first: the first released, then
@@ -583,14 +595,7 @@ pub(crate) async fn a_step_released_and_cancelled_with_its_workflow_in_one_call_
             assert_eq!(leased.jobs.len(), 1, "{wf}: {name}");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        let r = dq::JobId::new(format!("{wf}.r")).unwrap();
-        let wait = {
-            let store = Arc::clone(s);
-            tokio::spawn(async move {
-                let long = Duration::from_secs(10);
-                store.wait_finished(&topic("wf-c"), &r, long).await
-            })
-        };
+        let wait = wait_in_background(c, "wf-c", &format!("{wf}.r"));
         tokio::time::sleep(Duration::from_millis(150)).await;
         let reclaimed = s.reclaim(0, 10).await.unwrap();
         assert_eq!((reclaimed.dead, reclaimed.requeued), (2, 0), "{wf}");
@@ -622,13 +627,7 @@ pub(crate) async fn a_wait_for_a_released_steps_job_hears_its_cancel(kind: Kind)
     let mut flow = c.workflow("w11");
     flow.step_to("a", "wf-a", &1);
     flow.push().await.unwrap();
-    let store = Arc::clone(c.store());
-    let wait = tokio::spawn(async move {
-        let a = dq::JobId::new("w11.a").unwrap();
-        store
-            .wait_finished(&topic("wf-a"), &a, Duration::from_secs(10))
-            .await
-    });
+    let wait = wait_in_background(c, "wf-a", "w11.a");
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(
         c.cancel_in("wf-a", "w11.a").await.unwrap(),
@@ -651,13 +650,7 @@ pub(crate) async fn a_wait_for_a_released_steps_job_hears_its_ack(kind: Kind) {
     let mut flow = c.workflow("w12");
     flow.step_to("a", "wf-a", &1);
     flow.push().await.unwrap();
-    let store = Arc::clone(c.store());
-    let wait = tokio::spawn(async move {
-        let a = dq::JobId::new("w12.a").unwrap();
-        store
-            .wait_finished(&topic("wf-a"), &a, Duration::from_secs(10))
-            .await
-    });
+    let wait = wait_in_background(c, "wf-a", "w12.a");
     tokio::time::sleep(Duration::from_millis(100)).await;
     let a = fetch_all(c, "wf-a").await;
     let done = Succeeded {
