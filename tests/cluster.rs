@@ -853,3 +853,44 @@ async fn a_far_job_whose_index_hash_the_store_did_not_declare_has_it_named() {
     assert_eq!(keys_on(owner, "dq:*:fx:*").len(), 1, "stored far");
     assert_all_declared([audit]);
 }
+
+/// Issue 33: on a cluster's 16 shards a rate was split into 16 shares, each with a burst of its
+/// own, so a `2/1m` topic started a job in each shard that held one: 16 in its first instant.
+/// The first shard now counts the starts of all 16 (rate_grant.lua): one burst at once, the
+/// other fetches told when the next may start, and every key the scripts touch declared.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_over_a_clusters_sixteen_shards_starts_one_burst_at_once() {
+    let cluster = RedisCluster::start(3, 0);
+    let audits: Vec<dq_testkit::KeyAudit> = cluster
+        .masters()
+        .into_iter()
+        .map(dq_testkit::KeyAudit::start)
+        .collect();
+    let c = support::TestClient::connect(config(&cluster))
+        .await
+        .unwrap();
+    c.set_rate("t", Some("2/1m".parse().unwrap()))
+        .await
+        .unwrap();
+    c.push_batch((0..160u32).map(|i| c.push_to("t", &i).id(format!("j{i}"))))
+        .await
+        .unwrap();
+    let (mut leased, mut told) = (0, 0);
+    for shard in (1..16).chain([0]) {
+        let f = c
+            .store()
+            .fetch(shard, &support::topic("t"), 10, support::LEASE)
+            .await
+            .unwrap();
+        leased += f.jobs.len();
+        if f.jobs.is_empty() && f.throttled.is_some_and(|w| w > Duration::from_secs(20)) {
+            told += 1;
+        }
+    }
+    assert_eq!(leased, 1, "the burst of 2/1m, once for the 16 shards");
+    assert_eq!(
+        told, 15,
+        "every other shard's fetch was told when the next may start"
+    );
+    assert_all_declared(audits);
+}

@@ -1699,6 +1699,112 @@ async fn a_global_concurrency_under_the_shard_count_is_refused_and_one_over_it_h
     assert_eq!(leased, 6, "the shares add up to the limit");
 }
 
+/// Issue 33: a rate over several shards was split into shares, each with a burst of its own,
+/// so the shards together started a burst each at once: a `2/1m` topic over 4 shards started 4
+/// jobs in its first instant, twice its rate for the minute. The first shard now counts the
+/// starts of every shard: one burst at once, whichever shards hold the jobs, and each shard
+/// that could not start its jobs is told when the next may.
+#[tokio::test]
+async fn a_rate_over_several_shards_starts_one_burst_at_once_in_all_of_them() {
+    let redis = RedisServer::start();
+    let c = client_with(&redis, |b| b.shards(4)).await;
+    c.set_rate("t", Some("2/1m".parse().unwrap()))
+        .await
+        .unwrap();
+    assert_eq!(c.rate("t").await.unwrap(), Some("2/1m".parse().unwrap()));
+    c.push_batch((0..40).map(|i| c.push_to("t", &i).id(i.to_string())))
+        .await
+        .unwrap();
+    let (mut leased, mut told) = (0, 0);
+    for shard in [1, 2, 3, 0, 1, 2, 3, 0] {
+        let f = c
+            .store()
+            .fetch(shard, &topic("t"), 10, LEASE)
+            .await
+            .unwrap();
+        leased += f.jobs.len();
+        if f.jobs.is_empty() && f.throttled.is_some_and(|w| w > Duration::from_secs(20)) {
+            told += 1;
+        }
+    }
+    assert_eq!(leased, 1, "the burst of 2/1m, once for the namespace");
+    assert_eq!(
+        told, 7,
+        "every other fetch was told to wait for the next start"
+    );
+}
+
+/// A shard with nothing to start gives its starts back: fetches of empty shards do not use
+/// up the rate of the shards that have jobs.
+#[tokio::test]
+async fn fetches_that_start_nothing_leave_the_rate_to_the_shards_with_jobs() {
+    let redis = RedisServer::start();
+    let c = client_with(&redis, |b| b.shards(4)).await;
+    c.set_rate("t", Some("1/1m".parse().unwrap()))
+        .await
+        .unwrap();
+    for shard in [1, 2, 3, 1, 2, 3] {
+        let f = c
+            .store()
+            .fetch(shard, &topic("t"), 10, LEASE)
+            .await
+            .unwrap();
+        assert!(f.jobs.is_empty() && f.throttled.is_none(), "{f:?}");
+    }
+    c.push_batch((0..40).map(|i| c.push_to("t", &i).id(i.to_string())))
+        .await
+        .unwrap();
+    let mut leased = 0;
+    for shard in [1, 2, 3, 0] {
+        leased += c
+            .store()
+            .fetch(shard, &topic("t"), 10, LEASE)
+            .await
+            .unwrap()
+            .jobs
+            .len();
+    }
+    assert_eq!(leased, 1, "the one start of the minute was left for a job");
+}
+
+/// Over a second, a topic of 20 a second whose jobs are spread over 4 shards starts its rate,
+/// no more than one period allows, and from every shard.
+#[tokio::test]
+async fn a_rate_over_several_shards_is_met_from_all_of_them() {
+    let redis = RedisServer::start();
+    let c = client_with(&redis, |b| b.shards(4)).await;
+    let rate: dq::Rate = "20/1s".parse().unwrap();
+    c.set_rate("t", Some(rate)).await.unwrap();
+    c.push_batch((0..200).map(|i| c.push_to("t", &i).id(i.to_string())))
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut by_shard = [0usize; 4];
+    let mut round = 0;
+    while started.elapsed() < Duration::from_secs(1) {
+        // Each round starts at the next shard: the first to ask after a start is due gets it.
+        for k in 0..4 {
+            let shard = (round + k) % 4;
+            let f = c
+                .store()
+                .fetch(shard as u16, &topic("t"), 10, LEASE)
+                .await
+                .unwrap();
+            by_shard[shard] += f.jobs.len();
+        }
+        round += 1;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let window = started.elapsed();
+    let leased: usize = by_shard.iter().sum();
+    // At most what one period allows, and the rate less a start or two of the loop's lag.
+    assert!(
+        leased as u64 <= rate.most_in_one_period() && leased >= 18,
+        "{leased} in {window:?} ({by_shard:?})"
+    );
+    assert!(by_shard.iter().all(|n| *n > 0), "{by_shard:?}");
+}
+
 /// Groups (README "Groups") keep their slots, lines and counts in keys of their own; once every
 /// job of every group has ended, whichever way (succeeded, dead-lettered, cancelled while
 /// waiting or in line, replaced while waiting), none of those keys is left.

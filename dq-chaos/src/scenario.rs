@@ -335,8 +335,8 @@ const FLOW_RATE: &str = "100/1s";
 /// ledger (each run's start and end; a run a kill cut ends when its worker was killed), never
 /// more than 8 handlers at once, never more starts in one second than the rate allows and one
 /// burst, and nothing lost. With `cluster`, on a 3-master Redis Cluster and its 16 shards: a
-/// global concurrency of 16 (each shard holds a share of 1), and each shard's share of the
-/// rate with a burst of its own.
+/// global concurrency of 16 (each shard holds a share of 1), and the rate counted for every
+/// shard in the namespace's first.
 async fn flow_limits(full: bool, seed: u64, cluster: bool) -> anyhow::Result<Outcome> {
     let name = if cluster {
         "flow-limits-cluster"
@@ -434,8 +434,8 @@ async fn leases_taken_back(client: &dq::Client) -> anyhow::Result<HashMap<String
 /// What the ledger of flow-limits says of its limits: the most handlers running at once (a
 /// sweep over the runs' starts and ends), and the most starts in any one second, against what
 /// the rate allows there and one burst (the starts are read in the handlers, a little after
-/// their leases, on which the rate is enforced). Over S shards each shard starts at most
-/// `ceil((period + tolerance) / interval)` of its share in a period (`Rate::share_us`).
+/// their leases, on which the rate is enforced). One shard counts the starts of all
+/// (`Rate::most_in_one_period` in a period), on a cluster too.
 fn flow_limits_held(
     h: &Harness,
     runs: &[Run],
@@ -455,9 +455,7 @@ fn flow_limits_held(
     let rate: dq::Rate = FLOW_RATE.parse().unwrap_or_else(|_| unreachable!());
     let shards = h.client.config().shards;
     let global = flow_global(shards);
-    let (interval, tolerance) = rate.share_us(shards);
-    let per_shard = ((rate.period().as_secs_f64() * 1e6 + tolerance) / interval - 1e-9).ceil();
-    let allowed = u64::from(shards) * per_shard as u64 + rate.burst();
+    let allowed = rate.most_in_one_period() + rate.burst();
     if most_running > i64::from(global) {
         failures.push(format!(
             "{most_running} handlers ran at once, over the global concurrency of {global}"

@@ -83,23 +83,21 @@ impl Rate {
         (per_window as u64).clamp(1, self.count)
     }
 
-    /// The shard's share when the topic's jobs are spread over `shards`: the interval times
-    /// the shard count, and the burst divided by it (rounded up). In microseconds: the
-    /// interval (fractional) and the tolerance, `(burst - 1) * interval`, at least 5 ms
-    /// ([`Rate::LATE_WAKE`]).
-    pub fn share_us(&self, shards: u16) -> (f64, f64) {
-        let shards = u64::from(shards.max(1));
-        let interval = self.period.as_secs_f64() * 1e6 / self.count as f64 * shards as f64;
-        let burst = self.burst().div_ceil(shards);
+    /// The limit as the stores count it, in microseconds: the interval between starts
+    /// (fractional), and the tolerance, `(burst - 1) * interval`, at least 5 ms
+    /// ([`Rate::LATE_WAKE`]). On Redis one shard counts a topic's starts for every shard of
+    /// the namespace.
+    pub fn gcra_us(&self) -> (f64, f64) {
+        let interval = self.period.as_secs_f64() * 1e6 / self.count as f64;
         let late = Self::LATE_WAKE.as_micros() as f64;
-        (interval, ((burst - 1) as f64 * interval).max(late))
+        (interval, ((self.burst() - 1) as f64 * interval).max(late))
     }
 
-    /// The most jobs that start in any window of one period on one shard:
+    /// The most jobs that start in any window of one period:
     /// `ceil((period + tolerance) / interval)`, which is `count + burst - 1`, or `count + 1`
     /// when the burst is so small that the 5 ms tolerance is the larger.
     pub fn most_in_one_period(&self) -> u64 {
-        let (interval, tolerance) = self.share_us(1);
+        let (interval, tolerance) = self.gcra_us();
         let period = self.period.as_secs_f64() * 1e6;
         ((period + tolerance) / interval - 1e-9).ceil() as u64
     }
@@ -245,7 +243,7 @@ mod tests {
 
     #[test]
     fn starts_are_spread_one_interval_apart_and_never_more_than_the_rate() {
-        let rate = Some("100/1s".parse::<Rate>().unwrap().share_us(1));
+        let rate = Some("100/1s".parse::<Rate>().unwrap().gcra_us());
         let mut t = Throttle::default();
         let mut started = 0;
         // A consumer that asks for 50 every millisecond for ten seconds.
@@ -271,7 +269,7 @@ mod tests {
 
     #[test]
     fn starts_late_by_less_than_five_milliseconds_keep_the_rate() {
-        let rate = Some("100/1s".parse::<Rate>().unwrap().share_us(1));
+        let rate = Some("100/1s".parse::<Rate>().unwrap().gcra_us());
         let mut t = Throttle::default();
         let mut started = 0;
         // A consumer that always comes 3 ms after the start it was told to wait for.
@@ -288,7 +286,7 @@ mod tests {
 
     #[test]
     fn a_refused_start_says_when_the_next_is_allowed() {
-        let rate = Some("100/1s".parse::<Rate>().unwrap().share_us(1));
+        let rate = Some("100/1s".parse::<Rate>().unwrap().gcra_us());
         let mut t = Throttle::default();
         // One start every 10 ms; the next may come 5 ms early (the tolerance for late
         // wake-ups lets the one after it keep its place).
@@ -304,7 +302,7 @@ mod tests {
 
     #[test]
     fn a_hold_stops_every_start_until_it_ends_with_or_without_a_rate() {
-        let rate = Some("100000/1s".parse::<Rate>().unwrap().share_us(1));
+        let rate = Some("100000/1s".parse::<Rate>().unwrap().gcra_us());
         for r in [None, rate] {
             let mut t = Throttle::default();
             t.hold(SEC, Duration::from_secs(2));

@@ -225,6 +225,7 @@ scripts!(
     shard_count,
     cancel_running,
     hold,
+    rate_grant,
     workflow_push,
     workflow_cancel,
     expand,

@@ -14,7 +14,8 @@
 -- anew is announced (`started`, with its run; a job taken back was announced by the fetch whose
 -- reply was lost)
 -- KEYS[13] limits: the topic's rate limit, `<topic>:rate` -> `<interval>:<tolerance>:<rate>`
--- (this shard's share, us), `<topic>:tat` -> its theoretical arrival time (us; GCRA, as
+-- (us; `home:0:<rate>` in every shard but the first of a namespace of several, which counts
+-- the rate for all: ARGV[6]), `<topic>:tat` -> its theoretical arrival time (us; GCRA, as
 -- dq_core::Rate explains), `<topic>:hold` -> when a hold ends (us, hold.lua), and
 -- `<topic>:running` -> `<share>:<limit>`: the most of its jobs leased at once in this shard
 -- (its global concurrency), checked against the topic's inflight count
@@ -33,9 +34,11 @@
 -- ARGV[1] topic  ARGV[2] most jobs (at most 1000)  ARGV[3] lease length (us)
 -- ARGV[4] this fetch's nonce ('': not recorded)  ARGV[5] nonces of the consumer's earlier
 --   fetches whose reply did not arrive, comma-separated
+-- ARGV[6] the starts rate_grant.lua granted ('': none asked)  ARGV[7] us until its next start
 -- Returns {now_us, token, taken_back, throttled_us, at_capacity, held_back, id_1, envelope_1, ...}, or
 -- {'paused'} when the topic is paused (a lost fetch's jobs then go back to the front of the
--- ready list). throttled_us: the rate limit or a hold let out fewer jobs than asked while more
+-- ready list), or {'home'}, nothing done, when its rate is counted in the first shard and the
+-- call brought no grant. throttled_us: the rate limit or a hold let out fewer jobs than asked while more
 -- are ready, and the next may start in this many us (0: not throttled). at_capacity: 1 when
 -- the global concurrency let out fewer than asked while more are ready (the next may start
 -- when a lease of the topic ends), else 0.
@@ -80,6 +83,15 @@ local interval, tolerance
 if limit[1] then
   local i, t = string.match(limit[1], '^([^:]+):([^:]+):')
   interval, tolerance = tonumber(i), tonumber(t)
+end
+-- A rate over several shards is counted in the namespace's first shard for all of them
+-- (rate_grant.lua), and reads `home:` here: no job of the topic starts without the caller's
+-- grant (ARGV[6] starts, ARGV[7] us until the next start when it was cut short).
+local granted = tonumber(ARGV[6] or '')
+if limit[1] and string.sub(limit[1], 1, 5) == 'home:' then
+  if not granted then return {'home'} end
+else
+  granted = nil
 end
 local tat, hold = tonumber(limit[2] or ''), tonumber(limit[3] or '')
 local clock = (interval or hold) and now_us() or 0
@@ -160,6 +172,9 @@ if interval then
     if allowed < n then wait = base + allowed * interval - tolerance - clock end
   end
   n = math.min(n, allowed)
+elseif granted then
+  n = math.min(n, granted)
+  wait = tonumber(ARGV[7] or '') or 0
 end
 -- Global concurrency: no more leased at once than the share (the jobs taken back hold theirs).
 local capped = 0

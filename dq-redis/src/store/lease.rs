@@ -95,6 +95,108 @@ impl RedisStore {
         self.unless_asked(lease, end, "failed for good").await
     }
 
+    /// One fetch.lua call; `grant`: the starts `rate_grant` counted for it in the first shard.
+    async fn fetch_call(
+        &self,
+        shard: u16,
+        topic: &Topic,
+        asked: usize,
+        ttl: Duration,
+        fetcher: &Fetcher,
+        grant: Option<&RateGrant>,
+    ) -> Result<Vec<Value>> {
+        let k = self.keys(shard);
+        let recorded = !fetcher.consumer.is_empty();
+        let lost: Vec<String> = fetcher.lost.iter().map(u64::to_string).collect();
+        let mut inv = self.scripts().fetch.prepare_invoke();
+        inv.key(k.jobs())
+            .key(k.inflight())
+            .key(k.ready(topic))
+            .key(k.counts())
+            .key(k.paused())
+            .key(k.leases())
+            .key(k.ready_gen(topic))
+            .key(k.delayed())
+            .key(k.fetched(&fetcher.consumer))
+            .key(k.cancels())
+            .key(k.events())
+            .key(k.events_stream(topic))
+            .key(k.limits())
+            .key(k.ranked(topic))
+            .key(k.dead(topic))
+            .key(k.done(topic))
+            .key(k.group_tat(topic))
+            .arg(topic.as_str())
+            .arg(asked)
+            .arg(micros(ttl))
+            .arg(if recorded {
+                fetcher.nonce.to_string()
+            } else {
+                String::new()
+            })
+            .arg(lost.join(","))
+            .arg(grant.map(|g| g.granted.to_string()).unwrap_or_default())
+            .arg(grant.map_or(0, |g| g.wait_us));
+        self.call("fetch", &mut inv).await
+    }
+
+    /// Whether `topic`'s rate is counted in the first shard for all, as this store last found.
+    fn rated_at_home(&self, topic: &Topic) -> bool {
+        let rated = self.rated_at_home.lock().unwrap_or_else(|p| p.into_inner());
+        rated.contains(topic)
+    }
+
+    fn note_rated_at_home(&self, topic: &Topic, at_home: bool) {
+        let mut rated = self.rated_at_home.lock().unwrap_or_else(|p| p.into_inner());
+        if at_home {
+            rated.insert(topic.clone());
+        } else {
+            rated.remove(topic);
+        }
+    }
+
+    /// Up to `asked` starts of `topic` counted against its rate in the first shard, for a
+    /// fetch in another. A topic without a rate there (it was lifted) gets them all.
+    async fn rate_grant(&self, topic: &Topic, asked: usize) -> Result<RateGrant> {
+        let mut inv = self.scripts().rate_grant.prepare_invoke();
+        inv.key(self.keys(0).limits())
+            .arg(topic.as_str())
+            .arg(asked)
+            .arg(0)
+            .arg("");
+        let (granted, tat, wait_us): (i64, String, u64) = self
+            .call("count a fetch's starts against its topic's rate", &mut inv)
+            .await?;
+        let Ok(granted) = u64::try_from(granted) else {
+            self.note_rated_at_home(topic, false);
+            return Ok(RateGrant {
+                granted: asked as u64,
+                tat: String::new(),
+                wait_us: 0,
+            });
+        };
+        Ok(RateGrant {
+            granted,
+            tat,
+            wait_us,
+        })
+    }
+
+    /// Gives back `unused` starts of a grant that moved the topic's time to `tat`: applied
+    /// while no later start moved it on (rate_grant.lua).
+    async fn rate_give_back(&self, topic: &Topic, unused: u64, tat: &str) -> Result<()> {
+        let mut inv = self.scripts().rate_grant.prepare_invoke();
+        inv.key(self.keys(0).limits())
+            .arg(topic.as_str())
+            .arg("-")
+            .arg(unused)
+            .arg(tat);
+        let _: Value = self
+            .call("give back a fetch's unused starts", &mut inv)
+            .await?;
+        Ok(())
+    }
+
     fn lease_invocation<'s>(
         script: &'s Script,
         keys: &[String],
@@ -249,37 +351,30 @@ impl Leases for RedisStore {
         fetcher: &Fetcher,
     ) -> Result<Fetched> {
         self.learn([topic]);
-        let k = self.keys(shard);
-        let recorded = !fetcher.consumer.is_empty();
-        let lost: Vec<String> = fetcher.lost.iter().map(u64::to_string).collect();
-        let mut inv = self.scripts().fetch.prepare_invoke();
-        inv.key(k.jobs())
-            .key(k.inflight())
-            .key(k.ready(topic))
-            .key(k.counts())
-            .key(k.paused())
-            .key(k.leases())
-            .key(k.ready_gen(topic))
-            .key(k.delayed())
-            .key(k.fetched(&fetcher.consumer))
-            .key(k.cancels())
-            .key(k.events())
-            .key(k.events_stream(topic))
-            .key(k.limits())
-            .key(k.ranked(topic))
-            .key(k.dead(topic))
-            .key(k.done(topic))
-            .key(k.group_tat(topic))
-            .arg(topic.as_str())
-            .arg(batch_limit(max))
-            .arg(micros(ttl))
-            .arg(if recorded {
-                fetcher.nonce.to_string()
-            } else {
-                String::new()
-            })
-            .arg(lost.join(","));
-        let reply: Vec<Value> = self.call("fetch", &mut inv).await?;
+        let asked = batch_limit(max);
+        // A rate over several shards is counted in the first shard for all (rate_grant.lua):
+        // the starts are granted there first, and what the fetch did not start is given back.
+        let mut grant = None;
+        if shard != 0 && self.rated_at_home(topic) {
+            grant = Some(self.rate_grant(topic, asked).await?);
+        }
+        let mut reply = self
+            .fetch_call(shard, topic, asked, ttl, fetcher, grant.as_ref())
+            .await?;
+        if matches!(reply.first(), Some(Value::BulkString(b)) if b == b"home") {
+            self.note_rated_at_home(topic, true);
+            let g = self.rate_grant(topic, asked).await?;
+            reply = self
+                .fetch_call(shard, topic, asked, ttl, fetcher, Some(&g))
+                .await?;
+            grant = Some(g);
+        }
+        if let Some(g) = grant.filter(|g| !g.tat.is_empty()) {
+            let unused = g.granted.saturating_sub(started(&reply));
+            if unused > 0 {
+                self.rate_give_back(topic, unused, &g.tat).await?;
+            }
+        }
         self.read_fetched(shard, topic, reply).await
     }
 
@@ -474,9 +569,9 @@ impl Leases for RedisStore {
     }
 
     async fn set_rate(&self, topic: &Topic, rate: Option<Rate>) -> Result<()> {
-        // Each shard holds its share. A new rate starts afresh (a hold stays).
-        let shards = self.shards();
-        self.record_rate(topic, "rate", rate, shards, |k| {
+        // Counted in the first shard for all (fetch_for). A new rate starts afresh (a hold
+        // stays).
+        self.record_rate(topic, "rate", rate, true, |k| {
             redis::cmd("HDEL")
                 .arg(k.limits())
                 .arg(format!("{topic}:tat"))
@@ -505,7 +600,7 @@ impl Leases for RedisStore {
         // Every shard holds the whole rate: every job of a group lives in its group's shard
         // (produce.rs), and the rate reads the same wherever it is asked. A new rate starts
         // afresh for every group.
-        self.record_rate(topic, "group_rate", rate, 1, |k| {
+        self.record_rate(topic, "group_rate", rate, false, |k| {
             redis::cmd("DEL").arg(k.group_tat(topic)).to_owned()
         })
         .await
@@ -667,24 +762,28 @@ impl RedisStore {
     }
 
     /// Records a rate in the `limits` field `<topic>:<name>` of every shard, as
-    /// `<interval>:<tolerance>:<rate>` of its share over `shares` (`None`: removed). The same
-    /// rate declared again (every runtime start does) keeps where the limit stands: starting
-    /// afresh would let one more burst out at each restart. A change runs `reset` in the shard
-    /// (the limit's times are forgotten).
+    /// `<interval>:<tolerance>:<rate>` (us; `None`: removed), the first shard first; with
+    /// `at_home`, the shards after the first hold `home:0:<rate>`: the first counts the rate
+    /// for all of them (rate_grant.lua). The same rate declared again (every runtime start
+    /// does) keeps where the limit stands: starting afresh would let one more burst out at each
+    /// restart. A change runs `reset` in the shard (the limit's times are forgotten).
     async fn record_rate(
         &self,
         topic: &Topic,
         name: &str,
         rate: Option<Rate>,
-        shares: u16,
+        at_home: bool,
         reset: impl Fn(&crate::keys::ShardKeys) -> redis::Cmd,
     ) -> Result<()> {
         let field = format!("{topic}:{name}");
-        let spec = rate.map(|r| {
-            let (interval, tolerance) = r.share_us(shares);
-            format!("{interval}:{tolerance}:{r}")
-        });
-        for k in &self.shards {
+        for (i, k) in self.shards.iter().enumerate() {
+            let spec = rate.map(|r| {
+                if at_home && i > 0 {
+                    return format!("home:0:{r}");
+                }
+                let (interval, tolerance) = r.gcra_us();
+                format!("{interval}:{tolerance}:{r}")
+            });
             let current = redis::cmd("HGET").arg(k.limits()).arg(&field).to_owned();
             let current: Option<String> = self.query("read a topic's rate", &current).await?;
             if current == spec {
@@ -703,6 +802,29 @@ impl RedisStore {
         }
         Ok(())
     }
+}
+
+/// Starts of a topic that `rate_grant.lua` counted against its rate in the first shard of the
+/// namespace, for one fetch in another shard.
+struct RateGrant {
+    granted: u64,
+    /// The topic's time the grant wrote (empty: nothing to give back).
+    tat: String,
+    /// How long until the next start, when fewer than asked were granted (0: not cut).
+    wait_us: u64,
+}
+
+/// How many jobs a fetch.lua reply started anew (not those taken back from a lost fetch).
+fn started(reply: &[Value]) -> u64 {
+    let Some(Value::Int(_) | Value::BulkString(_)) = reply.get(1) else {
+        return 0;
+    };
+    let taken_back = match reply.get(2) {
+        Some(Value::Int(n)) => u64::try_from(*n).unwrap_or(0),
+        _ => 0,
+    };
+    let jobs = reply.len().saturating_sub(6) as u64 / 2;
+    jobs.saturating_sub(taken_back)
 }
 
 /// Shard `i`'s share of a limit of `max` over `shards` shards (a global concurrency, a

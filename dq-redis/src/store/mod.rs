@@ -107,6 +107,10 @@ pub struct RedisStore {
     /// newest last: a push that may store far jobs declares them, so that it need not stop to
     /// name the part being filled (see `far_parts_of`).
     far_parts: Arc<std::sync::Mutex<std::collections::HashMap<u16, Vec<String>>>>,
+    /// The topics whose rate, over several shards, is counted in the first shard for all
+    /// (`rate_grant.lua`), as this store last found: a fetch of one in another shard asks
+    /// that shard for its starts first (see `fetch_for`).
+    rated_at_home: Arc<std::sync::Mutex<std::collections::BTreeSet<Topic>>>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -157,6 +161,7 @@ impl RedisStore {
             clock: Arc::default(),
             compact: config.compact,
             far_parts: Arc::default(),
+            rated_at_home: Arc::default(),
         };
         let count = store.shard_count(config).await?;
         store.shards = (0..count)

@@ -205,8 +205,8 @@ impl Leases for MemoryStore {
             out.paused = true;
             return Ok(out);
         }
-        let rate = s.rates.get(topic).map(|r| r.share_us(1));
-        let group_rate = s.group_rates.get(topic).map(|r| r.share_us(1));
+        let rate = s.rates.get(topic).map(|r| r.gcra_us());
+        let group_rate = s.group_rates.get(topic).map(|r| r.gcra_us());
         let before = s.earliest();
         let throttle = s.throttles.get(topic).copied().unwrap_or_default();
         let (mut max, throttled) = throttle.allows(rate, now, max);

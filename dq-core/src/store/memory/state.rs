@@ -159,7 +159,7 @@ impl State {
     /// does.
     pub(super) fn held_back(&self, topic: &Topic, now: u64) -> Option<Duration> {
         let throttle = self.throttles.get(topic)?;
-        let rate = self.rates.get(topic).map(|r| r.share_us(1));
+        let rate = self.rates.get(topic).map(|r| r.gcra_us());
         match throttle.allows(rate, now, 1) {
             (0, wait) => wait,
             _ => None,

@@ -1,0 +1,42 @@
+-- rate_grant: counts starts of a topic against its rate for a fetch in another shard of the
+-- namespace (a rate over several shards is counted here, in the namespace's first shard, for
+-- all of them: fetch.lua of another shard leases no job of the topic without a grant). GCRA
+-- as fetch.lua's, with the whole rate: up to ARGV[2] starts now, the topic's theoretical
+-- arrival time moved on by one interval each; the caller gives back what its fetch did not
+-- start (ARGV[2] '-': a give-back of ARGV[3] starts granted when the time was ARGV[4], applied
+-- only while no later grant or fetch moved it, so that what it lets out again was never let
+-- out: else they are lost to the rate, never added to it).
+-- Allowed when Redis is full: it moves a count, it adds nothing.
+-- KEYS[1] limits (of the namespace's first shard)
+-- ARGV[1] topic  ARGV[2] most starts wanted, or '-'  ARGV[3] starts given back  ARGV[4] the time they were granted at
+-- Returns {granted, tat, wait_us}: granted -1 when the topic has no rate here (its rate was
+-- just lifted: the caller fetches as without one); tat the time written ('' when none was);
+-- wait_us how long until the next start when fewer than wanted were granted (0 otherwise).
+local field, tat_field = ARGV[1] .. ':rate', ARGV[1] .. ':tat'
+local limit = redis.call('HMGET', KEYS[1], field, tat_field)
+local i, t = string.match(limit[1] or '', '^([^:]+):([^:]+):')
+local interval, tolerance = tonumber(i), tonumber(t)
+if not interval then return {-1, '', 0} end
+if ARGV[2] == '-' then
+  if limit[2] == ARGV[4] then
+    proceed_when_full(KEYS[1])
+    redis.call('HSET', KEYS[1], tat_field, string.format('%.3f', tonumber(ARGV[4]) - tonumber(ARGV[3]) * interval))
+  end
+  return {0, '', 0}
+end
+local want, clock = tonumber(ARGV[2]), now_us()
+local base = math.max(tonumber(limit[2] or '') or 0, clock)
+local room = clock + tolerance - base
+local allowed, wait = 0, 0
+if room < 0 then
+  wait = -room
+else
+  allowed = math.floor(room / interval) + 1
+  if allowed < want then wait = base + allowed * interval - tolerance - clock end
+end
+local n = math.min(want, allowed)
+if n <= 0 then return {0, '', fmt(math.ceil(wait))} end
+local tat = string.format('%.3f', base + n * interval)
+proceed_when_full(KEYS[1])
+redis.call('HSET', KEYS[1], tat_field, tat)
+return {n, tat, fmt(math.ceil(wait))}
