@@ -3,7 +3,8 @@
 //! its own. On one redis-server and on a Redis Cluster of 3 masters (16 shards), the producer
 //! gets the value the worker's handler returned, a dead job's last error, a clear answer for a
 //! record that is gone (its retention passed, or purged), and a clean timeout for a job nobody
-//! runs in time; and a wait goes on through a restart of Redis and gets the value.
+//! runs in time; and a wait goes on through a restart of Redis, and through a failover of the
+//! cluster master that holds its job, and gets the value.
 
 #![allow(clippy::unwrap_used, unreachable_pub)] // test code: a panic is the failure report
 
@@ -308,6 +309,68 @@ async fn a_wait_goes_on_through_a_restart_of_redis_and_gets_the_value() {
 
     let answer = waiting.await.unwrap();
     assert_eq!(answer.unwrap(), JobResult::Succeeded(receipt_of(9)));
+}
+
+/// Issue 32: a wait in flight while the cluster master holding its job fails over to its
+/// replica (`CLUSTER FAILOVER`, as an operator's maintenance does) goes on, and gets the value
+/// when the worker runs the job after the failover, soon after it is due, not at a later look.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_goes_on_through_a_failover_of_its_jobs_master_and_gets_the_value() {
+    let cluster = RedisCluster::start(3, 1);
+    let target = Target::cluster(&cluster);
+    let _worker = WorkerProcess::start(ENTRY, ROLE, &target);
+    let c = producer(&target).await;
+    let id = "failover";
+    let topic = dq::Topic::new(INVOICE).unwrap();
+    let shard = dq::store::shard_of(&topic, &dq::JobId::new(id).unwrap(), c.config().shards);
+    let master = cluster.master_of(&dq::store::ShardKeys::new(NAMESPACE, shard).jobs());
+    let replica = cluster
+        .nodes()
+        .iter()
+        .find(|n| {
+            let info = n.command(&["INFO", "replication"]);
+            let port = format!("master_port:{master}");
+            info.contains("role:slave") && info.lines().any(|l| l.trim() == port)
+        })
+        .expect("the master of the job's shard has a replica");
+    let delay = Duration::from_secs(8);
+    let pushed_at = Instant::now();
+    c.push_to(INVOICE, &Invoice { order_id: 7 })
+        .id(id)
+        .delay(delay)
+        .await
+        .unwrap();
+    let waiting = {
+        let c = c.clone();
+        tokio::spawn(async move {
+            let answer = c.wait_in::<Receipt>(INVOICE, id, WAIT).await;
+            (answer, Instant::now())
+        })
+    };
+    // The wait listens before the failover: its look was made on the old master.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(replica.command(&["CLUSTER", "FAILOVER"]).trim(), "+OK");
+    support::wait_until(
+        Duration::from_secs(5),
+        || {
+            replica
+                .command(&["INFO", "replication"])
+                .contains("role:master")
+        },
+        || "the failover did not happen",
+    )
+    .await;
+    assert!(
+        pushed_at.elapsed() < delay && !waiting.is_finished(),
+        "the failover ended after the job was due: nothing would be tested"
+    );
+    let (answer, answered_at) = waiting.await.unwrap();
+    assert_eq!(answer.unwrap(), JobResult::Succeeded(receipt_of(7)));
+    let after_due = answered_at.duration_since(pushed_at).saturating_sub(delay);
+    assert!(
+        after_due < AT_ONCE,
+        "answered {after_due:?} after the job was due: the end was not heard"
+    );
 }
 
 /// Waits (10 s at most) until a wait's subscription to the job ends is in place.

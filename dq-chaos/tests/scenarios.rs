@@ -276,7 +276,7 @@ fn flow_limits_hold_through_worker_sigkills_and_lose_nothing() {
 }
 
 /// Issue 33, item 6, on a 3-master Redis Cluster (16 shards): the same, with a global
-/// concurrency of 16 (a share of 1 per shard) and each shard's share of the rate.
+/// concurrency of 16 (a share of 1 per shard) and the rate counted for all shards in the first.
 #[test]
 fn flow_limits_hold_on_a_cluster_through_worker_sigkills_and_lose_nothing() {
     let r = assert_ok("flow-limits-cluster");

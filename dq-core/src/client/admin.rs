@@ -254,13 +254,11 @@ impl Client {
     /// `#[dq::listener(rate = "100/1s")]`, which sets it at runtime start; changeable while
     /// workers run (`dq rate TOPIC 50/1s`). How it is enforced, and its burst: [`Rate`].
     ///
-    /// On Redis each shard of the namespace holds its share, the rate divided by the shard
-    /// count, with a burst of its own: with one shard (the default) at most
-    /// `count + burst - 1` start in any period; with N shards (the topic's jobs spread over
-    /// them by id) the whole never starts more than the rate over a long run, but each shard
-    /// may start its burst on top of its share in one period (a `1/1m` topic on 16 shards may
-    /// start 16 in its first minute), and a shard whose ready jobs run out leaves its share of
-    /// the rate unused. For a low rate on a cluster, use a namespace of one shard.
+    /// On Redis at most [`Rate::most_in_one_period`] start in any period whatever the number
+    /// of shards the topic's jobs are spread over: the namespace's first shard counts the
+    /// starts of all of them, and a fetch in another shard is granted its starts there first
+    /// (so the first shard's master must answer for such a topic's jobs to start anywhere;
+    /// README "Rate limits").
     ///
     /// ```no_run
     /// # async fn f(client: dq_core::Client) -> dq_core::Result<()> {

@@ -315,11 +315,10 @@ pub trait Leases: Sharded {
 
     /// Limits how many jobs of `topic` start per period, in all processes together, to `rate`
     /// (`None`: no limit, the default): [`Leases::fetch`] leases no more than it allows and
-    /// says how long until the next may start ([`Fetched::throttled`]). On Redis each shard
-    /// holds its share, the rate divided by the shard count with a burst of its own (exact
-    /// with one shard, the default; with several, never above the rate over a long run, but
-    /// each shard may start its burst in one period). The same rate recorded again keeps where
-    /// the limit stands; a new one starts afresh.
+    /// says how long until the next may start ([`Fetched::throttled`]). On Redis the
+    /// namespace's first shard counts the starts of every shard (a fetch in another asks it
+    /// first). The same rate recorded again keeps where the limit stands; a new one starts
+    /// afresh.
     async fn set_rate(&self, topic: &Topic, rate: Option<Rate>) -> Result<()>;
 
     /// The rate [`set_rate`](Leases::set_rate) recorded for `topic`, `None` when it has none.

@@ -173,7 +173,9 @@ if interval then
   end
   n = math.min(n, allowed)
 elseif granted then
-  n = math.min(n, granted)
+  -- The jobs taken back use the grant too: a resent copy of this very fetch (the first copy
+  -- ran, its reply was lost) takes back what the first leased, under the same grant.
+  n = math.max(math.min(n, granted - #back), 0)
   wait = tonumber(ARGV[7] or '') or 0
 end
 -- Global concurrency: no more leased at once than the share (the jobs taken back hold theirs).

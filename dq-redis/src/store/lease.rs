@@ -182,6 +182,29 @@ impl RedisStore {
         })
     }
 
+    /// [`rate_grant`](Self::rate_grant), or, when the first shard does not answer, a grant of
+    /// none and the error: the fetch then starts nothing new but still takes back the jobs of
+    /// this consumer's lost fetches (their handlers never started: no attempt may be charged
+    /// for them while the first shard is away), and `fetch_for` returns the error when there
+    /// were none.
+    async fn rate_grant_or_none(
+        &self,
+        topic: &Topic,
+        asked: usize,
+    ) -> (RateGrant, Option<dq_core::Error>) {
+        match self.rate_grant(topic, asked).await {
+            Ok(g) => (g, None),
+            Err(e) => {
+                let none = RateGrant {
+                    granted: 0,
+                    tat: String::new(),
+                    wait_us: 0,
+                };
+                (none, Some(e))
+            }
+        }
+    }
+
     /// Gives back `unused` starts of a grant that moved the topic's time to `tat`: applied
     /// while no later start moved it on (rate_grant.lua).
     async fn rate_give_back(&self, topic: &Topic, unused: u64, tat: &str) -> Result<()> {
@@ -354,25 +377,33 @@ impl Leases for RedisStore {
         let asked = batch_limit(max);
         // A rate over several shards is counted in the first shard for all (rate_grant.lua):
         // the starts are granted there first, and what the fetch did not start is given back.
-        let mut grant = None;
+        let (mut grant, mut unanswered) = (None, None);
         if shard != 0 && self.rated_at_home(topic) {
-            grant = Some(self.rate_grant(topic, asked).await?);
+            let (g, e) = self.rate_grant_or_none(topic, asked).await;
+            (grant, unanswered) = (Some(g), e);
         }
         let mut reply = self
             .fetch_call(shard, topic, asked, ttl, fetcher, grant.as_ref())
             .await?;
         if matches!(reply.first(), Some(Value::BulkString(b)) if b == b"home") {
             self.note_rated_at_home(topic, true);
-            let g = self.rate_grant(topic, asked).await?;
+            let (g, e) = self.rate_grant_or_none(topic, asked).await;
             reply = self
                 .fetch_call(shard, topic, asked, ttl, fetcher, Some(&g))
                 .await?;
-            grant = Some(g);
+            (grant, unanswered) = (Some(g), e);
+        }
+        if let Some(e) = unanswered.filter(|_| leased(&reply) == 0) {
+            return Err(e);
         }
         if let Some(g) = grant.filter(|g| !g.tat.is_empty()) {
-            let unused = g.granted.saturating_sub(started(&reply));
+            let unused = g.granted.saturating_sub(leased(&reply));
             if unused > 0 {
-                self.rate_give_back(topic, unused, &g.tat).await?;
+                // Best effort: the jobs are leased; a give-back that does not come only
+                // leaves those starts unused.
+                if let Err(e) = self.rate_give_back(topic, unused, &g.tat).await {
+                    tracing::warn!(topic = %topic, unused, error = %e, "could not give back a fetch's unused starts of the topic's rate to the namespace's first shard; they are lost to the rate for this period");
+                }
             }
         }
         self.read_fetched(shard, topic, reply).await
@@ -738,8 +769,8 @@ fn named_leases(chunk: &[&LeaseRef], members: Vec<String>) -> Vec<LeaseRef> {
 }
 
 impl RedisStore {
-    /// The `limits` field `<topic>:<name>` as shard 0 holds it (every shard holds the same
-    /// setting, with its own share), read by `parse`; a value that does not read is
+    /// The `limits` field `<topic>:<name>` as shard 0 holds it (every shard holds the
+    /// setting, with its own share of a bound, and shard 0 the whole of a rate), read by `parse`; a value that does not read is
     /// `Error::Malformed`, naming the key, the field and the `form` it should have.
     async fn read_limit<T>(
         &self,
@@ -814,17 +845,13 @@ struct RateGrant {
     wait_us: u64,
 }
 
-/// How many jobs a fetch.lua reply started anew (not those taken back from a lost fetch).
-fn started(reply: &[Value]) -> u64 {
+/// How many jobs a fetch.lua reply leased, those taken back from a lost fetch included: they
+/// use the grant too (fetch.lua).
+fn leased(reply: &[Value]) -> u64 {
     let Some(Value::Int(_) | Value::BulkString(_)) = reply.get(1) else {
         return 0;
     };
-    let taken_back = match reply.get(2) {
-        Some(Value::Int(n)) => u64::try_from(*n).unwrap_or(0),
-        _ => 0,
-    };
-    let jobs = reply.len().saturating_sub(6) as u64 / 2;
-    jobs.saturating_sub(taken_back)
+    reply.len().saturating_sub(6) as u64 / 2
 }
 
 /// Shard `i`'s share of a limit of `max` over `shards` shards (a global concurrency, a
