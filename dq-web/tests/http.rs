@@ -1278,6 +1278,61 @@ async fn the_dead_tab_shows_each_failed_runs_error_and_filters_by_any_of_them() 
     assert!(!page.contains(r#"data-id="o2""#), "{page}");
 }
 
+/// A job that succeeded on its third run shows both failed runs' errors on the done tab, as a
+/// dead job does on the dead tab, and the error filter finds it by either (issue 32, item 7:
+/// "the done/failed history of a topic with each attempt's error").
+#[tokio::test]
+async fn the_done_tab_shows_the_errors_of_a_jobs_failed_runs_before_its_success() {
+    let (client, store) = memory_client_and_store().await;
+    let topic = Topic::new(TOPIC).unwrap();
+    let keep = Retention::for_age(Duration::from_secs(3600));
+    store.set_retention(&topic, Some(keep)).await.unwrap();
+    push(&client, "o2", 2).await;
+    for run in 1..=3u32 {
+        let leased = store.fetch(0, &topic, 2, Duration::from_secs(60)).await;
+        let mut jobs = leased.unwrap().jobs;
+        let at = jobs.iter().position(|j| j.lease.id.as_str() == "o2");
+        let job = jobs.remove(at.expect("o2 leased"));
+        match run {
+            1 => assert!(store
+                .retry(&job.lease, Duration::ZERO, "card declined")
+                .await
+                .unwrap()),
+            2 => assert!(store
+                .retry(&job.lease, Duration::ZERO, "gateway timeout")
+                .await
+                .unwrap()),
+            _ => {
+                let done = [Succeeded {
+                    lease: job.lease.clone(),
+                    result: Some(b"\"charged\"".to_vec()),
+                    run,
+                }];
+                assert_eq!(store.ack_succeeded(&done).await.unwrap().acked, 1);
+            }
+        }
+        let others: Vec<_> = jobs.into_iter().map(|j| j.lease).collect();
+        store.release(&others).await.unwrap();
+    }
+    let addr = serve(client, Options::new()).await;
+    let (status, page) = get(&addr, "/topics/order-cancel?state=done").await;
+    assert_eq!(status, 200, "{page}");
+    let row = &page[page.find(r#"data-id="o2""#).expect("o2's row")..];
+    let row = &row[..row.find("</tr>").unwrap()];
+    assert!(row.contains("2 failed runs"), "{row}");
+    let first = row.find("run 1: card declined").expect("run 1's error");
+    let second = row.find("run 2: gateway timeout").expect("run 2's error");
+    assert!(first < second, "oldest first: {row}");
+    assert!(row.contains("charged"), "its value: {row}");
+    let (_, page) = get(&addr, "/topics/order-cancel?state=done&error=declined").await;
+    assert!(
+        page.contains(r#"data-id="o2""#),
+        "found by run 1's error: {page}"
+    );
+    let (_, page) = get(&addr, "/topics/order-cancel?state=done&error=refused").await;
+    assert!(!page.contains(r#"data-id="o2""#), "{page}");
+}
+
 /// A topic with a bound on its pending jobs shows how close it is, and says when it is full.
 #[tokio::test]
 async fn the_topic_page_shows_how_close_the_topic_is_to_its_max_pending() {
