@@ -894,3 +894,60 @@ async fn a_rate_over_a_clusters_sixteen_shards_starts_one_burst_at_once() {
     );
     assert_all_declared(audits);
 }
+
+/// Issue 33: on a cluster's 16 shards a global concurrency was split into 16 shares, so a
+/// limit under 16 was refused, and a shard whose jobs ran out left its share unused. The first
+/// shard now counts the slots of all 16 (slots.lua): a limit of 3 runs 3 at once, the other
+/// fetches are told the topic is full, an ack gives its slot to the next fetch of any shard, and
+/// every key the scripts touch is declared.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_global_concurrency_over_a_clusters_sixteen_shards_holds_exactly() {
+    let cluster = RedisCluster::start(3, 0);
+    let audits: Vec<dq_testkit::KeyAudit> = cluster
+        .masters()
+        .into_iter()
+        .map(dq_testkit::KeyAudit::start)
+        .collect();
+    let c = support::TestClient::connect(config(&cluster))
+        .await
+        .unwrap();
+    c.set_global_concurrency("t", Some(3)).await.unwrap();
+    c.push_batch((0..160u32).map(|i| c.push_to("t", &i).id(format!("j{i}"))))
+        .await
+        .unwrap();
+    let (mut leased, mut full) = (Vec::new(), 0);
+    for shard in (1..16).chain([0]) {
+        let f = c
+            .store()
+            .fetch(shard, &support::topic("t"), 10, support::LEASE)
+            .await
+            .unwrap();
+        if f.jobs.is_empty() && f.at_capacity {
+            full += 1;
+        }
+        leased.extend(f.jobs);
+    }
+    assert_eq!(leased.len(), 3, "the limit, once for the 16 shards");
+    assert_eq!(
+        full, 15,
+        "the first fetch took the 3; every other shard's was told the topic is full"
+    );
+    let ok = dq::store::Succeeded {
+        lease: leased[0].lease.clone(),
+        result: None,
+        run: 1,
+    };
+    c.store().ack_succeeded(&[ok]).await.unwrap();
+    let mut next = 0;
+    for shard in 0..16 {
+        next += c
+            .store()
+            .fetch(shard, &support::topic("t"), 10, support::LEASE)
+            .await
+            .unwrap()
+            .jobs
+            .len();
+    }
+    assert_eq!(next, 1, "the acked run's slot, to the next fetch");
+    assert_all_declared(audits);
+}

@@ -1671,32 +1671,218 @@ async fn a_max_pending_the_shards_do_not_divide_is_never_exceeded() {
     assert_eq!(counts.delayed + counts.ready, 10);
 }
 
-/// Issue 33 review (helper-29, finding 1): over several shards each shard holds a share of a
-/// global concurrency, at least 1, so a limit under the shard count let one job per shard run
-/// (2 on 4 shards: 4 at once), past the limit and silently. Such a limit is refused, saying
-/// why; one of at least the shard count holds exactly.
+/// Fetches `t` once in each shard of `shards`, in that order, up to `max` each: how many jobs
+/// were leased, and how many fetches leased none and were told the topic is at its global
+/// concurrency.
+async fn fetch_each_shard(
+    c: &support::TestClient,
+    t: &str,
+    shards: &[u16],
+    max: usize,
+) -> (Vec<dq::store::LeasedJob>, usize) {
+    let (mut leased, mut full) = (Vec::new(), 0);
+    for &shard in shards {
+        let f = c.store().fetch(shard, &topic(t), max, LEASE).await.unwrap();
+        if f.jobs.is_empty() && f.at_capacity {
+            full += 1;
+        }
+        leased.extend(f.jobs);
+    }
+    (leased, full)
+}
+
+/// How many slots of `t`'s global concurrency the first shard counts as held (slots.lua).
+fn held_slots(redis: &RedisServer, t: &str) -> i64 {
+    let reply = redis.command(&["HGET", &format!("dq:{{test:0}}:gslots:{t}"), ":held"]);
+    match reply.lines().nth(1) {
+        Some(n) => n.trim().parse().unwrap(),
+        None => panic!("no count of held slots: {reply:?}"),
+    }
+}
+
+/// Issue 33 (review of helper-29, finding 1, and the split it led to): over several shards each
+/// shard held a share of a global concurrency, at least 1, so a limit under the shard count was
+/// refused, and a shard whose jobs ran out left its share unused. The first shard now counts the
+/// slots of all (slots.lua): a limit of 2 over 4 shards runs 2 at once, wherever the jobs are.
 #[tokio::test]
-async fn a_global_concurrency_under_the_shard_count_is_refused_and_one_over_it_holds() {
+async fn a_global_concurrency_under_the_shard_count_holds_exactly_over_all_shards() {
     let redis = RedisServer::start();
     let c = client_with(&redis, |b| b.shards(4)).await;
-    let refused = c.set_global_concurrency("t", Some(2)).await.unwrap_err();
-    assert!(refused.to_string().contains("4 shards"), "{refused}");
-    assert_eq!(c.global_concurrency("t").await.unwrap(), None);
-    c.set_global_concurrency("t", Some(6)).await.unwrap();
+    c.set_global_concurrency("t", Some(2)).await.unwrap();
+    assert_eq!(c.global_concurrency("t").await.unwrap(), Some(2));
     c.push_batch((0..80).map(|i| c.push_to("t", &i).id(i.to_string())))
         .await
         .unwrap();
-    let mut leased = 0;
-    for shard in 0..4 {
-        leased += c
-            .store()
-            .fetch(shard, &topic("t"), 10, LEASE)
-            .await
-            .unwrap()
-            .jobs
-            .len();
+    let (leased, full) = fetch_each_shard(&c, "t", &[1, 2, 3, 0, 1, 2, 3, 0], 10).await;
+    assert_eq!(leased.len(), 2, "the limit, for the namespace");
+    assert_eq!(full, 7, "every other fetch was told the topic is full");
+}
+
+/// The slots are the namespace's, not a shard's: the one shard with ready jobs runs the whole
+/// limit, and fetches of shards with none hold no slot.
+#[tokio::test]
+async fn a_global_concurrency_over_several_shards_is_used_whole_by_the_shard_with_jobs() {
+    let redis = RedisServer::start();
+    let c = client_with(&redis, |b| b.shards(4)).await;
+    c.set_global_concurrency("t", Some(6)).await.unwrap();
+    let t = topic("t");
+    let in_shard_2 = (0..400)
+        .map(|i| format!("j{i}"))
+        .filter(|id| dq::store::shard_of(&t, &dq::JobId::new(id.as_str()).unwrap(), 4) == 2)
+        .take(20);
+    c.push_batch(in_shard_2.map(|id| c.push_to("t", &1).id(id)))
+        .await
+        .unwrap();
+    let (none, _) = fetch_each_shard(&c, "t", &[0, 1, 3, 0, 1, 3], 10).await;
+    assert!(none.is_empty());
+    let (leased, _) = fetch_each_shard(&c, "t", &[2], 10).await;
+    assert_eq!(
+        leased.len(),
+        6,
+        "the whole limit, in the one shard with jobs"
+    );
+    assert_eq!(
+        held_slots(&redis, "t"),
+        6,
+        "the slots of the fetches that leased nothing went back"
+    );
+}
+
+/// A run's end gives its slot back at once, whichever way it ends: an ack, a retry, a dead
+/// letter, a release.
+#[tokio::test]
+async fn each_end_of_a_run_gives_its_slot_over_several_shards_back() {
+    let redis = RedisServer::start();
+    let c = client_with(&redis, |b| b.shards(4)).await;
+    c.set_global_concurrency("t", Some(1)).await.unwrap();
+    c.push_batch((0..40).map(|i| c.push_to("t", &i).id(i.to_string())))
+        .await
+        .unwrap();
+    let every = [0, 1, 2, 3];
+    let store = c.store();
+    for end in ["ack", "retry", "dead letter", "release"] {
+        let (leased, _) = fetch_each_shard(&c, "t", &every, 10).await;
+        assert_eq!(leased.len(), 1, "before the {end}");
+        let (again, full) = fetch_each_shard(&c, "t", &every, 10).await;
+        assert!(again.is_empty() && full == 4, "the one slot is held");
+        let lease = leased[0].lease.clone();
+        match end {
+            "ack" => {
+                let ok = dq::store::Succeeded {
+                    lease,
+                    result: None,
+                    run: 1,
+                };
+                store.ack_succeeded(&[ok]).await.unwrap();
+            }
+            "retry" => assert!(store
+                .retry(&lease, Duration::from_secs(60), "no")
+                .await
+                .unwrap()),
+            "dead letter" => assert!(store.dead_letter(&lease, "no").await.unwrap()),
+            _ => assert_eq!(store.release(&[lease]).await.unwrap(), 1),
+        }
+        assert_eq!(
+            held_slots(&redis, "t"),
+            0,
+            "the slot came back at the {end}"
+        );
     }
-    assert_eq!(leased, 6, "the shares add up to the limit");
+    let (leased, _) = fetch_each_shard(&c, "t", &every, 10).await;
+    assert_eq!(leased.len(), 1, "and the next job started");
+}
+
+/// An end written twice (a retried ack whose first reply was lost) gives its run's slot back
+/// once: the other run of its fetch keeps its own.
+#[tokio::test]
+async fn a_run_ended_twice_gives_its_slot_back_once() {
+    let redis = RedisServer::start();
+    let c = client_with(&redis, |b| b.shards(4)).await;
+    c.set_global_concurrency("t", Some(2)).await.unwrap();
+    c.push_batch((0..40).map(|i| c.push_to("t", &i).id(i.to_string())))
+        .await
+        .unwrap();
+    let (leased, _) = fetch_each_shard(&c, "t", &[0, 1, 2, 3], 10).await;
+    assert_eq!(leased.len(), 2);
+    let ok = dq::store::Succeeded {
+        lease: leased[0].lease.clone(),
+        result: None,
+        run: 1,
+    };
+    for _ in 0..2 {
+        c.store()
+            .ack_succeeded(std::slice::from_ref(&ok))
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        held_slots(&redis, "t"),
+        1,
+        "the other run still holds its slot"
+    );
+    let (next, _) = fetch_each_shard(&c, "t", &[0, 1, 2, 3], 10).await;
+    assert_eq!(next.len(), 1, "one slot came back, not two");
+}
+
+/// A worker killed with its job holds the slot no longer than the lease it was given; a
+/// worker that extends its lease keeps its slot for as long.
+#[tokio::test]
+async fn a_slot_over_several_shards_lasts_as_long_as_its_lease() {
+    let redis = RedisServer::start();
+    let c = client_with(&redis, |b| b.shards(4)).await;
+    c.set_global_concurrency("t", Some(1)).await.unwrap();
+    c.push_batch((0..40).map(|i| c.push_to("t", &i).id(i.to_string())))
+        .await
+        .unwrap();
+    let store = c.store();
+    let short = Duration::from_millis(600);
+    let fetch = |shard| {
+        let store = store.clone();
+        async move { store.fetch(shard, &topic("t"), 10, short).await.unwrap() }
+    };
+    let mut first = Vec::new();
+    for shard in 0..4 {
+        first.extend(fetch(shard).await.jobs);
+    }
+    assert_eq!(first.len(), 1);
+    // Extended: held past its first lease.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let lost = store
+        .extend(&[first[0].lease.clone()], Duration::from_secs(2))
+        .await
+        .unwrap();
+    assert!(lost.is_empty());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for shard in 0..4 {
+        assert!(
+            fetch(shard).await.jobs.is_empty(),
+            "the extended run holds the slot"
+        );
+    }
+    // Not extended again (its worker was killed): the slot comes back when the lease runs out.
+    tokio::time::sleep(Duration::from_millis(1700)).await;
+    let mut next = Vec::new();
+    for shard in 0..4 {
+        next.extend(fetch(shard).await.jobs);
+    }
+    assert_eq!(next.len(), 1, "the slot came back with the lease");
+}
+
+/// Lifting the limit lets every shard lease all it asks for again.
+#[tokio::test]
+async fn a_lifted_global_concurrency_over_several_shards_limits_nothing() {
+    let redis = RedisServer::start();
+    let c = client_with(&redis, |b| b.shards(4)).await;
+    c.set_global_concurrency("t", Some(1)).await.unwrap();
+    c.push_batch((0..80).map(|i| c.push_to("t", &i).id(i.to_string())))
+        .await
+        .unwrap();
+    let (leased, _) = fetch_each_shard(&c, "t", &[0, 1, 2, 3], 100).await;
+    assert_eq!(leased.len(), 1);
+    c.set_global_concurrency("t", None).await.unwrap();
+    assert_eq!(c.global_concurrency("t").await.unwrap(), None);
+    let (leased, _) = fetch_each_shard(&c, "t", &[0, 1, 2, 3], 100).await;
+    assert_eq!(leased.len(), 79);
 }
 
 /// Issue 33: a rate over several shards was split into shares, each with a burst of its own,

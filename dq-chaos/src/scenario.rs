@@ -324,9 +324,10 @@ fn most_at_once<'a>(runs: impl IntoIterator<Item = &'a Run>) -> i64 {
 }
 
 /// The flow-limits scenario's limits on the topic: at most this many running at once in all
-/// workers together (at least one per shard: 16 on a cluster's 16 shards), and this rate.
-fn flow_global(shards: u16) -> u32 {
-    u32::from(shards).max(8)
+/// workers together (on a cluster's 16 shards too: the first shard counts the slots of all),
+/// and this rate.
+fn flow_global(_shards: u16) -> u32 {
+    8
 }
 const FLOW_RATE: &str = "100/1s";
 
@@ -334,8 +335,8 @@ const FLOW_RATE: &str = "100/1s";
 /// topic has a global concurrency of 8 and a rate of 100/1s (issue 33, item 6): from the
 /// ledger (each run's start and end; a run a kill cut ends when its worker was killed), never
 /// more than 8 handlers at once, never more starts in one second than the rate allows and one
-/// burst, and nothing lost. With `cluster`, on a 3-master Redis Cluster and its 16 shards: a
-/// global concurrency of 16 (each shard holds a share of 1), and the rate counted for every
+/// burst, and nothing lost. With `cluster`, on a 3-master Redis Cluster and its 16 shards: the
+/// same limits, the slots of the global concurrency and the rate's starts counted for every
 /// shard in the namespace's first.
 async fn flow_limits(full: bool, seed: u64, cluster: bool) -> anyhow::Result<Outcome> {
     let name = if cluster {
@@ -347,8 +348,8 @@ async fn flow_limits(full: bool, seed: u64, cluster: bool) -> anyhow::Result<Out
 }
 
 /// Issue 33, item 6, whole: SIGKILL of a random worker every 1-3 s (short: 0.5-1.5 s),
-/// restarted at once, while the topic has a rate of 100/1s and a global concurrency of 8 (16 on
-/// a cluster's 16 shards) and its jobs are spread over 50 groups of one slot each: from the
+/// restarted at once, while the topic has a rate of 100/1s and a global concurrency of 8 (on a
+/// cluster's 16 shards too) and its jobs are spread over 50 groups of one slot each: from the
 /// ledger and the starts (a run a kill cut counts until its worker was killed), never more
 /// handlers at once than the global concurrency, never more starts in one second than the
 /// rate allows and one burst, two runs of one group never at once, a group's jobs first

@@ -43,7 +43,9 @@
 //! | `gq:<topic>:<group>` | LIST | groups: one group's parked jobs, `<id>` in the order they came (exactly those: a job taken out of line is removed with an LREM) |
 //! | `gwait:<topic>` | ZSET | groups: group scored by how many of its jobs are parked (the busiest groups) |
 //! | `gtat:<topic>` | ZSET | a group rate (fetch.lua): group -> its theoretical arrival time (us, GCRA), and `:<group>` -> the due time last given to a job of the group held back; a fetch that looks at grouped jobs drops the times passed |
-//! | `limits` | HASH | `<topic>:max_pending` -> `<share>:<bound>`: the most jobs of the topic this shard holds pending (delayed, ready and running), the shares of the shards add up to the bound, each at least 1; a push past it is refused (code `6:<bound>`). `<topic>:rate` -> `<interval>:<tolerance>:<rate as written>` (the rate limit, us) in the namespace's first shard, which counts the starts of every shard (`<topic>:tat` -> its theoretical arrival time, us; GCRA, fetch.lua for its own jobs, rate_grant.lua for a fetch in another shard), and `home:0:<rate as written>` in the others, whose fetch.lua starts no job of the topic without that grant; `<topic>:hold` -> when a handler's `RateLimited` hold ends (us, hold.lua). `<topic>:running` -> `<share>:<limit>`: the most of the topic's jobs leased at once in this shard (its global concurrency; the shares add up to the limit, each at least 1), checked by fetch.lua against the topic's inflight count. `<topic>:group_concurrency` -> how many slots each group of the topic holds at most (1 when absent). `<topic>:group_rate` -> `<interval>:<tolerance>:<rate as written>`: each group's rate (the whole of it in every shard: each group lives in one) |
+//! | `gslots:<topic>` | HASH | (first shard of a namespace of several) the slots of a topic's global concurrency (slots.lua): `:held` -> how many are held in all, each live grant's name -> how many it holds |
+//! | `gslotx:<topic>` | ZSET | (first shard of a namespace of several) each live grant of `gslots:<topic>` scored by when it runs out (us) |
+//! | `limits` | HASH | `<topic>:max_pending` -> `<share>:<bound>`: the most jobs of the topic this shard holds pending (delayed, ready and running), the shares of the shards add up to the bound, each at least 1; a push past it is refused (code `6:<bound>`). `<topic>:rate` -> `<interval>:<tolerance>:<rate as written>` (the rate limit, us) in the namespace's first shard, which counts the starts of every shard (`<topic>:tat` -> its theoretical arrival time, us; GCRA, fetch.lua for its own jobs, rate_grant.lua for a fetch in another shard), and `home:0:<rate as written>` in the others, whose fetch.lua starts no job of the topic without that grant; `<topic>:hold` -> when a handler's `RateLimited` hold ends (us, hold.lua). `<topic>:running` -> `<limit>:<limit>` in a namespace of one shard: the most of the topic's jobs leased at once (its global concurrency), checked by fetch.lua against the topic's inflight count; `home:<limit>` in every shard of a namespace of several, whose fetch.lua leases no job of the topic without slots granted by the first shard (slots.lua, `gslots:<topic>`). `<topic>:group_concurrency` -> how many slots each group of the topic holds at most (1 when absent). `<topic>:group_rate` -> `<interval>:<tolerance>:<rate as written>`: each group's rate (the whole of it in every shard: each group lives in one) |
 //! | `events` | HASH | topic -> how many events its streams keep (the cap, at least 1), for the topics whose job events are on (written at runtime start); absent: off. `<topic>:n` -> the number of the last event of a stream deleted when the topic's events were turned off, for a stream made again to go on from (events_off.lua) |
 //! | `events:<topic>` | STREAM | the topic's job events in this shard, appended by the script that makes each change (`XADD MINID ~`: at least the cap's latest events are kept). An entry holds one event, or several of one kind from one call (`c` of them: a promotion, fetch, ack or push of many jobs writes one entry per topic and kind, each per-job field one line per job); its id is `0-<n>`. Fields: `n` (the number of the entry's last event, 1, 2, ...: a reader that finds a gap missed that many), `c` (how many events, 1 when absent), `k` (`pushed`, `promoted`, `started`, `progress`, `succeeded`, `failed`, `retrying`, `postponed`, `dead`, `cancelled`, `stalled`, `released`), `id` (the job's id), `a` (the run, see `dq::events::EventKind`), `t` (when, us of Redis `TIME`); then one of `d` (due time, us: pushed to wait, retrying, postponed), `e` (error: failed, dead), `v` (JSON: progress, and succeeded in a topic that keeps its values) |
 //! | `workflows` | HASH | workflows: `topic:id` -> `<workflow>:<step>` for the job of each step that has not ended (a blocked step's too, whose job is not in `jobs` yet); the entry goes when the step ends |
@@ -201,7 +203,8 @@ impl ShardKeys {
     /// Each limited topic's limits: `<topic>:max_pending` -> `<this shard's share>:<the bound>`
     /// (push.lua refuses a job past the share); `<topic>:rate`, `<topic>:tat` and
     /// `<topic>:hold` (fetch.lua leases no more than the rate allows, none during a hold);
-    /// `<topic>:running` (no more leased at once than the global concurrency's share).
+    /// `<topic>:running` (no more leased at once than the global concurrency, or, over
+    /// several shards, than the first shard granted).
     pub fn limits(&self) -> String {
         self.key("limits")
     }
@@ -233,6 +236,16 @@ impl ShardKeys {
     /// at grouped jobs drops the times passed.
     pub fn group_tat(&self, topic: &Topic) -> String {
         format!("{}gtat:{topic}", self.prefix)
+    }
+    /// A topic's slots of its global concurrency over a namespace of several shards (kept in
+    /// shard 0, slots.lua): `:held` -> the slots held in all, and each live grant's name ->
+    /// how many it holds.
+    pub fn global_slots(&self, topic: &Topic) -> String {
+        format!("{}gslots:{topic}", self.prefix)
+    }
+    /// The live grants of [`ShardKeys::global_slots`], scored by when each runs out (us).
+    pub fn global_slot_times(&self, topic: &Topic) -> String {
+        format!("{}gslotx:{topic}", self.prefix)
     }
     /// Far jobs (lib.lua): every part of the shard, scored by its earliest due time.
     pub fn far(&self) -> String {
@@ -394,6 +407,9 @@ mod tests {
             k.events(),
             k.events_stream(&t),
             k.wake(),
+            k.limits(),
+            k.global_slots(&t),
+            k.global_slot_times(&t),
         ] {
             assert!(key.starts_with(k.prefix()), "{key}");
             assert_eq!(slot(&key), slot(&k.jobs()), "{key}");

@@ -226,6 +226,7 @@ scripts!(
     cancel_running,
     hold,
     rate_grant,
+    slots,
     workflow_push,
     workflow_cancel,
     expand,

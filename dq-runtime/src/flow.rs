@@ -72,9 +72,8 @@ impl Listener {
     /// written, and the slot of a worker killed mid-run comes back when its lease is
     /// reclaimed, never leaked. A worker at the limit fetches again when one of the topic's
     /// jobs ends in its process, or after 10 ms (up to 160 ms while the topic stays full) for
-    /// the ends in other processes. On Redis each shard holds a share of at least 1: over
-    /// several shards, a limit under the shard count fails `Runtime::start` (README, "Global
-    /// concurrency").
+    /// the ends in other processes. On Redis over several shards the first shard counts the
+    /// slots of all of them (README, "Global concurrency").
     ///
     /// Default: none, and a listener without one leaves the store's as it is (one set by
     /// `Client::set_global_concurrency` stays); `dq global-concurrency TOPIC off` lifts it. A

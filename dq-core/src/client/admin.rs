@@ -340,10 +340,9 @@ impl Client {
     /// again elsewhere, one more in that window. A worker at the
     /// limit fetches again when one of the topic's jobs ends in its process, or after 10 ms
     /// (up to 160 ms while the topic stays full) for the ends in other processes. On Redis
-    /// each shard holds its share, the shares adding up to the limit (exact with one shard,
-    /// the default; a shard without ready jobs leaves its share unused); a limit under the
-    /// shard count is refused with [`Error::Config`](crate::Error::Config), each shard needing
-    /// a share of at least 1. Zero is refused
+    /// over several shards (a cluster's 16) the first shard counts the slots of all, exact
+    /// whichever shards hold the jobs; its master must answer for the topic's jobs to start
+    /// (README, "Global concurrency"). Zero is refused
     /// ([`Error::InvalidPush`](crate::Error::InvalidPush)).
     ///
     /// ```no_run

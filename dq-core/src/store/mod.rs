@@ -340,9 +340,9 @@ pub trait Leases: Sharded {
     /// Limits how many jobs of `topic` run at once in all processes together to `max` (`None`:
     /// no limit, the default), counted by leases: [`Leases::fetch`] leases no more than the
     /// leases held allow and says so ([`Fetched::at_capacity`]); a lease ends with its job's
-    /// run, or when a dead worker's lease is reclaimed. On Redis each shard holds its share of
-    /// `max`, the shares adding up to `max`; a `max` under the shard count is refused
-    /// ([`Error::Config`](crate::Error::Config)): each shard needs a share of at least 1.
+    /// run, or when a dead worker's lease is reclaimed. On Redis over several shards the first
+    /// shard counts the slots of all (granted to each fetch, given back at each run's end,
+    /// each grant held for a lease and renewed with its jobs' leases).
     async fn set_global_concurrency(&self, topic: &Topic, max: Option<u32>) -> Result<()>;
 
     /// The limit [`set_global_concurrency`](Leases::set_global_concurrency) recorded for

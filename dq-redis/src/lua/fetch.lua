@@ -17,8 +17,10 @@
 -- (us; `home:0:<rate>` in every shard but the first of a namespace of several, which counts
 -- the rate for all: ARGV[6]), `<topic>:tat` -> its theoretical arrival time (us; GCRA, as
 -- dq_core::Rate explains), `<topic>:hold` -> when a hold ends (us, hold.lua), and
--- `<topic>:running` -> `<share>:<limit>`: the most of its jobs leased at once in this shard
--- (its global concurrency), checked against the topic's inflight count
+-- `<topic>:running` -> `<limit>:<limit>`: the most of its jobs leased at once (its global
+-- concurrency), checked against the topic's inflight count in a namespace of one shard; in one
+-- of several, `home:<limit>` in every shard: the first shard counts the slots for all
+-- (slots.lua), and no job of the topic is leased without the caller's grant of slots (ARGV[8])
 -- KEYS[14] ranked:<topic>: its ready jobs of a priority other than 0 (lib.lua's ready lanes);
 -- a fetch takes those above 0 first, then the ready list, then the others
 -- KEYS[15] dead:<topic>  KEYS[16] done:<topic>: read to know that a job has no ready entry
@@ -35,10 +37,11 @@
 -- ARGV[4] this fetch's nonce ('': not recorded)  ARGV[5] nonces of the consumer's earlier
 --   fetches whose reply did not arrive, comma-separated
 -- ARGV[6] the starts rate_grant.lua granted ('': none asked)  ARGV[7] us until its next start
+-- ARGV[8] the slots slots.lua granted ('': none asked)
 -- Returns {now_us, token, taken_back, throttled_us, at_capacity, held_back, id_1, envelope_1, ...}, or
 -- {'paused'} when the topic is paused (a lost fetch's jobs then go back to the front of the
--- ready list), or {'home'}, nothing done, when its rate is counted in the first shard and the
--- call brought no grant. throttled_us: the rate limit or a hold let out fewer jobs than asked while more
+-- ready list), or {'home', rate, slots}, nothing done, when its rate ('1' or '0') or its
+-- global concurrency is counted in the first shard and the call brought no grant of it. throttled_us: the rate limit or a hold let out fewer jobs than asked while more
 -- are ready, and the next may start in this many us (0: not throttled). at_capacity: 1 when
 -- the global concurrency let out fewer than asked while more are ready (the next may start
 -- when a lease of the topic ends), else 0.
@@ -87,11 +90,13 @@ end
 -- A rate over several shards is counted in the namespace's first shard for all of them
 -- (rate_grant.lua), and reads `home:` here: no job of the topic starts without the caller's
 -- grant (ARGV[6] starts, ARGV[7] us until the next start when it was cut short).
-local granted = tonumber(ARGV[6] or '')
-if limit[1] and string.sub(limit[1], 1, 5) == 'home:' then
-  if not granted then return {'home'} end
-else
-  granted = nil
+local granted, slot_grant = tonumber(ARGV[6] or ''), tonumber(ARGV[8] or '')
+local rate_home = limit[1] and string.sub(limit[1], 1, 5) == 'home:'
+local slots_home = limit[4] and string.sub(limit[4], 1, 5) == 'home:'
+if not rate_home then granted = nil end
+if not slots_home then slot_grant = nil end
+if (rate_home and not granted) or (slots_home and not slot_grant) then
+  return {'home', rate_home and '1' or '0', slots_home and '1' or '0'}
 end
 local tat, hold = tonumber(limit[2] or ''), tonumber(limit[3] or '')
 local clock = (interval or hold) and now_us() or 0
@@ -178,10 +183,14 @@ elseif granted then
   n = math.max(math.min(n, granted - #back), 0)
   wait = tonumber(ARGV[7] or '') or 0
 end
--- Global concurrency: no more leased at once than the share (the jobs taken back hold theirs).
+-- Global concurrency: no more leased at once than the limit (the jobs taken back hold their
+-- slots), or than the slots granted, which the jobs taken back use too (as the rate's grant).
 local capped = 0
 if share and running + n > share then
   n = math.max(share - running, 0)
+  capped = 1
+elseif slot_grant and slot_grant - #back < n then
+  n = math.max(slot_grant - #back, 0)
   capped = 1
 end
 -- At capacity when the cap bit: the fetch took all the room allowed and more are ready (a batch

@@ -21,7 +21,14 @@ impl RedisStore {
         let mut out = Acked::default();
         for (shard, jobs) in by_shard {
             for chunk in jobs.chunks(MAX_BATCH) {
-                let reply = self.ack_chunk(shard, chunk).await?;
+                // The runs' slots of a global concurrency counted in the first shard go back
+                // beside the ack, sent with it: their handlers have returned, and a consumer
+                // waiting for room, woken when the ack is sent, finds them free.
+                let (reply, ()) = tokio::join!(
+                    self.ack_chunk(shard, chunk),
+                    self.free_slots(chunk.iter().map(|j| &j.lease))
+                );
+                let reply = reply?;
                 out.acked += reply.acked;
                 out.stale.extend(chunk.iter().filter_map(|j| {
                     let m = member(&j.lease.topic, &j.lease.id);

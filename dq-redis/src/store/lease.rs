@@ -51,8 +51,11 @@ impl RedisStore {
             .arg(error)
             .arg(if counted { "1" } else { "0" });
         let how = if counted { "failed" } else { "was postponed" };
-        self.unless_asked(lease, self.call("retry", &mut inv).await?, how)
-            .await
+        let end = self
+            .unless_asked(lease, self.call("retry", &mut inv).await?, how)
+            .await?;
+        self.free_slots([lease]).await;
+        Ok(end)
     }
 
     /// The answer of a script that ends a run without success: what it applied, or, when a
@@ -92,10 +95,13 @@ impl RedisStore {
             .arg(lease.token)
             .arg(error);
         let end = self.call("dead_letter", &mut inv).await?;
-        self.unless_asked(lease, end, "failed for good").await
+        let end = self.unless_asked(lease, end, "failed for good").await?;
+        self.free_slots([lease]).await;
+        Ok(end)
     }
 
-    /// One fetch.lua call; `grant`: the starts `rate_grant` counted for it in the first shard.
+    /// One fetch.lua call; `grant`: the starts `rate_grant` counted for it in the first shard;
+    /// `slots`: the slots `slot_grant` reserved for it there.
     async fn fetch_call(
         &self,
         shard: u16,
@@ -103,7 +109,7 @@ impl RedisStore {
         asked: usize,
         ttl: Duration,
         fetcher: &Fetcher,
-        grant: Option<&RateGrant>,
+        (grant, slots): (Option<&RateGrant>, Option<&SlotGrant>),
     ) -> Result<Vec<Value>> {
         let k = self.keys(shard);
         let recorded = !fetcher.consumer.is_empty();
@@ -136,22 +142,39 @@ impl RedisStore {
             })
             .arg(lost.join(","))
             .arg(grant.map(|g| g.granted.to_string()).unwrap_or_default())
-            .arg(grant.map_or(0, |g| g.wait_us));
+            .arg(grant.map_or(0, |g| g.wait_us))
+            .arg(slots.map(|g| g.granted.to_string()).unwrap_or_default());
         self.call("fetch", &mut inv).await
     }
 
-    /// Whether `topic`'s rate is counted in the first shard for all, as this store last found.
-    fn rated_at_home(&self, topic: &Topic) -> bool {
-        let rated = self.rated_at_home.lock().unwrap_or_else(|p| p.into_inner());
-        rated.contains(topic)
+    /// Whether `topic`'s limit `home` is counted in the first shard for all, as this store
+    /// last found.
+    fn at_home(&self, home: Home, topic: &Topic) -> bool {
+        let at_home = self.at_home.lock().unwrap_or_else(|p| p.into_inner());
+        at_home.contains(&(home, topic.clone()))
     }
 
-    fn note_rated_at_home(&self, topic: &Topic, at_home: bool) {
-        let mut rated = self.rated_at_home.lock().unwrap_or_else(|p| p.into_inner());
-        if at_home {
-            rated.insert(topic.clone());
+    /// A fetch whose reply did not come: its grant of slots goes back whole (the jobs it may
+    /// have leased run only when a later fetch takes them back, under that fetch's grant).
+    /// Sent in the background: the caller is returning an error.
+    fn lost_grant(&self, topic: &Topic, slots: Option<&SlotGrant>) {
+        let Some(g) = slots.filter(|g| !g.name.is_empty() && g.granted > 0) else {
+            return;
+        };
+        let (store, topic, back) = (self.clone(), topic.clone(), [(g.name.clone(), g.granted)]);
+        tokio::spawn(async move {
+            store
+                .slots_back(&topic, &back, "a fetch whose reply was lost")
+                .await;
+        });
+    }
+
+    fn note_at_home(&self, home: Home, topic: &Topic, yes: bool) {
+        let mut at_home = self.at_home.lock().unwrap_or_else(|p| p.into_inner());
+        if yes {
+            at_home.insert((home, topic.clone()));
         } else {
-            rated.remove(topic);
+            at_home.remove(&(home, topic.clone()));
         }
     }
 
@@ -168,7 +191,7 @@ impl RedisStore {
             .call("count a fetch's starts against its topic's rate", &mut inv)
             .await?;
         let Ok(granted) = u64::try_from(granted) else {
-            self.note_rated_at_home(topic, false);
+            self.note_at_home(Home::Rate, topic, false);
             return Ok(RateGrant {
                 granted: asked as u64,
                 tat: String::new(),
@@ -218,6 +241,158 @@ impl RedisStore {
             .call("give back a fetch's unused starts", &mut inv)
             .await?;
         Ok(())
+    }
+
+    /// A slots.lua call on the first shard's count of `topic`'s slots.
+    fn slots_invocation(&self, topic: &Topic, what: &str) -> redis::ScriptInvocation<'static> {
+        let k = self.keys(0);
+        let mut inv = self.scripts().slots.prepare_invoke();
+        inv.key(k.limits())
+            .key(k.global_slots(topic))
+            .key(k.global_slot_times(topic))
+            .arg(topic.as_str())
+            .arg(what);
+        inv
+    }
+
+    /// Up to `asked` of `topic`'s slots of its global concurrency, granted in the first shard
+    /// for a fetch (slots.lua), for a lease of `ttl`; a topic whose global concurrency is not
+    /// counted there any more (it was lifted) gets all `asked`, with no name (nothing to give
+    /// back).
+    async fn slot_grant(&self, topic: &Topic, asked: usize, ttl: Duration) -> Result<SlotGrant> {
+        let name = self.grants.next();
+        let mut inv = self.slots_invocation(topic, "grant");
+        inv.arg(asked).arg(micros(ttl)).arg(&name);
+        let (granted, _limit): (i64, u64) = self
+            .call("take slots of a topic's global concurrency", &mut inv)
+            .await?;
+        let Ok(granted) = u64::try_from(granted) else {
+            // Lifted (the other shards follow): the fetch goes on as without a limit.
+            self.note_at_home(Home::Slots, topic, false);
+            return Ok(SlotGrant {
+                granted: asked as u64,
+                name: String::new(),
+            });
+        };
+        Ok(SlotGrant { granted, name })
+    }
+
+    /// [`slot_grant`](Self::slot_grant), or, when the first shard does not answer, a grant of
+    /// none and the error (as [`rate_grant_or_none`](Self::rate_grant_or_none)).
+    async fn slot_grant_or_none(
+        &self,
+        topic: &Topic,
+        asked: usize,
+        ttl: Duration,
+    ) -> (Option<SlotGrant>, Option<dq_core::Error>) {
+        match self.slot_grant(topic, asked, ttl).await {
+            Ok(g) => (Some(g), None),
+            Err(e) => {
+                let none = SlotGrant {
+                    granted: 0,
+                    name: String::new(),
+                };
+                (Some(none), Some(e))
+            }
+        }
+    }
+
+    /// Gives back slots of grants of `topic` (`(name, how many)`), best effort: a slot not
+    /// given back comes back when its grant runs out, a lease after its jobs' last renewal.
+    async fn slots_back(&self, topic: &Topic, back: &[(String, u64)], why: &str) {
+        for chunk in back.chunks(MAX_BATCH) {
+            let mut inv = self.slots_invocation(topic, "free");
+            for (name, n) in chunk {
+                inv.arg(name).arg(n);
+            }
+            if let Err(e) = self
+                .call::<Value>("give back slots of a topic's global concurrency", &mut inv)
+                .await
+            {
+                tracing::warn!(topic = %topic, grants = chunk.len(), error = %e, "could not give back the global concurrency slots of {why} to the namespace's first shard; they come back when their grants run out, within a lease");
+            }
+        }
+    }
+
+    /// Records that the jobs `members` of a fetch (leased under `token`) hold slots of the
+    /// grant `name`, for their ends to give back.
+    fn hold_slots(&self, shard: u16, token: u64, topic: &Topic, name: &str, ids: Vec<String>) {
+        let mut holds = self.slot_holds.lock().unwrap_or_else(|p| p.into_inner());
+        let hold = holds.entry((shard, token)).or_insert_with(|| SlotHold {
+            topic: topic.clone(),
+            name: name.to_owned(),
+            ids: Default::default(),
+        });
+        hold.ids.extend(ids);
+    }
+
+    /// Gives back the slots of runs that ended (their end is written, or their lease was
+    /// lost), for the topics whose global concurrency is counted in the first shard: each
+    /// run's slot once, to the grant it was leased under.
+    pub(super) async fn free_slots<'a>(&self, ended: impl IntoIterator<Item = &'a LeaseRef>) {
+        let mut back: std::collections::BTreeMap<Topic, Vec<(String, u64)>> = Default::default();
+        {
+            let mut holds = self.slot_holds.lock().unwrap_or_else(|p| p.into_inner());
+            if holds.is_empty() {
+                return;
+            }
+            for l in ended {
+                let key = (l.shard, l.token);
+                let Some(hold) = holds.get_mut(&key) else {
+                    continue;
+                };
+                if !hold.ids.remove(l.id.as_str()) {
+                    continue;
+                }
+                let grants = back.entry(hold.topic.clone()).or_default();
+                match grants.iter_mut().find(|(name, _)| *name == hold.name) {
+                    Some((_, n)) => *n += 1,
+                    None => grants.push((hold.name.clone(), 1)),
+                }
+                if hold.ids.is_empty() {
+                    holds.remove(&key);
+                }
+            }
+        }
+        for (topic, grants) in back {
+            self.slots_back(&topic, &grants, "ended runs").await;
+        }
+    }
+
+    /// Renews the grants whose jobs' leases were extended by `ttl`. Best effort: a grant not
+    /// renewed runs out with the lease it was given, and then one more job of the topic may
+    /// start while these run.
+    async fn renew_slots(&self, extended: &[&LeaseRef], ttl: Duration) {
+        let mut names: std::collections::BTreeMap<Topic, Vec<String>> = Default::default();
+        {
+            let holds = self.slot_holds.lock().unwrap_or_else(|p| p.into_inner());
+            if holds.is_empty() {
+                return;
+            }
+            for l in extended {
+                if let Some(hold) = holds.get(&(l.shard, l.token)) {
+                    let of_topic = names.entry(hold.topic.clone()).or_default();
+                    if !of_topic.contains(&hold.name) {
+                        of_topic.push(hold.name.clone());
+                    }
+                }
+            }
+        }
+        for (topic, names) in names {
+            for chunk in names.chunks(MAX_BATCH) {
+                let mut inv = self.slots_invocation(&topic, "renew");
+                inv.arg(micros(ttl));
+                for name in chunk {
+                    inv.arg(name);
+                }
+                if let Err(e) = self
+                    .call::<Value>("renew slots of a topic's global concurrency", &mut inv)
+                    .await
+                {
+                    tracing::warn!(topic = %topic, grants = chunk.len(), error = %e, "could not renew the global concurrency slots of running jobs in the namespace's first shard; if it stays away for a lease, one more job of the topic may start while these run");
+                }
+            }
+        }
     }
 
     fn lease_invocation<'s>(
@@ -310,6 +485,7 @@ impl RedisStore {
             released += r.released;
             let asked = named_leases(&chunk, r.asked);
             cancelled += self.delete_asked(&asked, "was released").await?;
+            self.free_slots(chunk.iter().copied()).await;
         }
         Ok((released, cancelled))
     }
@@ -375,29 +551,75 @@ impl Leases for RedisStore {
     ) -> Result<Fetched> {
         self.learn([topic]);
         let asked = batch_limit(max);
-        // A rate over several shards is counted in the first shard for all (rate_grant.lua):
-        // the starts are granted there first, and what the fetch did not start is given back.
-        let (mut grant, mut unanswered) = (None, None);
-        if shard != 0 && self.rated_at_home(topic) {
+        // A limit over several shards is counted in the first shard for all: a rate there
+        // grants the starts (rate_grant.lua; the first shard's own fetch counts them itself),
+        // a global concurrency the slots (slots.lua); what the fetch did not use is given
+        // back after it.
+        let (mut rate, mut slots, mut unanswered) = (None, None, None);
+        let wants_rate = |store: &Self| shard != 0 && store.at_home(Home::Rate, topic);
+        if wants_rate(self) {
             let (g, e) = self.rate_grant_or_none(topic, asked).await;
-            (grant, unanswered) = (Some(g), e);
+            (rate, unanswered) = (Some(g), e);
+        }
+        if self.at_home(Home::Slots, topic) {
+            let (g, e) = self.slot_grant_or_none(topic, asked, ttl).await;
+            slots = g;
+            unanswered = unanswered.or(e);
         }
         let mut reply = self
-            .fetch_call(shard, topic, asked, ttl, fetcher, grant.as_ref())
-            .await?;
-        if matches!(reply.first(), Some(Value::BulkString(b)) if b == b"home") {
-            self.note_rated_at_home(topic, true);
-            let (g, e) = self.rate_grant_or_none(topic, asked).await;
+            .fetch_call(
+                shard,
+                topic,
+                asked,
+                ttl,
+                fetcher,
+                (rate.as_ref(), slots.as_ref()),
+            )
+            .await
+            .inspect_err(|_| self.lost_grant(topic, slots.as_ref()))?;
+        if let Some((rate_home, slots_home)) = home_reply(&reply) {
+            self.note_at_home(Home::Rate, topic, rate_home);
+            self.note_at_home(Home::Slots, topic, slots_home);
+            if rate_home && rate.is_none() {
+                let (g, e) = self.rate_grant_or_none(topic, asked).await;
+                rate = Some(g);
+                unanswered = unanswered.or(e);
+            }
+            if slots_home && slots.is_none() {
+                let (g, e) = self.slot_grant_or_none(topic, asked, ttl).await;
+                slots = g;
+                unanswered = unanswered.or(e);
+            }
             reply = self
-                .fetch_call(shard, topic, asked, ttl, fetcher, Some(&g))
-                .await?;
-            (grant, unanswered) = (Some(g), e);
+                .fetch_call(
+                    shard,
+                    topic,
+                    asked,
+                    ttl,
+                    fetcher,
+                    (rate.as_ref(), slots.as_ref()),
+                )
+                .await
+                .inspect_err(|_| self.lost_grant(topic, slots.as_ref()))?;
         }
-        if let Some(e) = unanswered.filter(|_| leased(&reply) == 0) {
+        let members = leased_members(&reply);
+        if let Some(g) = slots.as_ref().filter(|g| !g.name.is_empty()) {
+            // The jobs leased hold the grant's slots until they end; the rest go back now.
+            let unused = g.granted.saturating_sub(members.len() as u64);
+            if unused > 0 {
+                let back = [(g.name.clone(), unused)];
+                self.slots_back(topic, &back, "a fetch that leased fewer jobs")
+                    .await;
+            }
+            if let Some(token) = reply_token(&reply).filter(|_| !members.is_empty()) {
+                self.hold_slots(shard, token, topic, &g.name, members.clone());
+            }
+        }
+        if let Some(e) = unanswered.filter(|_| members.is_empty()) {
             return Err(e);
         }
-        if let Some(g) = grant.filter(|g| !g.tat.is_empty()) {
-            let unused = g.granted.saturating_sub(leased(&reply));
+        if let Some(g) = rate.filter(|g| !g.tat.is_empty()) {
+            let unused = g.granted.saturating_sub(members.len() as u64);
             if unused > 0 {
                 // Best effort: the jobs are leased; a give-back that does not come only
                 // leaves those starts unused.
@@ -459,7 +681,16 @@ impl Leases for RedisStore {
                 &chunk,
             );
             let lost_members: Vec<String> = self.call("extend", &mut inv).await?;
-            lost.extend(named_leases(&chunk, lost_members));
+            let extended: Vec<&LeaseRef> = chunk
+                .iter()
+                .copied()
+                .filter(|l| !lost_members.contains(&member(&l.topic, &l.id)))
+                .collect();
+            self.renew_slots(&extended, lease).await;
+            let lost_here = named_leases(&chunk, lost_members);
+            // A lease lost is a run this worker no longer holds: its slot goes back.
+            self.free_slots(&lost_here).await;
+            lost.extend(lost_here);
         }
         Ok(lost)
     }
@@ -469,7 +700,9 @@ impl Leases for RedisStore {
     }
 
     async fn cancel_running(&self, lease: &LeaseRef) -> Result<bool> {
-        self.delete_cancelled_run(lease).await
+        let deleted = self.delete_cancelled_run(lease).await?;
+        self.free_slots([lease]).await;
+        Ok(deleted)
     }
 
     async fn reclaim(&self, shard: u16, limit: usize) -> Result<Reclaimed> {
@@ -655,7 +888,7 @@ impl Leases for RedisStore {
     }
 
     async fn global_concurrency(&self, topic: &Topic) -> Result<Option<u32>> {
-        self.read_limit(topic, "running", "<share>:<limit>", |raw| {
+        self.read_limit(topic, "running", "<limit>:<limit> or home:<limit>", |raw| {
             raw.split_once(':')
                 .and_then(|(_, limit)| limit.parse().ok())
         })
@@ -663,30 +896,35 @@ impl Leases for RedisStore {
     }
 
     async fn set_global_concurrency(&self, topic: &Topic, max: Option<u32>) -> Result<()> {
+        // One shard counts its inflight jobs (fetch.lua); several count slots in the first
+        // for all (slots.lua): `home:` in every shard, the first's held slots kept across a
+        // change of the limit (they are running jobs).
         let field = format!("{topic}:running");
-        let shards = self.shards.len() as u32;
-        if let Some(max) = max.filter(|max| *max < shards) {
-            return Err(dq_core::Error::Config {
-                key: "global_concurrency",
-                value: max.to_string(),
-                reason: format!(
-                    "topic {topic:?}: the namespace has {shards} shards, each holding a share of the limit of at least 1 (a share of 0 would never run its shard's jobs), so {shards} could run at once; give a limit of at least {shards}, or use a namespace of fewer shards (DQ_SHARDS) for this topic"
-                ),
-            });
-        }
-        for (i, k) in (0u32..).zip(&self.shards) {
+        let several = self.shards.len() > 1;
+        for k in &self.shards {
             let cmd = match max {
+                Some(max) if several => redis::cmd("HSET")
+                    .arg(k.limits())
+                    .arg(&field)
+                    .arg(format!("home:{max}"))
+                    .to_owned(),
                 Some(max) => redis::cmd("HSET")
                     .arg(k.limits())
                     .arg(&field)
-                    .arg(format!(
-                        "{}:{max}",
-                        share(max.into(), shards.into(), i.into())
-                    ))
+                    .arg(format!("{max}:{max}"))
                     .to_owned(),
                 None => redis::cmd("HDEL").arg(k.limits()).arg(&field).to_owned(),
             };
             self.simple("record a topic's global concurrency", &cmd)
+                .await?;
+        }
+        if max.is_none() && several {
+            let k = self.keys(0);
+            let cmd = redis::cmd("DEL")
+                .arg(k.global_slots(topic))
+                .arg(k.global_slot_times(topic))
+                .to_owned();
+            self.simple("forget a topic's global concurrency slots", &cmd)
                 .await?;
         }
         Ok(())
@@ -845,13 +1083,98 @@ struct RateGrant {
     wait_us: u64,
 }
 
-/// How many jobs a fetch.lua reply leased, those taken back from a lost fetch included: they
-/// use the grant too (fetch.lua).
-fn leased(reply: &[Value]) -> u64 {
-    let Some(Value::Int(_) | Value::BulkString(_)) = reply.get(1) else {
-        return 0;
-    };
-    reply.len().saturating_sub(6) as u64 / 2
+/// The ids of the jobs a fetch.lua reply leased, those taken back from a lost fetch included:
+/// they use the grants too (fetch.lua).
+fn leased_members(reply: &[Value]) -> Vec<String> {
+    if reply_token(reply).is_none() {
+        return Vec::new();
+    }
+    reply
+        .get(6..)
+        .unwrap_or_default()
+        .iter()
+        .step_by(2)
+        .filter_map(|id| match id {
+            Value::BulkString(id) => Some(String::from_utf8_lossy(id).into_owned()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The lease token of a fetch.lua reply that leased jobs (its second item).
+fn reply_token(reply: &[Value]) -> Option<u64> {
+    match reply.get(1)? {
+        Value::Int(t) => u64::try_from(*t).ok(),
+        Value::BulkString(t) => std::str::from_utf8(t).ok()?.parse().ok(),
+        _ => None,
+    }
+}
+
+/// The jobs of one fetch that hold slots of a grant (`slots.lua`), until they end.
+pub(super) struct SlotHold {
+    topic: Topic,
+    name: String,
+    ids: std::collections::HashSet<String>,
+}
+
+/// fetch.lua's `{'home', rate, slots}`: which of the topic's limits the first shard counts for
+/// all, when the call brought no grant of one of them.
+fn home_reply(reply: &[Value]) -> Option<(bool, bool)> {
+    let flag = |i: usize| matches!(reply.get(i), Some(Value::BulkString(b)) if b == b"1");
+    match reply.first() {
+        Some(Value::BulkString(b)) if b == b"home" => Some((flag(1), flag(2))),
+        _ => None,
+    }
+}
+
+/// The limits of a topic the first shard of a namespace of several may count for all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Home {
+    /// Its rate (rate_grant.lua).
+    Rate,
+    /// Its global concurrency (slots.lua).
+    Slots,
+}
+
+/// Slots of a topic's global concurrency that `slots.lua` reserved in the first shard for one
+/// fetch, as placeholders named after the grant.
+struct SlotGrant {
+    granted: u64,
+    /// The grant's name (empty: nothing reserved, nothing to bind: the first shard did not
+    /// answer, or counts no slots of the topic any more).
+    name: String,
+}
+
+/// The names of a store's grants of slots: a random prefix (std's per-process random hash
+/// keys), and a count.
+pub(super) struct GrantNames {
+    prefix: u64,
+    count: std::sync::atomic::AtomicU64,
+}
+
+impl Default for GrantNames {
+    fn default() -> Self {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+        );
+        GrantNames {
+            prefix: h.finish(),
+            count: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+}
+
+impl GrantNames {
+    fn next(&self) -> String {
+        let n = self
+            .count
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        format!("{:x}.{n}", self.prefix)
+    }
 }
 
 /// Shard `i`'s share of a limit of `max` over `shards` shards (a global concurrency, a

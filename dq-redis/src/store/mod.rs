@@ -107,10 +107,17 @@ pub struct RedisStore {
     /// newest last: a push that may store far jobs declares them, so that it need not stop to
     /// name the part being filled (see `far_parts_of`).
     far_parts: Arc<std::sync::Mutex<std::collections::HashMap<u16, Vec<String>>>>,
-    /// The topics whose rate, over several shards, is counted in the first shard for all
-    /// (`rate_grant.lua`), as this store last found: a fetch of one in another shard asks
-    /// that shard for its starts first (see `fetch_for`).
-    rated_at_home: Arc<std::sync::Mutex<std::collections::BTreeSet<Topic>>>,
+    /// The limits of topics that, over several shards, are counted in the first shard for all
+    /// (a rate: `rate_grant.lua`; a global concurrency: `slots.lua`), as this store last
+    /// found: a fetch of such a topic asks that shard for its starts or slots first, and the
+    /// end of a run with a slot there frees it (see `fetch_for`).
+    at_home: Arc<std::sync::Mutex<std::collections::BTreeSet<(lease::Home, Topic)>>>,
+    /// Names this store's grants of slots (`slots.lua`'s placeholders) apart from every other
+    /// process's: a random prefix, and a count.
+    grants: Arc<lease::GrantNames>,
+    /// The jobs this store leased that hold slots of a grant in the first shard, by the
+    /// shard and token of their fetch: each run's end gives its slot back to its grant once.
+    slot_holds: Arc<std::sync::Mutex<std::collections::HashMap<(u16, u64), lease::SlotHold>>>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -161,7 +168,9 @@ impl RedisStore {
             clock: Arc::default(),
             compact: config.compact,
             far_parts: Arc::default(),
-            rated_at_home: Arc::default(),
+            at_home: Arc::default(),
+            grants: Arc::default(),
+            slot_holds: Arc::default(),
         };
         let count = store.shard_count(config).await?;
         store.shards = (0..count)
