@@ -1063,3 +1063,39 @@ async fn a_global_concurrency_holds_across_two_runtimes() {
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
 }
+
+/// The same over a namespace of 4 shards, with a limit of 2, under the shard count: the first
+/// shard counts the slots of all four (slots.lua), the runs' ends give them back, and every job
+/// runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_global_concurrency_under_the_shard_count_holds_across_two_runtimes() {
+    let (_serial, redis, rec) = begin().await;
+    let limited = |rec: &Recorder| {
+        judging("calls", rec, |_, _, r| async move {
+            r.enter();
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            r.leave();
+        })
+        .concurrency(8)
+        .global_concurrency(2)
+    };
+    let sharded = || config(&redis).shards(4);
+    let a = start(sharded(), vec![limited(&rec)]).await;
+    let b = start(sharded(), vec![limited(&rec)]).await;
+    for n in 0..40 {
+        a.client().push_to("calls", &Job { n }).await.unwrap();
+    }
+    wait_until("40 runs", Duration::from_secs(20), || rec.count() == 40).await;
+    let most = rec.max_active.load(Ordering::SeqCst);
+    assert_eq!(most, 2, "the limit was reached and never passed");
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+    assert_eq!(
+        redis
+            .command(&["HGET", "dq:{rt:0}:gslots:calls", ":held"])
+            .lines()
+            .nth(1),
+        Some("0"),
+        "every slot was given back"
+    );
+}

@@ -1671,8 +1671,8 @@ async fn a_max_pending_the_shards_do_not_divide_is_never_exceeded() {
     assert_eq!(counts.delayed + counts.ready, 10);
 }
 
-/// Fetches `t` once in each shard of `shards`, in that order, up to `max` each: how many jobs
-/// were leased, and how many fetches leased none and were told the topic is at its global
+/// Fetches `t` once in each shard of `shards`, in that order, up to `max` each: the jobs
+/// leased, and how many fetches leased none and were told the topic is at its global
 /// concurrency.
 async fn fetch_each_shard(
     c: &support::TestClient,
@@ -1824,6 +1824,135 @@ async fn a_run_ended_twice_gives_its_slot_back_once() {
     assert_eq!(next.len(), 1, "one slot came back, not two");
 }
 
+/// Issue 33 review (helper-77, findings 1 and 2): a cluster client sends a request again after
+/// a dropped connection, so the first shard's count of slots may see a grant or a give-back
+/// twice. A grant asked again answered anew and added its slots to the total a second time
+/// (leaked for good), and a give-back sent twice gave back twice (one more could run). The
+/// same grant asked again now answers what it holds, and a give-back says how many the grant
+/// still needs, so sending it twice changes nothing.
+#[tokio::test]
+async fn a_grant_or_give_back_of_slots_sent_twice_counts_once() {
+    let redis = RedisServer::start();
+    let c = client_with(&redis, |b| b.shards(4)).await;
+    c.set_global_concurrency("t", Some(8)).await.unwrap();
+    // The script loaded, as a fetch of a limited topic does.
+    c.push_batch((0..40).map(|i| c.push_to("t", &i).id(i.to_string())))
+        .await
+        .unwrap();
+    let (leased, _) = fetch_each_shard(&c, "t", &[0, 1, 2, 3], 1).await;
+    assert_eq!(held_slots(&redis, "t"), leased.len() as i64);
+    let before = held_slots(&redis, "t");
+    let t = topic("t");
+    let k = dq::store::ShardKeys::new("test", 0);
+    let (_, sha) = dq::store::script_hashes()
+        .into_iter()
+        .find(|(name, _)| *name == "slots")
+        .unwrap();
+    let slots = |args: &[&str]| {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(&sha)
+            .arg(3)
+            .arg(k.limits())
+            .arg(k.global_slots(&t))
+            .arg(k.global_slot_times(&t))
+            .arg("t");
+        for a in args {
+            cmd.arg(*a);
+        }
+        cmd
+    };
+    let mut conn = raw_conn(&redis).await;
+    let lease = LEASE.as_micros().to_string();
+    for _ in 0..2 {
+        let (granted, _): (i64, i64) = slots(&["grant", "2", &lease, "resent"])
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(granted, 2, "the same grant, answered again");
+    }
+    assert_eq!(held_slots(&redis, "t"), before + 2, "counted once");
+    for _ in 0..2 {
+        let _: i64 = slots(&["free", "resent", "1"])
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        held_slots(&redis, "t"),
+        before + 1,
+        "one slot given back, once"
+    );
+}
+
+/// Issue 33 review (helper-77, finding 3): the jobs of a fetch whose reply was lost are taken
+/// back by the consumer's next fetch, whatever slots that fetch was granted; by then the lost
+/// fetch's grant may have run out and its slots gone to other jobs, so they ran past the limit.
+/// Those beyond the new grant now go back to the front of the ready list, no run counted.
+#[tokio::test]
+async fn jobs_taken_back_beyond_the_slots_granted_go_back_to_ready() {
+    let redis = RedisServer::start();
+    let c = client_with(&redis, |b| b.shards(4)).await;
+    c.set_global_concurrency("t", Some(4)).await.unwrap();
+    c.push_batch((0..40).map(|i| c.push_to("t", &i).id(i.to_string())))
+        .await
+        .unwrap();
+    // The script loaded, as any fetch does (of a topic with nothing ready).
+    c.store().fetch(1, &topic("other"), 1, LEASE).await.unwrap();
+    let t = topic("t");
+    let k = dq::store::ShardKeys::new("test", 2);
+    let (_, sha) = dq::store::script_hashes()
+        .into_iter()
+        .find(|(name, _)| *name == "fetch")
+        .unwrap();
+    // This consumer's fetch 7, with `slots` granted.
+    let fetch = |slots: &str| {
+        let mut fetch = redis::cmd("EVALSHA");
+        fetch.arg(&sha).arg(17);
+        for key in [
+            k.jobs(),
+            k.inflight(),
+            k.ready(&t),
+            k.counts(),
+            k.paused(),
+            k.leases(),
+            k.ready_gen(&t),
+            k.delayed(),
+            k.fetched("resending"),
+            k.cancels(),
+            k.events(),
+            k.events_stream(&t),
+            k.limits(),
+            k.ranked(&t),
+            k.dead(&t),
+            k.done(&t),
+            k.group_tat(&t),
+        ] {
+            fetch.arg(key);
+        }
+        fetch
+            .arg("t")
+            .arg(10)
+            .arg(LEASE.as_micros() as u64)
+            .arg("7")
+            .arg("")
+            .arg("")
+            .arg(0)
+            .arg(slots);
+        fetch
+    };
+    let mut conn = raw_conn(&redis).await;
+    let jobs = |reply: &[redis::Value]| reply.len().saturating_sub(6) / 2;
+    let first: Vec<redis::Value> = fetch("3").query_async(&mut conn).await.unwrap();
+    assert_eq!(jobs(&first), 3, "{first:?}");
+    let ready = c.counts("t").await.unwrap().ready;
+    // Its reply lost; sent again (or named lost by the next fetch) with one slot granted.
+    let again: Vec<redis::Value> = fetch("1").query_async(&mut conn).await.unwrap();
+    assert_eq!(jobs(&again), 1, "as many as granted: {again:?}");
+    let counts = c.counts("t").await.unwrap();
+    assert_eq!(counts.running, 1, "the others are not leased");
+    assert_eq!(counts.ready, ready + 2, "they went back to ready");
+}
+
 /// A worker killed with its job holds the slot no longer than the lease it was given; a
 /// worker that extends its lease keeps its slot for as long.
 #[tokio::test]
@@ -1940,17 +2069,12 @@ async fn fetches_that_start_nothing_leave_the_rate_to_the_shards_with_jobs() {
     c.push_batch((0..40).map(|i| c.push_to("t", &i).id(i.to_string())))
         .await
         .unwrap();
-    let mut leased = 0;
-    for shard in [1, 2, 3, 0] {
-        leased += c
-            .store()
-            .fetch(shard, &topic("t"), 10, LEASE)
-            .await
-            .unwrap()
-            .jobs
-            .len();
-    }
-    assert_eq!(leased, 1, "the one start of the minute was left for a job");
+    let (leased, _) = fetch_each_shard(&c, "t", &[1, 2, 3, 0], 10).await;
+    assert_eq!(
+        leased.len(),
+        1,
+        "the one start of the minute was left for a job"
+    );
 }
 
 /// Review of the rate counted in the first shard (helper-76, finding 1): a cluster client

@@ -139,6 +139,30 @@ local back_cancels = #back > 0 and redis.call('EXISTS', KEYS[10]) == 1
 -- Job events: the topic's stream, opened before the first write when they are on.
 local stream
 for _, cap in pairs(events_on(KEYS[11], {topic})) do stream = events_open(KEYS[12], cap) end
+-- Taken back beyond the slots granted (the lost fetch's grant may have run out since, and its
+-- slots gone to others' jobs): those go back to the front of the ready list, no run counted
+-- (as a release does), a cancel asked of them dropped, for a fetch with slots to take them
+-- (after every read of the keys it writes).
+if slot_grant and #back > slot_grant then
+  local extra, ids, priorities = {}, {}, {}
+  local total = #back
+  for i = slot_grant + 1, total do extra[#extra + 1] = back[i] end
+  for i = total, slot_grant + 1, -1 do back[i] = nil end
+  local raws = redis.call('HMGET', jobs, unpack(extra))
+  for i, member in ipairs(extra) do
+    ids[i] = string.sub(member, #topic + 2)
+    priorities[i] = priority_of(raws[i])
+  end
+  proceed_when_full(leases)
+  to_ready(string.sub(ready, 1, #ready - #topic - 6), counts, topic, ids, priorities, true)
+  bump(counts, topic, 'inflight', -#extra)
+  if back_cancels then
+    redis.call('HDEL', KEYS[10], unpack(extra))
+    for i = total, slot_grant + 1, -1 do back_cancels[i] = nil end
+  end
+  end_leases(inflight, leases, extra)
+  left = left + #extra
+end
 if paused or held then
   -- Nothing of the topic runs while it is paused or held: what a lost fetch leased goes back
   -- to the front of the ready list, no run counted (as a release does), for the first fetch
@@ -166,17 +190,9 @@ local ids, stale = {}, 0
 n = n - #back
 -- The rate limit: how many may start now (GCRA), and else when the next may. The jobs taken
 -- back were counted when they were first leased.
-local base = math.max(tat or 0, clock)
+local base = clock
 if interval then
-  local room = clock + tolerance - base
-  local allowed = 0
-  if room < 0 then
-    wait = -room
-  else
-    allowed = math.floor(room / interval) + 1
-    if allowed < n then wait = base + allowed * interval - tolerance - clock end
-  end
-  n = math.min(n, allowed)
+  n, wait, base = gcra_take(tat, clock, interval, tolerance, n)
 elseif granted then
   -- The jobs taken back use the grant too: a resent copy of this very fetch (the first copy
   -- ran, its reply was lost) takes back what the first leased, under the same grant.

@@ -117,6 +117,20 @@ local function fmt(n)
   return string.format('%d', n)
 end
 
+-- A topic's rate (GCRA, as dq_core::Rate explains; fetch.lua for the first shard's own jobs,
+-- rate_grant.lua for a fetch in another shard): of `want` starts at `clock` (us), with an
+-- `interval` and a `tolerance` (us) and the theoretical arrival time `tat` (nil: none yet),
+-- how many may start now, how long until the next may when fewer than wanted (us; 0
+-- otherwise), and the time the starts count from: the new `tat` is `base + allowed * interval`.
+local function gcra_take(tat, clock, interval, tolerance, want)
+  local base = math.max(tat or 0, clock)
+  local room = clock + tolerance - base
+  if room < 0 then return 0, -room, base end
+  local allowed = math.floor(room / interval) + 1
+  if allowed >= want then return want, 0, base end
+  return allowed, base + allowed * interval - tolerance - clock, base
+end
+
 local function parse(raw)
   if not raw then return nil end
   local v, a, m, c, d, el, pos = string.match(raw, '^([234]):(%d+):(%d+):(%d+):(%d+):(%d+):()')

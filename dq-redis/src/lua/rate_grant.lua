@@ -1,8 +1,9 @@
 -- rate_grant: counts starts of a topic against its rate for a fetch in another shard of the
 -- namespace (a rate over several shards is counted here, in the namespace's first shard, for
 -- all of them: fetch.lua of another shard leases no job of the topic without a grant). GCRA
--- as fetch.lua's, with the whole rate: up to ARGV[2] starts now, the topic's theoretical
--- arrival time moved on by one interval each; the caller gives back what its fetch did not
+-- as fetch.lua's (lib.lua's gcra_take), with the whole rate: up to ARGV[2] starts now, the
+-- topic's theoretical arrival time moved on by one interval each; the caller gives back what
+-- its fetch did not
 -- start (ARGV[2] '-': a give-back of ARGV[3] starts granted when the time was ARGV[4], applied
 -- only while no later grant or fetch moved it, so that what it lets out again was never let
 -- out: else they are lost to the rate, never added to it).
@@ -24,17 +25,8 @@ if ARGV[2] == '-' then
   end
   return {0, '', 0}
 end
-local want, clock = tonumber(ARGV[2]), now_us()
-local base = math.max(tonumber(limit[2] or '') or 0, clock)
-local room = clock + tolerance - base
-local allowed, wait = 0, 0
-if room < 0 then
-  wait = -room
-else
-  allowed = math.floor(room / interval) + 1
-  if allowed < want then wait = base + allowed * interval - tolerance - clock end
-end
-local n = math.min(want, allowed)
+local n, wait, base = gcra_take(tonumber(limit[2] or ''), now_us(), interval, tolerance,
+  tonumber(ARGV[2]))
 if n <= 0 then return {0, '', fmt(math.ceil(wait))} end
 local tat = string.format('%.3f', base + n * interval)
 proceed_when_full(KEYS[1])

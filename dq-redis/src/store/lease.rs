@@ -154,21 +154,6 @@ impl RedisStore {
         at_home.contains(&(home, topic.clone()))
     }
 
-    /// A fetch whose reply did not come: its grant of slots goes back whole (the jobs it may
-    /// have leased run only when a later fetch takes them back, under that fetch's grant).
-    /// Sent in the background: the caller is returning an error.
-    fn lost_grant(&self, topic: &Topic, slots: Option<&SlotGrant>) {
-        let Some(g) = slots.filter(|g| !g.name.is_empty() && g.granted > 0) else {
-            return;
-        };
-        let (store, topic, back) = (self.clone(), topic.clone(), [(g.name.clone(), g.granted)]);
-        tokio::spawn(async move {
-            store
-                .slots_back(&topic, &back, "a fetch whose reply was lost")
-                .await;
-        });
-    }
-
     fn note_at_home(&self, home: Home, topic: &Topic, yes: bool) {
         let mut at_home = self.at_home.lock().unwrap_or_else(|p| p.into_inner());
         if yes {
@@ -297,25 +282,43 @@ impl RedisStore {
         }
     }
 
-    /// Gives back slots of grants of `topic` (`(name, how many)`), best effort: a slot not
-    /// given back comes back when its grant runs out, a lease after its jobs' last renewal.
-    async fn slots_back(&self, topic: &Topic, back: &[(String, u64)], why: &str) {
-        for chunk in back.chunks(MAX_BATCH) {
-            let mut inv = self.slots_invocation(topic, "free");
+    /// Has grants of `topic` keep no more slots than they still need (`(name, count)`:
+    /// slots.lua's `free`, or with `renew`, also running out a lease of `renew` from now).
+    /// Best effort, and bounded by [`SLOTS_CALL_LIMIT`]: a grant that keeps more comes down at
+    /// its next renewal, or gives them all back when it runs out, a lease after its jobs' last
+    /// renewal.
+    async fn keep_slots(
+        &self,
+        topic: &Topic,
+        grants: &[(String, u64)],
+        renew: Option<Duration>,
+        why: &str,
+    ) {
+        for chunk in grants.chunks(MAX_BATCH) {
+            let mut inv = match renew {
+                Some(ttl) => {
+                    let mut inv = self.slots_invocation(topic, "renew");
+                    inv.arg(micros(ttl));
+                    inv
+                }
+                None => self.slots_invocation(topic, "free"),
+            };
             for (name, n) in chunk {
                 inv.arg(name).arg(n);
             }
-            if let Err(e) = self
-                .call::<Value>("give back slots of a topic's global concurrency", &mut inv)
-                .await
-            {
-                tracing::warn!(topic = %topic, grants = chunk.len(), error = %e, "could not give back the global concurrency slots of {why} to the namespace's first shard; they come back when their grants run out, within a lease");
-            }
+            let call =
+                self.call::<Value>("count the slots of a topic's global concurrency", &mut inv);
+            let error = match tokio::time::timeout(SLOTS_CALL_LIMIT, call).await {
+                Ok(Ok(_)) => continue,
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => format!("no answer within {SLOTS_CALL_LIMIT:?}"),
+            };
+            tracing::warn!(topic = %topic, grants = chunk.len(), error = %error, "could not count the global concurrency slots of {why} in the namespace's first shard; those of ended runs come back at their grant's next renewal or when it runs out, within a lease");
         }
     }
 
-    /// Records that the jobs `members` of a fetch (leased under `token`) hold slots of the
-    /// grant `name`, for their ends to give back.
+    /// Records that the jobs `ids` of a fetch (leased under `token`) hold slots of the grant
+    /// `name`, for their ends to give back.
     fn hold_slots(&self, shard: u16, token: u64, topic: &Topic, name: &str, ids: Vec<String>) {
         let mut holds = self.slot_holds.lock().unwrap_or_else(|p| p.into_inner());
         let hold = holds.entry((shard, token)).or_insert_with(|| SlotHold {
@@ -326,72 +329,62 @@ impl RedisStore {
         hold.ids.extend(ids);
     }
 
-    /// Gives back the slots of runs that ended (their end is written, or their lease was
-    /// lost), for the topics whose global concurrency is counted in the first shard: each
-    /// run's slot once, to the grant it was leased under.
-    pub(super) async fn free_slots<'a>(&self, ended: impl IntoIterator<Item = &'a LeaseRef>) {
-        let mut back: std::collections::BTreeMap<Topic, Vec<(String, u64)>> = Default::default();
-        {
-            let mut holds = self.slot_holds.lock().unwrap_or_else(|p| p.into_inner());
-            if holds.is_empty() {
-                return;
+    /// The grants of `leases` by topic, each with how many of its jobs still hold a slot here,
+    /// after `ended` (when given) took those of the leases that ended.
+    fn slots_needed<'a>(
+        &self,
+        leases: impl IntoIterator<Item = &'a LeaseRef>,
+        ended: bool,
+    ) -> std::collections::BTreeMap<Topic, Vec<(String, u64)>> {
+        let mut out: std::collections::BTreeMap<Topic, Vec<(String, u64)>> = Default::default();
+        let mut holds = self.slot_holds.lock().unwrap_or_else(|p| p.into_inner());
+        if holds.is_empty() {
+            return out;
+        }
+        let mut touched = Vec::new();
+        for l in leases {
+            let key = (l.shard, l.token);
+            let Some(hold) = holds.get_mut(&key) else {
+                continue;
+            };
+            if ended && !hold.ids.remove(l.id.as_str()) {
+                continue;
             }
-            for l in ended {
-                let key = (l.shard, l.token);
-                let Some(hold) = holds.get_mut(&key) else {
-                    continue;
-                };
-                if !hold.ids.remove(l.id.as_str()) {
-                    continue;
-                }
-                let grants = back.entry(hold.topic.clone()).or_default();
-                match grants.iter_mut().find(|(name, _)| *name == hold.name) {
-                    Some((_, n)) => *n += 1,
-                    None => grants.push((hold.name.clone(), 1)),
-                }
-                if hold.ids.is_empty() {
-                    holds.remove(&key);
-                }
+            if !touched.contains(&key) {
+                touched.push(key);
             }
         }
-        for (topic, grants) in back {
-            self.slots_back(&topic, &grants, "ended runs").await;
+        for key in touched {
+            let Some(hold) = holds.get(&key) else {
+                continue;
+            };
+            let left = hold.ids.len() as u64;
+            out.entry(hold.topic.clone())
+                .or_default()
+                .push((hold.name.clone(), left));
+            if left == 0 {
+                holds.remove(&key);
+            }
+        }
+        out
+    }
+
+    /// Gives back the slots of runs that ended (their end is written, or their lease was
+    /// lost), for the topics whose global concurrency is counted in the first shard: each
+    /// grant keeps as many as its jobs still running here, so each run's slot goes back once.
+    pub(super) async fn free_slots<'a>(&self, ended: impl IntoIterator<Item = &'a LeaseRef>) {
+        for (topic, grants) in self.slots_needed(ended, true) {
+            self.keep_slots(&topic, &grants, None, "ended runs").await;
         }
     }
 
-    /// Renews the grants whose jobs' leases were extended by `ttl`. Best effort: a grant not
-    /// renewed runs out with the lease it was given, and then one more job of the topic may
-    /// start while these run.
+    /// Renews the grants whose jobs' leases were extended by `ttl`, each keeping as many slots
+    /// as its jobs still running here. Best effort: a grant not renewed runs out with the
+    /// lease it was given, and then one more job of the topic may start while these run.
     async fn renew_slots(&self, extended: &[&LeaseRef], ttl: Duration) {
-        let mut names: std::collections::BTreeMap<Topic, Vec<String>> = Default::default();
-        {
-            let holds = self.slot_holds.lock().unwrap_or_else(|p| p.into_inner());
-            if holds.is_empty() {
-                return;
-            }
-            for l in extended {
-                if let Some(hold) = holds.get(&(l.shard, l.token)) {
-                    let of_topic = names.entry(hold.topic.clone()).or_default();
-                    if !of_topic.contains(&hold.name) {
-                        of_topic.push(hold.name.clone());
-                    }
-                }
-            }
-        }
-        for (topic, names) in names {
-            for chunk in names.chunks(MAX_BATCH) {
-                let mut inv = self.slots_invocation(&topic, "renew");
-                inv.arg(micros(ttl));
-                for name in chunk {
-                    inv.arg(name);
-                }
-                if let Err(e) = self
-                    .call::<Value>("renew slots of a topic's global concurrency", &mut inv)
-                    .await
-                {
-                    tracing::warn!(topic = %topic, grants = chunk.len(), error = %e, "could not renew the global concurrency slots of running jobs in the namespace's first shard; if it stays away for a lease, one more job of the topic may start while these run");
-                }
-            }
+        for (topic, grants) in self.slots_needed(extended.iter().copied(), false) {
+            self.keep_slots(&topic, &grants, Some(ttl), "running jobs")
+                .await;
         }
     }
 
@@ -561,6 +554,7 @@ impl Leases for RedisStore {
             let (g, e) = self.rate_grant_or_none(topic, asked).await;
             (rate, unanswered) = (Some(g), e);
         }
+        let mut granted_at = std::time::Instant::now();
         if self.at_home(Home::Slots, topic) {
             let (g, e) = self.slot_grant_or_none(topic, asked, ttl).await;
             slots = g;
@@ -575,8 +569,7 @@ impl Leases for RedisStore {
                 fetcher,
                 (rate.as_ref(), slots.as_ref()),
             )
-            .await
-            .inspect_err(|_| self.lost_grant(topic, slots.as_ref()))?;
+            .await?;
         if let Some((rate_home, slots_home)) = home_reply(&reply) {
             self.note_at_home(Home::Rate, topic, rate_home);
             self.note_at_home(Home::Slots, topic, slots_home);
@@ -586,6 +579,7 @@ impl Leases for RedisStore {
                 unanswered = unanswered.or(e);
             }
             if slots_home && slots.is_none() {
+                granted_at = std::time::Instant::now();
                 let (g, e) = self.slot_grant_or_none(topic, asked, ttl).await;
                 slots = g;
                 unanswered = unanswered.or(e);
@@ -599,20 +593,20 @@ impl Leases for RedisStore {
                     fetcher,
                     (rate.as_ref(), slots.as_ref()),
                 )
-                .await
-                .inspect_err(|_| self.lost_grant(topic, slots.as_ref()))?;
+                .await?;
         }
         let members = leased_members(&reply);
-        if let Some(g) = slots.as_ref().filter(|g| !g.name.is_empty()) {
-            // The jobs leased hold the grant's slots until they end; the rest go back now.
-            let unused = g.granted.saturating_sub(members.len() as u64);
-            if unused > 0 {
-                let back = [(g.name.clone(), unused)];
-                self.slots_back(topic, &back, "a fetch that leased fewer jobs")
-                    .await;
-            }
-            if let Some(token) = reply_token(&reply).filter(|_| !members.is_empty()) {
-                self.hold_slots(shard, token, topic, &g.name, members.clone());
+        let token = reply_token(&reply);
+        let held = slots.as_ref().filter(|g| !g.name.is_empty());
+        if let Some(g) = held {
+            // The jobs leased hold the grant's slots until they end; the rest go back now. A
+            // fetch that took a third of a lease renews its grant at once (it ran out a lease
+            // after it was taken).
+            let leased = members.len() as u64;
+            if leased < g.granted || granted_at.elapsed() > ttl / 3 {
+                let renew = (granted_at.elapsed() > ttl / 3).then_some(ttl);
+                let keep = [(g.name.clone(), leased)];
+                self.keep_slots(topic, &keep, renew, "a fetch").await;
             }
         }
         if let Some(e) = unanswered.filter(|_| members.is_empty()) {
@@ -628,7 +622,21 @@ impl Leases for RedisStore {
                 }
             }
         }
-        self.read_fetched(shard, topic, reply).await
+        let fetched = self.read_fetched(shard, topic, reply).await?;
+        // Recorded once the jobs are handed over, those handed over only (a malformed job was
+        // dead-lettered: its slot goes at the grant's next count): a fetch that fails here is
+        // taken back by a later one, under its own grant (this one runs out with its time).
+        if let (Some(g), Some(token)) = (held, token) {
+            let ids: Vec<String> = fetched
+                .jobs
+                .iter()
+                .map(|j| j.lease.id.as_str().to_owned())
+                .collect();
+            if !ids.is_empty() {
+                self.hold_slots(shard, token, topic, &g.name, ids);
+            }
+        }
+        Ok(fetched)
     }
 
     async fn ack_succeeded(&self, done: &[Succeeded]) -> Result<Acked> {
@@ -671,7 +679,7 @@ impl Leases for RedisStore {
     }
 
     async fn extend(&self, leases: &[LeaseRef], lease: Duration) -> Result<Vec<LeaseRef>> {
-        let mut lost = Vec::new();
+        let (mut lost, mut extended) = (Vec::new(), Vec::new());
         for (shard, chunk) in self.lease_chunks(leases) {
             let k = self.keys(shard);
             let mut inv = Self::lease_invocation(
@@ -681,17 +689,19 @@ impl Leases for RedisStore {
                 &chunk,
             );
             let lost_members: Vec<String> = self.call("extend", &mut inv).await?;
-            let extended: Vec<&LeaseRef> = chunk
-                .iter()
-                .copied()
-                .filter(|l| !lost_members.contains(&member(&l.topic, &l.id)))
-                .collect();
-            self.renew_slots(&extended, lease).await;
-            let lost_here = named_leases(&chunk, lost_members);
-            // A lease lost is a run this worker no longer holds: its slot goes back.
-            self.free_slots(&lost_here).await;
-            lost.extend(lost_here);
+            extended.extend(
+                chunk
+                    .iter()
+                    .copied()
+                    .filter(|l| !lost_members.contains(&member(&l.topic, &l.id))),
+            );
+            lost.extend(named_leases(&chunk, lost_members));
         }
+        // The first shard's count after every shard's leases (a slow first shard delays no
+        // other shard's renewal, and its calls are bounded): a lease lost is a run this worker
+        // no longer holds, whose slot goes back; the others' grants are renewed.
+        self.free_slots(&lost).await;
+        self.renew_slots(&extended, lease).await;
         Ok(lost)
     }
 
@@ -897,8 +907,8 @@ impl Leases for RedisStore {
 
     async fn set_global_concurrency(&self, topic: &Topic, max: Option<u32>) -> Result<()> {
         // One shard counts its inflight jobs (fetch.lua); several count slots in the first
-        // for all (slots.lua): `home:` in every shard, the first's held slots kept across a
-        // change of the limit (they are running jobs).
+        // for all (slots.lua): `home:` in every shard. The slots held are kept across a
+        // change, a lift included (they are running jobs, whose grants run out as they end).
         let field = format!("{topic}:running");
         let several = self.shards.len() > 1;
         for k in &self.shards {
@@ -916,15 +926,6 @@ impl Leases for RedisStore {
                 None => redis::cmd("HDEL").arg(k.limits()).arg(&field).to_owned(),
             };
             self.simple("record a topic's global concurrency", &cmd)
-                .await?;
-        }
-        if max.is_none() && several {
-            let k = self.keys(0);
-            let cmd = redis::cmd("DEL")
-                .arg(k.global_slots(topic))
-                .arg(k.global_slot_times(topic))
-                .to_owned();
-            self.simple("forget a topic's global concurrency slots", &cmd)
                 .await?;
         }
         Ok(())
@@ -1109,6 +1110,10 @@ fn reply_token(reply: &[Value]) -> Option<u64> {
         _ => None,
     }
 }
+
+/// How long a call to the first shard's count of slots may take before the caller goes on
+/// without its answer (it gives back or renews slots: the next renewal makes it good).
+const SLOTS_CALL_LIMIT: Duration = Duration::from_secs(1);
 
 /// The jobs of one fetch that hold slots of a grant (`slots.lua`), until they end.
 pub(super) struct SlotHold {
