@@ -1748,12 +1748,26 @@ async fn a_global_concurrency_over_several_shards_is_used_whole_by_the_shard_wit
     );
 }
 
-/// A run's end gives its slot back at once, whichever way it ends: an ack, a retry, a dead
-/// letter, a release.
+/// Polls the first shard's count of `t`'s held slots until it is `want`, for up to a second:
+/// the slots of ended runs are kept a moment for their process's next fetch, then go back.
+async fn held_slots_come_to(redis: &RedisServer, t: &str, want: i64) -> i64 {
+    let until = std::time::Instant::now() + Duration::from_secs(1);
+    loop {
+        let held = held_slots(redis, t);
+        if held == want || std::time::Instant::now() > until {
+            return held;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// A run's end gives its slot back, whichever way it ends (an ack, a retry, a dead letter, a
+/// release): another process's fetch finds it free within a few milliseconds.
 #[tokio::test]
 async fn each_end_of_a_run_gives_its_slot_over_several_shards_back() {
     let redis = RedisServer::start();
     let c = client_with(&redis, |b| b.shards(4)).await;
+    let other = client_with(&redis, |b| b.shards(4)).await;
     c.set_global_concurrency("t", Some(1)).await.unwrap();
     c.push_batch((0..40).map(|i| c.push_to("t", &i).id(i.to_string())))
         .await
@@ -1783,13 +1797,80 @@ async fn each_end_of_a_run_gives_its_slot_over_several_shards_back() {
             _ => assert_eq!(store.release(&[lease]).await.unwrap(), 1),
         }
         assert_eq!(
-            held_slots(&redis, "t"),
+            held_slots_come_to(&redis, "t", 0).await,
             0,
-            "the slot came back at the {end}"
+            "the slot came back after the {end}"
         );
     }
-    let (leased, _) = fetch_each_shard(&c, "t", &every, 10).await;
-    assert_eq!(leased.len(), 1, "and the next job started");
+    let (leased, _) = fetch_each_shard(&other, "t", &every, 10).await;
+    assert_eq!(leased.len(), 1, "and another process's next job started");
+}
+
+/// The slot of a run that ended serves its process's next fetch of the topic, from any
+/// shard, without a new grant from the first shard (the fetches of a busy worker ask the
+/// first shard nothing while its slots go round); the limit holds meanwhile.
+#[tokio::test]
+async fn the_slot_of_an_ended_run_serves_its_process_next_fetch_without_a_new_grant() {
+    let redis = RedisServer::start();
+    let c = client_with(&redis, |b| b.shards(4)).await;
+    c.set_global_concurrency("t", Some(2)).await.unwrap();
+    c.push_batch((0..80).map(|i| c.push_to("t", &i).id(i.to_string())))
+        .await
+        .unwrap();
+    let every = [0, 1, 2, 3];
+    let (mut running, _) = fetch_each_shard(&c, "t", &every, 10).await;
+    assert_eq!(running.len(), 2);
+    let grants = || {
+        let key = "dq:{test:0}:gslots:t";
+        redis.command(&["HLEN", key]).trim().to_owned()
+    };
+    let first = grants();
+    for round in 0..10 {
+        let done = running.remove(0);
+        let ok = dq::store::Succeeded {
+            lease: done.lease,
+            result: None,
+            run: 1,
+        };
+        c.store().ack_succeeded(&[ok]).await.unwrap();
+        let (next, _) = fetch_each_shard(&c, "t", &[(round % 4) as u16, 0, 1, 2, 3], 10).await;
+        assert_eq!(next.len(), 1, "round {round}: the one slot freed, no more");
+        running.extend(next);
+        assert_eq!(grants(), first, "round {round}: no new grant");
+    }
+    assert_eq!(held_slots(&redis, "t"), 2);
+}
+
+/// A run whose handler returned frees its slot for its process's next fetch before its end
+/// is written (the runtime tells the store before it gives the permit back, and the fetch
+/// that permit wakes comes before the ack): the end, written after, frees nothing more.
+#[tokio::test]
+async fn a_run_whose_handler_returned_frees_its_slot_before_its_end_is_written() {
+    let redis = RedisServer::start();
+    let c = client_with(&redis, |b| b.shards(4)).await;
+    c.set_global_concurrency("t", Some(1)).await.unwrap();
+    c.push_batch((0..40).map(|i| c.push_to("t", &i).id(i.to_string())))
+        .await
+        .unwrap();
+    let every = [0, 1, 2, 3];
+    let store = c.store();
+    let (first, _) = fetch_each_shard(&c, "t", &every, 10).await;
+    assert_eq!(first.len(), 1);
+    store.run_returned(&first[0].lease);
+    let (second, _) = fetch_each_shard(&c, "t", &every, 10).await;
+    assert_eq!(second.len(), 1, "the returned run's slot, before its ack");
+    let ok = dq::store::Succeeded {
+        lease: first[0].lease.clone(),
+        result: None,
+        run: 1,
+    };
+    store.ack_succeeded(&[ok]).await.unwrap();
+    let (third, full) = fetch_each_shard(&c, "t", &every, 10).await;
+    assert!(
+        third.is_empty() && full == 4,
+        "the ack freed no second slot"
+    );
+    assert_eq!(held_slots(&redis, "t"), 1);
 }
 
 /// An end written twice (a retried ack whose first reply was lost) gives its run's slot back
@@ -1816,10 +1897,12 @@ async fn a_run_ended_twice_gives_its_slot_back_once() {
             .unwrap();
     }
     assert_eq!(
-        held_slots(&redis, "t"),
+        held_slots_come_to(&redis, "t", 1).await,
         1,
         "the other run still holds its slot"
     );
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(held_slots(&redis, "t"), 1, "and one went back, not two");
     let (next, _) = fetch_each_shard(&c, "t", &[0, 1, 2, 3], 10).await;
     assert_eq!(next.len(), 1, "one slot came back, not two");
 }
@@ -1945,12 +2028,28 @@ async fn jobs_taken_back_beyond_the_slots_granted_go_back_to_ready() {
     let first: Vec<redis::Value> = fetch("3").query_async(&mut conn).await.unwrap();
     assert_eq!(jobs(&first), 3, "{first:?}");
     let ready = c.counts("t").await.unwrap().ready;
+    let mut rung = redis::Client::open(redis.url())
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .unwrap();
+    rung.subscribe(format!("{}ready", k.prefix()))
+        .await
+        .unwrap();
+    let mut rung = rung.into_on_message();
     // Its reply lost; sent again (or named lost by the next fetch) with one slot granted.
     let again: Vec<redis::Value> = fetch("1").query_async(&mut conn).await.unwrap();
     assert_eq!(jobs(&again), 1, "as many as granted: {again:?}");
     let counts = c.counts("t").await.unwrap();
     assert_eq!(counts.running, 1, "the others are not leased");
     assert_eq!(counts.ready, ready + 2, "they went back to ready");
+    // And the topic's consumers are told, as at a release (helper-78's review).
+    use futures_util::StreamExt;
+    let message = tokio::time::timeout(Duration::from_secs(2), rung.next())
+        .await
+        .expect("the jobs put back in line ring the topic")
+        .unwrap();
+    assert_eq!(message.get_payload::<String>().unwrap(), "t");
 }
 
 /// A worker killed with its job holds the slot no longer than the lease it was given; a

@@ -113,6 +113,8 @@ impl Runner {
         ) {
             Some(permit)
         } else {
+            // The run's slot of a global concurrency is free for the fetch this permit wakes.
+            self.leases.run_returned(lease);
             drop(permit);
             None
         };

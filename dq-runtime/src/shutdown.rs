@@ -82,6 +82,9 @@ impl Supervisor {
         // waiting for their ack meanwhile (an ack after its lease expired would be refused and
         // the job run again), then removes this worker's record.
         chores.acker.close(FLUSH_LIMIT).await;
+        // The slots of a global concurrency kept for fetches that will not come go back now
+        // (bounded: they come back anyway when their grant runs out).
+        let _ = tokio::time::timeout(FLUSH_LIMIT, leases.give_back_kept()).await;
         let heartbeat_limit = renewal_limit(shared.config.lease) + UNREGISTER_LIMIT;
         chores.heartbeat.close(heartbeat_limit).await;
         let unacked = shared.running.unsettled();

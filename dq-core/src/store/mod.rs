@@ -274,6 +274,20 @@ pub trait Leases: Sharded {
     /// case the announcement ([`Wake::Cancel`]) reached nobody.
     async fn cancel_requests(&self, leases: &[LeaseRef]) -> Result<Vec<LeaseRef>>;
 
+    /// The handler of `lease`'s run returned (its end is written after): a store that counts
+    /// the runs of a global concurrency outside the lease itself may free its slot now, for
+    /// the next fetch (the Redis store over several shards does). The runtime calls it before
+    /// it gives the run's permit back. The default does nothing.
+    fn run_returned(&self, lease: &LeaseRef) {
+        let _ = lease;
+    }
+
+    /// Gives back at once what this store keeps for its next fetches: the Redis store keeps
+    /// the slots of a global concurrency over several shards that its ended runs held, a
+    /// moment, for its next fetch of the topic. The runtime calls it at the end of a shutdown,
+    /// after the last ack. A store that keeps nothing does nothing (the default).
+    async fn give_back_kept(&self) {}
+
     /// Deletes a running job whose cancel was requested and whose run ended without success:
     /// no retry, no dead letter, nothing kept (a cancelled job reserves no id); anyone waiting
     /// for its end ([`Producer::wait_finished`]) is woken (it is not found). Returns false when

@@ -139,48 +139,40 @@ local back_cancels = #back > 0 and redis.call('EXISTS', KEYS[10]) == 1
 -- Job events: the topic's stream, opened before the first write when they are on.
 local stream
 for _, cap in pairs(events_on(KEYS[11], {topic})) do stream = events_open(KEYS[12], cap) end
--- Taken back beyond the slots granted (the lost fetch's grant may have run out since, and its
--- slots gone to others' jobs): those go back to the front of the ready list, no run counted
--- (as a release does), a cancel asked of them dropped, for a fetch with slots to take them
--- (after every read of the keys it writes).
-if slot_grant and #back > slot_grant then
-  local extra, ids, priorities = {}, {}, {}
-  local total = #back
-  for i = slot_grant + 1, total do extra[#extra + 1] = back[i] end
-  for i = total, slot_grant + 1, -1 do back[i] = nil end
-  local raws = redis.call('HMGET', jobs, unpack(extra))
-  for i, member in ipairs(extra) do
+-- Puts `members`, jobs a lost fetch leased, back at the front of the ready list, no run
+-- counted (as a release does), a cancel asked of them dropped; `wake`: rings the topic's
+-- consumers, as a release does. After every read of the keys it writes.
+local function back_in_line(members, wake)
+  local ids, priorities = {}, {}
+  local raws = redis.call('HMGET', jobs, unpack(members))
+  for i, member in ipairs(members) do
     ids[i] = string.sub(member, #topic + 2)
     priorities[i] = priority_of(raws[i])
   end
+  local prefix = string.sub(ready, 1, #ready - #topic - 6)
   proceed_when_full(leases)
-  to_ready(string.sub(ready, 1, #ready - #topic - 6), counts, topic, ids, priorities, true)
-  bump(counts, topic, 'inflight', -#extra)
+  to_ready(prefix, counts, topic, ids, priorities, true)
+  bump(counts, topic, 'inflight', -#members)
+  if back_cancels then redis.call('HDEL', KEYS[10], unpack(members)) end
+  end_leases(inflight, leases, members)
+  left = left + #members
+  if wake then ring(prefix, topic) end
+end
+-- Taken back beyond the slots granted (the lost fetch's grant may have run out since, and its
+-- slots gone to others' jobs): those go back in line for a fetch with slots to take them.
+if slot_grant and #back > slot_grant then
+  local extra, total = {}, #back
+  for i = slot_grant + 1, total do extra[#extra + 1] = back[i] end
+  for i = total, slot_grant + 1, -1 do back[i] = nil end
+  back_in_line(extra, true)
   if back_cancels then
-    redis.call('HDEL', KEYS[10], unpack(extra))
     for i = total, slot_grant + 1, -1 do back_cancels[i] = nil end
   end
-  end_leases(inflight, leases, extra)
-  left = left + #extra
 end
 if paused or held then
   -- Nothing of the topic runs while it is paused or held: what a lost fetch leased goes back
-  -- to the front of the ready list, no run counted (as a release does), for the first fetch
-  -- after the resume or the hold.
-  if #back > 0 then
-    local ids, priorities = {}, {}
-    local raws = redis.call('HMGET', jobs, unpack(back))
-    for i, member in ipairs(back) do
-      ids[i] = string.sub(member, #topic + 2)
-      priorities[i] = priority_of(raws[i])
-    end
-    proceed_when_full(leases)
-    to_ready(string.sub(ready, 1, #ready - #topic - 6), counts, topic, ids, priorities, true)
-    bump(counts, topic, 'inflight', -#back)
-    if back_cancels then redis.call('HDEL', KEYS[10], unpack(back)) end
-    end_leases(inflight, leases, back)
-    left = left + #back
-  end
+  -- in line for the first fetch after the resume or the hold (no consumer to wake before).
+  if #back > 0 then back_in_line(back, false) end
   if paused then return {'paused'} end
   return {fmt(clock), '0', 0, throttled(), 0, 0}
 end

@@ -18,17 +18,14 @@ impl RedisStore {
             let shard = dq_core::store::shard_of(&job.lease.topic, &job.lease.id, self.shards());
             by_shard.entry(shard).or_default().push(job);
         }
+        // The runs' slots of a global concurrency counted in the first shard are free before
+        // the ack is sent: their handlers have returned, and a consumer waiting for room,
+        // woken when the ack is sent, takes them for its next fetch.
+        self.free_slots(done.iter().map(|j| &j.lease));
         let mut out = Acked::default();
         for (shard, jobs) in by_shard {
             for chunk in jobs.chunks(MAX_BATCH) {
-                // The runs' slots of a global concurrency counted in the first shard go back
-                // beside the ack, sent with it: their handlers have returned, and a consumer
-                // waiting for room, woken when the ack is sent, finds them free.
-                let (reply, ()) = tokio::join!(
-                    self.ack_chunk(shard, chunk),
-                    self.free_slots(chunk.iter().map(|j| &j.lease))
-                );
-                let reply = reply?;
+                let reply = self.ack_chunk(shard, chunk).await?;
                 out.acked += reply.acked;
                 out.stale.extend(chunk.iter().filter_map(|j| {
                     let m = member(&j.lease.topic, &j.lease.id);

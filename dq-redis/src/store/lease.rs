@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use redis::{Script, Value};
 
 use super::reply::{parse_member, Count, EndReply, Promotion, Reclamation, Released};
+use super::slots::FetchSlots;
 use super::waiters::RedisWakeListener;
 use super::{micros, RedisStore};
 use crate::keys::member;
@@ -54,7 +55,7 @@ impl RedisStore {
         let end = self
             .unless_asked(lease, self.call("retry", &mut inv).await?, how)
             .await?;
-        self.free_slots([lease]).await;
+        self.free_slots([lease]);
         Ok(end)
     }
 
@@ -96,12 +97,12 @@ impl RedisStore {
             .arg(error);
         let end = self.call("dead_letter", &mut inv).await?;
         let end = self.unless_asked(lease, end, "failed for good").await?;
-        self.free_slots([lease]).await;
+        self.free_slots([lease]);
         Ok(end)
     }
 
     /// One fetch.lua call; `grant`: the starts `rate_grant` counted for it in the first shard;
-    /// `slots`: the slots `slot_grant` reserved for it there.
+    /// `slots`: the slots of its global concurrency it may use (`take_slots`).
     async fn fetch_call(
         &self,
         shard: u16,
@@ -109,7 +110,7 @@ impl RedisStore {
         asked: usize,
         ttl: Duration,
         fetcher: &Fetcher,
-        (grant, slots): (Option<&RateGrant>, Option<&SlotGrant>),
+        (grant, slots): (Option<&RateGrant>, Option<&FetchSlots>),
     ) -> Result<Vec<Value>> {
         let k = self.keys(shard);
         let recorded = !fetcher.consumer.is_empty();
@@ -143,7 +144,7 @@ impl RedisStore {
             .arg(lost.join(","))
             .arg(grant.map(|g| g.granted.to_string()).unwrap_or_default())
             .arg(grant.map_or(0, |g| g.wait_us))
-            .arg(slots.map(|g| g.granted.to_string()).unwrap_or_default());
+            .arg(slots.map(|s| s.total().to_string()).unwrap_or_default());
         self.call("fetch", &mut inv).await
     }
 
@@ -154,7 +155,7 @@ impl RedisStore {
         at_home.contains(&(home, topic.clone()))
     }
 
-    fn note_at_home(&self, home: Home, topic: &Topic, yes: bool) {
+    pub(super) fn note_at_home(&self, home: Home, topic: &Topic, yes: bool) {
         let mut at_home = self.at_home.lock().unwrap_or_else(|p| p.into_inner());
         if yes {
             at_home.insert((home, topic.clone()));
@@ -226,166 +227,6 @@ impl RedisStore {
             .call("give back a fetch's unused starts", &mut inv)
             .await?;
         Ok(())
-    }
-
-    /// A slots.lua call on the first shard's count of `topic`'s slots.
-    fn slots_invocation(&self, topic: &Topic, what: &str) -> redis::ScriptInvocation<'static> {
-        let k = self.keys(0);
-        let mut inv = self.scripts().slots.prepare_invoke();
-        inv.key(k.limits())
-            .key(k.global_slots(topic))
-            .key(k.global_slot_times(topic))
-            .arg(topic.as_str())
-            .arg(what);
-        inv
-    }
-
-    /// Up to `asked` of `topic`'s slots of its global concurrency, granted in the first shard
-    /// for a fetch (slots.lua), for a lease of `ttl`; a topic whose global concurrency is not
-    /// counted there any more (it was lifted) gets all `asked`, with no name (nothing to give
-    /// back).
-    async fn slot_grant(&self, topic: &Topic, asked: usize, ttl: Duration) -> Result<SlotGrant> {
-        let name = self.grants.next();
-        let mut inv = self.slots_invocation(topic, "grant");
-        inv.arg(asked).arg(micros(ttl)).arg(&name);
-        let (granted, _limit): (i64, u64) = self
-            .call("take slots of a topic's global concurrency", &mut inv)
-            .await?;
-        let Ok(granted) = u64::try_from(granted) else {
-            // Lifted (the other shards follow): the fetch goes on as without a limit.
-            self.note_at_home(Home::Slots, topic, false);
-            return Ok(SlotGrant {
-                granted: asked as u64,
-                name: String::new(),
-            });
-        };
-        Ok(SlotGrant { granted, name })
-    }
-
-    /// [`slot_grant`](Self::slot_grant), or, when the first shard does not answer, a grant of
-    /// none and the error (as [`rate_grant_or_none`](Self::rate_grant_or_none)).
-    async fn slot_grant_or_none(
-        &self,
-        topic: &Topic,
-        asked: usize,
-        ttl: Duration,
-    ) -> (Option<SlotGrant>, Option<dq_core::Error>) {
-        match self.slot_grant(topic, asked, ttl).await {
-            Ok(g) => (Some(g), None),
-            Err(e) => {
-                let none = SlotGrant {
-                    granted: 0,
-                    name: String::new(),
-                };
-                (Some(none), Some(e))
-            }
-        }
-    }
-
-    /// Has grants of `topic` keep no more slots than they still need (`(name, count)`:
-    /// slots.lua's `free`, or with `renew`, also running out a lease of `renew` from now).
-    /// Best effort, and bounded by [`SLOTS_CALL_LIMIT`]: a grant that keeps more comes down at
-    /// its next renewal, or gives them all back when it runs out, a lease after its jobs' last
-    /// renewal.
-    async fn keep_slots(
-        &self,
-        topic: &Topic,
-        grants: &[(String, u64)],
-        renew: Option<Duration>,
-        why: &str,
-    ) {
-        for chunk in grants.chunks(MAX_BATCH) {
-            let mut inv = match renew {
-                Some(ttl) => {
-                    let mut inv = self.slots_invocation(topic, "renew");
-                    inv.arg(micros(ttl));
-                    inv
-                }
-                None => self.slots_invocation(topic, "free"),
-            };
-            for (name, n) in chunk {
-                inv.arg(name).arg(n);
-            }
-            let call =
-                self.call::<Value>("count the slots of a topic's global concurrency", &mut inv);
-            let error = match tokio::time::timeout(SLOTS_CALL_LIMIT, call).await {
-                Ok(Ok(_)) => continue,
-                Ok(Err(e)) => e.to_string(),
-                Err(_) => format!("no answer within {SLOTS_CALL_LIMIT:?}"),
-            };
-            tracing::warn!(topic = %topic, grants = chunk.len(), error = %error, "could not count the global concurrency slots of {why} in the namespace's first shard; those of ended runs come back at their grant's next renewal or when it runs out, within a lease");
-        }
-    }
-
-    /// Records that the jobs `ids` of a fetch (leased under `token`) hold slots of the grant
-    /// `name`, for their ends to give back.
-    fn hold_slots(&self, shard: u16, token: u64, topic: &Topic, name: &str, ids: Vec<String>) {
-        let mut holds = self.slot_holds.lock().unwrap_or_else(|p| p.into_inner());
-        let hold = holds.entry((shard, token)).or_insert_with(|| SlotHold {
-            topic: topic.clone(),
-            name: name.to_owned(),
-            ids: Default::default(),
-        });
-        hold.ids.extend(ids);
-    }
-
-    /// The grants of `leases` by topic, each with how many of its jobs still hold a slot here,
-    /// after `ended` (when given) took those of the leases that ended.
-    fn slots_needed<'a>(
-        &self,
-        leases: impl IntoIterator<Item = &'a LeaseRef>,
-        ended: bool,
-    ) -> std::collections::BTreeMap<Topic, Vec<(String, u64)>> {
-        let mut out: std::collections::BTreeMap<Topic, Vec<(String, u64)>> = Default::default();
-        let mut holds = self.slot_holds.lock().unwrap_or_else(|p| p.into_inner());
-        if holds.is_empty() {
-            return out;
-        }
-        let mut touched = Vec::new();
-        for l in leases {
-            let key = (l.shard, l.token);
-            let Some(hold) = holds.get_mut(&key) else {
-                continue;
-            };
-            if ended && !hold.ids.remove(l.id.as_str()) {
-                continue;
-            }
-            if !touched.contains(&key) {
-                touched.push(key);
-            }
-        }
-        for key in touched {
-            let Some(hold) = holds.get(&key) else {
-                continue;
-            };
-            let left = hold.ids.len() as u64;
-            out.entry(hold.topic.clone())
-                .or_default()
-                .push((hold.name.clone(), left));
-            if left == 0 {
-                holds.remove(&key);
-            }
-        }
-        out
-    }
-
-    /// Gives back the slots of runs that ended (their end is written, or their lease was
-    /// lost), for the topics whose global concurrency is counted in the first shard: each
-    /// grant keeps as many as its jobs still running here, so each run's slot goes back once.
-    pub(super) async fn free_slots<'a>(&self, ended: impl IntoIterator<Item = &'a LeaseRef>) {
-        for (topic, grants) in self.slots_needed(ended, true) {
-            self.keep_slots(&topic, &grants, None, "ended runs").await;
-        }
-    }
-
-    /// Renews the grants whose jobs' leases were extended by `ttl`, each keeping as many slots
-    /// as its jobs still running here. Best effort: a grant not renewed runs out with the
-    /// lease it was given, and then one more job of the topic may start while these run.
-    async fn renew_slots(&self, extended: &[&LeaseRef], ttl: Duration) {
-        for (topic, grants) in self.slots_needed(extended.iter().copied(), false) {
-            self.keep_slots(&topic, &grants, Some(ttl), "running jobs")
-                .await;
-        }
     }
 
     fn lease_invocation<'s>(
@@ -478,7 +319,7 @@ impl RedisStore {
             released += r.released;
             let asked = named_leases(&chunk, r.asked);
             cancelled += self.delete_asked(&asked, "was released").await?;
-            self.free_slots(chunk.iter().copied()).await;
+            self.free_slots(chunk.iter().copied());
         }
         Ok((released, cancelled))
     }
@@ -544,20 +385,30 @@ impl Leases for RedisStore {
     ) -> Result<Fetched> {
         self.learn([topic]);
         let asked = batch_limit(max);
-        // A limit over several shards is counted in the first shard for all: a rate there
-        // grants the starts (rate_grant.lua; the first shard's own fetch counts them itself),
-        // a global concurrency the slots (slots.lua); what the fetch did not use is given
-        // back after it.
+        // A limit over several shards is counted in the first shard for all: a global
+        // concurrency's slots (slots.lua; those of this store's ended runs kept a moment for
+        // its next fetch: `slots`), then a rate's starts for as many (rate_grant.lua; the first
+        // shard's own fetch counts them itself). What the fetch did not use is kept (slots) or
+        // given back (starts) after it.
         let (mut rate, mut slots, mut unanswered) = (None, None, None);
-        let wants_rate = |store: &Self| shard != 0 && store.at_home(Home::Rate, topic);
-        if wants_rate(self) {
-            let (g, e) = self.rate_grant_or_none(topic, asked).await;
-            (rate, unanswered) = (Some(g), e);
-        }
-        let mut granted_at = std::time::Instant::now();
         if self.at_home(Home::Slots, topic) {
-            let (g, e) = self.slot_grant_or_none(topic, asked, ttl).await;
-            slots = g;
+            let (s, e) = self.take_slots(topic, asked as u64, ttl).await;
+            (slots, unanswered) = (Some(s), e);
+        }
+        let room = slots.as_ref().map_or(asked as u64, FetchSlots::total);
+        if room == 0 && fetcher.lost.is_empty() {
+            // Full: nothing to start, nothing of a lost fetch to take back.
+            if let Some(e) = unanswered {
+                return Err(e);
+            }
+            let mut full = Fetched::default();
+            full.at_capacity = true;
+            full.now_us = self.clock.now_us();
+            return Ok(full);
+        }
+        if shard != 0 && self.at_home(Home::Rate, topic) {
+            let (g, e) = self.rate_grant_or_none(topic, room as usize).await;
+            rate = Some(g);
             unanswered = unanswered.or(e);
         }
         let mut reply = self
@@ -569,19 +420,19 @@ impl Leases for RedisStore {
                 fetcher,
                 (rate.as_ref(), slots.as_ref()),
             )
-            .await?;
-        if let Some((rate_home, slots_home)) = home_reply(&reply) {
+            .await;
+        if let Some((rate_home, slots_home)) = reply.as_deref().ok().and_then(home_reply) {
             self.note_at_home(Home::Rate, topic, rate_home);
             self.note_at_home(Home::Slots, topic, slots_home);
-            if rate_home && rate.is_none() {
-                let (g, e) = self.rate_grant_or_none(topic, asked).await;
-                rate = Some(g);
+            if slots_home && slots.is_none() {
+                let (s, e) = self.take_slots(topic, asked as u64, ttl).await;
+                slots = Some(s);
                 unanswered = unanswered.or(e);
             }
-            if slots_home && slots.is_none() {
-                granted_at = std::time::Instant::now();
-                let (g, e) = self.slot_grant_or_none(topic, asked, ttl).await;
-                slots = g;
+            let room = slots.as_ref().map_or(asked as u64, FetchSlots::total);
+            if rate_home && rate.is_none() && shard != 0 {
+                let (g, e) = self.rate_grant_or_none(topic, room as usize).await;
+                rate = Some(g);
                 unanswered = unanswered.or(e);
             }
             reply = self
@@ -593,23 +444,25 @@ impl Leases for RedisStore {
                     fetcher,
                     (rate.as_ref(), slots.as_ref()),
                 )
-                .await?;
+                .await;
         }
+        let reply = match reply {
+            Ok(reply) => reply,
+            Err(e) => {
+                // The fetch may have leased jobs, to no handler: a later fetch of this
+                // consumer takes them back under its own slots, so these are kept.
+                if let Some(s) = &slots {
+                    self.settle_slots(topic, s, None, Vec::new(), ttl).await;
+                }
+                return Err(e);
+            }
+        };
         let members = leased_members(&reply);
         let token = reply_token(&reply);
-        let held = slots.as_ref().filter(|g| !g.name.is_empty());
-        if let Some(g) = held {
-            // The jobs leased hold the grant's slots until they end; the rest go back now. A
-            // fetch that took a third of a lease renews its grant at once (it ran out a lease
-            // after it was taken).
-            let leased = members.len() as u64;
-            if leased < g.granted || granted_at.elapsed() > ttl / 3 {
-                let renew = (granted_at.elapsed() > ttl / 3).then_some(ttl);
-                let keep = [(g.name.clone(), leased)];
-                self.keep_slots(topic, &keep, renew, "a fetch").await;
-            }
-        }
         if let Some(e) = unanswered.filter(|_| members.is_empty()) {
+            if let Some(s) = &slots {
+                self.settle_slots(topic, s, None, Vec::new(), ttl).await;
+            }
             return Err(e);
         }
         if let Some(g) = rate.filter(|g| !g.tat.is_empty()) {
@@ -622,19 +475,26 @@ impl Leases for RedisStore {
                 }
             }
         }
-        let fetched = self.read_fetched(shard, topic, reply).await?;
-        // Recorded once the jobs are handed over, those handed over only (a malformed job was
-        // dead-lettered: its slot goes at the grant's next count): a fetch that fails here is
-        // taken back by a later one, under its own grant (this one runs out with its time).
-        if let (Some(g), Some(token)) = (held, token) {
+        let fetched = match self.read_fetched(shard, topic, reply).await {
+            Ok(fetched) => fetched,
+            Err(e) => {
+                // As above: no handler starts, a later fetch takes them back.
+                if let Some(s) = &slots {
+                    self.settle_slots(topic, s, None, Vec::new(), ttl).await;
+                }
+                return Err(e);
+            }
+        };
+        // The jobs handed over hold the slots (a malformed job was dead-lettered: its slot is
+        // kept for the next fetch); recorded once they are.
+        if let Some(s) = &slots {
             let ids: Vec<String> = fetched
                 .jobs
                 .iter()
                 .map(|j| j.lease.id.as_str().to_owned())
                 .collect();
-            if !ids.is_empty() {
-                self.hold_slots(shard, token, topic, &g.name, ids);
-            }
+            let at = token.map(|t| (shard, t));
+            self.settle_slots(topic, s, at, ids, ttl).await;
         }
         Ok(fetched)
     }
@@ -700,7 +560,7 @@ impl Leases for RedisStore {
         // The first shard's count after every shard's leases (a slow first shard delays no
         // other shard's renewal, and its calls are bounded): a lease lost is a run this worker
         // no longer holds, whose slot goes back; the others' grants are renewed.
-        self.free_slots(&lost).await;
+        self.free_slots(&lost);
         self.renew_slots(&extended, lease).await;
         Ok(lost)
     }
@@ -709,9 +569,17 @@ impl Leases for RedisStore {
         self.read_cancel_requests(leases).await
     }
 
+    fn run_returned(&self, lease: &LeaseRef) {
+        self.free_slots([lease]);
+    }
+
+    async fn give_back_kept(&self) {
+        self.give_back_kept_slots().await;
+    }
+
     async fn cancel_running(&self, lease: &LeaseRef) -> Result<bool> {
         let deleted = self.delete_cancelled_run(lease).await?;
-        self.free_slots([lease]).await;
+        self.free_slots([lease]);
         Ok(deleted)
     }
 
@@ -1111,17 +979,6 @@ fn reply_token(reply: &[Value]) -> Option<u64> {
     }
 }
 
-/// How long a call to the first shard's count of slots may take before the caller goes on
-/// without its answer (it gives back or renews slots: the next renewal makes it good).
-const SLOTS_CALL_LIMIT: Duration = Duration::from_secs(1);
-
-/// The jobs of one fetch that hold slots of a grant (`slots.lua`), until they end.
-pub(super) struct SlotHold {
-    topic: Topic,
-    name: String,
-    ids: std::collections::HashSet<String>,
-}
-
 /// fetch.lua's `{'home', rate, slots}`: which of the topic's limits the first shard counts for
 /// all, when the call brought no grant of one of them.
 fn home_reply(reply: &[Value]) -> Option<(bool, bool)> {
@@ -1139,47 +996,6 @@ pub(super) enum Home {
     Rate,
     /// Its global concurrency (slots.lua).
     Slots,
-}
-
-/// Slots of a topic's global concurrency that `slots.lua` reserved in the first shard for one
-/// fetch, as placeholders named after the grant.
-struct SlotGrant {
-    granted: u64,
-    /// The grant's name (empty: nothing reserved, nothing to bind: the first shard did not
-    /// answer, or counts no slots of the topic any more).
-    name: String,
-}
-
-/// The names of a store's grants of slots: a random prefix (std's per-process random hash
-/// keys), and a count.
-pub(super) struct GrantNames {
-    prefix: u64,
-    count: std::sync::atomic::AtomicU64,
-}
-
-impl Default for GrantNames {
-    fn default() -> Self {
-        use std::hash::{BuildHasher, Hasher};
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u128(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos()),
-        );
-        GrantNames {
-            prefix: h.finish(),
-            count: std::sync::atomic::AtomicU64::new(0),
-        }
-    }
-}
-
-impl GrantNames {
-    fn next(&self) -> String {
-        let n = self
-            .count
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        format!("{:x}.{n}", self.prefix)
-    }
 }
 
 /// Shard `i`'s share of a limit of `max` over `shards` shards (a global concurrency, a

@@ -20,6 +20,7 @@ mod produce;
 mod reply;
 mod running;
 mod schedules;
+mod slots;
 mod waiters;
 mod workflows;
 
@@ -114,10 +115,10 @@ pub struct RedisStore {
     at_home: Arc<std::sync::Mutex<std::collections::BTreeSet<(lease::Home, Topic)>>>,
     /// Names this store's grants of slots (`slots.lua`'s placeholders) apart from every other
     /// process's: a random prefix, and a count.
-    grants: Arc<lease::GrantNames>,
-    /// The jobs this store leased that hold slots of a grant in the first shard, by the
-    /// shard and token of their fetch: each run's end gives its slot back to its grant once.
-    slot_holds: Arc<std::sync::Mutex<std::collections::HashMap<(u16, u64), lease::SlotHold>>>,
+    grants: Arc<slots::GrantNames>,
+    /// The grants of slots this store holds in the first shard, the jobs that hold each, and
+    /// the slots of ended runs kept a moment for its next fetch (see `slots`).
+    slots: Arc<std::sync::Mutex<slots::SlotBook>>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -170,7 +171,7 @@ impl RedisStore {
             far_parts: Arc::default(),
             at_home: Arc::default(),
             grants: Arc::default(),
-            slot_holds: Arc::default(),
+            slots: Arc::default(),
         };
         let count = store.shard_count(config).await?;
         store.shards = (0..count)
