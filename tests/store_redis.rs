@@ -1873,6 +1873,90 @@ async fn a_run_whose_handler_returned_frees_its_slot_before_its_end_is_written()
     assert_eq!(held_slots(&redis, "t"), 1);
 }
 
+/// Issue 33 review (helper-79, finding 2): the task that gives kept slots back marked itself
+/// running before it was spawned, and cleared the mark only once polled; one spawned on a
+/// runtime that ended before polling it (a `block_on` that returned) left the mark for good,
+/// and the store never gave kept slots back again (other processes saw the topic full until
+/// the grants ran out).
+#[test]
+fn a_give_back_task_dropped_before_it_ran_lets_the_next_one_start() {
+    let redis = RedisServer::start();
+    let main = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (c, leased) = main.block_on(async {
+        let c = client_with(&redis, |b| b.shards(4)).await;
+        c.set_global_concurrency("t", Some(2)).await.unwrap();
+        c.push_batch((0..40).map(|i| c.push_to("t", &i).id(i.to_string())))
+            .await
+            .unwrap();
+        let (leased, _) = fetch_each_shard(&c, "t", &[0, 1, 2, 3], 10).await;
+        (c, leased)
+    });
+    assert_eq!(leased.len(), 2);
+    // The first run returns inside a runtime that ends at once.
+    let brief = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    brief.block_on(async { c.store().run_returned(&leased[0].lease) });
+    drop(brief);
+    main.block_on(async {
+        c.store().run_returned(&leased[1].lease);
+        assert_eq!(
+            held_slots_come_to(&redis, "t", 0).await,
+            0,
+            "both slots went back"
+        );
+    });
+}
+
+/// Issue 33 review (helper-79, finding 3): jobs a lost fetch leased, put back in line beyond
+/// the slots of the next fetch while the topic is paused, rang the topic's consumers, who
+/// fetched only to be told it is paused: they wait for the resume, as the paused branch's.
+#[tokio::test]
+async fn jobs_put_back_in_line_while_the_topic_is_paused_ring_nobody() {
+    let redis = RedisServer::start();
+    let c = client_with(&redis, |b| b.shards(4)).await;
+    c.set_global_concurrency("t", Some(4)).await.unwrap();
+    c.push_batch((0..40).map(|i| c.push_to("t", &i).id(i.to_string())))
+        .await
+        .unwrap();
+    c.store().fetch(1, &topic("other"), 1, LEASE).await.unwrap();
+    let k = dq::store::ShardKeys::new("test", 2);
+    let mut conn = raw_conn(&redis).await;
+    let first: Vec<redis::Value> = fetch_script(&k, "t", "7", ("", "3"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(first.len().saturating_sub(6) / 2, 3, "{first:?}");
+    c.pause("t").await.unwrap();
+    let mut rung = redis::Client::open(redis.url())
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .unwrap();
+    rung.subscribe(format!("{}ready", k.prefix()))
+        .await
+        .unwrap();
+    let mut rung = rung.into_on_message();
+    let again: Vec<redis::Value> = fetch_script(&k, "t", "7", ("", "1"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        again,
+        vec![redis::Value::BulkString(b"paused".to_vec())],
+        "{again:?}"
+    );
+    assert_eq!(c.counts("t").await.unwrap().running, 0, "all back in line");
+    use futures_util::StreamExt;
+    let message = tokio::time::timeout(Duration::from_millis(300), rung.next()).await;
+    assert!(message.is_err(), "nobody rung: {message:?}");
+}
+
 /// An end written twice (a retried ack whose first reply was lost) gives its run's slot back
 /// once: the other run of its fetch keeps its own.
 #[tokio::test]
@@ -1967,6 +2051,56 @@ async fn a_grant_or_give_back_of_slots_sent_twice_counts_once() {
     );
 }
 
+/// A raw fetch.lua call (EVALSHA, the script loaded by a fetch before) of topic `t` in the
+/// shard of `k`, up to 10 jobs, as consumer `resending`'s fetch `nonce`, with `starts` of its
+/// rate and `slots` of its global concurrency granted (`""`: none asked): what the store
+/// sends, for the tests of lost replies.
+fn fetch_script(
+    k: &dq::store::ShardKeys,
+    t: &str,
+    nonce: &str,
+    (starts, slots): (&str, &str),
+) -> redis::Cmd {
+    let (_, sha) = dq::store::script_hashes()
+        .into_iter()
+        .find(|(name, _)| *name == "fetch")
+        .unwrap();
+    let t = topic(t);
+    let mut fetch = redis::cmd("EVALSHA");
+    fetch.arg(&sha).arg(17);
+    for key in [
+        k.jobs(),
+        k.inflight(),
+        k.ready(&t),
+        k.counts(),
+        k.paused(),
+        k.leases(),
+        k.ready_gen(&t),
+        k.delayed(),
+        k.fetched("resending"),
+        k.cancels(),
+        k.events(),
+        k.events_stream(&t),
+        k.limits(),
+        k.ranked(&t),
+        k.dead(&t),
+        k.done(&t),
+        k.group_tat(&t),
+    ] {
+        fetch.arg(key);
+    }
+    fetch
+        .arg(t.as_str())
+        .arg(10)
+        .arg(LEASE.as_micros() as u64)
+        .arg(nonce)
+        .arg("")
+        .arg(starts)
+        .arg(0)
+        .arg(slots);
+    fetch
+}
+
 /// Issue 33 review (helper-77, finding 3): the jobs of a fetch whose reply was lost are taken
 /// back by the consumer's next fetch, whatever slots that fetch was granted; by then the lost
 /// fetch's grant may have run out and its slots gone to other jobs, so they ran past the limit.
@@ -1981,48 +2115,9 @@ async fn jobs_taken_back_beyond_the_slots_granted_go_back_to_ready() {
         .unwrap();
     // The script loaded, as any fetch does (of a topic with nothing ready).
     c.store().fetch(1, &topic("other"), 1, LEASE).await.unwrap();
-    let t = topic("t");
     let k = dq::store::ShardKeys::new("test", 2);
-    let (_, sha) = dq::store::script_hashes()
-        .into_iter()
-        .find(|(name, _)| *name == "fetch")
-        .unwrap();
     // This consumer's fetch 7, with `slots` granted.
-    let fetch = |slots: &str| {
-        let mut fetch = redis::cmd("EVALSHA");
-        fetch.arg(&sha).arg(17);
-        for key in [
-            k.jobs(),
-            k.inflight(),
-            k.ready(&t),
-            k.counts(),
-            k.paused(),
-            k.leases(),
-            k.ready_gen(&t),
-            k.delayed(),
-            k.fetched("resending"),
-            k.cancels(),
-            k.events(),
-            k.events_stream(&t),
-            k.limits(),
-            k.ranked(&t),
-            k.dead(&t),
-            k.done(&t),
-            k.group_tat(&t),
-        ] {
-            fetch.arg(key);
-        }
-        fetch
-            .arg("t")
-            .arg(10)
-            .arg(LEASE.as_micros() as u64)
-            .arg("7")
-            .arg("")
-            .arg("")
-            .arg(0)
-            .arg(slots);
-        fetch
-    };
+    let fetch = |slots: &str| fetch_script(&k, "t", "7", ("", slots));
     let mut conn = raw_conn(&redis).await;
     let jobs = |reply: &[redis::Value]| reply.len().saturating_sub(6) / 2;
     let first: Vec<redis::Value> = fetch("3").query_async(&mut conn).await.unwrap();
@@ -2192,44 +2287,9 @@ async fn a_resent_fetch_starts_no_more_than_its_grant() {
         .unwrap();
     // The script loaded, as any fetch does (of a topic with nothing ready).
     c.store().fetch(1, &topic("other"), 1, LEASE).await.unwrap();
-    let t = topic("t");
     let k = dq::store::ShardKeys::new("test", 2);
-    let (_, sha) = dq::store::script_hashes()
-        .into_iter()
-        .find(|(name, _)| *name == "fetch")
-        .unwrap();
-    let mut fetch = redis::cmd("EVALSHA");
-    fetch.arg(&sha).arg(17);
-    for key in [
-        k.jobs(),
-        k.inflight(),
-        k.ready(&t),
-        k.counts(),
-        k.paused(),
-        k.leases(),
-        k.ready_gen(&t),
-        k.delayed(),
-        k.fetched("resending"),
-        k.cancels(),
-        k.events(),
-        k.events_stream(&t),
-        k.limits(),
-        k.ranked(&t),
-        k.dead(&t),
-        k.done(&t),
-        k.group_tat(&t),
-    ] {
-        fetch.arg(key);
-    }
     // A grant of one start, this fetch's nonce 7, no lost fetch named.
-    fetch
-        .arg("t")
-        .arg(10)
-        .arg(LEASE.as_micros() as u64)
-        .arg("7")
-        .arg("")
-        .arg("1")
-        .arg(0);
+    let fetch = fetch_script(&k, "t", "7", ("1", ""));
     let mut conn = raw_conn(&redis).await;
     let jobs = |reply: &[redis::Value]| reply.len().saturating_sub(6) / 2;
     let first: Vec<redis::Value> = fetch.query_async(&mut conn).await.unwrap();

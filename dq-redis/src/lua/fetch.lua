@@ -159,12 +159,13 @@ local function back_in_line(members, wake)
   if wake then ring(prefix, topic) end
 end
 -- Taken back beyond the slots granted (the lost fetch's grant may have run out since, and its
--- slots gone to others' jobs): those go back in line for a fetch with slots to take them.
+-- slots gone to others' jobs): those go back in line for a fetch with slots to take them
+-- (rung, unless the topic is paused or held: its consumers wait for the resume).
 if slot_grant and #back > slot_grant then
   local extra, total = {}, #back
   for i = slot_grant + 1, total do extra[#extra + 1] = back[i] end
   for i = total, slot_grant + 1, -1 do back[i] = nil end
-  back_in_line(extra, true)
+  back_in_line(extra, not (paused or held))
   if back_cancels then
     for i = total, slot_grant + 1, -1 do back_cancels[i] = nil end
   end

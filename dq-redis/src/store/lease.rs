@@ -309,6 +309,9 @@ impl RedisStore {
                 keys.push(k.events_stream(t));
                 keys.push(k.ranked(t));
             }
+            // Their handlers have stopped: the slots are free whether or not the call comes
+            // through (a release that fails leaves the jobs to the reclaimer).
+            self.free_slots(chunk.iter().copied());
             let mut inv = Self::lease_invocation(
                 &self.scripts().release,
                 &keys,
@@ -319,7 +322,6 @@ impl RedisStore {
             released += r.released;
             let asked = named_leases(&chunk, r.asked);
             cancelled += self.delete_asked(&asked, "was released").await?;
-            self.free_slots(chunk.iter().copied());
         }
         Ok((released, cancelled))
     }
