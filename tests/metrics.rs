@@ -591,3 +591,65 @@ async fn a_full_topic_is_not_fetched_at_every_end_of_another_topics_jobs() {
     assert!(full < 100, "{full} fetches of a full topic in 600 ms");
     rt.shutdown().await.unwrap();
 }
+
+/// Issue 33: over a cluster's 16 shards the first shard counts a rated or globally limited
+/// topic's starts for every shard, so a fetch elsewhere first asks it for a grant. Each of those
+/// calls is counted by limit, call and outcome: with the first shard's master gone, `failed`
+/// grows and tells the person on call why a limited topic stalls while its own shard is fine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_to_the_first_shard_that_counts_a_limit_for_all_are_counted_by_outcome() {
+    endpoint();
+    let mut cluster = support::RedisCluster::start(3, 0);
+    let config = dq::Config::builder()
+        .redis_cluster(cluster.urls())
+        .build()
+        .unwrap();
+    let c = support::TestClient::connect(config).await.unwrap();
+    let (rated, limited) = (
+        support::topic("first-rated"),
+        support::topic("first-limited"),
+    );
+    c.set_rate("first-rated", Some("1000/1s".parse().unwrap()))
+        .await
+        .unwrap();
+    c.set_global_concurrency("first-limited", Some(3))
+        .await
+        .unwrap();
+    // One job of each topic: a fetch of its shard uses one of its grant and gives back the
+    // rest, a fetch of another shard gives back all it was granted.
+    c.push_to("first-rated", &1u32).await.unwrap();
+    c.push_to("first-limited", &1u32).await.unwrap();
+    let mut leased = Vec::new();
+    for shard in 1..16 {
+        for t in [&rated, &limited] {
+            let f = c.store().fetch(shard, t, 10, support::LEASE).await.unwrap();
+            leased.extend(f.jobs.into_iter().map(|j| j.lease));
+        }
+    }
+    c.store().release(&leased).await.unwrap();
+    scrape_until(&[
+        r#"dq_first_shard_calls_total{topic="first-rated",limit="rate",call="take",outcome="ok"}"#,
+        r#"dq_first_shard_calls_total{topic="first-rated",limit="rate",call="give_back",outcome="ok"}"#,
+        r#"dq_first_shard_calls_total{topic="first-limited",limit="global_concurrency",call="take",outcome="ok"}"#,
+        r#"dq_first_shard_calls_total{topic="first-limited",limit="global_concurrency",call="free",outcome="ok"}"#,
+    ])
+    .await;
+    // The first shard's master gone (no replica to take over): another shard's fetch of a
+    // limited topic gets no grant, says so, and is counted.
+    let first = cluster.master_of(&dq::store::ShardKeys::new("dq", 0).jobs());
+    let shard = (1..16)
+        .find(|&s| cluster.master_of(&dq::store::ShardKeys::new("dq", s).jobs()) != first)
+        .unwrap();
+    cluster.node_mut(first).kill();
+    let started = Instant::now();
+    let fetched = c.store().fetch(shard, &rated, 10, support::LEASE).await;
+    assert!(fetched.is_err(), "no grant, no start: {fetched:?}");
+    eprintln!(
+        "the fetch without its grant failed in {:?}",
+        started.elapsed()
+    );
+    scrape_until(&[
+        r#"dq_first_shard_calls_total{topic="first-rated",limit="rate",call="take",outcome="failed"} 1"#,
+    ])
+    .await;
+}

@@ -3,8 +3,11 @@
 //! in-memory store, so they cannot drift apart. The behaviours address shard 0, so the
 //! cluster runs them with one shard; `tests/cluster.rs` spreads 16 shards over the masters.
 //!
-//! This file sets up the stores and runs each behaviour on each (`on_redis::<behaviour>`,
-//! `on_cluster::...`, `on_memory::...`); the behaviours are in `store_behaviour/`, by subject.
+//! This file sets up the stores and runs each behaviour on each
+//! (`behaviour_on_redis::<behaviour>`, `behaviour_on_cluster::...`, `behaviour_on_memory::...`);
+//! the behaviours are in `store_behaviour/`, by subject. They wait on Redis far more than they
+//! compute, so `scripts/test` runs them on their own, four at a time (the module names'
+//! `behaviour_on_` is what it leaves out of the rest of the suite: keep it unique to this file).
 
 #![allow(clippy::unwrap_used, unreachable_pub)] // test code: a panic is the failure report
 
@@ -147,13 +150,13 @@ impl Harness {
 /// Each behaviour (`module: [behaviour, ...]`) as a test on each store.
 macro_rules! on_every_store {
     ($($module:ident: [$($name:ident),* $(,)?]),* $(,)?) => {
-        mod on_redis {
+        mod behaviour_on_redis {
             $($(#[tokio::test] async fn $name() { super::$module::$name(super::Kind::Redis).await })*)*
         }
-        mod on_cluster {
+        mod behaviour_on_cluster {
             $($(#[tokio::test] async fn $name() { super::$module::$name(super::Kind::Cluster).await })*)*
         }
-        mod on_memory {
+        mod behaviour_on_memory {
             $($(#[tokio::test] async fn $name() { super::$module::$name(super::Kind::Memory).await })*)*
         }
     };

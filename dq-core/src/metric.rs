@@ -88,6 +88,17 @@ pub const TOPIC_LIMIT: &str = "dq_topic_limit";
 /// (`Throughput::rate_used`: over more minutes for a slow rate, 0 for one of under two starts
 /// an hour); 0 for a limit it does not have.
 pub const TOPIC_LIMIT_USED: &str = "dq_topic_limit_used_ratio";
+/// Counter, labels `topic`, `limit`, `call` and `outcome`: calls this process made to the
+/// namespace's first shard, which counts a topic's `rate` or `global_concurrency` for every
+/// shard when the namespace has several (a cluster's 16; none on one shard). `call`: `take` (a
+/// fetch's grant of starts or slots), `give_back` (the starts a fetch did not use), `free` (the
+/// slots of ended runs no fetch took) or `renew` (the slots of running jobs whose leases were
+/// extended). `outcome`: `ok`, `failed` (no answer or an error: a fetch without its grant starts
+/// nothing new of the topic; slots not freed come back within a lease), or `late` for a
+/// `give_back` that came after a later grant and was dropped (those starts are lost to the rate
+/// for its period, never added to it). `failed` growing explains a limited topic that stalls
+/// while its own shard is healthy: look at the first shard's master.
+pub const FIRST_SHARD_CALLS: &str = "dq_first_shard_calls_total";
 /// Gauge, label `topic`: seconds left of a hold a handler asked for (`Outcome::RateLimited`),
 /// 0 when none is in force.
 pub const TOPIC_HELD: &str = "dq_topic_held_seconds";

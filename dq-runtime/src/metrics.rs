@@ -33,6 +33,7 @@
 //! | `dq_topic_limit` | gauge | topic, limit | each flow limit, 0 when none: `max_pending`, `global_concurrency`, `rate_per_second`, `group_concurrency` (1 by default), `group_rate_per_second` (every 5 s) |
 //! | `dq_topic_limit_used_ratio` | gauge | topic, limit | how much of a limit is used: pending jobs over `max_pending`, running jobs over `global_concurrency`, and for `rate_per_second` the runs that ended in the last full minute over the starts the rate allows in a minute (`Throughput::rate_used`: more minutes for a slow rate; 0 under two starts an hour; postponed, 429'd and cancelled runs not counted) (0 when the topic has no such limit) |
 //! | `dq_topic_held_seconds` | gauge | topic | seconds left of a hold a handler asked for (`Outcome::RateLimited`), 0 when none |
+//! | `dq_first_shard_calls_total` | counter | topic, limit, call, outcome | calls this process made to the namespace's first shard, which counts a `rate` or `global_concurrency` for every shard of a namespace of several (a cluster): `call` `take`, `give_back`, `free` or `renew`; `outcome` `ok`, `failed`, or `late` (a rate's give-back dropped after a later grant). Recorded by the Redis store, none on one shard |
 
 use std::time::Duration;
 

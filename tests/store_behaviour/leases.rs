@@ -27,11 +27,12 @@ pub(crate) async fn promote_moves_only_due_jobs_and_reports_the_next_due_time(ki
     let h = Harness::new(kind, |b| b).await;
     let c = &h.client;
     let s = c.store();
-    push_order(c, 1, "soon", Duration::from_millis(30)).await;
+    // (half a second: a loaded machine's two pushes and a call fit in it)
+    push_order(c, 1, "soon", Duration::from_millis(500)).await;
     push_order(c, 2, "later", Duration::from_secs(60)).await;
     let early = s.promote(0, 1000).await.unwrap();
     assert_eq!(early.moved, 0, "nothing is due yet");
-    tokio::time::sleep(Duration::from_millis(40)).await;
+    tokio::time::sleep(Duration::from_millis(510)).await;
     let p = s.promote(0, 1000).await.unwrap();
     assert_eq!(p.moved, 1);
     assert_eq!(p.topics, vec![(topic("order-cancel"), 1)]);

@@ -13,6 +13,8 @@
 -- Returns {granted, tat, wait_us}: granted -1 when the topic has no rate here (its rate was
 -- just lifted: the caller fetches as without one); tat the time written ('' when none was);
 -- wait_us how long until the next start when fewer than wanted were granted (0 otherwise).
+-- A give-back returns {1, '', 0} when it was applied, {0, '', 0} when a later start had moved
+-- the time on (dropped: metric `late`), {-1, '', 0} without a rate.
 local field, tat_field = ARGV[1] .. ':rate', ARGV[1] .. ':tat'
 local limit = redis.call('HMGET', KEYS[1], field, tat_field)
 local i, t = string.match(limit[1] or '', '^([^:]+):([^:]+):')
@@ -22,6 +24,7 @@ if ARGV[2] == '-' then
   if limit[2] == ARGV[4] then
     proceed_when_full(KEYS[1])
     redis.call('HSET', KEYS[1], tat_field, string.format('%.3f', tonumber(ARGV[4]) - tonumber(ARGV[3]) * interval))
+    return {1, '', 0}
   end
   return {0, '', 0}
 end

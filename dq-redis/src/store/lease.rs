@@ -173,9 +173,11 @@ impl RedisStore {
             .arg(asked)
             .arg(0)
             .arg("");
-        let (granted, tat, wait_us): (i64, String, u64) = self
+        let reply = self
             .call("count a fetch's starts against its topic's rate", &mut inv)
-            .await?;
+            .await;
+        Home::Rate.count_call(topic, "take", if reply.is_ok() { "ok" } else { "failed" });
+        let (granted, tat, wait_us): (i64, String, u64) = reply?;
         let Ok(granted) = u64::try_from(granted) else {
             self.note_at_home(Home::Rate, topic, false);
             return Ok(RateGrant {
@@ -215,7 +217,7 @@ impl RedisStore {
     }
 
     /// Gives back `unused` starts of a grant that moved the topic's time to `tat`: applied
-    /// while no later start moved it on (rate_grant.lua).
+    /// while no later start moved it on (rate_grant.lua; dropped, and counted `late`, after).
     async fn rate_give_back(&self, topic: &Topic, unused: u64, tat: &str) -> Result<()> {
         let mut inv = self.scripts().rate_grant.prepare_invoke();
         inv.key(self.keys(0).limits())
@@ -223,10 +225,16 @@ impl RedisStore {
             .arg("-")
             .arg(unused)
             .arg(tat);
-        let _: Value = self
+        let reply: Result<(i64, String, u64)> = self
             .call("give back a fetch's unused starts", &mut inv)
-            .await?;
-        Ok(())
+            .await;
+        let outcome = match &reply {
+            Ok((0, _, _)) => "late",
+            Ok(_) => "ok",
+            Err(_) => "failed",
+        };
+        Home::Rate.count_call(topic, "give_back", outcome);
+        reply.map(|_| ())
     }
 
     fn lease_invocation<'s>(
@@ -998,6 +1006,28 @@ pub(super) enum Home {
     Rate,
     /// Its global concurrency (slots.lua).
     Slots,
+}
+
+impl Home {
+    /// Its name in metrics: the limit's own.
+    fn limit(self) -> &'static str {
+        match self {
+            Home::Rate => "rate",
+            Home::Slots => "global_concurrency",
+        }
+    }
+
+    /// Counts a call to the namespace's first shard for `topic`'s limit
+    /// ([`metric::FIRST_SHARD_CALLS`](dq_core::metric::FIRST_SHARD_CALLS)): `call` is `take`,
+    /// `give_back`, `free` or `renew`, `outcome` `ok`, `failed` or `late`.
+    pub(super) fn count_call(self, topic: &Topic, call: &'static str, outcome: &'static str) {
+        metrics::counter!(dq_core::metric::FIRST_SHARD_CALLS,
+            "topic" => topic.as_str().to_owned(),
+            "limit" => self.limit(),
+            "call" => call,
+            "outcome" => outcome)
+        .increment(1);
+    }
 }
 
 /// Shard `i`'s share of a limit of `max` over `shards` shards (a global concurrency, a

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
+use super::lease::Home;
 use super::{micros, RedisStore};
 use dq_core::store::MAX_BATCH;
 use dq_core::{LeaseRef, Result, Topic};
@@ -360,13 +361,15 @@ impl RedisStore {
         let reply: Result<(i64, u64)> = self
             .call("take slots of a topic's global concurrency", &mut inv)
             .await;
+        let outcome = if reply.is_ok() { "ok" } else { "failed" };
+        Home::Slots.count_call(topic, "take", outcome);
         let granted = match reply {
             Ok((granted, _limit)) => granted,
             Err(e) => return (slots, Some(e)),
         };
         let Ok(granted) = u64::try_from(granted) else {
             // Lifted (the other shards follow): the fetch goes on as without a limit.
-            self.note_at_home(super::lease::Home::Slots, topic, false);
+            self.note_at_home(Home::Slots, topic, false);
             slots.unlimited = wanted;
             return (slots, None);
         };
@@ -437,11 +440,16 @@ impl RedisStore {
             }
             let call =
                 self.call::<Value>("count the slots of a topic's global concurrency", &mut inv);
+            let what = if renew.is_some() { "renew" } else { "free" };
             let error = match tokio::time::timeout(SLOTS_CALL_LIMIT, call).await {
-                Ok(Ok(_)) => continue,
+                Ok(Ok(_)) => {
+                    Home::Slots.count_call(topic, what, "ok");
+                    continue;
+                }
                 Ok(Err(e)) => e.to_string(),
                 Err(_) => format!("no answer within {SLOTS_CALL_LIMIT:?}"),
             };
+            Home::Slots.count_call(topic, what, "failed");
             tracing::warn!(topic = %topic, grants = chunk.len(), error = %error, "could not count the global concurrency slots of {why} in the namespace's first shard; those of ended runs come back at their grant's next renewal or when it runs out, within a lease");
         }
     }
