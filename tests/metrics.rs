@@ -634,22 +634,89 @@ async fn calls_to_the_first_shard_that_counts_a_limit_for_all_are_counted_by_out
         r#"dq_first_shard_calls_total{topic="first-limited",limit="global_concurrency",call="free",outcome="ok"}"#,
     ])
     .await;
-    // The first shard's master gone (no replica to take over): another shard's fetch of a
-    // limited topic gets no grant, says so, and is counted.
+    // The first shard's master gone (no replica to take over), the other masters still
+    // serving their slots: another shard's fetch of a limited topic gets no grant, says so,
+    // and is counted.
+    for m in cluster.masters() {
+        m.command(&["CONFIG", "SET", "cluster-require-full-coverage", "no"]);
+    }
     let first = cluster.master_of(&dq::store::ShardKeys::new("dq", 0).jobs());
     let shard = (1..16)
         .find(|&s| cluster.master_of(&dq::store::ShardKeys::new("dq", s).jobs()) != first)
         .unwrap();
+    let id = (0..)
+        .map(|i| format!("f{i}"))
+        .find(|id| dq::store::shard_of(&rated, &dq::JobId::new(id.as_str()).unwrap(), 16) == shard)
+        .unwrap();
+    c.push_to("first-rated", &2u32).id(id).await.unwrap();
     cluster.node_mut(first).kill();
     let started = Instant::now();
     let fetched = c.store().fetch(shard, &rated, 10, support::LEASE).await;
-    assert!(fetched.is_err(), "no grant, no start: {fetched:?}");
+    assert!(
+        fetched.is_err(),
+        "a job ready, no grant, no start: {fetched:?}"
+    );
     eprintln!(
         "the fetch without its grant failed in {:?}",
         started.elapsed()
     );
     scrape_until(&[
-        r#"dq_first_shard_calls_total{topic="first-rated",limit="rate",call="take",outcome="failed"} 1"#,
+        "dq_first_shard_calls_total{topic=\"first-rated\",limit=\"rate\",call=\"take\",outcome=\"failed\"} 1\n",
+    ])
+    .await;
+}
+
+/// Issue 33 (helper-76, finding 7): a fetch of a rated topic outside the first shard asked it
+/// for starts for its whole batch, even in a shard with no job left, and gave back what it did
+/// not start: a grant and a give-back for nothing at each empty fetch, and starts held from the
+/// other shards meanwhile (lost when a later grant came before the give-back). A shard whose
+/// last fetch took every ready job is now asked first how many it has: none, no grant; two,
+/// a grant of two and nothing to give back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_that_ran_dry_is_asked_how_many_jobs_it_has_before_starts_are_taken_for_it() {
+    endpoint();
+    let cluster = support::RedisCluster::start(3, 0);
+    let config = dq::Config::builder()
+        .redis_cluster(cluster.urls())
+        .build()
+        .unwrap();
+    let shards = config.shards;
+    let c = support::TestClient::connect(config).await.unwrap();
+    let t = support::topic("dry-rated");
+    c.set_rate("dry-rated", Some("100000/1s".parse().unwrap()))
+        .await
+        .unwrap();
+    // Ids whose jobs land in shard 5 (not the first).
+    let in_shard = |n: usize, from: usize| -> Vec<String> {
+        (from..)
+            .map(|i| format!("d{i}"))
+            .filter(|id| {
+                dq::store::shard_of(&t, &dq::JobId::new(id.as_str()).unwrap(), shards) == 5
+            })
+            .take(n)
+            .collect()
+    };
+    let push = |ids: Vec<String>| {
+        c.push_batch(
+            ids.into_iter()
+                .map(|id| c.push_to("dry-rated", &1u32).id(id)),
+        )
+    };
+    push(in_shard(3, 0)).await.unwrap();
+    let first = c.store().fetch(5, &t, 10, support::LEASE).await.unwrap();
+    assert_eq!(
+        first.jobs.len(),
+        3,
+        "a grant of 10, three started, seven given back"
+    );
+    let empty = c.store().fetch(5, &t, 10, support::LEASE).await.unwrap();
+    assert!(empty.jobs.is_empty() && empty.throttled.is_none());
+    push(in_shard(2, 1000)).await.unwrap();
+    let woken = c.store().fetch(5, &t, 10, support::LEASE).await.unwrap();
+    assert_eq!(woken.jobs.len(), 2);
+    scrape_until(&[
+        "dq_first_shard_calls_total{topic=\"dry-rated\",limit=\"rate\",call=\"take\",outcome=\"ok\"} 2\n",
+        "dq_first_shard_calls_total{topic=\"dry-rated\",limit=\"rate\",call=\"give_back\",outcome=\"ok\"} 1\n",
     ])
     .await;
 }

@@ -25,7 +25,8 @@ pub const JOBS_RATE_LIMITED: &str = "dq_jobs_rate_limited_total";
 /// were ready: the consumer waited for the next start the limit allowed.
 pub const FETCHES_THROTTLED: &str = "dq_fetches_throttled_total";
 /// Counter, label `topic`: fetches that the topic's global concurrency cut short while jobs
-/// were ready: the consumer waited for a lease to end.
+/// were ready: the consumer waited for a lease to end. Over several shards (a cluster), also a
+/// fetch that found no slot free, whether or not jobs were ready: it asks its shard nothing.
 pub const FETCHES_AT_CAPACITY: &str = "dq_fetches_at_capacity_total";
 /// Counter, label `topic`: ready jobs a fetch of this process found whose group had used its
 /// rate (`group_rate`): each went back to wait for its group's next turn, not started.
@@ -90,14 +91,17 @@ pub const TOPIC_LIMIT: &str = "dq_topic_limit";
 pub const TOPIC_LIMIT_USED: &str = "dq_topic_limit_used_ratio";
 /// Counter, labels `topic`, `limit`, `call` and `outcome`: calls this process made to the
 /// namespace's first shard, which counts a topic's `rate` or `global_concurrency` for every
-/// shard when the namespace has several (a cluster's 16; none on one shard). `call`: `take` (a
-/// fetch's grant of starts or slots), `give_back` (the starts a fetch did not use), `free` (the
-/// slots of ended runs no fetch took) or `renew` (the slots of running jobs whose leases were
-/// extended). `outcome`: `ok`, `failed` (no answer or an error: a fetch without its grant starts
-/// nothing new of the topic; slots not freed come back within a lease), or `late` for a
-/// `give_back` that came after a later grant and was dropped (those starts are lost to the rate
-/// for its period, never added to it). `failed` growing explains a limited topic that stalls
-/// while its own shard is healthy: look at the first shard's master.
+/// shard when the namespace has several (a cluster's 16, or `DQ_SHARDS` above 1; none on one
+/// shard). `call`: `take` (a fetch's grant of starts or slots), `give_back` (the starts a fetch
+/// did not use), `free` (the slots of ended runs no fetch took) or `renew` (the slots of running
+/// jobs, at a lease extension or after a slow fetch). `outcome`: `ok`, `failed` (no answer or an
+/// error: a fetch without its grant of starts starts none, one without its grant of slots no
+/// more than it kept; a slot not freed comes back when its grant runs out; a grant not renewed
+/// may run out under its running jobs, and one more job may then start), or `late` for a
+/// `give_back` dropped because a later grant, or a start in the first shard, moved the rate on
+/// (those starts are lost to the rate for its period, never added to it). `failed` growing
+/// explains a limited topic that stalls while its own shard is healthy: look at the first
+/// shard's master.
 pub const FIRST_SHARD_CALLS: &str = "dq_first_shard_calls_total";
 /// Gauge, label `topic`: seconds left of a hold a handler asked for (`Outcome::RateLimited`),
 /// 0 when none is in force.

@@ -12,7 +12,7 @@
 //! | `dq_jobs_retried_total` | counter | topic | failed jobs scheduled to run again |
 //! | `dq_jobs_postponed_total` | counter | topic | jobs whose handler asked to run again later (`Outcome::RetryAfter`; no attempt spent) |
 //! | `dq_jobs_rate_limited_total` | counter | topic | runs whose handler met its provider's rate limit (`Outcome::RateLimited`): the topic was held back in every process, the job went back to ready, no attempt spent |
-//! | `dq_fetches_at_capacity_total` | counter | topic | fetches of this process that the topic's global concurrency cut short while jobs were ready; the consumer waited for a lease to end |
+//! | `dq_fetches_at_capacity_total` | counter | topic | fetches of this process that the topic's global concurrency cut short while jobs were ready; the consumer waited for a lease to end (over several shards, also a fetch that found no slot free, ready jobs or not: it asks its shard nothing) |
 //! | `dq_fetches_throttled_total` | counter | topic | fetches of this process that the topic's rate limit (or a hold) cut short while jobs were ready; the consumer waited for the next start allowed |
 //! | `dq_jobs_dead_lettered_total` | counter | topic | jobs moved to the dead letters (poison included) |
 //! | `dq_jobs_held_by_group_rate_total` | counter | topic | ready jobs a fetch of this process found whose group had used its rate (`group_rate`): each went back to wait for its group's next turn |
@@ -33,7 +33,7 @@
 //! | `dq_topic_limit` | gauge | topic, limit | each flow limit, 0 when none: `max_pending`, `global_concurrency`, `rate_per_second`, `group_concurrency` (1 by default), `group_rate_per_second` (every 5 s) |
 //! | `dq_topic_limit_used_ratio` | gauge | topic, limit | how much of a limit is used: pending jobs over `max_pending`, running jobs over `global_concurrency`, and for `rate_per_second` the runs that ended in the last full minute over the starts the rate allows in a minute (`Throughput::rate_used`: more minutes for a slow rate; 0 under two starts an hour; postponed, 429'd and cancelled runs not counted) (0 when the topic has no such limit) |
 //! | `dq_topic_held_seconds` | gauge | topic | seconds left of a hold a handler asked for (`Outcome::RateLimited`), 0 when none |
-//! | `dq_first_shard_calls_total` | counter | topic, limit, call, outcome | calls this process made to the namespace's first shard, which counts a `rate` or `global_concurrency` for every shard of a namespace of several (a cluster): `call` `take`, `give_back`, `free` or `renew`; `outcome` `ok`, `failed`, or `late` (a rate's give-back dropped after a later grant). Recorded by the Redis store, none on one shard |
+//! | `dq_first_shard_calls_total` | counter | topic, limit, call, outcome | calls this process made to the namespace's first shard, which counts a `rate` or `global_concurrency` for every shard of a namespace of several (a cluster, or `DQ_SHARDS` above 1): `call` `take`, `give_back`, `free` or `renew`; `outcome` `ok`, `failed`, or `late` (a rate's give-back dropped after a later grant or a start in the first shard). Recorded by the Redis store, none on one shard |
 
 use std::time::Duration;
 

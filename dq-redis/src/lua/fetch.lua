@@ -40,8 +40,10 @@
 -- ARGV[8] the slots slots.lua granted ('': none asked)
 -- Returns {now_us, token, taken_back, throttled_us, at_capacity, held_back, id_1, envelope_1, ...}, or
 -- {'paused'} when the topic is paused (a lost fetch's jobs then go back to the front of the
--- ready list), or {'home', rate, slots}, nothing done, when its rate ('1' or '0') or its
--- global concurrency is counted in the first shard and the call brought no grant of it. throttled_us: the rate limit or a hold let out fewer jobs than asked while more
+-- ready list), or {'home', rate, slots, ready}, nothing done, when its rate ('1' or '0') or its
+-- global concurrency is counted in the first shard and the call brought no grant of it (ready:
+-- how many entries the topic's ready lanes hold, stale ones included: a caller asks this way
+-- before it takes starts for a shard whose last fetch found no job left). throttled_us: the rate limit or a hold let out fewer jobs than asked while more
 -- are ready, and the next may start in this many us (0: not throttled). at_capacity: 1 when
 -- the global concurrency let out fewer than asked while more are ready (the next may start
 -- when a lease of the topic ends), else 0.
@@ -96,7 +98,7 @@ local slots_home = limit[4] and string.sub(limit[4], 1, 5) == 'home:'
 if not rate_home then granted = nil end
 if not slots_home then slot_grant = nil end
 if (rate_home and not granted) or (slots_home and not slot_grant) then
-  return {'home', rate_home and '1' or '0', slots_home and '1' or '0'}
+  return {'home', rate_home and '1' or '0', slots_home and '1' or '0', left}
 end
 local tat, hold = tonumber(limit[2] or ''), tonumber(limit[3] or '')
 local clock = (interval or hold) and now_us() or 0

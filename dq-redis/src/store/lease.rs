@@ -155,6 +155,22 @@ impl RedisStore {
         at_home.contains(&(home, topic.clone()))
     }
 
+    /// Whether this store's last fetch of `topic` in `shard` took every ready job it found
+    /// (for a rate counted in the first shard).
+    fn ran_dry(&self, shard: u16, topic: &Topic) -> bool {
+        let dry = self.ran_dry.lock().unwrap_or_else(|p| p.into_inner());
+        dry.contains(&(shard, topic.clone()))
+    }
+
+    fn note_ran_dry(&self, shard: u16, topic: &Topic, yes: bool) {
+        let mut dry = self.ran_dry.lock().unwrap_or_else(|p| p.into_inner());
+        if yes {
+            dry.insert((shard, topic.clone()));
+        } else {
+            dry.remove(&(shard, topic.clone()));
+        }
+    }
+
     pub(super) fn note_at_home(&self, home: Home, topic: &Topic, yes: bool) {
         let mut at_home = self.at_home.lock().unwrap_or_else(|p| p.into_inner());
         if yes {
@@ -416,7 +432,15 @@ impl Leases for RedisStore {
             full.now_us = self.clock.now_us();
             return Ok(full);
         }
-        if shard != 0 && self.at_home(Home::Rate, topic) {
+        // A rate's starts are asked for as many as the batch may start; but for a shard whose
+        // last fetch here took every ready job it found, the fetch first asks the shard how
+        // many it has (fetch.lua's `home` reply, nothing done): an empty shard's fetch then
+        // takes no starts, and a woken one as many as it has jobs. (A grant of the whole batch
+        // for one job held the rest a moment, and their give-back, dropped once a later grant
+        // moved the rate's time on, lost them to the rate: helper-76, finding 7.)
+        let rated_elsewhere = shard != 0 && self.at_home(Home::Rate, topic);
+        let ask_first = rated_elsewhere && fetcher.lost.is_empty() && self.ran_dry(shard, topic);
+        if rated_elsewhere && !ask_first {
             let (g, e) = self.rate_grant_or_none(topic, room as usize).await;
             rate = Some(g);
             unanswered = unanswered.or(e);
@@ -431,15 +455,31 @@ impl Leases for RedisStore {
                 (rate.as_ref(), slots.as_ref()),
             )
             .await;
-        if let Some((rate_home, slots_home)) = reply.as_deref().ok().and_then(home_reply) {
+        if let Some((rate_home, slots_home, ready)) = reply.as_deref().ok().and_then(home_reply) {
             self.note_at_home(Home::Rate, topic, rate_home);
             self.note_at_home(Home::Slots, topic, slots_home);
+            if ask_first && rate_home && ready == Some(0) {
+                // Nothing ready: no starts taken, no fetch. The slots taken, if any, are
+                // kept for the next fetch.
+                if let Some(s) = &slots {
+                    self.settle_slots(topic, s, None, Vec::new(), ttl).await;
+                }
+                if let Some(e) = unanswered {
+                    return Err(e);
+                }
+                let mut none = Fetched::default();
+                none.now_us = self.clock.now_us();
+                return Ok(none);
+            }
             if slots_home && slots.is_none() {
                 let (s, e) = self.take_slots(topic, asked as u64, ttl).await;
                 slots = Some(s);
                 unanswered = unanswered.or(e);
             }
-            let room = slots.as_ref().map_or(asked as u64, FetchSlots::total);
+            let mut room = slots.as_ref().map_or(asked as u64, FetchSlots::total);
+            if ask_first {
+                room = room.min(ready.unwrap_or(room).max(1));
+            }
             if rate_home && rate.is_none() && shard != 0 {
                 let (g, e) = self.rate_grant_or_none(topic, room as usize).await;
                 rate = Some(g);
@@ -475,7 +515,7 @@ impl Leases for RedisStore {
             }
             return Err(e);
         }
-        if let Some(g) = rate.filter(|g| !g.tat.is_empty()) {
+        if let Some(g) = rate.as_ref().filter(|g| !g.tat.is_empty()) {
             let unused = g.granted.saturating_sub(members.len() as u64);
             if unused > 0 {
                 // Best effort: the jobs are leased; a give-back that does not come only
@@ -495,6 +535,23 @@ impl Leases for RedisStore {
                 return Err(e);
             }
         };
+        if rate.is_some() || ask_first {
+            // Every ready job taken (fewer than it might start, none held back or cut short):
+            // the next fetch asks the shard first. (`rate`: the starts asked, here or once
+            // the shard said the first shard counts them; none after asking first: the rate
+            // was lifted.)
+            let might = rate
+                .as_ref()
+                .map_or(asked as u64, |g| g.granted)
+                .min(slots.as_ref().map_or(asked as u64, FetchSlots::total));
+            let took = fetched.jobs.len() + fetched.malformed.len() + fetched.held_back;
+            let dry = rate.is_some()
+                && (took as u64) < might
+                && fetched.throttled.is_none()
+                && !fetched.at_capacity
+                && !fetched.paused;
+            self.note_ran_dry(shard, topic, dry);
+        }
         // The jobs handed over hold the slots (a malformed job was dead-lettered: its slot is
         // kept for the next fetch); recorded once they are.
         if let Some(s) = &slots {
@@ -989,12 +1046,17 @@ fn reply_token(reply: &[Value]) -> Option<u64> {
     }
 }
 
-/// fetch.lua's `{'home', rate, slots}`: which of the topic's limits the first shard counts for
-/// all, when the call brought no grant of one of them.
-fn home_reply(reply: &[Value]) -> Option<(bool, bool)> {
+/// fetch.lua's `{'home', rate, slots, ready}`: which of the topic's limits the first shard
+/// counts for all, when the call brought no grant of one of them, and how many entries the
+/// shard's ready lanes of the topic hold.
+fn home_reply(reply: &[Value]) -> Option<(bool, bool, Option<u64>)> {
     let flag = |i: usize| matches!(reply.get(i), Some(Value::BulkString(b)) if b == b"1");
+    let ready = match reply.get(3) {
+        Some(Value::Int(n)) => u64::try_from(*n).ok(),
+        _ => None,
+    };
     match reply.first() {
-        Some(Value::BulkString(b)) if b == b"home" => Some((flag(1), flag(2))),
+        Some(Value::BulkString(b)) if b == b"home" => Some((flag(1), flag(2), ready)),
         _ => None,
     }
 }
