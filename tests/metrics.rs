@@ -671,7 +671,7 @@ async fn calls_to_the_first_shard_that_counts_a_limit_for_all_are_counted_by_out
 /// not start: a grant and a give-back for nothing at each empty fetch, and starts held from the
 /// other shards meanwhile (lost when a later grant came before the give-back). A shard whose
 /// last fetch took every ready job is now asked first how many it has: none, no grant; two,
-/// a grant of two and nothing to give back.
+/// a grant of two and nothing to give back; and once those two emptied it, none again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shard_that_ran_dry_is_asked_how_many_jobs_it_has_before_starts_are_taken_for_it() {
     endpoint();
@@ -713,7 +713,10 @@ async fn a_shard_that_ran_dry_is_asked_how_many_jobs_it_has_before_starts_are_ta
     assert!(empty.jobs.is_empty() && empty.throttled.is_none());
     push(in_shard(2, 1000)).await.unwrap();
     let woken = c.store().fetch(5, &t, 10, support::LEASE).await.unwrap();
-    assert_eq!(woken.jobs.len(), 2);
+    assert_eq!(woken.jobs.len(), 2, "a grant of two, both started");
+    // It took exactly what it was granted and left the shard empty: dry again (helper-82).
+    let after = c.store().fetch(5, &t, 10, support::LEASE).await.unwrap();
+    assert!(after.jobs.is_empty() && after.throttled.is_none());
     scrape_until(&[
         "dq_first_shard_calls_total{topic=\"dry-rated\",limit=\"rate\",call=\"take\",outcome=\"ok\"} 2\n",
         "dq_first_shard_calls_total{topic=\"dry-rated\",limit=\"rate\",call=\"give_back\",outcome=\"ok\"} 1\n",

@@ -1931,7 +1931,7 @@ async fn jobs_put_back_in_line_while_the_topic_is_paused_ring_nobody() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(first.len().saturating_sub(6) / 2, 3, "{first:?}");
+    assert_eq!(first.len().saturating_sub(7) / 2, 3, "{first:?}");
     c.pause("t").await.unwrap();
     let mut rung = redis::Client::open(redis.url())
         .unwrap()
@@ -2119,7 +2119,7 @@ async fn jobs_taken_back_beyond_the_slots_granted_go_back_to_ready() {
     // This consumer's fetch 7, with `slots` granted.
     let fetch = |slots: &str| fetch_script(&k, "t", "7", ("", slots));
     let mut conn = raw_conn(&redis).await;
-    let jobs = |reply: &[redis::Value]| reply.len().saturating_sub(6) / 2;
+    let jobs = |reply: &[redis::Value]| reply.len().saturating_sub(7) / 2;
     let first: Vec<redis::Value> = fetch("3").query_async(&mut conn).await.unwrap();
     assert_eq!(jobs(&first), 3, "{first:?}");
     let ready = c.counts("t").await.unwrap().ready;
@@ -2291,7 +2291,7 @@ async fn a_resent_fetch_starts_no_more_than_its_grant() {
     // A grant of one start, this fetch's nonce 7, no lost fetch named.
     let fetch = fetch_script(&k, "t", "7", ("1", ""));
     let mut conn = raw_conn(&redis).await;
-    let jobs = |reply: &[redis::Value]| reply.len().saturating_sub(6) / 2;
+    let jobs = |reply: &[redis::Value]| reply.len().saturating_sub(7) / 2;
     let first: Vec<redis::Value> = fetch.query_async(&mut conn).await.unwrap();
     assert_eq!(jobs(&first), 1, "{first:?}");
     let resent: Vec<redis::Value> = fetch.query_async(&mut conn).await.unwrap();

@@ -38,7 +38,9 @@
 --   fetches whose reply did not arrive, comma-separated
 -- ARGV[6] the starts rate_grant.lua granted ('': none asked)  ARGV[7] us until its next start
 -- ARGV[8] the slots slots.lua granted ('': none asked)
--- Returns {now_us, token, taken_back, throttled_us, at_capacity, held_back, id_1, envelope_1, ...}, or
+-- Returns {now_us, token, taken_back, throttled_us, at_capacity, held_back, ready_left, id_1,
+-- envelope_1, ...} (ready_left: the entries left in the topic's ready lanes, stale ones
+-- included: 0 when this fetch took every job there was), or
 -- {'paused'} when the topic is paused (a lost fetch's jobs then go back to the front of the
 -- ready list), or {'home', rate, slots, ready}, nothing done, when its rate ('1' or '0') or its
 -- global concurrency is counted in the first shard and the call brought no grant of it (ready:
@@ -177,7 +179,7 @@ if paused or held then
   -- in line for the first fetch after the resume or the hold (no consumer to wake before).
   if #back > 0 then back_in_line(back, false) end
   if paused then return {'paused'} end
-  return {fmt(clock), '0', 0, throttled(), 0, 0}
+  return {fmt(clock), '0', 0, throttled(), 0, 0, math.max(left, 0)}
 end
 -- The envelopes of the jobs taken back, read before anything is written.
 local back_raws = #back > 0 and redis.call('HMGET', jobs, unpack(back)) or {}
@@ -296,7 +298,9 @@ if stale > 0 then
     ring(string.sub(ready, 1, #ready - #topic - 6), topic)
   end
 end
-if #ids == 0 and #back == 0 then return {fmt(now_us()), '0', 0, throttled(), at_capacity(0), 0} end
+if #ids == 0 and #back == 0 then
+  return {fmt(now_us()), '0', 0, throttled(), at_capacity(0), 0, math.max(left, 0)}
+end
 proceed_when_full(leases) -- leasing moves jobs (ready to inflight): allowed when Redis is full
 local now = now_us()
 -- ':next' cannot be a member: every member has a topic before its colon. A token is never
@@ -314,7 +318,7 @@ if counter[2] then
 else
   redis.call('HSET', leases, ':next', token, ':table', LEASES_AS_TABLE)
 end
-local out = {fmt(now), token, 0, throttled(), at_capacity(#ids), 0}
+local out = {fmt(now), token, 0, throttled(), at_capacity(#ids), 0, 0}
 local deadline = fmt(now + lease_us)
 local held, deadlines = {}, {'+inf', INFLIGHT_AS_SKIPLIST}
 -- Taken back from a lost fetch: leased again to this one, first in line; no run counted.
@@ -386,6 +390,7 @@ end
 out[5] = at_capacity(#ids - held_back)
 if held_back > 0 then out[4] = 0 end
 out[6] = held_back
+out[7] = math.max(left, 0)
 -- Filled by count: `#t + 1` would search for the end of each list at every job.
 local nh, nd, no = #held, #deadlines, #out
 for i, id in ipairs(ids) do

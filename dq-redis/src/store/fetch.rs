@@ -16,8 +16,9 @@ use dq_core::{JobId, Topic};
 impl RedisStore {
     /// Reads fetch.lua's reply: `paused`, or the shard's clock, the lease's token, how many
     /// jobs were taken back, how long the rate limit holds the next start back (0: it does
-    /// not), whether the global concurrency held jobs back (1), then `id, envelope` pairs of
-    /// the jobs now leased to us.
+    /// not), whether the global concurrency held jobs back (1), how many jobs a group's rate
+    /// held back, how many ready entries are left (read by `fetch_for`), then `id, envelope`
+    /// pairs of the jobs now leased to us.
     pub(super) async fn read_fetched(
         &self,
         shard: u16,
@@ -50,7 +51,7 @@ impl RedisStore {
         out.throttled = (throttled_us > 0).then(|| Duration::from_micros(throttled_us));
         out.at_capacity = at_capacity == 1;
         out.held_back = usize::try_from(held_back).unwrap_or(usize::MAX);
-        for pair in reply.get(6..).unwrap_or_default().chunks(2) {
+        for pair in reply.get(7..).unwrap_or_default().chunks(2) {
             let (Some(Value::BulkString(id)), Some(Value::BulkString(raw))) =
                 (pair.first(), pair.get(1))
             else {

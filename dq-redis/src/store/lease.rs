@@ -525,6 +525,7 @@ impl Leases for RedisStore {
                 }
             }
         }
+        let ready_left = reply_ready_left(&reply);
         let fetched = match self.read_fetched(shard, topic, reply).await {
             Ok(fetched) => fetched,
             Err(e) => {
@@ -536,21 +537,10 @@ impl Leases for RedisStore {
             }
         };
         if rate.is_some() || ask_first {
-            // Every ready job taken (fewer than it might start, none held back or cut short):
-            // the next fetch asks the shard first. (`rate`: the starts asked, here or once
-            // the shard said the first shard counts them; none after asking first: the rate
-            // was lifted.)
-            let might = rate
-                .as_ref()
-                .map_or(asked as u64, |g| g.granted)
-                .min(slots.as_ref().map_or(asked as u64, FetchSlots::total));
-            let took = fetched.jobs.len() + fetched.malformed.len() + fetched.held_back;
-            let dry = rate.is_some()
-                && (took as u64) < might
-                && fetched.throttled.is_none()
-                && !fetched.at_capacity
-                && !fetched.paused;
-            self.note_ran_dry(shard, topic, dry);
+            // No ready job left in the shard: the next fetch asks it first. (`rate`: the
+            // starts asked, here or once the shard said the first shard counts them; none
+            // after asking first: the rate was lifted.)
+            self.note_ran_dry(shard, topic, rate.is_some() && ready_left == Some(0));
         }
         // The jobs handed over hold the slots (a malformed job was dead-lettered: its slot is
         // kept for the next fetch); recorded once they are.
@@ -1026,7 +1016,7 @@ fn leased_members(reply: &[Value]) -> Vec<String> {
         return Vec::new();
     }
     reply
-        .get(6..)
+        .get(7..)
         .unwrap_or_default()
         .iter()
         .step_by(2)
@@ -1042,6 +1032,16 @@ fn reply_token(reply: &[Value]) -> Option<u64> {
     match reply.get(1)? {
         Value::Int(t) => u64::try_from(*t).ok(),
         Value::BulkString(t) => std::str::from_utf8(t).ok()?.parse().ok(),
+        _ => None,
+    }
+}
+
+/// The entries a fetch.lua reply says are left in the topic's ready lanes (its seventh item;
+/// none in a `paused` or `home` reply).
+fn reply_ready_left(reply: &[Value]) -> Option<u64> {
+    match (reply.first(), reply.get(6)) {
+        (Some(Value::BulkString(b)), _) if b == b"paused" || b == b"home" => None,
+        (_, Some(Value::Int(n))) => u64::try_from(*n).ok(),
         _ => None,
     }
 }
