@@ -2548,3 +2548,70 @@ async fn a_promotion_of_ten_thousand_grouped_jobs_lets_each_into_its_group() {
         .len();
     assert_eq!(fetched, 1000, "5,000 groups in line, one job each");
 }
+
+/// Issue 33 (helper-76, finding 5): a give-back of unused starts was applied while the rate's
+/// time was the one its grant wrote; but a time is not unique: after the give-back, an equal
+/// grant brings it back to that value, and the give-back delivered again (a cluster client
+/// resends a request after a dropped connection) was applied again, letting out starts never
+/// granted. Each grant now names itself beside the time, and an applied give-back clears the
+/// name.
+#[tokio::test]
+async fn a_give_back_delivered_twice_is_applied_once() {
+    let redis = RedisServer::start();
+    let c = client_with(&redis, |b| b.shards(4)).await;
+    c.set_rate("t", Some("1000000/1s".parse().unwrap()))
+        .await
+        .unwrap();
+    // A fetch in another shard than the first loads the grant script.
+    c.store().fetch(1, &topic("t"), 1, LEASE).await.unwrap();
+    let (_, sha) = dq::store::script_hashes()
+        .into_iter()
+        .find(|(name, _)| *name == "rate_grant")
+        .unwrap();
+    let limits = dq::store::ShardKeys::new("test", 0).limits();
+    let mut conn = raw_conn(&redis).await;
+    let call = |args: &[&str]| {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(&sha).arg(1).arg(&limits).arg("t").arg(args);
+        cmd
+    };
+    // The rate busy: its time 5 s ahead, under a tolerance of 10 s written for the test (a
+    // real rate's is about 10 ms), so that each grant counts from that time, not from the
+    // clock, however slow the machine.
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
+    let ahead = format!("{}.000", secs * 1_000_000 + micros + 5_000_000);
+    let _: () = redis::cmd("HSET")
+        .arg(&limits)
+        .arg("t:rate")
+        .arg("1:10000000:1000000/1s")
+        .arg("t:tat")
+        .arg(&ahead)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let (granted, tat, _): (i64, String, u64) =
+        call(&["2", "0", "a"]).query_async(&mut conn).await.unwrap();
+    assert_eq!(granted, 2);
+    let give_back = call(&["-", "2", &tat, "a"]);
+    let (applied, _, _): (i64, String, u64) = give_back.query_async(&mut conn).await.unwrap();
+    assert_eq!(applied, 1, "the time back where it was");
+    let (again, tat_again, _): (i64, String, u64) =
+        call(&["2", "0", "b"]).query_async(&mut conn).await.unwrap();
+    assert_eq!(
+        (again, &tat_again),
+        (2, &tat),
+        "an equal grant: the same time"
+    );
+    let (twice, _, _): (i64, String, u64) = give_back.query_async(&mut conn).await.unwrap();
+    assert_eq!(
+        twice, 0,
+        "the first grant's give-back, delivered again, is dropped"
+    );
+    let now: String = redis::cmd("HGET")
+        .arg(&limits)
+        .arg("t:tat")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(now, tat, "the second grant's starts still counted");
+}

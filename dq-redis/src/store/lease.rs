@@ -183,12 +183,13 @@ impl RedisStore {
     /// Up to `asked` starts of `topic` counted against its rate in the first shard, for a
     /// fetch in another. A topic without a rate there (it was lifted) gets them all.
     async fn rate_grant(&self, topic: &Topic, asked: usize) -> Result<RateGrant> {
+        let name = self.grants.next();
         let mut inv = self.scripts().rate_grant.prepare_invoke();
         inv.key(self.keys(0).limits())
             .arg(topic.as_str())
             .arg(asked)
             .arg(0)
-            .arg("");
+            .arg(&name);
         let reply = self
             .call("count a fetch's starts against its topic's rate", &mut inv)
             .await;
@@ -199,12 +200,14 @@ impl RedisStore {
             return Ok(RateGrant {
                 granted: asked as u64,
                 tat: String::new(),
+                name,
                 wait_us: 0,
             });
         };
         Ok(RateGrant {
             granted,
             tat,
+            name,
             wait_us,
         })
     }
@@ -225,6 +228,7 @@ impl RedisStore {
                 let none = RateGrant {
                     granted: 0,
                     tat: String::new(),
+                    name: String::new(),
                     wait_us: 0,
                 };
                 (none, Some(e))
@@ -232,15 +236,17 @@ impl RedisStore {
         }
     }
 
-    /// Gives back `unused` starts of a grant that moved the topic's time to `tat`: applied
-    /// while no later start moved it on (rate_grant.lua; dropped, and counted `late`, after).
-    async fn rate_give_back(&self, topic: &Topic, unused: u64, tat: &str) -> Result<()> {
+    /// Gives back `unused` starts of `grant`: applied while the topic's time is the one it
+    /// wrote, and by it (rate_grant.lua; dropped, and counted `late`, once a later start moved
+    /// the time on; applied once when the call is delivered twice).
+    async fn rate_give_back(&self, topic: &Topic, unused: u64, grant: &RateGrant) -> Result<()> {
         let mut inv = self.scripts().rate_grant.prepare_invoke();
         inv.key(self.keys(0).limits())
             .arg(topic.as_str())
             .arg("-")
             .arg(unused)
-            .arg(tat);
+            .arg(&grant.tat)
+            .arg(&grant.name);
         let reply: Result<(i64, String, u64)> = self
             .call("give back a fetch's unused starts", &mut inv)
             .await;
@@ -520,7 +526,7 @@ impl Leases for RedisStore {
             if unused > 0 {
                 // Best effort: the jobs are leased; a give-back that does not come only
                 // leaves those starts unused.
-                if let Err(e) = self.rate_give_back(topic, unused, &g.tat).await {
+                if let Err(e) = self.rate_give_back(topic, unused, g).await {
                     tracing::warn!(topic = %topic, unused, error = %e, "could not give back a fetch's unused starts of the topic's rate to the namespace's first shard; they are lost to the rate for this period");
                 }
             }
@@ -774,6 +780,7 @@ impl Leases for RedisStore {
             redis::cmd("HDEL")
                 .arg(k.limits())
                 .arg(format!("{topic}:tat"))
+                .arg(format!("{topic}:tat_by"))
                 .to_owned()
         })
         .await
@@ -1005,6 +1012,9 @@ struct RateGrant {
     granted: u64,
     /// The topic's time the grant wrote (empty: nothing to give back).
     tat: String,
+    /// The grant's name, written beside the time (a give-back applies once, to this grant's
+    /// time only).
+    name: String,
     /// How long until the next start, when fewer than asked were granted (0: not cut).
     wait_us: u64,
 }

@@ -570,7 +570,7 @@ impl Default for GrantNames {
 }
 
 impl GrantNames {
-    fn next(&self) -> String {
+    pub(super) fn next(&self) -> String {
         let n = self
             .count
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
