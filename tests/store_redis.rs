@@ -59,13 +59,9 @@ async fn the_short_section_of_push_leaves_the_data_the_general_path_leaves() {
     let redis = RedisServer::start();
     let c = client(&redis).await;
     // A job made ready is announced on the shard's `ready` channel, by either path.
-    let mut ready = redis::Client::open(redis.url())
-        .unwrap()
-        .get_async_pubsub()
+    let mut ready = subscribed(&redis, "dq:{test:0}:ready")
         .await
-        .unwrap();
-    ready.subscribe("dq:{test:0}:ready").await.unwrap();
-    let mut ready = ready.into_on_message();
+        .into_on_message();
     // (Two minutes ahead: a job due further ahead is written compact by the general path
     // alone, see the test after this one.)
     let at = std::time::SystemTime::now() + Duration::from_secs(120);
@@ -1198,6 +1194,23 @@ async fn a_malformed_attempt_limit_in_redis_is_ignored() {
 }
 
 /// A connection of the test's own to `redis`, to look at dq's keys.
+/// A subscription to `channel` of `redis` (a shard's `ready` channel, say).
+async fn subscribed(redis: &RedisServer, channel: &str) -> redis::aio::PubSub {
+    let mut pubsub = redis::Client::open(redis.url())
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .unwrap();
+    pubsub.subscribe(channel).await.unwrap();
+    pubsub
+}
+
+/// How many jobs a raw fetch.lua reply leased (its header has seven items, then `id, envelope`
+/// pairs).
+fn leased_in(reply: &[redis::Value]) -> usize {
+    reply.len().saturating_sub(7) / 2
+}
+
 async fn raw_conn(redis: &RedisServer) -> redis::aio::MultiplexedConnection {
     redis::Client::open(redis.url())
         .unwrap()
@@ -1931,17 +1944,11 @@ async fn jobs_put_back_in_line_while_the_topic_is_paused_ring_nobody() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(first.len().saturating_sub(7) / 2, 3, "{first:?}");
+    assert_eq!(leased_in(&first), 3, "{first:?}");
     c.pause("t").await.unwrap();
-    let mut rung = redis::Client::open(redis.url())
-        .unwrap()
-        .get_async_pubsub()
+    let mut rung = subscribed(&redis, &format!("{}ready", k.prefix()))
         .await
-        .unwrap();
-    rung.subscribe(format!("{}ready", k.prefix()))
-        .await
-        .unwrap();
-    let mut rung = rung.into_on_message();
+        .into_on_message();
     let again: Vec<redis::Value> = fetch_script(&k, "t", "7", ("", "1"))
         .query_async(&mut conn)
         .await
@@ -2119,22 +2126,15 @@ async fn jobs_taken_back_beyond_the_slots_granted_go_back_to_ready() {
     // This consumer's fetch 7, with `slots` granted.
     let fetch = |slots: &str| fetch_script(&k, "t", "7", ("", slots));
     let mut conn = raw_conn(&redis).await;
-    let jobs = |reply: &[redis::Value]| reply.len().saturating_sub(7) / 2;
     let first: Vec<redis::Value> = fetch("3").query_async(&mut conn).await.unwrap();
-    assert_eq!(jobs(&first), 3, "{first:?}");
+    assert_eq!(leased_in(&first), 3, "{first:?}");
     let ready = c.counts("t").await.unwrap().ready;
-    let mut rung = redis::Client::open(redis.url())
-        .unwrap()
-        .get_async_pubsub()
+    let mut rung = subscribed(&redis, &format!("{}ready", k.prefix()))
         .await
-        .unwrap();
-    rung.subscribe(format!("{}ready", k.prefix()))
-        .await
-        .unwrap();
-    let mut rung = rung.into_on_message();
+        .into_on_message();
     // Its reply lost; sent again (or named lost by the next fetch) with one slot granted.
     let again: Vec<redis::Value> = fetch("1").query_async(&mut conn).await.unwrap();
-    assert_eq!(jobs(&again), 1, "as many as granted: {again:?}");
+    assert_eq!(leased_in(&again), 1, "as many as granted: {again:?}");
     let counts = c.counts("t").await.unwrap();
     assert_eq!(counts.running, 1, "the others are not leased");
     assert_eq!(counts.ready, ready + 2, "they went back to ready");
@@ -2291,12 +2291,11 @@ async fn a_resent_fetch_starts_no_more_than_its_grant() {
     // A grant of one start, this fetch's nonce 7, no lost fetch named.
     let fetch = fetch_script(&k, "t", "7", ("1", ""));
     let mut conn = raw_conn(&redis).await;
-    let jobs = |reply: &[redis::Value]| reply.len().saturating_sub(7) / 2;
     let first: Vec<redis::Value> = fetch.query_async(&mut conn).await.unwrap();
-    assert_eq!(jobs(&first), 1, "{first:?}");
+    assert_eq!(leased_in(&first), 1, "{first:?}");
     let resent: Vec<redis::Value> = fetch.query_async(&mut conn).await.unwrap();
     assert_eq!(
-        jobs(&resent),
+        leased_in(&resent),
         1,
         "the first copy's job again, and no other: {resent:?}"
     );

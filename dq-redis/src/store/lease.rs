@@ -155,8 +155,8 @@ impl RedisStore {
         at_home.contains(&(home, topic.clone()))
     }
 
-    /// Whether this store's last fetch of `topic` in `shard` took every ready job it found
-    /// (for a rate counted in the first shard).
+    /// Whether this store's last fetch of `topic` in `shard` left no ready entry there (for a
+    /// rate counted in the first shard).
     fn ran_dry(&self, shard: u16, topic: &Topic) -> bool {
         let dry = self.ran_dry.lock().unwrap_or_else(|p| p.into_inner());
         dry.contains(&(shard, topic.clone()))
@@ -439,7 +439,7 @@ impl Leases for RedisStore {
             return Ok(full);
         }
         // A rate's starts are asked for as many as the batch may start; but for a shard whose
-        // last fetch here took every ready job it found, the fetch first asks the shard how
+        // last fetch here left no ready entry, the fetch first asks the shard how
         // many it has (fetch.lua's `home` reply, nothing done): an empty shard's fetch then
         // takes no starts, and a woken one as many as it has jobs. (A grant of the whole batch
         // for one job held the rest a moment, and their give-back, dropped once a later grant

@@ -113,8 +113,8 @@ pub struct RedisStore {
     /// found: a fetch of such a topic asks that shard for its starts or slots first, and the
     /// end of a run with a slot there frees it (see `fetch_for`).
     at_home: Arc<std::sync::Mutex<std::collections::BTreeSet<(lease::Home, Topic)>>>,
-    /// The shards and topics, of a rate counted in the first shard, whose last fetch here took
-    /// every ready job it found: the next asks the shard how many it has before it asks the
+    /// The shards and topics, of a rate counted in the first shard, whose last fetch here left
+    /// no ready entry there: the next asks the shard how many it has before it asks the
     /// first shard for starts (see `fetch_for`).
     ran_dry: Arc<std::sync::Mutex<std::collections::BTreeSet<(u16, Topic)>>>,
     /// Names this store's grants of slots (`slots.lua`'s placeholders) apart from every other
