@@ -125,6 +125,49 @@ async fn push_options_that_mean_nothing_are_refused_with_the_reason() {
     assert_eq!(client.counts("t").await.unwrap().delayed, 2);
 }
 
+/// A limit of zero is refused by every setter that takes one, with the reason, and leaves the
+/// stored value as it was: a group concurrency of 0 is not read as 1 (the listener attribute,
+/// the CLI and the other setters refuse it too).
+#[tokio::test]
+async fn a_limit_of_zero_is_refused_by_every_client_setter() {
+    let client = Client::new(
+        Arc::new(MemoryStore::new()),
+        Config::builder().build().unwrap(),
+    );
+    client.set_group_concurrency("t", Some(3)).await.unwrap();
+    client.set_global_concurrency("t", Some(3)).await.unwrap();
+    client.set_max_pending("t", Some(3)).await.unwrap();
+    for (err, says) in [
+        (
+            client
+                .set_group_concurrency("t", Some(0))
+                .await
+                .unwrap_err(),
+            "group_concurrency must be at least 1",
+        ),
+        (
+            client
+                .set_global_concurrency("t", Some(0))
+                .await
+                .unwrap_err(),
+            "global_concurrency must be at least 1",
+        ),
+        (
+            client.set_max_pending("t", Some(0)).await.unwrap_err(),
+            "max_pending must be at least 1",
+        ),
+    ] {
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+        assert!(
+            err.to_string().contains(says),
+            "{err} does not say {says:?}"
+        );
+    }
+    assert_eq!(client.group_concurrency("t").await.unwrap(), Some(3));
+    assert_eq!(client.global_concurrency("t").await.unwrap(), Some(3));
+    assert_eq!(client.max_pending("t").await.unwrap(), Some(3));
+}
+
 /// A listener asking for more retries than a push may is refused at start, by name.
 #[tokio::test]
 async fn a_listener_with_more_retries_than_the_limit_is_refused_at_start() {

@@ -31,7 +31,10 @@ pub(crate) async fn known_topic(client: &Client, topic: &str) -> Result<(), Exit
 /// retention; MAX PENDING: its bound, `(full)` once its delayed, ready and running jobs reach
 /// it; RATE: its rate limit and how much of it the runs of the last full minute used (of the
 /// last few minutes, for a rate of under two starts a minute: `Throughput::rate_window`);
-/// RUNNING/GLOBAL: its running jobs against its global concurrency;
+/// RUNNING/GLOBAL: its running jobs against its global concurrency; GROUPS: for a topic with a
+/// group setting or a job waiting for a group's slot, the most of one group's jobs at once,
+/// its group rate, and the group with the most jobs waiting for a slot (`dq groups TOPIC`
+/// lists the busiest ten, with the slots they hold);
 /// DONE 1H and FAILED 1H: the runs of the last hour).
 pub(crate) async fn stats(client: &Client, json: bool) -> Result<(), Exit> {
     let topics = client.topics().await?;
@@ -63,6 +66,7 @@ pub(crate) async fn stats(client: &Client, json: bool) -> Result<(), Exit> {
             "MAX PENDING",
             "RATE",
             "RUNNING/GLOBAL",
+            "GROUPS",
             "LAG",
             "NEXT DUE",
             "DONE 1H",
@@ -102,6 +106,7 @@ fn stats_row(topic: &str, s: &TopicStats, hour: &Throughput, now: SystemTime) ->
         },
         s.global_concurrency
             .map_or("-".into(), |max| format!("{}/{max}", s.counts.running)),
+        groups_cell(s),
         s.oldest_ready_due
             .and_then(|d| now.duration_since(d).ok())
             .map_or("-".into(), |d| format!("{:.1}s", d.as_secs_f64())),
@@ -110,6 +115,37 @@ fn stats_row(topic: &str, s: &TopicStats, hour: &Throughput, now: SystemTime) ->
         hour.failed().to_string(),
     ]
 }
+
+/// The GROUPS cell of `dq stats`: "at most 2 at once, 10/1s each, busiest acct-7 (9 waiting)",
+/// the parts a topic has; "-" for a topic with no group setting and no job waiting for a slot
+/// (the group concurrency's default of 1 is shown only beside a group rate or a busy group).
+/// A group key longer than [`GROUP_KEY_SHOWN`] characters is cut there, ending in "…".
+fn groups_cell(s: &TopicStats) -> String {
+    let busiest = s.busiest_groups.first();
+    if s.group_concurrency.is_none() && s.group_rate.is_none() && busiest.is_none() {
+        return "-".into();
+    }
+    let mut parts = vec![format!(
+        "at most {} at once",
+        s.group_concurrency.unwrap_or(1)
+    )];
+    if let Some(r) = s.group_rate {
+        parts.push(format!("{r} each"));
+    }
+    if let Some(b) = busiest {
+        let key: String = if b.group.chars().count() > GROUP_KEY_SHOWN {
+            let head: String = b.group.chars().take(GROUP_KEY_SHOWN - 1).collect();
+            format!("{head}…")
+        } else {
+            b.group.clone()
+        };
+        parts.push(format!("busiest {key} ({} waiting)", b.waiting));
+    }
+    parts.join(", ")
+}
+
+/// The most characters of a group key `dq stats`' table shows (a key may take 256 bytes).
+const GROUP_KEY_SHOWN: usize = 24;
 
 /// `dq watch`: `dq stats` on a cleared screen every second, until Ctrl-C or `iterations`.
 pub(crate) async fn watch(

@@ -314,6 +314,41 @@ async fn grouped_pushes_wait_their_turn_and_dq_groups_shows_and_widens_them() {
     assert!(said.contains("at least 1"), "{said}");
 }
 
+/// `dq stats` shows a grouped topic's group limits and its busiest group in its table (and
+/// the busiest groups in `--json`); a topic that never had groups shows none.
+#[tokio::test]
+async fn stats_show_a_topics_group_limits_and_busiest_group() {
+    let redis = RedisServer::start();
+    let c = client(&redis).await;
+    for _ in 0..3 {
+        c.push_json("charge", "{}").group("acct-7").await.unwrap();
+    }
+    c.push_json("charge", "{}").group("acct-8").await.unwrap();
+    c.push_json("mails", "{}").await.unwrap();
+    c.set_group_rate("charge", Some("10/1s".parse().unwrap()))
+        .await
+        .unwrap();
+    let table = ok(&dq(&redis, &["stats"]));
+    let header = table.lines().next().unwrap();
+    assert!(header.contains("GROUPS"), "{table}");
+    let row = |topic: &str| {
+        table
+            .lines()
+            .find(|l| l.starts_with(&format!("{topic} ")))
+            .unwrap()
+            .to_owned()
+    };
+    assert!(
+        row("charge").contains("at most 1 at once, 10/1s each, busiest acct-7 (2 waiting)"),
+        "{table}"
+    );
+    let column = header.find("GROUPS").unwrap();
+    assert!(row("mails")[column..].starts_with("- "), "{table}");
+    let charge = stats_row(&redis, "charge");
+    assert_eq!(charge["busiest_groups"][0]["group"], "acct-7", "{charge}");
+    assert_eq!(charge["busiest_groups"][0]["waiting"], 2, "{charge}");
+}
+
 /// `dq groups --rate`: sets how many jobs of each group start per period, prints it beside
 /// the group concurrency (and in `dq stats --json`), lifts it with `off`.
 #[tokio::test]

@@ -276,7 +276,14 @@ impl Client {
 
     /// Limits how many jobs of each group of `topic` run at once (`None`: the default of 1, a
     /// group's jobs one at a time in push order; see [`PushBuilder::group`](crate::PushBuilder::group)).
+    /// Zero is refused ([`Error::InvalidPush`](crate::Error::InvalidPush)).
     pub async fn set_group_concurrency(&self, topic: &str, max: Option<u32>) -> Result<()> {
+        if max == Some(0) {
+            return Err(crate::Error::InvalidPush {
+                topic: topic.to_owned(),
+                reason: "group_concurrency must be at least 1 (pause the topic to run none; None goes back to 1)".into(),
+            });
+        }
         self.store
             .set_group_concurrency(&Topic::new(topic)?, max)
             .await
