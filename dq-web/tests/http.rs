@@ -1348,6 +1348,24 @@ async fn the_topic_page_shows_how_close_the_topic_is_to_its_max_pending() {
     assert!(page.contains("full: pushes refused"), "{page}");
 }
 
+/// A topic a handler held (`Outcome::RateLimited`) says so on its page, with when its starts
+/// come back, until the hold is lifted (issue 33, item 8).
+#[tokio::test]
+async fn the_topic_page_shows_a_hold_until_it_is_lifted() {
+    let (client, store) = memory_client_and_store().await;
+    let addr = serve(client.clone(), Options::new()).await;
+    let (_, page) = get(&addr, "/topics/order-cancel").await;
+    assert!(!page.contains("held: starts again"), "{page}");
+    let topic = Topic::new(TOPIC).unwrap();
+    store.hold(&topic, Duration::from_secs(90)).await.unwrap();
+    let (status, page) = get(&addr, "/topics/order-cancel").await;
+    assert_eq!(status, 200);
+    assert!(page.contains("held: starts again"), "{page}");
+    assert!(client.lift_hold(TOPIC).await.unwrap());
+    let (_, page) = get(&addr, "/topics/order-cancel").await;
+    assert!(!page.contains("held: starts again"), "{page}");
+}
+
 /// A topic with a rate limit shows it on its page (issue 33, item 8).
 #[tokio::test]
 async fn the_topic_page_shows_the_topics_rate_limit() {
