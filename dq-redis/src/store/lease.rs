@@ -467,9 +467,7 @@ impl Leases for RedisStore {
             if ask_first && rate_home && ready == Some(0) {
                 // Nothing ready: no starts taken, no fetch. The slots taken, if any, are
                 // kept for the next fetch.
-                if let Some(s) = &slots {
-                    self.settle_slots(topic, s, None, Vec::new(), ttl).await;
-                }
+                self.keep_unused_slots(topic, slots.as_ref(), ttl).await;
                 if let Some(e) = unanswered {
                     return Err(e);
                 }
@@ -507,18 +505,14 @@ impl Leases for RedisStore {
             Err(e) => {
                 // The fetch may have leased jobs, to no handler: a later fetch of this
                 // consumer takes them back under its own slots, so these are kept.
-                if let Some(s) = &slots {
-                    self.settle_slots(topic, s, None, Vec::new(), ttl).await;
-                }
+                self.keep_unused_slots(topic, slots.as_ref(), ttl).await;
                 return Err(e);
             }
         };
         let members = leased_members(&reply);
         let token = reply_token(&reply);
         if let Some(e) = unanswered.filter(|_| members.is_empty()) {
-            if let Some(s) = &slots {
-                self.settle_slots(topic, s, None, Vec::new(), ttl).await;
-            }
+            self.keep_unused_slots(topic, slots.as_ref(), ttl).await;
             return Err(e);
         }
         if let Some(g) = rate.as_ref().filter(|g| !g.tat.is_empty()) {
@@ -536,9 +530,7 @@ impl Leases for RedisStore {
             Ok(fetched) => fetched,
             Err(e) => {
                 // As above: no handler starts, a later fetch takes them back.
-                if let Some(s) = &slots {
-                    self.settle_slots(topic, s, None, Vec::new(), ttl).await;
-                }
+                self.keep_unused_slots(topic, slots.as_ref(), ttl).await;
                 return Err(e);
             }
         };
@@ -1049,9 +1041,16 @@ fn reply_token(reply: &[Value]) -> Option<u64> {
 /// The entries a fetch.lua reply says are left in the topic's ready lanes (its seventh item;
 /// none in a `paused` or `home` reply).
 fn reply_ready_left(reply: &[Value]) -> Option<u64> {
-    match (reply.first(), reply.get(6)) {
-        (Some(Value::BulkString(b)), _) if b == b"paused" || b == b"home" => None,
-        (_, Some(Value::Int(n))) => u64::try_from(*n).ok(),
+    match reply.first() {
+        Some(Value::BulkString(b)) if b == b"paused" || b == b"home" => None,
+        _ => count_at(reply, 6),
+    }
+}
+
+/// The count at item `i` of a fetch.lua reply (none when it is not a count).
+fn count_at(reply: &[Value], i: usize) -> Option<u64> {
+    match reply.get(i) {
+        Some(Value::Int(n)) => u64::try_from(*n).ok(),
         _ => None,
     }
 }
@@ -1061,12 +1060,8 @@ fn reply_ready_left(reply: &[Value]) -> Option<u64> {
 /// shard's ready lanes of the topic hold.
 fn home_reply(reply: &[Value]) -> Option<(bool, bool, Option<u64>)> {
     let flag = |i: usize| matches!(reply.get(i), Some(Value::BulkString(b)) if b == b"1");
-    let ready = match reply.get(3) {
-        Some(Value::Int(n)) => u64::try_from(*n).ok(),
-        _ => None,
-    };
     match reply.first() {
-        Some(Value::BulkString(b)) if b == b"home" => Some((flag(1), flag(2), ready)),
+        Some(Value::BulkString(b)) if b == b"home" => Some((flag(1), flag(2), count_at(reply, 3))),
         _ => None,
     }
 }

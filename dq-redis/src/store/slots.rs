@@ -385,6 +385,19 @@ impl RedisStore {
         (slots, None)
     }
 
+    /// After a fetch that handed over no job (it failed, or found none to start): the slots it
+    /// took, if any, are kept for this store's next fetch of `topic` (`settle_slots`).
+    pub(super) async fn keep_unused_slots(
+        &self,
+        topic: &Topic,
+        slots: Option<&FetchSlots>,
+        ttl: Duration,
+    ) {
+        if let Some(s) = slots {
+            self.settle_slots(topic, s, None, Vec::new(), ttl).await;
+        }
+    }
+
     /// After a fetch: the jobs `ids` it handed over (leased under `at`, its shard and token)
     /// hold `slots`, the rest are kept for the next fetch. A fetch that took a third of a
     /// lease since its slots' grants were taken renews them at once (they run out a lease
